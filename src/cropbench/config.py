@@ -1,0 +1,220 @@
+"""Configuration as data: frozen, validated dataclasses for plates, layouts, crops and tracks.
+
+Every object here is serialisable with :func:`dataclasses.asdict`, which is how each knob ends
+up in the result record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from cropbench.errors import ConfigError
+
+CELL_PAINTING_CHANNELS: tuple[str, ...] = ("DNA", "ER", "RNA", "AGP", "Mito", "Brightfield", "Extra1", "Extra2")
+CODECS = ("none", "blosc-lz4", "blosc-zstd", "zstd")
+OUTPUT_DTYPES = ("uint16", "float32", "float16", "bfloat16")
+TRANSFORM_TIERS = ("none", "light", "typical")
+DECODE_PATHS = ("zarr", "direct", "field")
+BORDER_POLICIES = ("pad", "shift", "drop")
+ACCESS_PATTERNS = ("random", "grouped-field", "grouped-well", "chunk-aware", "paired")
+CACHE_STATES = ("warm", "cold")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    _require(value in allowed, f"{name}={value!r} is not one of {', '.join(allowed)}")
+
+
+def _positive(name: str, value: int) -> None:
+    _require(isinstance(value, int) and value > 0, f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PlateSpec:
+    """What a synthetic plate holds: wells × fields, channels, field size and cell density."""
+
+    name: str = "synthetic"
+    rows: int = 1
+    columns: int = 2
+    fields_per_well: int = 2
+    channels: int = 5
+    field_height: int = 1080
+    field_width: int = 1080
+    cells_per_field: int = 300
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for knob in ("rows", "columns", "fields_per_well", "channels", "field_height", "field_width"):
+            _positive(knob, getattr(self, knob))
+        _require(self.rows <= 16 and self.columns <= 24, "rows must be <= 16 and columns <= 24 (a 384-well plate)")
+        _require(self.channels <= len(CELL_PAINTING_CHANNELS), f"channels must be <= {len(CELL_PAINTING_CHANNELS)}")
+        _require(self.field_height >= 64 and self.field_width >= 64, "field_height and field_width must be >= 64")
+        _require(self.cells_per_field >= 1, f"cells_per_field must be >= 1, got {self.cells_per_field}")
+        _require(self.name.isidentifier(), f"name must be a plain identifier, got {self.name!r}")
+
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        return CELL_PAINTING_CHANNELS[: self.channels]
+
+    @property
+    def field_count(self) -> int:
+        return self.rows * self.columns * self.fields_per_well
+
+    @property
+    def field_bytes(self) -> int:
+        return self.channels * self.field_height * self.field_width * 2
+
+    @property
+    def total_bytes(self) -> int:
+        return self.field_count * self.field_bytes
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    """How the pixels of each field are chunked, compressed and sharded on disk.
+
+    ``channels_per_chunk=0`` puts all channels in one chunk; ``chunk_yx=0`` makes a chunk span the
+    whole field plane. ``shard_yx=-1`` makes one shard per field (rounded up to a multiple of the
+    chunk), ``0`` disables sharding.
+    """
+
+    chunk_yx: int = 256
+    channels_per_chunk: int = 0
+    codec: str = "blosc-lz4"
+    clevel: int = 5
+    shard_yx: int = 0
+
+    def __post_init__(self) -> None:
+        _choice("codec", self.codec, CODECS)
+        _require(self.chunk_yx >= 0, f"chunk_yx must be >= 0, got {self.chunk_yx}")
+        _require(self.channels_per_chunk >= 0, f"channels_per_chunk must be >= 0, got {self.channels_per_chunk}")
+        _require(self.shard_yx >= -1, f"shard_yx must be >= -1, got {self.shard_yx}")
+        if self.shard_yx > 0 and self.chunk_yx > 0:
+            _require(
+                self.shard_yx % self.chunk_yx == 0,
+                f"shard_yx={self.shard_yx} must be a multiple of chunk_yx={self.chunk_yx}",
+            )
+        _require(1 <= self.clevel <= 9, f"clevel must be within 1..9, got {self.clevel}")
+
+    def chunk_shape(self, channels: int, height: int, width: int) -> tuple[int, int, int]:
+        c = channels if self.channels_per_chunk == 0 else min(self.channels_per_chunk, channels)
+        if self.chunk_yx == 0:
+            return (c, height, width)
+        return (c, min(self.chunk_yx, height), min(self.chunk_yx, width))
+
+    def shard_shape(self, channels: int, height: int, width: int) -> tuple[int, int, int] | None:
+        if self.shard_yx == 0:
+            return None
+        chunk = self.chunk_shape(channels, height, width)
+        if self.shard_yx == -1:
+            return (channels, _round_up(height, chunk[1]), _round_up(width, chunk[2]))
+        return (channels, self.shard_yx, self.shard_yx)
+
+    @property
+    def label(self) -> str:
+        chunk = "plane" if self.chunk_yx == 0 else str(self.chunk_yx)
+        channels = "all" if self.channels_per_chunk == 0 else str(self.channels_per_chunk)
+        shard = {0: "", -1: "-shard-field"}.get(self.shard_yx, f"-shard{self.shard_yx}")
+        return f"c{channels}-yx{chunk}-{self.codec}{shard}"
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+#: Named layouts. ``default`` is the random-access default (see README, "Default layout").
+LAYOUTS: dict[str, LayoutSpec] = {
+    "default": LayoutSpec(),
+    "tiles": LayoutSpec(chunk_yx=256, channels_per_chunk=0, codec="blosc-lz4"),
+    "channel-tiles": LayoutSpec(chunk_yx=256, channels_per_chunk=1, codec="blosc-lz4"),
+    "planes": LayoutSpec(chunk_yx=0, channels_per_chunk=1, codec="blosc-lz4"),
+    "sharded": LayoutSpec(chunk_yx=64, channels_per_chunk=0, codec="blosc-lz4", shard_yx=-1),
+}
+
+
+def layout_by_name(name: str) -> LayoutSpec:
+    _choice("layout", name, tuple(LAYOUTS))
+    return LAYOUTS[name]
+
+
+@dataclass(frozen=True)
+class CropConfig:
+    """How :class:`cropbench.dataset.CropDataset` cuts, decodes and transforms each crop."""
+
+    crop_size: int = 96
+    channels: tuple[str, ...] | None = None
+    dtype: str = "float32"
+    decode: str = "direct"
+    tier: str = "none"
+    border: str = "pad"
+    output_size: int | None = None
+    chunk_cache_bytes: int = 64 * 2**20
+    field_cache_fields: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _positive("crop_size", self.crop_size)
+        _choice("dtype", self.dtype, OUTPUT_DTYPES)
+        _choice("decode", self.decode, DECODE_PATHS)
+        _choice("tier", self.tier, TRANSFORM_TIERS)
+        _choice("border", self.border, BORDER_POLICIES)
+        if self.output_size is not None:
+            _positive("output_size", self.output_size)
+        _require(self.chunk_cache_bytes >= 0, f"chunk_cache_bytes must be >= 0, got {self.chunk_cache_bytes}")
+        _positive("field_cache_fields", self.field_cache_fields)
+        if self.channels is not None:
+            _require(len(self.channels) > 0, "channels must name at least one channel (or be None for all)")
+            object.__setattr__(self, "channels", tuple(self.channels))
+        _require(
+            self.tier == "none" or self.dtype != "uint16",
+            f"tier={self.tier!r} normalises to floats and needs a float dtype, got dtype='uint16'",
+        )
+
+    def replace(self, **changes: Any) -> CropConfig:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Track1Case:
+    """One Track 1 measurement: a crop configuration read through one access pattern."""
+
+    crop: CropConfig = field(default_factory=CropConfig)
+    access: str = "random"
+    samples: int = 1000
+    warmup: int = 50
+    cold_samples: int = 100
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _choice("access", self.access, ACCESS_PATTERNS)
+        _positive("samples", self.samples)
+        _require(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
+        _require(self.cold_samples >= 0, f"cold_samples must be >= 0, got {self.cold_samples}")
+
+    @property
+    def label(self) -> str:
+        c = self.crop
+        channels = "all" if c.channels is None else "+".join(c.channels)
+        return (
+            f"{self.access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}"
+        )
+
+
+#: Synthetic plate presets: ``smoke`` writes in seconds; ``full`` is the realistic default plate.
+PLATE_PRESETS: dict[str, PlateSpec] = {
+    "smoke": PlateSpec(rows=1, columns=2, fields_per_well=2, channels=5, field_height=540,
+                       field_width=540, cells_per_field=80),
+    "full": PlateSpec(rows=2, columns=4, fields_per_well=2, channels=5, field_height=1080,
+                      field_width=1080, cells_per_field=320),
+}
+
+
+def plate_preset(name: str) -> PlateSpec:
+    _choice("preset", name, tuple(PLATE_PRESETS))
+    return PLATE_PRESETS[name]

@@ -1,0 +1,31 @@
+"""Typed errors: one base class, specific subclasses whose messages name the thing at fault.
+
+The CLI turns any ``CropbenchError`` into one line on stderr and exit code 2; anything else is
+a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class CropbenchError(Exception):
+    """Base class of every error a user can cause by what they pass in."""
+
+
+class ConfigError(CropbenchError, ValueError):
+    """A knob has a value outside what it accepts."""
+
+
+class StoreError(CropbenchError):
+    """A store (plate, image, chunk) is missing, is not what was expected, or is corrupt."""
+
+
+class ObjectTableError(CropbenchError):
+    """The object table is missing, lacks columns, or holds unusable rows."""
+
+
+class ImportInputError(CropbenchError):
+    """Input for ``cropbench import`` (table, images) cannot be turned into a plate."""
+
+
+class OutputError(CropbenchError):
+    """A result or output location cannot be written."""

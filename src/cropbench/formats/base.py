@@ -1,0 +1,213 @@
+"""The reader interface every storage layout implements, and the value objects it shares.
+
+A reader cuts (channels, y0:y1, x0:x1) regions out of the fields of one plate. Readers are
+created in the main process, pickled into DataLoader workers, and open files lazily in each
+process: ``__getstate__`` drops every handle and cache.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cropbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One field of view (site) of a plate, and where its pixels live relative to the store."""
+
+    index: int
+    plate: str
+    well: str
+    row: str
+    column: str
+    field: int
+    path: str
+
+
+@dataclass(frozen=True)
+class PlateMetadata:
+    """What a reader knows about a plate before reading any pixel."""
+
+    path: Path
+    name: str
+    fields: tuple[FieldInfo, ...]
+    channel_names: tuple[str, ...]
+    field_shape: tuple[int, int, int]
+    dtype: str
+    layout: str
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def field_index(self, well: str, site: int) -> int:
+        for info in self.fields:
+            if info.well == well and info.field == site:
+                return info.index
+        raise ConfigError(f"no field (well={well!r}, field={site}) in plate {self.path}")
+
+
+@dataclass
+class ReadStats:
+    """Counters that expose read amplification: what was fetched and decoded per crop."""
+
+    regions: int = 0
+    bytes_delivered: int = 0
+    bytes_fetched: int = 0
+    bytes_decoded: int = 0
+    chunks_touched: int = 0
+    chunks_decoded: int = 0
+
+    def reset(self) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, 0)
+
+    def per_region(self) -> dict[str, float]:
+        regions = max(self.regions, 1)
+        delivered = max(self.bytes_delivered, 1)
+        return {
+            "chunks_touched_per_crop": self.chunks_touched / regions,
+            "chunks_decoded_per_crop": self.chunks_decoded / regions,
+            "bytes_fetched_per_crop": self.bytes_fetched / regions,
+            "bytes_decoded_per_crop": self.bytes_decoded / regions,
+            "fetch_amplification": self.bytes_fetched / delivered,
+            "decode_amplification": self.bytes_decoded / delivered,
+        }
+
+
+class PlateReader(ABC):
+    """Reads regions of the fields of one plate. Subclasses implement one decode path."""
+
+    decode: str = ""
+
+    def __init__(self, metadata: PlateMetadata) -> None:
+        self.metadata = metadata
+        self.stats = ReadStats()
+
+    @abstractmethod
+    def read_region(
+        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
+        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Return pixels (channels, y1-y0, x1-x0); the window must lie inside the field."""
+
+    def read_field(self, field_index: int, channels: np.ndarray | None = None) -> np.ndarray:
+        _, height, width = self.metadata.field_shape
+        return self.read_region(field_index, 0, height, 0, width, channels)
+
+    def files(self) -> list[Path]:
+        """Every file holding pixels, for page-cache eviction and size on disk."""
+        return sorted(p for p in self.metadata.path.rglob("*") if p.is_file())
+
+    def close(self) -> None:
+        """Release handles and caches; the reader reopens lazily if used again."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"metadata": self.metadata, **self._config_state()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    def _config_state(self) -> dict[str, Any]:
+        return {}
+
+    def _output(self, channel_count: int, y0: int, y1: int, x0: int, x1: int, out: np.ndarray | None) -> np.ndarray:
+        shape = (channel_count, y1 - y0, x1 - x0)
+        if out is None:
+            return np.empty(shape, dtype=self.metadata.dtype)
+        if out.shape != shape:
+            raise ConfigError(f"out has shape {out.shape}, expected {shape}")
+        return out
+
+    def _check_window(self, field_index: int, y0: int, y1: int, x0: int, x1: int) -> None:
+        _, height, width = self.metadata.field_shape
+        if not 0 <= field_index < len(self.metadata.fields):
+            raise ConfigError(f"field_index={field_index} outside 0..{len(self.metadata.fields) - 1}")
+        if not (0 <= y0 < y1 <= height and 0 <= x0 < x1 <= width):
+            raise ConfigError(
+                f"window y{y0}:{y1} x{x0}:{x1} is not inside field {field_index} of shape {height}x{width}"
+            )
+
+
+class ByteBudgetCache:
+    """A least-recently-used mapping bounded by the total ``nbytes`` of its numpy values."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self.used_bytes = 0
+        self._items: OrderedDict[Any, np.ndarray] = OrderedDict()
+
+    def get(self, key: Any) -> np.ndarray | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: np.ndarray) -> None:
+        if value.nbytes > self.budget_bytes:
+            return
+        previous = self._items.pop(key, None)
+        if previous is not None:
+            self.used_bytes -= previous.nbytes
+        self._items[key] = value
+        self.used_bytes += value.nbytes
+        while self.used_bytes > self.budget_bytes:
+            _, evicted = self._items.popitem(last=False)
+            self.used_bytes -= evicted.nbytes
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.used_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class FieldCacheReader(PlateReader):
+    """Decode path ``field``: read a whole field once, cut many crops from it (bounded LRU)."""
+
+    decode = "field"
+
+    def __init__(self, metadata: PlateMetadata, inner: PlateReader, max_fields: int = 2) -> None:
+        super().__init__(metadata)
+        self.inner = inner
+        self.max_fields = max_fields
+        self._fields: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def _config_state(self) -> dict[str, Any]:
+        return {"inner": self.inner, "max_fields": self.max_fields}
+
+    def read_region(
+        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
+        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        self._check_window(field_index, y0, y1, x0, x1)
+        pixels = self._fields.get(field_index)
+        if pixels is None:
+            before = (self.inner.stats.bytes_fetched, self.inner.stats.bytes_decoded, self.inner.stats.chunks_decoded)
+            pixels = self.inner.read_field(field_index)
+            self.stats.bytes_fetched += self.inner.stats.bytes_fetched - before[0]
+            self.stats.bytes_decoded += self.inner.stats.bytes_decoded - before[1]
+            self.stats.chunks_decoded += self.inner.stats.chunks_decoded - before[2]
+            self._fields[field_index] = pixels
+            while len(self._fields) > self.max_fields:
+                self._fields.popitem(last=False)
+        else:
+            self._fields.move_to_end(field_index)
+        selected = pixels[:, y0:y1, x0:x1] if channels is None else pixels[channels, y0:y1, x0:x1]
+        result = self._output(selected.shape[0], y0, y1, x0, x1, out)
+        result[...] = selected
+        self.stats.regions += 1
+        self.stats.bytes_delivered += result.nbytes
+        return result
+
+    def files(self) -> list[Path]:
+        return self.inner.files()
+
+    def close(self) -> None:
+        self._fields.clear()
+        self.inner.close()

@@ -1,0 +1,132 @@
+"""OME-NGFF metadata: read plate → well → field structure from zarr v3 (0.5) or v2 (0.4) stores.
+
+Plain JSON reads, no zarr import: listing a plate must be cheap in every worker.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cropbench.errors import StoreError
+from cropbench.formats.base import FieldInfo, PlateMetadata
+
+NGFF_VERSION = "0.5"
+
+
+def read_attributes(node: Path) -> dict[str, Any] | None:
+    """The NGFF attributes of a zarr group (v3 ``zarr.json`` or v2 ``.zattrs``), or None."""
+    v3 = node / "zarr.json"
+    if v3.is_file():
+        document = _load_json(v3)
+        attributes = document.get("attributes", {})
+        return attributes.get("ome", attributes)
+    v2 = node / ".zattrs"
+    if v2.is_file():
+        return _load_json(v2)
+    if (node / ".zgroup").is_file():
+        return {}
+    return None
+
+
+def read_array_document(array_dir: Path) -> dict[str, Any]:
+    """The array metadata (``zarr.json`` or ``.zarray``) of one zarr array."""
+    for name in ("zarr.json", ".zarray"):
+        candidate = array_dir / name
+        if candidate.is_file():
+            document = _load_json(candidate)
+            if name == "zarr.json" and document.get("node_type") != "array":
+                break
+            return document
+    raise StoreError(f"{array_dir} is not a zarr array (no array zarr.json or .zarray)")
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise StoreError(f"cannot read metadata {path}: {error}") from error
+
+
+def _image_array(image_dir: Path) -> tuple[str, list[str] | None, dict[str, Any]]:
+    """Full-resolution array path (relative to the image), channel labels and omero block."""
+    attributes = read_attributes(image_dir)
+    if not attributes or "multiscales" not in attributes:
+        raise StoreError(f"{image_dir} is not an OME-NGFF image (no 'multiscales' metadata)")
+    datasets = attributes["multiscales"][0].get("datasets", [])
+    if not datasets:
+        raise StoreError(f"{image_dir} has 'multiscales' without datasets")
+    omero = attributes.get("omero", {})
+    labels = [channel.get("label", f"c{i}") for i, channel in enumerate(omero.get("channels", []))] or None
+    return str(datasets[0]["path"]), labels, omero
+
+
+def read_plate_metadata(path: str | Path, layout: str = "ome-zarr") -> PlateMetadata:
+    """Parse an NGFF HCS plate, or a single NGFF image treated as a one-field plate."""
+    root = Path(path)
+    if not root.exists():
+        raise StoreError(f"plate store {root} does not exist")
+    attributes = read_attributes(root)
+    if attributes is None:
+        raise StoreError(f"{root} is not a zarr group (no zarr.json, .zattrs or .zgroup)")
+    if "plate" in attributes:
+        return _plate_from_hcs(root, attributes, layout)
+    if "multiscales" in attributes:
+        return _plate_from_image(root, layout)
+    raise StoreError(f"{root} is neither an OME-NGFF plate nor an image (no 'plate' or 'multiscales' metadata)")
+
+
+def _plate_from_hcs(root: Path, attributes: dict[str, Any], layout: str) -> PlateMetadata:
+    plate = attributes["plate"]
+    name = str(plate.get("name", root.stem))
+    fields: list[FieldInfo] = []
+    first: tuple[list[str] | None, dict[str, Any], dict[str, Any]] | None = None
+    for well in plate.get("wells", []):
+        well_path = str(well["path"])
+        row, column = well_path.split("/")[:2]
+        well_attributes = read_attributes(root / well_path)
+        if not well_attributes or "well" not in well_attributes:
+            raise StoreError(f"well {root / well_path} has no 'well' metadata")
+        for site, image in enumerate(well_attributes["well"].get("images", [])):
+            image_path = f"{well_path}/{image['path']}"
+            array_path, labels, omero = _image_array(root / image_path)
+            if first is None:
+                first = (labels, omero, read_array_document(root / image_path / array_path))
+            fields.append(FieldInfo(
+                index=len(fields), plate=name, well=f"{row}{column}", row=row, column=column,
+                field=site, path=f"{image_path}/{array_path}",
+            ))
+    if first is None:
+        raise StoreError(f"plate {root} lists no wells with fields")
+    labels, omero, array = first
+    return _metadata(root, name, fields, labels, omero, array, layout, attributes)
+
+
+def _plate_from_image(root: Path, layout: str) -> PlateMetadata:
+    array_path, labels, omero = _image_array(root)
+    array = read_array_document(root / array_path)
+    info = FieldInfo(index=0, plate=root.stem, well="A1", row="A", column="1", field=0, path=array_path)
+    return _metadata(root, root.stem, [info], labels, omero, array, layout, {})
+
+
+def _metadata(
+    root: Path, name: str, fields: list[FieldInfo], labels: list[str] | None,
+    omero: dict[str, Any], array: dict[str, Any], layout: str, attributes: dict[str, Any],
+) -> PlateMetadata:
+    shape = tuple(int(s) for s in array["shape"])
+    if len(shape) == 2:
+        raise StoreError(f"field arrays of {root} are 2-D {shape}; cropbench needs (c, y, x)")
+    if len(shape) > 3:
+        if any(s != 1 for s in shape[:-3]):
+            raise StoreError(f"field arrays of {root} have shape {shape}; only singleton t/z axes are supported")
+        shape = shape[-3:]
+    dtype = str(array.get("data_type") or array.get("dtype"))
+    dtype = {"<u2": "uint16", "|u1": "uint8", "<u1": "uint8", "<f4": "float32"}.get(dtype, dtype)
+    channel_names = tuple(labels) if labels and len(labels) == shape[0] else tuple(f"c{i}" for i in range(shape[0]))
+    windows = [channel.get("window", {}) for channel in omero.get("channels", [])]
+    return PlateMetadata(
+        path=root, name=name, fields=tuple(fields), channel_names=channel_names,
+        field_shape=(shape[0], shape[1], shape[2]), dtype=dtype, layout=layout,
+        extra={"windows": windows, "cropbench": attributes.get("cropbench", {})},
+    )
