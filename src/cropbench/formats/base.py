@@ -99,6 +99,10 @@ class PlateReader(ABC):
         _, height, width = self.metadata.field_shape
         return self.read_region(field_index, 0, height, 0, width, channels)
 
+    def grain(self) -> tuple[int, int]:
+        """(y, x) size of the unit this path decodes at once; chunk-aware sampling groups by it."""
+        return self.metadata.field_shape[1], self.metadata.field_shape[2]
+
     def files(self) -> list[Path]:
         """Every file holding pixels, for page-cache eviction and size on disk."""
         return sorted(p for p in self.metadata.path.rglob("*") if p.is_file())

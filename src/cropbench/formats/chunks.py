@@ -141,6 +141,10 @@ class DirectChunkReader(PlateReader):
         self._cache.clear()
         self._shard_indexes.clear()
 
+    def grain(self) -> tuple[int, int]:
+        chunk = self._layout(0).chunk
+        return chunk[-2], chunk[-1]
+
     def _layout(self, field_index: int) -> ChunkLayout:
         layout = self._layouts.get(field_index)
         if layout is None:

@@ -130,3 +130,13 @@ def _metadata(
         field_shape=(shape[0], shape[1], shape[2]), dtype=dtype, layout=layout,
         extra={"windows": windows, "cropbench": attributes.get("cropbench", {})},
     )
+
+
+def array_chunk_shape(document: dict[str, Any]) -> tuple[int, ...]:
+    """The decoded unit of an array: the inner chunk when sharded, else the chunk."""
+    if document.get("zarr_format") == 2:
+        return tuple(int(c) for c in document["chunks"])
+    codecs = document.get("codecs", [])
+    if codecs and codecs[0]["name"] == "sharding_indexed":
+        return tuple(int(c) for c in codecs[0]["configuration"]["chunk_shape"])
+    return tuple(int(c) for c in document["chunk_grid"]["configuration"]["chunk_shape"])

@@ -14,7 +14,7 @@ from zarr.codecs import BloscCodec, BloscShuffle, ZstdCodec
 from cropbench.config import LayoutSpec
 from cropbench.errors import OutputError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader
-from cropbench.formats.ngff import NGFF_VERSION
+from cropbench.formats.ngff import NGFF_VERSION, array_chunk_shape, read_array_document
 
 
 def compressors_for(layout: LayoutSpec) -> list[Any] | None:
@@ -126,6 +126,10 @@ class ZarrPythonReader(PlateReader):
 
     def close(self) -> None:
         self._arrays.clear()
+
+    def grain(self) -> tuple[int, int]:
+        chunk = array_chunk_shape(read_array_document(self.metadata.path / self.metadata.fields[0].path))
+        return chunk[-2], chunk[-1]
 
     def _array(self, field_index: int) -> Any:
         array = self._arrays.get(field_index)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create .venv (Python 3.11) with cropbench and its dev tools; a no-op when already up to date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+stamp=.venv/.cropbench-setup
+want=$(cat pyproject.toml | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+# torch/torchvision are pinned in pyproject.toml (2.14.1 / 0.29.1); pip takes them from local disk here.
+.venv/bin/python -m pip install -q -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import cropbench, torch, zarr" || { echo "setup failed: cropbench did not import" >&2; exit 1; }
+echo "$want" > "$stamp"

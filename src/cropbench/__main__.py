@@ -1,0 +1,5 @@
+"""``python -m cropbench``."""
+
+from cropbench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,243 @@
+"""Command line: parse, then delegate. User errors print one line and exit with code 2."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tqdm import tqdm
+
+from cropbench.config import LAYOUTS, LayoutSpec, PlateSpec, layout_by_name, plate_preset
+from cropbench.errors import ConfigError, CropbenchError
+from cropbench.records import Record, RecordWriter, read_records, write_csv
+
+EXIT_USER_ERROR = 2
+RESULTS_NAME = "results.jsonl"
+
+
+def _add_plate_knobs(parser: argparse.ArgumentParser) -> None:
+    size = parser.add_argument_group("plate size (override the preset)")
+    size.add_argument("--rows", type=int, help="well rows (A, B, ...)")
+    size.add_argument("--columns", type=int, help="well columns (1, 2, ...)")
+    size.add_argument("--fields", type=int, dest="fields_per_well", help="fields (sites) per well")
+    size.add_argument("--channels", type=int, help="channels per field (5 = Cell Painting, up to 8)")
+    size.add_argument("--height", type=int, dest="field_height", help="field height in pixels")
+    size.add_argument("--width", type=int, dest="field_width", help="field width in pixels")
+    size.add_argument("--cells", type=int, dest="cells_per_field", help="cells per field (about)")
+    size.add_argument("--seed", type=int, help="generator seed")
+    size.add_argument("--name", help="plate name")
+    size.add_argument("--ram-fraction", type=float,
+                      help="grow fields per well until the raw plate is this fraction of RAM (e.g. 1.5 for cold runs)")
+    layout = parser.add_argument_group("layout on disk")
+    layout.add_argument("--layout", default="default", choices=sorted(LAYOUTS), help="named layout (default: %(default)s)")
+    layout.add_argument("--chunk", type=int, dest="chunk_yx", help="chunk edge in y and x (0 = whole plane)")
+    layout.add_argument("--channels-per-chunk", type=int, help="channels per chunk (0 = all)")
+    layout.add_argument("--codec", choices=("none", "blosc-lz4", "blosc-zstd", "zstd"))
+    layout.add_argument("--clevel", type=int, help="compression level 1-9")
+    layout.add_argument("--shard", type=int, dest="shard_yx", help="zarr v3 shard edge (-1 = one shard per field, 0 = off)")
+
+
+def _plate_spec(args: argparse.Namespace) -> PlateSpec:
+    from cropbench.generate import spec_for_ram_fraction
+
+    knobs = ("rows", "columns", "fields_per_well", "channels", "field_height", "field_width",
+             "cells_per_field", "seed", "name")
+    overrides = {k: getattr(args, k) for k in knobs if getattr(args, k) is not None}
+    spec = dataclasses.replace(plate_preset(args.preset), **overrides)
+    return spec_for_ram_fraction(spec, args.ram_fraction) if args.ram_fraction is not None else spec
+
+
+def _layout_spec(args: argparse.Namespace) -> LayoutSpec:
+    knobs = ("chunk_yx", "channels_per_chunk", "codec", "clevel", "shard_yx")
+    overrides = {k: getattr(args, k) for k in knobs if getattr(args, k) is not None}
+    return dataclasses.replace(layout_by_name(args.layout), **overrides)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from cropbench.generate import generate_plate
+
+    spec, layout = _plate_spec(args), _layout_spec(args)
+    plate = generate_plate(args.out, spec, layout, overwrite=args.force, progress=not args.no_progress)
+    print(
+        f"wrote {plate.path}: {plate.fields} fields, {plate.objects} objects, layout {layout.label}, "
+        f"{plate.raw_bytes / 2**20:.1f} MiB raw -> {plate.stored_bytes / 2**20:.1f} MiB on disk "
+        f"(ratio {plate.compression_ratio:.2f}) in {plate.write_seconds:.1f} s"
+    )
+    return 0
+
+
+def _open_results(out_dir: Path, resume: bool) -> tuple[RecordWriter, frozenset[tuple[str, str, int]]]:
+    path = out_dir / RESULTS_NAME
+    skip = frozenset(r.key for r in read_records(path)) if resume and path.exists() else frozenset()
+    return RecordWriter(path), skip
+
+
+def run_tracks(
+    plate: Path, tracks: Sequence[str], preset: str, out_dir: Path, *, samples: int | None = None,
+    repeats: int = 1, resume: bool = False, torch_threads: int = 1, progress: bool = True,
+) -> list[Record]:
+    """Run tracks on a plate, writing each record durably as it finishes; returns this run's records."""
+    from cropbench import environment
+    from cropbench.formats import read_plate_metadata
+    from cropbench.measure import configure_threads
+    from cropbench.tracks import TRACK_RUNNERS, RunContext
+
+    unknown = [t for t in tracks if t not in TRACK_RUNNERS]
+    if unknown:
+        raise ConfigError(f"track {unknown[0]!r} is not one of {', '.join(sorted(TRACK_RUNNERS))}")
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {repeats}")
+    read_plate_metadata(plate)
+    thread_settings = configure_threads(torch_threads)
+    writer, skip = _open_results(out_dir, resume)
+    written: list[Record] = []
+    bar = tqdm(desc="cases", unit="case", disable=not progress)
+
+    def emit(record: Record) -> None:
+        writer.write(record)
+        written.append(record)
+        bar.update(1)
+
+    context = RunContext(
+        environment=environment.collect(plate), thread_settings=thread_settings, emit=emit, skip=skip,
+        repeats=repeats, samples=samples, report=lambda message: bar.set_postfix_str(message[:60]),
+    )
+    try:
+        for track in tracks:
+            TRACK_RUNNERS[track](plate, preset, context)
+    finally:
+        bar.close()
+        writer.close()
+    write_csv(read_records(out_dir / RESULTS_NAME), out_dir / "results.csv")
+    return written
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from cropbench.report import summary_table
+
+    out_dir = Path(args.out)
+    records = run_tracks(
+        Path(args.plate), args.track or ["1"], args.preset, out_dir, samples=args.samples,
+        repeats=args.repeats, resume=args.resume, torch_threads=args.torch_threads, progress=not args.no_progress,
+    )
+    print(summary_table(records))
+    print(f"\n{len(records)} rows appended to {out_dir / RESULTS_NAME}; CSV at {out_dir / 'results.csv'}")
+    if args.plot:
+        _plot(out_dir / RESULTS_NAME, out_dir / "plots")
+    return 0
+
+
+def _plot(results: Path, out_dir: Path) -> None:
+    from cropbench.plots import plot_results
+
+    for path in plot_results(read_records(results), out_dir):
+        print(f"wrote {path}")
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    results = Path(args.results)
+    _plot(results, Path(args.out) if args.out else results.parent / "plots")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    path = write_csv(read_records(args.results), args.csv)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from cropbench import environment
+
+    print(json.dumps(environment.collect(args.path), indent=2, default=str))
+    return 0
+
+
+def cmd_smoke(args: argparse.Namespace) -> int:
+    """The main job: a small synthetic plate, every track's smoke preset, summary, CSV and plots."""
+    from cropbench.config import LayoutSpec
+    from cropbench.generate import generate_plate
+    from cropbench.report import summary_table
+    from cropbench.tracks import TRACK_RUNNERS
+
+    out_dir = Path(args.out)
+    plate = out_dir / "smoke-plate.zarr"
+    if args.force or not plate.exists():
+        generated = generate_plate(plate, plate_preset("smoke"), LayoutSpec(), overwrite=True,
+                                   progress=not args.no_progress)
+        print(f"generated {plate} ({generated.objects} objects, compression ratio {generated.compression_ratio:.2f})")
+    records = run_tracks(plate, sorted(TRACK_RUNNERS), "smoke", out_dir, progress=not args.no_progress)
+    print(summary_table(records))
+    _plot(out_dir / RESULTS_NAME, out_dir / "plots")
+    print(f"\nrows in {out_dir / RESULTS_NAME} and {out_dir / 'results.csv'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cropbench", description="Benchmark single-cell crop loading from OME-Zarr plates into PyTorch.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    generate = commands.add_parser("generate", help="write a realistic synthetic OME-Zarr plate",
+                                   description="Write a seeded synthetic Cell Painting plate (OME-Zarr HCS).")
+    generate.add_argument("--out", required=True, help="plate directory to write (e.g. data/plate.zarr)")
+    generate.add_argument("--preset", default="smoke", choices=("smoke", "full"), help="plate size preset")
+    generate.add_argument("--force", action="store_true", help="replace an existing plate")
+    generate.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_plate_knobs(generate)
+    generate.set_defaults(handler=cmd_generate)
+
+    run = commands.add_parser("run", help="run benchmark tracks on a plate",
+                              description="Run tracks on a plate; rows are appended to OUT/results.jsonl.")
+    run.add_argument("--plate", required=True, help="plate directory")
+    run.add_argument("--track", action="append", help="track number (repeatable; default 1)")
+    run.add_argument("--preset", default="smoke", choices=("smoke", "full"), help="case grid")
+    run.add_argument("--out", default="out", help="output directory (default: %(default)s)")
+    run.add_argument("--samples", type=int, help="steady-state samples per case (overrides the preset)")
+    run.add_argument("--repeats", type=int, default=1, help="repeat each case with seed+repeat")
+    run.add_argument("--resume", action="store_true", help="skip cases already in OUT/results.jsonl")
+    run.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (0 = torch default)")
+    run.add_argument("--plot", action="store_true", help="draw figures into OUT/plots")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.set_defaults(handler=cmd_run)
+
+    plot = commands.add_parser("plot", help="draw figures from a results file")
+    plot.add_argument("results", help="results.jsonl")
+    plot.add_argument("--out", help="directory for PNGs (default: plots/ beside the results)")
+    plot.set_defaults(handler=cmd_plot)
+
+    export = commands.add_parser("export", help="export a results file as CSV")
+    export.add_argument("results", help="results.jsonl")
+    export.add_argument("--csv", required=True, help="CSV file to write")
+    export.set_defaults(handler=cmd_export)
+
+    env = commands.add_parser("env", help="print the environment metadata a record carries")
+    env.add_argument("--path", help="also describe the storage holding this path")
+    env.set_defaults(handler=cmd_env)
+
+    smoke = commands.add_parser("smoke", help="the main job: smoke plate, every track, summary and plots")
+    smoke.add_argument("--out", default="out/smoke", help="output directory (default: %(default)s)")
+    smoke.add_argument("--force", action="store_true", help="regenerate the smoke plate")
+    smoke.add_argument("--no-progress", action="store_true", help="no progress bars")
+    smoke.set_defaults(handler=cmd_smoke)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except CropbenchError as error:
+        print(f"cropbench: error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("cropbench: interrupted; every finished row is kept", file=sys.stderr)
+        return 130
+
+
+__all__ = ["build_parser", "main", "run_tracks"]

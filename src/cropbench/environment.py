@@ -1,0 +1,131 @@
+"""Where a number was measured: software versions, hardware, storage of the data path, git commit."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+PACKAGES = ("cropbench", "torch", "torchvision", "zarr", "numcodecs", "numpy", "pyarrow")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """Commit of the cropbench checkout this code runs from (None when installed from a wheel)."""
+    source = Path(__file__).resolve().parent
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if result.returncode != 0:
+        return None
+    dirty = subprocess.run(
+        ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True, text=True, timeout=5, check=False,
+    ).stdout.strip()
+    return result.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def storage_of(path: str | Path) -> dict[str, Any]:
+    """Filesystem, device and medium (nvme/ssd/hdd/tmpfs/overlay/network) holding ``path``."""
+    target = Path(path).resolve()
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    best = None
+    for partition in psutil.disk_partitions(all=True):
+        mount = Path(partition.mountpoint)
+        if (target == mount or mount in target.parents) and (best is None or len(str(mount)) > len(str(best.mountpoint))):
+            best = partition
+    if best is None:
+        return {"path": str(target)}
+    return {
+        "path": str(target), "mountpoint": best.mountpoint, "filesystem": best.fstype, "device": best.device,
+        "medium": _medium(best.device, best.fstype),
+    }
+
+
+def _medium(device: str, filesystem: str) -> str:
+    if filesystem in ("tmpfs", "ramfs"):
+        return "tmpfs"
+    if filesystem in ("overlay", "fuse.overlayfs"):
+        return "overlay"
+    if filesystem in ("nfs", "nfs4", "cifs", "smbfs", "lustre", "gpfs", "beegfs") or filesystem.startswith("fuse"):
+        return "network"
+    name = Path(device).name
+    if name.startswith("nvme"):
+        return "nvme"
+    block = name.rstrip("0123456789") if not name.startswith("nvme") else name
+    rotational = Path(f"/sys/block/{block}/queue/rotational")
+    try:
+        return "hdd" if rotational.read_text().strip() == "1" else "ssd"
+    except OSError:
+        return "unknown"
+
+
+def gpu_info() -> dict[str, Any]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"cuda_available": False}
+    properties = torch.cuda.get_device_properties(0)
+    return {
+        "cuda_available": True, "gpu_name": properties.name, "gpu_memory_bytes": properties.total_memory,
+        "cuda_version": torch.version.cuda, "gpu_count": torch.cuda.device_count(),
+        "driver": _nvidia_driver(),
+    }
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # NVML is optional and fails in many ways without a driver
+        return None
+
+
+def collect(data_path: str | Path | None = None) -> dict[str, Any]:
+    """Environment metadata for a record; ``data_path`` adds the storage it lives on."""
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "packages": {name: _version(name) for name in PACKAGES},
+        "cropbench_commit": git_commit(),
+        "os": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_logical": psutil.cpu_count(logical=True),
+        "cpu_physical": psutil.cpu_count(logical=False),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "ram_bytes": psutil.virtual_memory().total,
+        **gpu_info(),
+    }
+    if data_path is not None:
+        info["storage"] = storage_of(data_path)
+    return info

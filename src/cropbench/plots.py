@@ -1,0 +1,107 @@
+"""Records → figures. One function per figure; ``plot_results`` draws all that the records allow."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from cropbench.errors import OutputError  # noqa: E402
+from cropbench.records import Record  # noqa: E402
+
+FigureMaker = Callable[[Sequence[Record], Path], Path | None]
+
+
+def _by_track(records: Sequence[Record], track: str) -> list[Record]:
+    return [r for r in records if r.track == track]
+
+
+def _label(record: Record) -> str:
+    return record.case + (f" #{record.repeat}" if record.repeat else "")
+
+
+def _save(figure: plt.Figure, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
+    """p95 latency (lower is better) and samples/s (higher is better) per configuration."""
+    rows = _by_track(records, "1")
+    if not rows:
+        return None
+    labels = [_label(r) for r in rows]
+    height = max(3.0, 0.32 * len(rows) + 1.5)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(14, height), sharey=True)
+    positions = np.arange(len(rows))
+    left.barh(positions, [r.metrics.get("p95_ms", np.nan) for r in rows], color="tab:red")
+    left.set_yticks(positions, labels, fontsize=8)
+    left.invert_yaxis()
+    left.set_xlabel("p95 __getitem__ latency (ms)")
+    left.set_title("Track 1 p95 latency (lower is better)")
+    right.barh(positions, [r.metrics.get("samples_per_s", np.nan) for r in rows], color="tab:blue")
+    right.set_xlabel("samples/s, one process")
+    right.set_title("Track 1 throughput (higher is better)")
+    for axis in (left, right):
+        axis.grid(axis="x", alpha=0.3)
+    return _save(figure, out_dir / "track1_latency_throughput.png")
+
+
+def track1_cdf(records: Sequence[Record], out_dir: Path) -> Path | None:
+    """Steady-state latency CDF per configuration (left and steep is better)."""
+    rows = [r for r in _by_track(records, "1") if r.metrics.get("quantiles_ms")]
+    if not rows:
+        return None
+    figure, axis = plt.subplots(figsize=(10, 6))
+    for record in rows:
+        quantiles = record.metrics["quantiles_ms"]
+        axis.plot(quantiles, np.linspace(0, 1, len(quantiles)), label=_label(record))
+    axis.set_xscale("log")
+    axis.set_xlabel("__getitem__ latency (ms, log scale)")
+    axis.set_ylabel("fraction of samples")
+    axis.set_title("Track 1 latency CDF, steady state (left is better)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="lower right")
+    return _save(figure, out_dir / "track1_latency_cdf.png")
+
+
+def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
+    """First-k latencies against the steady-state p50 (flat and low is better)."""
+    rows = [r for r in _by_track(records, "1") if r.metrics.get("warmup_ms")]
+    if not rows:
+        return None
+    figure, axis = plt.subplots(figsize=(10, 6))
+    for record in rows:
+        curve = record.metrics["warmup_ms"]
+        line = axis.plot(np.arange(1, len(curve) + 1), curve, label=_label(record))[0]
+        axis.axhline(record.metrics.get("p50_ms", np.nan), color=line.get_color(), linestyle=":", linewidth=1)
+    axis.set_yscale("log")
+    axis.set_xlabel("item number after the cold pass")
+    axis.set_ylabel("latency (ms, log scale); dotted: steady p50")
+    axis.set_title("Track 1 warm-up curve (lower is better)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="upper right")
+    return _save(figure, out_dir / "track1_warmup.png")
+
+
+#: Every figure maker; tracks 2 and 3 add theirs here.
+FIGURES: list[FigureMaker] = [track1_bars, track1_cdf, track1_warmup]
+
+
+def plot_results(records: Sequence[Record], out_dir: str | Path) -> list[Path]:
+    """Draw every figure the records allow into ``out_dir``; returns the files written."""
+    destination = Path(out_dir)
+    try:
+        destination.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"cannot create plot directory {destination}: {error.strerror or error}") from error
+    if not records:
+        raise OutputError("no records to plot")
+    return [path for maker in FIGURES if (path := maker(records, destination)) is not None]

@@ -1,0 +1,46 @@
+"""Plain-text summary tables of records, for the terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from cropbench.records import Record
+
+#: Columns shown per track: (header, metric key, format).
+SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
+    "1": (("samples/s", "samples_per_s", "{:,.0f}"), ("p50 ms", "p50_ms", "{:.3f}"),
+          ("p95 ms", "p95_ms", "{:.3f}"), ("p99 ms", "p99_ms", "{:.3f}"), ("cold p50 ms", "cold_p50_ms", "{:.3f}"),
+          ("n", "count", "{}")),
+}
+
+
+def summary_table(records: Iterable[Record]) -> str:
+    """One block per track: a row per case with the track's headline metrics."""
+    by_track: dict[str, list[Record]] = {}
+    for record in records:
+        by_track.setdefault(record.track, []).append(record)
+    blocks = []
+    for track, rows in sorted(by_track.items()):
+        columns = SUMMARY_COLUMNS.get(track, ())
+        header = [f"track {track} case", *(title for title, _, _ in columns)]
+        body = [
+            [row.case + (f" #{row.repeat}" if row.repeat else ""),
+             *(_format(row.metrics.get(key), fmt) for _, key, fmt in columns)]
+            for row in rows
+        ]
+        widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+        lines = ["  ".join(str(cell).ljust(w) if i == 0 else str(cell).rjust(w)
+                           for i, (cell, w) in enumerate(zip(line, widths, strict=True)))
+                 for line in [header, *body]]
+        lines.insert(1, "-" * len(lines[0]))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _format(value: object, fmt: str) -> str:
+    if value is None:
+        return "-"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)

@@ -1,0 +1,88 @@
+"""Samplers for realistic access patterns; every one yields each object exactly once per epoch.
+
+- random: a seeded permutation of all objects.
+- grouped: groups (fields, wells, contiguous ranges) in seeded random order, objects in order
+  inside each group, as a per-site inference pass reads them.
+- chunk-aware: groups are decode units (chunks); their order is shuffled and so are the objects
+  inside each, so decoded chunks are reused while the epoch stays shuffled at chunk grain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from cropbench.config import ACCESS_PATTERNS
+from cropbench.dataset import CropDataset
+from cropbench.errors import ConfigError
+
+
+class EpochSampler(Sampler[int]):
+    """A seeded sampler whose order changes with :meth:`set_epoch` and only with it."""
+
+    def __init__(self, count: int, seed: int = 0) -> None:
+        if count <= 0:
+            raise ConfigError(f"a sampler needs at least one object, got {count}")
+        self.count = count
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.count
+
+    def order(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order().tolist())
+
+    def _rng(self) -> np.random.Generator:
+        return np.random.default_rng((self.seed, self.epoch))
+
+
+class RandomObjectSampler(EpochSampler):
+    """Every object once per epoch, in a seeded random order."""
+
+    def order(self) -> np.ndarray:
+        return self._rng().permutation(self.count)
+
+
+class GroupedSampler(EpochSampler):
+    """Groups in seeded random order; inside a group, objects in order or shuffled."""
+
+    def __init__(self, group_keys: np.ndarray, seed: int = 0, shuffle_within: bool = False) -> None:
+        super().__init__(len(group_keys), seed)
+        self.group_keys = np.asarray(group_keys)
+        self.shuffle_within = shuffle_within
+
+    def order(self) -> np.ndarray:
+        rng = self._rng()
+        groups, inverse = np.unique(self.group_keys, return_inverse=True)
+        group_rank = rng.permutation(len(groups))[inverse]
+        within = rng.random(self.count) if self.shuffle_within else np.arange(self.count)
+        return np.lexsort((within, group_rank))
+
+
+def contiguous_ranges(count: int, size: int) -> np.ndarray:
+    """Group keys for contiguous index ranges of ``size`` objects."""
+    if size <= 0:
+        raise ConfigError(f"range size must be positive, got {size}")
+    return np.arange(count) // size
+
+
+def sampler_for(dataset: CropDataset, access: str, seed: int = 0, granularity: int = 1) -> EpochSampler:
+    """The sampler of an access pattern (see :data:`cropbench.config.ACCESS_PATTERNS`)."""
+    if access in ("random", "paired"):
+        return RandomObjectSampler(len(dataset), seed)
+    if access == "grouped-field":
+        return GroupedSampler(dataset.group_keys("field"), seed)
+    if access == "grouped-well":
+        return GroupedSampler(dataset.group_keys("well"), seed)
+    if access == "chunk-aware":
+        return GroupedSampler(dataset.group_keys("chunk", scale=granularity), seed, shuffle_within=True)
+    raise ConfigError(f"access={access!r} is not one of {', '.join(ACCESS_PATTERNS)}")

@@ -1,0 +1,33 @@
+"""What every track runner receives: where records go, what to skip, and shared settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cropbench.records import Record
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Shared by all tracks of one ``cropbench run``.
+
+    ``emit`` receives each record as soon as it is measured (the CLI writes it durably);
+    ``skip`` holds the (track, case, repeat) keys already recorded, for ``--resume``.
+    """
+
+    environment: dict[str, Any]
+    thread_settings: dict[str, Any]
+    emit: Callable[[Record], None]
+    skip: frozenset[tuple[str, str, int]] = field(default_factory=frozenset)
+    repeats: int = 1
+    samples: int | None = None
+    report: Callable[[str], None] | None = None
+
+    def should_skip(self, track: str, case: str, repeat: int) -> bool:
+        return (track, case, repeat) in self.skip
+
+    def progress(self, message: str) -> None:
+        if self.report is not None:
+            self.report(message)

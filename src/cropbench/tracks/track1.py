@@ -1,0 +1,170 @@
+"""Track 1: how fast and how stable is ``Dataset.__getitem__`` for realistic access?
+
+Per case: a cold first pass right after the store's files are evicted from the page cache, a
+warm-up whose latencies are kept as a curve, then steady state measured twice over the same
+indices: a tight loop (samples/s, no clock reads inside) and a per-item timed loop (p50/p95/p99).
+For tiers other than ``none`` the same indices are also read with tier ``none`` (the I/O share),
+and the transform alone is timed on crops already in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cropbench.config import CropConfig, Track1Case
+from cropbench.dataset import CropDataset, PairedViews
+from cropbench.measure import evict, summarise_ms, time_each, time_loop
+from cropbench.records import Record
+from cropbench.sampling import sampler_for
+from cropbench.tracks.context import RunContext
+
+WARMUP_CURVE_POINTS = 50
+TRANSFORM_ONLY_ITEMS = 200
+STEADY_BLOCK = 50
+
+
+def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
+    """The Track 1 grid of a preset; ``samples`` overrides the steady-state sample count."""
+    if preset == "smoke":
+        base = Track1Case(samples=samples or 300, warmup=20, cold_samples=50)
+        crop = CropConfig(crop_size=96)
+        grid = [
+            ("random", crop), ("random", crop.replace(decode="zarr")), ("random", crop.replace(decode="field")),
+            ("grouped-field", crop), ("chunk-aware", crop), ("random", crop.replace(tier="typical")),
+            ("paired", crop.replace(tier="typical")),
+        ]
+        return [dataclasses.replace(base, access=access, crop=c) for access, c in grid]
+    if preset == "full":
+        base = Track1Case(samples=samples or 1000, warmup=50, cold_samples=200)
+        cases = []
+        for access, size, channels, tier, dtype, decode in itertools.product(
+            ("random", "grouped-field", "paired"), (64, 128), (None, ("DNA", "RNA", "Mito")),
+            ("none", "light", "typical"), ("float32", "bfloat16"), ("direct", "field", "zarr"),
+        ):
+            crop = CropConfig(crop_size=size, channels=channels, tier=tier, dtype=dtype, decode=decode)
+            cases.append(dataclasses.replace(base, access=access, crop=crop))
+        return cases
+    from cropbench.errors import ConfigError
+
+    raise ConfigError(f"preset={preset!r} is not one of smoke, full")
+
+
+def _indices(dataset: CropDataset, case: Track1Case, needed: int) -> list[int]:
+    """Enough indices in the access pattern's order, continuing into further epochs if needed."""
+    sampler = sampler_for(dataset, case.access, case.seed)
+    chunks = []
+    for epoch in itertools.count():
+        sampler.set_epoch(epoch)
+        chunks.append(sampler.order())
+        if sum(len(c) for c in chunks) >= needed:
+            break
+    return np.concatenate(chunks)[:needed].tolist()
+
+
+def _getter(dataset: CropDataset, access: str) -> Callable[[int], Any]:
+    return PairedViews(dataset).__getitem__ if access == "paired" else dataset.__getitem__
+
+
+def _steady(get: Callable[[int], Any], indices: list[int], prefix: str = "") -> dict[str, Any]:
+    """Steady state: each block of indices is read by a tight loop and by a per-item timed loop.
+
+    The two loops alternate which goes first from block to block, so cache reuse favours neither;
+    the tight loops give samples/s, the timed loops the percentiles, and their ratio the cost of
+    the timing itself (harness overhead).
+    """
+    loop_seconds = timed_seconds = 0.0
+    latencies = []
+    for block_number, start in enumerate(range(0, len(indices), STEADY_BLOCK)):
+        block = indices[start:start + STEADY_BLOCK]
+        for timed_first in ((True, False) if block_number % 2 else (False, True)):
+            if timed_first:
+                started = time.perf_counter()
+                latencies.append(time_each(get, block))
+                timed_seconds += time.perf_counter() - started
+            else:
+                loop_seconds += time_loop(get, block)
+    return {
+        **summarise_ms(np.concatenate(latencies), prefix),
+        f"{prefix}samples_per_s": len(indices) / loop_seconds,
+        f"{prefix}loop_seconds": loop_seconds,
+        f"{prefix}timed_loop_seconds": timed_seconds,
+        f"{prefix}harness_overhead": timed_seconds / loop_seconds - 1.0,
+    }
+
+
+def run_case(plate: str | Path, case: Track1Case, evict_first: bool = True) -> dict[str, Any]:
+    """Measure one case and return its metrics (the caller wraps them in a record)."""
+    dataset = CropDataset(plate, case.crop)
+    get = _getter(dataset, case.access)
+    total = case.cold_samples + case.warmup + case.samples
+    indices = _indices(dataset, case, total)
+    cold = indices[: case.cold_samples]
+    warm = indices[case.cold_samples: case.cold_samples + case.warmup]
+    steady = indices[case.cold_samples + case.warmup:]
+    metrics: dict[str, Any] = {"objects": len(dataset)}
+    if cold:
+        eviction = evict(dataset.reader.files()) if evict_first else None
+        cold_latencies = time_each(get, cold)
+        metrics.update(summarise_ms(cold_latencies, "cold_"))
+        metrics["cold_samples_per_s"] = len(cold) / (cold_latencies.sum() / 1e9)
+        metrics.update(eviction.as_metrics() if eviction else {"eviction_verified": False})
+    warmup_latencies = time_each(get, warm)
+    dataset.reader.stats.reset()
+    metrics.update(_steady(get, steady))
+    metrics.update(dataset.reader.stats.per_region())
+    metrics["warmup_ms"] = [round(v / 1e6, 4) for v in warmup_latencies[:WARMUP_CURVE_POINTS]]
+    if len(warmup_latencies):
+        metrics["warmup_mean_ms"] = float(warmup_latencies.mean() / 1e6)
+        metrics["warmup_over_steady"] = metrics["warmup_mean_ms"] / max(metrics["p50_ms"], 1e-9)
+    if case.crop.tier != "none":
+        metrics.update(_io_and_transform_split(plate, case, steady, metrics))
+    return metrics
+
+
+def _io_and_transform_split(
+    plate: str | Path, case: Track1Case, steady: list[int], metrics: dict[str, Any],
+) -> dict[str, Any]:
+    """Same indices with tier ``none`` (I/O only), and the transform alone on in-memory crops."""
+    io_dataset = CropDataset(plate, case.crop.replace(tier="none", dtype="uint16"))
+    io_get = _getter(io_dataset, case.access)
+    time_each(io_get, steady[: case.warmup])
+    io = _steady(io_get, steady, "io_")
+    views = 2 if case.access == "paired" else 1
+    reference = CropDataset(plate, case.crop)
+    raws = [torch.from_numpy(io_dataset.read_raw(i)) for i in steady[:TRANSFORM_ONLY_ITEMS]]
+    transform_latencies = time_each(
+        lambda i: [reference.plan.apply(raws[i], i, 0, view) for view in range(views)], range(len(raws)),
+    )
+    transform_mean = float(transform_latencies.mean() / 1e6)
+    return {
+        **io,
+        "transform_only_mean_ms": transform_mean,
+        "transform_share": 1.0 - io["io_mean_ms"] / max(metrics["mean_ms"], 1e-9),
+    }
+
+
+def run_track1(plate: str | Path, preset: str, context: RunContext) -> int:
+    """Run the preset's cases ``context.repeats`` times, handing each record over at once."""
+    written = 0
+    for case in preset_cases(preset, context.samples):
+        for repeat in range(context.repeats):
+            if context.should_skip("1", case.label, repeat):
+                continue
+            repeated = dataclasses.replace(case, seed=case.seed + repeat)
+            context.progress(f"track 1 {case.label} (repeat {repeat})")
+            metrics = run_case(plate, repeated)
+            config = {**dataclasses.asdict(repeated), "plate": str(plate), "threads": context.thread_settings}
+            context.emit(Record(
+                track="1", case=case.label, config=config, metrics=metrics,
+                environment=context.environment, seed=repeated.seed, repeat=repeat,
+            ))
+            written += 1
+    return written
