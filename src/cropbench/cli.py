@@ -31,14 +31,17 @@ def _add_plate_knobs(parser: argparse.ArgumentParser) -> None:
     size.add_argument("--seed", type=int, help="generator seed")
     size.add_argument("--name", help="plate name")
     size.add_argument("--ram-fraction", type=float,
-                      help="grow fields per well until the raw plate is this fraction of RAM (e.g. 1.5 for cold runs)")
+                      help="grow fields per well until the raw plate is this fraction of RAM "
+                           "(e.g. 1.5 for cold runs)")
     layout = parser.add_argument_group("layout on disk")
-    layout.add_argument("--layout", default="default", choices=sorted(LAYOUTS), help="named layout (default: %(default)s)")
+    layout.add_argument("--layout", default="default", choices=sorted(LAYOUTS),
+                        help="named layout (default: %(default)s)")
     layout.add_argument("--chunk", type=int, dest="chunk_yx", help="chunk edge in y and x (0 = whole plane)")
     layout.add_argument("--channels-per-chunk", type=int, help="channels per chunk (0 = all)")
     layout.add_argument("--codec", choices=("none", "blosc-lz4", "blosc-zstd", "zstd"))
     layout.add_argument("--clevel", type=int, help="compression level 1-9")
-    layout.add_argument("--shard", type=int, dest="shard_yx", help="zarr v3 shard edge (-1 = one shard per field, 0 = off)")
+    layout.add_argument("--shard", type=int, dest="shard_yx",
+                        help="zarr v3 shard edge (-1 = one shard per field, 0 = off)")
 
 
 def _plate_spec(args: argparse.Namespace) -> PlateSpec:

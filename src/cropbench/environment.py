@@ -59,7 +59,8 @@ def storage_of(path: str | Path) -> dict[str, Any]:
     best = None
     for partition in psutil.disk_partitions(all=True):
         mount = Path(partition.mountpoint)
-        if (target == mount or mount in target.parents) and (best is None or len(str(mount)) > len(str(best.mountpoint))):
+        contains = target == mount or mount in target.parents
+        if contains and (best is None or len(str(mount)) > len(str(best.mountpoint))):
             best = partition
     if best is None:
         return {"path": str(target)}

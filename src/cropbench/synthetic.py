@@ -86,7 +86,9 @@ def place_cells(rng: np.random.Generator, height: int, width: int, count: int) -
         min_distance = radius * (1.2 if attempts < 40 * count else 0.4)
         if centers.size and np.min(np.hypot(*(centers - center).T)) < min_distance:
             continue
-        harmonics = tuple((float(rng.uniform(0, 0.12) / k), float(rng.uniform(0, 2 * np.pi))) for k in (2, 3, 5))
+        harmonics = tuple(
+            (float(rng.uniform(0, 0.12) / k), float(rng.uniform(0, 2 * np.pi))) for k in (2, 3, 5)
+        )
         cells.append(Cell(
             center_y=float(center[0]), center_x=float(center[1]), radius=radius,
             nucleus_radius=radius * float(rng.uniform(0.35, 0.5)),
@@ -97,7 +99,9 @@ def place_cells(rng: np.random.Generator, height: int, width: int, count: int) -
     return cells
 
 
-def _cell_masks(cell: Cell, height: int, width: int) -> tuple[tuple[slice, slice], np.ndarray, np.ndarray, np.ndarray]:
+def _cell_masks(
+    cell: Cell, height: int, width: int,
+) -> tuple[tuple[slice, slice], np.ndarray, np.ndarray, np.ndarray]:
     """Soft cytoplasm and nucleus masks of one cell inside its clipped bounding box."""
     reach = int(np.ceil(cell.radius * cell.elongation * 1.3)) + 2
     y0, y1 = max(int(cell.center_y) - reach, 0), min(int(cell.center_y) + reach + 1, height)
@@ -111,14 +115,16 @@ def _cell_masks(cell: Cell, height: int, width: int) -> tuple[tuple[slice, slice
     for k, (amplitude, phase) in zip((2, 3, 5), cell.harmonics, strict=True):
         boundary += amplitude * np.cos(k * theta + phase)
     cytoplasm = np.clip((cell.radius * boundary - rho) / 2.0, 0.0, 1.0)
-    nucleus = np.clip((cell.nucleus_radius * (0.5 + 0.5 * boundary) - np.hypot(u * cell.elongation * 0.8, v)) / 1.5, 0.0, 1.0)
+    nucleus_distance = np.hypot(u * cell.elongation * 0.8, v)
+    nucleus = np.clip((cell.nucleus_radius * (0.5 + 0.5 * boundary) - nucleus_distance) / 1.5, 0.0, 1.0)
     return (slice(y0, y1), slice(x0, x1)), cytoplasm, nucleus, rho / max(cell.radius, 1.0)
 
 
 def _structures(rng: np.random.Generator, height: int, width: int, cells: list[Cell]) -> dict[str, np.ndarray]:
     """Channel-independent maps from which every stain is mixed."""
     shape = (height, width)
-    maps = {name: np.zeros(shape, np.float32) for name in ("cytoplasm", "nucleus", "membrane", "perinuclear", "brightness")}
+    names = ("cytoplasm", "nucleus", "membrane", "perinuclear", "brightness")
+    maps = {name: np.zeros(shape, np.float32) for name in names}
     for cell in cells:
         region, cytoplasm, nucleus, radial = _cell_masks(cell, height, width)
         maps["cytoplasm"][region] = np.maximum(maps["cytoplasm"][region], cytoplasm)
@@ -126,11 +132,14 @@ def _structures(rng: np.random.Generator, height: int, width: int, cells: list[C
         ring = cytoplasm * (1.0 - cytoplasm) * 4.0
         maps["membrane"][region] = np.maximum(maps["membrane"][region], ring)
         maps["perinuclear"][region] = np.maximum(maps["perinuclear"][region], cytoplasm * np.exp(-radial * 2.0))
-        maps["brightness"][region] = np.where(cytoplasm > 0, float(rng.lognormal(0.0, 0.35)), maps["brightness"][region])
+        brightness = float(rng.lognormal(0.0, 0.35))
+        maps["brightness"][region] = np.where(cytoplasm > 0, brightness, maps["brightness"][region])
     return maps
 
 
-def _spots(rng: np.random.Generator, shape: tuple[int, int], mask: np.ndarray, density: float, radius: int) -> np.ndarray:
+def _spots(
+    rng: np.random.Generator, shape: tuple[int, int], mask: np.ndarray, density: float, radius: int,
+) -> np.ndarray:
     """Punctate structures (mitochondria, nucleoli) inside ``mask``."""
     seeds = (rng.random(shape, dtype=np.float32) < density).astype(np.float32) * mask
     return box_blur(box_blur(seeds, radius), radius) * (2 * radius + 1) ** 2 / 2.0
@@ -155,10 +164,12 @@ def _stain_generators() -> list[Callable[[np.random.Generator, dict[str, np.ndar
 
     def mito(rng: np.random.Generator, m: dict[str, np.ndarray]) -> np.ndarray:
         cytoplasm_only = m["cytoplasm"] * (1.0 - m["nucleus"])
-        return 3000.0 * _spots(rng, m["nucleus"].shape, cytoplasm_only, 0.02, 1) * m["brightness"] + 300.0 * m["perinuclear"]
+        spots = _spots(rng, m["nucleus"].shape, cytoplasm_only, 0.02, 1)
+        return 3000.0 * spots * m["brightness"] + 300.0 * m["perinuclear"]
 
     def brightfield(rng: np.random.Generator, m: dict[str, np.ndarray]) -> np.ndarray:
-        return 8000.0 - 1500.0 * m["membrane"] - 600.0 * m["nucleus"] + 100.0 * smooth_noise(rng, m["nucleus"].shape, 16)
+        texture = smooth_noise(rng, m["nucleus"].shape, 16)
+        return 8000.0 - 1500.0 * m["membrane"] - 600.0 * m["nucleus"] + 100.0 * texture
 
     return [dna, er, rna, agp, mito, brightfield, er, mito]
 

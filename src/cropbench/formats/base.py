@@ -107,7 +107,7 @@ class PlateReader(ABC):
         """Every file holding pixels, for page-cache eviction and size on disk."""
         return sorted(p for p in self.metadata.path.rglob("*") if p.is_file())
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most readers hold nothing to release
         """Release handles and caches; the reader reopens lazily if used again."""
 
     def __getstate__(self) -> dict[str, Any]:

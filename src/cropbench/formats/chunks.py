@@ -195,8 +195,14 @@ class DirectChunkReader(PlateReader):
         if encoded is None:
             return np.full(shape, layout.fill_value, dtype=layout.dtype)
         data: Any = encoded
-        for decoder in layout.decoders:
-            data = decoder(data)
+        try:
+            for decoder in layout.decoders:
+                data = decoder(data)
+        except Exception as error:  # codecs raise RuntimeError, ValueError, ... on corrupt input
+            raise StoreError(
+                f"chunk {coords} of {self.metadata.fields[field_index].path} cannot be decoded "
+                f"(corrupt chunk): {error}"
+            ) from error
         chunk = np.frombuffer(data, dtype=layout.dtype)
         if chunk.size != int(np.prod(shape)):
             raise StoreError(

@@ -95,7 +95,10 @@ class OmeZarrPlateWriter:
                     {"name": "y", "type": "space", "unit": "micrometer"},
                     {"name": "x", "type": "space", "unit": "micrometer"},
                 ],
-                "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0, 0.65, 0.65]}]}],
+                "datasets": [{
+                    "path": "0",
+                    "coordinateTransformations": [{"type": "scale", "scale": [1.0, 0.65, 0.65]}],
+                }],
             }],
             "omero": {
                 "channels": [
@@ -149,10 +152,18 @@ class ZarrPythonReader(PlateReader):
         self._check_window(field_index, y0, y1, x0, x1)
         array = self._array(field_index)
         leading = (0,) * (array.ndim - 3)
-        if channels is None:
-            pixels = array[(*leading, slice(None), slice(y0, y1), slice(x0, x1))]
-        else:
-            pixels = array.get_orthogonal_selection((*leading, np.asarray(channels), slice(y0, y1), slice(x0, x1)))
+        try:
+            if channels is None:
+                pixels = array[(*leading, slice(None), slice(y0, y1), slice(x0, x1))]
+            else:
+                pixels = array.get_orthogonal_selection(
+                    (*leading, np.asarray(channels), slice(y0, y1), slice(x0, x1))
+                )
+        except Exception as error:  # zarr surfaces codec failures as many exception types
+            raise StoreError(
+                f"cannot read y{y0}:{y1} x{x0}:{x1} of {self.metadata.fields[field_index].path} "
+                f"(corrupt or missing chunk?): {error}"
+            ) from error
         result = self._output(pixels.shape[0], y0, y1, x0, x1, out)
         result[...] = pixels
         self.stats.regions += 1

@@ -1,0 +1,64 @@
+"""The CLI: help everywhere, user errors exit 2 with one line, the main job writes rows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cropbench.cli import build_parser, main
+from cropbench.records import read_records
+
+SUBCOMMANDS = ("generate", "run", "plot", "export", "env", "smoke")
+
+
+def cropbench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cropbench", *args], capture_output=True, text=True, check=False)
+
+
+def test_every_subcommand_has_help() -> None:
+    result = cropbench("--help")
+    assert result.returncode == 0 and all(name in result.stdout for name in SUBCOMMANDS)
+    for name in SUBCOMMANDS:
+        with pytest.raises(SystemExit) as exit_info:
+            build_parser().parse_args([name, "--help"])
+        assert exit_info.value.code == 0
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "--plate", "/nonexistent/plate.zarr"],
+    ["generate", "--out", "/tmp/x.zarr", "--channels", "0"],
+    ["generate", "--out", "/tmp/x.zarr", "--shard", "100", "--chunk", "64"],
+    ["plot", "/nonexistent/results.jsonl"],
+])
+def test_user_errors_exit_2_with_one_line_and_no_traceback(args: list[str]) -> None:
+    result = cropbench(*args)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("cropbench: error:")
+
+
+def test_generate_refuses_to_overwrite_without_force(tmp_path: Path, tiny_plate: Path) -> None:
+    assert main(["generate", "--out", str(tiny_plate), "--no-progress"]) == 2
+
+
+def test_generate_run_export_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plate = tmp_path / "p.zarr"
+    assert main(["generate", "--out", str(plate), "--rows", "1", "--columns", "1", "--fields", "2",
+                 "--height", "192", "--width", "192", "--cells", "20", "--chunk", "64", "--no-progress"]) == 0
+    assert "ratio" in capsys.readouterr().out
+    out = tmp_path / "out"
+    assert main(["run", "--plate", str(plate), "--out", str(out), "--samples", "30", "--no-progress",
+                 "--plot"]) == 0
+    printed = capsys.readouterr().out
+    assert "samples/s" in printed and "track1_latency_throughput.png" in printed
+    rows = read_records(out / "results.jsonl")
+    assert rows and all(r.track == "1" for r in rows)
+    assert rows[0].environment["storage"]["path"] and rows[0].environment["packages"]["torch"]
+    assert (out / "results.csv").read_text().count("\n") == len(rows) + 1
+    assert main(["run", "--plate", str(plate), "--out", str(out), "--samples", "30", "--no-progress",
+                 "--resume"]) == 0
+    assert len(read_records(out / "results.jsonl")) == len(rows), "resume skips recorded cases"
+    assert main(["export", str(out / "results.jsonl"), "--csv", str(tmp_path / "x.csv")]) == 0

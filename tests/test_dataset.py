@@ -1,0 +1,132 @@
+"""CropDataset: keys, shapes, dtypes, channels, borders, collate, and agreement between decode paths."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zarr
+from torch.utils.data import DataLoader, default_collate
+
+from cropbench.config import CropConfig
+from cropbench.dataset import CropDataset, PairedViews
+from cropbench.errors import ConfigError, ObjectTableError
+from cropbench.formats import read_plate_metadata
+from cropbench.objects import ObjectTable, read_object_table
+
+KEYS = {"image", "object_id", "plate", "well", "field", "field_index", "centroid_y", "centroid_x",
+        "crop_y0", "crop_x0", "index"}
+
+
+def test_item_is_a_dict_with_metadata_and_a_chw_tensor(tiny_plate: Path) -> None:
+    dataset = CropDataset(tiny_plate, CropConfig(crop_size=32))
+    item = dataset[0]
+    assert set(item) == KEYS
+    assert item["image"].shape == (5, 32, 32) and item["image"].dtype == torch.float32
+    assert item["plate"] == "tiny" and item["well"] in ("A1", "A2")
+    assert len(dataset) == len(read_object_table(tiny_plate))
+
+
+@pytest.mark.parametrize(("dtype", "torch_dtype"), [
+    ("uint16", torch.uint16), ("float32", torch.float32), ("float16", torch.float16), ("bfloat16", torch.bfloat16),
+])
+def test_output_dtype(tiny_plate: Path, dtype: str, torch_dtype: torch.dtype) -> None:
+    assert CropDataset(tiny_plate, CropConfig(crop_size=16, dtype=dtype))[3]["image"].dtype == torch_dtype
+
+
+def test_channel_selection_by_name_and_index_keeps_the_requested_order(tiny_plate: Path) -> None:
+    everything = CropDataset(tiny_plate, CropConfig(crop_size=24, dtype="uint16"))
+    by_name = CropDataset(tiny_plate, CropConfig(crop_size=24, dtype="uint16", channels=("Mito", "DNA")))
+    by_index = CropDataset(tiny_plate, CropConfig(crop_size=24, dtype="uint16", channels=("4", "0")))
+    assert by_name.channel_names == ("Mito", "DNA")
+    full = everything[5]["image"]
+    assert torch.equal(by_name[5]["image"], full[[4, 0]])
+    assert torch.equal(by_index[5]["image"], full[[4, 0]])
+    with pytest.raises(ConfigError, match="unknown channel 'Actin'"):
+        CropDataset(tiny_plate, CropConfig(channels=("Actin",)))
+
+
+def test_crop_equals_the_numpy_slice_around_the_centroid(tiny_plate: Path) -> None:
+    dataset = CropDataset(tiny_plate, CropConfig(crop_size=20, dtype="uint16", border="drop"))
+    metadata = read_plate_metadata(tiny_plate)
+    for index in range(0, len(dataset), 7):
+        item = dataset[index]
+        field = zarr.open_array(str(tiny_plate / metadata.fields[item["field_index"]].path))[...]
+        y0, x0 = int(np.floor(item["centroid_y"])) - 10, int(np.floor(item["centroid_x"])) - 10
+        assert (item["crop_y0"], item["crop_x0"]) == (y0, x0)
+        assert np.array_equal(item["image"].numpy(), field[:, y0:y0 + 20, x0:x0 + 20])
+
+
+def _edge_table(plate: Path) -> ObjectTable:
+    return ObjectTable.from_columns(well=np.array(["A1", "A1"]), field=np.array([0, 0]),
+                                    centroid_y=np.array([2.0, 100.0]), centroid_x=np.array([3.0, 120.0]))
+
+
+def test_border_policies(tiny_plate: Path) -> None:
+    field = zarr.open_array(str(tiny_plate / read_plate_metadata(tiny_plate).fields[0].path))[...]
+    table = _edge_table(tiny_plate)
+    padded = CropDataset(tiny_plate, CropConfig(crop_size=16, dtype="uint16", border="pad"), objects=table)[0]
+    image = padded["image"].numpy()
+    assert (image[:, :6, :] == 0).all() and (image[:, :, :5] == 0).all()
+    assert np.array_equal(image[:, 6:, 5:], field[:, :10, :11])
+    shifted = CropDataset(tiny_plate, CropConfig(crop_size=16, dtype="uint16", border="shift"), objects=table)[0]
+    assert np.array_equal(shifted["image"].numpy(), field[:, :16, :16])
+    assert len(CropDataset(tiny_plate, CropConfig(crop_size=16, border="drop"), objects=table)) == 1
+
+
+def test_all_decode_paths_give_identical_tensors(layout_plate: Path) -> None:
+    datasets = [CropDataset(layout_plate, CropConfig(crop_size=40, tier="typical", decode=d, seed=3))
+                for d in ("zarr", "direct", "field")]
+    for index in range(0, len(datasets[0]), 5):
+        first = datasets[0][index]["image"]
+        for other in datasets[1:]:
+            assert torch.equal(other[index]["image"], first)
+
+
+def test_tiers_light_normalises_and_resizes_typical_is_seeded(tiny_plate: Path) -> None:
+    light = CropDataset(tiny_plate, CropConfig(crop_size=32, tier="light", output_size=24))[0]["image"]
+    assert light.shape == (5, 24, 24) and -1.0 < float(light.mean()) < 2.0
+    typical = CropDataset(tiny_plate, CropConfig(crop_size=32, tier="typical", seed=1))
+    again = CropDataset(tiny_plate, CropConfig(crop_size=32, tier="typical", seed=1))
+    assert torch.equal(typical[4]["image"], again[4]["image"])
+    other_seed = CropDataset(tiny_plate, CropConfig(crop_size=32, tier="typical", seed=2))
+    assert any(not torch.equal(typical[i]["image"], other_seed[i]["image"]) for i in range(8))
+    with pytest.raises(ConfigError, match="float dtype"):
+        CropConfig(tier="light", dtype="uint16")
+
+
+def test_paired_views_share_the_object_but_differ_in_augmentation(tiny_plate: Path) -> None:
+    pairs = PairedViews(CropDataset(tiny_plate, CropConfig(crop_size=32, tier="typical")))
+    views = [pairs[i] for i in range(6)]
+    assert all(v["view1"].shape == v["view2"].shape == (5, 32, 32) for v in views)
+    assert any(not torch.equal(v["view1"], v["view2"]) for v in views)
+
+
+def test_default_collate_and_dataloader_workers(tiny_plate: Path) -> None:
+    dataset = CropDataset(tiny_plate, CropConfig(crop_size=16, dtype="uint16"))
+    batch = default_collate([dataset[i] for i in range(4)])
+    assert batch["image"].shape == (4, 5, 16, 16) and batch["image"].dtype == torch.uint16
+    assert len(batch["well"]) == 4 and batch["object_id"].dtype == torch.int64
+    assert len(pickle.dumps(dataset)) < 200_000
+    loader = DataLoader(dataset, batch_size=8, num_workers=2)
+    delivered = torch.cat([b["object_id"] for b in loader])
+    assert sorted(delivered.tolist()) == sorted(dataset.object_id.tolist())
+
+
+def test_bad_object_tables_are_named(tiny_plate: Path) -> None:
+    unknown_well = ObjectTable.from_columns(well=np.array(["H12"]), field=np.array([0]),
+                                            centroid_y=np.array([5.0]), centroid_x=np.array([5.0]))
+    with pytest.raises(ObjectTableError, match="H12"):
+        CropDataset(tiny_plate, objects=unknown_well)
+    outside = ObjectTable.from_columns(well=np.array(["A1"]), field=np.array([0]),
+                                       centroid_y=np.array([500.0]), centroid_x=np.array([5.0]))
+    with pytest.raises(ObjectTableError, match="outside"):
+        CropDataset(tiny_plate, objects=outside)
+    with pytest.raises(ObjectTableError, match="NaN"):
+        ObjectTable.from_columns(well=np.array(["A1"]), field=np.array([0]),
+                                 centroid_y=np.array([np.nan]), centroid_x=np.array([5.0]))
+    with pytest.raises(ConfigError, match="larger than the field"):
+        CropDataset(tiny_plate, CropConfig(crop_size=512))

@@ -1,0 +1,56 @@
+"""Track 1 on a real plate: rows carry consistent metrics, and the record is complete."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from cropbench.config import CropConfig, Track1Case
+from cropbench.records import Record
+from cropbench.tracks import RunContext
+from cropbench.tracks.track1 import preset_cases, run_case, run_track1
+
+
+def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> None:
+    case = Track1Case(crop=CropConfig(crop_size=32), samples=120, warmup=10, cold_samples=20)
+    metrics = run_case(tiny_plate, case)
+    assert metrics["count"] == 120
+    assert metrics["samples_per_s"] == pytest.approx(120 / metrics["loop_seconds"])
+    assert metrics["cold_count"] == 20 and metrics["eviction_verified"] in (True, False)
+    assert len(metrics["warmup_ms"]) == 10
+    assert metrics["p50_ms"] <= metrics["p95_ms"] <= metrics["p99_ms"] <= metrics["max_ms"]
+    assert metrics["p99_reliable"] is False, "120 samples cannot support a p99"
+    assert metrics["chunks_touched_per_crop"] >= 1
+
+
+def test_transform_tiers_record_the_io_split(tiny_plate: Path) -> None:
+    case = Track1Case(crop=CropConfig(crop_size=32, tier="typical"), access="paired", samples=60, warmup=5,
+                      cold_samples=0)
+    metrics = run_case(tiny_plate, case)
+    assert metrics["io_count"] == 60 and metrics["transform_only_mean_ms"] > 0
+    assert metrics["transform_share"] < 1.0
+
+
+def test_runner_emits_one_complete_record_per_case_and_resume_skips(tiny_plate: Path) -> None:
+    emitted: list[Record] = []
+    context = RunContext(environment={"python": "x"}, thread_settings={"torch_threads": 1},
+                         emit=emitted.append, samples=30)
+    cases = preset_cases("smoke", 30)
+    assert run_track1(tiny_plate, "smoke", context) == len(cases)
+    assert [r.case for r in emitted] == [c.label for c in cases]
+    assert emitted[0].config["crop"]["crop_size"] == 96 and emitted[0].config["threads"]["torch_threads"] == 1
+    skip = frozenset(r.key for r in emitted[:3])
+    again: list[Record] = []
+    resumed = dataclasses.replace(context, emit=again.append, skip=skip)
+    assert run_track1(tiny_plate, "smoke", resumed) == len(cases) - 3
+
+
+def test_full_preset_covers_the_required_grid() -> None:
+    cases = preset_cases("full")
+    assert {c.access for c in cases} >= {"random", "grouped-field", "paired"}
+    assert len({c.crop.crop_size for c in cases}) >= 2 and len({c.crop.channels for c in cases}) >= 2
+    assert {c.crop.tier for c in cases} == {"none", "light", "typical"}
+    assert len({c.crop.dtype for c in cases}) >= 2 and len({c.crop.decode for c in cases}) >= 2
+    assert min(c.samples for c in cases) >= 1000
