@@ -14,6 +14,13 @@ from cropbench.errors import ConfigError
 
 CELL_PAINTING_CHANNELS: tuple[str, ...] = ("DNA", "ER", "RNA", "AGP", "Mito", "Brightfield", "Extra1", "Extra2")
 CODECS = ("none", "blosc-lz4", "blosc-zstd", "zstd")
+#: Storage formats a layout can use, and the codecs each accepts (see formats/ for the readers).
+FORMAT_CODECS: dict[str, tuple[str, ...]] = {
+    "ome-zarr": CODECS,
+    "tiff": ("none", "zlib"),
+    "memmap": ("none",),
+}
+FORMATS = tuple(FORMAT_CODECS)
 OUTPUT_DTYPES = ("uint16", "float32", "float16", "bfloat16")
 TRANSFORM_TIERS = ("none", "light", "typical")
 DECODE_PATHS = ("zarr", "direct", "field")
@@ -81,7 +88,9 @@ class LayoutSpec:
 
     ``channels_per_chunk=0`` puts all channels in one chunk; ``chunk_yx=0`` makes a chunk span the
     whole field plane. ``shard_yx=-1`` makes one shard per field (rounded up to a multiple of the
-    chunk), ``0`` disables sharding.
+    chunk), ``0`` disables sharding. Chunk and shard knobs apply to ``format="ome-zarr"`` only:
+    ``tiff`` writes one TIFF per field and channel (tifffile's default strips), ``memmap`` one raw
+    array for the plate.
     """
 
     chunk_yx: int = 256
@@ -89,9 +98,11 @@ class LayoutSpec:
     codec: str = "blosc-lz4"
     clevel: int = 5
     shard_yx: int = 0
+    format: str = "ome-zarr"
 
     def __post_init__(self) -> None:
-        _choice("codec", self.codec, CODECS)
+        _choice("format", self.format, FORMATS)
+        _choice(f"codec (format {self.format})", self.codec, FORMAT_CODECS[self.format])
         _require(self.chunk_yx >= 0, f"chunk_yx must be >= 0, got {self.chunk_yx}")
         _require(self.channels_per_chunk >= 0, f"channels_per_chunk must be >= 0, got {self.channels_per_chunk}")
         _require(self.shard_yx >= -1, f"shard_yx must be >= -1, got {self.shard_yx}")
@@ -118,6 +129,10 @@ class LayoutSpec:
 
     @property
     def label(self) -> str:
+        if self.format == "memmap":
+            return "memmap"
+        if self.format != "ome-zarr":
+            return f"{self.format}-{self.codec}"
         chunk = "plane" if self.chunk_yx == 0 else str(self.chunk_yx)
         channels = "all" if self.channels_per_chunk == 0 else str(self.channels_per_chunk)
         shard = {0: "", -1: "-shard-field"}.get(self.shard_yx, f"-shard{self.shard_yx}")
@@ -136,6 +151,22 @@ LAYOUTS: dict[str, LayoutSpec] = {
     "planes": LayoutSpec(chunk_yx=0, channels_per_chunk=1, codec="blosc-lz4"),
     "sharded": LayoutSpec(chunk_yx=64, channels_per_chunk=0, codec="blosc-lz4", shard_yx=-1),
 }
+#: The OME-Zarr structures compared side by side; each gets one named layout per codec.
+_ZARR_STRUCTURES = ("planes", "tiles", "channel-tiles", "sharded")
+LAYOUTS.update({
+    f"{structure}-{codec}": dataclasses.replace(LAYOUTS[structure], codec=codec)
+    for structure in _ZARR_STRUCTURES for codec in CODECS
+})
+LAYOUTS.update({
+    "tiff": LayoutSpec(format="tiff", codec="none"),
+    "tiff-zlib": LayoutSpec(format="tiff", codec="zlib"),
+    "memmap": LayoutSpec(format="memmap", codec="none"),
+})
+#: The layouts ``cropbench compare-layouts`` measures by default: every OME-Zarr structure × codec,
+#: TIFF per field and channel, and the raw memory-mapped ceiling.
+LAYOUT_GRID: tuple[str, ...] = (
+    *(f"{structure}-{codec}" for structure in _ZARR_STRUCTURES for codec in CODECS), "tiff", "tiff-zlib", "memmap",
+)
 
 
 def layout_by_name(name: str) -> LayoutSpec:

@@ -13,7 +13,8 @@ from tqdm import tqdm
 
 from cropbench.config import LayoutSpec, PlateSpec
 from cropbench.errors import ConfigError
-from cropbench.formats.omezarr import OmeZarrPlateWriter, row_name
+from cropbench.formats import create_plate_writer
+from cropbench.formats.omezarr import row_name
 from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable
 from cropbench.synthetic import render_field
 
@@ -44,6 +45,11 @@ def spec_for_ram_fraction(spec: PlateSpec, fraction: float) -> PlateSpec:
     return dataclasses.replace(spec, fields_per_well=fields_per_well)
 
 
+def display_windows(pixels: np.ndarray) -> list[tuple[float, float]]:
+    """Per-channel (0.5, 99.9) percentile display window of one (c, y, x) field (omero metadata)."""
+    return [(float(np.percentile(channel, 0.5)), float(np.percentile(channel, 99.9))) for channel in pixels]
+
+
 def stored_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -55,11 +61,9 @@ def generate_plate(
     destination = Path(path)
     wells = [(row_name(r), str(c + 1)) for r in range(spec.rows) for c in range(spec.columns)]
     first = render_field(spec, 0)
-    windows = [
-        (float(np.percentile(channel, 0.5)), float(np.percentile(channel, 99.9))) for channel in first.pixels
-    ]
+    windows = display_windows(first.pixels)
     started = time.perf_counter()
-    writer = OmeZarrPlateWriter(
+    writer = create_plate_writer(
         destination, spec.name, spec.channel_names,
         (spec.channels, spec.field_height, spec.field_width), layout, wells, spec.fields_per_well,
         windows=windows, overwrite=overwrite,
@@ -76,6 +80,7 @@ def generate_plate(
         columns["field"].append(np.full(count, site, dtype=np.int64))
         columns["centers"].append(rendered.centers)
         columns["boxes"].append(rendered.boxes)
+    writer.close()
     centers = np.concatenate(columns["centers"])
     table = ObjectTable.from_columns(
         well=np.concatenate(columns["well"]), field=np.concatenate(columns["field"]),

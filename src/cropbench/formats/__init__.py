@@ -1,25 +1,99 @@
-"""Storage layouts behind one reader interface, and the factory that opens the right one."""
+"""Storage layouts behind one reader interface, and the factory that opens the right one.
+
+Which decode paths each storage format offers (``field`` works for all):
+
+============  ==============================  ====================================  ============================
+format        ``zarr``                        ``direct``                            ``field``
+============  ==============================  ====================================  ============================
+ome-zarr      zarr-python slicing             chunk math + store codecs + LRU       whole fields via ``direct``
+tiff          zarr-python on tifffile's store  mmap (raw) / only touched strips      ``tifffile.imread`` per file
+memmap        does not apply                  one slice of a memory map (ceiling)   whole fields via the map
+============  ==============================  ====================================  ============================
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from cropbench.config import DECODE_PATHS
-from cropbench.errors import ConfigError
-from cropbench.formats.base import FieldCacheReader, FieldInfo, PlateMetadata, PlateReader, ReadStats
+from cropbench.config import DECODE_PATHS, LayoutSpec
+from cropbench.errors import ConfigError, StoreError
+from cropbench.formats import ngff
+from cropbench.formats.base import (
+    FieldCacheReader,
+    FieldInfo,
+    PlateMetadata,
+    PlateReader,
+    PlateWriter,
+    ReadStats,
+)
 from cropbench.formats.chunks import DirectChunkReader
-from cropbench.formats.ngff import read_plate_metadata
+from cropbench.formats.marker import LAYOUT_MARKER, metadata_from_marker, read_marker
+from cropbench.formats.memmap import MemmapPlateWriter, MemmapReader
 from cropbench.formats.omezarr import OmeZarrPlateWriter, ZarrPythonReader
+from cropbench.formats.tiff import TiffPlateWriter, TiffReader, TiffZarrReader
+
+#: Decode paths each storage format supports (see the table above).
+DECODES_BY_FORMAT: dict[str, tuple[str, ...]] = {
+    "ome-zarr": DECODE_PATHS,
+    "tiff": DECODE_PATHS,
+    "memmap": ("direct", "field"),
+}
+WRITERS: dict[str, type[PlateWriter]] = {
+    "ome-zarr": OmeZarrPlateWriter, "tiff": TiffPlateWriter, "memmap": MemmapPlateWriter,
+}
+
+
+def read_plate_metadata(path: str | Path) -> PlateMetadata:
+    """Metadata of any cropbench-readable plate: a marked layout folder, an NGFF plate or image."""
+    root = Path(path)
+    document = read_marker(root) if root.is_dir() else None
+    if document is not None:
+        return metadata_from_marker(root, document)
+    try:
+        return ngff.read_plate_metadata(root)
+    except StoreError as error:
+        raise StoreError(f"{error}; nor is there a cropbench layout marker ({LAYOUT_MARKER})") from error
+
+
+def supported_decodes(path_or_metadata: str | Path | PlateMetadata) -> tuple[str, ...]:
+    """Decode paths that apply to the plate's storage format."""
+    metadata = path_or_metadata if isinstance(path_or_metadata, PlateMetadata) else read_plate_metadata(
+        path_or_metadata
+    )
+    return DECODES_BY_FORMAT.get(metadata.layout, ("field",))
+
+
+def layout_label(metadata: PlateMetadata) -> str:
+    """The layout a plate was written in (its writer's label), or its format when unknown."""
+    label = metadata.extra.get("cropbench", {}).get("layout_label")
+    return str(label) if label else metadata.layout
 
 
 def open_plate(
     path: str | Path, decode: str = "direct", chunk_cache_bytes: int = 64 * 2**20,
     field_cache_fields: int = 2, metadata: PlateMetadata | None = None,
 ) -> PlateReader:
-    """Open a plate with one decode path: ``zarr``, ``direct`` or ``field``."""
+    """Open a plate, whatever its layout (detected from the path), with one decode path."""
     if decode not in DECODE_PATHS:
         raise ConfigError(f"decode={decode!r} is not one of {', '.join(DECODE_PATHS)}")
     metadata = metadata or read_plate_metadata(path)
+    if decode not in supported_decodes(metadata):
+        raise ConfigError(
+            f"decode={decode!r} does not apply to the {metadata.layout} layout of {metadata.path}; "
+            f"it supports {', '.join(supported_decodes(metadata))}"
+        )
+    if metadata.layout == "tiff":
+        if decode == "zarr":
+            return TiffZarrReader(metadata)
+        if decode == "direct":
+            return TiffReader(metadata, chunk_cache_bytes=chunk_cache_bytes)
+        return FieldCacheReader(metadata, TiffReader(metadata, chunk_cache_bytes=0), field_cache_fields)
+    if metadata.layout == "memmap":
+        if decode == "direct":
+            return MemmapReader(metadata)
+        return FieldCacheReader(metadata, MemmapReader(metadata), field_cache_fields)
     if decode == "zarr":
         return ZarrPythonReader(metadata)
     if decode == "direct":
@@ -27,7 +101,20 @@ def open_plate(
     return FieldCacheReader(metadata, DirectChunkReader(metadata, chunk_cache_bytes=0), field_cache_fields)
 
 
+def create_plate_writer(
+    path: str | Path, name: str, channel_names: Sequence[str], field_shape: tuple[int, int, int],
+    layout: LayoutSpec, wells: Sequence[tuple[str, str]], fields_per_well: int | Sequence[int],
+    windows: Sequence[tuple[float, float]] | None = None, extra_attributes: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> PlateWriter:
+    """The writer of ``layout.format``; call ``write_field`` per field, then ``close``."""
+    return WRITERS[layout.format](path, name, channel_names, field_shape, layout, wells, fields_per_well,
+                                  windows, extra_attributes, overwrite)
+
+
 __all__ = [
-    "DirectChunkReader", "FieldCacheReader", "FieldInfo", "OmeZarrPlateWriter", "PlateMetadata",
-    "PlateReader", "ReadStats", "ZarrPythonReader", "open_plate", "read_plate_metadata",
+    "DECODES_BY_FORMAT", "DirectChunkReader", "FieldCacheReader", "FieldInfo", "MemmapPlateWriter", "MemmapReader",
+    "OmeZarrPlateWriter", "PlateMetadata", "PlateReader", "PlateWriter", "ReadStats", "TiffPlateWriter",
+    "TiffReader", "TiffZarrReader", "ZarrPythonReader", "create_plate_writer", "layout_label", "open_plate",
+    "read_plate_metadata", "supported_decodes",
 ]

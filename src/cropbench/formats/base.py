@@ -7,15 +7,17 @@ process: ``__getstate__`` drops every handle and cache.
 
 from __future__ import annotations
 
+import shutil
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cropbench.errors import ConfigError
+from cropbench.errors import ConfigError, OutputError, StoreError
 
 
 @dataclass(frozen=True)
@@ -215,3 +217,67 @@ class FieldCacheReader(PlateReader):
     def close(self) -> None:
         self._fields.clear()
         self.inner.close()
+
+
+class PlateWriter(ABC):
+    """Writes the fields of one plate in one storage layout; every layout's writer takes the same
+    arguments, so generation, import and conversion write any layout.
+
+    ``fields_per_well`` is one count for every well or one count per well (real plates are not
+    always complete). Call :meth:`close` after the last field: some layouts write their metadata
+    only then, so an interrupted write never looks like a finished plate.
+    """
+
+    def __init__(
+        self, path: str | Path, name: str, channel_names: Sequence[str],
+        field_shape: tuple[int, int, int], layout: Any,
+        wells: Sequence[tuple[str, str]], fields_per_well: int | Sequence[int],
+        windows: Sequence[tuple[float, float]] | None = None,
+        extra_attributes: dict[str, Any] | None = None, overwrite: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.name = name
+        self.layout = layout
+        self.field_shape = tuple(int(s) for s in field_shape)
+        self.channel_names = tuple(channel_names)
+        self.wells = [(str(row), str(column)) for row, column in wells]
+        counts = [fields_per_well] * len(self.wells) if isinstance(fields_per_well, int) else list(fields_per_well)
+        if len(counts) != len(self.wells) or any(count < 1 for count in counts):
+            raise ConfigError(
+                f"fields_per_well must be >= 1 for each of the {len(self.wells)} wells, got {fields_per_well}"
+            )
+        self.field_counts = [int(count) for count in counts]
+        self.windows = list(windows) if windows is not None else [(0.0, 65535.0)] * len(self.channel_names)
+        self.extra_attributes = dict(extra_attributes or {})
+        if len(self.channel_names) != self.field_shape[0]:
+            raise StoreError(f"{len(self.channel_names)} channel names for {self.field_shape[0]} channels")
+        prepare_destination(self.path, overwrite)
+
+    def field_slots(self) -> list[tuple[str, str, int]]:
+        """(row, column, site) of every field, in plate order."""
+        return [(row, column, site) for (row, column), count in zip(self.wells, self.field_counts, strict=True)
+                for site in range(count)]
+
+    @abstractmethod
+    def write_field(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
+        """Store the (c, y, x) pixels of one field."""
+
+    def close(self) -> None:
+        """Finish the plate (metadata written last where the layout allows it)."""
+        return None
+
+    def _check_pixels(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
+        if pixels.shape != self.field_shape:
+            raise StoreError(f"field {row}{column}/{site} has shape {pixels.shape}, expected {self.field_shape}")
+
+
+def prepare_destination(path: Path, overwrite: bool) -> None:
+    """Refuse to replace an existing output unless asked; create the parent folder."""
+    if path.exists():
+        if not overwrite:
+            raise OutputError(f"{path} already exists; pass overwrite (--force) to replace it")
+        shutil.rmtree(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"cannot create {path.parent}: {error}") from error

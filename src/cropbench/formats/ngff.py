@@ -21,7 +21,10 @@ def read_attributes(node: Path) -> dict[str, Any] | None:
     if v3.is_file():
         document = _load_json(v3)
         attributes = document.get("attributes", {})
-        return attributes.get("ome", attributes)
+        if "ome" not in attributes:
+            return attributes  # type: ignore[no-any-return]
+        # NGFF 0.5 keeps its metadata under "ome"; cropbench's own block sits beside it.
+        return {**attributes["ome"], **({"cropbench": attributes["cropbench"]} if "cropbench" in attributes else {})}
     v2 = node / ".zattrs"
     if v2.is_file():
         return _load_json(v2)

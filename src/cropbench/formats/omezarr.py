@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ import zarr
 from zarr.codecs import BloscCodec, BloscShuffle, ZstdCodec
 
 from cropbench.config import LayoutSpec
-from cropbench.errors import OutputError, StoreError
-from cropbench.formats.base import PlateMetadata, PlateReader
+from cropbench.errors import StoreError
+from cropbench.formats.base import PlateMetadata, PlateReader, PlateWriter
 from cropbench.formats.ngff import NGFF_VERSION, array_chunk_shape, read_array_document
 
 
@@ -31,60 +30,44 @@ def row_name(row: int) -> str:
     return chr(ord("A") + row)
 
 
-class OmeZarrPlateWriter:
+class OmeZarrPlateWriter(PlateWriter):
     """Writes an NGFF 0.5 HCS plate (plate → row/column wells → fields) field by field."""
 
     def __init__(
         self, path: str | Path, name: str, channel_names: Sequence[str],
         field_shape: tuple[int, int, int], layout: LayoutSpec,
-        wells: Sequence[tuple[str, str]], fields_per_well: int,
+        wells: Sequence[tuple[str, str]], fields_per_well: int | Sequence[int],
         windows: Sequence[tuple[float, float]] | None = None,
         extra_attributes: dict[str, Any] | None = None, overwrite: bool = False,
     ) -> None:
-        self.path = Path(path)
-        self.layout = layout
-        self.field_shape = field_shape
-        self.channel_names = tuple(channel_names)
-        self._windows = list(windows) if windows is not None else [(0.0, 65535.0)] * len(self.channel_names)
-        if len(self.channel_names) != field_shape[0]:
-            raise StoreError(f"{len(self.channel_names)} channel names for {field_shape[0]} channels")
-        self._prepare_destination(overwrite)
+        super().__init__(path, name, channel_names, field_shape, layout, wells, fields_per_well, windows,
+                         extra_attributes, overwrite)
+        self._windows = self.windows
         self.root = zarr.open_group(str(self.path), mode="w", zarr_format=3)
-        rows = sorted({row for row, _ in wells})
-        columns = sorted({column for _, column in wells}, key=lambda c: (len(c), c))
+        rows = sorted({row for row, _ in self.wells})
+        columns = sorted({column for _, column in self.wells}, key=lambda c: (len(c), c))
         self.root.attrs["ome"] = {
             "version": NGFF_VERSION,
             "plate": {
-                "name": name, "version": NGFF_VERSION, "field_count": fields_per_well,
+                "name": name, "version": NGFF_VERSION, "field_count": max(self.field_counts),
                 "rows": [{"name": r} for r in rows], "columns": [{"name": c} for c in columns],
                 "wells": [
                     {"path": f"{r}/{c}", "rowIndex": rows.index(r), "columnIndex": columns.index(c)}
-                    for r, c in wells
+                    for r, c in self.wells
                 ],
             },
         }
-        if extra_attributes:
-            self.root.attrs["cropbench"] = extra_attributes
-        for row, column in wells:
+        if self.extra_attributes:
+            self.root.attrs["cropbench"] = self.extra_attributes
+        for (row, column), count in zip(self.wells, self.field_counts, strict=True):
             well = self.root.require_group(f"{row}/{column}")
             well.attrs["ome"] = {
                 "version": NGFF_VERSION,
-                "well": {"images": [{"path": str(site), "acquisition": 0} for site in range(fields_per_well)]},
+                "well": {"images": [{"path": str(site), "acquisition": 0} for site in range(count)]},
             }
 
-    def _prepare_destination(self, overwrite: bool) -> None:
-        if self.path.exists():
-            if not overwrite:
-                raise OutputError(f"{self.path} already exists; pass overwrite (--force) to replace it")
-            shutil.rmtree(self.path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise OutputError(f"cannot create {self.path.parent}: {error}") from error
-
     def write_field(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
-        if pixels.shape != self.field_shape:
-            raise StoreError(f"field {row}{column}/{site} has shape {pixels.shape}, expected {self.field_shape}")
+        self._check_pixels(row, column, site, pixels)
         image = self.root.require_group(f"{row}/{column}/{site}")
         image.attrs["ome"] = {
             "version": NGFF_VERSION,

@@ -1,0 +1,124 @@
+"""One plate, many layouts: rewrite any readable plate in any layout, pixels unchanged.
+
+``convert_plate`` reads each field of the source (any format) and writes it with the target
+layout's writer; the object table travels along. ``materialize_layout`` does the same once per
+(source, layout) and reuses the result, so tracks and asv suites take ``layout`` as a parameter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from cropbench.config import LayoutSpec, layout_by_name
+from cropbench.errors import StoreError
+from cropbench.formats import create_plate_writer, open_plate, read_plate_metadata
+from cropbench.formats.marker import LAYOUT_MARKER
+from cropbench.objects import OBJECT_TABLE_NAME
+
+
+@dataclass(frozen=True)
+class ConvertedPlate:
+    """What a conversion wrote and what it cost: pixel bytes raw and on disk, and write time."""
+
+    path: Path
+    layout: LayoutSpec
+    fields: int
+    raw_bytes: int
+    stored_bytes: int
+    write_seconds: float
+
+    @property
+    def compression_ratio(self) -> float:
+        return self.raw_bytes / max(self.stored_bytes, 1)
+
+
+def pixel_bytes(path: Path) -> int:
+    """Bytes on disk of a plate's pixels and metadata, without the bundled object table."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.name != OBJECT_TABLE_NAME)
+
+
+def convert_plate(
+    source: str | Path, destination: str | Path, layout: LayoutSpec, overwrite: bool = False,
+    progress: bool = False, source_decode: str = "field",
+) -> ConvertedPlate:
+    """Rewrite every field of ``source`` in ``layout`` at ``destination``.
+
+    ``write_seconds`` counts only the target writer (encoding and writing), not reading the source.
+    """
+    source_path, destination_path = Path(source), Path(destination)
+    if source_path.resolve() == destination_path.resolve():
+        raise StoreError(f"cannot convert {source_path} onto itself")
+    metadata = read_plate_metadata(source_path)
+    reader = open_plate(source_path, source_decode, field_cache_fields=1, metadata=metadata)
+    wells: dict[tuple[str, str], int] = {}
+    for info in metadata.fields:
+        wells[(info.row, info.column)] = wells.get((info.row, info.column), 0) + 1
+    windows = [
+        (float(w.get("start", 0.0)), float(w.get("end", 65535.0))) for w in metadata.extra.get("windows") or []
+    ]
+    attributes = {
+        **metadata.extra.get("cropbench", {}),
+        "layout": dataclasses.asdict(layout), "layout_label": layout.label,
+        "converted_from": {"path": str(source_path.resolve()), "fingerprint": _fingerprint(source_path)},
+    }
+    started = time.perf_counter()
+    writer = create_plate_writer(
+        destination_path, metadata.name, metadata.channel_names, metadata.field_shape, layout, list(wells),
+        list(wells.values()), windows=windows if len(windows) == len(metadata.channel_names) else None,
+        extra_attributes=attributes, overwrite=overwrite,
+    )
+    writing = time.perf_counter() - started
+    for info in tqdm(metadata.fields, desc=f"convert to {layout.label}", unit="field", disable=not progress):
+        pixels = reader.read_field(info.index)
+        started = time.perf_counter()
+        writer.write_field(info.row, info.column, info.field, pixels)
+        writing += time.perf_counter() - started
+    started = time.perf_counter()
+    writer.close()
+    writing += time.perf_counter() - started
+    reader.close()
+    table = source_path / OBJECT_TABLE_NAME
+    if table.is_file():
+        shutil.copyfile(table, destination_path / OBJECT_TABLE_NAME)
+    raw = len(metadata.fields) * int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize
+    return ConvertedPlate(path=destination_path, layout=layout, fields=len(metadata.fields), raw_bytes=raw,
+                          stored_bytes=pixel_bytes(destination_path), write_seconds=writing)
+
+
+def _fingerprint(path: Path) -> list[int]:
+    """Changes when the source plate is rewritten: mtimes of its metadata and object table."""
+    names = ("zarr.json", ".zattrs", LAYOUT_MARKER, OBJECT_TABLE_NAME)
+    return [(path / name).stat().st_mtime_ns for name in names if (path / name).is_file()]
+
+
+def layouts_root(source: str | Path) -> Path:
+    """Where converted copies of a plate live by default: ``<plate>.layouts/`` beside it."""
+    source_path = Path(source)
+    return source_path.parent / f"{source_path.name}.layouts"
+
+
+def materialize_layout(source: str | Path, layout: str, root: str | Path | None = None,
+                       progress: bool = False) -> Path:
+    """The plate at ``source`` in the named layout: converted once, reused while the source is unchanged."""
+    spec = layout_by_name(layout)
+    destination = Path(root) if root is not None else layouts_root(source)
+    destination = destination / layout
+    if destination.exists():
+        try:
+            existing = read_plate_metadata(destination).extra.get("cropbench", {})
+        except StoreError:
+            existing = {}
+        origin = existing.get("converted_from", {})
+        if (existing.get("layout_label") == spec.label and origin.get("path") == str(Path(source).resolve())
+                and origin.get("fingerprint") == _fingerprint(Path(source))
+                and (destination / OBJECT_TABLE_NAME).is_file() == (Path(source) / OBJECT_TABLE_NAME).is_file()):
+            return destination
+    convert_plate(source, destination, spec, overwrite=True, progress=progress)
+    return destination

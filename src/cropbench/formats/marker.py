@@ -1,0 +1,81 @@
+"""The layout marker: a small JSON file that makes a folder of non-zarr pixels a cropbench plate.
+
+OME-Zarr plates describe themselves (NGFF metadata). TIFF folders and raw memory-mapped arrays do
+not, so their writers leave ``cropbench_layout.json`` beside the pixels: format, channel names,
+field shape, dtype, display windows, and each field's (well, site) and files. ``open_plate``
+finds the layout of a path from it. The marker is written last, so an interrupted write is
+never mistaken for a finished plate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from cropbench.errors import StoreError
+from cropbench.formats.base import FieldInfo, PlateMetadata, PlateWriter
+
+LAYOUT_MARKER = "cropbench_layout.json"
+MARKER_VERSION = 1
+
+
+def write_marker(writer: PlateWriter, dtype: str, field_paths: list[str], **extra: Any) -> Path:
+    """Describe what ``writer`` wrote; ``field_paths[i]`` locates field i relative to the plate."""
+    slots = writer.field_slots()
+    document = {
+        "cropbench_layout": MARKER_VERSION,
+        "format": writer.layout.format,
+        "layout": dataclasses.asdict(writer.layout),
+        "name": writer.name,
+        "channel_names": list(writer.channel_names),
+        "field_shape": list(writer.field_shape),
+        "dtype": dtype,
+        "windows": [{"start": float(lo), "end": float(hi)} for lo, hi in writer.windows],
+        "fields": [
+            {"well": f"{row}{column}", "row": row, "column": column, "field": site, "path": path}
+            for (row, column, site), path in zip(slots, field_paths, strict=True)
+        ],
+        "cropbench": writer.extra_attributes,
+        **extra,
+    }
+    path = writer.path / LAYOUT_MARKER
+    path.write_text(json.dumps(document, indent=1))
+    return path
+
+
+def read_marker(root: Path) -> dict[str, Any] | None:
+    """The marker document of ``root``, or None when ``root`` has no marker."""
+    path = root / LAYOUT_MARKER
+    if not path.is_file():
+        return None
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise StoreError(f"cannot read layout marker {path}: {error}") from error
+    if document.get("cropbench_layout") != MARKER_VERSION:
+        raise StoreError(
+            f"{path} has marker version {document.get('cropbench_layout')!r}; this cropbench reads {MARKER_VERSION}"
+        )
+    return document  # type: ignore[no-any-return]
+
+
+def metadata_from_marker(root: Path, document: dict[str, Any]) -> PlateMetadata:
+    """PlateMetadata of a marked plate; format-specific entries travel in ``extra``."""
+    try:
+        fields = tuple(
+            FieldInfo(index=i, plate=document["name"], well=f["well"], row=f["row"], column=f["column"],
+                      field=int(f["field"]), path=f["path"])
+            for i, f in enumerate(document["fields"])
+        )
+        shape = tuple(int(s) for s in document["field_shape"])
+        known = {"cropbench_layout", "format", "name", "channel_names", "field_shape", "dtype", "fields", "windows"}
+        return PlateMetadata(
+            path=root, name=document["name"], fields=fields, channel_names=tuple(document["channel_names"]),
+            field_shape=(shape[0], shape[1], shape[2]), dtype=document["dtype"], layout=document["format"],
+            extra={"windows": document.get("windows", []),
+                   **{k: v for k, v in document.items() if k not in known}},
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as error:
+        raise StoreError(f"layout marker of {root} is incomplete or malformed: {error!r}") from error

@@ -1,0 +1,298 @@
+"""One TIFF per field and channel: how CellProfiler pipelines keep images today (via tifffile).
+
+Files are named like a Phenix export (``r02c07f01p01-ch1sk1fk1fl1.tiff``: row, column, field,
+plane, channel) in ``images/``, so ``cropbench import`` reads this layout back. Strips are
+tifffile's defaults: one contiguous strip uncompressed, ~256 KiB strips with zlib.
+
+Decode paths:
+- ``direct``: cropbench's own segment reader. Uncompressed planes are memory-mapped and sliced;
+  compressed planes decode only the strips a crop touches (kept in a byte-bounded LRU).
+- ``zarr``: zarr-python over tifffile's zarr store (``tifffile.imread(path, aszarr=True)``).
+- ``field``: ``tifffile.imread`` of every channel file, whole fields kept in the field cache,
+  the way most pipelines read these images.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tifffile
+
+from cropbench.errors import StoreError
+from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader, PlateWriter
+from cropbench.formats.marker import write_marker
+
+IMAGES_DIR = "images"
+#: TIFF compression tags the direct path decodes: none, Adobe deflate and old-style deflate (zlib).
+_DEFLATE = {8, 32946}
+
+
+def _row_number(row: str) -> int | None:
+    if not row.isalpha():
+        return None
+    number = 0
+    for letter in row.upper():
+        number = number * 26 + ord(letter) - ord("A") + 1
+    return number
+
+
+def field_file_names(row: str, column: str, site: int, channels: int) -> list[str]:
+    """Phenix-style names when the well is letter+number, a plain fallback otherwise."""
+    row_number = _row_number(row)
+    if row_number is not None and column.isdigit():
+        stem = f"r{row_number:02d}c{int(column):02d}f{site + 1:02d}p01"
+        return [f"{stem}-ch{c + 1}sk1fk1fl1.tiff" for c in range(channels)]
+    return [f"{row}{column}_f{site}_ch{c + 1}.tiff" for c in range(channels)]
+
+
+class TiffPlateWriter(PlateWriter):
+    """Writes one 2-D TIFF per field and channel with tifffile (``codec`` none or zlib)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        (self.path / IMAGES_DIR).mkdir(parents=True)
+        self._dtype: np.dtype | None = None
+
+    def write_field(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
+        self._check_pixels(row, column, site, pixels)
+        self._dtype = pixels.dtype
+        compression: dict[str, Any] = (
+            {"compression": "zlib", "compressionargs": {"level": self.layout.clevel}}
+            if self.layout.codec == "zlib" else {}
+        )
+        for name, plane in zip(field_file_names(row, column, site, len(pixels)), pixels, strict=True):
+            tifffile.imwrite(self.path / IMAGES_DIR / name, plane, photometric="minisblack", metadata=None,
+                             **compression)
+
+    def close(self) -> None:
+        if self._dtype is None:
+            raise StoreError(f"no field was written to {self.path}")
+        slots = self.field_slots()
+        files = [[f"{IMAGES_DIR}/{name}" for name in field_file_names(row, column, site, len(self.channel_names))]
+                 for row, column, site in slots]
+        write_marker(self, np.dtype(self._dtype).name, [f"{row}{column}/{site}" for row, column, site in slots],
+                     channel_files=files)
+
+
+@dataclass(frozen=True)
+class TiffPlane:
+    """Where one 2-D TIFF keeps its pixels: strip offsets and sizes, and how they are encoded."""
+
+    path: Path
+    shape: tuple[int, int]
+    dtype: np.dtype
+    rows_per_strip: int
+    offsets: tuple[int, ...]
+    byte_counts: tuple[int, ...]
+    deflated: bool
+    contiguous_offset: int | None
+
+    @classmethod
+    def parse(cls, path: Path) -> TiffPlane:
+        try:
+            with tifffile.TiffFile(path) as tiff:
+                page = tiff.pages.first
+                byteorder = tiff.byteorder
+                shape = tuple(int(s) for s in page.shape)
+                if len(shape) != 2 or page.is_tiled or page.samplesperpixel != 1:
+                    raise StoreError(
+                        f"{path}: the direct path reads single-sample 2-D stripped TIFFs, found shape {shape}, "
+                        f"tiled={page.is_tiled}; use decode='field'"
+                    )
+                if int(page.compression) not in (1, *_DEFLATE) or int(page.predictor) != 1:
+                    raise StoreError(
+                        f"{path}: compression {page.compression!r} with predictor {page.predictor!r} is not read by "
+                        "the direct path (it reads uncompressed and zlib without predictor); use decode='field'"
+                    )
+                contiguous = int(page.compression) == 1 and bool(page.is_contiguous)
+                return cls(
+                    path=path, shape=(shape[0], shape[1]), dtype=np.dtype(page.dtype).newbyteorder(byteorder),
+                    rows_per_strip=int(page.rowsperstrip) or shape[0],
+                    offsets=tuple(int(o) for o in page.dataoffsets),
+                    byte_counts=tuple(int(b) for b in page.databytecounts),
+                    deflated=int(page.compression) in _DEFLATE,
+                    contiguous_offset=int(page.dataoffsets[0]) if contiguous else None,
+                )
+        except (OSError, tifffile.TiffFileError) as error:
+            raise StoreError(f"cannot read TIFF {path}: {error}") from error
+
+
+def channel_files(metadata: PlateMetadata, field_index: int) -> list[Path]:
+    try:
+        names = metadata.extra["channel_files"][field_index]
+    except (KeyError, IndexError) as error:
+        raise StoreError(f"layout marker of {metadata.path} lists no files for field {field_index}") from error
+    return [metadata.path / name for name in names]
+
+
+class TiffReader(PlateReader):
+    """Decode path ``direct`` on the TIFF layout (and, through ``read_field``, path ``field``)."""
+
+    decode = "direct"
+
+    def __init__(self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20) -> None:
+        super().__init__(metadata)
+        self.chunk_cache_bytes = chunk_cache_bytes
+        self._cache = ByteBudgetCache(chunk_cache_bytes)
+        self._planes: dict[int, list[TiffPlane]] = {}
+        self._maps: dict[tuple[int, int], np.memmap] = {}
+        self._descriptors: dict[Path, int] = {}
+
+    def _config_state(self) -> dict[str, Any]:
+        return {"chunk_cache_bytes": self.chunk_cache_bytes}
+
+    def close(self) -> None:
+        self._cache.clear()
+        self._maps.clear()
+        for descriptor in self._descriptors.values():
+            os.close(descriptor)
+        self._descriptors.clear()
+
+    def grain(self) -> tuple[int, int]:
+        plane = self._field_planes(0)[0]
+        if plane.deflated:
+            return plane.rows_per_strip, plane.shape[1]
+        return super().grain()
+
+    def _field_planes(self, field_index: int) -> list[TiffPlane]:
+        planes = self._planes.get(field_index)
+        if planes is None:
+            planes = [TiffPlane.parse(path) for path in channel_files(self.metadata, field_index)]
+            expected = self.metadata.field_shape[1:]
+            for plane in planes:
+                if plane.shape != expected:
+                    raise StoreError(f"{plane.path} has shape {plane.shape}, the plate's fields are {expected}")
+            self._planes[field_index] = planes
+        return planes
+
+    def read_region(
+        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
+        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        self._check_window(field_index, y0, y1, x0, x1)
+        planes = self._field_planes(field_index)
+        wanted = range(len(planes)) if channels is None else [int(c) for c in channels]
+        result = self._output(len(wanted), y0, y1, x0, x1, out)
+        for position, channel in enumerate(wanted):
+            plane = planes[channel]
+            if plane.contiguous_offset is not None:
+                result[position] = self._map(field_index, channel, plane)[y0:y1, x0:x1]
+                self.stats.bytes_fetched += (y1 - y0) * (x1 - x0) * plane.dtype.itemsize
+                continue
+            rows = plane.rows_per_strip
+            for strip_index in range(y0 // rows, (y1 - 1) // rows + 1):
+                strip = self._strip(field_index, channel, plane, strip_index)
+                sy0 = strip_index * rows
+                ry0, ry1 = max(y0, sy0), min(y1, sy0 + strip.shape[0])
+                result[position, ry0 - y0:ry1 - y0] = strip[ry0 - sy0:ry1 - sy0, x0:x1]
+        self.stats.regions += 1
+        self.stats.bytes_delivered += result.nbytes
+        return result
+
+    def _map(self, field_index: int, channel: int, plane: TiffPlane) -> np.memmap:
+        mapped = self._maps.get((field_index, channel))
+        if mapped is None:
+            mapped = np.memmap(plane.path, dtype=plane.dtype, mode="r", offset=plane.contiguous_offset or 0,
+                               shape=plane.shape)
+            self._maps[(field_index, channel)] = mapped
+        return mapped
+
+    def _strip(self, field_index: int, channel: int, plane: TiffPlane, strip_index: int) -> np.ndarray:
+        self.stats.chunks_touched += 1
+        key = (field_index, channel, strip_index)
+        strip = self._cache.get(key)
+        if strip is not None:
+            return strip
+        descriptor = self._descriptors.get(plane.path)
+        if descriptor is None:
+            descriptor = os.open(plane.path, os.O_RDONLY)
+            self._descriptors[plane.path] = descriptor
+        encoded = os.pread(descriptor, plane.byte_counts[strip_index], plane.offsets[strip_index])
+        self.stats.bytes_fetched += len(encoded)
+        data = zlib.decompress(encoded) if plane.deflated else encoded
+        height, width = plane.shape
+        strip_rows = min(plane.rows_per_strip, height - strip_index * plane.rows_per_strip)
+        values = np.frombuffer(data, dtype=plane.dtype)
+        if values.size < strip_rows * width:
+            raise StoreError(f"strip {strip_index} of {plane.path} decoded to {values.size} values, "
+                             f"expected {strip_rows * width}: the file is corrupt")
+        strip = values[: strip_rows * width].reshape(strip_rows, width)
+        self.stats.bytes_decoded += strip.nbytes
+        self.stats.chunks_decoded += 1
+        self._cache.put(key, strip)
+        return strip
+
+    def read_field(self, field_index: int, channels: np.ndarray | None = None) -> np.ndarray:
+        """Whole field through ``tifffile.imread``, as pipelines read these images."""
+        paths = channel_files(self.metadata, field_index)
+        wanted = range(len(paths)) if channels is None else [int(c) for c in channels]
+        result = np.empty((len(wanted), *self.metadata.field_shape[1:]), dtype=self.metadata.dtype)
+        for position, channel in enumerate(wanted):
+            try:
+                result[position] = tifffile.imread(paths[channel])
+            except (OSError, tifffile.TiffFileError, ValueError) as error:
+                raise StoreError(f"cannot read TIFF {paths[channel]}: {error}") from error
+            self.stats.bytes_fetched += paths[channel].stat().st_size
+            self.stats.chunks_decoded += 1
+        self.stats.bytes_decoded += result.nbytes
+        self.stats.regions += 1
+        self.stats.bytes_delivered += result.nbytes
+        return result
+
+    def files(self) -> list[Path]:
+        return [path for index in range(len(self.metadata.fields)) for path in channel_files(self.metadata, index)]
+
+
+class TiffZarrReader(PlateReader):
+    """Decode path ``zarr`` on the TIFF layout: zarr-python slicing of tifffile's zarr store."""
+
+    decode = "zarr"
+
+    def __init__(self, metadata: PlateMetadata) -> None:
+        super().__init__(metadata)
+        self._arrays: dict[int, list[Any]] = {}
+        self._stores: list[Any] = []
+
+    def close(self) -> None:
+        for store in self._stores:
+            store.close()
+        self._stores.clear()
+        self._arrays.clear()
+
+    def _field_arrays(self, field_index: int) -> list[Any]:
+        import zarr
+
+        arrays = self._arrays.get(field_index)
+        if arrays is None:
+            arrays = []
+            for path in channel_files(self.metadata, field_index):
+                try:
+                    store = tifffile.imread(path, aszarr=True)
+                except (OSError, tifffile.TiffFileError) as error:
+                    raise StoreError(f"cannot open TIFF {path} as a zarr store: {error}") from error
+                self._stores.append(store)
+                arrays.append(zarr.open_array(store, mode="r"))
+            self._arrays[field_index] = arrays
+        return arrays
+
+    def read_region(
+        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
+        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        self._check_window(field_index, y0, y1, x0, x1)
+        arrays = self._field_arrays(field_index)
+        wanted = range(len(arrays)) if channels is None else [int(c) for c in channels]
+        result = self._output(len(wanted), y0, y1, x0, x1, out)
+        for position, channel in enumerate(wanted):
+            result[position] = arrays[channel][y0:y1, x0:x1]
+        self.stats.regions += 1
+        self.stats.bytes_delivered += result.nbytes
+        return result
+
+    def files(self) -> list[Path]:
+        return [path for index in range(len(self.metadata.fields)) for path in channel_files(self.metadata, index)]
