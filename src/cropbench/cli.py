@@ -11,8 +11,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from cropbench.config import LAYOUTS, LayoutSpec, PlateSpec, layout_by_name, plate_preset
+from cropbench.config import FORMAT_CODECS, LAYOUT_GRID, LAYOUTS, LayoutSpec, PlateSpec, layout_by_name, plate_preset
 from cropbench.errors import ConfigError, CropbenchError
+from cropbench.generate import GeneratedPlate
 from cropbench.records import Record, RecordWriter, read_records, write_csv
 
 EXIT_USER_ERROR = 2
@@ -20,6 +21,11 @@ RESULTS_NAME = "results.jsonl"
 
 
 def _add_plate_knobs(parser: argparse.ArgumentParser) -> None:
+    _add_size_knobs(parser)
+    _add_layout_knobs(parser)
+
+
+def _add_size_knobs(parser: argparse.ArgumentParser) -> None:
     size = parser.add_argument_group("plate size (override the preset)")
     size.add_argument("--rows", type=int, help="well rows (A, B, ...)")
     size.add_argument("--columns", type=int, help="well columns (1, 2, ...)")
@@ -33,12 +39,16 @@ def _add_plate_knobs(parser: argparse.ArgumentParser) -> None:
     size.add_argument("--ram-fraction", type=float,
                       help="grow fields per well until the raw plate is this fraction of RAM "
                            "(e.g. 1.5 for cold runs)")
+
+
+def _add_layout_knobs(parser: argparse.ArgumentParser) -> None:
     layout = parser.add_argument_group("layout on disk")
     layout.add_argument("--layout", default="default", choices=sorted(LAYOUTS),
                         help="named layout (default: %(default)s)")
     layout.add_argument("--chunk", type=int, dest="chunk_yx", help="chunk edge in y and x (0 = whole plane)")
     layout.add_argument("--channels-per-chunk", type=int, help="channels per chunk (0 = all)")
-    layout.add_argument("--codec", choices=("none", "blosc-lz4", "blosc-zstd", "zstd"))
+    layout.add_argument("--codec", choices=sorted({c for codecs in FORMAT_CODECS.values() for c in codecs}),
+                        help="codec (ome-zarr: none, blosc-lz4, blosc-zstd, zstd; tiff: none, zlib)")
     layout.add_argument("--clevel", type=int, help="compression level 1-9")
     layout.add_argument("--shard", type=int, dest="shard_yx",
                         help="zarr v3 shard edge (-1 = one shard per field, 0 = off)")
@@ -65,11 +75,60 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     spec, layout = _plate_spec(args), _layout_spec(args)
     plate = generate_plate(args.out, spec, layout, overwrite=args.force, progress=not args.no_progress)
+    _print_written(plate, layout)
+    return 0
+
+
+def _print_written(plate: GeneratedPlate, layout: LayoutSpec) -> None:
     print(
         f"wrote {plate.path}: {plate.fields} fields, {plate.objects} objects, layout {layout.label}, "
         f"{plate.raw_bytes / 2**20:.1f} MiB raw -> {plate.stored_bytes / 2**20:.1f} MiB on disk "
         f"(ratio {plate.compression_ratio:.2f}) in {plate.write_seconds:.1f} s"
     )
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from cropbench.importing import ImportOptions, import_plate
+
+    layout = _layout_spec(args)
+    options = ImportOptions(
+        channels=ImportOptions.parse_channels(args.channel), compartment=args.compartment, plate=args.plate_name,
+        name=args.name, plane=args.plane,
+    )
+    plate = import_plate(args.table, args.images, args.out, layout, options, overwrite=args.force,
+                         progress=not args.no_progress)
+    _print_written(plate, layout)
+    return 0
+
+
+def cmd_compare_layouts(args: argparse.Namespace) -> int:
+    from cropbench import environment
+    from cropbench.compare import LayoutComparison, compare_layouts
+    from cropbench.report import summary_table
+
+    out_dir = Path(args.out)
+    comparison = LayoutComparison(
+        layouts=tuple(args.layout or LAYOUT_GRID), crop_size=args.crop_size, decode=args.decode,
+        samples=args.samples, warmup=args.warmup, repeats=args.repeats, seed=args.seed,
+    )
+    writer, _ = _open_results(out_dir, resume=False)
+    bar = tqdm(total=len(comparison.ordered()), desc="layouts", unit="layout", disable=args.no_progress)
+
+    def emit(record: Record) -> None:
+        writer.write(record)
+        bar.update(1)
+
+    try:
+        records = compare_layouts(
+            args.plate, Path(args.work) if args.work else out_dir / "plates", comparison,
+            environment.collect(args.work or out_dir), emit, keep=args.keep, progress=bar.set_postfix_str,
+        )
+    finally:
+        bar.close()
+        writer.close()
+    write_csv(read_records(out_dir / RESULTS_NAME), out_dir / "results.csv")
+    print(summary_table(records))
+    _plot(out_dir / RESULTS_NAME, out_dir / "plots")
     return 0
 
 
@@ -82,8 +141,13 @@ def _open_results(out_dir: Path, resume: bool) -> tuple[RecordWriter, frozenset[
 def run_tracks(
     plate: Path, tracks: Sequence[str], preset: str, out_dir: Path, *, samples: int | None = None,
     repeats: int = 1, resume: bool = False, torch_threads: int = 1, progress: bool = True,
+    layout: str | None = None, layout_dir: Path | None = None, objects: Path | None = None,
 ) -> list[Record]:
-    """Run tracks on a plate, writing each record durably as it finishes; returns this run's records."""
+    """Run tracks on a plate, writing each record durably as it finishes; returns this run's records.
+
+    ``layout`` runs them on the plate rewritten in that named layout (converted once, under
+    ``layout_dir`` or ``<plate>.layouts/``); ``objects`` is an object table for plates without one.
+    """
     from cropbench import environment
     from cropbench.formats import read_plate_metadata
     from cropbench.measure import configure_threads
@@ -94,6 +158,10 @@ def run_tracks(
         raise ConfigError(f"track {unknown[0]!r} is not one of {', '.join(sorted(TRACK_RUNNERS))}")
     if repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
+    if layout is not None:
+        from cropbench.formats.convert import materialize_layout
+
+        plate = materialize_layout(plate, layout, layout_dir, progress=progress)
     read_plate_metadata(plate)
     thread_settings = configure_threads(torch_threads)
     writer, skip = _open_results(out_dir, resume)
@@ -108,6 +176,7 @@ def run_tracks(
     context = RunContext(
         environment=environment.collect(plate), thread_settings=thread_settings, emit=emit, skip=skip,
         repeats=repeats, samples=samples, report=lambda message: bar.set_postfix_str(message[:60]),
+        objects=objects,
     )
     try:
         for track in tracks:
@@ -126,6 +195,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     records = run_tracks(
         Path(args.plate), args.track or ["1"], args.preset, out_dir, samples=args.samples,
         repeats=args.repeats, resume=args.resume, torch_threads=args.torch_threads, progress=not args.no_progress,
+        layout=args.layout, layout_dir=Path(args.layout_dir) if args.layout_dir else None,
+        objects=Path(args.objects) if args.objects else None,
     )
     print(summary_table(records))
     print(f"\n{len(records)} rows appended to {out_dir / RESULTS_NAME}; CSV at {out_dir / 'results.csv'}")
@@ -206,8 +277,53 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="skip cases already in OUT/results.jsonl")
     run.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (0 = torch default)")
     run.add_argument("--plot", action="store_true", help="draw figures into OUT/plots")
+    run.add_argument("--layout", choices=sorted(LAYOUTS),
+                     help="run on the plate rewritten in this named layout (converted once, then reused)")
+    run.add_argument("--layout-dir", help="where converted plates live (default: PLATE.layouts/ beside the plate)")
+    run.add_argument("--objects", help="object table (Parquet/CSV: centroid_y, centroid_x, and well, field unless "
+                                       "the plate has one field) for plates without cropbench's table")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(handler=cmd_run)
+
+    importer = commands.add_parser(
+        "import", help="turn a CellProfiler/CytoTable table and its TIFF fields into a plate",
+        description="Import a CellProfiler or CytoTable single-cell table (Parquet or CSV) and the folder of "
+                    "per-channel TIFF fields into a plate (any layout) with cropbench's object table.",
+    )
+    importer.add_argument("--table", required=True, help="single-cell table, Parquet or CSV")
+    importer.add_argument("--images", required=True, help="folder of the field images (TIFF)")
+    importer.add_argument("--out", required=True, help="plate directory to write")
+    importer.add_argument("--channel", action="append", metavar="SOURCE[=NAME]",
+                          help="channel to import, optionally renamed (repeatable, in order; default: all)")
+    importer.add_argument("--compartment", help="compartment of centroids and boxes (default: first of "
+                                                "Nuclei, Cells, Cytoplasm in the table)")
+    importer.add_argument("--plate", dest="plate_name", help="plate to import when the table holds several")
+    importer.add_argument("--name", help="plate name (default: the table's plate)")
+    importer.add_argument("--plane", type=int, default=1, help="z plane of Phenix-style files (default: 1)")
+    importer.add_argument("--force", action="store_true", help="replace an existing plate")
+    importer.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_layout_knobs(importer)
+    importer.set_defaults(handler=cmd_import)
+
+    compare = commands.add_parser(
+        "compare-layouts", help="rewrite a plate in each layout and measure size, write time and crops/s",
+        description="One record per layout (track 'layouts') in OUT/results.jsonl, a summary and a figure.",
+    )
+    compare.add_argument("--plate", required=True, help="source plate (any layout)")
+    compare.add_argument("--layout", action="append", choices=sorted(LAYOUTS),
+                         help="layout to measure (repeatable; default: the full grid; memmap is always measured)")
+    compare.add_argument("--out", default="out/layouts", help="output directory (default: %(default)s)")
+    compare.add_argument("--work", help="where converted plates are written (default: OUT/plates)")
+    compare.add_argument("--keep", action="store_true", help="keep the converted plates")
+    compare.add_argument("--crop-size", type=int, default=96, help="crop edge in pixels (default: %(default)s)")
+    compare.add_argument("--decode", default="direct", choices=("zarr", "direct", "field"),
+                         help="decode path (default: %(default)s; layouts without it use field)")
+    compare.add_argument("--samples", type=int, default=2000, help="timed crops per pattern (default: %(default)s)")
+    compare.add_argument("--warmup", type=int, default=200, help="untimed crops first (default: %(default)s)")
+    compare.add_argument("--repeats", type=int, default=3, help="timed passes, median kept (default: %(default)s)")
+    compare.add_argument("--seed", type=int, default=0, help="sampling seed")
+    compare.add_argument("--no-progress", action="store_true", help="no progress bar")
+    compare.set_defaults(handler=cmd_compare_layouts)
 
     plot = commands.add_parser("plot", help="draw figures from a results file")
     plot.add_argument("results", help="results.jsonl")

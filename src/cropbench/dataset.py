@@ -39,7 +39,8 @@ class CropDataset(Dataset[dict[str, Any]]):
             plate, self.config.decode, self.config.chunk_cache_bytes, self.config.field_cache_fields,
         )
         metadata = self.reader.metadata
-        table = objects if isinstance(objects, ObjectTable) else read_object_table(objects or plate)
+        only_field = (metadata.fields[0].well, metadata.fields[0].field) if len(metadata.fields) == 1 else None
+        table = objects if isinstance(objects, ObjectTable) else read_object_table(objects or plate, only_field)
         self.channel_indices = resolve_channels(self.config.channels, metadata.channel_names)
         self.channel_names = tuple(metadata.channel_names[i] for i in self.channel_indices)
         self._channels_arg = None if self.channel_indices == tuple(range(len(metadata.channel_names))) else np.array(

@@ -71,8 +71,13 @@ class ObjectTable:
         )
 
 
-def read_object_table(path: str | Path) -> ObjectTable:
-    """Read a table (Parquet or CSV); a plate directory means its bundled cropbench table."""
+def read_object_table(path: str | Path, location: tuple[str, int] | None = None) -> ObjectTable:
+    """Read a table (Parquet or CSV); a plate directory means its bundled cropbench table.
+
+    ``location`` (well, field) places every row of a table without ``well``/``field`` columns
+    there: a plain OME-Zarr image is a one-field plate, and its users supply only centroids.
+    A table without ``object_id`` numbers its rows.
+    """
     source = Path(path)
     if source.is_dir():
         source = source / OBJECT_TABLE_NAME
@@ -87,12 +92,18 @@ def read_object_table(path: str | Path) -> ObjectTable:
             table = pq.read_table(str(source))
     except (pa.ArrowInvalid, OSError) as error:
         raise ObjectTableError(f"cannot read object table {source}: {error}") from error
+    count = table.num_rows
+    if location is not None:
+        for name, value in (("well", location[0]), ("field", location[1])):
+            if name not in table.column_names:
+                table = table.append_column(name, pa.array([value] * count))
+    if "object_id" not in table.column_names and "centroid_y" in table.column_names:
+        table = table.append_column("object_id", pa.array(np.arange(count, dtype=np.int64)))
     missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
     if missing:
         raise ObjectTableError(
             f"object table {source} lacks columns {missing}; it needs {list(REQUIRED_COLUMNS)}"
         )
-    count = table.num_rows
     if all(name in table.column_names for name in BBOX_COLUMNS):
         bbox = np.stack([table[name].to_numpy() for name in BBOX_COLUMNS], axis=1).astype(np.int64)
     else:

@@ -91,8 +91,40 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
     return _save(figure, out_dir / "track1_warmup.png")
 
 
+def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
+    """Per layout: random and grouped crops/s against the memmap ceiling, and size on disk."""
+    rows = _by_track(records, "layouts")
+    if not rows:
+        return None
+    labels = [_label(r) for r in rows]
+    positions = np.arange(len(rows))
+    figure, (left, right) = plt.subplots(1, 2, figsize=(14, max(3.0, 0.34 * len(rows) + 1.5)), sharey=True)
+    for offset, (access, color) in enumerate((("random", "tab:blue"), ("grouped", "tab:orange"))):
+        values = [r.metrics.get(f"{access}_crops_per_s", np.nan) for r in rows]
+        left.barh(positions + (offset - 0.5) * 0.4, values, height=0.4, color=color, label=f"{access} crops/s")
+        ceiling = [r.metrics.get(f"{access}_crops_per_s") for r in rows if r.case == "memmap"]
+        if ceiling:
+            left.axvline(ceiling[0], color=color, linestyle=":", linewidth=1)
+    left.set_xscale("log")
+    left.set_yticks(positions, labels, fontsize=8)
+    left.invert_yaxis()
+    left.set_xlabel("crops/s, one process, warm page cache (log); dotted: memmap ceiling")
+    left.set_title("Crop throughput per layout (higher is better)")
+    left.legend(fontsize=8, loc="lower right")
+    right.barh(positions, [r.metrics.get("stored_bytes", np.nan) / 2**20 for r in rows], color="tab:green")
+    raw = [r.metrics.get("raw_bytes") for r in rows if r.metrics.get("raw_bytes")]
+    if raw:
+        right.axvline(raw[0] / 2**20, color="black", linestyle=":", linewidth=1, label="raw pixels")
+        right.legend(fontsize=8, loc="lower right")
+    right.set_xlabel("MiB on disk")
+    right.set_title("Size on disk (lower is better)")
+    for axis in (left, right):
+        axis.grid(axis="x", alpha=0.3)
+    return _save(figure, out_dir / "layouts_comparison.png")
+
+
 #: Every figure maker; tracks 2 and 3 add theirs here.
-FIGURES: list[FigureMaker] = [track1_bars, track1_cdf, track1_warmup]
+FIGURES: list[FigureMaker] = [track1_bars, track1_cdf, track1_warmup, layouts_comparison]
 
 
 def plot_results(records: Sequence[Record], out_dir: str | Path) -> list[Path]:

@@ -11,6 +11,11 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
     "1": (("samples/s", "samples_per_s", "{:,.0f}"), ("p50 ms", "p50_ms", "{:.3f}"),
           ("p95 ms", "p95_ms", "{:.3f}"), ("p99 ms", "p99_ms", "{:.3f}"), ("cold p50 ms", "cold_p50_ms", "{:.3f}"),
           ("n", "count", "{}")),
+    "layouts": (("random/s", "random_crops_per_s", "{:,.0f}"), ("× memmap", "random_ratio_to_memmap", "{:.2f}"),
+                ("grouped/s", "grouped_crops_per_s", "{:,.0f}"), ("× memmap", "grouped_ratio_to_memmap", "{:.2f}"),
+                ("MiB", "stored_mib", "{:,.1f}"), ("ratio", "compression_ratio", "{:.2f}"),
+                ("write s", "write_seconds", "{:.2f}"), ("decode amp", "random_decode_amplification", "{:.1f}"),
+                ("chunks/crop", "random_chunks_touched_per_crop", "{:.1f}")),
 }
 
 

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import numpy as np
@@ -73,6 +74,18 @@ def contiguous_ranges(count: int, size: int) -> np.ndarray:
     if size <= 0:
         raise ConfigError(f"range size must be positive, got {size}")
     return np.arange(count) // size
+
+
+def access_order(dataset: CropDataset, access: str, count: int, seed: int = 0) -> list[int]:
+    """``count`` indices in the access pattern's order, continuing into further epochs if needed."""
+    sampler = sampler_for(dataset, access, seed)
+    orders = []
+    for epoch in itertools.count():
+        sampler.set_epoch(epoch)
+        orders.append(sampler.order())
+        if sum(len(order) for order in orders) >= count:
+            break
+    return np.concatenate(orders)[:count].tolist()  # type: ignore[no-any-return]
 
 
 def sampler_for(dataset: CropDataset, access: str, seed: int = 0, granularity: int = 1) -> EpochSampler:

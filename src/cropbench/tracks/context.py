@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cropbench.records import Record
@@ -14,7 +15,8 @@ class RunContext:
     """Shared by all tracks of one ``cropbench run``.
 
     ``emit`` receives each record as soon as it is measured (the CLI writes it durably);
-    ``skip`` holds the (track, case, repeat) keys already recorded, for ``--resume``.
+    ``skip`` holds the (track, case, repeat) keys already recorded, for ``--resume``;
+    ``objects`` is the object table to use instead of the plate's bundled one.
     """
 
     environment: dict[str, Any]
@@ -24,6 +26,7 @@ class RunContext:
     repeats: int = 1
     samples: int | None = None
     report: Callable[[str], None] | None = None
+    objects: Path | None = None
 
     def should_skip(self, track: str, case: str, repeat: int) -> bool:
         return (track, case, repeat) in self.skip

@@ -21,9 +21,10 @@ import torch
 
 from cropbench.config import CropConfig, Track1Case
 from cropbench.dataset import CropDataset, PairedViews
+from cropbench.formats import layout_label, read_plate_metadata, supported_decodes
 from cropbench.measure import evict, summarise_ms, time_each, time_loop
 from cropbench.records import Record
-from cropbench.sampling import sampler_for
+from cropbench.sampling import access_order
 from cropbench.tracks.context import RunContext
 
 WARMUP_CURVE_POINTS = 50
@@ -59,14 +60,7 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
 
 def _indices(dataset: CropDataset, case: Track1Case, needed: int) -> list[int]:
     """Enough indices in the access pattern's order, continuing into further epochs if needed."""
-    sampler = sampler_for(dataset, case.access, case.seed)
-    chunks = []
-    for epoch in itertools.count():
-        sampler.set_epoch(epoch)
-        chunks.append(sampler.order())
-        if sum(len(c) for c in chunks) >= needed:
-            break
-    return np.concatenate(chunks)[:needed].tolist()
+    return access_order(dataset, case.access, needed, case.seed)
 
 
 def _getter(dataset: CropDataset, access: str) -> Callable[[int], Any]:
@@ -100,9 +94,11 @@ def _steady(get: Callable[[int], Any], indices: list[int], prefix: str = "") -> 
     }
 
 
-def run_case(plate: str | Path, case: Track1Case, evict_first: bool = True) -> dict[str, Any]:
+def run_case(
+    plate: str | Path, case: Track1Case, evict_first: bool = True, objects: str | Path | None = None,
+) -> dict[str, Any]:
     """Measure one case and return its metrics (the caller wraps them in a record)."""
-    dataset = CropDataset(plate, case.crop)
+    dataset = CropDataset(plate, case.crop, objects=objects)
     get = _getter(dataset, case.access)
     total = case.cold_samples + case.warmup + case.samples
     indices = _indices(dataset, case, total)
@@ -125,20 +121,21 @@ def run_case(plate: str | Path, case: Track1Case, evict_first: bool = True) -> d
         metrics["warmup_mean_ms"] = float(warmup_latencies.mean() / 1e6)
         metrics["warmup_over_steady"] = metrics["warmup_mean_ms"] / max(metrics["p50_ms"], 1e-9)
     if case.crop.tier != "none":
-        metrics.update(_io_and_transform_split(plate, case, steady, metrics))
+        metrics.update(_io_and_transform_split(plate, case, steady, metrics, objects))
     return metrics
 
 
 def _io_and_transform_split(
     plate: str | Path, case: Track1Case, steady: list[int], metrics: dict[str, Any],
+    objects: str | Path | None = None,
 ) -> dict[str, Any]:
     """Same indices with tier ``none`` (I/O only), and the transform alone on in-memory crops."""
-    io_dataset = CropDataset(plate, case.crop.replace(tier="none", dtype="uint16"))
+    io_dataset = CropDataset(plate, case.crop.replace(tier="none", dtype="uint16"), objects=objects)
     io_get = _getter(io_dataset, case.access)
     time_each(io_get, steady[: case.warmup])
     io = _steady(io_get, steady, "io_")
     views = 2 if case.access == "paired" else 1
-    reference = CropDataset(plate, case.crop)
+    reference = CropDataset(plate, case.crop, objects=objects)
     raws = [torch.from_numpy(io_dataset.read_raw(i)) for i in steady[:TRANSFORM_ONLY_ITEMS]]
     transform_latencies = time_each(
         lambda i: [reference.plan.apply(raws[i], i, 0, view) for view in range(views)], range(len(raws)),
@@ -152,16 +149,25 @@ def _io_and_transform_split(
 
 
 def run_track1(plate: str | Path, preset: str, context: RunContext) -> int:
-    """Run the preset's cases ``context.repeats`` times, handing each record over at once."""
+    """Run the preset's cases ``context.repeats`` times, handing each record over at once.
+
+    Cases whose decode path does not apply to the plate's layout (``zarr`` on memmap) are skipped.
+    """
     written = 0
+    metadata = read_plate_metadata(plate)
+    decodes, layout = supported_decodes(metadata), layout_label(metadata)
     for case in preset_cases(preset, context.samples):
+        if case.crop.decode not in decodes:
+            context.progress(f"track 1 {case.label}: decode {case.crop.decode} does not apply to {layout}")
+            continue
         for repeat in range(context.repeats):
             if context.should_skip("1", case.label, repeat):
                 continue
             repeated = dataclasses.replace(case, seed=case.seed + repeat)
             context.progress(f"track 1 {case.label} (repeat {repeat})")
-            metrics = run_case(plate, repeated)
-            config = {**dataclasses.asdict(repeated), "plate": str(plate), "threads": context.thread_settings}
+            metrics = run_case(plate, repeated, objects=context.objects)
+            config = {**dataclasses.asdict(repeated), "plate": str(plate), "layout": layout,
+                      "threads": context.thread_settings}
             context.emit(Record(
                 track="1", case=case.label, config=config, metrics=metrics,
                 environment=context.environment, seed=repeated.seed, repeat=repeat,

@@ -1,0 +1,128 @@
+"""Layouts side by side: one plate rewritten in each layout, each measured the same way.
+
+Per layout (track ``layouts``, one record each): pixel bytes on disk, compression ratio, write
+time (encode + write, not reading the source), random and grouped-by-field crops/s through
+``CropDataset.__getitem__`` (tier ``none``, uint16, one process, page cache warm: every layout is
+measured right after it is written), read amplification per crop from the reader's
+``ReadStats``, and each throughput's ratio to the raw memory-mapped layout (the I/O ceiling),
+which is always measured first. Throughputs are medians of ``repeats`` timed passes over the same
+indices after a warm-up pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cropbench.config import DECODE_PATHS, LAYOUT_GRID, CropConfig, layout_by_name
+from cropbench.dataset import CropDataset
+from cropbench.errors import ConfigError
+from cropbench.formats import supported_decodes
+from cropbench.formats.convert import ConvertedPlate, convert_plate
+from cropbench.measure import time_each, time_loop
+from cropbench.records import Record
+from cropbench.sampling import access_order
+
+CEILING = "memmap"
+ACCESSES = {"random": "random", "grouped": "grouped-field"}
+
+
+@dataclass(frozen=True)
+class LayoutComparison:
+    """What ``compare-layouts`` measures; part of every record it writes."""
+
+    layouts: tuple[str, ...] = LAYOUT_GRID
+    crop_size: int = 96
+    decode: str = "direct"
+    samples: int = 2000
+    warmup: int = 200
+    repeats: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.layouts:
+            raise ConfigError("layouts must name at least one layout")
+        for name in self.layouts:
+            layout_by_name(name)
+        if self.decode not in DECODE_PATHS:
+            raise ConfigError(f"decode={self.decode!r} is not one of {', '.join(DECODE_PATHS)}")
+        for knob in ("crop_size", "samples", "repeats"):
+            if getattr(self, knob) < 1:
+                raise ConfigError(f"{knob} must be >= 1, got {getattr(self, knob)}")
+        if self.warmup < 0:
+            raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
+
+    def ordered(self) -> list[str]:
+        """The ceiling first (its numbers are the denominators), then the rest in the given order."""
+        return [CEILING, *(name for name in dict.fromkeys(self.layouts) if name != CEILING)]
+
+
+def measure_layout(plate: str | Path, comparison: LayoutComparison) -> dict[str, Any]:
+    """Random and grouped crops/s and read amplification of one plate (whatever its layout)."""
+    metrics: dict[str, Any] = {}
+    decode = comparison.decode if comparison.decode in supported_decodes(plate) else "field"
+    metrics["decode"] = decode
+    config = CropConfig(crop_size=comparison.crop_size, dtype="uint16", decode=decode, seed=comparison.seed)
+    for label, access in ACCESSES.items():
+        dataset = CropDataset(plate, config)
+        indices = access_order(dataset, access, comparison.warmup + comparison.samples, comparison.seed)
+        warm, timed = indices[: comparison.warmup], indices[comparison.warmup:]
+        time_each(dataset.__getitem__, warm)
+        dataset.reader.stats.reset()
+        seconds = [time_loop(dataset.__getitem__, timed) for _ in range(comparison.repeats)]
+        rates = [len(timed) / s for s in seconds]
+        metrics[f"{label}_crops_per_s"] = statistics.median(rates)
+        metrics[f"{label}_crops_per_s_min"] = min(rates)
+        metrics[f"{label}_crops_per_s_max"] = max(rates)
+        metrics.update({f"{label}_{k}": v for k, v in dataset.reader.stats.per_region().items()})
+        dataset.reader.close()
+    metrics["objects"] = len(dataset)
+    return metrics
+
+
+def compare_layouts(
+    source: str | Path, work_dir: str | Path, comparison: LayoutComparison, environment: dict[str, Any],
+    emit: Callable[[Record], None], keep: bool = False, progress: Callable[[str], None] | None = None,
+) -> list[Record]:
+    """Convert ``source`` into each layout under ``work_dir``, measure it, emit one record per layout."""
+    work = Path(work_dir)
+    records: list[Record] = []
+    ceiling: dict[str, Any] = {}
+    for name in comparison.ordered():
+        if progress:
+            progress(f"{name}: writing")
+        converted = convert_plate(source, work / name, layout_by_name(name), overwrite=True)
+        if progress:
+            progress(f"{name}: reading")
+        metrics = {**_size_metrics(converted), **measure_layout(converted.path, comparison)}
+        if name == CEILING:
+            ceiling = metrics
+        for label in ACCESSES:
+            metrics[f"{label}_ratio_to_memmap"] = metrics[f"{label}_crops_per_s"] / ceiling[f"{label}_crops_per_s"]
+        metrics["size_ratio_to_memmap"] = metrics["stored_bytes"] / ceiling["stored_bytes"]
+        config = {
+            "layout_name": name, "layout": dataclasses.asdict(converted.layout), "layout_label": converted.layout.label,
+            "source_plate": str(Path(source).resolve()), "comparison": dataclasses.asdict(comparison),
+        }
+        record = Record(track="layouts", case=name, config=config, metrics=metrics, environment=environment,
+                        seed=comparison.seed)
+        emit(record)
+        records.append(record)
+        if not keep:
+            shutil.rmtree(converted.path)
+    return records
+
+
+def _size_metrics(converted: ConvertedPlate) -> dict[str, Any]:
+    return {
+        "raw_bytes": converted.raw_bytes, "stored_bytes": converted.stored_bytes,
+        "stored_mib": converted.stored_bytes / 2**20,
+        "compression_ratio": converted.compression_ratio, "write_seconds": converted.write_seconds,
+        "write_mib_per_s": converted.raw_bytes / 2**20 / max(converted.write_seconds, 1e-9),
+        "fields": converted.fields,
+    }

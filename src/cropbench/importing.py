@@ -1,0 +1,550 @@
+"""``cropbench import``: a CellProfiler / CytoTable single-cell table plus its TIFF fields → a plate.
+
+The table (Parquet or CSV, one row per cell) says where each cell is (plate, well, site), where
+its centroid and bounding box are (in a chosen compartment), and which file holds each channel of
+its field. The naming variants these tools produce are resolved here:
+
+- plate / well / site as ``Metadata_*`` or ``Image_Metadata_*``, each optionally with a merge
+  suffix (``_x``, ``_y``) left by joining image and object tables; a well as ``B7``/``B07`` or as
+  row + column columns;
+- files as ``Image_FileName_<Channel>`` or ``Image_FileName_Orig<Channel>`` (also without the
+  ``Image_`` prefix), with optional ``Image_PathName_*`` folders, resolved against the image
+  folder when the recorded folder does not exist here;
+- without file name columns, Phenix-style names in the image folder
+  (``r01c01f01p01-ch2sk1fk1fl1.tiff``: row, column, field, plane, channel; channels ``ch1``…);
+- centroids ``<Compartment>_Location_Center_X/Y`` and boxes
+  ``<Compartment>_AreaShape_BoundingBoxMinimum/Maximum_X/Y`` (CellProfiler maxima are exclusive).
+
+Each cell's ``object_id`` is its row number in the source table, so results join back to it.
+Everything is checked before anything is written; bad input raises :class:`ImportInputError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import tifffile
+from tqdm import tqdm
+
+from cropbench.config import LayoutSpec
+from cropbench.errors import ImportInputError
+from cropbench.formats import create_plate_writer
+from cropbench.generate import GeneratedPlate, display_windows, stored_size
+from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable
+
+MERGE_SUFFIXES = ("", "_x", "_y")
+PLATE_COLUMNS = ("Metadata_Plate", "Image_Metadata_Plate")
+WELL_COLUMNS = ("Metadata_Well", "Image_Metadata_Well")
+ROW_COLUMNS = ("Metadata_Row", "Image_Metadata_Row")
+COLUMN_COLUMNS = ("Metadata_Col", "Metadata_Column", "Image_Metadata_Col", "Image_Metadata_Column")
+SITE_COLUMNS = ("Metadata_Site", "Image_Metadata_Site", "Metadata_Field", "Image_Metadata_Field",
+                "Metadata_FieldID", "Image_Metadata_FieldID")
+#: Compartments tried, in order, when none is chosen.
+COMPARTMENTS = ("Nuclei", "Cells", "Cytoplasm")
+IMAGE_SUFFIXES = (".tif", ".tiff")
+_FILE_COLUMN = re.compile(r"^(?:Image_)?(?P<kind>FileName|PathName)_(?P<orig>Orig)?(?P<channel>.+?)(?P<suffix>_x|_y)?$")
+_PHENIX = re.compile(r"^r(?P<row>\d+)c(?P<column>\d+)f(?P<field>\d+)p(?P<plane>\d+)-ch(?P<channel>\d+)"
+                     r"sk\d+fk\d+fl\d+\.tiff?$", re.IGNORECASE)
+_WELL = re.compile(r"^(?P<row>[A-Za-z]+)0*(?P<column>\d+)$")
+_PHENIX_WELL = re.compile(r"^r0*(?P<row>\d+)c0*(?P<column>\d+)$", re.IGNORECASE)
+_MISSING_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """What to take from the table: channels (source → plate name), compartment, plate, name."""
+
+    channels: tuple[tuple[str, str], ...] | None = None
+    compartment: str | None = None
+    plate: str | None = None
+    name: str | None = None
+    plane: int = 1
+
+    @staticmethod
+    def parse_channels(specs: Sequence[str] | None) -> tuple[tuple[str, str], ...] | None:
+        """``["DAPI=DNA", "GFP"]`` → ``(("DAPI", "DNA"), ("GFP", "GFP"))``; None keeps all channels."""
+        if not specs:
+            return None
+        pairs = []
+        for spec in specs:
+            source, _, target = spec.partition("=")
+            if not source.strip() or (_ and not target.strip()):
+                raise ImportInputError(f"channel {spec!r} is not SOURCE or SOURCE=NAME")
+            pairs.append((source.strip(), (target or source).strip()))
+        targets = [target for _, target in pairs]
+        if len(set(targets)) != len(targets):
+            raise ImportInputError(f"channel names {targets} repeat a name")
+        return tuple(pairs)
+
+
+@dataclass(frozen=True)
+class FieldSource:
+    """One field of the imported plate: its well, site, and one file per channel."""
+
+    row: str
+    column: str
+    site: str
+    files: tuple[Path, ...]
+
+    @property
+    def well(self) -> str:
+        return f"{self.row}{self.column}"
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """Everything resolved from the table and folder, checked, before any pixel is written."""
+
+    name: str
+    channel_names: tuple[str, ...]
+    fields: tuple[FieldSource, ...]
+    field_shape: tuple[int, int, int]
+    dtype: str
+    objects: ObjectTable
+    columns: dict[str, Any]
+
+    def wells(self) -> list[tuple[str, str]]:
+        return list(dict.fromkeys((f.row, f.column) for f in self.fields))
+
+
+def read_table(path: str | Path) -> pa.Table:
+    """The columns cropbench can use from a Parquet or CSV single-cell table (thousands are skipped)."""
+    source = Path(path)
+    if not source.is_file():
+        raise ImportInputError(f"single-cell table {source} does not exist")
+    try:
+        if source.suffix.lower() in (".csv", ".gz") or source.name.lower().endswith(".csv.gz"):
+            import pyarrow.csv as pacsv
+
+            names = pacsv.open_csv(str(source)).schema.names
+            wanted = [n for n in names if _useful(n)]
+            return pacsv.read_csv(str(source), convert_options=pacsv.ConvertOptions(include_columns=wanted))
+        import pyarrow.parquet as pq
+
+        names = pq.read_schema(str(source)).names
+        return pq.read_table(str(source), columns=[n for n in names if _useful(n)])
+    except (pa.ArrowInvalid, OSError) as error:
+        raise ImportInputError(f"cannot read single-cell table {source}: {error}") from error
+
+
+def _useful(name: str) -> bool:
+    return ("Metadata" in name or "Location_Center" in name or "BoundingBox" in name
+            or _FILE_COLUMN.match(name) is not None)
+
+
+def _find(names: Sequence[str], bases: Sequence[str]) -> str | None:
+    """The first column named like one of ``bases`` (case-insensitive), with or without merge suffix."""
+    lower = {name.lower(): name for name in names}
+    for base in bases:
+        for suffix in MERGE_SUFFIXES:
+            found = lower.get((base + suffix).lower())
+            if found is not None:
+                return found
+    return None
+
+
+def _looked_for(bases: Sequence[str]) -> str:
+    return ", ".join(bases) + " (each optionally with _x/_y)"
+
+
+def _strings(table: pa.Table, column: str) -> list[str]:
+    values = table[column].to_pylist()
+    return ["" if v is None else (str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)) for v in values]
+
+
+def _well_of(value: str) -> tuple[str, str] | None:
+    for pattern, letters in ((_WELL, True), (_PHENIX_WELL, False)):
+        match = pattern.match(value.strip())
+        if match:
+            row = match["row"].upper() if letters else _row_letters(int(match["row"]))
+            return row, str(int(match["column"]))
+    return None
+
+
+def _row_letters(number: int) -> str:
+    letters = ""
+    while number > 0:
+        number, remainder = divmod(number - 1, 26)
+        letters = chr(ord("A") + remainder) + letters
+    return letters
+
+
+def _row_number(row: str) -> int:
+    number = 0
+    for letter in row:
+        number = number * 26 + ord(letter) - ord("A") + 1
+    return number
+
+
+def _wells(table: pa.Table) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    names = table.column_names
+    well_column = _find(names, WELL_COLUMNS)
+    if well_column is not None:
+        wells = []
+        for value in _strings(table, well_column):
+            well = _well_of(value)
+            if well is None:
+                raise ImportInputError(f"well {value!r} in column {well_column} is not like B7, B07 or r02c07")
+            wells.append(well)
+        return wells, {"well": well_column}
+    row_column, column_column = _find(names, ROW_COLUMNS), _find(names, COLUMN_COLUMNS)
+    if row_column is None or column_column is None:
+        raise ImportInputError(
+            f"the table names no well: looked for {_looked_for(WELL_COLUMNS)}, or a row column "
+            f"({_looked_for(ROW_COLUMNS)}) with a column column ({_looked_for(COLUMN_COLUMNS)})"
+        )
+    wells = []
+    for row, column in zip(_strings(table, row_column), _strings(table, column_column), strict=True):
+        row_name = _row_letters(int(row)) if row.isdigit() else row.strip().upper()
+        if not row_name.isalpha() or not column.strip().isdigit():
+            raise ImportInputError(f"row {row!r} / column {column!r} ({row_column}, {column_column}) are not a well")
+        wells.append((row_name, str(int(column))))
+    return wells, {"row": row_column, "column": column_column}
+
+
+def _centroids(table: pa.Table, compartment: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """(y, x, bbox) from the chosen compartment, or the first of Nuclei, Cells, Cytoplasm present."""
+    names = table.column_names
+    compartments = (compartment,) if compartment else COMPARTMENTS
+    looked: list[str] = []
+    for name in compartments:
+        bases_x = (f"{name}_Location_Center_X", f"Metadata_{name}_Location_Center_X")
+        bases_y = (f"{name}_Location_Center_Y", f"Metadata_{name}_Location_Center_Y")
+        looked += [*bases_x, *bases_y]
+        x_column, y_column = _find(names, bases_x), _find(names, bases_y)
+        if x_column and y_column:
+            return (*_coordinates(table, name, y_column, x_column), {"compartment": name})
+    if compartment is None:
+        x_column, y_column = _find(names, ("Location_Center_X",)), _find(names, ("Location_Center_Y",))
+        looked += ["Location_Center_X", "Location_Center_Y"]
+        if x_column and y_column:
+            return (*_coordinates(table, "", y_column, x_column), {"compartment": None})
+    raise ImportInputError(f"the table has no object centroids: looked for {_looked_for(looked)}")
+
+
+def _coordinates(table: pa.Table, compartment: str, y_column: str, x_column: str) -> tuple[np.ndarray, ...]:
+    y = np.asarray(table[y_column].to_numpy(zero_copy_only=False), dtype=np.float64)
+    x = np.asarray(table[x_column].to_numpy(zero_copy_only=False), dtype=np.float64)
+    bad = ~(np.isfinite(y) & np.isfinite(x))
+    if bad.any():
+        raise ImportInputError(
+            f"{int(bad.sum())} rows have no centroid in {x_column}/{y_column}, first row {int(np.flatnonzero(bad)[0])}"
+        )
+    prefix = f"{compartment}_" if compartment else ""
+    box_bases = [f"{prefix}AreaShape_BoundingBox{edge}_{axis}"
+                 for edge, axis in (("Minimum", "Y"), ("Minimum", "X"), ("Maximum", "Y"), ("Maximum", "X"))]
+    box_columns = [_find(table.column_names, (base,)) for base in box_bases]
+    if all(box_columns):
+        boxes = np.stack([np.asarray(table[c].to_numpy(zero_copy_only=False), np.float64) for c in box_columns], 1)
+        boxes = np.where(np.isfinite(boxes), boxes, -1)
+        bbox = np.concatenate([np.floor(boxes[:, :2]), np.ceil(boxes[:, 2:])], axis=1).astype(np.int64)
+    else:
+        bbox = np.full((len(y), 4), -1, dtype=np.int64)
+    return y, x, bbox
+
+
+def _file_columns(names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """channel → {"FileName": column, "PathName": column}; ``Orig`` and merge suffixes dropped.
+
+    When both ``FileName_X`` and ``FileName_OrigX`` exist, the ``Orig`` column (the raw image the
+    pipeline started from) wins; a column without merge suffix wins over ``_x``, ``_x`` over ``_y``.
+    """
+    found: dict[str, dict[str, tuple[tuple[int, int], str]]] = {}
+    for name in names:
+        match = _FILE_COLUMN.match(name)
+        if match is None:
+            continue
+        rank = (0 if match["orig"] else 1, MERGE_SUFFIXES.index(match["suffix"] or ""))
+        slot = found.setdefault(match["channel"], {})
+        if match["kind"] not in slot or rank < slot[match["kind"]][0]:
+            slot[match["kind"]] = (rank, name)
+    return {channel: {kind: column for kind, (_, column) in kinds.items()}
+            for channel, kinds in found.items() if "FileName" in kinds}
+
+
+def _choose_channels(available: Sequence[str], options: ImportOptions,
+                     skipped: dict[str, str]) -> list[tuple[str, str]]:
+    if options.channels is None:
+        if not available:
+            raise ImportInputError(f"no image channel to import ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
+        return [(channel, channel) for channel in available]
+    for source, _ in options.channels:
+        if source not in available:
+            why = f" ({skipped[source]})" if source in skipped else ""
+            raise ImportInputError(f"channel {source!r}{why} is not in the input; channels: {', '.join(available)}")
+    return list(options.channels)
+
+
+def _resolve_file(images: Path, name: str, folder: str | None) -> Path:
+    if folder:
+        recorded = Path(folder) / name
+        if recorded.is_file():
+            return recorded
+    return images / name
+
+
+def _files_from_columns(
+    table: pa.Table, images: Path, columns: dict[str, dict[str, str]], chosen: list[tuple[str, str]],
+) -> list[tuple[Path, ...]]:
+    per_channel = []
+    for source, _ in chosen:
+        names = _strings(table, columns[source]["FileName"])
+        folders = _strings(table, columns[source]["PathName"]) if "PathName" in columns[source] else [""] * len(names)
+        per_channel.append([_resolve_file(images, n, f) for n, f in zip(names, folders, strict=True)])
+    return [tuple(files) for files in zip(*per_channel, strict=True)]
+
+
+def _phenix_files(images: Path) -> dict[tuple[int, int, int, int, int], Path]:
+    found = {}
+    for path in sorted(images.iterdir()) if images.is_dir() else []:
+        match = _PHENIX.match(path.name)
+        if match:
+            key = tuple(int(match[k]) for k in ("row", "column", "field", "plane", "channel"))
+            found[key] = path
+    return found  # type: ignore[return-value]
+
+
+def plan_import(table_path: str | Path, images: str | Path, options: ImportOptions | None = None) -> ImportPlan:
+    """Resolve and check everything an import needs; raises :class:`ImportInputError` on bad input."""
+    options = options or ImportOptions()
+    table = read_table(table_path)
+    images_dir = Path(images)
+    if not images_dir.is_dir():
+        raise ImportInputError(f"image folder {images_dir} does not exist")
+    names = table.column_names
+    row_numbers = np.arange(table.num_rows, dtype=np.int64)
+    used: dict[str, Any] = {}
+    plate_column = _find(names, PLATE_COLUMNS)
+    if plate_column is not None:
+        plates = _strings(table, plate_column)
+        distinct = sorted(set(plates))
+        if options.plate is not None:
+            keep = np.array([p == options.plate for p in plates])
+            if not keep.any():
+                raise ImportInputError(
+                    f"plate {options.plate!r} is not in {plate_column}; it has {', '.join(distinct)}"
+                )
+            table, row_numbers = table.filter(pa.array(keep)), row_numbers[keep]
+        elif len(distinct) > 1:
+            raise ImportInputError(
+                f"the table holds {len(distinct)} plates ({', '.join(distinct[:5])}); choose one with --plate"
+            )
+        used["plate"] = plate_column
+    elif options.plate is not None:
+        raise ImportInputError(f"--plate {options.plate!r} given, but the table has no {_looked_for(PLATE_COLUMNS)}")
+    if table.num_rows == 0:
+        raise ImportInputError(f"the single-cell table {table_path} has no rows")
+    plate_name = options.name or options.plate or (
+        _strings(table, plate_column)[0] if plate_column else Path(table_path).stem
+    )
+    wells, well_columns = _wells(table)
+    used.update(well_columns)
+    site_column = _find(names, SITE_COLUMNS)
+    sites = _strings(table, site_column) if site_column else None
+    used["site"] = site_column
+    centroid_y, centroid_x, bbox, compartment = _centroids(table, options.compartment)
+    used.update(compartment)
+
+    file_columns = _file_columns(names)
+    skipped: dict[str, str] = {}
+    if file_columns:
+        available = []
+        for channel, kinds in file_columns.items():
+            first = _strings(table, kinds["FileName"])[0]
+            if first.lower().endswith(IMAGE_SUFFIXES):
+                available.append(channel)
+            else:
+                skipped[channel] = f"{kinds['FileName']} holds {first!r}, not a TIFF"
+        chosen = _choose_channels(available, options, skipped)
+        row_files = _files_from_columns(table, images_dir, file_columns, chosen)
+        used["files"] = {source: file_columns[source] for source, _ in chosen}
+    else:
+        phenix = _phenix_files(images_dir)
+        if not phenix:
+            raise ImportInputError(
+                "the table has no file name columns (looked for Image_FileName_<Channel>, "
+                f"Image_FileName_Orig<Channel>, FileName_<Channel>) and {images_dir} holds no Phenix-style files "
+                "like r01c01f01p01-ch1sk1fk1fl1.tiff"
+            )
+        if sites is None:
+            raise ImportInputError(f"Phenix-style files need a site per row: looked for {_looked_for(SITE_COLUMNS)}")
+        available = [f"ch{c}" for c in sorted({key[4] for key in phenix})]
+        chosen = _choose_channels(available, options, skipped)
+        row_files = []
+        for (row, column), site in zip(wells, sites, strict=True):
+            if not site.isdigit():
+                raise ImportInputError(f"site {site!r} in {site_column} is not a Phenix field number")
+            key = (_row_number(row), int(column), int(site), options.plane)
+            row_files.append(tuple(
+                phenix.get((*key, int(source[2:])), images_dir / _phenix_name(*key, int(source[2:])))
+                for source, _ in chosen
+            ))
+        used["files"] = "phenix"
+
+    fields, field_of_row = _group_fields(wells, sites, row_files)
+    missing = sorted({str(path) for field in fields for path in field.files if not path.is_file()})
+    if missing:
+        shown = "\n  ".join(missing[:_MISSING_SHOWN])
+        more = f"\n  ... and {len(missing) - _MISSING_SHOWN} more" if len(missing) > _MISSING_SHOWN else ""
+        raise ImportInputError(f"{len(missing)} image files are missing:\n  {shown}{more}")
+    channel_names = tuple(target for _, target in chosen)
+    field_shape, dtype = _check_shapes(fields, channel_names)
+    _check_inside(centroid_y, centroid_x, field_shape, fields, field_of_row, row_numbers)
+    ordered = _sites_in_order(fields)
+    site_index = {id(field): number for number, field in _field_numbers(ordered)}
+    objects = ObjectTable.from_columns(
+        well=np.array([fields[f].well for f in field_of_row], dtype=object),
+        field=np.array([site_index[id(fields[f])] for f in field_of_row], dtype=np.int64),
+        centroid_y=centroid_y, centroid_x=centroid_x, plate=plate_name, bbox=bbox, object_id=row_numbers,
+    )
+    return ImportPlan(name=plate_name, channel_names=channel_names, fields=tuple(ordered),
+                      field_shape=field_shape, dtype=dtype, objects=objects,
+                      columns={**used, "channels": dict(chosen)})
+
+
+def _phenix_name(row: int, column: int, field: int, plane: int, channel: int) -> str:
+    return f"r{row:02d}c{column:02d}f{field:02d}p{plane:02d}-ch{channel}sk1fk1fl1.tiff"
+
+
+def _site_key(site: str) -> tuple[int, int | str]:
+    return (0, int(site)) if site.isdigit() else (1, site)
+
+
+def _group_fields(
+    wells: list[tuple[str, str]], sites: list[str] | None, row_files: list[tuple[Path, ...]],
+) -> tuple[list[FieldSource], list[int]]:
+    """One field per (well, site); without a site column, one per distinct file set in a well."""
+    keys: dict[tuple[str, str, str], int] = {}
+    fields: list[FieldSource] = []
+    field_of_row = []
+    derived: dict[tuple[str, str, tuple[Path, ...]], str] = {}
+    for number, ((row, column), files) in enumerate(zip(wells, row_files, strict=True)):
+        if sites is not None:
+            site = sites[number]
+        else:
+            site = derived.setdefault((row, column, files), str(sum(k[:2] == (row, column) for k in derived) + 1))
+        key = (row, column, site)
+        index = keys.get(key)
+        if index is None:
+            index = keys[key] = len(fields)
+            fields.append(FieldSource(row=row, column=column, site=site, files=files))
+        elif fields[index].files != files:
+            raise ImportInputError(
+                f"well {row}{column} site {site} names different files in different rows "
+                f"({fields[index].files[0].name} and {files[0].name}): the site column does not identify fields"
+            )
+        field_of_row.append(index)
+    return fields, field_of_row
+
+
+def _sites_in_order(fields: list[FieldSource]) -> list[FieldSource]:
+    return sorted(fields, key=lambda f: (_row_number(f.row), int(f.column), _site_key(f.site)))
+
+
+def _check_shapes(fields: list[FieldSource], channel_names: tuple[str, ...]) -> tuple[tuple[int, int, int], str]:
+    """Every channel of every field must be one 2-D plane of the same shape and dtype (read from headers)."""
+    expected: tuple[tuple[int, int], str, Path] | None = None
+    for field in fields:
+        shapes = []
+        for channel, path in zip(channel_names, field.files, strict=True):
+            try:
+                with tifffile.TiffFile(path) as tiff:
+                    series = tiff.series[0]
+                    shape, dtype = tuple(int(s) for s in series.shape if s != 1), np.dtype(series.dtype).name
+            except (OSError, tifffile.TiffFileError) as error:
+                raise ImportInputError(f"cannot read TIFF {path}: {error}") from error
+            if len(shape) != 2:
+                raise ImportInputError(f"{path} ({channel}) holds shape {tuple(series.shape)}, not one 2-D plane")
+            shapes.append((channel, (shape[0], shape[1]), dtype, path))
+        first_channel, first_shape, first_dtype, first_path = shapes[0]
+        for channel, shape, dtype, path in shapes[1:]:
+            if shape != first_shape or dtype != first_dtype:
+                raise ImportInputError(
+                    f"channels of well {field.well} site {field.site} differ: {first_channel} is {first_shape} "
+                    f"{first_dtype} ({first_path.name}), {channel} is {shape} {dtype} ({path.name})"
+                )
+        if expected is None:
+            expected = (first_shape, first_dtype, first_path)
+        elif (first_shape, first_dtype) != expected[:2]:
+            raise ImportInputError(
+                f"fields differ in shape or dtype: {expected[2].name} is {expected[0]} {expected[1]}, "
+                f"{first_path.name} is {first_shape} {first_dtype}; a plate needs one field shape"
+            )
+    assert expected is not None
+    (height, width), dtype, _ = expected
+    return (len(channel_names), height, width), dtype
+
+
+def _check_inside(
+    y: np.ndarray, x: np.ndarray, shape: tuple[int, int, int], fields: list[FieldSource],
+    field_of_row: list[int], row_numbers: np.ndarray,
+) -> None:
+    _, height, width = shape
+    outside = (y < 0) | (y >= height) | (x < 0) | (x >= width)
+    if outside.any():
+        shown = [
+            f"row {int(row_numbers[i])} (well {fields[field_of_row[i]].well} site {fields[field_of_row[i]].site}: "
+            f"x={x[i]:.1f}, y={y[i]:.1f})"
+            for i in np.flatnonzero(outside)[:5]
+        ]
+        raise ImportInputError(
+            f"{int(outside.sum())} centroids lie outside the {height}x{width} field: {'; '.join(shown)}"
+        )
+
+
+def import_plate(
+    table: str | Path, images: str | Path, out: str | Path, layout: LayoutSpec,
+    options: ImportOptions | None = None, overwrite: bool = False, progress: bool = True,
+) -> GeneratedPlate:
+    """Write the plate (pixels in ``layout``) and its object table; returns what was written."""
+    options = options or ImportOptions()
+    plan = plan_import(table, images, options)
+    destination = Path(out)
+    wells = plan.wells()
+    counts = [sum((f.row, f.column) == well for f in plan.fields) for well in wells]
+    first = _read_field(plan.fields[0], plan.field_shape)
+    provenance = {
+        "table": str(Path(table).resolve()), "images": str(Path(images).resolve()), "columns": plan.columns,
+        "sites": {f"{f.well}/{i}": f.site for i, f in _field_numbers(plan.fields)},
+    }
+    started = time.perf_counter()
+    writer = create_plate_writer(
+        destination, plan.name, plan.channel_names, plan.field_shape, layout, wells, counts,
+        windows=display_windows(first), overwrite=overwrite,
+        extra_attributes={"import": provenance, "layout": dataclasses.asdict(layout), "layout_label": layout.label},
+    )
+    for (number, field) in tqdm(_field_numbers(plan.fields), desc="fields", unit="field", disable=not progress):
+        pixels = first if field is plan.fields[0] else _read_field(field, plan.field_shape)
+        writer.write_field(field.row, field.column, number, pixels)
+    writer.close()
+    plan.objects.write(destination / OBJECT_TABLE_NAME)
+    elapsed = time.perf_counter() - started
+    raw = len(plan.fields) * int(np.prod(plan.field_shape)) * np.dtype(plan.dtype).itemsize
+    return GeneratedPlate(path=destination, fields=len(plan.fields), objects=len(plan.objects), raw_bytes=raw,
+                          stored_bytes=stored_size(destination), write_seconds=elapsed)
+
+
+def _field_numbers(fields: Sequence[FieldSource]) -> list[tuple[int, FieldSource]]:
+    """(site index inside its well, field), in plate order."""
+    seen: dict[str, int] = {}
+    numbered = []
+    for field in fields:
+        numbered.append((seen.get(field.well, 0), field))
+        seen[field.well] = seen.get(field.well, 0) + 1
+    return numbered
+
+
+def _read_field(field: FieldSource, shape: tuple[int, int, int]) -> np.ndarray:
+    try:
+        pixels = np.stack([tifffile.imread(path).reshape(shape[1:]) for path in field.files])
+    except (OSError, tifffile.TiffFileError, ValueError) as error:
+        raise ImportInputError(f"cannot read the TIFFs of well {field.well} site {field.site}: {error}") from error
+    return pixels
