@@ -1,0 +1,86 @@
+"""The TIFF-per-field-per-channel layout: files as CellProfiler keeps them, and its decode paths."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tifffile
+
+from cropbench.config import layout_by_name
+from cropbench.errors import StoreError
+from cropbench.formats import open_plate, read_plate_metadata
+from cropbench.formats.convert import convert_plate
+from cropbench.formats.tiff import TiffReader, field_file_names
+
+
+@pytest.fixture(scope="module")
+def tiff_plates(tiny_plate: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiff")
+    return {name: convert_plate(tiny_plate, root / name, layout_by_name(name)).path for name in ("tiff", "tiff-zlib")}
+
+
+def test_files_are_phenix_named_2d_tiffs_one_per_field_and_channel(tiff_plates: dict[str, Path],
+                                                                     tiny_plate: Path) -> None:
+    images = sorted(p.name for p in (tiff_plates["tiff-zlib"] / "images").iterdir())
+    assert len(images) == 4 * 5
+    assert images[0] == "r01c01f01p01-ch1sk1fk1fl1.tiff" and "r01c02f02p01-ch5sk1fk1fl1.tiff" in images
+    with tifffile.TiffFile(tiff_plates["tiff-zlib"] / "images" / images[0]) as tiff:
+        assert tiff.pages.first.shape == (200, 240) and tiff.pages.first.compression == 8
+    with tifffile.TiffFile(tiff_plates["tiff"] / "images" / images[0]) as tiff:
+        assert tiff.pages.first.compression == 1
+    source = open_plate(tiny_plate, "zarr").read_field(3)
+    np.testing.assert_array_equal(
+        tifffile.imread(tiff_plates["tiff-zlib"] / "images" / "r01c02f02p01-ch4sk1fk1fl1.tiff"), source[3]
+    )
+
+
+def test_file_names_fall_back_when_the_well_is_not_letter_and_number() -> None:
+    assert field_file_names("AB", "12", 2, 1) == ["r28c12f03p01-ch1sk1fk1fl1.tiff"]
+    assert field_file_names("x", "y", 0, 2) == ["xy_f0_ch1.tiff", "xy_f0_ch2.tiff"]
+
+
+def test_direct_path_decodes_only_the_strips_a_crop_touches(tmp_path: Path) -> None:
+    from cropbench.config import LAYOUTS, PlateSpec
+    from cropbench.generate import generate_plate
+
+    spec = PlateSpec(name="tall", rows=1, columns=1, fields_per_well=1, channels=2, field_height=1024,
+                     field_width=256, cells_per_field=10)
+    plate = generate_plate(tmp_path / "tall", spec, LAYOUTS["tiff-zlib"], progress=False).path
+    reader = open_plate(plate, "direct", chunk_cache_bytes=0)
+    assert isinstance(reader, TiffReader)
+    rows_per_strip = reader.grain()[0]
+    assert 0 < rows_per_strip < 1024
+    reader.read_region(0, 10, 20, 0, 50)
+    assert reader.stats.chunks_decoded == 2  # one strip per channel
+    assert reader.stats.bytes_decoded == 2 * rows_per_strip * 256 * 2
+    whole = open_plate(plate, "field").read_field(0)
+    np.testing.assert_array_equal(reader.read_region(0, 500, 700, 3, 250), whole[:, 500:700, 3:250])
+
+
+@pytest.mark.parametrize("decode", ["zarr", "direct", "field"])
+def test_readers_pickle_into_workers_and_reopen(tiff_plates: dict[str, Path], decode: str) -> None:
+    reader = open_plate(tiff_plates["tiff-zlib"], decode)
+    before = reader.read_region(2, 5, 60, 7, 90, np.array([1, 3]))
+    clone = pickle.loads(pickle.dumps(reader))
+    np.testing.assert_array_equal(clone.read_region(2, 5, 60, 7, 90, np.array([1, 3])), before)
+    reader.close()
+    np.testing.assert_array_equal(reader.read_region(2, 5, 60, 7, 90, np.array([1, 3])), before)
+
+
+def test_missing_or_foreign_tiffs_raise_store_errors(tiff_plates: dict[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiff_plates["tiff-zlib"], broken)
+    (broken / "images" / "r01c01f01p01-ch2sk1fk1fl1.tiff").unlink()
+    for decode in ("direct", "field", "zarr"):
+        with pytest.raises(StoreError, match="r01c01f01p01-ch2"):
+            open_plate(broken, decode).read_region(0, 0, 10, 0, 10)
+    tifffile.imwrite(broken / "images" / "r01c01f01p01-ch2sk1fk1fl1.tiff",
+                     np.zeros((200, 240), np.uint16), compression="zlib", predictor=True)
+    with pytest.raises(StoreError, match="predictor"):
+        open_plate(broken, "direct").read_region(0, 0, 10, 0, 10)
+    assert read_plate_metadata(broken).layout == "tiff"
