@@ -143,9 +143,10 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-#: Named layouts. ``default`` is the random-access default (see README, "Default layout").
+#: Named layouts. ``default`` is the random-access default (see README, "Default layout"):
+#: one zarr v3 shard per field holding 64 × 64 all-channel blosc-lz4 chunks.
 LAYOUTS: dict[str, LayoutSpec] = {
-    "default": LayoutSpec(),
+    "default": LayoutSpec(chunk_yx=64, channels_per_chunk=0, codec="blosc-lz4", shard_yx=-1),
     "tiles": LayoutSpec(chunk_yx=256, channels_per_chunk=0, codec="blosc-lz4"),
     "channel-tiles": LayoutSpec(chunk_yx=256, channels_per_chunk=1, codec="blosc-lz4"),
     "planes": LayoutSpec(chunk_yx=0, channels_per_chunk=1, codec="blosc-lz4"),
@@ -185,7 +186,7 @@ class CropConfig:
     tier: str = "none"
     border: str = "pad"
     output_size: int | None = None
-    chunk_cache_bytes: int = 64 * 2**20
+    chunk_cache_bytes: int = 32 * 2**20
     field_cache_fields: int = 2
     seed: int = 0
 
@@ -221,9 +222,11 @@ class Track1Case:
     warmup: int = 50
     cold_samples: int = 100
     seed: int = 0
+    granularity: int = 8
 
     def __post_init__(self) -> None:
         _choice("access", self.access, ACCESS_PATTERNS)
+        _positive("granularity", self.granularity)
         _positive("samples", self.samples)
         _require(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
         _require(self.cold_samples >= 0, f"cold_samples must be >= 0, got {self.cold_samples}")
@@ -232,9 +235,8 @@ class Track1Case:
     def label(self) -> str:
         c = self.crop
         channels = "all" if c.channels is None else "+".join(c.channels)
-        return (
-            f"{self.access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}"
-        )
+        access = f"{self.access}x{self.granularity}" if self.access == "chunk-aware" else self.access
+        return f"{access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}"
 
 
 #: Synthetic plate presets: ``smoke`` writes in seconds; ``full`` is the realistic default plate.

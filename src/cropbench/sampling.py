@@ -76,9 +76,9 @@ def contiguous_ranges(count: int, size: int) -> np.ndarray:
     return np.arange(count) // size
 
 
-def access_order(dataset: CropDataset, access: str, count: int, seed: int = 0) -> list[int]:
+def access_order(dataset: CropDataset, access: str, count: int, seed: int = 0, granularity: int = 1) -> list[int]:
     """``count`` indices in the access pattern's order, continuing into further epochs if needed."""
-    sampler = sampler_for(dataset, access, seed)
+    sampler = sampler_for(dataset, access, seed, granularity)
     orders = []
     for epoch in itertools.count():
         sampler.set_epoch(epoch)

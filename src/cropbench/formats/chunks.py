@@ -11,6 +11,7 @@ v2 with a Blosc/Zstd/GZip/Zlib compressor and no filters.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,8 +51,23 @@ class ChunkLayout:
         """The unit that is decoded and cached: the inner chunk when sharded."""
         return self.inner_chunk or self.read_unit
 
+    @functools.cached_property
+    def chunk_items(self) -> int:
+        return int(np.prod(self.chunk))
+
+    @functools.cached_property
+    def per_shard(self) -> tuple[int, ...]:
+        """Inner chunks per shard along each axis (all ones when not sharded)."""
+        if self.inner_chunk is None:
+            return (1,) * len(self.read_unit)
+        return tuple(r // i for r, i in zip(self.read_unit, self.inner_chunk, strict=True))
+
+    @functools.cached_property
+    def shard_entries(self) -> int:
+        return int(np.prod(self.per_shard))
+
     def key(self, coords: tuple[int, ...]) -> str:
-        joined = self.separator.join(str(c) for c in coords)
+        joined = self.separator.join(map(str, coords))
         return f"c{self.separator}{joined}" if self.v3_prefix else joined
 
 
@@ -122,7 +138,11 @@ def read_chunk_layout(array_dir: Path) -> ChunkLayout:
 
 
 class DirectChunkReader(PlateReader):
-    """Decode path ``direct``: chunk math, direct file reads, store codecs, LRU of decoded chunks."""
+    """Decode path ``direct``: chunk math, direct file reads, store codecs, LRU of decoded chunks.
+
+    The hot path avoids per-chunk object churn: file descriptors and shard indexes are opened once
+    per process and kept, shard indexes are plain lists, and paths are built as strings.
+    """
 
     decode = "direct"
 
@@ -131,7 +151,8 @@ class DirectChunkReader(PlateReader):
         self.chunk_cache_bytes = chunk_cache_bytes
         self._cache = ByteBudgetCache(chunk_cache_bytes)
         self._layouts: dict[int, ChunkLayout] = {}
-        self._shard_indexes: dict[tuple[int, tuple[int, ...]], np.ndarray | None] = {}
+        self._bases: dict[int, str] = {}
+        self._shards: dict[tuple[int, tuple[int, ...]], tuple[int, list[int], list[int]] | None] = {}
         numcodecs.blosc.use_threads = False
 
     def _config_state(self) -> dict[str, Any]:
@@ -139,7 +160,16 @@ class DirectChunkReader(PlateReader):
 
     def close(self) -> None:
         self._cache.clear()
-        self._shard_indexes.clear()
+        for entry in self._shards.values():
+            if entry is not None:
+                os.close(entry[0])
+        self._shards.clear()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: os may already be gone
+            pass
 
     def grain(self) -> tuple[int, int]:
         chunk = self._layout(0).chunk
@@ -151,6 +181,7 @@ class DirectChunkReader(PlateReader):
             array_dir = self.metadata.path / self.metadata.fields[field_index].path
             layout = read_chunk_layout(array_dir)
             self._layouts[field_index] = layout
+            self._bases[field_index] = f"{array_dir}{os.sep}"
         return layout
 
     def read_region(
@@ -164,6 +195,7 @@ class DirectChunkReader(PlateReader):
         chunk_c, chunk_y, chunk_x = layout.chunk[-3:]
         leading = (0,) * (len(layout.shape) - 3)
         groups = _channel_groups(channel_count, chunk_c, channels)
+        get_chunk = self._chunk
         for c_index, (out_positions, in_offsets) in groups.items():
             for y_index in range(y0 // chunk_y, (y1 - 1) // chunk_y + 1):
                 cy0 = y_index * chunk_y
@@ -171,10 +203,10 @@ class DirectChunkReader(PlateReader):
                 for x_index in range(x0 // chunk_x, (x1 - 1) // chunk_x + 1):
                     cx0 = x_index * chunk_x
                     sx0, sx1 = max(x0, cx0), min(x1, cx0 + chunk_x)
-                    chunk = self._chunk(field_index, layout, (*leading, c_index, y_index, x_index))
+                    chunk = get_chunk(field_index, layout, (*leading, c_index, y_index, x_index))
                     source = chunk[..., in_offsets, sy0 - cy0:sy1 - cy0, sx0 - cx0:sx1 - cx0]
-                    result[out_positions, sy0 - y0:sy1 - y0, sx0 - x0:sx1 - x0] = source.reshape(
-                        source.shape[-3:]
+                    result[out_positions, sy0 - y0:sy1 - y0, sx0 - x0:sx1 - x0] = (
+                        source if not leading else source.reshape(source.shape[-3:])
                     )
         self.stats.regions += 1
         self.stats.bytes_delivered += result.nbytes
@@ -191,9 +223,8 @@ class DirectChunkReader(PlateReader):
 
     def _decode(self, field_index: int, layout: ChunkLayout, coords: tuple[int, ...]) -> np.ndarray:
         encoded = self._fetch(field_index, layout, coords)
-        shape = layout.chunk
         if encoded is None:
-            return np.full(shape, layout.fill_value, dtype=layout.dtype)
+            return np.full(layout.chunk, layout.fill_value, dtype=layout.dtype)
         data: Any = encoded
         try:
             for decoder in layout.decoders:
@@ -204,67 +235,69 @@ class DirectChunkReader(PlateReader):
                 f"(corrupt chunk): {error}"
             ) from error
         chunk = np.frombuffer(data, dtype=layout.dtype)
-        if chunk.size != int(np.prod(shape)):
+        if chunk.size != layout.chunk_items:
             raise StoreError(
                 f"chunk {coords} of {self.metadata.fields[field_index].path} decoded to {chunk.size} values, "
-                f"expected {int(np.prod(shape))}: the chunk is corrupt"
+                f"expected {layout.chunk_items}: the chunk is corrupt"
             )
         self.stats.bytes_decoded += chunk.nbytes
         self.stats.chunks_decoded += 1
-        return chunk.reshape(shape)
+        return chunk.reshape(layout.chunk)
 
     def _fetch(self, field_index: int, layout: ChunkLayout, coords: tuple[int, ...]) -> bytes | None:
-        array_dir = self.metadata.path / self.metadata.fields[field_index].path
         if layout.inner_chunk is None:
-            path = array_dir / layout.key(coords)
             try:
-                data = path.read_bytes()
+                with open(self._bases[field_index] + layout.key(coords), "rb", buffering=0) as handle:
+                    data = handle.readall()
             except FileNotFoundError:
                 return None
             self.stats.bytes_fetched += len(data)
             return data
-        per_shard = tuple(r // i for r, i in zip(layout.read_unit, layout.inner_chunk, strict=True))
+        per_shard = layout.per_shard
         shard_coords = tuple(c // p for c, p in zip(coords, per_shard, strict=True))
-        inner = tuple(c % p for c, p in zip(coords, per_shard, strict=True))
-        index = self._shard_index(field_index, layout, array_dir / layout.key(shard_coords), shard_coords, per_shard)
-        if index is None:
+        shard = self._shard(field_index, layout, shard_coords)
+        if shard is None:
             return None
-        offset, nbytes = (int(v) for v in index[inner])
+        descriptor, offsets, sizes = shard
+        inner = 0
+        for c, p in zip(coords, per_shard, strict=True):
+            inner = inner * p + c % p
+        offset = offsets[inner]
         if offset == EMPTY_SHARD_ENTRY:
             return None
-        path = array_dir / layout.key(shard_coords)
-        with open(path, "rb", buffering=0) as handle:
-            data = os.pread(handle.fileno(), nbytes, offset)
+        data = os.pread(descriptor, sizes[inner], offset)
         self.stats.bytes_fetched += len(data)
         return data
 
-    def _shard_index(
-        self, field_index: int, layout: ChunkLayout, path: Path, shard_coords: tuple[int, ...],
-        per_shard: tuple[int, ...],
-    ) -> np.ndarray | None:
+    def _shard(
+        self, field_index: int, layout: ChunkLayout, shard_coords: tuple[int, ...],
+    ) -> tuple[int, list[int], list[int]] | None:
+        """(open descriptor, inner-chunk offsets, sizes) of one shard file, cached per process."""
         key = (field_index, shard_coords)
-        if key in self._shard_indexes:
-            return self._shard_indexes[key]
-        entries = int(np.prod(per_shard))
-        size = entries * 16 + (4 if layout.index_decoders_checksum else 0)
+        if key in self._shards:
+            return self._shards[key]
+        path = self._bases[field_index] + layout.key(shard_coords)
+        size = layout.shard_entries * 16 + (4 if layout.index_decoders_checksum else 0)
         try:
-            with open(path, "rb", buffering=0) as handle:
-                offset = os.fstat(handle.fileno()).st_size - size if layout.index_at_end else 0
-                raw = os.pread(handle.fileno(), size, offset)
+            descriptor = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            self._shard_indexes[key] = None
+            self._shards[key] = None
             return None
-        if len(raw) != size:
-            raise StoreError(f"shard {path} is truncated: index needs {size} bytes, file has fewer")
+        offset = os.fstat(descriptor).st_size - size if layout.index_at_end else 0
+        raw = os.pread(descriptor, size, max(offset, 0))
+        if len(raw) != size or offset < 0:
+            os.close(descriptor)
+            raise StoreError(f"shard {path} is truncated: its index needs {size} bytes")
         if layout.index_decoders_checksum:
-            stored = int.from_bytes(raw[-4:], "little")
-            if _crc32c(raw[:-4]) != stored:
+            if _crc32c(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
+                os.close(descriptor)
                 raise StoreError(f"shard {path} has a corrupt index (crc32c mismatch)")
             raw = raw[:-4]
         self.stats.bytes_fetched += size
-        index = np.frombuffer(raw, dtype="<u8").reshape(*per_shard, 2)
-        self._shard_indexes[key] = index
-        return index
+        index = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
+        entry = (descriptor, index[:, 0].tolist(), index[:, 1].tolist())
+        self._shards[key] = entry
+        return entry
 
 
 def _crc32c(data: bytes) -> int:

@@ -60,7 +60,7 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
 
 def _indices(dataset: CropDataset, case: Track1Case, needed: int) -> list[int]:
     """Enough indices in the access pattern's order, continuing into further epochs if needed."""
-    return access_order(dataset, case.access, needed, case.seed)
+    return access_order(dataset, case.access, needed, case.seed, case.granularity)
 
 
 def _getter(dataset: CropDataset, access: str) -> Callable[[int], Any]:
