@@ -57,3 +57,19 @@ def test_bounding_boxes_contain_centroids_and_stay_in_the_field() -> None:
 def test_box_blur_preserves_a_constant_image() -> None:
     image = np.full((20, 30), 7.0, dtype=np.float32)
     assert np.allclose(box_blur(image, 3), 7.0)
+
+
+def test_realism_report_puts_synthetic_and_real_nf1_in_the_cell_painting_range() -> None:
+    from pathlib import Path
+
+    import pytest
+
+    from cropbench.realism import synthetic_stats, tiff_stats
+
+    nf1 = Path(__file__).resolve().parents[2] / "shared" / "data" / "nf1_cellpainting_subset" / "Plate_2_images"
+    synthetic = synthetic_stats(SPEC, fields=1)
+    assert synthetic.images == 5 and 1.1 <= synthetic.zlib1_ratio_mean <= 4.0
+    if not nf1.is_dir():
+        pytest.skip(f"NF1 subset not found at {nf1}")
+    real = tiff_stats(nf1)
+    assert real.images == 15 and 1.1 <= real.zlib1_ratio_mean <= 4.0

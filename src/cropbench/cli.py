@@ -251,6 +251,20 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_realism(args: argparse.Namespace) -> int:
+    from cropbench.realism import synthetic_stats, tiff_stats
+
+    rows = [synthetic_stats(plate_preset(args.preset), args.fields)]
+    rows += [tiff_stats(folder) for folder in args.tiffs]
+    for row in rows:
+        print(
+            f"{row.source}: {row.images} planes, zlib-1 ratio {row.zlib1_ratio_mean:.2f} "
+            f"({row.zlib1_ratio_min:.2f}-{row.zlib1_ratio_max:.2f}), median {row.median_intensity:.0f}, "
+            f"p99 {row.p99_intensity:.0f}, {row.distinct_values_per_image:.0f} distinct values per plane"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cropbench", description="Benchmark single-cell crop loading from OME-Zarr plates into PyTorch.",
@@ -338,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     env = commands.add_parser("env", help="print the environment metadata a record carries")
     env.add_argument("--path", help="also describe the storage holding this path")
     env.set_defaults(handler=cmd_env)
+
+    realism = commands.add_parser("realism", help="compare synthetic fields with real TIFFs (compressibility)")
+    realism.add_argument("tiffs", nargs="*", help="folders of real single-channel TIFF fields")
+    realism.add_argument("--preset", default="full", choices=("smoke", "full"), help="synthetic field preset")
+    realism.add_argument("--fields", type=int, default=3, help="synthetic fields to render")
+    realism.set_defaults(handler=cmd_realism)
 
     smoke = commands.add_parser("smoke", help="the main job: smoke plate, every track, summary and plots")
     smoke.add_argument("--out", default="out/smoke", help="output directory (default: %(default)s)")
