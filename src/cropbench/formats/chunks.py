@@ -11,6 +11,7 @@ v2 with a Blosc/Zstd/GZip/Zlib compressor and no filters.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Callable
@@ -45,6 +46,7 @@ class ChunkLayout:
     index_decoders_checksum: bool
     index_at_end: bool
     fill_value: int | float
+    channel_axis: int = -3
 
     @property
     def chunk(self) -> tuple[int, ...]:
@@ -54,6 +56,23 @@ class ChunkLayout:
     @functools.cached_property
     def chunk_items(self) -> int:
         return int(np.prod(self.chunk))
+
+    @functools.cached_property
+    def chunk_cyx(self) -> tuple[int, int, int]:
+        """A decoded chunk as (c, y, x): singleton t/z axes (NGFF t, c, z, y, x) dropped."""
+        chunk = self.chunk
+        return chunk[self.channel_axis], chunk[-2], chunk[-1]
+
+    @functools.cached_property
+    def decoded_shape(self) -> tuple[int, ...]:
+        """Shape of a cached chunk: the chunk itself, or (c, y, x) when t/z sit between c and y."""
+        return self.chunk_cyx if self.channel_axis >= 0 else self.chunk
+
+    def coords(self, c_index: int, y_index: int, x_index: int) -> tuple[int, ...]:
+        """Chunk grid coordinates of (c, y, x) chunk indices, zeros on singleton t/z axes."""
+        coords = [0] * len(self.shape)
+        coords[self.channel_axis], coords[-2], coords[-1] = c_index, y_index, x_index
+        return tuple(coords)
 
     @functools.cached_property
     def per_shard(self) -> tuple[int, ...]:
@@ -180,6 +199,12 @@ class DirectChunkReader(PlateReader):
         if layout is None:
             array_dir = self.metadata.path / self.metadata.fields[field_index].path
             layout = read_chunk_layout(array_dir)
+            channel_axis = int(self.metadata.extra.get("channel_axis", len(layout.shape) - 3))
+            if channel_axis != len(layout.shape) - 3:
+                spare = [c for i, c in enumerate(layout.chunk[:-2]) if i != channel_axis]
+                if any(c != 1 for c in spare):
+                    raise StoreError(f"{array_dir}: chunks {layout.chunk} span more than one t/z plane")
+                layout = dataclasses.replace(layout, channel_axis=channel_axis)
             self._layouts[field_index] = layout
             self._bases[field_index] = f"{array_dir}{os.sep}"
         return layout
@@ -192,8 +217,9 @@ class DirectChunkReader(PlateReader):
         layout = self._layout(field_index)
         channel_count = self.metadata.field_shape[0]
         result = self._output(channel_count if channels is None else len(channels), y0, y1, x0, x1, out)
-        chunk_c, chunk_y, chunk_x = layout.chunk[-3:]
+        chunk_c, chunk_y, chunk_x = layout.chunk_cyx
         leading = (0,) * (len(layout.shape) - 3)
+        coords_of = layout.coords if layout.channel_axis != len(layout.shape) - 3 else None
         groups = _channel_groups(channel_count, chunk_c, channels)
         get_chunk = self._chunk
         for c_index, (out_positions, in_offsets) in groups.items():
@@ -203,7 +229,8 @@ class DirectChunkReader(PlateReader):
                 for x_index in range(x0 // chunk_x, (x1 - 1) // chunk_x + 1):
                     cx0 = x_index * chunk_x
                     sx0, sx1 = max(x0, cx0), min(x1, cx0 + chunk_x)
-                    chunk = get_chunk(field_index, layout, (*leading, c_index, y_index, x_index))
+                    chunk = get_chunk(field_index, layout, coords_of(c_index, y_index, x_index) if coords_of
+                                      else (*leading, c_index, y_index, x_index))
                     source = chunk[..., in_offsets, sy0 - cy0:sy1 - cy0, sx0 - cx0:sx1 - cx0]
                     result[out_positions, sy0 - y0:sy1 - y0, sx0 - x0:sx1 - x0] = (
                         source if not leading else source.reshape(source.shape[-3:])
@@ -224,7 +251,7 @@ class DirectChunkReader(PlateReader):
     def _decode(self, field_index: int, layout: ChunkLayout, coords: tuple[int, ...]) -> np.ndarray:
         encoded = self._fetch(field_index, layout, coords)
         if encoded is None:
-            return np.full(layout.chunk, layout.fill_value, dtype=layout.dtype)
+            return np.full(layout.decoded_shape, layout.fill_value, dtype=layout.dtype)
         data: Any = encoded
         try:
             for decoder in layout.decoders:
@@ -242,7 +269,7 @@ class DirectChunkReader(PlateReader):
             )
         self.stats.bytes_decoded += chunk.nbytes
         self.stats.chunks_decoded += 1
-        return chunk.reshape(layout.chunk)
+        return chunk.reshape(layout.decoded_shape)
 
     def _fetch(self, field_index: int, layout: ChunkLayout, coords: tuple[int, ...]) -> bytes | None:
         if layout.inner_chunk is None:
@@ -318,3 +345,4 @@ def _channel_groups(
         positions = np.flatnonzero(wanted // chunk_c == c_index)
         groups[int(c_index)] = (positions, wanted[positions] % chunk_c)
     return groups
+

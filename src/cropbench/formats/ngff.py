@@ -52,8 +52,8 @@ def _load_json(path: Path) -> dict[str, Any]:
         raise StoreError(f"cannot read metadata {path}: {error}") from error
 
 
-def _image_array(image_dir: Path) -> tuple[str, list[str] | None, dict[str, Any]]:
-    """Full-resolution array path (relative to the image), channel labels and omero block."""
+def _image_array(image_dir: Path) -> tuple[str, list[str] | None, dict[str, Any], list[str] | None]:
+    """Full-resolution array path (relative to the image), channel labels, omero block and axis names."""
     attributes = read_attributes(image_dir)
     if not attributes or "multiscales" not in attributes:
         raise StoreError(f"{image_dir} is not an OME-NGFF image (no 'multiscales' metadata)")
@@ -62,7 +62,9 @@ def _image_array(image_dir: Path) -> tuple[str, list[str] | None, dict[str, Any]
         raise StoreError(f"{image_dir} has 'multiscales' without datasets")
     omero = attributes.get("omero", {})
     labels = [channel.get("label", f"c{i}") for i, channel in enumerate(omero.get("channels", []))] or None
-    return str(datasets[0]["path"]), labels, omero
+    axes = attributes["multiscales"][0].get("axes")
+    names = [str(a.get("name") if isinstance(a, dict) else a) for a in axes] if axes else None
+    return str(datasets[0]["path"]), labels, omero, names
 
 
 def read_plate_metadata(path: str | Path, layout: str = "ome-zarr") -> PlateMetadata:
@@ -84,7 +86,7 @@ def _plate_from_hcs(root: Path, attributes: dict[str, Any], layout: str) -> Plat
     plate = attributes["plate"]
     name = str(plate.get("name", root.stem))
     fields: list[FieldInfo] = []
-    first: tuple[list[str] | None, dict[str, Any], dict[str, Any]] | None = None
+    first: tuple[list[str] | None, dict[str, Any], dict[str, Any], list[str] | None] | None = None
     for well in plate.get("wells", []):
         well_path = str(well["path"])
         row, column = well_path.split("/")[:2]
@@ -93,37 +95,42 @@ def _plate_from_hcs(root: Path, attributes: dict[str, Any], layout: str) -> Plat
             raise StoreError(f"well {root / well_path} has no 'well' metadata")
         for site, image in enumerate(well_attributes["well"].get("images", [])):
             image_path = f"{well_path}/{image['path']}"
-            array_path, labels, omero = _image_array(root / image_path)
+            array_path, labels, omero, axes = _image_array(root / image_path)
             if first is None:
-                first = (labels, omero, read_array_document(root / image_path / array_path))
+                first = (labels, omero, read_array_document(root / image_path / array_path), axes)
             fields.append(FieldInfo(
                 index=len(fields), plate=name, well=f"{row}{column}", row=row, column=column,
                 field=site, path=f"{image_path}/{array_path}",
             ))
     if first is None:
         raise StoreError(f"plate {root} lists no wells with fields")
-    labels, omero, array = first
-    return _metadata(root, name, fields, labels, omero, array, layout, attributes)
+    labels, omero, array, axes = first
+    return _metadata(root, name, fields, labels, omero, array, layout, attributes, axes)
 
 
 def _plate_from_image(root: Path, layout: str) -> PlateMetadata:
-    array_path, labels, omero = _image_array(root)
+    array_path, labels, omero, axes = _image_array(root)
     array = read_array_document(root / array_path)
     info = FieldInfo(index=0, plate=root.stem, well="A1", row="A", column="1", field=0, path=array_path)
-    return _metadata(root, root.stem, [info], labels, omero, array, layout, {})
+    return _metadata(root, root.stem, [info], labels, omero, array, layout, {}, axes)
 
 
 def _metadata(
     root: Path, name: str, fields: list[FieldInfo], labels: list[str] | None,
     omero: dict[str, Any], array: dict[str, Any], layout: str, attributes: dict[str, Any],
+    axes: list[str] | None = None,
 ) -> PlateMetadata:
-    shape = tuple(int(s) for s in array["shape"])
-    if len(shape) == 2:
-        raise StoreError(f"field arrays of {root} are 2-D {shape}; cropbench needs (c, y, x)")
-    if len(shape) > 3:
-        if any(s != 1 for s in shape[:-3]):
-            raise StoreError(f"field arrays of {root} have shape {shape}; only singleton t/z axes are supported")
-        shape = shape[-3:]
+    full_shape = tuple(int(s) for s in array["shape"])
+    if len(full_shape) == 2:
+        raise StoreError(f"field arrays of {root} are 2-D {full_shape}; cropbench needs (c, y, x)")
+    # NGFF orders axes t, c, z, y, x: the channel axis is named "c" (else the one before y, x).
+    channel_axis = axes.index("c") if axes and len(axes) == len(full_shape) and "c" in axes else len(full_shape) - 3
+    others = [s for i, s in enumerate(full_shape[:-2]) if i != channel_axis]
+    if any(s != 1 for s in others):
+        raise StoreError(
+            f"field arrays of {root} have shape {full_shape} (axes {axes}); only singleton t/z axes are supported"
+        )
+    shape = (full_shape[channel_axis], full_shape[-2], full_shape[-1])
     dtype = str(array.get("data_type") or array.get("dtype"))
     dtype = {"<u2": "uint16", "|u1": "uint8", "<u1": "uint8", "<f4": "float32"}.get(dtype, dtype)
     channel_names = tuple(labels) if labels and len(labels) == shape[0] else tuple(f"c{i}" for i in range(shape[0]))
@@ -131,7 +138,8 @@ def _metadata(
     return PlateMetadata(
         path=root, name=name, fields=tuple(fields), channel_names=channel_names,
         field_shape=(shape[0], shape[1], shape[2]), dtype=dtype, layout=layout,
-        extra={"windows": windows, "cropbench": attributes.get("cropbench", {})},
+        extra={"windows": windows, "cropbench": attributes.get("cropbench", {}), "channel_axis": channel_axis,
+               "array_ndim": len(full_shape)},
     )
 
 

@@ -134,14 +134,13 @@ class ZarrPythonReader(PlateReader):
     ) -> np.ndarray:
         self._check_window(field_index, y0, y1, x0, x1)
         array = self._array(field_index)
-        leading = (0,) * (array.ndim - 3)
+        channel_axis = int(self.metadata.extra.get("channel_axis", array.ndim - 3))
+        selection: list[Any] = [0] * array.ndim
+        selection[channel_axis] = slice(None) if channels is None else np.asarray(channels)
+        selection[-2:] = [slice(y0, y1), slice(x0, x1)]
         try:
-            if channels is None:
-                pixels = array[(*leading, slice(None), slice(y0, y1), slice(x0, x1))]
-            else:
-                pixels = array.get_orthogonal_selection(
-                    (*leading, np.asarray(channels), slice(y0, y1), slice(x0, x1))
-                )
+            pixels = (array[tuple(selection)] if channels is None
+                      else array.get_orthogonal_selection(tuple(selection)))
         except Exception as error:  # zarr surfaces codec failures as many exception types
             raise StoreError(
                 f"cannot read y{y0}:{y1} x{x0}:{x1} of {self.metadata.fields[field_index].path} "
