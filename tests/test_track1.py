@@ -54,3 +54,20 @@ def test_full_preset_covers_the_required_grid() -> None:
     assert {c.crop.tier for c in cases} == {"none", "light", "typical"}
     assert len({c.crop.dtype for c in cases}) >= 2 and len({c.crop.decode for c in cases}) >= 2
     assert min(c.samples for c in cases) >= 1000
+
+
+def test_cold_cache_state_evicts_before_every_steady_block(tiny_plate: Path) -> None:
+    case = Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=5, cold_samples=0, cache="cold")
+    metrics = run_case(tiny_plate, case)
+    assert metrics["cache"] == "cold" and case.label.endswith("/cold")
+    assert metrics["steady_evictions"] == 4, "two blocks of 50, each read by both loops"
+    assert metrics["chunks_decoded_per_crop"] > 0
+
+
+def test_direct_rows_carry_a_stage_split_that_adds_up(tiny_plate: Path) -> None:
+    case = Track1Case(crop=CropConfig(crop_size=32, tier="light"), samples=100, warmup=5, cold_samples=0)
+    metrics = run_case(tiny_plate, case)
+    stages = [metrics[f"stage_{name}_ms"] for name in ("fetch", "decode", "assemble", "index", "transform")]
+    assert all(value >= 0 for value in stages)
+    assert metrics["stage_collate_ms"] > 0 and metrics["fidelity_sha256"]
+    assert 0 < metrics["clock_overhead_fraction"] < 0.5

@@ -223,9 +223,11 @@ class Track1Case:
     cold_samples: int = 100
     seed: int = 0
     granularity: int = 8
+    cache: str = "warm"
 
     def __post_init__(self) -> None:
         _choice("access", self.access, ACCESS_PATTERNS)
+        _choice("cache", self.cache, CACHE_STATES)
         _positive("granularity", self.granularity)
         _positive("samples", self.samples)
         _require(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
@@ -236,7 +238,8 @@ class Track1Case:
         c = self.crop
         channels = "all" if c.channels is None else "+".join(c.channels)
         access = f"{self.access}x{self.granularity}" if self.access == "chunk-aware" else self.access
-        return f"{access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}"
+        cache = "" if self.cache == "warm" else f"/{self.cache}"
+        return f"{access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}{cache}"
 
 
 #: Synthetic plate presets: ``smoke`` writes in seconds; ``full`` is the realistic default plate.

@@ -62,6 +62,23 @@ def time_loop(call: Callable[[int], Any], indices: Sequence[int]) -> float:
     return time.perf_counter() - start
 
 
+def clock_overhead_ns(calls: int = 20_000) -> float:
+    """Extra wall time per item that :func:`time_each` adds over :func:`time_loop` (no-op calls)."""
+    indices = list(range(calls))
+    noop = int.__index__
+    plain = time_loop(noop, indices)
+    start = time.perf_counter()
+    time_each(noop, indices)
+    timed = time.perf_counter() - start
+    return max(timed - plain, 0.0) / calls * 1e9
+
+
+def rss_bytes() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
 def configure_threads(torch_threads: int) -> dict[str, Any]:
     """Pin torch's intra-op threads and report the OpenMP settings that shape results.
 

@@ -18,11 +18,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import default_collate
 
 from cropbench.config import CropConfig, Track1Case
 from cropbench.dataset import CropDataset, PairedViews
 from cropbench.formats import layout_label, read_plate_metadata, supported_decodes
-from cropbench.measure import evict, summarise_ms, time_each, time_loop
+from cropbench.fidelity import fidelity_hash
+from cropbench.formats.chunks import StageTimedChunkReader
+from cropbench.measure import clock_overhead_ns, evict, rss_bytes, summarise_ms, time_each, time_loop
 from cropbench.records import Record
 from cropbench.sampling import access_order
 from cropbench.tracks.context import RunContext
@@ -30,6 +33,9 @@ from cropbench.tracks.context import RunContext
 WARMUP_CURVE_POINTS = 50
 TRANSFORM_ONLY_ITEMS = 200
 STEADY_BLOCK = 50
+STAGE_SPLIT_ITEMS = 300
+FIDELITY_ITEMS = 32
+COLLATE_BATCH = 64
 
 
 def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
@@ -67,26 +73,33 @@ def _getter(dataset: CropDataset, access: str) -> Callable[[int], Any]:
     return PairedViews(dataset).__getitem__ if access == "paired" else dataset.__getitem__
 
 
-def _steady(get: Callable[[int], Any], indices: list[int], prefix: str = "") -> dict[str, Any]:
+def _steady(
+    get: Callable[[int], Any], indices: list[int], prefix: str = "",
+    before_block: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """Steady state: each block of indices is read by a tight loop and by a per-item timed loop.
 
     The two loops alternate which goes first from block to block, so cache reuse favours neither;
     the tight loops give samples/s, the timed loops the percentiles, and their ratio the cost of
-    the timing itself (harness overhead).
+    the timing itself (harness overhead). ``before_block`` runs before each loop, untimed (cold
+    cache state uses it to evict the page cache and the reader's caches).
     """
     loop_seconds = timed_seconds = 0.0
     latencies = []
     for block_number, start in enumerate(range(0, len(indices), STEADY_BLOCK)):
         block = indices[start:start + STEADY_BLOCK]
         for timed_first in ((True, False) if block_number % 2 else (False, True)):
+            if before_block is not None:
+                before_block()
             if timed_first:
                 started = time.perf_counter()
                 latencies.append(time_each(get, block))
                 timed_seconds += time.perf_counter() - started
             else:
                 loop_seconds += time_loop(get, block)
+    summary = summarise_ms(np.concatenate(latencies), prefix)
     return {
-        **summarise_ms(np.concatenate(latencies), prefix),
+        **summary,
         f"{prefix}samples_per_s": len(indices) / loop_seconds,
         f"{prefix}loop_seconds": loop_seconds,
         f"{prefix}timed_loop_seconds": timed_seconds,
@@ -98,6 +111,7 @@ def run_case(
     plate: str | Path, case: Track1Case, evict_first: bool = True, objects: str | Path | None = None,
 ) -> dict[str, Any]:
     """Measure one case and return its metrics (the caller wraps them in a record)."""
+    rss_start = rss_bytes()
     dataset = CropDataset(plate, case.crop, objects=objects)
     get = _getter(dataset, case.access)
     total = case.cold_samples + case.warmup + case.samples
@@ -105,7 +119,7 @@ def run_case(
     cold = indices[: case.cold_samples]
     warm = indices[case.cold_samples: case.cold_samples + case.warmup]
     steady = indices[case.cold_samples + case.warmup:]
-    metrics: dict[str, Any] = {"objects": len(dataset)}
+    metrics: dict[str, Any] = {"objects": len(dataset), "cache": case.cache}
     if cold:
         eviction = evict(dataset.reader.files()) if evict_first else None
         cold_latencies = time_each(get, cold)
@@ -114,15 +128,80 @@ def run_case(
         metrics.update(eviction.as_metrics() if eviction else {"eviction_verified": False})
     warmup_latencies = time_each(get, warm)
     dataset.reader.stats.reset()
-    metrics.update(_steady(get, steady))
+    evictions: list[bool] = []
+
+    def make_cold() -> None:
+        dataset.reader.close()
+        evictions.append(evict(dataset.reader.files()).verified)
+
+    metrics.update(_steady(get, steady, before_block=make_cold if case.cache == "cold" else None))
+    if evictions:
+        metrics["steady_evictions"] = len(evictions)
+        metrics["steady_evictions_verified"] = sum(evictions)
     metrics.update(dataset.reader.stats.per_region())
+    metrics["clock_overhead_fraction"] = clock_overhead_ns() / max(metrics["mean_ms"] * 1e6, 1.0)
     metrics["warmup_ms"] = [round(v / 1e6, 4) for v in warmup_latencies[:WARMUP_CURVE_POINTS]]
     if len(warmup_latencies):
         metrics["warmup_mean_ms"] = float(warmup_latencies.mean() / 1e6)
         metrics["warmup_over_steady"] = metrics["warmup_mean_ms"] / max(metrics["p50_ms"], 1e-9)
     if case.crop.tier != "none":
         metrics.update(_io_and_transform_split(plate, case, steady, metrics, objects))
+    if case.crop.decode == "direct":
+        metrics.update(_stage_split(plate, case, steady[:STAGE_SPLIT_ITEMS], objects))
+    metrics["fidelity_items"] = FIDELITY_ITEMS
+    metrics["fidelity_sha256"] = case_fidelity_hash(plate, case, objects)
+    metrics["rss_start_bytes"], metrics["rss_end_bytes"] = rss_start, rss_bytes()
+    metrics["decoded_plate_bytes"] = int(np.prod(dataset.reader.metadata.field_shape)) * 2 * len(
+        dataset.reader.metadata.fields
+    )
+    metrics["chunk_cache_fraction_of_plate"] = case.crop.chunk_cache_bytes / metrics["decoded_plate_bytes"]
     return metrics
+
+
+def case_fidelity_hash(plate: str | Path, case: Track1Case, objects: str | Path | None = None) -> str:
+    """Hash of the first ``FIDELITY_ITEMS`` items of the case's seeded order, from a fresh dataset."""
+    dataset = CropDataset(plate, case.crop, objects=objects)
+    get = _getter(dataset, case.access)
+    order = _indices(dataset, case, FIDELITY_ITEMS)
+    return fidelity_hash((get(i) for i in order), dataset.channel_names)
+
+
+def _stage_split(
+    plate: str | Path, case: Track1Case, indices: list[int], objects: str | Path | None,
+) -> dict[str, Any]:
+    """Per-item time in each stage of the fast path: index, fetch, decode, assemble, transform, collate."""
+    metadata = read_plate_metadata(plate)
+    reader = StageTimedChunkReader(metadata, case.crop.chunk_cache_bytes)
+    dataset = CropDataset(plate, case.crop, objects=objects, reader=reader)
+    get = _getter(dataset, case.access)
+    time_each(get, indices[: case.warmup])
+    reader.stage_ns.update(fetch=0, decode=0, region=0)
+    samples: list[Any] = []
+    started = time.perf_counter_ns()
+    for index in indices:
+        samples.append(get(index))
+    total = time.perf_counter_ns() - started
+    stage = dict(reader.stage_ns)
+    read_ns = stage["region"]
+    read_raw_ns = time_each(dataset.read_raw, indices).sum()
+    raws = [torch.from_numpy(dataset.read_raw(i)) for i in indices]
+    views = 2 if case.access == "paired" else 1
+    transform_ns = time_each(
+        lambda i: [dataset.plan.apply(raws[i], i, 0, view) for view in range(views)], range(len(raws)),
+    ).sum()
+    batch = samples[:COLLATE_BATCH]
+    collate_ns = time_each(lambda _: default_collate(batch), range(5)).min() if batch else 0
+    count = max(len(indices), 1)
+    return {
+        "stage_items": len(indices),
+        "stage_fetch_ms": stage["fetch"] / count / 1e6,
+        "stage_decode_ms": stage["decode"] / count / 1e6,
+        "stage_assemble_ms": (read_ns - stage["fetch"] - stage["decode"]) / count / 1e6,
+        "stage_index_ms": max(float(read_raw_ns) - read_ns, 0.0) / count / 1e6,
+        "stage_transform_ms": float(transform_ns) / count / 1e6,
+        "stage_collate_ms": float(collate_ns) / max(len(batch), 1) / 1e6,
+        "stage_total_ms": total / count / 1e6,
+    }
 
 
 def _io_and_transform_split(
