@@ -141,9 +141,11 @@ def _open_results(out_dir: Path, resume: bool) -> tuple[RecordWriter, frozenset[
 def run_tracks(
     plate: Path, tracks: Sequence[str], preset: str, out_dir: Path, *, samples: int | None = None,
     repeats: int = 1, resume: bool = False, torch_threads: int = 1, progress: bool = True,
-    layout: str | None = None, layout_dir: Path | None = None, objects: Path | None = None,
+    layout: str | None = None, layout_dir: Path | None = None, objects: Path | None = None, peers: bool = False,
 ) -> list[Record]:
     """Run tracks on a plate, writing each record durably as it finishes; returns this run's records.
+
+    ``peers`` adds the side-by-side comparison with peer loaders (track ``peers``, see cropbench.peers).
 
     ``layout`` runs them on the plate rewritten in that named layout (converted once, under
     ``layout_dir`` or ``<plate>.layouts/``); ``objects`` is an object table for plates without one.
@@ -181,6 +183,10 @@ def run_tracks(
     try:
         for track in tracks:
             TRACK_RUNNERS[track](plate, preset, context)
+        if peers:
+            from cropbench.peers import run_peers
+
+            run_peers(plate, preset, context)
     finally:
         bar.close()
         writer.close()
@@ -193,10 +199,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     out_dir = Path(args.out)
     records = run_tracks(
-        Path(args.plate), args.track or ["1"], args.preset, out_dir, samples=args.samples,
+        Path(args.plate), args.track or ([] if args.peers else ["1"]), args.preset, out_dir, samples=args.samples,
         repeats=args.repeats, resume=args.resume, torch_threads=args.torch_threads, progress=not args.no_progress,
         layout=args.layout, layout_dir=Path(args.layout_dir) if args.layout_dir else None,
-        objects=Path(args.objects) if args.objects else None,
+        objects=Path(args.objects) if args.objects else None, peers=args.peers,
     )
     print(summary_table(records))
     print(f"\n{len(records)} rows appended to {out_dir / RESULTS_NAME}; CSV at {out_dir / 'results.csv'}")
@@ -296,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--layout-dir", help="where converted plates live (default: PLATE.layouts/ beside the plate)")
     run.add_argument("--objects", help="object table (Parquet/CSV: centroid_y, centroid_x, and well, field unless "
                                        "the plate has one field) for plates without cropbench's table")
+    run.add_argument("--peers", action="store_true",
+                     help="also measure peer loaders (naive zarr, dask, spatialdata, Arrow rows) beside cropbench's "
+                          "zarr/direct/field on the same crops (track 'peers'; only them unless --track is given)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(handler=cmd_run)
 

@@ -29,3 +29,7 @@ class ImportInputError(CropbenchError):
 
 class OutputError(CropbenchError):
     """A result or output location cannot be written."""
+
+
+class PeerUnavailableError(CropbenchError):
+    """A peer loader cannot run here: its optional extra is not installed, or the layout does not suit it."""

@@ -123,8 +123,55 @@ def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     return _save(figure, out_dir / "layouts_comparison.png")
 
 
+def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
+    """Peers next to cropbench's decode paths: samples/s on the same crops, one panel per plate.
+
+    The latest row of each loader on each plate is drawn; skipped peers are listed with the reason.
+    """
+    latest: dict[str, dict[str, Record]] = {}
+    for record in _by_track(records, "peers"):
+        plate = f"{record.config.get('layout', '?')}: {Path(str(record.config.get('plate', '?'))).name}"
+        latest.setdefault(plate, {})[_label(record)] = record
+    if not latest:
+        return None
+    height = sum(0.42 * len(rows) + 1.2 for rows in latest.values()) + 0.5
+    figure, axes = plt.subplots(len(latest), 1, figsize=(12, max(3.5, height)), squeeze=False)
+    for axis, (plate, by_case) in zip(axes[:, 0], latest.items(), strict=True):
+        rows = list(by_case.values())
+        positions = np.arange(len(rows))
+        rates = np.array([r.metrics.get("samples_per_s", np.nan) for r in rows], dtype=float)
+        colors = ["tab:blue" if r.config.get("kind") == "cropbench" else "tab:orange" for r in rows]
+        axis.barh(positions, np.nan_to_num(rates, nan=0.0), color=colors)
+        axis.set_xscale("log")
+        finite = rates[np.isfinite(rates) & (rates > 0)]
+        low, high = (finite.min(), finite.max()) if finite.size else (1.0, 10.0)
+        axis.set_xlim(low / 3, high * 12)
+        for position, record, rate in zip(positions, rows, rates, strict=True):
+            if record.metrics.get("skipped"):
+                reason = str(record.metrics.get("skip_reason", ""))
+                axis.text(low / 2.8, position, f"skipped: {reason[:120]}", va="center", fontsize=7, color="gray")
+                continue
+            speedup = record.metrics.get("direct_speedup")
+            note = f"{rate:,.0f}/s" if rate >= 10 else f"{rate:,.1f}/s"
+            if speedup and record.config.get("peer") != "cropbench-direct":
+                note += f"  (direct {speedup:,.1f}× faster)" if speedup >= 1 else f"  ({1 / speedup:,.2f}× direct)"
+            axis.text(rate * 1.08, position, note, va="center", fontsize=8)
+        direct = [r.metrics.get("samples_per_s") for r in rows if r.config.get("peer") == "cropbench-direct"]
+        if direct and direct[0]:
+            axis.axvline(direct[0], color="tab:blue", linestyle=":", linewidth=1)
+        axis.set_yticks(positions, [r.config.get("peer", r.case) for r in rows], fontsize=8)
+        axis.invert_yaxis()
+        axis.grid(axis="x", alpha=0.3)
+        size = rows[0].config.get("crop_size", "?")
+        axis.set_title(f"{plate} — {size}px crops, all channels, random order (higher is better)", fontsize=9)
+        axis.set_xlabel("samples/s, one process, warm page cache (log); blue: cropbench, orange: peers; "
+                        "dotted: cropbench direct", fontsize=8)
+    figure.suptitle("Peer loaders vs cropbench on the same plate and crops", fontsize=11)
+    return _save(figure, out_dir / "peers_comparison.png")
+
+
 #: Every figure maker; tracks 2 and 3 add theirs here.
-FIGURES: list[FigureMaker] = [track1_bars, track1_cdf, track1_warmup, layouts_comparison]
+FIGURES: list[FigureMaker] = [track1_bars, track1_cdf, track1_warmup, layouts_comparison, peers_comparison]
 
 
 def plot_results(records: Sequence[Record], out_dir: str | Path) -> list[Path]:

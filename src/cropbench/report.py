@@ -16,6 +16,9 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
                 ("MiB", "stored_mib", "{:,.1f}"), ("ratio", "compression_ratio", "{:.2f}"),
                 ("write s", "write_seconds", "{:.2f}"), ("decode amp", "random_decode_amplification", "{:.1f}"),
                 ("chunks/crop", "random_chunks_touched_per_crop", "{:.1f}")),
+    "peers": (("samples/s", "samples_per_s", "{:,.1f}"), ("× direct", "ratio_to_direct", "{:.4f}"),
+              ("direct ÷", "direct_speedup", "{:,.1f}"), ("p50 ms", "p50_ms", "{:.3f}"), ("p95 ms", "p95_ms", "{:.3f}"),
+              ("n", "count", "{}"), ("skipped", "skip_reason", "{}")),
 }
 
 
