@@ -205,6 +205,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         objects=Path(args.objects) if args.objects else None, peers=args.peers,
     )
     print(summary_table(records))
+    if args.repeats > 1:
+        from cropbench.stability import format_repeat_summary, summarise_repeats
+
+        print("\n" + format_repeat_summary(summarise_repeats(records)))
     print(f"\n{len(records)} rows appended to {out_dir / RESULTS_NAME}; CSV at {out_dir / 'results.csv'}")
     if args.plot:
         _plot(out_dir / RESULTS_NAME, out_dir / "plots")
@@ -227,6 +231,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     path = write_csv(read_records(args.results), args.csv)
     print(f"wrote {path}")
+    return 0
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from cropbench.stability import format_repeat_summary, summarise_repeats
+
+    print(format_repeat_summary(summarise_repeats(read_records(args.results), args.metric)))
     return 0
 
 
@@ -357,6 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("results", help="results.jsonl")
     export.add_argument("--csv", required=True, help="CSV file to write")
     export.set_defaults(handler=cmd_export)
+
+    summary = commands.add_parser("summary", help="median, 95%% interval and stability warnings over repeats")
+    summary.add_argument("results", help="results.jsonl")
+    summary.add_argument("--metric", default="samples_per_s", help="metric to summarise (default: %(default)s)")
+    summary.set_defaults(handler=cmd_summary)
 
     env = commands.add_parser("env", help="print the environment metadata a record carries")
     env.add_argument("--path", help="also describe the storage holding this path")

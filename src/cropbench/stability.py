@@ -1,0 +1,86 @@
+"""Repeats: median, a confidence interval, and warnings when a number is not stable enough to use.
+
+A configuration repeated with fresh seeds gives one row per repeat (``Record.repeat``). The
+summary reports the median with a seeded bootstrap 95 % interval, the coefficient of variation,
+and warns when CV exceeds 5 % or when a tail percentile rests on too few samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cropbench.records import Record
+
+CV_LIMIT = 0.05
+BOOTSTRAP_RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class RepeatSummary:
+    """One configuration's metric over its repeats."""
+
+    track: str
+    case: str
+    metric: str
+    repeats: int
+    median: float
+    ci_low: float
+    ci_high: float
+    cv: float
+    warnings: tuple[str, ...]
+
+
+def bootstrap_median_interval(values: Sequence[float], seed: int = 0) -> tuple[float, float]:
+    """Seeded percentile-bootstrap 95 % interval of the median."""
+    data = np.asarray(values, dtype=np.float64)
+    if data.size < 2:
+        return float(data[0]), float(data[0])
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(data, size=(BOOTSTRAP_RESAMPLES, data.size), replace=True), axis=1)
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def summarise_repeats(
+    records: Iterable[Record], metric: str = "samples_per_s", cv_limit: float = CV_LIMIT,
+) -> list[RepeatSummary]:
+    """Group records by (track, case) and summarise ``metric`` over the repeats."""
+    groups: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        if metric in record.metrics and record.metrics[metric] is not None:
+            groups.setdefault((record.track, record.case), []).append(record)
+    summaries = []
+    for (track, case), rows in groups.items():
+        values = [float(r.metrics[metric]) for r in rows]
+        mean = float(np.mean(values))
+        cv = float(np.std(values, ddof=1) / mean) if len(values) > 1 and mean else 0.0
+        warnings = []
+        if cv > cv_limit:
+            warnings.append(f"CV {cv:.1%} > {cv_limit:.0%}")
+        for tail in ("p95", "p99"):
+            if any(r.metrics.get(f"{tail}_reliable") is False for r in rows):
+                counts = sorted({int(r.metrics.get("count", 0)) for r in rows})
+                warnings.append(f"{tail} rests on {counts[0]} samples")
+        if len(values) < 3:
+            warnings.append(f"only {len(values)} repeat(s)")
+        low, high = bootstrap_median_interval(values)
+        summaries.append(RepeatSummary(
+            track=track, case=case, metric=metric, repeats=len(values), median=float(np.median(values)),
+            ci_low=low, ci_high=high, cv=cv, warnings=tuple(warnings),
+        ))
+    return summaries
+
+
+def format_repeat_summary(summaries: Sequence[RepeatSummary]) -> str:
+    """A plain-text table: case, repeats, median [95 % CI], CV, warnings."""
+    if not summaries:
+        return "no repeated metric to summarise"
+    lines = [f"{'track/case':60s} {'n':>3s} {'median':>12s} {'95% CI':>25s} {'CV':>7s}  warnings"]
+    for s in summaries:
+        interval = f"[{s.ci_low:,.1f}, {s.ci_high:,.1f}]"
+        lines.append(f"{(s.track + ' ' + s.case)[:60]:60s} {s.repeats:3d} {s.median:12,.1f} {interval:>25s} "
+                     f"{s.cv:7.1%}  {'; '.join(s.warnings)}")
+    return "\n".join(lines)
