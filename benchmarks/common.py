@@ -1,0 +1,195 @@
+"""Shared helpers of the asv suites: plates made once, parameter grids, skips, and the reference.
+
+Benchmark bodies stay one to three lines; what they need is built here. asv imports the suites
+under every commit it measures, so cropbench is imported lazily through :func:`require`: a commit
+that predates a track or a knob turns into a skip (``NotImplementedError`` in ``setup``), not a
+failed import of the whole suite.
+
+Stability on a small, shared machine rests on three choices:
+- ``time_*`` benchmarks time a block of crops per sample (not one crop), many samples per round,
+  two interleaved rounds, so asv's Mann-Whitney test has data to work with;
+- ``track_*`` values rest on hundreds of crops (robust statistics over blocks), never one;
+- the gating metric (``track_relative_cost``) divides the crop path's time by the time of cutting
+  the same crops out of fields already in memory, measured block by block in the same process,
+  so whatever slows the whole machine (a neighbour's job, clock changes) cancels out.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Opt-in switch for the larger grid (``CROPBENCH_ASV_FULL=1 asv run ...``).
+FULL_GRID = os.environ.get("CROPBENCH_ASV_FULL", "") == "1"
+#: Crops read per ``time_*`` sample and per block of the relative-cost measurement.
+BLOCK = 32
+#: Blocks whose ratios make one ``track_relative_cost`` value (their median).
+RELATIVE_BLOCKS = 40
+#: Fraction of blocks dropped at each end before averaging the ratios.
+TRIM = 0.1
+#: Where ``setup_cache`` writes plates (relative to asv's per-run cache directory).
+PLATE_DIR = "plates"
+
+
+
+def grid(default: Sequence[Any], full: Sequence[Any]) -> list[Any]:
+    """A parameter's values: small by default, larger with ``CROPBENCH_ASV_FULL=1``."""
+    return list(full if FULL_GRID else default)
+
+
+def require(module: str, name: str) -> Any:
+    """``module.name`` from the installed cropbench, or a skip if this commit does not have it."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        raise NotImplementedError(f"{module}.{name} is not in this commit of cropbench ({error})") from error
+
+
+def layouts() -> list[str]:
+    """Named layouts to benchmark: only ``default`` unless the full grid is asked for."""
+    if not FULL_GRID:
+        return ["default"]
+    return sorted(require("cropbench.config", "LAYOUTS"))
+
+
+def plate_preset() -> str:
+    return "full" if FULL_GRID else "smoke"
+
+
+def make_plates() -> dict[str, str]:
+    """``setup_cache`` of every suite: write the plate once per layout, return layout -> path."""
+    generate_plate = require("cropbench.generate", "generate_plate")
+    spec = require("cropbench.config", "plate_preset")(plate_preset())
+    layout_by_name = require("cropbench.config", "layout_by_name")
+    plates = {}
+    for name in layouts():
+        path = Path(PLATE_DIR, f"{name}.zarr").absolute()
+        generate_plate(path, spec, layout_by_name(name), overwrite=True, progress=False)
+        plates[name] = str(path)
+    return plates
+
+
+def plate_for(plates: dict[str, str], layout: str) -> str:
+    if layout not in plates:
+        raise NotImplementedError(f"layout {layout!r} was not generated (layouts: {', '.join(plates)})")
+    return plates[layout]
+
+
+def one_thread() -> None:
+    """One torch intra-op thread, as the CLI runs: 2-core machines otherwise oversubscribe."""
+    require("cropbench.measure", "configure_threads")(1)
+
+
+def channel_names(channels: str) -> tuple[str, ...] | None:
+    """Parameter value -> CropConfig.channels: ``all`` or names joined by ``+``."""
+    return None if channels == "all" else tuple(channels.split("+"))
+
+
+def crop_config(**knobs: Any) -> Any:
+    """A CropConfig, or a skip when this commit rejects or lacks one of the knobs."""
+    config_class = require("cropbench.config", "CropConfig")
+    try:
+        return config_class(**knobs)
+    except TypeError as error:
+        raise NotImplementedError(f"CropConfig of this commit does not take {sorted(knobs)}: {error}") from error
+
+
+def getter(dataset: Any, access: str) -> Callable[[int], Any]:
+    """What a training loop calls per object: one view, or two views for ``paired``."""
+    if access == "paired":
+        return require("cropbench.dataset", "PairedViews")(dataset).__getitem__
+    return dataset.__getitem__  # type: ignore[no-any-return]
+
+
+def access_order(dataset: Any, access: str, count: int, seed: int = 0) -> list[int]:
+    """``count`` indices in the access pattern's order, continuing into further epochs."""
+    sampler = require("cropbench.sampling", "sampler_for")(dataset, access, seed)
+    orders = []
+    epoch = 0
+    while sum(len(order) for order in orders) < count:
+        sampler.set_epoch(epoch)
+        orders.append(np.asarray(sampler.order()))
+        epoch += 1
+    return [int(i) for i in np.concatenate(orders)[:count]]
+
+
+class Suite:
+    """asv attributes every suite shares; suites subclass it (it has no benchmarks itself).
+
+    Wall clock (workers and I/O are involved), one call per sample (each call reads a block),
+    up to 20 samples in ~2 s per round, two rounds that ``asv continuous`` interleaves across
+    the two commits. ``version`` is bumped by a suite when what it measures is redefined.
+    """
+
+    timer = staticmethod(time.perf_counter)
+    number = 1
+    repeat = (10, 20, 2.0)
+    warmup_time = 0.2
+    rounds = 2
+    version = "1"
+    setup_cache = staticmethod(make_plates)
+
+
+class CopyCeiling:
+    """The same crops cut from fields already in memory, cast like the dataset casts them.
+
+    It does no decoding, no chunk lookup and no cache bookkeeping, and it does not go through the
+    code under test, so a slowdown anywhere in cropbench's crop path raises the ratio to it; a
+    slowdown of the whole machine raises both and cancels.
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        import torch
+
+        reader = dataset.reader
+        channels = list(dataset.channel_indices)
+        self.fields = [reader.read_field(i)[channels] for i in range(len(reader.metadata.fields))]
+        _, height, width = reader.metadata.field_shape
+        size = dataset.config.crop_size
+        self.size = size
+        self.field_index = np.asarray(dataset.field_index)
+        self.y0 = np.clip(np.asarray(dataset.window_y0), 0, height - size)
+        self.x0 = np.clip(np.asarray(dataset.window_x0), 0, width - size)
+        self.dtype = require("cropbench.transforms", "TORCH_DTYPES")[dataset.config.dtype]
+        self._from_numpy = torch.from_numpy
+
+    def __call__(self, index: int) -> Any:
+        y0, x0, size = int(self.y0[index]), int(self.x0[index]), self.size
+        window = self.fields[int(self.field_index[index])][:, y0:y0 + size, x0:x0 + size]
+        return self._from_numpy(np.ascontiguousarray(window)).to(self.dtype)
+
+
+def relative_cost(get: Callable[[int], Any], reference: Callable[[int], Any], indices: Sequence[int]) -> float:
+    """Trimmed mean over blocks of (time of ``get`` over a block) / (time of ``reference`` over it).
+
+    Each block's reference is timed right beside it, so a machine-wide slowdown cancels; the two
+    alternate which goes first. The reference reads each block once, from RAM, as the crop path
+    does (repeated passes would time a hot-cache copy, which proved bimodal). A trimmed mean
+    (not a median) keeps blocks that pay for rarer work, such as loading a field, in the
+    number, while the ``TRIM`` most extreme blocks at each end are dropped.
+    """
+    time_loop = require("cropbench.measure", "time_loop")
+    ratios = []
+    for number, start in enumerate(range(0, len(indices) - BLOCK + 1, BLOCK)):
+        block = indices[start:start + BLOCK]
+        if number % 2:
+            reference_seconds = time_loop(reference, block)
+            get_seconds = time_loop(get, block)
+        else:
+            get_seconds = time_loop(get, block)
+            reference_seconds = time_loop(reference, block)
+        ratios.append(get_seconds / max(reference_seconds, 1e-9))
+    return trimmed_mean(ratios, TRIM)
+
+
+def trimmed_mean(values: Sequence[float], trim: float) -> float:
+    """Mean of ``values`` without the ``trim`` fraction at each end (0.1: drop 10% + 10%)."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    cut = int(len(ordered) * trim)
+    return float(ordered[cut:len(ordered) - cut].mean())
