@@ -1,0 +1,86 @@
+"""scripts/asv_regression.py: asv flags a deliberate crop-path slowdown and leaves identical code alone.
+
+The ``same`` variant (asv --python=same on each commit's src) runs in CI in about a minute. The
+``asv continuous`` variant needs a virtualenv asv environment (~2 min to build the first time,
+reused from .asv/env after that), so it is opt-in: ``CROPBENCH_ASV_REGRESSION=1``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+#: One parameter combination of the gating benchmark keeps each asv run to seconds.
+BENCH = r"track1\.Fetch\.track_relative_cost\('random', 'direct'"
+#: Wider than asv's default 1.1 so a noisy machine cannot fail the test; 1.5x is still far above it.
+FACTOR = 1.25
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("asv_regression", REPO / "scripts" / "asv_regression.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+regression = _load()
+
+
+@pytest.fixture(scope="module")
+def clone_and_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, Path]]:
+    root = tmp_path_factory.mktemp("regression")
+    home = root / "home"
+    regression.prepare_machine(home)
+    yield regression.make_clone(root / "clone", 1.5, regression.DEFAULT_ENV_DIR), home
+
+
+def test_clone_holds_identical_and_slow_commits(clone_and_home: tuple[object, Path]) -> None:
+    clone, _ = clone_and_home
+    def diff(commit: str) -> str:
+        return subprocess.run(["git", "-C", str(clone.path), "diff", "--stat", clone.base, commit],
+                              check=True, capture_output=True, text=True).stdout
+    assert "README.md" in diff(clone.identical) and "src/" not in diff(clone.identical)
+    assert "src/cropbench/dataset.py" in diff(clone.slow)
+
+
+def test_worse_rows_are_read_from_asv_tables() -> None:
+    table = (
+        "| Change   | Before [a] | After [b] | Ratio | Benchmark (Parameter) |\n"
+        "|----------|------------|-----------|-------|-----------------------|\n"
+        "| +        | 1.94       | 2.86      | 1.48  | track1.Fetch.track_relative_cost('random', 'direct') |\n"
+        "| -        | 2.0        | 1.0       | 0.5   | track1.Fetch.time_fetch('random', 'field') |\n"
+        "|          | 1.0        | 1.0       | 1.0   | track2.Loader.time_epoch(0, 64) |\n"
+    )
+    assert regression._worse(table) == ("track1.Fetch.track_relative_cost('random', 'direct')",)
+
+
+@pytest.mark.slow
+def test_same_python_compare_flags_the_slowdown_only(clone_and_home: tuple[object, Path]) -> None:
+    clone, home = clone_and_home
+    slow = regression.compare_same_python(clone, home, clone.slow, BENCH, FACTOR)
+    assert slow.flagged, slow.output
+    assert all("track_relative_cost" in name for name in slow.worse)
+    identical = regression.compare_same_python(clone, home, clone.identical, BENCH, FACTOR)
+    assert not identical.flagged, identical.output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("CROPBENCH_ASV_REGRESSION") != "1",
+                    reason="builds or reuses an asv virtualenv (minutes): set CROPBENCH_ASV_REGRESSION=1")
+def test_asv_continuous_exits_1_on_the_slowdown_and_0_on_identical_code(
+    clone_and_home: tuple[object, Path],
+) -> None:
+    clone, home = clone_and_home
+    slow = regression.continuous(clone, home, clone.slow, BENCH, FACTOR)
+    assert slow.returncode == 1 and slow.flagged, slow.output
+    assert "PERFORMANCE DECREASED" in slow.output
+    identical = regression.continuous(clone, home, clone.identical, BENCH, FACTOR)
+    assert identical.returncode == 0 and not identical.flagged, identical.output

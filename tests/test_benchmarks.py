@@ -1,0 +1,130 @@
+"""The asv suites in benchmarks/: configuration, helpers, and every benchmark run once on a tiny plate."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import common, track1, track2, track3  # noqa: E402
+
+SUITES = [track1.Fetch, track2.Loader, track3.Loop]
+
+
+def _config() -> dict[str, Any]:
+    lines = (REPO / "asv.conf.json").read_text().splitlines()
+    return json.loads("\n".join(line for line in lines if not line.lstrip().startswith("//")))
+
+
+def test_config_installs_each_commit_without_dependencies() -> None:
+    config = _config()
+    assert config["repo"] == "." and config["branches"] == ["main"]
+    assert (config["results_dir"], config["html_dir"], config["env_dir"]) == ("results", "html", ".asv/env")
+    assert config["launch_method"] == "forkserver"
+    assert config["matrix"]["req"]["torch"] == ["2.14.1"] and config["matrix"]["req"]["torchvision"] == ["0.29.1"]
+    assert config["matrix"]["req"]["zarr"][0].count(".") == 2, "zarr must be pinned exactly"
+    assert all("--no-deps" in command for command in config["build_command"] + config["install_command"])
+    init = (REPO / "benchmarks" / "__init__.py").read_text()
+    assert "sys.path" not in init, "benchmarks/__init__.py must not put src/ on sys.path"
+
+
+def test_grid_is_small_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        monkeypatch.setenv("CROPBENCH_ASV_FULL", "1")
+        full = importlib.reload(common)
+        assert full.grid([1], [1, 2]) == [1, 2]
+        assert full.layouts() == sorted(full.require("cropbench.config", "LAYOUTS"))
+        monkeypatch.delenv("CROPBENCH_ASV_FULL")
+        small = importlib.reload(common)
+        assert small.grid([1], [1, 2]) == [1] and small.layouts() == ["default"]
+    finally:
+        importlib.reload(common)
+
+
+def test_require_turns_a_missing_name_into_a_skip() -> None:
+    assert common.require("cropbench.config", "CropConfig").__name__ == "CropConfig"
+    with pytest.raises(NotImplementedError, match="not in this commit"):
+        common.require("cropbench.tracks.track9", "run_case")
+    with pytest.raises(NotImplementedError, match="not in this commit"):
+        common.require("cropbench.config", "NoSuchThing")
+    with pytest.raises(NotImplementedError, match="was not generated"):
+        common.plate_for({"default": "x"}, "sharded")
+
+
+def test_copy_ceiling_cuts_the_same_pixels_as_the_dataset(tiny_plate: Path) -> None:
+    dataset = common.require("cropbench.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    ceiling = common.CopyCeiling(dataset)
+    _, height, width = dataset.reader.metadata.field_shape
+    inside = [i for i in range(len(dataset)) if 0 <= dataset.window_y0[i] <= height - 64
+              and 0 <= dataset.window_x0[i] <= width - 64]
+    assert inside
+    for index in inside[:20]:
+        assert torch.equal(ceiling(index), dataset[index]["image"])
+
+
+def test_relative_cost_rises_with_a_slower_crop_path(tiny_plate: Path) -> None:
+    dataset = common.require("cropbench.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    ceiling = common.CopyCeiling(dataset)
+    indices = common.access_order(dataset, "random", common.BLOCK * 20)
+
+    def three_times(index: int) -> None:
+        for _ in range(3):
+            ceiling(index)
+
+    same = common.relative_cost(ceiling, ceiling, indices)
+    slower = common.relative_cost(three_times, ceiling, indices)
+    assert slower > 2.0 * same
+
+
+def test_trimmed_mean_drops_the_extremes() -> None:
+    assert common.trimmed_mean([1.0] * 8 + [100.0, -100.0], 0.1) == 1.0
+    assert common.trimmed_mean([1.0, 2.0, 3.0], 0.0) == 2.0
+
+
+def test_access_order_continues_into_further_epochs(tiny_plate: Path) -> None:
+    dataset = common.require("cropbench.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    order = common.access_order(dataset, "grouped-field", 2 * len(dataset) + 3)
+    assert len(order) == 2 * len(dataset) + 3
+    assert sorted(order[:len(dataset)]) == list(range(len(dataset)))
+
+
+def _benchmark_methods(suite: type) -> list[str]:
+    return sorted(name for name in vars(suite) if name.split("_", 1)[0] in ("time", "track", "peakmem"))
+
+
+@pytest.mark.parametrize("suite", SUITES, ids=lambda s: s.__name__)
+def test_every_benchmark_runs_on_the_first_parameters(suite: type, tiny_plate: Path) -> None:
+    assert len(suite.params) == len(suite.param_names)
+    first = [values[0] for values in suite.params]
+    instance = suite()
+    instance.setup({"default": str(tiny_plate)}, *first)
+    for name in _benchmark_methods(suite):
+        value = getattr(instance, name)(*first)
+        if name.startswith("track_"):
+            assert isinstance(value, float) and value >= 0.0, name
+            assert getattr(suite, name).unit, f"{name} has no unit"
+
+
+def test_cuda_cases_are_skipped_without_a_gpu(tiny_plate: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(NotImplementedError, match="CUDA"):
+        track3.Loop().setup({"default": str(tiny_plate)}, "smallcnn", 0, "cuda", "default")
+
+
+def test_asv_check_finds_no_problems() -> None:
+    environment = {k: v for k, v in os.environ.items() if k != "CROPBENCH_ASV_FULL"}
+    result = subprocess.run([sys.executable, "-m", "asv", "check", "--python=same"], cwd=REPO,
+                            env=environment, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No problems found" in result.stdout
