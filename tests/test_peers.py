@@ -131,7 +131,7 @@ def test_spatialdata_wrapper_counts_clipped_tiles(windows: CropWindows, referenc
 def test_raw_spatialdata_items_do_not_collate_but_the_wrapper_does(spatialdata_peer: SpatialDataTiles) -> None:
     from torch.utils.data import default_collate
 
-    raw = [spatialdata_peer.tiles[i] for i in range(2)]
+    raw = [spatialdata_peer.tiles[0][i] for i in range(2)]
     with pytest.raises(TypeError):
         default_collate(raw)
     batch = default_collate([spatialdata_peer[i] for i in range(4)])

@@ -287,7 +287,11 @@ class SpatialDataTiles(PeerDataset):
 
     The ``SpatialData`` object holds one image element per field (``Image2DModel`` over
     ``dask.array.from_zarr`` of the plate's own array: the same store), one shapes element of
-    circles per field with the cells, and one table annotating them (``object_id``). Each circle
+    circles per field with the cells, and one table per field annotating them (``object_index``,
+    returned with each tile). There is one ``ImageTilesDataset`` per field: in 0.7.3 a single
+    table annotating several regions fails in ``ImageTilesDataset.__init__`` ("Regions in the
+    AnnData object and `region` do not match": it validates each region's subset of the table
+    against the full region list). Each circle
     sits at the centre of cropbench's window (``y0 + size/2``, ``x0 + size/2``); with
     ``tile_dim_in_units=size`` and ``rasterize=False``, spatialdata's bounding-box query then
     selects exactly the pixels of cropbench's window (pixel centres at ``i + 0.5``, inclusive bounds).
@@ -299,7 +303,8 @@ class SpatialDataTiles(PeerDataset):
       and returns a uint16 tensor in a dict.
     - Tiles of cells near the field's edge come back clipped to the field (a smaller array, not
       zero-padded), so a batch would not stack. The wrapper places the clipped tile where its
-      pixel coordinates say inside a zeroed ``size`` × ``size`` window, the same as cropbench's
+      transformation (the translation the query records) says, inside a zeroed ``size`` × ``size``
+      window, the same as cropbench's
       ``border="pad"``; :meth:`raw_tile` gives the tile as spatialdata returns it, and
       ``clipped_tiles`` counts them.
     - dask ``compute`` runs synchronously inside DataLoader workers (see :func:`dask_scheduler`):
@@ -312,7 +317,6 @@ class SpatialDataTiles(PeerDataset):
     description = "spatialdata 0.7.3 ImageTilesDataset (bounding-box query, dask per tile), wrapped"
     extra = "spatialdata"
     modules = ("spatialdata", "spatialdata.dataloader", "dask", "geopandas", "anndata")
-    TABLE = "table"
 
     def __init__(self, windows: CropWindows, work_dir: Path | None = None, scheduler: str | None = None) -> None:
         super().__init__(windows, work_dir)
@@ -320,9 +324,9 @@ class SpatialDataTiles(PeerDataset):
         self.clipped_tiles = 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.tiles, self._tile_row = self._build()
+            self.tiles, self._dataset_of, self._tile_row = self._build()
 
-    def _build(self) -> tuple[Any, np.ndarray]:
+    def _build(self) -> tuple[list[Any], np.ndarray, np.ndarray]:
         import anndata
         import dask.array as da
         import geopandas
@@ -332,11 +336,11 @@ class SpatialDataTiles(PeerDataset):
         from spatialdata.models import Image2DModel, ShapesModel, TableModel
 
         windows, half = self.windows, self.windows.size / 2
+        fields = np.unique(windows.field_index).tolist()
         images: dict[str, Any] = {}
         shapes: dict[str, Any] = {}
-        regions_to_images: dict[str, str] = {}
-        obs = []
-        for field in np.unique(windows.field_index).tolist():
+        tables: dict[str, Any] = {}
+        for field in fields:
             array = da.from_zarr(str(windows.array_paths[field]))
             images[f"field_{field}"] = Image2DModel.parse(
                 array[windows.prefix(array.ndim)], dims=("c", "y", "x"), c_coords=list(windows.channel_names),
@@ -345,32 +349,40 @@ class SpatialDataTiles(PeerDataset):
             centres = geopandas.points_from_xy(windows.window_x0[members] + half, windows.window_y0[members] + half)
             frame = geopandas.GeoDataFrame({"radius": np.full(len(members), half)}, geometry=centres, index=members)
             shapes[f"cells_{field}"] = ShapesModel.parse(frame)
-            regions_to_images[f"cells_{field}"] = f"field_{field}"
-            obs.append(pd.DataFrame({"region": f"cells_{field}", "instance_id": members, "object_index": members}))
-        table = pd.concat(obs, ignore_index=True)
-        table.index = table.index.astype(str)
-        table["region"] = pd.Categorical(table["region"])
-        annotations = TableModel.parse(
-            anndata.AnnData(obs=table), region=list(shapes), region_key="region", instance_key="instance_id",
-        )
-        sdata = SpatialData(images=images, shapes=shapes, tables={self.TABLE: annotations})
-        tiles = ImageTilesDataset(
-            sdata, regions_to_images=regions_to_images,
-            regions_to_coordinate_systems={region: "global" for region in shapes},
-            tile_dim_in_units=float(windows.size), rasterize=False, return_annotations="object_index",
-            table_name=self.TABLE,
-        )
+            obs = pd.DataFrame({"region": pd.Categorical([f"cells_{field}"] * len(members)),
+                                "instance_id": members, "object_index": members}, index=members.astype(str))
+            tables[f"table_{field}"] = TableModel.parse(
+                anndata.AnnData(obs=obs), region=f"cells_{field}", region_key="region", instance_key="instance_id",
+            )
+        sdata = SpatialData(images=images, shapes=shapes, tables=tables)
+        tiles = [
+            ImageTilesDataset(
+                sdata, regions_to_images={f"cells_{field}": f"field_{field}"},
+                regions_to_coordinate_systems={f"cells_{field}": "global"}, tile_dim_in_units=float(windows.size),
+                rasterize=False, return_annotations="object_index", table_name=f"table_{field}",
+            )
+            for field in fields
+        ]
+        dataset_of = np.full(len(windows), -1, dtype=np.int64)
         tile_row = np.full(len(windows), -1, dtype=np.int64)
-        tile_row[tiles.dataset_index[ImageTilesDataset.INSTANCE_KEY].to_numpy(dtype=np.int64)] = np.arange(len(tiles))
-        return tiles, tile_row
+        for position, dataset in enumerate(tiles):
+            instances = dataset.dataset_index[ImageTilesDataset.INSTANCE_KEY].to_numpy(dtype=np.int64)
+            dataset_of[instances], tile_row[instances] = position, np.arange(len(dataset))
+        return tiles, dataset_of, tile_row
 
     def raw_tile(self, index: int) -> tuple[np.ndarray, int, int]:
         """The tile as ``ImageTilesDataset`` returns it (clipped at the field's edge) and its (y0, x0)."""
-        tile, annotation = self.tiles[int(self._tile_row[index])]
+        tile, annotation = self.tiles[int(self._dataset_of[index])][int(self._tile_row[index])]
         if int(np.asarray(annotation).ravel()[0]) != index:
             raise RuntimeError(f"ImageTilesDataset returned object {annotation} for index {index}")
+        from spatialdata.transformations import get_transformation
+
         pixels = np.asarray(tile.data.compute(scheduler=dask_scheduler(self.scheduler)))
-        return pixels, int(np.floor(float(tile.coords["y"][0]))), int(np.floor(float(tile.coords["x"][0])))
+        # The query resets the tile's pixel coordinates and records where it lies as a translation.
+        matrix = get_transformation(tile, to_coordinate_system="global").to_affine_matrix(
+            input_axes=("y", "x"), output_axes=("y", "x"),
+        )
+        return pixels, int(round(matrix[0, 2])), int(round(matrix[1, 2]))
 
     def read_crop(self, index: int) -> np.ndarray:
         pixels, tile_y0, tile_x0 = self.raw_tile(index)
