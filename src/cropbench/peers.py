@@ -420,6 +420,7 @@ class _ArrowRows(PeerDataset):
 
     formats = None
     kind: ClassVar[str]
+    row_group_size: ClassVar[int]
 
     def __init__(self, windows: CropWindows, work_dir: Path | None = None) -> None:
         super().__init__(windows, work_dir)
@@ -446,7 +447,7 @@ class _ArrowRows(PeerDataset):
                 pass
         table = self._build_table().replace_schema_metadata({"cropbench_peer": key})
         partial = self.path.with_suffix(".partial")
-        pq.write_table(table, str(partial), row_group_size=self._row_group_size())
+        pq.write_table(table, str(partial), row_group_size=self.row_group_size)
         partial.replace(self.path)
         return True
 
@@ -462,9 +463,6 @@ class _ArrowRows(PeerDataset):
     @abstractmethod
     def _build_table(self) -> pa.Table: ...
 
-    @abstractmethod
-    def _row_group_size(self) -> int: ...
-
 
 class ArrowCropRows(_ArrowRows):
     """The reference script's crop table: one row per crop, pixels as a (c, y, x) nested list."""
@@ -472,9 +470,7 @@ class ArrowCropRows(_ArrowRows):
     name = "arrow-crop-rows"
     description = "Parquet, one row per crop, pixels as nested lists, .as_py() + np.array"
     kind = "crops"
-
-    def _row_group_size(self) -> int:
-        return 512
+    row_group_size = 512
 
     def _build_table(self) -> pa.Table:
         windows = self.windows
@@ -498,9 +494,7 @@ class ArrowFieldRows(_ArrowRows):
     name = "arrow-field-rows"
     description = "Parquet, one row per field, pixels as nested lists, .as_py() + np.array, then crop"
     kind = "fields"
-
-    def _row_group_size(self) -> int:
-        return 1
+    row_group_size = 1
 
     def _build_table(self) -> pa.Table:
         fields = np.stack([pixels for _, pixels in self._fields()])
