@@ -1,0 +1,330 @@
+"""Track 2: DataLoader throughput, timed as the training loop waits for it.
+
+Per case, for each of ``epochs`` epochs: the clock runs around ``iter(loader)`` (worker start-up)
+and around each blocking ``next()``, and nothing else happens in the loop, so the numbers are the
+most a consumer could get. First-batch latency is ``iter()`` plus the first ``next()``. Steady
+samples/s leaves out each epoch's first ``warmup`` batches (one per worker: their start-up);
+whole-run samples/s keeps everything. Every row is cross-checked: the samples actually delivered
+(counted from the batch tensors) over a separate monotonic clock read once around each epoch must
+agree with the samples/s built from the per-batch timings.
+
+``source="memory"`` serves crops already read into RAM, so decode drops out and what is left is
+the worker hand-over: collate into shared memory, the queue, and the page faults of fresh pages —
+the uint16 versus float32 difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from cropbench.config import ACCESS_PATTERNS, CropConfig
+from cropbench.dataset import CropDataset
+from cropbench.errors import ConfigError
+from cropbench.loader import LoaderSpec, ScheduledSampler, build_loader, memory_of, pickled_size, schedule, worker_pids
+from cropbench.measure import summarise_ms
+from cropbench.records import Record
+from cropbench.sampling import sampler_for
+from cropbench.tracks.context import RunContext
+from cropbench.transforms import TORCH_DTYPES
+
+SOURCES = ("plate", "memory")
+#: Largest relative gap allowed between reported and independently measured samples/s.
+CROSSCHECK_TOLERANCE = 0.05
+#: Crops a ``memory`` source holds (cycled); enough that batches are not one cached block.
+MEMORY_CROPS = 512
+
+
+@dataclass(frozen=True)
+class Track2Case:
+    """One Track 2 measurement: a crop configuration served by one DataLoader configuration.
+
+    ``samples`` is per epoch; ``warmup_batches=None`` skips one batch per worker (at least one)
+    at the start of each epoch for the steady window.
+    """
+
+    crop: CropConfig = field(default_factory=CropConfig)
+    loader: LoaderSpec = field(default_factory=LoaderSpec)
+    source: str = "plate"
+    access: str = "random"
+    samples: int = 1024
+    epochs: int = 2
+    warmup_batches: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ConfigError(f"source={self.source!r} is not one of {', '.join(SOURCES)}")
+        if self.access not in ACCESS_PATTERNS or self.access == "paired":
+            raise ConfigError(f"access={self.access!r} must be one of the single-view patterns of {ACCESS_PATTERNS}")
+        if self.samples < self.loader.batch_size:
+            raise ConfigError(f"samples={self.samples} per epoch is less than one batch of {self.loader.batch_size}")
+        if self.epochs < 1:
+            raise ConfigError(f"epochs must be >= 1, got {self.epochs}")
+        if self.warmup_batches is not None and self.warmup_batches < 0:
+            raise ConfigError(f"warmup_batches must be >= 0, got {self.warmup_batches}")
+
+    @property
+    def warmup(self) -> int:
+        return self.warmup_batches if self.warmup_batches is not None else max(1, self.loader.num_workers)
+
+    @property
+    def label(self) -> str:
+        c = self.crop
+        return f"{self.source}/{self.access}/{c.decode}/{c.tier}/{c.dtype}/{self.loader.label}"
+
+
+class MemoryCrops(Dataset[dict[str, Any]]):
+    """Crops read once into RAM, served (through the tier's transform) as fresh tensors."""
+
+    def __init__(self, dataset: CropDataset, count: int = MEMORY_CROPS) -> None:
+        count = min(count, len(dataset))
+        self.raw = torch.from_numpy(np.stack([dataset.read_raw(i) for i in range(count)]))
+        self.plan = dataset.plan
+        self.length = len(dataset)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        raw = self.raw[index % len(self.raw)]
+        image = self.plan.apply(raw, index)
+        if image.data_ptr() == raw.data_ptr():
+            image = image.clone()
+        return {"image": image, "index": index, "object_id": index, "field_index": 0}
+
+
+@dataclass
+class EpochTiming:
+    """What one epoch's loop saw, in nanoseconds."""
+
+    iter_ns: int
+    waits_ns: list[int]
+    delivered: list[int]
+    collate_ns: list[int]
+    independent_ns: int
+    shutdown_ns: int = 0
+    memory: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def first_batch_ns(self) -> int:
+        return self.iter_ns + self.waits_ns[0]
+
+    @property
+    def loop_ns(self) -> int:
+        return self.iter_ns + sum(self.waits_ns)
+
+
+def _epoch(loader: Any, sampler: ScheduledSampler, epoch: int, sample_memory: bool) -> EpochTiming:
+    """Iterate one epoch, timing ``iter()`` and each blocking ``next()`` and nothing else."""
+    sampler.set_epoch(epoch)
+    batches = len(loader)
+    clock = time.perf_counter_ns
+    independent_start = time.monotonic_ns()
+    start = clock()
+    iterator = iter(loader)
+    iter_ns = clock() - start
+    waits, delivered, collate = [], [], []
+    for _ in range(batches):
+        before = clock()
+        batch = next(iterator)
+        waits.append(clock() - before)
+        delivered.append(int(batch["image"].shape[0]))
+        if "collate_ns" in batch:
+            collate.append(int(batch["collate_ns"]))
+    independent_ns = time.monotonic_ns() - independent_start
+    timing = EpochTiming(iter_ns, waits, delivered, collate, independent_ns)
+    if sample_memory:
+        timing.memory = memory_of(worker_pids(iterator))
+    start = clock()
+    for _ in iterator:  # exhausts: non-persistent workers shut down here
+        raise RuntimeError("the loader delivered more batches than len(loader)")
+    del iterator
+    timing.shutdown_ns = clock() - start
+    return timing
+
+
+def crosscheck(reported_samples_per_s: float, delivered: int, independent_seconds: float,
+               expected: int) -> dict[str, Any]:
+    """Compare a reported rate with delivered samples over an independently clocked wall time.
+
+    The row is trusted only when every expected sample arrived and the two rates agree within
+    :data:`CROSSCHECK_TOLERANCE` — a rate timed over the wrong region (say, ``batch.shape`` after
+    the batch arrived) fails by orders of magnitude.
+    """
+    independent = delivered / independent_seconds if independent_seconds > 0 else float("inf")
+    ratio = reported_samples_per_s / independent if independent > 0 else float("inf")
+    return {
+        "delivered_samples": delivered, "expected_samples": expected,
+        "independent_samples_per_s": independent, "crosscheck_ratio": ratio,
+        "crosscheck_ok": bool(delivered == expected and abs(ratio - 1.0) <= CROSSCHECK_TOLERANCE),
+    }
+
+
+def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> dict[str, Any]:
+    warmup = case.warmup
+    steady_waits = [w for e in epochs for w in (e.waits_ns[warmup:] or e.waits_ns[-1:])]
+    steady_samples = sum(n for e in epochs for n in (e.delivered[warmup:] or e.delivered[-1:]))
+    delivered = sum(sum(e.delivered) for e in epochs)
+    loop_seconds = sum(e.loop_ns for e in epochs) / 1e9
+    # The reported whole-run rate counts what the schedule promised, timed by the per-batch clocks;
+    # the cross-check counts what arrived, timed by a different clock read once per epoch.
+    run_samples_per_s = case.samples * len(epochs) / loop_seconds
+    steady_seconds = sum(steady_waits) / 1e9
+    first = epochs[0]
+    metrics: dict[str, Any] = {
+        "first_batch_ms": first.first_batch_ns / 1e6, "iter_create_ms": first.iter_ns / 1e6,
+        "samples_per_s": steady_samples / steady_seconds, "run_samples_per_s": run_samples_per_s,
+        "steady_batches": len(steady_waits), "loop_seconds": loop_seconds,
+        "epoch_seconds": [e.loop_ns / 1e9 for e in epochs],
+        "epoch_samples_per_s": [sum(e.delivered) / (e.loop_ns / 1e9) for e in epochs],
+        "shutdown_ms": [e.shutdown_ns / 1e6 for e in epochs],
+        "batch_mib": batch_bytes / 2**20,
+        "steady_mib_per_s": steady_samples * batch_bytes / case.loader.batch_size / steady_seconds / 2**20,
+        **summarise_ms(steady_waits, "batch_"),
+        **crosscheck(run_samples_per_s, delivered, sum(e.independent_ns for e in epochs) / 1e9,
+                     case.samples * len(epochs)),
+        **epochs[-1].memory,
+    }
+    collate = [ns for e in epochs for ns in e.collate_ns]
+    if collate:
+        metrics["collate_ms_mean"] = float(np.mean(collate) / 1e6)
+        metrics["collate_share"] = sum(collate) / max(sum(e.loop_ns for e in epochs), 1)
+    if len(epochs) > 1:
+        second = epochs[1]
+        metrics.update({
+            "epoch2_first_batch_ms": second.first_batch_ns / 1e6, "epoch2_iter_create_ms": second.iter_ns / 1e6,
+            "epoch2_speedup": first.loop_ns / second.loop_ns,
+        })
+    return metrics
+
+
+def run_case(plate: str | Path, case: Track2Case) -> dict[str, Any]:
+    """Measure one case; a fresh dataset each time so no cache warmed by an earlier case leaks in."""
+    base = CropDataset(plate, case.crop)
+    dataset: Dataset[dict[str, Any]] = MemoryCrops(base) if case.source == "memory" else base
+    orders = schedule(sampler_for(base, case.access, case.seed), case.samples, case.epochs)
+    sampler = ScheduledSampler(orders)
+    pin = case.loader.pin_memory and torch.cuda.is_available()
+    loader = build_loader(dataset, case.loader, sampler, case.seed, timed_collate=True, pin_memory=pin)
+    pickle_bytes = pickled_size(dataset)
+    epochs = [_epoch(loader, sampler, epoch, sample_memory=True) for epoch in range(case.epochs)]
+    channels = len(base.channel_indices)
+    size = case.crop.output_size or case.crop.crop_size
+    item_bytes = channels * size * size * TORCH_DTYPES[case.crop.dtype].itemsize
+    metrics = _metrics(case, epochs, item_bytes * case.loader.batch_size)
+    metrics.update({
+        "objects": len(base), "dataset_pickle_bytes": pickle_bytes, "pin_memory_effective": pin,
+        "warmup_batches": case.warmup, "batches_per_epoch": len(loader),
+    })
+    return metrics
+
+
+def worker_counts(cores: int | None = None) -> list[int]:
+    """0, 1, 2, then 4, 8, 16 while the machine has that many cores."""
+    available = cores or usable_cores()
+    return [0, 1, 2, *(w for w in (4, 8, 16) if w <= available)]
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity), which is what workers compete for."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def preset_cases(preset: str, samples: int | None = None) -> list[Track2Case]:
+    """The Track 2 grid: the workers × batch-size sweep, then one knob at a time around a base.
+
+    Non-persistent cases come before their persistent twin so the runner can report the epoch-2
+    gain of persistence on the twin's row.
+    """
+    pin_rows = torch.cuda.is_available()
+    sizes: tuple[int, ...]
+    tiers: tuple[str, ...]
+    if preset == "smoke":
+        per_epoch, sizes, workers, tiers = samples or 1024, (16, 64), [0, 1, 2], ("none",)
+    elif preset == "full":
+        per_epoch, sizes, workers, tiers = samples or 4096, (16, 64, 256), worker_counts(), ("none", "typical")
+    else:
+        raise ConfigError(f"preset={preset!r} is not one of smoke, full")
+    crop = CropConfig(crop_size=96)
+
+    def case(loader: LoaderSpec, crop: CropConfig = crop, **changes: Any) -> Track2Case:
+        # At least two batches per epoch, so a steady window exists whatever ``samples`` says.
+        return Track2Case(crop=crop, loader=loader, samples=max(per_epoch, 2 * loader.batch_size), **changes)
+
+    cases = [
+        case(LoaderSpec(num_workers=w, batch_size=b), crop.replace(tier=tier))
+        for tier in tiers for b in sizes for w in workers
+    ]
+    loader = LoaderSpec(num_workers=2, batch_size=64)
+    cases += [
+        case(dataclasses.replace(loader, persistent_workers=True)),
+        case(dataclasses.replace(loader, collate="stack")),
+        case(loader, crop.replace(dtype="uint16")),
+        case(loader, crop.replace(decode="zarr")),
+    ]
+    memory = LoaderSpec(num_workers=1, batch_size=128)
+    cases += [case(memory, crop.replace(dtype=dtype), source="memory") for dtype in ("uint16", "float32")]
+    if preset == "smoke":
+        cases.append(case(loader, crop.replace(tier="typical")))
+    else:
+        cases += [
+            case(dataclasses.replace(loader, prefetch_factor=4)),
+            case(dataclasses.replace(loader, start_method="forkserver")),
+            case(loader, crop.replace(decode="field")),
+            case(loader, access="chunk-aware"),
+            case(loader, crop.replace(tier="typical", dtype="bfloat16")),
+        ]
+        memory = LoaderSpec(num_workers=2, batch_size=256)
+        cases += [case(memory, crop.replace(dtype=dtype), source="memory") for dtype in ("uint16", "float32")]
+    if pin_rows:
+        cases.append(case(dataclasses.replace(loader, pin_memory=True)))
+    return cases
+
+
+def _persistent_twin(case: Track2Case) -> str | None:
+    if not case.loader.persistent_workers:
+        return None
+    return dataclasses.replace(case, loader=dataclasses.replace(case.loader, persistent_workers=False)).label
+
+
+def persistent_gain(metrics: dict[str, Any], twin: dict[str, Any]) -> dict[str, Any]:
+    """Epoch-2 gain of persistent workers over the otherwise identical non-persistent case."""
+    if "epoch2_first_batch_ms" not in metrics or "epoch2_first_batch_ms" not in twin:
+        return {}
+    return {
+        "persistent_epoch2_gain": twin["epoch_seconds"][1] / metrics["epoch_seconds"][1] - 1.0,
+        "persistent_first_batch_saving_ms": twin["epoch2_first_batch_ms"] - metrics["epoch2_first_batch_ms"],
+    }
+
+
+def run_track2(plate: str | Path, preset: str, context: RunContext) -> int:
+    """Run the preset's cases ``context.repeats`` times, handing each record over at once."""
+    written = 0
+    measured: dict[tuple[str, int], dict[str, Any]] = {}
+    for case in preset_cases(preset, context.samples):
+        for repeat in range(context.repeats):
+            if context.should_skip("2", case.label, repeat):
+                continue
+            repeated = dataclasses.replace(case, seed=case.seed + repeat)
+            context.progress(f"track 2 {case.label} (repeat {repeat})")
+            metrics = run_case(plate, repeated)
+            measured[(case.label, repeat)] = metrics
+            twin = _persistent_twin(case)
+            if twin is not None and (twin, repeat) in measured:
+                metrics.update(persistent_gain(metrics, measured[(twin, repeat)]))
+            config = {**dataclasses.asdict(repeated), "plate": str(plate), "threads": context.thread_settings}
+            context.emit(Record(
+                track="2", case=case.label, config=config, metrics=metrics,
+                environment=context.environment, seed=repeated.seed, repeat=repeat,
+            ))
+            written += 1
+    return written

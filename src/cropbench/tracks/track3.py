@@ -1,0 +1,485 @@
+"""Track 3: an end-to-end loop of fixed steps — does the loader keep the model fed?
+
+Each step is timed in two parts, with the device synchronised before every clock read: the data
+wait (blocking ``next()`` on the DataLoader plus the host-to-device copy) and the compute (forward,
+or forward, backward and optimiser step). The data-wait fraction is the summed wait over the summed
+step time. A compute-only baseline runs the same loop on batches already on the device; the stall
+it implies, (step − compute-only) / step, must agree with the measured data-wait fraction, and a
+gap says the compute itself slowed down beside the loader (CPU contention).
+
+Three model kinds answer different questions (see docs/tracks.md):
+- ``resnet18``: does this loader starve a standard model on this machine? (on CPU: never)
+- ``smallcnn``: a light model whose steps are short enough for the loader to matter on CPU.
+- ``emulated``: a fixed compute time per step with the CPU left idle, as MLPerf Storage's DLIO does:
+  could this loader feed an accelerator that needs a batch every N ms?
+
+:class:`WorkerSearch` raises ``num_workers`` until the data-wait fraction falls below 10% (MLPerf
+Storage's accelerator-utilisation threshold) and reports the smallest such count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional
+
+from cropbench.accelerator import (
+    AMP_MODES,
+    DEVICES,
+    NvmlSampler,
+    autocast,
+    check_amp,
+    cuda_memory,
+    device_info,
+    grad_scaler,
+    pin_in_effect,
+    resolve_device,
+    synchroniser,
+    to_device,
+)
+from cropbench.config import ACCESS_PATTERNS, CropConfig
+from cropbench.dataset import CropDataset
+from cropbench.errors import ConfigError
+from cropbench.loader import LoaderSpec, ScheduledSampler, build_loader, memory_of, schedule, worker_pids
+from cropbench.measure import summarise_ms
+from cropbench.models import MODELS, build_model, embedding_model
+from cropbench.records import Record
+from cropbench.sampling import sampler_for
+from cropbench.tracks.context import RunContext
+from cropbench.tracks.track2 import worker_counts
+
+MODEL_KINDS = (*MODELS, "emulated")
+WORKLOADS = ("train", "embed")
+OPTIMISERS = ("sgd", "adam")
+#: Data-wait fraction under which the accelerator counts as fed (MLPerf Storage: AU >= 90%).
+AU_THRESHOLD = 0.10
+#: Distinct batches the compute-only baseline cycles through.
+BASELINE_BATCHES = 2
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def _default_crop() -> CropConfig:
+    return CropConfig(crop_size=96, tier="light")
+
+
+def _default_loader() -> LoaderSpec:
+    return LoaderSpec(batch_size=32, pin_memory=True)
+
+
+@dataclass(frozen=True)
+class Track3Case:
+    """One Track 3 measurement: a model and workload fed by one loader for a fixed number of steps.
+
+    ``loader.pin_memory`` is a request: it is in effect only on CUDA, where copies are then
+    non-blocking. ``channels_last`` and ``compile`` are recorded knobs, off by default; compiling
+    happens in the warm-up steps. ``emulated_step_ms`` is the per-step compute of ``model="emulated"``.
+    """
+
+    crop: CropConfig = field(default_factory=_default_crop)
+    loader: LoaderSpec = field(default_factory=_default_loader)
+    model: str = "resnet18"
+    workload: str = "train"
+    optimizer: str = "sgd"
+    steps: int = 20
+    warmup_steps: int = 2
+    amp: str = "off"
+    device: str = "auto"
+    channels_last: bool = False
+    compile: bool = False
+    emulated_step_ms: float = 0.0
+    classes: int = 16
+    access: str = "random"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("model", self.model, MODEL_KINDS), ("workload", self.workload, WORKLOADS),
+            ("optimizer", self.optimizer, OPTIMISERS), ("amp", self.amp, AMP_MODES), ("device", self.device, DEVICES),
+        ):
+            if value not in allowed:
+                raise ConfigError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        if self.access not in ACCESS_PATTERNS or self.access == "paired":
+            raise ConfigError(f"access={self.access!r} must be one of the single-view patterns of {ACCESS_PATTERNS}")
+        if self.steps < 1 or self.warmup_steps < 0:
+            raise ConfigError(f"steps must be >= 1 and warmup_steps >= 0, got {self.steps} and {self.warmup_steps}")
+        if (self.model == "emulated") != (self.emulated_step_ms > 0):
+            raise ConfigError(
+                f"emulated_step_ms={self.emulated_step_ms} must be > 0 exactly when model='emulated' "
+                f"(got model={self.model!r})"
+            )
+        if self.compile and self.warmup_steps < 1:
+            raise ConfigError("compile=True needs warmup_steps >= 1 so compilation is not timed as a step")
+        if self.classes < 1:
+            raise ConfigError(f"classes must be >= 1, got {self.classes}")
+
+    @property
+    def label(self) -> str:
+        c = self.crop
+        model = f"emulated{self.emulated_step_ms:g}ms" if self.model == "emulated" else self.model
+        parts = [model, self.workload, c.decode, c.tier, c.dtype, self.loader.label, f"amp-{self.amp}", self.device]
+        parts += ["channels-last"] if self.channels_last else []
+        parts += ["compile"] if self.compile else []
+        parts += [self.optimizer] if self.optimizer != "sgd" and self.workload == "train" else []
+        parts += [self.access] if self.access != "random" else []
+        return "/".join(parts)
+
+
+@dataclass(frozen=True)
+class WorkerSearch:
+    """The smallest ``num_workers`` (among ``candidates``, ascending) whose data wait is under ``threshold``.
+
+    ``stop_early=False`` measures every candidate anyway, for a full curve.
+    """
+
+    case: Track3Case
+    candidates: tuple[int, ...]
+    threshold: float = AU_THRESHOLD
+    stop_early: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.candidates or list(self.candidates) != sorted(set(self.candidates)) or self.candidates[0] < 0:
+            raise ConfigError(f"candidates must be distinct worker counts in ascending order, got {self.candidates}")
+        if not 0 < self.threshold < 1:
+            raise ConfigError(f"threshold must be a fraction in (0, 1), got {self.threshold}")
+
+    def with_workers(self, workers: int) -> Track3Case:
+        return _workers(self.case, workers)
+
+    @property
+    def label(self) -> str:
+        base = self.with_workers(0).label.split("/")
+        return "/".join("w*" if part == "w0" else part for part in base) + "/min-workers"
+
+
+class StepCompute:
+    """One step of the workload on a batch already on the device; a fixed seed gives fixed weights."""
+
+    def __init__(self, case: Track3Case, device: torch.device, channels: int) -> None:
+        check_amp(case.amp, device)
+        self.case = case
+        self.device = device
+        self.losses: list[torch.Tensor] = []
+        self.model: Callable[[torch.Tensor], torch.Tensor] | None = None
+        if case.model == "emulated":
+            return
+        torch.manual_seed(case.seed)
+        model = build_model(case.model, channels, case.classes)
+        if case.workload == "embed":
+            model = embedding_model(model).eval()
+        model = model.to(device)
+        if case.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        if case.workload == "train":
+            parameters = model.parameters()
+            self.optimizer = (torch.optim.SGD(parameters, lr=0.01, momentum=0.9) if case.optimizer == "sgd"
+                              else torch.optim.Adam(parameters, lr=1e-3))
+            self.scaler = grad_scaler(case.amp, device)
+        self.model = torch.compile(model) if case.compile else model
+
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        if self.model is None:
+            time.sleep(self.case.emulated_step_ms / 1000)
+            return
+        if self.case.workload == "embed":
+            with torch.inference_mode(), autocast(self.case.amp, self.device):
+                self.model(images)
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast(self.case.amp, self.device):
+            loss = functional.cross_entropy(self.model(images), labels)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        self.losses.append(loss.detach())
+
+
+@dataclass
+class LoopTiming:
+    """Per-step nanoseconds of a loop, warm-up steps included (the first ``warmup`` entries)."""
+
+    wait_ns: np.ndarray
+    compute_ns: np.ndarray
+    step_ns: np.ndarray
+    warmup: int
+
+    def steady(self, name: str) -> np.ndarray:
+        return getattr(self, name)[self.warmup:]
+
+
+def timed_loop(
+    next_batch: Callable[[], Any], prepare: Callable[[Any], Batch],
+    compute: Callable[[torch.Tensor, torch.Tensor], None], steps: int, warmup: int, sync: Callable[[], None],
+) -> LoopTiming:
+    """Run ``warmup + steps`` steps; the device is synchronised before every clock read.
+
+    Data wait = from the end of the previous step until the batch is on the device (``next()``
+    plus the copy); compute = from there until the step's work has finished on the device.
+    """
+    clock = time.perf_counter_ns
+    waits, computes, totals = [], [], []
+    sync()
+    previous = clock()
+    for _ in range(warmup + steps):
+        images, labels = prepare(next_batch())
+        sync()
+        ready = clock()
+        compute(images, labels)
+        sync()
+        done = clock()
+        waits.append(ready - previous)
+        computes.append(done - ready)
+        totals.append(done - previous)
+        previous = done
+    as_array = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
+    return LoopTiming(as_array(waits), as_array(computes), as_array(totals), warmup)
+
+
+def _preparer(case: Track3Case, device: torch.device, non_blocking: bool) -> Callable[[Any], Batch]:
+    def prepare(batch: dict[str, Any]) -> Batch:
+        images = to_device(batch["image"], device, non_blocking, case.channels_last, floating=True)
+        labels = (torch.as_tensor(batch["index"]) % case.classes).to(device, non_blocking=non_blocking)
+        return images, labels
+
+    return prepare
+
+
+def _loader(plate: str | Path, case: Track3Case, spec: LoaderSpec, samples: int, pin: bool) -> tuple[CropDataset, Any]:
+    dataset = CropDataset(plate, case.crop)
+    sampler = ScheduledSampler(schedule(sampler_for(dataset, case.access, case.seed), samples, 1))
+    return dataset, build_loader(dataset, spec, sampler, case.seed, pin_memory=pin)
+
+
+def _loop_metrics(timing: LoopTiming, batch_size: int, prefix: str = "") -> dict[str, Any]:
+    steps, waits, computes = timing.steady("step_ns"), timing.steady("wait_ns"), timing.steady("compute_ns")
+    total = int(steps.sum())
+    return {
+        **{f"{prefix}{key}": value for key, value in summarise_ms(steps, "step_").items()},
+        f"{prefix}images_per_s": batch_size * len(steps) / (total / 1e9),
+        f"{prefix}data_wait_fraction": int(waits.sum()) / total,
+        f"{prefix}wait_p50_ms": float(np.percentile(waits, 50) / 1e6),
+        f"{prefix}wait_p95_ms": float(np.percentile(waits, 95) / 1e6),
+        f"{prefix}compute_p50_ms": float(np.percentile(computes, 50) / 1e6),
+        f"{prefix}accelerator_busy_fraction": int(computes.sum()) / total,
+        f"{prefix}loop_seconds": total / 1e9,
+    }
+
+
+def compute_only(plate: str | Path, case: Track3Case) -> dict[str, Any]:
+    """The same loop fed from ``BASELINE_BATCHES`` batches already on the device: compute alone."""
+    device = resolve_device(case.device)
+    batch = case.loader.batch_size
+    dataset, loader = _loader(plate, case, LoaderSpec(batch_size=batch, collate=case.loader.collate),
+                              batch * BASELINE_BATCHES, pin=False)
+    prepare = _preparer(case, device, non_blocking=False)
+    prepared = [prepare(b) for b in loader]
+    compute = StepCompute(case, device, len(dataset.channel_indices))
+    cycle = itertools.cycle(prepared)
+    timing = timed_loop(cycle.__next__, lambda ready: ready, compute, case.steps, case.warmup_steps,
+                        synchroniser(device))
+    return _loop_metrics(timing, batch, "compute_only_")
+
+
+def compute_key(case: Track3Case) -> str:
+    """Cases sharing this key share a compute-only baseline (only the loader side differs)."""
+    neutral = dataclasses.replace(
+        case, crop=case.crop.replace(decode="direct"), access="random",
+        loader=LoaderSpec(batch_size=case.loader.batch_size, collate=case.loader.collate),
+    )
+    return f"{neutral.label}/steps{case.steps}+{case.warmup_steps}/seed{case.seed}"
+
+
+def run_case(plate: str | Path, case: Track3Case, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Measure one case (and its compute-only baseline unless one is given)."""
+    device = resolve_device(case.device)
+    baseline = baseline if baseline is not None else compute_only(plate, case)
+    pin = pin_in_effect(case.loader.pin_memory, device)
+    batch = case.loader.batch_size
+    dataset, loader = _loader(plate, case, case.loader, batch * (case.steps + case.warmup_steps), pin)
+    compute = StepCompute(case, device, len(dataset.channel_indices))
+    clock = time.perf_counter_ns
+    start = clock()
+    iterator = iter(loader)
+    iter_ns = clock() - start
+    with NvmlSampler(device) as nvml, cuda_memory(device) as peak:
+        timing = timed_loop(iterator.__next__, _preparer(case, device, pin), compute, case.steps,
+                            case.warmup_steps, synchroniser(device))
+    workers = memory_of(worker_pids(iterator))
+    del iterator
+    metrics = _loop_metrics(timing, batch)
+    mean_step = metrics["step_mean_ms"]
+    stall = (mean_step - baseline["compute_only_step_mean_ms"]) / mean_step
+    metrics.update({
+        **baseline,
+        "stall_crosscheck": stall, "crosscheck_gap": stall - metrics["data_wait_fraction"],
+        "meets_au_threshold": metrics["data_wait_fraction"] < AU_THRESHOLD,
+        "iter_create_ms": iter_ns / 1e6, "first_batch_ms": (iter_ns + int(timing.wait_ns[0])) / 1e6,
+        "pin_memory_effective": pin, "non_blocking": pin, "objects": len(dataset),
+        **device_info(device), **nvml.metrics(), **peak, **workers,
+    })
+    if compute.losses:
+        metrics["loss_first"] = float(compute.losses[0])
+        metrics["loss_last"] = float(compute.losses[-1])
+    return metrics
+
+
+def search_summary(search: WorkerSearch, results: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """The search's answer: the smallest worker count under the threshold, or None if none was."""
+    fed = [workers for workers, metrics in results if metrics["data_wait_fraction"] < search.threshold]
+    tried = max((workers for workers, _ in results), default=0)
+    return {
+        "min_workers": fed[0] if fed else None, "reached": bool(fed), "threshold": search.threshold,
+        "min_workers_answer": str(fed[0]) if fed else f"not reached with <= {tried}",
+        "tried_workers": [workers for workers, _ in results],
+        "data_wait_fraction_by_workers": [metrics["data_wait_fraction"] for _, metrics in results],
+        "images_per_s_by_workers": [metrics["images_per_s"] for _, metrics in results],
+        "compute_only_images_per_s": results[0][1]["compute_only_images_per_s"] if results else None,
+    }
+
+
+def run_search(
+    plate: str | Path, search: WorkerSearch, measure: Callable[[Track3Case], dict[str, Any]] | None = None,
+) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any]]:
+    """Measure candidates in ascending order (stopping at the first fed one if ``stop_early``)."""
+    measure = measure or (lambda case: run_case(plate, case))
+    results: list[tuple[int, dict[str, Any]]] = []
+    for workers in search.candidates:
+        metrics = measure(search.with_workers(workers))
+        results.append((workers, metrics))
+        if search.stop_early and metrics["data_wait_fraction"] < search.threshold:
+            break
+    return results, search_summary(search, results)
+
+
+Item = Track3Case | WorkerSearch
+
+
+def _workers(case: Track3Case, workers: int) -> Track3Case:
+    return dataclasses.replace(case, loader=dataclasses.replace(case.loader, num_workers=workers))
+
+
+def _smoke_items(crop: CropConfig) -> list[Item]:
+    resnet = Track3Case(crop=crop, loader=LoaderSpec(batch_size=16, pin_memory=True), steps=3, warmup_steps=1)
+    small = Track3Case(crop=crop, loader=LoaderSpec(batch_size=64, pin_memory=True), model="smallcnn",
+                       steps=10, warmup_steps=2)
+    emulated = dataclasses.replace(small, model="emulated", emulated_step_ms=40.0)
+    return [
+        resnet, dataclasses.replace(resnet, workload="embed"), dataclasses.replace(resnet, amp="bf16"),
+        small, WorkerSearch(emulated, (0, 1, 2)),
+    ]
+
+
+def _full_items(crop: CropConfig) -> list[Item]:
+    resnet = Track3Case(crop=crop, loader=LoaderSpec(batch_size=32, pin_memory=True), steps=8, warmup_steps=2)
+    small = Track3Case(crop=crop, loader=LoaderSpec(batch_size=128, pin_memory=True), model="smallcnn",
+                       steps=20, warmup_steps=3)
+    candidates = tuple(worker_counts())
+    items: list[Item] = [
+        _workers(dataclasses.replace(resnet, workload=workload, amp=amp), workers)
+        for workload in WORKLOADS for amp in ("off", "bf16") for workers in (0, 2)
+    ]
+    items += [dataclasses.replace(small, workload="embed"), WorkerSearch(small, candidates, stop_early=False)]
+    for step_ms in (10.0, 40.0):
+        emulated = dataclasses.replace(small, model="emulated", emulated_step_ms=step_ms)
+        items += [WorkerSearch(dataclasses.replace(emulated, crop=crop.replace(decode=decode)), candidates)
+                  for decode in ("direct", "zarr")]
+    return items
+
+
+def _gpu_items(crop: CropConfig) -> list[Item]:
+    """Issue 7's device check: a full worker sweep per decode path, then single knobs at 8 workers."""
+    gpu = Track3Case(crop=crop, loader=LoaderSpec(batch_size=256, pin_memory=True), amp="bf16", device="cuda",
+                     steps=30, warmup_steps=5)
+    counts = worker_counts()
+    candidates = tuple(sorted({*counts, *(w for w in (6, 12) if w <= max(counts))}))
+    items: list[Item] = [
+        WorkerSearch(dataclasses.replace(gpu, crop=crop.replace(decode=decode)), candidates, stop_early=False)
+        for decode in ("direct", "zarr")
+    ]
+    fixed = _workers(gpu, min(8, max(candidates)))
+    return items + [
+        dataclasses.replace(fixed, amp="fp16"), dataclasses.replace(fixed, workload="embed"),
+        dataclasses.replace(fixed, channels_last=True),
+        dataclasses.replace(fixed, crop=crop.replace(dtype="uint16", tier="none")),
+    ]
+
+
+PRESETS: dict[str, Callable[[CropConfig], list[Item]]] = {"smoke": _smoke_items, "full": _full_items, "gpu": _gpu_items}
+
+
+def preset_items(preset: str, samples: int | None = None) -> list[Item]:
+    """The Track 3 plan of a preset: single cases and worker searches.
+
+    ``smoke`` and ``full`` run on whatever device is there (``auto``); ``gpu`` is the device check of
+    issue 7 (ResNet-18, 96×96×5 crops, batch 256, bf16, CUDA) and fails without a GPU.
+    ``samples`` overrides the steps as ``samples // batch_size``.
+    """
+    if preset not in PRESETS:
+        raise ConfigError(f"preset={preset!r} is not one of {', '.join(PRESETS)}")
+    items = PRESETS[preset](_default_crop())
+    if samples is None:
+        return items
+
+    def with_steps(case: Track3Case) -> Track3Case:
+        return dataclasses.replace(case, steps=max(1, samples // case.loader.batch_size))
+
+    return [dataclasses.replace(i, case=with_steps(i.case)) if isinstance(i, WorkerSearch) else with_steps(i)
+            for i in items]
+
+
+def run_track3(plate: str | Path, preset: str, context: RunContext) -> int:
+    """Run the preset's plan ``context.repeats`` times, handing each record over at once.
+
+    Compute-only baselines are measured once per compute configuration and shared by the rows
+    that differ only in their loader (a worker sweep, say).
+    """
+    baselines: dict[str, dict[str, Any]] = {}
+    written = 0
+
+    def measure(case: Track3Case) -> dict[str, Any]:
+        key = compute_key(case)
+        if key not in baselines:
+            baselines[key] = compute_only(plate, case)
+        return run_case(plate, case, baselines[key])
+
+    def emit(label: str, config: dict[str, Any], metrics: dict[str, Any], seed: int, repeat: int) -> None:
+        nonlocal written
+        context.emit(Record(
+            track="3", case=label, config={**config, "plate": str(plate), "threads": context.thread_settings},
+            metrics=metrics, environment=context.environment, seed=seed, repeat=repeat,
+        ))
+        written += 1
+
+    for item in preset_items(preset, context.samples):
+        for repeat in range(context.repeats):
+            if context.should_skip("3", item.label, repeat):
+                continue
+            if isinstance(item, WorkerSearch):
+                search = dataclasses.replace(item, case=dataclasses.replace(item.case, seed=item.case.seed + repeat))
+
+                def measured(case: Track3Case, repeat: int = repeat) -> dict[str, Any]:
+                    context.progress(f"track 3 {case.label} (repeat {repeat})")
+                    metrics = measure(case)
+                    if not context.should_skip("3", case.label, repeat):
+                        emit(case.label, dataclasses.asdict(case), metrics, case.seed, repeat)
+                    return metrics
+
+                _, summary = run_search(plate, search, measured)
+                emit(item.label, dataclasses.asdict(search), summary, search.case.seed, repeat)
+            else:
+                case = dataclasses.replace(item, seed=item.seed + repeat)
+                context.progress(f"track 3 {item.label} (repeat {repeat})")
+                emit(item.label, dataclasses.asdict(case), measure(case), case.seed, repeat)
+    return written

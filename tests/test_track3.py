@@ -1,0 +1,198 @@
+"""Track 3 on a real plate: the loop's split adds up, the CPU fallback works, GPU paths skip cleanly."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from cropbench.config import CropConfig
+from cropbench.errors import ConfigError
+from cropbench.loader import LoaderSpec
+from cropbench.plots import plot_results
+from cropbench.records import Record
+from cropbench.tracks import RunContext
+from cropbench.tracks.track3 import (
+    AU_THRESHOLD,
+    Track3Case,
+    WorkerSearch,
+    compute_key,
+    preset_items,
+    run_case,
+    run_search,
+    run_track3,
+)
+
+CROP = CropConfig(crop_size=32, tier="light")
+SMALL = Track3Case(crop=CROP, loader=LoaderSpec(batch_size=8, pin_memory=True), model="smallcnn", steps=4,
+                   warmup_steps=1)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _assert_loop_adds_up(metrics: dict[str, Any], case: Track3Case) -> None:
+    assert metrics["step_count"] == case.steps
+    assert 0 <= metrics["data_wait_fraction"] <= 1
+    assert metrics["data_wait_fraction"] + metrics["accelerator_busy_fraction"] == pytest.approx(1.0, abs=1e-6)
+    assert metrics["images_per_s"] == pytest.approx(case.loader.batch_size * case.steps / metrics["loop_seconds"])
+    assert metrics["step_p50_ms"] <= metrics["step_p95_ms"]
+    assert metrics["compute_only_step_count"] == case.steps and metrics["compute_only_images_per_s"] > 0
+    assert metrics["stall_crosscheck"] == pytest.approx(
+        1 - metrics["compute_only_step_mean_ms"] / metrics["step_mean_ms"])
+    assert metrics["first_batch_ms"] >= metrics["iter_create_ms"]
+
+
+def test_cpu_fallback_training_loop(tiny_plate: Path) -> None:
+    metrics = run_case(tiny_plate, SMALL)
+    _assert_loop_adds_up(metrics, SMALL)
+    assert metrics["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        assert metrics["pin_memory_effective"] is False and metrics["non_blocking"] is False
+        assert metrics["nvml"].startswith("skipped") and "cuda_max_allocated_mib" not in metrics
+    assert math.isfinite(metrics["loss_first"]) and math.isfinite(metrics["loss_last"])
+
+
+def test_fixed_seed_gives_identical_losses(tiny_plate: Path) -> None:
+    case = dataclasses.replace(SMALL, device="cpu", optimizer="adam")
+    first, second = run_case(tiny_plate, case), run_case(tiny_plate, case)
+    assert first["loss_first"] == second["loss_first"] and first["loss_last"] == second["loss_last"]
+    other = run_case(tiny_plate, dataclasses.replace(case, seed=1))
+    assert other["loss_first"] != first["loss_first"]
+
+
+@pytest.mark.parametrize("changes", [
+    {"workload": "embed"}, {"amp": "bf16"}, {"channels_last": True},
+    {"crop": CROP.replace(dtype="uint16", tier="none")}, {"model": "resnet18", "steps": 1},
+])
+def test_knobs_run_on_the_cpu(tiny_plate: Path, changes: dict[str, Any]) -> None:
+    case = dataclasses.replace(SMALL, device="cpu", **changes)
+    metrics = run_case(tiny_plate, case)
+    _assert_loop_adds_up(metrics, case)
+    assert ("loss_last" in metrics) == (case.workload == "train")
+
+
+def test_emulated_compute_takes_the_set_time_and_the_crosscheck_agrees(tiny_plate: Path) -> None:
+    case = dataclasses.replace(SMALL, model="emulated", emulated_step_ms=20.0, steps=6)
+    metrics = run_case(tiny_plate, case)
+    _assert_loop_adds_up(metrics, case)
+    assert metrics["compute_p50_ms"] >= 20.0 and metrics["compute_only_step_p50_ms"] >= 20.0
+    assert abs(metrics["crosscheck_gap"]) < 0.1, "a sleep's duration does not depend on the loader"
+    assert "loss_last" not in metrics
+
+
+@pytest.mark.slow
+def test_workers_feed_the_loop_and_report_their_memory(tiny_plate: Path) -> None:
+    case = dataclasses.replace(SMALL, loader=dataclasses.replace(SMALL.loader, num_workers=2))
+    metrics = run_case(tiny_plate, case)
+    _assert_loop_adds_up(metrics, case)
+    assert len(metrics["worker_rss_mib"]) == 2
+
+
+def test_cpu_rejects_what_needs_cuda(tiny_plate: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ConfigError, match="fp16"):
+        run_case(tiny_plate, dataclasses.replace(SMALL, amp="fp16"))
+    with pytest.raises(ConfigError, match="cuda"):
+        run_case(tiny_plate, dataclasses.replace(SMALL, device="cuda"))
+
+
+@pytest.mark.parametrize("changes", [
+    {"model": "emulated"}, {"emulated_step_ms": 5.0}, {"workload": "finetune"}, {"amp": "fp8"},
+    {"device": "tpu"}, {"steps": 0}, {"compile": True, "warmup_steps": 0}, {"access": "paired"},
+])
+def test_case_validation(changes: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        dataclasses.replace(SMALL, **changes)
+
+
+def test_search_stops_at_the_first_fed_worker_count() -> None:
+    waits = {0: 0.5, 1: 0.2, 2: 0.05, 4: 0.01}
+    measured: list[int] = []
+
+    def fake(case: Track3Case) -> dict[str, Any]:
+        measured.append(case.loader.num_workers)
+        return {"data_wait_fraction": waits[case.loader.num_workers], "images_per_s": 100.0,
+                "compute_only_images_per_s": 120.0}
+
+    results, summary = run_search("unused", WorkerSearch(SMALL, (0, 1, 2, 4)), fake)
+    assert measured == [0, 1, 2] and summary["min_workers"] == 2 and summary["reached"]
+    assert summary["tried_workers"] == [0, 1, 2] and summary["threshold"] == AU_THRESHOLD
+    measured.clear()
+    _, everything = run_search("unused", WorkerSearch(SMALL, (0, 1, 2, 4), stop_early=False), fake)
+    assert measured == [0, 1, 2, 4] and everything["min_workers"] == 2
+    _, starved = run_search("unused", WorkerSearch(SMALL, (0, 1)), fake)
+    assert starved["min_workers"] is None and not starved["reached"]
+    with pytest.raises(ConfigError):
+        WorkerSearch(SMALL, (2, 1))
+    assert WorkerSearch(SMALL, (0, 1)).label.split("/")[5] == "w*"
+
+
+def test_baselines_are_shared_only_across_loader_knobs() -> None:
+    wider = dataclasses.replace(SMALL, loader=dataclasses.replace(SMALL.loader, num_workers=2),
+                                crop=SMALL.crop.replace(decode="zarr"))
+    assert compute_key(wider) == compute_key(SMALL)
+    assert compute_key(dataclasses.replace(SMALL, amp="bf16")) != compute_key(SMALL)
+    assert compute_key(dataclasses.replace(SMALL, seed=1)) != compute_key(SMALL)
+
+
+def test_presets_answer_the_questions_of_the_issues() -> None:
+    smoke = preset_items("smoke")
+    models = {(i.case if isinstance(i, WorkerSearch) else i).model for i in smoke}
+    assert models == {"resnet18", "smallcnn", "emulated"}
+    gpu = preset_items("gpu")
+    cases = [i.case if isinstance(i, WorkerSearch) else i for i in gpu]
+    assert all(c.device == "cuda" and c.loader.batch_size == 256 and c.crop.crop_size == 96 for c in cases)
+    searches = [i for i in gpu if isinstance(i, WorkerSearch)]
+    assert {s.case.crop.decode for s in searches} == {"zarr", "direct"}
+    assert all(s.case.amp == "bf16" and s.case.model == "resnet18" and not s.stop_early for s in searches)
+    assert {"fp16", "bf16"} <= {c.amp for c in cases}
+    assert all(c.steps == 2 for c in preset_items("full", samples=256) if isinstance(c, Track3Case)
+               and c.loader.batch_size == 128)
+    with pytest.raises(ConfigError):
+        preset_items("huge")
+
+
+@pytest.mark.slow
+def test_runner_emits_rows_and_search_summaries_that_plot(tiny_plate: Path, tmp_path: Path) -> None:
+    emitted: list[Record] = []
+    context = RunContext(environment={"python": "x"}, thread_settings={"torch_threads": 1},
+                         emit=emitted.append, samples=16)
+    written = run_track3(tiny_plate, "smoke", context)
+    assert written == len(emitted) >= len(preset_items("smoke"))
+    summaries = [r for r in emitted if r.case.endswith("/min-workers")]
+    assert len(summaries) == 1 and summaries[0].metrics["tried_workers"][0] == 0
+    rows = [r for r in emitted if not r.case.endswith("/min-workers")]
+    assert all(0 <= r.metrics["data_wait_fraction"] <= 1 for r in rows)
+    names = {p.name for p in plot_results(emitted, tmp_path)}
+    assert {"track3_step_and_wait.png", "track3_workers.png"} <= names
+    again: list[Record] = []
+    resumed = dataclasses.replace(context, emit=again.append, skip=frozenset(r.key for r in emitted))
+    assert run_track3(tiny_plate, "smoke", resumed) == 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("changes", [
+    {}, {"amp": "bf16", "channels_last": True}, {"amp": "fp16"}, {"workload": "embed", "amp": "bf16"},
+    {"crop": CROP.replace(dtype="uint16", tier="none")},
+    {"loader": LoaderSpec(batch_size=8, num_workers=2, pin_memory=True)},
+])
+def test_cuda_loop(tiny_plate: Path, changes: dict[str, Any]) -> None:
+    case = dataclasses.replace(SMALL, device="cuda", **changes)
+    metrics = run_case(tiny_plate, case)
+    _assert_loop_adds_up(metrics, case)
+    assert metrics["device"].startswith("cuda") and metrics["gpu_name"]
+    assert metrics["pin_memory_effective"] is True and metrics["cuda_max_allocated_mib"] > 0
+    assert metrics["nvml"] == "sampled" or metrics["nvml"].startswith("skipped")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_compile_knob(tiny_plate: Path) -> None:
+    case = dataclasses.replace(SMALL, device="cuda", workload="embed", compile=True, warmup_steps=2, steps=3)
+    metrics = run_case(tiny_plate, case)
+    _assert_loop_adds_up(metrics, case)
