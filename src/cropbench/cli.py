@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from cropbench.config import FORMAT_CODECS, LAYOUT_GRID, LAYOUTS, LayoutSpec, PlateSpec, layout_by_name, plate_preset
+from cropbench.config import FORMAT_CODECS, LAYOUTS, LayoutSpec, PlateSpec, layout_by_name, plate_preset
 from cropbench.errors import ConfigError, CropbenchError
 from cropbench.generate import GeneratedPlate
 from cropbench.records import Record, RecordWriter, read_records, write_csv
@@ -103,12 +103,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_compare_layouts(args: argparse.Namespace) -> int:
     from cropbench import environment
-    from cropbench.compare import LayoutComparison, compare_layouts
+    from cropbench.compare import LayoutComparison, compare_layouts, default_layouts
     from cropbench.report import summary_table
 
     out_dir = Path(args.out)
     comparison = LayoutComparison(
-        layouts=tuple(args.layout or LAYOUT_GRID), crop_size=args.crop_size, decode=args.decode,
+        layouts=tuple(args.layout or default_layouts()), crop_size=args.crop_size, decode=args.decode,
         samples=args.samples, warmup=args.warmup, repeats=args.repeats, seed=args.seed,
     )
     writer, _ = _open_results(out_dir, resume=False)
@@ -160,6 +160,8 @@ def run_tracks(
         raise ConfigError(f"track {unknown[0]!r} is not one of {', '.join(sorted(TRACK_RUNNERS))}")
     if repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
+    if samples is not None and samples < 1:
+        raise ConfigError(f"--samples must be >= 1, got {samples}")
     if layout is not None:
         from cropbench.formats.convert import materialize_layout
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cropbench.config import DECODE_PATHS, LAYOUT_GRID, CropConfig, layout_by_name
+from cropbench.config import DECODE_PATHS, LAYOUT_GRID, OPTIONAL_LAYOUTS, CropConfig, layout_by_name
 from cropbench.dataset import CropDataset
 from cropbench.errors import ConfigError
 from cropbench.formats import supported_decodes
@@ -30,6 +30,15 @@ from cropbench.sampling import access_order
 
 CEILING = "memmap"
 ACCESSES = {"random": "random", "grouped": "grouped-field"}
+#: Crops timed through OME-Arrow's ``as-py`` path: a whole field converts to Python objects per crop.
+AS_PY_SAMPLES = 40
+
+
+def default_layouts() -> tuple[str, ...]:
+    """The full grid, plus the optional layouts whose extra is installed (OME-Arrow)."""
+    from cropbench.formats.omearrow import ome_arrow_available
+
+    return LAYOUT_GRID + (OPTIONAL_LAYOUTS if ome_arrow_available() else ())
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,10 @@ def measure_layout(plate: str | Path, comparison: LayoutComparison) -> dict[str,
         metrics.update({f"{label}_{k}": v for k, v in dataset.reader.stats.per_region().items()})
         dataset.reader.close()
     metrics["objects"] = len(dataset)
+    if "as-py" in supported_decodes(plate):
+        dataset = CropDataset(plate, config.replace(decode="as-py"))
+        timed = access_order(dataset, "random", AS_PY_SAMPLES, comparison.seed)
+        metrics["as_py_random_crops_per_s"] = len(timed) / time_loop(dataset.__getitem__, timed)
     return metrics
 
 

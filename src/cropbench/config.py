@@ -19,11 +19,13 @@ FORMAT_CODECS: dict[str, tuple[str, ...]] = {
     "ome-zarr": CODECS,
     "tiff": ("none", "zlib"),
     "memmap": ("none",),
+    "ome-arrow": ("none", "zstd"),
 }
 FORMATS = tuple(FORMAT_CODECS)
 OUTPUT_DTYPES = ("uint16", "float32", "float16", "bfloat16")
 TRANSFORM_TIERS = ("none", "light", "typical")
-DECODE_PATHS = ("zarr", "direct", "field")
+#: ``as-py`` is the OME-Arrow reference script's path (``.as_py()`` then numpy); other formats lack it.
+DECODE_PATHS = ("zarr", "direct", "field", "as-py")
 BORDER_POLICIES = ("pad", "shift", "drop")
 ACCESS_PATTERNS = ("random", "grouped-field", "grouped-well", "chunk-aware", "paired")
 CACHE_STATES = ("warm", "cold")
@@ -99,9 +101,12 @@ class LayoutSpec:
     clevel: int = 5
     shard_yx: int = 0
     format: str = "ome-zarr"
+    colocate_objects: bool = False
 
     def __post_init__(self) -> None:
         _choice("format", self.format, FORMATS)
+        _require(not self.colocate_objects or self.format == "ome-arrow",
+                 f"colocate_objects needs format 'ome-arrow' (the object table beside the images), got {self.format!r}")
         _choice(f"codec (format {self.format})", self.codec, FORMAT_CODECS[self.format])
         _require(self.chunk_yx >= 0, f"chunk_yx must be >= 0, got {self.chunk_yx}")
         _require(self.channels_per_chunk >= 0, f"channels_per_chunk must be >= 0, got {self.channels_per_chunk}")
@@ -131,6 +136,9 @@ class LayoutSpec:
     def label(self) -> str:
         if self.format == "memmap":
             return "memmap"
+        if self.format == "ome-arrow":
+            codec = f"zstd{self.clevel}" if self.codec == "zstd" else self.codec
+            return f"ome-arrow-{codec}-yx{self.chunk_yx or 'plane'}" + ("+objects" if self.colocate_objects else "")
         if self.format != "ome-zarr":
             return f"{self.format}-{self.codec}"
         chunk = "plane" if self.chunk_yx == 0 else str(self.chunk_yx)
@@ -162,7 +170,15 @@ LAYOUTS.update({
     "tiff": LayoutSpec(format="tiff", codec="none"),
     "tiff-zlib": LayoutSpec(format="tiff", codec="zlib"),
     "memmap": LayoutSpec(format="memmap", codec="none"),
+    # OME-Arrow (optional extra [arrow]): per-channel 256-px tiles (the format's "fast_crop_2d" choice),
+    # chunk-level zstd-1 as its authors recommend, or uncompressed; one variant keeps the objects inline.
+    "ome-arrow": LayoutSpec(format="ome-arrow", codec="none", chunk_yx=256, channels_per_chunk=1),
+    "ome-arrow-zstd": LayoutSpec(format="ome-arrow", codec="zstd", clevel=1, chunk_yx=256, channels_per_chunk=1),
+    "ome-arrow-zstd-objects": LayoutSpec(format="ome-arrow", codec="zstd", clevel=1, chunk_yx=256,
+                                         channels_per_chunk=1, colocate_objects=True),
 })
+#: Layouts that need an optional extra; ``compare-layouts`` adds them when the extra is installed.
+OPTIONAL_LAYOUTS: tuple[str, ...] = ("ome-arrow", "ome-arrow-zstd", "ome-arrow-zstd-objects")
 #: The layouts ``cropbench compare-layouts`` measures by default: every OME-Zarr structure × codec,
 #: TIFF per field and channel, and the raw memory-mapped ceiling.
 LAYOUT_GRID: tuple[str, ...] = (

@@ -8,7 +8,11 @@ format        ``zarr``                        ``direct``                        
 ome-zarr      zarr-python slicing             chunk math + store codecs + LRU       whole fields via ``direct``
 tiff          zarr-python on tifffile's store  mmap (raw) / only touched strips      ``tifffile.imread`` per file
 memmap        does not apply                  one slice of a memory map (ceiling)   whole fields via the map
+ome-arrow     does not apply                  zero-copy Arrow chunk buffers + LRU   whole fields via ``direct``
 ============  ==============================  ====================================  ============================
+
+OME-Arrow also offers ``as-py`` (``.as_py()`` of the field's row and ``ome_arrow.to_numpy``, the
+reference script's way), to show what zero-copy access saves.
 """
 
 from __future__ import annotations
@@ -31,17 +35,20 @@ from cropbench.formats.base import (
 from cropbench.formats.chunks import DirectChunkReader
 from cropbench.formats.marker import LAYOUT_MARKER, metadata_from_marker, read_marker
 from cropbench.formats.memmap import MemmapPlateWriter, MemmapReader
+from cropbench.formats.omearrow import OmeArrowPlateWriter, OmeArrowPythonReader, OmeArrowReader
 from cropbench.formats.omezarr import OmeZarrPlateWriter, ZarrPythonReader
 from cropbench.formats.tiff import TiffPlateWriter, TiffReader, TiffZarrReader
 
 #: Decode paths each storage format supports (see the table above).
 DECODES_BY_FORMAT: dict[str, tuple[str, ...]] = {
-    "ome-zarr": DECODE_PATHS,
-    "tiff": DECODE_PATHS,
+    "ome-zarr": ("zarr", "direct", "field"),
+    "tiff": ("zarr", "direct", "field"),
     "memmap": ("direct", "field"),
+    "ome-arrow": ("direct", "field", "as-py"),
 }
 WRITERS: dict[str, type[PlateWriter]] = {
     "ome-zarr": OmeZarrPlateWriter, "tiff": TiffPlateWriter, "memmap": MemmapPlateWriter,
+    "ome-arrow": OmeArrowPlateWriter,
 }
 
 
@@ -90,6 +97,12 @@ def open_plate(
         if decode == "direct":
             return TiffReader(metadata, chunk_cache_bytes=chunk_cache_bytes)
         return FieldCacheReader(metadata, TiffReader(metadata, chunk_cache_bytes=0), field_cache_fields)
+    if metadata.layout == "ome-arrow":
+        if decode == "as-py":
+            return OmeArrowPythonReader(metadata)
+        if decode == "direct":
+            return OmeArrowReader(metadata, chunk_cache_bytes=chunk_cache_bytes)
+        return FieldCacheReader(metadata, OmeArrowReader(metadata, chunk_cache_bytes=0), field_cache_fields)
     if metadata.layout == "memmap":
         if decode == "direct":
             return MemmapReader(metadata)
@@ -114,7 +127,7 @@ def create_plate_writer(
 
 __all__ = [
     "DECODES_BY_FORMAT", "DirectChunkReader", "FieldCacheReader", "FieldInfo", "MemmapPlateWriter", "MemmapReader",
-    "OmeZarrPlateWriter", "PlateMetadata", "PlateReader", "PlateWriter", "ReadStats", "TiffPlateWriter",
-    "TiffReader", "TiffZarrReader", "ZarrPythonReader", "create_plate_writer", "layout_label", "open_plate",
-    "read_plate_metadata", "supported_decodes",
+    "OmeArrowPlateWriter", "OmeArrowPythonReader", "OmeArrowReader", "OmeZarrPlateWriter", "PlateMetadata",
+    "PlateReader", "PlateWriter", "ReadStats", "TiffPlateWriter", "TiffReader", "TiffZarrReader", "ZarrPythonReader",
+    "create_plate_writer", "layout_label", "open_plate", "read_plate_metadata", "supported_decodes",
 ]

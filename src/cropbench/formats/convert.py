@@ -20,7 +20,8 @@ from cropbench.config import LayoutSpec, layout_by_name
 from cropbench.errors import StoreError
 from cropbench.formats import create_plate_writer, open_plate, read_plate_metadata
 from cropbench.formats.marker import LAYOUT_MARKER
-from cropbench.objects import OBJECT_TABLE_NAME
+from cropbench.formats.omearrow import require_ome_arrow
+from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ def convert_plate(
         "layout": dataclasses.asdict(layout), "layout_label": layout.label,
         "converted_from": {"path": str(source_path.resolve()), "fingerprint": _fingerprint(source_path)},
     }
+    if layout.format == "ome-arrow":
+        require_ome_arrow()  # a heavy first import: keep it off the write clock
     started = time.perf_counter()
     writer = create_plate_writer(
         destination_path, metadata.name, metadata.channel_names, metadata.field_shape, layout, list(wells),
@@ -75,6 +78,10 @@ def convert_plate(
         extra_attributes=attributes, overwrite=overwrite,
     )
     writing = time.perf_counter() - started
+    table = source_path / OBJECT_TABLE_NAME
+    colocated = bool(getattr(writer, "colocates_objects", False))
+    if colocated:
+        writer.attach_objects(read_object_table(source_path))  # type: ignore[attr-defined]
     for info in tqdm(metadata.fields, desc=f"convert to {layout.label}", unit="field", disable=not progress):
         pixels = reader.read_field(info.index)
         started = time.perf_counter()
@@ -84,8 +91,7 @@ def convert_plate(
     writer.close()
     writing += time.perf_counter() - started
     reader.close()
-    table = source_path / OBJECT_TABLE_NAME
-    if table.is_file():
+    if table.is_file() and not colocated:
         shutil.copyfile(table, destination_path / OBJECT_TABLE_NAME)
     raw = len(metadata.fields) * int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize
     return ConvertedPlate(path=destination_path, layout=layout, fields=len(metadata.fields), raw_bytes=raw,
@@ -118,7 +124,8 @@ def materialize_layout(source: str | Path, layout: str, root: str | Path | None 
         origin = existing.get("converted_from", {})
         if (existing.get("layout_label") == spec.label and origin.get("path") == str(Path(source).resolve())
                 and origin.get("fingerprint") == _fingerprint(Path(source))
-                and (destination / OBJECT_TABLE_NAME).is_file() == (Path(source) / OBJECT_TABLE_NAME).is_file()):
+                and (spec.colocate_objects or (destination / OBJECT_TABLE_NAME).is_file()
+                     == (Path(source) / OBJECT_TABLE_NAME).is_file())):
             return destination
     convert_plate(source, destination, spec, overwrite=True, progress=progress)
     return destination
