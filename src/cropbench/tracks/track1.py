@@ -41,7 +41,7 @@ COLLATE_BATCH = 64
 def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
     """The Track 1 grid of a preset; ``samples`` overrides the steady-state sample count."""
     if preset == "smoke":
-        base = Track1Case(samples=samples or 300, warmup=20, cold_samples=50)
+        base = Track1Case(samples=300 if samples is None else samples, warmup=20, cold_samples=50)
         crop = CropConfig(crop_size=96)
         grid = [
             ("random", crop), ("random", crop.replace(decode="zarr")), ("random", crop.replace(decode="field")),
@@ -50,7 +50,7 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
         ]
         return [dataclasses.replace(base, access=access, crop=c) for access, c in grid]
     if preset == "full":
-        base = Track1Case(samples=samples or 1000, warmup=50, cold_samples=200)
+        base = Track1Case(samples=1000 if samples is None else samples, warmup=50, cold_samples=200)
         cases = []
         for access, size, channels, tier, dtype, decode in itertools.product(
             ("random", "grouped-field", "paired"), (64, 128), (None, ("DNA", "RNA", "Mito")),
