@@ -1,8 +1,10 @@
 """Track 2 in asv: DataLoader epochs and what the training loop waits for.
 
 ``Loader`` wraps :func:`cropbench.loader.build_loader` (``time_epoch``: one epoch, worker start-up
-included, wall clock) and :func:`cropbench.tracks.track2.run_case` (first-batch latency, steady
-throughput and batch-wait p95, the harness ``cropbench run`` uses). asv's ``peakmem_*`` sees only
+included, wall clock, with asv's own statistics). ``LoaderLatency`` reports what
+:func:`cropbench.tracks.track2.run_case` (the harness ``cropbench run`` uses) measures in raw
+milliseconds — first-batch latency, steady throughput, batch-wait p95 — and runs with
+``CROPBENCH_ASV_FULL=1`` only (see benchmarks/common.py for why). asv's ``peakmem_*`` sees only
 the main process, so worker memory is left to ``cropbench run`` (it records every worker's RSS).
 """
 
@@ -10,14 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import Suite, crop_config, grid, layouts, one_thread, plate_for, require
+from .common import Suite, crop_config, grid, layouts, one_thread, plate_for, require, require_full_grid
 
 #: Samples per epoch: a few dozen batches, so an epoch is short but not one batch.
 EPOCH_SAMPLES = 512
 
 
-class Loader(Suite):
-    """One crop configuration served by one DataLoader configuration (random access)."""
+class _Loading(Suite):
+    """One crop configuration served by one DataLoader configuration (random access; no benchmarks)."""
 
     params = (
         grid([0, 2], [0, 1, 2, 4]),
@@ -45,12 +47,29 @@ class Loader(Suite):
         scheduled = require("cropbench.loader", "ScheduledSampler")(orders)
         self.loader = require("cropbench.loader", "build_loader")(dataset, loader_spec, scheduled, 0)
 
-    def _run_case(self) -> dict[str, Any]:
-        return require("cropbench.tracks.track2", "run_case")(self.plate, self.case)  # type: ignore[no-any-return]
+
+
+class Loader(_Loading):
+    """Whole epochs through the DataLoader."""
 
     def time_epoch(self, *params: Any) -> None:
         for _ in self.loader:
             pass
+
+    def peakmem_epoch(self, *params: Any) -> None:
+        for _ in self.loader:
+            pass
+
+
+class LoaderLatency(_Loading):
+    """Raw milliseconds from ``run_case`` (full grid only)."""
+
+    def setup(self, *args: Any) -> None:
+        require_full_grid("Track 2 first-batch latency, throughput and batch-wait p95 in ms")
+        super().setup(*args)
+
+    def _run_case(self) -> dict[str, Any]:
+        return require("cropbench.tracks.track2", "run_case")(self.plate, self.case)
 
     def track_first_batch_ms(self, *params: Any) -> float:
         return float(self._run_case()["first_batch_ms"])
@@ -67,7 +86,3 @@ class Loader(Suite):
         return float(self._run_case()["batch_p95_ms"])
 
     track_batch_p95_ms.unit = "ms"  # type: ignore[attr-defined]
-
-    def peakmem_epoch(self, *params: Any) -> None:
-        for _ in self.loader:
-            pass

@@ -1,23 +1,25 @@
 """Track 3 in asv: an end-to-end loop — does the loader keep the model fed?
 
 ``Loop`` wraps :func:`cropbench.tracks.track3.run_case`: a fixed number of training steps, each
-split into data wait and compute. The data-wait fraction is already normalised (wait over step
-time, same process), which makes it the steadiest number of this track. ``cuda`` cases are
-skipped where there is no GPU.
+split into data wait and compute, and a compute-only baseline on batches already in place.
+``track_step_over_compute`` (mean step time over compute-only step time, same process) is the
+number to gate on. ``LoopLatency`` holds the data-wait fraction (a small fraction whose ratio
+between runs swings widely), images/s and first-batch latency, with ``CROPBENCH_ASV_FULL=1``
+only. ``cuda`` cases are skipped where there is no GPU.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .common import Suite, crop_config, grid, layouts, one_thread, plate_for, require
+from .common import Suite, crop_config, grid, layouts, one_thread, plate_for, require, require_full_grid
 
 #: Timed steps (after warm-up) per run: short on CPU, long enough for a fraction to mean something.
 STEPS = 12
 
 
-class Loop(Suite):
-    """One model and workload fed by one DataLoader configuration for ``STEPS`` steps."""
+class _Training(Suite):
+    """One model and workload fed by one DataLoader configuration for ``STEPS`` steps (no benchmarks)."""
 
     params = (
         grid(["smallcnn"], ["smallcnn", "resnet18", "emulated"]),
@@ -43,7 +45,25 @@ class Loop(Suite):
         )
 
     def _run_case(self) -> dict[str, Any]:
-        return require("cropbench.tracks.track3", "run_case")(self.plate, self.case)  # type: ignore[no-any-return]
+        return require("cropbench.tracks.track3", "run_case")(self.plate, self.case)
+
+
+class Loop(_Training):
+    """How much the loader stretches each step beyond its compute."""
+
+    def track_step_over_compute(self, *params: Any) -> float:
+        metrics = self._run_case()
+        return float(metrics["step_mean_ms"] / metrics["compute_only_step_mean_ms"])
+
+    track_step_over_compute.unit = "x compute-only step"  # type: ignore[attr-defined]
+
+
+class LoopLatency(_Training):
+    """Data-wait fraction and raw milliseconds from ``run_case`` (full grid only)."""
+
+    def setup(self, *args: Any) -> None:
+        require_full_grid("Track 3 data-wait fraction, images/s and first-batch latency")
+        super().setup(*args)
 
     def track_data_wait_fraction(self, *params: Any) -> float:
         return float(self._run_case()["data_wait_fraction"])

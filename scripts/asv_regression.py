@@ -115,7 +115,7 @@ def make_clone(destination: Path, slowdown: float = 1.5, env_dir: Path | None = 
 def _read_config(path: Path) -> dict[str, object]:
     """asv.conf.json allows // comments; drop whole-line comments before parsing."""
     lines = [line for line in path.read_text().splitlines() if not line.lstrip().startswith("//")]
-    return json.loads("\n".join(lines))  # type: ignore[no-any-return]
+    return json.loads("\n".join(lines))
 
 
 def _asv(
@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factor", type=float, default=1.1, help="asv --factor (default: %(default)s)")
     parser.add_argument("--bench", default=DEFAULT_BENCH, help="asv -b regex (default: %(default)s)")
     parser.add_argument("--env-dir", type=Path, default=DEFAULT_ENV_DIR)
+    parser.add_argument("--log-dir", type=Path, help="write each comparison's asv output here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cropbench-regression-") as scratch:
         root = Path(scratch)
@@ -191,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                 flagged = comparison.flagged and comparison.returncode == 1
                 print(f"pair {pair + 1} {kind:9s} exit={comparison.returncode} worse={list(comparison.worse)}",
                       flush=True)
+                if args.log_dir is not None:
+                    args.log_dir.mkdir(parents=True, exist_ok=True)
+                    (args.log_dir / f"pair{pair + 1}-{kind}.txt").write_text(comparison.output)
                 if kind == "identical":
                     false_positives += flagged
                 else:

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
+import sys
 from pathlib import Path
-from types import ModuleType
 
 import asv
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import asv_offline_html as offline  # noqa: E402
+
 ASV_WWW = Path(asv.__file__).parent / "www"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("asv_offline_html", REPO / "scripts" / "asv_offline_html.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-offline = _load()
 
 
 def _published(tmp_path: Path) -> Path:

@@ -7,42 +7,34 @@ reused from .asv/env after that), so it is opt-in: ``CROPBENCH_ASV_REGRESSION=1`
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import asv_regression as regression  # noqa: E402
+
 #: One parameter combination of the gating benchmark keeps each asv run to seconds.
 BENCH = r"track1\.Fetch\.track_relative_cost\('random', 'direct'"
 #: Wider than asv's default 1.1 so a noisy machine cannot fail the test; 1.5x is still far above it.
 FACTOR = 1.25
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("asv_regression", REPO / "scripts" / "asv_regression.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-regression = _load()
-
-
 @pytest.fixture(scope="module")
-def clone_and_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, Path]]:
+def clone_and_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[regression.Clone, Path]]:
     root = tmp_path_factory.mktemp("regression")
     home = root / "home"
     regression.prepare_machine(home)
     yield regression.make_clone(root / "clone", 1.5, regression.DEFAULT_ENV_DIR), home
 
 
-def test_clone_holds_identical_and_slow_commits(clone_and_home: tuple[object, Path]) -> None:
+def test_clone_holds_identical_and_slow_commits(clone_and_home: tuple[regression.Clone, Path]) -> None:
     clone, _ = clone_and_home
     def diff(commit: str) -> str:
         return subprocess.run(["git", "-C", str(clone.path), "diff", "--stat", clone.base, commit],
@@ -63,7 +55,7 @@ def test_worse_rows_are_read_from_asv_tables() -> None:
 
 
 @pytest.mark.slow
-def test_same_python_compare_flags_the_slowdown_only(clone_and_home: tuple[object, Path]) -> None:
+def test_same_python_compare_flags_the_slowdown_only(clone_and_home: tuple[regression.Clone, Path]) -> None:
     clone, home = clone_and_home
     slow = regression.compare_same_python(clone, home, clone.slow, BENCH, FACTOR)
     assert slow.flagged, slow.output
@@ -76,7 +68,7 @@ def test_same_python_compare_flags_the_slowdown_only(clone_and_home: tuple[objec
 @pytest.mark.skipif(os.environ.get("CROPBENCH_ASV_REGRESSION") != "1",
                     reason="builds or reuses an asv virtualenv (minutes): set CROPBENCH_ASV_REGRESSION=1")
 def test_asv_continuous_exits_1_on_the_slowdown_and_0_on_identical_code(
-    clone_and_home: tuple[object, Path],
+    clone_and_home: tuple[regression.Clone, Path],
 ) -> None:
     clone, home = clone_and_home
     slow = regression.continuous(clone, home, clone.slow, BENCH, FACTOR)
