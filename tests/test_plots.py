@@ -1,0 +1,86 @@
+"""Figures from a results file: one command draws them, with the expected panels and units."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pytest
+
+from cropbench import plots
+from cropbench.cli import main
+from cropbench.errors import OutputError
+from cropbench.records import Record, RecordWriter
+
+
+def _track2(workers: int, batch: int, rate: float, case_suffix: str = "") -> Record:
+    metrics = {"samples_per_s": rate, "run_samples_per_s": 0.7 * rate, "first_batch_ms": 20.0 + 40 * workers,
+               "epoch2_first_batch_ms": 5.0 + 30 * workers}
+    return Record(track="2", case=f"plate/random/direct/none/float32/w{workers}/b{batch}{case_suffix}",
+                  config={"loader": {"num_workers": workers, "batch_size": batch}}, metrics=metrics, environment={})
+
+
+def _track3(case: str, step_ms: float, compute_ms: float, wait: float) -> Record:
+    metrics = {"step_p50_ms": step_ms, "compute_only_step_p50_ms": compute_ms, "data_wait_fraction": wait,
+               "stall_crosscheck": 1 - compute_ms / step_ms}
+    return Record(track="3", case=case, config={}, metrics=metrics, environment={})
+
+
+def _records() -> list[Record]:
+    rows = [_track2(w, b, 1000.0 * (w + 1) * b / 16) for b in (16, 64) for w in (0, 1, 2)]
+    rows.append(_track2(2, 64, 5000.0, "/persistent"))
+    rows += [
+        _track3("resnet18/train/direct/light/float32/w0/b16/pin/amp-off/auto", 400.0, 398.0, 0.01),
+        _track3("emulated40ms/train/direct/light/float32/w0/b64/pin/amp-off/auto", 50.0, 40.0, 0.2),
+        _track3("emulated40ms/train/direct/light/float32/w1/b64/pin/amp-off/auto", 43.0, 40.0, 0.07),
+    ]
+    search = {"tried_workers": [0, 1], "data_wait_fraction_by_workers": [0.2, 0.07], "min_workers": 1,
+              "images_per_s_by_workers": [1280.0, 1490.0], "compute_only_images_per_s": 1600.0}
+    rows.append(Record(track="3", case="emulated40ms/train/direct/light/float32/w*/b64/pin/amp-off/auto/min-workers",
+                       config={}, metrics=search, environment={}))
+    return rows
+
+
+def test_plot_command_draws_track2_and_track3_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = tmp_path / "results.jsonl"
+    with RecordWriter(results) as writer:
+        for record in _records():
+            writer.write(record)
+    titles: dict[str, list[str]] = {}
+    save = plots._save
+
+    def spy(figure: plt.Figure, path: Path) -> Path:
+        titles[path.name] = [axis.get_title() for axis in figure.axes if axis.get_visible()]
+        labels = [axis.get_xlabel() + axis.get_ylabel() for axis in figure.axes if axis.get_visible()]
+        assert all(labels), f"{path.name} has an axis without a label"
+        return save(figure, path)
+
+    monkeypatch.setattr(plots, "_save", spy)
+    assert main(["plot", str(results), "--out", str(tmp_path / "figures")]) == 0
+    expected = {
+        "track2_workers_scaling.png": ["Track 2 samples/s vs num_workers (higher is better)"],
+        "track2_first_batch.png": ["Track 2 first-batch latency (lower is better)"],
+        "track3_step_and_wait.png": ["Track 3 step time p50 (lower is better)",
+                                     "Track 3 data-wait fraction (lower is better)"],
+        "track3_workers.png": ["Track 3 data wait vs num_workers (lower is better)",
+                               "Track 3 images/s vs num_workers (higher is better)"],
+    }
+    for name, panels in expected.items():
+        path = tmp_path / "figures" / name
+        assert path.is_file() and path.stat().st_size > 10_000, name
+        assert all(any(title.startswith(panel) for title in titles[name]) for panel in panels), titles[name]
+    assert len(titles["track2_workers_scaling.png"]) == 1, "the persistent row is not a sweep of its own"
+
+
+def test_figures_are_skipped_without_their_rows(tmp_path: Path) -> None:
+    only_track2 = [r for r in _records() if r.track == "2"]
+    names = {path.name for path in plots.plot_results(only_track2, tmp_path)}
+    assert names == {"track2_workers_scaling.png", "track2_first_batch.png"}
+    with pytest.raises(OutputError):
+        plots.plot_results([], tmp_path)
+
+
+def test_sweep_key_drops_workers_and_batch_only() -> None:
+    assert plots._sweep_key("plate/random/direct/none/float32/w2/b64/persistent") == \
+        "plate/random/direct/none/float32/persistent"
+    assert plots._sweep_key("resnet18/train/w*/b256/amp-bf16") == "resnet18/train/w*/amp-bf16"
