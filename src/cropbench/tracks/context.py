@@ -31,6 +31,15 @@ class RunContext:
     def should_skip(self, track: str, case: str, repeat: int) -> bool:
         return (track, case, repeat) in self.skip
 
+    def decode_applies(self, plate: str | Path, decode: str) -> bool:
+        """Whether the plate's layout offers the decode path; tracks skip the cases it lacks."""
+        from cropbench.formats import read_plate_metadata, supported_decodes
+
+        applies = decode in supported_decodes(read_plate_metadata(plate))
+        if not applies:
+            self.progress(f"decode {decode} does not apply to the layout of {plate}: skipped")
+        return applies
+
     def progress(self, message: str) -> None:
         if self.report is not None:
             self.report(message)

@@ -146,7 +146,7 @@ def run_case(
         metrics["warmup_over_steady"] = metrics["warmup_mean_ms"] / max(metrics["p50_ms"], 1e-9)
     if case.crop.tier != "none":
         metrics.update(_io_and_transform_split(plate, case, steady, metrics, objects))
-    if case.crop.decode == "direct":
+    if case.crop.decode == "direct" and dataset.reader.metadata.layout == "ome-zarr":  # the zarr chunk path only
         metrics.update(_stage_split(plate, case, steady[:STAGE_SPLIT_ITEMS], objects))
     metrics["fidelity_items"] = FIDELITY_ITEMS
     metrics["fidelity_sha256"] = case_fidelity_hash(plate, case, objects)

@@ -311,6 +311,8 @@ def run_track2(plate: str | Path, preset: str, context: RunContext) -> int:
     written = 0
     measured: dict[tuple[str, int], dict[str, Any]] = {}
     for case in preset_cases(preset, context.samples):
+        if not context.decode_applies(plate, case.crop.decode):
+            continue
         for repeat in range(context.repeats):
             if context.should_skip("2", case.label, repeat):
                 continue

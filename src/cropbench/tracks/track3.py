@@ -463,6 +463,8 @@ def run_track3(plate: str | Path, preset: str, context: RunContext) -> int:
         written += 1
 
     for item in preset_items(preset, context.samples):
+        if not context.decode_applies(plate, getattr(item, "case", item).crop.decode):
+            continue
         for repeat in range(context.repeats):
             if context.should_skip("3", item.label, repeat):
                 continue
