@@ -23,7 +23,8 @@ from cropbench.config import DECODE_PATHS, LAYOUT_GRID, OPTIONAL_LAYOUTS, CropCo
 from cropbench.dataset import CropDataset
 from cropbench.errors import ConfigError
 from cropbench.formats import supported_decodes
-from cropbench.formats.convert import ConvertedPlate, convert_plate
+from cropbench.formats.convert import convert_plate
+from cropbench.generate import GeneratedPlate
 from cropbench.measure import time_each, time_loop
 from cropbench.records import Record
 from cropbench.sampling import access_order
@@ -109,7 +110,8 @@ def compare_layouts(
     for name in comparison.ordered():
         if progress:
             progress(f"{name}: writing")
-        converted = convert_plate(source, work / name, layout_by_name(name), overwrite=True)
+        layout = layout_by_name(name)
+        converted = convert_plate(source, work / name, layout, overwrite=True)
         if progress:
             progress(f"{name}: reading")
         metrics = {**_size_metrics(converted), **measure_layout(converted.path, comparison)}
@@ -119,7 +121,7 @@ def compare_layouts(
             metrics[f"{label}_ratio_to_memmap"] = metrics[f"{label}_crops_per_s"] / ceiling[f"{label}_crops_per_s"]
         metrics["size_ratio_to_memmap"] = metrics["stored_bytes"] / ceiling["stored_bytes"]
         config = {
-            "layout_name": name, "layout": dataclasses.asdict(converted.layout), "layout_label": converted.layout.label,
+            "layout_name": name, "layout": dataclasses.asdict(layout), "layout_label": layout.label,
             "source_plate": str(Path(source).resolve()), "comparison": dataclasses.asdict(comparison),
         }
         record = Record(track="layouts", case=name, config=config, metrics=metrics, environment=environment,
@@ -131,7 +133,7 @@ def compare_layouts(
     return records
 
 
-def _size_metrics(converted: ConvertedPlate) -> dict[str, Any]:
+def _size_metrics(converted: GeneratedPlate) -> dict[str, Any]:
     return {
         "raw_bytes": converted.raw_bytes, "stored_bytes": converted.stored_bytes,
         "stored_mib": converted.stored_bytes / 2**20,

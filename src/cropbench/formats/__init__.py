@@ -39,12 +39,18 @@ from cropbench.formats.omearrow import OmeArrowPlateWriter, OmeArrowPythonReader
 from cropbench.formats.omezarr import OmeZarrPlateWriter, ZarrPythonReader
 from cropbench.formats.tiff import TiffPlateWriter, TiffReader, TiffZarrReader
 
+#: Each format's own reader (decode path ``direct``, and inside the field cache for ``field``).
+DIRECT_READERS: dict[str, type[PlateReader]] = {
+    "ome-zarr": DirectChunkReader, "tiff": TiffReader, "memmap": MemmapReader, "ome-arrow": OmeArrowReader,
+}
+#: Each format's library path, where it has one: (decode path, reader).
+LIBRARY_READERS: dict[str, tuple[str, type[PlateReader]]] = {
+    "ome-zarr": ("zarr", ZarrPythonReader), "tiff": ("zarr", TiffZarrReader),
+    "ome-arrow": ("as-py", OmeArrowPythonReader),
+}
 #: Decode paths each storage format supports (see the table above).
 DECODES_BY_FORMAT: dict[str, tuple[str, ...]] = {
-    "ome-zarr": ("zarr", "direct", "field"),
-    "tiff": ("zarr", "direct", "field"),
-    "memmap": ("direct", "field"),
-    "ome-arrow": ("direct", "field", "as-py"),
+    fmt: ((LIBRARY_READERS[fmt][0],) if fmt in LIBRARY_READERS else ()) + ("direct", "field") for fmt in DIRECT_READERS
 }
 WRITERS: dict[str, type[PlateWriter]] = {
     "ome-zarr": OmeZarrPlateWriter, "tiff": TiffPlateWriter, "memmap": MemmapPlateWriter,
@@ -91,27 +97,18 @@ def open_plate(
             f"decode={decode!r} does not apply to the {metadata.layout} layout of {metadata.path}; "
             f"it supports {', '.join(supported_decodes(metadata))}"
         )
-    if metadata.layout == "tiff":
-        if decode == "zarr":
-            return TiffZarrReader(metadata)
-        if decode == "direct":
-            return TiffReader(metadata, chunk_cache_bytes=chunk_cache_bytes)
-        return FieldCacheReader(metadata, TiffReader(metadata, chunk_cache_bytes=0), field_cache_fields)
-    if metadata.layout == "ome-arrow":
-        if decode == "as-py":
-            return OmeArrowPythonReader(metadata)
-        if decode == "direct":
-            return OmeArrowReader(metadata, chunk_cache_bytes=chunk_cache_bytes)
-        return FieldCacheReader(metadata, OmeArrowReader(metadata, chunk_cache_bytes=0), field_cache_fields)
-    if metadata.layout == "memmap":
-        if decode == "direct":
-            return MemmapReader(metadata)
-        return FieldCacheReader(metadata, MemmapReader(metadata), field_cache_fields)
-    if decode == "zarr":
-        return ZarrPythonReader(metadata)
+    if decode == "field":
+        return FieldCacheReader(metadata, _direct_reader(metadata, 0), field_cache_fields)
     if decode == "direct":
-        return DirectChunkReader(metadata, chunk_cache_bytes=chunk_cache_bytes)
-    return FieldCacheReader(metadata, DirectChunkReader(metadata, chunk_cache_bytes=0), field_cache_fields)
+        return _direct_reader(metadata, chunk_cache_bytes)
+    return LIBRARY_READERS[metadata.layout][1](metadata)
+
+
+def _direct_reader(metadata: PlateMetadata, chunk_cache_bytes: int) -> PlateReader:
+    reader_class = DIRECT_READERS[metadata.layout]
+    if reader_class is MemmapReader:  # nothing to decode, nothing to cache
+        return MemmapReader(metadata)
+    return reader_class(metadata, chunk_cache_bytes=chunk_cache_bytes)  # type: ignore[call-arg]
 
 
 def create_plate_writer(

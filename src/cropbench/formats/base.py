@@ -271,6 +271,13 @@ class PlateWriter(ABC):
             raise StoreError(f"field {row}{column}/{site} has shape {pixels.shape}, expected {self.field_shape}")
 
 
+def chunk_spans(start: int, stop: int, step: int) -> list[tuple[int, int, int]]:
+    """(chunk index, chunk start, chunk end) of each chunk of edge ``step`` that [start, stop) touches,
+    the chunk's extent clipped to [start, stop); all in absolute coordinates."""
+    return [(index, max(start, index * step), min(stop, (index + 1) * step))
+            for index in range(start // step, (stop - 1) // step + 1)]
+
+
 def prepare_destination(path: Path, overwrite: bool) -> None:
     """Refuse to replace an existing output unless asked; create the parent folder."""
     if path.exists():

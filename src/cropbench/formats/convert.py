@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,23 +20,8 @@ from cropbench.errors import StoreError
 from cropbench.formats import create_plate_writer, open_plate, read_plate_metadata
 from cropbench.formats.marker import LAYOUT_MARKER
 from cropbench.formats.omearrow import require_ome_arrow
+from cropbench.generate import GeneratedPlate
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
-
-
-@dataclass(frozen=True)
-class ConvertedPlate:
-    """What a conversion wrote and what it cost: pixel bytes raw and on disk, and write time."""
-
-    path: Path
-    layout: LayoutSpec
-    fields: int
-    raw_bytes: int
-    stored_bytes: int
-    write_seconds: float
-
-    @property
-    def compression_ratio(self) -> float:
-        return self.raw_bytes / max(self.stored_bytes, 1)
 
 
 def pixel_bytes(path: Path) -> int:
@@ -48,10 +32,11 @@ def pixel_bytes(path: Path) -> int:
 def convert_plate(
     source: str | Path, destination: str | Path, layout: LayoutSpec, overwrite: bool = False,
     progress: bool = False, source_decode: str = "field",
-) -> ConvertedPlate:
+) -> GeneratedPlate:
     """Rewrite every field of ``source`` in ``layout`` at ``destination``.
 
-    ``write_seconds`` counts only the target writer (encoding and writing), not reading the source.
+    ``write_seconds`` counts only the target writer (encoding and writing), not reading the source;
+    ``stored_bytes`` counts pixels and metadata, not the object table.
     """
     source_path, destination_path = Path(source), Path(destination)
     if source_path.resolve() == destination_path.resolve():
@@ -79,9 +64,10 @@ def convert_plate(
     )
     writing = time.perf_counter() - started
     table = source_path / OBJECT_TABLE_NAME
+    objects = read_object_table(source_path) if table.is_file() else None
     colocated = bool(getattr(writer, "colocates_objects", False))
-    if colocated:
-        writer.attach_objects(read_object_table(source_path))  # type: ignore[attr-defined]
+    if colocated and objects is not None:
+        writer.attach_objects(objects)  # type: ignore[attr-defined]
     for info in tqdm(metadata.fields, desc=f"convert to {layout.label}", unit="field", disable=not progress):
         pixels = reader.read_field(info.index)
         started = time.perf_counter()
@@ -94,8 +80,8 @@ def convert_plate(
     if table.is_file() and not colocated:
         shutil.copyfile(table, destination_path / OBJECT_TABLE_NAME)
     raw = len(metadata.fields) * int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize
-    return ConvertedPlate(path=destination_path, layout=layout, fields=len(metadata.fields), raw_bytes=raw,
-                          stored_bytes=pixel_bytes(destination_path), write_seconds=writing)
+    return GeneratedPlate(path=destination_path, fields=len(metadata.fields), objects=len(objects or ()),
+                          raw_bytes=raw, stored_bytes=pixel_bytes(destination_path), write_seconds=writing)
 
 
 def _fingerprint(path: Path) -> list[int]:

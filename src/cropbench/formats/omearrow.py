@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cropbench.errors import ConfigError, ObjectTableError, StoreError
-from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader, PlateWriter
+from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
 from cropbench.formats.marker import write_marker
 
 IMAGES_NAME = "images.parquet"
@@ -257,12 +257,10 @@ class OmeArrowReader(PlateReader):
         result = self._output(len(wanted), y0, y1, x0, x1, out)
         step_y, step_x = field.chunk_y, field.chunk_x
         for output, channel in enumerate(wanted):
-            for y_index in range(y0 // step_y, (y1 - 1) // step_y + 1):
+            for y_index, sy0, sy1 in chunk_spans(y0, y1, step_y):
                 cy0 = y_index * step_y
-                sy0, sy1 = max(y0, cy0), min(y1, cy0 + step_y)
-                for x_index in range(x0 // step_x, (x1 - 1) // step_x + 1):
+                for x_index, sx0, sx1 in chunk_spans(x0, x1, step_x):
                     cx0 = x_index * step_x
-                    sx0, sx1 = max(x0, cx0), min(x1, cx0 + step_x)
                     position = int(field.grid[channel, y_index, x_index])
                     if position < 0:
                         raise StoreError(f"field {field_index} has no chunk for channel {channel} at "

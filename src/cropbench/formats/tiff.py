@@ -24,7 +24,7 @@ import numpy as np
 import tifffile
 
 from cropbench.errors import StoreError
-from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader, PlateWriter
+from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
 from cropbench.formats.marker import write_marker
 
 IMAGES_DIR = "images"
@@ -185,10 +185,9 @@ class TiffReader(PlateReader):
                 self.stats.bytes_fetched += (y1 - y0) * (x1 - x0) * plane.dtype.itemsize
                 continue
             rows = plane.rows_per_strip
-            for strip_index in range(y0 // rows, (y1 - 1) // rows + 1):
+            for strip_index, ry0, ry1 in chunk_spans(y0, y1, rows):
                 strip = self._strip(field_index, channel, plane, strip_index)
                 sy0 = strip_index * rows
-                ry0, ry1 = max(y0, sy0), min(y1, sy0 + strip.shape[0])
                 result[position, ry0 - y0:ry1 - y0] = strip[ry0 - sy0:ry1 - sy0, x0:x1]
         self.stats.regions += 1
         self.stats.bytes_delivered += result.nbytes
@@ -245,7 +244,7 @@ class TiffReader(PlateReader):
         return result
 
     def files(self) -> list[Path]:
-        return [path for index in range(len(self.metadata.fields)) for path in channel_files(self.metadata, index)]
+        return all_files(self.metadata)
 
 
 class TiffZarrReader(PlateReader):
@@ -295,4 +294,9 @@ class TiffZarrReader(PlateReader):
         return result
 
     def files(self) -> list[Path]:
-        return [path for index in range(len(self.metadata.fields)) for path in channel_files(self.metadata, index)]
+        return all_files(self.metadata)
+
+
+def all_files(metadata: PlateMetadata) -> list[Path]:
+    """Every channel file of every field."""
+    return [path for index in range(len(metadata.fields)) for path in channel_files(metadata, index)]
