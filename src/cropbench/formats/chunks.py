@@ -11,6 +11,7 @@ v2 with a Blosc/Zstd/GZip/Zlib compressor and no filters.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -186,10 +187,8 @@ class DirectChunkReader(PlateReader):
         self._shards.clear()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: os may already be gone
             self.close()
-        except Exception:  # interpreter shutdown: os may already be gone
-            pass
 
     def grain(self) -> tuple[int, int]:
         chunk = self._layout(0).chunk

@@ -22,8 +22,8 @@ from torch.utils.data import default_collate
 
 from cropbench.config import CropConfig, Track1Case
 from cropbench.dataset import CropDataset, PairedViews
-from cropbench.formats import layout_label, read_plate_metadata, supported_decodes
 from cropbench.fidelity import fidelity_hash
+from cropbench.formats import layout_label, read_plate_metadata, supported_decodes
 from cropbench.formats.chunks import StageTimedChunkReader
 from cropbench.measure import clock_overhead_ns, evict, rss_bytes, summarise_ms, time_each, time_loop
 from cropbench.records import Record
