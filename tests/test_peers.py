@@ -125,7 +125,11 @@ def test_spatialdata_wrapper_counts_clipped_tiles(windows: CropWindows, referenc
     border = _border_indices(reference)[:3].tolist()
     for index in border:
         peer[index]
-    assert peer.info()["clipped_tiles"] == len(border)
+    interior = next(i for i in range(len(reference)) if i not in set(_border_indices(reference).tolist()))
+    peer[interior]
+    info = peer.info()
+    assert (info["clipped_tiles"], info["tiles_read"]) == (len(border), len(border) + 1)
+    assert info["clipped_fraction"] == pytest.approx(len(border) / (len(border) + 1))
 
 
 def test_raw_spatialdata_items_do_not_collate_but_the_wrapper_does(spatialdata_peer: SpatialDataTiles) -> None:

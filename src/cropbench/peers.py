@@ -25,7 +25,8 @@ apply to the plate's layout, raises :class:`cropbench.errors.PeerUnavailableErro
 
 Rows (:func:`run_peers`, ``cropbench run --peers``) are track ``"peers"``: one per loader, the
 cropbench paths (``cropbench-zarr``, ``cropbench-direct``, ``cropbench-field``) first, then each
-peer, all on one seeded random order of the same objects, with each row's ``ratio_to_direct``
+peer, all on one seeded random order of the same objects, in one process with the plate's files
+read into the page cache first (each row records ``resident_after``), with each row's ``ratio_to_direct``
 (its samples/s ÷ cropbench direct's) and ``direct_speedup`` (the inverse). Their own track keeps
 Track 1's grid, figures and summaries unchanged; ``config.peer`` names the loader.
 """
@@ -54,7 +55,7 @@ from cropbench.config import CropConfig
 from cropbench.dataset import CropDataset
 from cropbench.errors import ConfigError, OutputError, PeerUnavailableError
 from cropbench.formats import layout_label, open_plate, supported_decodes
-from cropbench.measure import time_each
+from cropbench.measure import load_into_page_cache, resident_fraction, time_each
 from cropbench.records import Record
 from cropbench.sampling import access_order
 from cropbench.tracks.context import RunContext
@@ -321,7 +322,7 @@ class SpatialDataTiles(PeerDataset):
     def __init__(self, windows: CropWindows, work_dir: Path | None = None, scheduler: str | None = None) -> None:
         super().__init__(windows, work_dir)
         self.scheduler = scheduler
-        self.clipped_tiles = 0
+        self.tiles_read = self.clipped_tiles = 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.tiles, self._dataset_of, self._tile_row = self._build()
@@ -387,6 +388,7 @@ class SpatialDataTiles(PeerDataset):
     def read_crop(self, index: int) -> np.ndarray:
         pixels, tile_y0, tile_x0 = self.raw_tile(index)
         size = self.windows.size
+        self.tiles_read += 1
         if pixels.shape[1:] == (size, size):
             return pixels
         self.clipped_tiles += 1
@@ -399,7 +401,8 @@ class SpatialDataTiles(PeerDataset):
     def info(self) -> dict[str, Any]:
         import spatialdata
 
-        return {"spatialdata_version": spatialdata.__version__, "clipped_tiles": self.clipped_tiles,
+        return {"spatialdata_version": spatialdata.__version__, "tiles_read": self.tiles_read,
+                "clipped_tiles": self.clipped_tiles, "clipped_fraction": self.clipped_tiles / max(self.tiles_read, 1),
                 "dask_scheduler": self.scheduler or "dask default (threads)",
                 "dask_scheduler_in_workers": "synchronous"}
 
@@ -555,8 +558,14 @@ class PeerComparison:
         return dataclasses.replace(presets[preset], samples=samples) if samples else presets[preset]
 
 
-def measure_loader(get: Callable[[int], Any], indices: Sequence[int], comparison: PeerComparison) -> dict[str, Any]:
-    """Warm up, then Track 1's steady state (tight loop + timed loop) within the time budget."""
+def measure_loader(
+    get: Callable[[int], Any], indices: Sequence[int], comparison: PeerComparison,
+    before_steady: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Warm up, then Track 1's steady state (tight loop + timed loop) within the time budget.
+
+    ``before_steady`` runs between the two (a reader resets its read-amplification counters there).
+    """
     warm, steady = list(indices[:comparison.warmup]), list(indices[comparison.warmup:])
     # Medians, so a one-off first-call cost does not shrink the sample count of a fast loader.
     first = time_each(get, warm[:3])
@@ -565,6 +574,8 @@ def measure_loader(get: Callable[[int], Any], indices: Sequence[int], comparison
     warmup_latencies = np.concatenate([first, time_each(get, rest)])
     typical_s = max(float(np.median(warmup_latencies)) / 1e9, 1e-7)
     count = min(len(steady), max(MIN_SAMPLES, int(comparison.seconds / 2 / typical_s)))
+    if before_steady is not None:
+        before_steady()
     return {
         **_steady(get, steady[:count]),
         "warmup_items": len(warmup_latencies), "warmup_mean_ms": float(warmup_latencies.mean() / 1e6),
@@ -598,6 +609,8 @@ def _run_repeat(
         "plate": str(plate), "layout": layout, "threads": context.thread_settings,
     }
     rows: list[Record] = []
+    files = reference.reader.files()
+    load_into_page_cache(files)
 
     def case(name: str) -> str:
         return f"{name}/{comparison.crop_size}px/all"
@@ -605,6 +618,8 @@ def _run_repeat(
     def emit(name: str, kind: str, config: dict[str, Any], metrics: dict[str, Any]) -> None:
         direct = next((r.metrics.get("samples_per_s") for r in rows if r.config["peer"] == "cropbench-direct"), None)
         rate = metrics.get("samples_per_s")
+        if not metrics.get("skipped"):
+            metrics["resident_after"] = resident_fraction(files)
         if rate and direct:
             metrics["ratio_to_direct"] = rate / direct
             metrics["direct_speedup"] = direct / rate
@@ -626,7 +641,7 @@ def _run_repeat(
         started = time.perf_counter()
         dataset = CropDataset(plate, reference.config.replace(decode=decode), objects=context.objects)
         setup_seconds = time.perf_counter() - started
-        metrics = measure_loader(dataset.__getitem__, indices, comparison)
+        metrics = measure_loader(dataset.__getitem__, indices, comparison, dataset.reader.stats.reset)
         emit(name, "cropbench", {"decode": decode},
              {**metrics, **dataset.reader.stats.per_region(), "setup_seconds": setup_seconds})
     for name in comparison.peers:
