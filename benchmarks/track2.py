@@ -1,21 +1,36 @@
 """Track 2 in asv: DataLoader epochs and what the training loop waits for.
 
-``Loader`` wraps :func:`cropbench.loader.build_loader` (``time_epoch``: one epoch, worker start-up
-included, wall clock, with asv's own statistics). ``LoaderLatency`` reports what
-:func:`cropbench.tracks.track2.run_case` (the harness ``cropbench run`` uses) measures in raw
-milliseconds — first-batch latency, steady throughput, batch-wait p95 — and runs with
-``CROPBENCH_ASV_FULL=1`` only (see benchmarks/common.py for why). asv's ``peakmem_*`` sees only
+``Loader`` wraps :func:`cropbench.loader.build_loader`: ``track_relative_epoch`` is the time of an
+epoch read from the plate over the time of the same loader serving crops already in memory
+(:class:`cropbench.tracks.track2.MemoryCrops`, the ceiling), epochs alternating in one process.
+``LoaderLatency`` holds the raw wall-clock numbers — ``time_epoch`` and what
+:func:`cropbench.tracks.track2.run_case` (the harness ``cropbench run`` uses) reports: first-batch
+latency, steady throughput, batch-wait p95 — and runs with ``CROPBENCH_ASV_FULL=1`` only (see
+benchmarks/common.py for why). asv's ``peakmem_*`` sees only
 the main process, so worker memory is left to ``cropbench run`` (it records every worker's RSS).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+import numpy as np
 
 from .common import Suite, crop_config, grid, layouts, one_thread, plate_for, require, require_full_grid
 
 #: Samples per epoch: a few dozen batches, so an epoch is short but not one batch.
 EPOCH_SAMPLES = 512
+#: Plate/memory epoch pairs behind one ``track_relative_epoch`` value (their median).
+EPOCH_PAIRS = 3
+
+
+def epoch_seconds(loader: Any) -> float:
+    """Wall-clock seconds of one epoch, worker start-up and shutdown included."""
+    start = time.perf_counter()
+    for _ in loader:
+        pass
+    return time.perf_counter() - start
 
 
 class _Loading(Suite):
@@ -44,17 +59,31 @@ class _Loading(Suite):
         dataset = require("cropbench.dataset", "CropDataset")(self.plate, crop)
         sampler = require("cropbench.sampling", "sampler_for")(dataset, "random", 0)
         orders = require("cropbench.loader", "schedule")(sampler, EPOCH_SAMPLES, 1)
-        scheduled = require("cropbench.loader", "ScheduledSampler")(orders)
-        self.loader = require("cropbench.loader", "build_loader")(dataset, loader_spec, scheduled, 0)
+        self.dataset, self.loader_spec, self.orders = dataset, loader_spec, orders
+        self.loader = self._build(dataset)
 
+    def _build(self, dataset: Any) -> Any:
+        scheduled = require("cropbench.loader", "ScheduledSampler")(self.orders)
+        return require("cropbench.loader", "build_loader")(dataset, self.loader_spec, scheduled, 0)
 
 
 class Loader(_Loading):
-    """Whole epochs through the DataLoader."""
+    """Whole epochs through the DataLoader, from the plate and from memory."""
 
-    def time_epoch(self, *params: Any) -> None:
-        for _ in self.loader:
-            pass
+    def track_relative_epoch(self, *params: Any) -> float:
+        memory_loader = self._build(require("cropbench.tracks.track2", "MemoryCrops")(self.dataset))
+        ratios = []
+        for pair in range(EPOCH_PAIRS):
+            if pair % 2:
+                memory_seconds = epoch_seconds(memory_loader)
+                plate_seconds = epoch_seconds(self.loader)
+            else:
+                plate_seconds = epoch_seconds(self.loader)
+                memory_seconds = epoch_seconds(memory_loader)
+            ratios.append(plate_seconds / memory_seconds)
+        return float(np.median(ratios))
+
+    track_relative_epoch.unit = "x in-memory epoch"  # type: ignore[attr-defined]
 
     def peakmem_epoch(self, *params: Any) -> None:
         for _ in self.loader:
@@ -70,6 +99,10 @@ class LoaderLatency(_Loading):
 
     def _run_case(self) -> dict[str, Any]:
         return require("cropbench.tracks.track2", "run_case")(self.plate, self.case)
+
+    def time_epoch(self, *params: Any) -> None:
+        for _ in self.loader:
+            pass
 
     def track_first_batch_ms(self, *params: Any) -> float:
         return float(self._run_case()["first_batch_ms"])

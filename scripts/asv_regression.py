@@ -30,8 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-#: The gating benchmark and one raw-time benchmark, on the random-access direct path.
-DEFAULT_BENCH = r"track1\.Fetch\.(track_relative_cost|time_fetch)"
 #: The repository's own asv environments (asv.conf.json "env_dir"): reused, not rebuilt.
 DEFAULT_ENV_DIR = Path(os.environ.get("CROPBENCH_ASV_ENV_DIR", REPO / ".asv" / "env"))
 MACHINE = "cropbench-regression"
@@ -140,21 +138,25 @@ def prepare_machine(home: Path) -> None:
                    env={**os.environ, "HOME": str(home)}, check=True, capture_output=True)
 
 
-def continuous(clone: Clone, home: Path, other: str, bench: str = DEFAULT_BENCH, factor: float = 1.1) -> Comparison:
-    """``asv continuous base other`` in the (reused) virtualenv environment."""
-    result = _asv(clone.path, home, "continuous", "--machine", MACHINE, "--factor", str(factor), "-b", bench,
-                  clone.base, other)
+def _selection(bench: str | None) -> list[str]:
+    return [] if bench is None else ["-b", bench]
+
+
+def continuous(clone: Clone, home: Path, other: str, bench: str | None = None, factor: float = 1.1) -> Comparison:
+    """``asv continuous base other`` in the (reused) virtualenv environment; all benchmarks by default."""
+    result = _asv(clone.path, home, "continuous", "--machine", MACHINE, "--factor", str(factor),
+                  *_selection(bench), clone.base, other)
     output = result.stdout + result.stderr
     return Comparison(returncode=result.returncode, worse=_worse(output), output=output)
 
 
-def compare_same_python(clone: Clone, home: Path, other: str, bench: str = DEFAULT_BENCH,
+def compare_same_python(clone: Clone, home: Path, other: str, bench: str | None = None,
                         factor: float = 1.1) -> Comparison:
     """Run base and ``other`` with ``--python=same`` (each commit's src via ASV_PYTHONPATH), compare."""
     for commit in (clone.base, other):
         _git(clone.path, "checkout", "-q", commit)
         result = _asv(clone.path, home, "run", "--python=same", "--machine", MACHINE, "--set-commit-hash", commit,
-                      "-b", bench, extra_env={"ASV_PYTHONPATH": str(clone.path / "src")})
+                      *_selection(bench), extra_env={"ASV_PYTHONPATH": str(clone.path / "src")})
         if result.returncode != 0:
             raise RuntimeError(f"asv run --python=same failed for {commit}:\n{result.stdout}{result.stderr}")
     _git(clone.path, "checkout", "-q", "main")
@@ -175,9 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=1, help="comparisons of each kind (default: %(default)s)")
     parser.add_argument("--slowdown", type=float, default=1.5)
     parser.add_argument("--factor", type=float, default=1.1, help="asv --factor (default: %(default)s)")
-    parser.add_argument("--bench", default=DEFAULT_BENCH, help="asv -b regex (default: %(default)s)")
+    parser.add_argument("--bench", help="asv -b regex (default: every benchmark, as `asv continuous` runs)")
     parser.add_argument("--env-dir", type=Path, default=DEFAULT_ENV_DIR)
     parser.add_argument("--log-dir", type=Path, help="write each comparison's asv output here")
+    parser.add_argument("--kinds", choices=("both", "identical", "slow"), default="both",
+                        help="which comparisons to make in each pair (default: %(default)s)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cropbench-regression-") as scratch:
         root = Path(scratch)
@@ -188,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         false_positives = detections = 0
         for pair in range(args.pairs):
             for kind, commit in (("identical", clone.identical), ("slow", clone.slow)):
+                if args.kinds not in ("both", kind):
+                    continue
                 comparison = compare(clone, home, commit, args.bench, args.factor)
                 flagged = comparison.flagged and comparison.returncode == 1
                 print(f"pair {pair + 1} {kind:9s} exit={comparison.returncode} worse={list(comparison.worse)}",
@@ -200,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     detections += flagged
                 shutil.rmtree(clone.path / "results", ignore_errors=True)
-        print(f"false positives: {false_positives}/{args.pairs} identical-code comparisons")
-        print(f"detections: {detections}/{args.pairs} comparisons with a {args.slowdown}x slowdown")
+        if args.kinds != "slow":
+            print(f"false positives: {false_positives}/{args.pairs} identical-code comparisons")
+        if args.kinds != "identical":
+            print(f"detections: {detections}/{args.pairs} comparisons with a {args.slowdown}x slowdown")
     return 0
 
 
