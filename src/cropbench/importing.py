@@ -221,16 +221,20 @@ def _centroids(table: pa.Table, compartment: str | None) -> tuple[np.ndarray, np
         looked += [*bases_x, *bases_y]
         x_column, y_column = _find(names, bases_x), _find(names, bases_y)
         if x_column and y_column:
-            return (*_coordinates(table, name, y_column, x_column), {"compartment": name})
+            y, x, bbox = _coordinates(table, name, y_column, x_column)
+            return y, x, bbox, {"compartment": name}
     if compartment is None:
         x_column, y_column = _find(names, ("Location_Center_X",)), _find(names, ("Location_Center_Y",))
         looked += ["Location_Center_X", "Location_Center_Y"]
         if x_column and y_column:
-            return (*_coordinates(table, "", y_column, x_column), {"compartment": None})
+            y, x, bbox = _coordinates(table, "", y_column, x_column)
+            return y, x, bbox, {"compartment": None}
     raise ImportInputError(f"the table has no object centroids: looked for {_looked_for(looked)}")
 
 
-def _coordinates(table: pa.Table, compartment: str, y_column: str, x_column: str) -> tuple[np.ndarray, ...]:
+def _coordinates(
+    table: pa.Table, compartment: str, y_column: str, x_column: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     y = np.asarray(table[y_column].to_numpy(zero_copy_only=False), dtype=np.float64)
     x = np.asarray(table[x_column].to_numpy(zero_copy_only=False), dtype=np.float64)
     bad = ~(np.isfinite(y) & np.isfinite(x))

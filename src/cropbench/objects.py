@@ -131,4 +131,4 @@ def _colocated_objects(plate: Path) -> ObjectTable | None:
         return None
     from cropbench.formats.omearrow import read_colocated_objects
 
-    return read_colocated_objects(plate, metadata_from_marker(plate, document))  # type: ignore[no-any-return]
+    return read_colocated_objects(plate, metadata_from_marker(plate, document))

@@ -58,7 +58,7 @@ def read_marker(root: Path) -> dict[str, Any] | None:
         raise StoreError(
             f"{path} has marker version {document.get('cropbench_layout')!r}; this cropbench reads {MARKER_VERSION}"
         )
-    return document  # type: ignore[no-any-return]
+    return document
 
 
 def metadata_from_marker(root: Path, document: dict[str, Any]) -> PlateMetadata:

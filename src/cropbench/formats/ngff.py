@@ -22,7 +22,7 @@ def read_attributes(node: Path) -> dict[str, Any] | None:
         document = _load_json(v3)
         attributes = document.get("attributes", {})
         if "ome" not in attributes:
-            return attributes  # type: ignore[no-any-return]
+            return attributes
         # NGFF 0.5 keeps its metadata under "ome"; cropbench's own block sits beside it.
         return {**attributes["ome"], **({"cropbench": attributes["cropbench"]} if "cropbench" in attributes else {})}
     v2 = node / ".zattrs"
