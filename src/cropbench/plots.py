@@ -127,48 +127,59 @@ def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
 def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     """Peers next to cropbench's decode paths: samples/s on the same crops, one panel per plate.
 
-    The latest row of each loader on each plate is drawn; skipped peers are listed with the reason.
+    Bars are the median over repeats (dots: each repeat); "direct N× faster" is the median of the
+    ratios measured within each run. Skipped peers are listed with the reason.
     """
-    latest: dict[str, dict[str, Record]] = {}
+    plates: dict[str, dict[str, list[Record]]] = {}
     for record in _by_track(records, "peers"):
         plate = f"{record.config.get('layout', '?')}: {Path(str(record.config.get('plate', '?'))).name}"
-        latest.setdefault(plate, {})[_label(record)] = record
-    if not latest:
+        plates.setdefault(plate, {}).setdefault(str(record.config.get("peer", record.case)), []).append(record)
+    if not plates:
         return None
-    height = sum(0.42 * len(rows) + 1.2 for rows in latest.values()) + 0.5
-    figure, axes = plt.subplots(len(latest), 1, figsize=(12, max(3.5, height)), squeeze=False)
-    for axis, (plate, by_case) in zip(axes[:, 0], latest.items(), strict=True):
-        rows = list(by_case.values())
-        positions = np.arange(len(rows))
-        rates = np.array([r.metrics.get("samples_per_s", np.nan) for r in rows], dtype=float)
-        colors = ["tab:blue" if r.config.get("kind") == "cropbench" else "tab:orange" for r in rows]
-        axis.barh(positions, np.nan_to_num(rates, nan=0.0), color=colors)
+    height = sum(0.42 * len(loaders) + 1.2 for loaders in plates.values()) + 0.5
+    figure, axes = plt.subplots(len(plates), 1, figsize=(12, max(3.5, height)), squeeze=False)
+    for axis, (plate, loaders) in zip(axes[:, 0], plates.items(), strict=True):
+        names = list(loaders)
+        positions = np.arange(len(names))
+        measured = {name: [r for r in rows if r.metrics.get("samples_per_s")] for name, rows in loaders.items()}
+        medians = np.array([np.median([r.metrics["samples_per_s"] for r in measured[name]]) if measured[name]
+                            else np.nan for name in names])
+        colors = ["tab:blue" if loaders[name][0].config.get("kind") == "cropbench" else "tab:orange" for name in names]
+        axis.barh(positions, np.nan_to_num(medians, nan=0.0), color=colors)
+        for position, name in zip(positions, names, strict=True):
+            rates = [r.metrics["samples_per_s"] for r in measured[name]]
+            if len(rates) > 1:
+                axis.scatter(rates, [position] * len(rates), color="black", s=10, zorder=3)
         axis.set_xscale("log")
-        finite = rates[np.isfinite(rates) & (rates > 0)]
+        finite = medians[np.isfinite(medians)]
         low, high = (finite.min(), finite.max()) if finite.size else (1.0, 10.0)
         axis.set_xlim(low / 3, high * 12)
-        for position, record, rate in zip(positions, rows, rates, strict=True):
-            if record.metrics.get("skipped"):
-                reason = str(record.metrics.get("skip_reason", ""))
+        for position, name, rate in zip(positions, names, medians, strict=True):
+            rows = measured[name]
+            if not rows:
+                reason = str(loaders[name][-1].metrics.get("skip_reason", ""))
                 axis.text(low / 2.8, position, f"skipped: {reason[:120]}", va="center", fontsize=7, color="gray")
                 continue
-            speedup = record.metrics.get("direct_speedup")
-            note = (f"{rate:,.0f}/s" if rate >= 10 else f"{rate:,.1f}/s") + f" (n={record.metrics.get('count', '?')})"
-            if speedup and record.config.get("peer") != "cropbench-direct":
-                note += f"  (direct {speedup:,.1f}× faster)" if speedup >= 1 else f"  ({1 / speedup:,.2f}× direct)"
-            axis.text(rate * 1.08, position, note, va="center", fontsize=8)
-        direct = [r.metrics.get("samples_per_s") for r in rows if r.config.get("peer") == "cropbench-direct"]
-        if direct and direct[0]:
-            axis.axvline(direct[0], color="tab:blue", linestyle=":", linewidth=1)
-            axis.axvline(direct[0] / 100, color="gray", linestyle="--", linewidth=1)
-            axis.text(direct[0] / 100 * 1.05, len(rows) - 0.55, "direct ÷ 100", fontsize=7, color="gray")
-        axis.set_yticks(positions, [r.config.get("peer", r.case) for r in rows], fontsize=8)
+            note = (f"{rate:,.0f}/s" if rate >= 10 else f"{rate:,.1f}/s") + f" (n={rows[-1].metrics.get('count', '?')}"
+            note += f", {len(rows)} runs)" if len(rows) > 1 else ")"
+            speedups = [r.metrics["direct_speedup"] for r in rows if r.metrics.get("direct_speedup")]
+            if speedups and name != "cropbench-direct":
+                speedup = float(np.median(speedups))
+                note += f"  direct {speedup:,.1f}× faster" if speedup >= 1 else f"  {1 / speedup:,.2f}× direct"
+            axis.text(max(rate, *(r.metrics["samples_per_s"] for r in rows)) * 1.2, position, note, va="center",
+                      fontsize=8)
+        if "cropbench-direct" in names and np.isfinite(medians[names.index("cropbench-direct")]):
+            direct = medians[names.index("cropbench-direct")]
+            axis.axvline(direct, color="tab:blue", linestyle=":", linewidth=1)
+            axis.axvline(direct / 100, color="gray", linestyle="--", linewidth=1)
+            axis.text(direct / 100 * 1.05, len(names) - 0.55, "direct ÷ 100", fontsize=7, color="gray")
+        axis.set_yticks(positions, names, fontsize=8)
         axis.invert_yaxis()
         axis.grid(axis="x", alpha=0.3)
-        size = rows[0].config.get("crop_size", "?")
+        size = loaders[names[0]][0].config.get("crop_size", "?")
         axis.set_title(f"{plate} — {size}px crops, all channels, random order (higher is better)", fontsize=9)
-        axis.set_xlabel("samples/s, one process, warm page cache (log); blue: cropbench, orange: peers; "
-                        "dotted: cropbench direct; dashed: direct ÷ 100", fontsize=8)
+        axis.set_xlabel("samples/s, one process, warm page cache (log; bar: median, dots: repeats); blue: cropbench, "
+                        "orange: peers; dotted: cropbench direct; dashed: direct ÷ 100", fontsize=8)
     figure.suptitle("Peer loaders vs cropbench on the same plate and crops", fontsize=11)
     return _save(figure, out_dir / "peers_comparison.png")
 
