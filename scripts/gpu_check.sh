@@ -24,7 +24,8 @@
 #   LAYOUTS="default sharded" adds layouts (one sweep each; default: "default").
 # - With no CUDA device it stops with exit code 2, unless GPU_CHECK_ALLOW_CPU=1: then it is a dry run of the
 #   same steps with the smoke plate and Track 3's smoke preset (used to test this script on a CPU machine).
-# Expected duration on one H200 with 16 cores: about 5 minutes (plate ~1 min, tests ~1 min, sweep ~3 min).
+# Duration: not yet run on a GPU; estimated ~5 minutes on one H200 with 16 cores (plate, tests, sweep),
+# so give the call a timeout of about 7 minutes (420 s), which leaves device time for one rerun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
