@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 from cropbench.errors import ConfigError
-from cropbench.sampling import EpochSampler
+from cropbench.sampling import EpochSampler, continued_order
 
 START_METHODS = ("fork", "forkserver", "spawn")
 COLLATES = ("default", "stack")
@@ -86,14 +86,7 @@ def schedule(sampler: EpochSampler, per_epoch: int, epochs: int = 1) -> list[np.
     A loop of a fixed number of steps may need more samples than the dataset holds; the order then
     continues into the sampler's next epoch, as a training loop would.
     """
-    needed = per_epoch * epochs
-    chunks: list[np.ndarray] = []
-    epoch = 0
-    while sum(len(chunk) for chunk in chunks) < needed:
-        sampler.set_epoch(epoch)
-        chunks.append(sampler.order())
-        epoch += 1
-    flat = np.concatenate(chunks)[:needed]
+    flat = continued_order(sampler, per_epoch * epochs)
     return [flat[i * per_epoch:(i + 1) * per_epoch] for i in range(epochs)]
 
 

@@ -76,16 +76,20 @@ def contiguous_ranges(count: int, size: int) -> np.ndarray:
     return np.arange(count) // size
 
 
-def access_order(dataset: CropDataset, access: str, count: int, seed: int = 0, granularity: int = 1) -> list[int]:
-    """``count`` indices in the access pattern's order, continuing into further epochs if needed."""
-    sampler = sampler_for(dataset, access, seed, granularity)
+def continued_order(sampler: EpochSampler, count: int) -> np.ndarray:
+    """``count`` indices of ``sampler``, continuing through its epochs (0, 1, ...) as a training loop would."""
     orders = []
     for epoch in itertools.count():
         sampler.set_epoch(epoch)
         orders.append(sampler.order())
         if sum(len(order) for order in orders) >= count:
             break
-    return np.concatenate(orders)[:count].tolist()  # type: ignore[no-any-return]
+    return np.concatenate(orders)[:count]
+
+
+def access_order(dataset: CropDataset, access: str, count: int, seed: int = 0, granularity: int = 1) -> list[int]:
+    """``count`` indices in the access pattern's order, continuing into further epochs if needed."""
+    return continued_order(sampler_for(dataset, access, seed, granularity), count).tolist()  # type: ignore[no-any-return]
 
 
 def sampler_for(dataset: CropDataset, access: str, seed: int = 0, granularity: int = 1) -> EpochSampler:
