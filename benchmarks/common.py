@@ -77,7 +77,7 @@ def plate_preset() -> str:
 
 def make_plates() -> dict[str, str]:
     """``setup_cache`` of every suite: write the plate once per layout, return layout -> path."""
-    generate_plate = require("cropbench.generate", "generate_plate")
+    generate_plate = require("cropbench.plates.generate", "generate_plate")
     spec = require("cropbench.config", "plate_preset")(plate_preset())
     layout_by_name = require("cropbench.config", "layout_by_name")
     plates = {}
@@ -96,7 +96,7 @@ def plate_for(plates: dict[str, str], layout: str) -> str:
 
 def one_thread() -> None:
     """One torch intra-op thread, as the CLI runs: 2-core machines otherwise oversubscribe."""
-    require("cropbench.measure", "configure_threads")(1)
+    require("cropbench.measure.protocol", "configure_threads")(1)
 
 
 def channel_names(channels: str) -> tuple[str, ...] | None:
@@ -116,14 +116,14 @@ def crop_config(**knobs: Any) -> Any:
 def getter(dataset: Any, access: str) -> Callable[[int], Any]:
     """What a training loop calls per object: one view, or two views for ``paired``."""
     if access == "paired":
-        return require("cropbench.dataset", "PairedViews")(dataset).__getitem__
+        return require("cropbench.data.dataset", "PairedViews")(dataset).__getitem__
     return dataset.__getitem__
 
 
 def access_order(dataset: Any, access: str, count: int, seed: int = 0) -> list[int]:
     """``count`` indices in the access pattern's order, continuing into further epochs."""
-    sampler = require("cropbench.sampling", "sampler_for")(dataset, access, seed)
-    (order,) = require("cropbench.loader", "schedule")(sampler, count, 1)
+    sampler = require("cropbench.data.sampling", "sampler_for")(dataset, access, seed)
+    (order,) = require("cropbench.data.loader", "schedule")(sampler, count, 1)
     return [int(i) for i in order]
 
 
@@ -164,7 +164,7 @@ class CopyCeiling:
         self.field_index = np.asarray(dataset.field_index)
         self.y0 = np.clip(np.asarray(dataset.window_y0), 0, height - size)
         self.x0 = np.clip(np.asarray(dataset.window_x0), 0, width - size)
-        self.dtype = require("cropbench.transforms", "TORCH_DTYPES")[dataset.config.dtype]
+        self.dtype = require("cropbench.data.transforms", "TORCH_DTYPES")[dataset.config.dtype]
         self._from_numpy = torch.from_numpy
 
     def __call__(self, index: int) -> Any:
@@ -182,7 +182,7 @@ def relative_cost(get: Callable[[int], Any], reference: Callable[[int], Any], in
     (not a median) keeps blocks that pay for rarer work, such as loading a field, in the
     number, while the ``TRIM`` most extreme blocks at each end are dropped.
     """
-    time_loop = require("cropbench.measure", "time_loop")
+    time_loop = require("cropbench.measure.protocol", "time_loop")
     ratios = []
     for number, start in enumerate(range(0, len(indices) - BLOCK + 1, BLOCK)):
         block = indices[start:start + BLOCK]

@@ -56,7 +56,7 @@ class _Crops(Suite):
         self.plate = plate_for(plates, layout)
         self.access = access
         self.crop = crop_config(crop_size=crop_size, channels=channel_names(channels), decode=decode, tier=tier)
-        self.dataset = require("cropbench.dataset", "CropDataset")(self.plate, self.crop)
+        self.dataset = require("cropbench.data.dataset", "CropDataset")(self.plate, self.crop)
         self.get = getter(self.dataset, access)
         self.indices = access_order(self.dataset, access, BLOCK * RELATIVE_BLOCKS)
         self.block = self.indices[:BLOCK]
@@ -74,7 +74,7 @@ class Fetch(_Crops):
 
     def track_decode_amplification(self, *params: Any) -> float:
         """Bytes decoded per byte delivered over one epoch from a fresh dataset (n/a for ``zarr``)."""
-        dataset = require("cropbench.dataset", "CropDataset")(self.plate, self.crop)
+        dataset = require("cropbench.data.dataset", "CropDataset")(self.plate, self.crop)
         get = getter(dataset, self.access)
         for index in self.indices[:len(dataset)]:
             get(index)

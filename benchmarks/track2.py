@@ -1,6 +1,6 @@
 """Track 2 in asv: DataLoader epochs and what the training loop waits for.
 
-``Loader`` wraps :func:`cropbench.loader.build_loader`: ``track_relative_epoch`` is the time of an
+``Loader`` wraps :func:`cropbench.data.loader.build_loader`: ``track_relative_epoch`` is the time of an
 epoch read from the plate over the time of the same loader serving crops already in memory
 (:class:`cropbench.tracks.track2.MemoryCrops`, the ceiling), epochs alternating in one process.
 ``LoaderLatency`` holds the raw wall-clock numbers — ``time_epoch`` and what
@@ -51,20 +51,20 @@ class _Loading(Suite):
               layout: str) -> None:
         one_thread()
         self.plate = plate_for(plates, layout)
-        loader_spec = require("cropbench.loader", "LoaderSpec")(num_workers=num_workers, batch_size=batch_size)
+        loader_spec = require("cropbench.data.loader", "LoaderSpec")(num_workers=num_workers, batch_size=batch_size)
         crop = crop_config(crop_size=96, decode=decode, tier=tier)
         self.case = require("cropbench.tracks.track2", "Track2Case")(
             crop=crop, loader=loader_spec, samples=EPOCH_SAMPLES, epochs=2,
         )
-        dataset = require("cropbench.dataset", "CropDataset")(self.plate, crop)
-        sampler = require("cropbench.sampling", "sampler_for")(dataset, "random", 0)
-        orders = require("cropbench.loader", "schedule")(sampler, EPOCH_SAMPLES, 1)
+        dataset = require("cropbench.data.dataset", "CropDataset")(self.plate, crop)
+        sampler = require("cropbench.data.sampling", "sampler_for")(dataset, "random", 0)
+        orders = require("cropbench.data.loader", "schedule")(sampler, EPOCH_SAMPLES, 1)
         self.dataset, self.loader_spec, self.orders = dataset, loader_spec, orders
         self.loader = self._build(dataset)
 
     def _build(self, dataset: Any) -> Any:
-        scheduled = require("cropbench.loader", "ScheduledSampler")(self.orders)
-        return require("cropbench.loader", "build_loader")(dataset, self.loader_spec, scheduled, 0)
+        scheduled = require("cropbench.data.loader", "ScheduledSampler")(self.orders)
+        return require("cropbench.data.loader", "build_loader")(dataset, self.loader_spec, scheduled, 0)
 
 
 class Loader(_Loading):

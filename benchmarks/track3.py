@@ -36,7 +36,7 @@ class _Training(Suite):
             raise NotImplementedError("no CUDA device on this machine")
         one_thread()
         self.plate = plate_for(plates, layout)
-        loader_spec = require("cropbench.loader", "LoaderSpec")(
+        loader_spec = require("cropbench.data.loader", "LoaderSpec")(
             num_workers=num_workers, batch_size=64, pin_memory=device == "cuda",
         )
         self.case = require("cropbench.tracks.track3", "Track3Case")(

@@ -3,7 +3,7 @@
 In a temporary clone of this repository (with the working tree's benchmarks/ and asv.conf.json
 committed on top), this makes three commits: a base, an identical-code commit (a README line),
 and a commit that makes every ``CropDataset.__getitem__`` take ``--slowdown`` times as long (a
-busy wait appended to src/cropbench/dataset.py, no environment variable involved). Then:
+busy wait appended to src/cropbench/data/dataset.py, no environment variable involved). Then:
 
 - ``continuous``: ``asv continuous base identical`` and ``asv continuous base slow``, in a real
   asv virtualenv environment that is reused from ``--env-dir`` (built there on first use, ~2 min);
@@ -103,7 +103,7 @@ def make_clone(destination: Path, slowdown: float = 1.5, env_dir: Path | None = 
     readme.write_text((readme.read_text() if readme.exists() else "") + "\nAn identical-code commit.\n")
     identical = _commit(destination, "identical code: README only")
     _git(destination, "checkout", "-q", base)
-    dataset = destination / "src" / "cropbench" / "dataset.py"
+    dataset = destination / "src" / "cropbench" / "data" / "dataset.py"
     dataset.write_text(dataset.read_text() + SLOWDOWN_PATCH.format(factor=slowdown))
     slow = _commit(destination, f"deliberate {slowdown}x slowdown of CropDataset.__getitem__")
     _git(destination, "checkout", "-q", "-B", "main", slow)

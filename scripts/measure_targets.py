@@ -14,15 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cropbench import environment
 from cropbench.config import CropConfig, layout_by_name
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
+from cropbench.data.loader import LoaderSpec
+from cropbench.data.sampling import access_order
 from cropbench.formats import read_plate_metadata
-from cropbench.formats.convert import convert_plate
-from cropbench.loader import LoaderSpec
-from cropbench.measure import configure_threads, time_each, time_loop
+from cropbench.measure import environment
+from cropbench.measure.protocol import configure_threads, time_each, time_loop
+from cropbench.plates.convert import convert_plate
 from cropbench.records import Record, RecordWriter
-from cropbench.sampling import access_order
 from cropbench.tracks import track2
 
 SAMPLES, WARMUP, PASSES = 3000, 300, 3

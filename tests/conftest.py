@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cropbench.config import LAYOUTS, LayoutSpec, PlateSpec
-from cropbench.generate import generate_plate
+from cropbench.plates.generate import generate_plate
 
 #: Small enough to write in well under a second, large enough for several chunks per field.
 TINY_SPEC = PlateSpec(name="tiny", rows=1, columns=2, fields_per_well=2, channels=5,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cropbench.accelerator import (
+from cropbench.errors import ConfigError
+from cropbench.measure.accelerator import (
     NvmlSampler,
     autocast,
     cuda_memory,
@@ -16,7 +17,6 @@ from cropbench.accelerator import (
     synchroniser,
     to_device,
 )
-from cropbench.errors import ConfigError
 
 CPU = torch.device("cpu")
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the fallback of a machine without CUDA")

@@ -40,7 +40,7 @@ def test_clone_holds_identical_and_slow_commits(clone_and_home: tuple[regression
         return subprocess.run(["git", "-C", str(clone.path), "diff", "--stat", clone.base, commit],
                               check=True, capture_output=True, text=True).stdout
     assert "README.md" in diff(clone.identical) and "src/" not in diff(clone.identical)
-    assert "src/cropbench/dataset.py" in diff(clone.slow)
+    assert "src/cropbench/data/dataset.py" in diff(clone.slow)
 
 
 def test_worse_rows_are_read_from_asv_tables() -> None:

@@ -64,7 +64,7 @@ def test_require_turns_a_missing_name_into_a_skip() -> None:
 
 
 def test_copy_ceiling_cuts_the_same_pixels_as_the_dataset(tiny_plate: Path) -> None:
-    dataset = common.require("cropbench.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
     ceiling = common.CopyCeiling(dataset)
     _, height, width = dataset.reader.metadata.field_shape
     inside = [i for i in range(len(dataset)) if 0 <= dataset.window_y0[i] <= height - 64
@@ -75,7 +75,7 @@ def test_copy_ceiling_cuts_the_same_pixels_as_the_dataset(tiny_plate: Path) -> N
 
 
 def test_relative_cost_rises_with_a_slower_crop_path(tiny_plate: Path) -> None:
-    dataset = common.require("cropbench.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
     ceiling = common.CopyCeiling(dataset)
     indices = common.access_order(dataset, "random", common.BLOCK * 20)
 
@@ -94,7 +94,7 @@ def test_trimmed_mean_drops_the_extremes() -> None:
 
 
 def test_access_order_continues_into_further_epochs(tiny_plate: Path) -> None:
-    dataset = common.require("cropbench.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
     order = common.access_order(dataset, "grouped-field", 2 * len(dataset) + 3)
     assert len(order) == 2 * len(dataset) + 3
     assert sorted(order[:len(dataset)]) == list(range(len(dataset)))

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from cropbench.cli import main
-from cropbench.compare import LayoutComparison, compare_layouts
 from cropbench.errors import ConfigError
 from cropbench.records import Record, read_records
+from cropbench.tracks.layouts import LayoutComparison, compare_layouts
 
 
 def test_rows_carry_sizes_throughputs_amplification_and_ratios(tiny_plate: Path, tmp_path: Path) -> None:

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from cropbench.config import LAYOUTS, OPTIONAL_LAYOUTS, CropConfig, PlateSpec, layout_by_name
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
 from cropbench.errors import StoreError
 from cropbench.formats import layout_label, open_plate, read_plate_metadata, supported_decodes
-from cropbench.formats.convert import convert_plate, materialize_layout, pixel_bytes
 from cropbench.formats.omearrow import ome_arrow_available
-from cropbench.generate import generate_plate
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
+from cropbench.plates.convert import convert_plate, materialize_layout, pixel_bytes
+from cropbench.plates.generate import generate_plate
 
 
 def _regions(seed: int = 3) -> list[tuple[int, int, int, int, int, np.ndarray | None]]:

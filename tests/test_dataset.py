@@ -12,7 +12,7 @@ import zarr
 from torch.utils.data import DataLoader, default_collate
 
 from cropbench.config import CropConfig
-from cropbench.dataset import CropDataset, PairedViews
+from cropbench.data.dataset import CropDataset, PairedViews
 from cropbench.errors import ConfigError, ObjectTableError
 from cropbench.formats import read_plate_metadata
 from cropbench.objects import ObjectTable, read_object_table

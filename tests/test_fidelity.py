@@ -10,10 +10,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from cropbench.config import CropConfig, Track1Case
-from cropbench.dataset import CropDataset
-from cropbench.fidelity import fidelity_hash
+from cropbench.data.dataset import CropDataset
+from cropbench.data.sampling import RandomObjectSampler
 from cropbench.formats import open_plate
-from cropbench.sampling import RandomObjectSampler
+from cropbench.measure.fidelity import fidelity_hash
 from cropbench.tracks.track1 import case_fidelity_hash
 
 

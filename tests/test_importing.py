@@ -19,11 +19,11 @@ import tifffile
 
 from cropbench.cli import main
 from cropbench.config import CropConfig, layout_by_name
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
 from cropbench.errors import ImportInputError
 from cropbench.formats import open_plate, read_plate_metadata
-from cropbench.importing import ImportOptions, import_plate, plan_import
 from cropbench.objects import read_object_table
+from cropbench.plates.importing import ImportOptions, import_plate, plan_import
 
 NF1 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nf1_cellpainting_subset"
 NF1_TABLE = NF1 / "Plate_2_with_image_data_shrunken.parquet"

@@ -12,9 +12,8 @@ import torch
 from torch.utils.data import Dataset
 
 from cropbench.config import CropConfig
-from cropbench.dataset import CropDataset
-from cropbench.errors import ConfigError
-from cropbench.loader import (
+from cropbench.data.dataset import CropDataset
+from cropbench.data.loader import (
     LoaderSpec,
     ScheduledSampler,
     TimedCollate,
@@ -24,7 +23,8 @@ from cropbench.loader import (
     schedule,
     stack_collate,
 )
-from cropbench.sampling import RandomObjectSampler, sampler_for
+from cropbench.data.sampling import RandomObjectSampler, sampler_for
+from cropbench.errors import ConfigError
 
 
 @pytest.mark.parametrize("knobs", [

@@ -12,9 +12,9 @@ import pytest
 from cropbench.config import layout_by_name
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import open_plate, read_plate_metadata
-from cropbench.formats.convert import convert_plate
 from cropbench.formats.marker import LAYOUT_MARKER
 from cropbench.formats.memmap import PIXELS_NAME, MemmapPlateWriter, MemmapReader
+from cropbench.plates.convert import convert_plate
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 import zarr
 
 from cropbench.config import CropConfig
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
 from cropbench.errors import ObjectTableError
 from cropbench.formats import open_plate, read_plate_metadata, supported_decodes
 

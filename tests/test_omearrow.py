@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cropbench.compare import LayoutComparison, compare_layouts
 from cropbench.config import layout_by_name
 from cropbench.errors import ConfigError
-from cropbench.formats import open_plate, read_plate_metadata
-from cropbench.formats.convert import convert_plate
+from cropbench.formats import open_plate, plate_objects, read_plate_metadata
 from cropbench.formats.omearrow import IMAGES_NAME, OmeArrowReader, _FieldChunks, require_ome_arrow
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
+from cropbench.plates.convert import convert_plate
+from cropbench.tracks.layouts import LayoutComparison, compare_layouts
 
 pytest.importorskip("ome_arrow", reason="the OME-Arrow layouts need the optional extra [arrow] (ome-arrow)")
 LAYOUT_NAMES = ("ome-arrow", "ome-arrow-zstd", "ome-arrow-zstd-objects")
@@ -60,7 +60,7 @@ def test_one_row_and_row_group_per_field_in_the_ome_arrow_schema(arrow_plates: d
 def test_objects_can_live_beside_the_images(arrow_plates: dict[str, Path], tiny_plate: Path) -> None:
     plate = arrow_plates["ome-arrow-zstd-objects"]
     assert not (plate / OBJECT_TABLE_NAME).exists()
-    inline, source = read_object_table(plate), read_object_table(tiny_plate)
+    inline, source = plate_objects(plate), read_object_table(tiny_plate)
     order = np.argsort(inline.object_id)
     assert inline.object_id[order].tolist() == source.object_id.tolist()
     np.testing.assert_array_equal(inline.centroid_x[order], source.centroid_x)

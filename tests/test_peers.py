@@ -16,10 +16,13 @@ from torch.utils.data import DataLoader
 
 from cropbench.cli import main
 from cropbench.config import LAYOUTS, CropConfig
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
 from cropbench.errors import ConfigError, PeerUnavailableError
-from cropbench.generate import generate_plate
-from cropbench.peers import (
+from cropbench.plates.generate import generate_plate
+from cropbench.records import Record, read_records
+from cropbench.report.plots import peers_comparison
+from cropbench.tracks.context import RunContext
+from cropbench.tracks.peers import (
     MIN_SAMPLES,
     PEERS,
     CropWindows,
@@ -29,9 +32,6 @@ from cropbench.peers import (
     open_peer,
     run_peers,
 )
-from cropbench.plots import peers_comparison
-from cropbench.records import Record, read_records
-from cropbench.tracks.context import RunContext
 
 ZARR_PEERS = ("zarr-open-per-crop", "zarr-kept-open", "dask-per-crop")
 ARROW_PEERS = ("arrow-crop-rows", "arrow-field-rows")

@@ -7,10 +7,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from cropbench import plots
 from cropbench.cli import main
 from cropbench.errors import OutputError
 from cropbench.records import Record, RecordWriter
+from cropbench.report import plots
 
 
 def _track2(workers: int, batch: int, rate: float, case_suffix: str = "") -> Record:

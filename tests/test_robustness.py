@@ -22,14 +22,14 @@ import torch
 from torch.utils.data import Dataset
 
 from cropbench.config import CropConfig, LayoutSpec, PlateSpec, layout_by_name, plate_preset
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
+from cropbench.data.loader import LoaderSpec, build_loader
+from cropbench.data.sampling import RandomObjectSampler
 from cropbench.errors import ConfigError, CropbenchError, ObjectTableError, OutputError, StoreError
 from cropbench.formats import open_plate, read_plate_metadata
-from cropbench.loader import LoaderSpec, build_loader
-from cropbench.measure import rss_bytes
+from cropbench.measure.protocol import rss_bytes
 from cropbench.objects import ObjectTable
 from cropbench.records import RecordWriter, read_records
-from cropbench.sampling import RandomObjectSampler
 from cropbench.tracks.track1 import preset_cases
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from cropbench.config import CropConfig
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
+from cropbench.data.sampling import GroupedSampler, RandomObjectSampler, contiguous_ranges, sampler_for
 from cropbench.errors import ConfigError
-from cropbench.sampling import GroupedSampler, RandomObjectSampler, contiguous_ranges, sampler_for
 
 
 def test_random_sampler_is_a_seeded_permutation_that_changes_per_epoch() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cropbench.records import Record
-from cropbench.stability import bootstrap_median_interval, format_repeat_summary, summarise_repeats
+from cropbench.report.stability import bootstrap_median_interval, format_repeat_summary, summarise_repeats
 
 
 def rows(values: list[float], case: str = "c", p99_reliable: bool = True) -> list[Record]:

@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 
 from cropbench.config import PlateSpec
-from cropbench.synthetic import box_blur, render_field
+from cropbench.plates.synthetic import box_blur, render_field
 
 SPEC = PlateSpec(channels=5, field_height=256, field_width=256, cells_per_field=40, seed=3)
 
@@ -64,7 +64,7 @@ def test_realism_report_puts_synthetic_and_real_nf1_in_the_cell_painting_range()
 
     import pytest
 
-    from cropbench.realism import synthetic_stats, tiff_stats
+    from cropbench.plates.realism import synthetic_stats, tiff_stats
 
     nf1 = Path(__file__).resolve().parents[2] / "shared" / "data" / "nf1_cellpainting_subset" / "Plate_2_images"
     synthetic = synthetic_stats(SPEC, fields=1)

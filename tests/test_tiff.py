@@ -12,8 +12,8 @@ import tifffile
 from cropbench.config import layout_by_name
 from cropbench.errors import StoreError
 from cropbench.formats import open_plate, read_plate_metadata
-from cropbench.formats.convert import convert_plate
 from cropbench.formats.tiff import TiffReader, field_file_names
+from cropbench.plates.convert import convert_plate
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_file_names_fall_back_when_the_well_is_not_letter_and_number() -> None:
 
 def test_direct_path_decodes_only_the_strips_a_crop_touches(tmp_path: Path) -> None:
     from cropbench.config import LAYOUTS, PlateSpec
-    from cropbench.generate import generate_plate
+    from cropbench.plates.generate import generate_plate
 
     spec = PlateSpec(name="tall", rows=1, columns=1, fields_per_well=1, channels=2, field_height=1024,
                      field_width=256, cells_per_field=10)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from cropbench.config import CropConfig
+from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
-from cropbench.loader import LoaderSpec
-from cropbench.plots import plot_results
 from cropbench.records import Record
+from cropbench.report.plots import plot_results
 from cropbench.tracks import RunContext
 from cropbench.tracks.track2 import Track2Case, crosscheck, persistent_gain, preset_cases, run_case, run_track2
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from cropbench.config import CropConfig
+from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
-from cropbench.loader import LoaderSpec
-from cropbench.plots import plot_results
 from cropbench.records import Record
+from cropbench.report.plots import plot_results
 from cropbench.tracks import RunContext
 from cropbench.tracks.track3 import (
     AU_THRESHOLD,

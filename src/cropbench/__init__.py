@@ -3,36 +3,48 @@
 Importing cropbench sets ``OMP_WAIT_POLICY=PASSIVE`` unless the variable is already set: on small
 machines, OpenMP threads spinning beside DataLoader workers changed results 3–25×. It must be set
 before torch loads its OpenMP runtime, hence here; every record carries the value in force.
+
+The public names below load on first use, so ``import cropbench`` (and the CLI's ``--help``) does not
+pay for importing torch and zarr.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from cropbench.config import CropConfig, LayoutSpec, PlateSpec, Track1Case  # noqa: E402
-from cropbench.dataset import CropDataset, PairedViews  # noqa: E402
-from cropbench.errors import (  # noqa: E402
-    ConfigError,
-    CropbenchError,
-    ImportInputError,
-    ObjectTableError,
-    OutputError,
-    StoreError,
-)
-from cropbench.formats import PlateReader, open_plate, read_plate_metadata  # noqa: E402
-from cropbench.generate import generate_plate  # noqa: E402
-from cropbench.objects import ObjectTable, read_object_table  # noqa: E402
-from cropbench.records import Record, RecordWriter, read_records, write_csv  # noqa: E402
-from cropbench.sampling import GroupedSampler, RandomObjectSampler, sampler_for  # noqa: E402
-
 __version__ = "0.1.0"
 
-__all__ = [
-    "ConfigError", "CropConfig", "CropDataset", "CropbenchError", "GroupedSampler", "ImportInputError",
-    "LayoutSpec", "ObjectTable", "ObjectTableError", "OutputError", "PairedViews", "PlateReader", "PlateSpec",
-    "RandomObjectSampler", "Record", "RecordWriter", "StoreError", "Track1Case", "__version__",
-    "generate_plate", "open_plate", "read_object_table", "read_plate_metadata", "read_records", "sampler_for",
-    "write_csv",
-]
+#: Public name → module that defines it.
+_PUBLIC: dict[str, str] = {
+    "ConfigError": "cropbench.errors", "CropbenchError": "cropbench.errors", "ImportInputError": "cropbench.errors",
+    "ObjectTableError": "cropbench.errors", "OutputError": "cropbench.errors", "StoreError": "cropbench.errors",
+    "CropConfig": "cropbench.config", "LayoutSpec": "cropbench.config", "PlateSpec": "cropbench.config",
+    "Track1Case": "cropbench.config",
+    "ObjectTable": "cropbench.objects", "read_object_table": "cropbench.objects",
+    "Record": "cropbench.records", "RecordWriter": "cropbench.records", "read_records": "cropbench.records",
+    "write_csv": "cropbench.records",
+    "PlateReader": "cropbench.formats", "open_plate": "cropbench.formats", "plate_objects": "cropbench.formats",
+    "read_plate_metadata": "cropbench.formats",
+    "generate_plate": "cropbench.plates.generate",
+    "CropDataset": "cropbench.data.dataset", "PairedViews": "cropbench.data.dataset",
+    "GroupedSampler": "cropbench.data.sampling", "RandomObjectSampler": "cropbench.data.sampling",
+    "sampler_for": "cropbench.data.sampling",
+}
+
+__all__ = ["__version__", *sorted(_PUBLIC)]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'cropbench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from cropbench.config import FORMAT_CODECS, LAYOUTS, LayoutSpec, PlateSpec, layout_by_name, plate_preset
 from cropbench.errors import ConfigError, CropbenchError
-from cropbench.generate import GeneratedPlate
+from cropbench.plates.generate import GeneratedPlate
 from cropbench.records import Record, RecordWriter, read_records, write_csv
 
 EXIT_USER_ERROR = 2
@@ -55,7 +55,7 @@ def _add_layout_knobs(parser: argparse.ArgumentParser) -> None:
 
 
 def _plate_spec(args: argparse.Namespace) -> PlateSpec:
-    from cropbench.generate import spec_for_ram_fraction
+    from cropbench.plates.generate import spec_for_ram_fraction
 
     knobs = ("rows", "columns", "fields_per_well", "channels", "field_height", "field_width",
              "cells_per_field", "seed", "name")
@@ -71,7 +71,7 @@ def _layout_spec(args: argparse.Namespace) -> LayoutSpec:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from cropbench.generate import generate_plate
+    from cropbench.plates.generate import generate_plate
 
     spec, layout = _plate_spec(args), _layout_spec(args)
     plate = generate_plate(args.out, spec, layout, overwrite=args.force, progress=not args.no_progress)
@@ -88,7 +88,7 @@ def _print_written(plate: GeneratedPlate, layout: LayoutSpec) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from cropbench.importing import ImportOptions, import_plate
+    from cropbench.plates.importing import ImportOptions, import_plate
 
     layout = _layout_spec(args)
     options = ImportOptions(
@@ -102,9 +102,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_compare_layouts(args: argparse.Namespace) -> int:
-    from cropbench import environment
-    from cropbench.compare import LayoutComparison, compare_layouts, default_layouts
-    from cropbench.report import summary_table
+    from cropbench.measure import environment
+    from cropbench.report.summary import summary_table
+    from cropbench.tracks.layouts import LayoutComparison, compare_layouts, default_layouts
 
     out_dir = Path(args.out)
     comparison = LayoutComparison(
@@ -145,14 +145,14 @@ def run_tracks(
 ) -> list[Record]:
     """Run tracks on a plate, writing each record durably as it finishes; returns this run's records.
 
-    ``peers`` adds the side-by-side comparison with peer loaders (track ``peers``, see cropbench.peers).
+    ``peers`` adds the side-by-side comparison with peer loaders (track ``peers``, see cropbench.tracks.peers).
 
     ``layout`` runs them on the plate rewritten in that named layout (converted once, under
     ``layout_dir`` or ``<plate>.layouts/``); ``objects`` is an object table for plates without one.
     """
-    from cropbench import environment
     from cropbench.formats import read_plate_metadata
-    from cropbench.measure import configure_threads
+    from cropbench.measure import environment
+    from cropbench.measure.protocol import configure_threads
     from cropbench.tracks import TRACK_RUNNERS, RunContext
 
     unknown = [t for t in tracks if t not in TRACK_RUNNERS]
@@ -163,7 +163,7 @@ def run_tracks(
     if samples is not None and samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {samples}")
     if layout is not None:
-        from cropbench.formats.convert import materialize_layout
+        from cropbench.plates.convert import materialize_layout
 
         plate = materialize_layout(plate, layout, layout_dir, progress=progress)
     read_plate_metadata(plate)
@@ -186,7 +186,7 @@ def run_tracks(
         for track in tracks:
             TRACK_RUNNERS[track](plate, preset, context)
         if peers:
-            from cropbench.peers import run_peers
+            from cropbench.tracks.peers import run_peers
 
             run_peers(plate, preset, context)
     finally:
@@ -197,7 +197,7 @@ def run_tracks(
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from cropbench.report import summary_table
+    from cropbench.report.summary import summary_table
 
     out_dir = Path(args.out)
     records = run_tracks(
@@ -208,7 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     print(summary_table(records))
     if args.repeats > 1:
-        from cropbench.stability import format_repeat_summary, summarise_repeats
+        from cropbench.report.stability import format_repeat_summary, summarise_repeats
 
         print("\n" + format_repeat_summary(summarise_repeats(records)))
     print(f"\n{len(records)} rows appended to {out_dir / RESULTS_NAME}; CSV at {out_dir / 'results.csv'}")
@@ -218,7 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _plot(results: Path, out_dir: Path) -> None:
-    from cropbench.plots import plot_results
+    from cropbench.report.plots import plot_results
 
     for path in plot_results(read_records(results), out_dir):
         print(f"wrote {path}")
@@ -237,14 +237,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from cropbench.stability import format_repeat_summary, summarise_repeats
+    from cropbench.report.stability import format_repeat_summary, summarise_repeats
 
     print(format_repeat_summary(summarise_repeats(read_records(args.results), args.metric)))
     return 0
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from cropbench import environment
+    from cropbench.measure import environment
 
     print(json.dumps(environment.collect(args.path), indent=2, default=str))
     return 0
@@ -253,8 +253,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 def cmd_smoke(args: argparse.Namespace) -> int:
     """The main job: a small synthetic plate, every track's smoke preset, summary, CSV and plots."""
     from cropbench.config import LayoutSpec
-    from cropbench.generate import generate_plate
-    from cropbench.report import summary_table
+    from cropbench.plates.generate import generate_plate
+    from cropbench.report.summary import summary_table
     from cropbench.tracks import TRACK_RUNNERS
 
     out_dir = Path(args.out)
@@ -271,7 +271,7 @@ def cmd_smoke(args: argparse.Namespace) -> int:
 
 
 def cmd_realism(args: argparse.Namespace) -> int:
-    from cropbench.realism import synthetic_stats, tiff_stats
+    from cropbench.plates.realism import synthetic_stats, tiff_stats
 
     rows = [synthetic_stats(plate_preset(args.preset), args.fields)]
     rows += [tiff_stats(folder) for folder in args.tiffs]

@@ -193,7 +193,7 @@ def layout_by_name(name: str) -> LayoutSpec:
 
 @dataclass(frozen=True)
 class CropConfig:
-    """How :class:`cropbench.dataset.CropDataset` cuts, decodes and transforms each crop."""
+    """How :class:`cropbench.data.dataset.CropDataset` cuts, decodes and transforms each crop."""
 
     crop_size: int = 96
     channels: tuple[str, ...] | None = None

@@ -80,10 +80,6 @@ def read_object_table(path: str | Path, location: tuple[str, int] | None = None)
     """
     source = Path(path)
     if source.is_dir():
-        if not (source / OBJECT_TABLE_NAME).is_file():
-            colocated = _colocated_objects(source)
-            if colocated is not None:
-                return colocated
         source = source / OBJECT_TABLE_NAME
     if not source.is_file():
         raise ObjectTableError(f"object table {source} does not exist (generate or import the plate first)")
@@ -121,14 +117,3 @@ def read_object_table(path: str | Path, location: tuple[str, int] | None = None)
         bbox=bbox, object_id=table["object_id"].to_numpy() if count else np.zeros(0, np.int64),
     )
 
-
-def _colocated_objects(plate: Path) -> ObjectTable | None:
-    """Objects an OME-Arrow plate keeps beside its images (``colocate_objects``), if any."""
-    from cropbench.formats.marker import metadata_from_marker, read_marker
-
-    document = read_marker(plate)
-    if document is None or not document.get("objects_inline"):
-        return None
-    from cropbench.formats.omearrow import read_colocated_objects
-
-    return read_colocated_objects(plate, metadata_from_marker(plate, document))

@@ -35,9 +35,15 @@ from cropbench.formats.base import (
 from cropbench.formats.chunks import DirectChunkReader
 from cropbench.formats.marker import LAYOUT_MARKER, metadata_from_marker, read_marker
 from cropbench.formats.memmap import MemmapPlateWriter, MemmapReader
-from cropbench.formats.omearrow import OmeArrowPlateWriter, OmeArrowPythonReader, OmeArrowReader
+from cropbench.formats.omearrow import (
+    OmeArrowPlateWriter,
+    OmeArrowPythonReader,
+    OmeArrowReader,
+    read_colocated_objects,
+)
 from cropbench.formats.omezarr import OmeZarrPlateWriter, ZarrPythonReader
 from cropbench.formats.tiff import TiffPlateWriter, TiffReader, TiffZarrReader
+from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable, read_object_table
 
 #: Each format's own reader (decode path ``direct``, and inside the field cache for ``field``).
 DIRECT_READERS: dict[str, type[PlateReader]] = {
@@ -111,6 +117,16 @@ def _direct_reader(metadata: PlateMetadata, chunk_cache_bytes: int) -> PlateRead
     return reader_class(metadata, chunk_cache_bytes=chunk_cache_bytes)  # type: ignore[call-arg]
 
 
+def plate_objects(plate: str | Path, location: tuple[str, int] | None = None) -> ObjectTable:
+    """The object table of a plate: its bundled table, or the objects an OME-Arrow plate keeps inline."""
+    source = Path(plate)
+    if source.is_dir() and not (source / OBJECT_TABLE_NAME).is_file():
+        document = read_marker(source)
+        if document is not None and document.get("objects_inline"):
+            return read_colocated_objects(source, metadata_from_marker(source, document))
+    return read_object_table(source, location)
+
+
 def create_plate_writer(
     path: str | Path, name: str, channel_names: Sequence[str], field_shape: tuple[int, int, int],
     layout: LayoutSpec, wells: Sequence[tuple[str, str]], fields_per_well: int | Sequence[int],
@@ -126,5 +142,5 @@ __all__ = [
     "DECODES_BY_FORMAT", "DirectChunkReader", "FieldCacheReader", "FieldInfo", "MemmapPlateWriter", "MemmapReader",
     "OmeArrowPlateWriter", "OmeArrowPythonReader", "OmeArrowReader", "OmeZarrPlateWriter", "PlateMetadata",
     "PlateReader", "PlateWriter", "ReadStats", "TiffPlateWriter", "TiffReader", "TiffZarrReader", "ZarrPythonReader",
-    "create_plate_writer", "layout_label", "open_plate", "read_plate_metadata", "supported_decodes",
+    "create_plate_writer", "layout_label", "open_plate", "plate_objects", "read_plate_metadata", "supported_decodes",
 ]

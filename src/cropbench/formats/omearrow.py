@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from cropbench.errors import ConfigError, ObjectTableError, StoreError
 from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
 from cropbench.formats.marker import write_marker
+from cropbench.objects import ObjectTable
 
 IMAGES_NAME = "images.parquet"
 #: Row groups (fields) of Arrow data a reader keeps per process.
@@ -316,10 +317,8 @@ def images_path(metadata: PlateMetadata) -> Path:
     return metadata.path / str(metadata.extra.get("images", IMAGES_NAME))
 
 
-def read_colocated_objects(plate: Path, metadata: PlateMetadata) -> Any:
+def read_colocated_objects(plate: Path, metadata: PlateMetadata) -> ObjectTable:
     """The object table kept inline (``objects`` column) of an OME-Arrow plate."""
-    from cropbench.objects import ObjectTable
-
     if not metadata.extra.get("objects_inline"):
         raise ObjectTableError(f"{plate} keeps no objects inline")
     table = pq.read_table(str(images_path(metadata)), columns=["well", "field", "objects"])

@@ -21,13 +21,13 @@ import torch
 from torch.utils.data import default_collate
 
 from cropbench.config import CropConfig, Track1Case
-from cropbench.dataset import CropDataset, PairedViews
-from cropbench.fidelity import fidelity_hash
+from cropbench.data.dataset import CropDataset, PairedViews
+from cropbench.data.sampling import access_order
 from cropbench.formats import layout_label, read_plate_metadata, supported_decodes
 from cropbench.formats.chunks import StageTimedChunkReader
-from cropbench.measure import clock_overhead_ns, evict, rss_bytes, summarise_ms, time_each, time_loop
+from cropbench.measure.fidelity import fidelity_hash
+from cropbench.measure.protocol import clock_overhead_ns, evict, rss_bytes, summarise_ms, time_each, time_loop
 from cropbench.records import Record
-from cropbench.sampling import access_order
 from cropbench.tracks.context import RunContext
 
 WARMUP_CURVE_POINTS = 50
@@ -73,7 +73,7 @@ def _getter(dataset: CropDataset, access: str) -> Callable[[int], Any]:
     return PairedViews(dataset).__getitem__ if access == "paired" else dataset.__getitem__
 
 
-def _steady(
+def steady_state(
     get: Callable[[int], Any], indices: list[int], prefix: str = "",
     before_block: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def run_case(
         dataset.reader.close()
         evictions.append(evict(dataset.reader.files()).verified)
 
-    metrics.update(_steady(get, steady, before_block=make_cold if case.cache == "cold" else None))
+    metrics.update(steady_state(get, steady, before_block=make_cold if case.cache == "cold" else None))
     if evictions:
         metrics["steady_evictions"] = len(evictions)
         metrics["steady_evictions_verified"] = sum(evictions)
@@ -212,7 +212,7 @@ def _io_and_transform_split(
     io_dataset = CropDataset(plate, case.crop.replace(tier="none", dtype="uint16"), objects=objects)
     io_get = _getter(io_dataset, case.access)
     time_each(io_get, steady[: case.warmup])
-    io = _steady(io_get, steady, "io_")
+    io = steady_state(io_get, steady, "io_")
     views = 2 if case.access == "paired" else 1
     reference = CropDataset(plate, case.crop, objects=objects)
     raws = [torch.from_numpy(io_dataset.read_raw(i)) for i in steady[:TRANSFORM_ONLY_ITEMS]]

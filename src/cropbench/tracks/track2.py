@@ -27,14 +27,22 @@ import torch
 from torch.utils.data import Dataset
 
 from cropbench.config import ACCESS_PATTERNS, CropConfig
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
+from cropbench.data.loader import (
+    LoaderSpec,
+    ScheduledSampler,
+    build_loader,
+    memory_of,
+    pickled_size,
+    schedule,
+    worker_pids,
+)
+from cropbench.data.sampling import sampler_for
+from cropbench.data.transforms import TORCH_DTYPES
 from cropbench.errors import ConfigError
-from cropbench.loader import LoaderSpec, ScheduledSampler, build_loader, memory_of, pickled_size, schedule, worker_pids
-from cropbench.measure import summarise_ms
+from cropbench.measure.protocol import summarise_ms
 from cropbench.records import Record
-from cropbench.sampling import sampler_for
 from cropbench.tracks.context import RunContext
-from cropbench.transforms import TORCH_DTYPES
 
 SOURCES = ("plate", "memory")
 #: Largest relative gap allowed between reported and independently measured samples/s.

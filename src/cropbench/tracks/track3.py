@@ -31,7 +31,12 @@ import numpy as np
 import torch
 from torch.nn import functional
 
-from cropbench.accelerator import (
+from cropbench.config import ACCESS_PATTERNS, CropConfig
+from cropbench.data.dataset import CropDataset
+from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader, memory_of, schedule, worker_pids
+from cropbench.data.sampling import sampler_for
+from cropbench.errors import ConfigError
+from cropbench.measure.accelerator import (
     AMP_MODES,
     DEVICES,
     NvmlSampler,
@@ -45,15 +50,10 @@ from cropbench.accelerator import (
     synchroniser,
     to_device,
 )
-from cropbench.config import ACCESS_PATTERNS, CropConfig
-from cropbench.dataset import CropDataset
-from cropbench.errors import ConfigError
-from cropbench.loader import LoaderSpec, ScheduledSampler, build_loader, memory_of, schedule, worker_pids
-from cropbench.measure import summarise_ms
-from cropbench.models import MODELS, build_model, embedding_model
+from cropbench.measure.protocol import summarise_ms
 from cropbench.records import Record
-from cropbench.sampling import sampler_for
 from cropbench.tracks.context import RunContext
+from cropbench.tracks.models import MODELS, build_model, embedding_model
 from cropbench.tracks.track2 import worker_counts
 
 MODEL_KINDS = (*MODELS, "emulated")

@@ -20,8 +20,8 @@ from cropbench.errors import StoreError
 from cropbench.formats import create_plate_writer, open_plate, read_plate_metadata
 from cropbench.formats.marker import LAYOUT_MARKER
 from cropbench.formats.omearrow import require_ome_arrow
-from cropbench.generate import GeneratedPlate
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
+from cropbench.plates.generate import GeneratedPlate
 
 
 def pixel_bytes(path: Path) -> int:

@@ -37,8 +37,8 @@ from tqdm import tqdm
 from cropbench.config import LayoutSpec
 from cropbench.errors import ImportInputError
 from cropbench.formats import create_plate_writer
-from cropbench.generate import GeneratedPlate, display_windows, stored_size
 from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable
+from cropbench.plates.generate import GeneratedPlate, display_windows, stored_size
 
 MERGE_SUFFIXES = ("", "_x", "_y")
 PLATE_COLUMNS = ("Metadata_Plate", "Image_Metadata_Plate")

@@ -16,7 +16,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from cropbench.config import ACCESS_PATTERNS
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
 from cropbench.errors import ConfigError
 
 

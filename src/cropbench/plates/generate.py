@@ -16,7 +16,7 @@ from cropbench.errors import ConfigError
 from cropbench.formats import create_plate_writer
 from cropbench.formats.omezarr import row_name
 from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable
-from cropbench.synthetic import render_field
+from cropbench.plates.synthetic import render_field
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Peer loaders, measured beside cropbench's own decode paths on the same plate and the same crops.
 
 Every peer is a torch ``Dataset`` over the same object indices and the same ``crop_size`` windows
-as :class:`cropbench.dataset.CropDataset` (all channels, ``border="pad"``: pixels outside the
+as :class:`cropbench.data.dataset.CropDataset` (all channels, ``border="pad"``: pixels outside the
 field are zero) and returns ``{"image": uint16 tensor (C, H, W), "index": i}``, so it collates
 with torch's ``default_collate``. Peers read pixels their own way; they take only the windows
 (field, y0, x0) from cropbench:
@@ -52,14 +52,14 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from cropbench.config import CropConfig
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
+from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, OutputError, PeerUnavailableError
 from cropbench.formats import layout_label, open_plate, supported_decodes
-from cropbench.measure import load_into_page_cache, resident_fraction, time_each
+from cropbench.measure.protocol import load_into_page_cache, resident_fraction, time_each
 from cropbench.records import Record
-from cropbench.sampling import access_order
 from cropbench.tracks.context import RunContext
-from cropbench.tracks.track1 import _steady
+from cropbench.tracks.track1 import steady_state
 
 TRACK = "peers"
 #: Fewest steady samples per loader, however slow it is (p50 is still meaningful).
@@ -577,7 +577,7 @@ def measure_loader(
     if before_steady is not None:
         before_steady()
     return {
-        **_steady(get, steady[:count]),
+        **steady_state(get, steady[:count]),
         "warmup_items": len(warmup_latencies), "warmup_mean_ms": float(warmup_latencies.mean() / 1e6),
         "samples_requested": len(steady), "budget_capped": count < len(steady),
     }

@@ -82,7 +82,7 @@ def to_device(tensor: torch.Tensor, device: torch.device, non_blocking: bool, ch
 
 def device_info(device: torch.device) -> dict[str, Any]:
     """Name, memory, CUDA and driver versions of the device a row ran on."""
-    from cropbench.environment import gpu_info
+    from cropbench.measure.environment import gpu_info
 
     if device.type != "cuda":
         return {"device": "cpu"}

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from cropbench.config import DECODE_PATHS, LAYOUT_GRID, OPTIONAL_LAYOUTS, CropConfig, layout_by_name
-from cropbench.dataset import CropDataset
+from cropbench.data.dataset import CropDataset
+from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
 from cropbench.formats import supported_decodes
-from cropbench.formats.convert import convert_plate
-from cropbench.generate import GeneratedPlate
-from cropbench.measure import time_each, time_loop
+from cropbench.measure.protocol import time_each, time_loop
+from cropbench.plates.convert import convert_plate
+from cropbench.plates.generate import GeneratedPlate
 from cropbench.records import Record
-from cropbench.sampling import access_order
 
 CEILING = "memmap"
 ACCESSES = {"random": "random", "grouped": "grouped-field"}

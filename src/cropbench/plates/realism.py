@@ -15,7 +15,7 @@ import numpy as np
 
 from cropbench.config import PlateSpec
 from cropbench.errors import ImportInputError
-from cropbench.synthetic import render_field
+from cropbench.plates.synthetic import render_field
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
+from cropbench.data.sampling import EpochSampler, continued_order
 from cropbench.errors import ConfigError
-from cropbench.sampling import EpochSampler, continued_order
 
 START_METHODS = ("fork", "forkserver", "spawn")
 COLLATES = ("default", "stack")

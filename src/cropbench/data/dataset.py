@@ -19,10 +19,10 @@ import torch
 from torch.utils.data import Dataset
 
 from cropbench.config import CropConfig
+from cropbench.data.transforms import TransformPlan
 from cropbench.errors import ConfigError, ObjectTableError
-from cropbench.formats import PlateReader, open_plate
-from cropbench.objects import ObjectTable, read_object_table
-from cropbench.transforms import TransformPlan
+from cropbench.formats import PlateReader, open_plate, plate_objects
+from cropbench.objects import ObjectTable
 
 GROUPINGS = ("field", "well", "chunk")
 
@@ -40,7 +40,7 @@ class CropDataset(Dataset[dict[str, Any]]):
         )
         metadata = self.reader.metadata
         only_field = (metadata.fields[0].well, metadata.fields[0].field) if len(metadata.fields) == 1 else None
-        table = objects if isinstance(objects, ObjectTable) else read_object_table(objects or plate, only_field)
+        table = objects if isinstance(objects, ObjectTable) else plate_objects(objects or plate, only_field)
         self.channel_indices = resolve_channels(self.config.channels, metadata.channel_names)
         self.channel_names = tuple(metadata.channel_names[i] for i in self.channel_indices)
         self._channels_arg = None if self.channel_indices == tuple(range(len(metadata.channel_names))) else np.array(

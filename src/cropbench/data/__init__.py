@@ -1,0 +1,1 @@
+"""What a training loop touches: the crop Dataset, samplers, transforms and the DataLoader setup."""

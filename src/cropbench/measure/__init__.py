@@ -1,0 +1,1 @@
+"""How numbers are taken: the measurement protocol, machine description, accelerator handling, fidelity."""

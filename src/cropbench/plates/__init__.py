@@ -1,0 +1,1 @@
+"""Plate creation: synthetic generation, import from CellProfiler tables, layout conversion, realism checks."""

@@ -1,0 +1,1 @@
+"""Reading results back: summary tables, repeat statistics and figures."""
