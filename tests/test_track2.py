@@ -12,8 +12,17 @@ from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
 from cropbench.records import Record
 from cropbench.report.plots import plot_results
-from cropbench.tracks import RunContext
-from cropbench.tracks.track2 import Track2Case, crosscheck, persistent_gain, preset_cases, run_case, run_track2
+from cropbench.tracks import RunContext, track2
+from cropbench.tracks.track2 import (
+    GPU_BATCH,
+    GPU_STEADY_BATCHES,
+    Track2Case,
+    crosscheck,
+    persistent_gain,
+    preset_cases,
+    run_case,
+    run_track2,
+)
 
 CROP = CropConfig(crop_size=32)
 
@@ -104,6 +113,26 @@ def test_presets_cover_the_required_grid() -> None:
     assert twins and twins[0] < persistent[0], "the non-persistent twin runs first"
     with pytest.raises(ConfigError):
         preset_cases("huge")
+
+
+def test_gpu_preset_times_whole_rounds_at_the_gpu_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(track2, "usable_cores", lambda: 16)
+    cases = preset_cases("gpu")
+    sweep = [c for c in cases if not c.loader.persistent_workers]
+    assert {(c.crop.decode, c.crop.tier) for c in sweep} == {(d, t) for d in ("direct", "zarr")
+                                                             for t in ("none", "typical")}
+    assert sorted({c.loader.num_workers for c in sweep}) == [0, 1, 2, 4, 8, 12, 16]
+    for case in cases:
+        workers = case.loader.num_workers
+        steady = case.samples // GPU_BATCH - case.warmup
+        assert case.loader.batch_size == GPU_BATCH and case.loader.pin_memory and case.samples % GPU_BATCH == 0
+        assert steady >= GPU_STEADY_BATCHES and (workers == 0 or (steady % workers == 0 and steady >= 2 * workers))
+        assert case.epochs == (2 if workers == 16 else 1)
+    labels = [c.label for c in cases]
+    assert len(labels) == len(set(labels))
+    persistent = [i for i, c in enumerate(cases) if c.loader.persistent_workers]
+    assert len(persistent) == 1 and labels.index(labels[persistent[0]].removesuffix("/persistent")) < persistent[0]
+    assert preset_cases("gpu", samples=8 * GPU_BATCH)[0].samples == 9 * GPU_BATCH
 
 
 @pytest.mark.slow

@@ -131,6 +131,53 @@ def test_search_stops_at_the_first_fed_worker_count() -> None:
     assert WorkerSearch(SMALL, (0, 1)).label.split("/")[5] == "w*"
 
 
+def _fake_waits(waits: dict[int, float], measured: list[int]) -> Any:
+    def fake(case: Track3Case) -> dict[str, Any]:
+        measured.append(case.loader.num_workers)
+        return {"data_wait_fraction": waits[case.loader.num_workers], "images_per_s": 100.0,
+                "compute_only_images_per_s": 120.0}
+
+    return fake
+
+
+def test_bisected_search_measures_few_candidates_and_finds_the_same_answer() -> None:
+    candidates = (0, 1, 2, 4, 8, 12, 16)
+    waits = {0: 0.9, 1: 0.8, 2: 0.5, 4: 0.2, 8: 0.05, 12: 0.02, 16: 0.01}
+    measured: list[int] = []
+    results, summary = run_search("unused", WorkerSearch(SMALL, candidates, bisect=True), _fake_waits(waits, measured))
+    assert measured == [16, 4, 12, 8] and summary["min_workers"] == 8
+    assert summary["tried_workers"] == [4, 8, 12, 16] == [w for w, _ in results]
+    _, linear = run_search("unused", WorkerSearch(SMALL, candidates), _fake_waits(waits, []))
+    assert linear["min_workers"] == summary["min_workers"]
+    measured.clear()
+    starved = {w: 0.5 for w in candidates}
+    _, none = run_search("unused", WorkerSearch(SMALL, candidates, bisect=True), _fake_waits(starved, measured))
+    assert measured == [16] and none["min_workers"] is None and none["min_workers_answer"] == "not reached with <= 16"
+    measured.clear()
+    _, all_fed = run_search("unused", WorkerSearch(SMALL, candidates, bisect=True),
+                            _fake_waits(dict.fromkeys(candidates, 0.0), measured))
+    assert measured == [16, 4, 1, 0] and all_fed["min_workers"] == 0
+    with pytest.raises(ConfigError):
+        WorkerSearch(SMALL, candidates, bisect=True, stop_early=False)
+
+
+def test_whole_rounds_warm_up_one_step_per_worker_and_time_whole_rounds() -> None:
+    search = WorkerSearch(dataclasses.replace(SMALL, steps=32, warmup_steps=4), (0, 4, 12), whole_rounds=True)
+    assert (search.with_workers(0).steps, search.with_workers(0).warmup_steps) == (32, 4)
+    assert (search.with_workers(4).steps, search.with_workers(4).warmup_steps) == (32, 4)
+    assert (search.with_workers(12).steps, search.with_workers(12).warmup_steps) == (36, 12)
+    plain = WorkerSearch(search.case, (0, 12))
+    assert plain.with_workers(12).steps == 32 and plain.with_workers(12).warmup_steps == 4
+
+
+def test_compute_only_case_measures_the_baseline_alone(tiny_plate: Path) -> None:
+    case = dataclasses.replace(SMALL, compute_only=True)
+    metrics = run_case(tiny_plate, case)
+    assert metrics["compute_only_step_count"] == case.steps and metrics["compute_only_images_per_s"] > 0
+    assert "data_wait_fraction" not in metrics and "device" in metrics
+    assert case.label.endswith("/compute-only") and compute_key(case) == compute_key(SMALL)
+
+
 def test_baselines_are_shared_only_across_loader_knobs() -> None:
     wider = dataclasses.replace(SMALL, loader=dataclasses.replace(SMALL.loader, num_workers=2),
                                 crop=SMALL.crop.replace(decode="zarr"))
@@ -146,10 +193,15 @@ def test_presets_answer_the_questions_of_the_issues() -> None:
     gpu = preset_items("gpu")
     cases = [i.case if isinstance(i, WorkerSearch) else i for i in gpu]
     assert all(c.device == "cuda" and c.loader.batch_size == 256 and c.crop.crop_size == 96 for c in cases)
+    assert all(c.model == "resnet18" and not c.compute_only for c in cases)
     searches = [i for i in gpu if isinstance(i, WorkerSearch)]
     assert {s.case.crop.decode for s in searches} == {"zarr", "direct"}
-    assert all(s.case.amp == "bf16" and s.case.model == "resnet18" and not s.stop_early for s in searches)
-    assert {"fp16", "bf16"} <= {c.amp for c in cases}
+    assert {(s.case.workload, s.case.amp) for s in searches} == {("train", "bf16"), ("embed", "bf16"), ("train", "off")}
+    assert all(s.bisect and s.whole_rounds for s in searches)
+    assert {"uint16", "float32"} <= {c.crop.dtype for c in cases}
+    demand = preset_items("gpu-demand")
+    assert all(c.compute_only and c.device == "cuda" and c.loader.batch_size == 256 for c in demand)
+    assert {(c.workload, c.amp) for c in demand} == {(w, a) for w in ("train", "embed") for a in ("bf16", "off")}
     assert all(c.steps == 2 for c in preset_items("full", samples=256) if isinstance(c, Track3Case)
                and c.loader.batch_size == 128)
     with pytest.raises(ConfigError):

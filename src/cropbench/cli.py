@@ -303,8 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Run tracks on a plate; rows are appended to OUT/results.jsonl.")
     run.add_argument("--plate", required=True, help="plate directory")
     run.add_argument("--track", action="append", help="track number (repeatable; default 1)")
-    run.add_argument("--preset", default="smoke", choices=("smoke", "full", "gpu"),
-                     help="case grid (gpu: Track 3's CUDA device check only)")
+    run.add_argument("--preset", default="smoke", choices=("smoke", "full", "gpu", "gpu-demand"),
+                     help="case grid (gpu: the GPU check, Track 2 supply at batch 256 and Track 3 worker searches "
+                          "on CUDA; gpu-demand: Track 3 only, compute-only images/s on CUDA)")
     run.add_argument("--out", default="out", help="output directory (default: %(default)s)")
     run.add_argument("--samples", type=int, help="steady-state samples per case (overrides the preset)")
     run.add_argument("--repeats", type=int, default=1, help="repeat each case with seed+repeat")

@@ -237,9 +237,9 @@ def run_case(plate: str | Path, case: Track2Case) -> dict[str, Any]:
 
 
 def worker_counts(cores: int | None = None) -> list[int]:
-    """0, 1, 2, then 4, 8, 16 while the machine has that many cores."""
+    """0, 1, 2, then 4, 8, 12, 16 while the machine has that many cores."""
     available = cores or usable_cores()
-    return [0, 1, 2, *(w for w in (4, 8, 16) if w <= available)]
+    return [0, 1, 2, *(w for w in (4, 8, 12, 16) if w <= available)]
 
 
 def usable_cores() -> int:
@@ -253,6 +253,8 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track2Case]:
     Non-persistent cases come before their persistent twin so the runner can report the epoch-2
     gain of persistence on the twin's row.
     """
+    if preset == "gpu":
+        return gpu_cases(samples)
     pin_rows = torch.cuda.is_available()
     sizes: tuple[int, ...]
     tiers: tuple[str, ...]
@@ -261,7 +263,7 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track2Case]:
     elif preset == "full":
         per_epoch, sizes, workers, tiers = samples or 4096, (16, 64, 256), worker_counts(), ("none", "typical")
     else:
-        raise ConfigError(f"preset={preset!r} is not one of smoke, full")
+        raise ConfigError(f"preset={preset!r} is not one of smoke, full, gpu")
     crop = CropConfig(crop_size=96)
 
     def case(loader: LoaderSpec, crop: CropConfig = crop, **changes: Any) -> Track2Case:
@@ -296,6 +298,37 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track2Case]:
     if pin_rows:
         cases.append(case(dataclasses.replace(loader, pin_memory=True)))
     return cases
+
+
+#: Steady batches a ``gpu`` case times at least (more with workers: whole rounds, see :func:`gpu_cases`).
+GPU_STEADY_BATCHES = 4
+#: The batch a GPU step consumes in the GPU check (ResNet-18 on 96 × 96 × 5 crops).
+GPU_BATCH = 256
+
+
+def gpu_cases(samples: int | None = None) -> list[Track2Case]:
+    """What a GPU host's loader supplies at the GPU's batch of 256, pinned, per decode path and worker count.
+
+    Each case is one epoch: one batch per worker of warm-up, then whole rounds of one batch per worker
+    (at least two rounds and :data:`GPU_STEADY_BATCHES` batches, or ``samples`` worth). Workers that start
+    together deliver in lockstep, so a steady window of part of a round would miscount them. The most
+    workers also run a second epoch (epoch-2 start-up), and once more persistent. Sizes stay small: the
+    whole grid must fit a few minutes of a lent GPU machine.
+    """
+    least = -(-samples // GPU_BATCH) if samples else GPU_STEADY_BATCHES
+    counts = worker_counts()
+    crop = CropConfig(crop_size=96)
+
+    def sized(crop: CropConfig, workers: int, **knobs: Any) -> Track2Case:
+        loader = LoaderSpec(num_workers=workers, batch_size=GPU_BATCH, pin_memory=True, **knobs)
+        steady = max(2, -(-least // workers)) * workers if workers else least
+        return Track2Case(crop=crop, loader=loader, samples=(max(workers, 1) + steady) * GPU_BATCH,
+                          epochs=2 if workers == counts[-1] else 1)
+
+    def sweep(tier: str) -> list[Track2Case]:
+        return [sized(crop.replace(decode=decode, tier=tier), w) for decode in ("direct", "zarr") for w in counts]
+
+    return [*sweep("none"), sized(crop, counts[-1], persistent_workers=True), *sweep("typical")]
 
 
 def _persistent_twin(case: Track2Case) -> str | None:

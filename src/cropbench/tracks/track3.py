@@ -82,6 +82,7 @@ class Track3Case:
     ``loader.pin_memory`` is a request: it is in effect only on CUDA, where copies are then
     non-blocking. ``channels_last`` and ``compile`` are recorded knobs, off by default; compiling
     happens in the warm-up steps. ``emulated_step_ms`` is the per-step compute of ``model="emulated"``.
+    ``compute_only`` measures only the compute-only baseline: the images/s a loader would have to supply.
     """
 
     crop: CropConfig = field(default_factory=_default_crop)
@@ -99,6 +100,7 @@ class Track3Case:
     classes: int = 16
     access: str = "random"
     seed: int = 0
+    compute_only: bool = False
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -130,6 +132,7 @@ class Track3Case:
         parts += ["compile"] if self.compile else []
         parts += [self.optimizer] if self.optimizer != "sgd" and self.workload == "train" else []
         parts += [self.access] if self.access != "random" else []
+        parts += ["compute-only"] if self.compute_only else []
         return "/".join(parts)
 
 
@@ -137,22 +140,34 @@ class Track3Case:
 class WorkerSearch:
     """The smallest ``num_workers`` (among ``candidates``, ascending) whose data wait is under ``threshold``.
 
-    ``stop_early=False`` measures every candidate anyway, for a full curve.
+    ``stop_early=False`` measures every candidate anyway, for a full curve. ``bisect`` measures the most
+    workers first and then halves the range (a few loops instead of one per candidate, and the slow
+    few-worker loops only when they might be fed); it assumes data wait does not rise with workers.
+    ``whole_rounds`` warms up one step per worker and times whole rounds of one batch per worker:
+    workers that start together deliver in lockstep, so a window of part of a round miscounts them.
     """
 
     case: Track3Case
     candidates: tuple[int, ...]
     threshold: float = AU_THRESHOLD
     stop_early: bool = True
+    bisect: bool = False
+    whole_rounds: bool = False
 
     def __post_init__(self) -> None:
         if not self.candidates or list(self.candidates) != sorted(set(self.candidates)) or self.candidates[0] < 0:
             raise ConfigError(f"candidates must be distinct worker counts in ascending order, got {self.candidates}")
         if not 0 < self.threshold < 1:
             raise ConfigError(f"threshold must be a fraction in (0, 1), got {self.threshold}")
+        if self.bisect and not self.stop_early:
+            raise ConfigError("bisect=True measures only some candidates; it cannot be combined with stop_early=False")
 
     def with_workers(self, workers: int) -> Track3Case:
-        return _workers(self.case, workers)
+        case = _workers(self.case, workers)
+        if not self.whole_rounds or workers == 0:
+            return case
+        return dataclasses.replace(case, warmup_steps=max(case.warmup_steps, workers),
+                                   steps=-(-case.steps // workers) * workers)
 
     @property
     def label(self) -> str:
@@ -295,7 +310,7 @@ def compute_only(plate: str | Path, case: Track3Case) -> dict[str, Any]:
 def compute_key(case: Track3Case) -> str:
     """Cases sharing this key share a compute-only baseline (only the loader side differs)."""
     neutral = dataclasses.replace(
-        case, crop=case.crop.replace(decode="direct"), access="random",
+        case, crop=case.crop.replace(decode="direct"), access="random", compute_only=False,
         loader=LoaderSpec(batch_size=case.loader.batch_size, collate=case.loader.collate),
     )
     return f"{neutral.label}/steps{case.steps}+{case.warmup_steps}/seed{case.seed}"
@@ -305,6 +320,8 @@ def run_case(plate: str | Path, case: Track3Case, baseline: dict[str, Any] | Non
     """Measure one case (and its compute-only baseline unless one is given)."""
     device = resolve_device(case.device)
     baseline = baseline if baseline is not None else compute_only(plate, case)
+    if case.compute_only:
+        return {**baseline, **device_info(device)}
     pin = pin_in_effect(case.loader.pin_memory, device)
     batch = case.loader.batch_size
     dataset, loader = _loader(plate, case, case.loader, batch * (case.steps + case.warmup_steps), pin)
@@ -352,14 +369,34 @@ def search_summary(search: WorkerSearch, results: Sequence[tuple[int, dict[str, 
 def run_search(
     plate: str | Path, search: WorkerSearch, measure: Callable[[Track3Case], dict[str, Any]] | None = None,
 ) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any]]:
-    """Measure candidates in ascending order (stopping at the first fed one if ``stop_early``)."""
+    """Measure candidates in ascending order (stopping at the first fed one if ``stop_early``), or bisect.
+
+    Results come back in ascending worker order whatever order they were measured in.
+    """
     measure = measure or (lambda case: run_case(plate, case))
     results: list[tuple[int, dict[str, Any]]] = []
-    for workers in search.candidates:
+
+    def fed(workers: int) -> bool:
         metrics = measure(search.with_workers(workers))
         results.append((workers, metrics))
-        if search.stop_early and metrics["data_wait_fraction"] < search.threshold:
-            break
+        return bool(metrics["data_wait_fraction"] < search.threshold)
+
+    candidates = search.candidates
+    if search.bisect:
+        # Invariant: candidates[high] is fed, every candidate below ``low`` is not.
+        low, high = 0, len(candidates) - 1
+        if fed(candidates[high]):
+            while low < high:
+                middle = (low + high) // 2
+                if fed(candidates[middle]):
+                    high = middle
+                else:
+                    low = middle + 1
+    else:
+        for workers in candidates:
+            if fed(workers) and search.stop_early:
+                break
+    results.sort(key=lambda result: result[0])
     return results, search_summary(search, results)
 
 
@@ -398,32 +435,51 @@ def _full_items(crop: CropConfig) -> list[Item]:
     return items
 
 
+def _gpu_base(crop: CropConfig) -> Track3Case:
+    """The GPU check's model: ResNet-18, batch 256 of 96 × 96 × 5 crops, bf16, CUDA."""
+    return Track3Case(crop=crop, loader=LoaderSpec(batch_size=256, pin_memory=True), amp="bf16", device="cuda",
+                      steps=32, warmup_steps=4)
+
+
+def _gpu_demand_items(crop: CropConfig) -> list[Item]:
+    """What the GPU demands: compute-only images/s, train and embed, bf16 and fp32 (batches already there)."""
+    base = dataclasses.replace(_gpu_base(crop), compute_only=True, steps=50, warmup_steps=10)
+    return [dataclasses.replace(base, workload=workload, amp=amp) for workload in WORKLOADS for amp in ("bf16", "off")]
+
+
 def _gpu_items(crop: CropConfig) -> list[Item]:
-    """Issue 7's device check: a full worker sweep per decode path, then single knobs at 8 workers."""
-    gpu = Track3Case(crop=crop, loader=LoaderSpec(batch_size=256, pin_memory=True), amp="bf16", device="cuda",
-                     steps=30, warmup_steps=5)
-    counts = worker_counts()
-    candidates = tuple(sorted({*counts, *(w for w in (6, 12) if w <= max(counts))}))
-    items: list[Item] = [
-        WorkerSearch(dataclasses.replace(gpu, crop=crop.replace(decode=decode)), candidates, stop_early=False)
-        for decode in ("direct", "zarr")
-    ]
-    fixed = _workers(gpu, min(8, max(candidates)))
-    return items + [
-        dataclasses.replace(fixed, amp="fp16"), dataclasses.replace(fixed, workload="embed"),
-        dataclasses.replace(fixed, channels_last=True),
-        dataclasses.replace(fixed, crop=crop.replace(dtype="uint16", tier="none")),
+    """The GPU check: the fewest workers that keep the GPU >= 90% busy per decode path, workload and AMP.
+
+    Bisected searches over 0-16 workers (capped by the cores) in whole rounds; then float32 vs uint16
+    crops on the bus at the most workers.
+    """
+    gpu = _gpu_base(crop)
+    candidates = tuple(worker_counts())
+
+    def search(case: Track3Case) -> WorkerSearch:
+        return WorkerSearch(case, candidates, bisect=True, whole_rounds=True)
+
+    raw = search(dataclasses.replace(gpu, crop=crop.replace(tier="none")))
+    return [
+        search(gpu), search(dataclasses.replace(gpu, crop=crop.replace(decode="zarr"))),
+        search(dataclasses.replace(gpu, workload="embed")), search(dataclasses.replace(gpu, amp="off")),
+        raw.with_workers(candidates[-1]),
+        dataclasses.replace(raw, case=dataclasses.replace(raw.case, crop=raw.case.crop.replace(dtype="uint16")))
+        .with_workers(candidates[-1]),
     ]
 
 
-PRESETS: dict[str, Callable[[CropConfig], list[Item]]] = {"smoke": _smoke_items, "full": _full_items, "gpu": _gpu_items}
+PRESETS: dict[str, Callable[[CropConfig], list[Item]]] = {
+    "smoke": _smoke_items, "full": _full_items, "gpu": _gpu_items, "gpu-demand": _gpu_demand_items,
+}
 
 
 def preset_items(preset: str, samples: int | None = None) -> list[Item]:
     """The Track 3 plan of a preset: single cases and worker searches.
 
-    ``smoke`` and ``full`` run on whatever device is there (``auto``); ``gpu`` is the device check of
-    issue 7 (ResNet-18, 96×96×5 crops, batch 256, bf16, CUDA) and fails without a GPU.
+    ``smoke`` and ``full`` run on whatever device is there (``auto``); ``gpu`` (the loader feeding
+    ResNet-18 with 96×96×5 crops, batch 256, on CUDA) and ``gpu-demand`` (the same model's compute-only
+    images/s) are the GPU check and fail without a GPU.
     ``samples`` overrides the steps as ``samples // batch_size``.
     """
     if preset not in PRESETS:
@@ -463,7 +519,7 @@ def run_track3(plate: str | Path, preset: str, context: RunContext) -> int:
         written += 1
 
     for item in preset_items(preset, context.samples):
-        if not context.decode_applies(plate, getattr(item, "case", item).crop.decode):
+        if not context.decode_applies(plate, (item.case if isinstance(item, WorkerSearch) else item).crop.decode):
             continue
         for repeat in range(context.repeats):
             if context.should_skip("3", item.label, repeat):
