@@ -1,37 +1,45 @@
 #!/usr/bin/env bash
-# The device check of issue 7 in one script: does the loader keep a GPU fed?
+# The GPU check in one script: what does one GPU demand, what does the loader supply, and how many
+# workers keep the GPU fed, per read path and layout?
 #
-#   1. the GPU tests (pytest -m gpu) plus the CPU tests of the Track 3 modules, on the device's torch;
-#   2. a synthetic plate (preset full: 16 fields of 5 x 1080 x 1080, ~5,100 cells) in the default layout;
-#   3. Track 3's `gpu` preset: ResNet-18, 96 x 96 x 5 crops, batch 256, bf16, CUDA, swept over num_workers
-#      (0 1 2 4 6 8 12 16, capped by the cores) for the zarr-python path and the fast `direct` path, each
-#      with its "minimum workers for >= 90% accelerator utilisation" answer; then fp16 + GradScaler, embedding
-#      extraction, channels_last and uint16-over-the-bus at 8 workers;
-#   4. summary table, CSV and figures.
-# Rows go to OUT_DIR/results.jsonl (the same record as every track), the rest beside it.
+#   0. setup: carried wheels, versions, GPU, CPU, shared memory; two full-preset plates (16 fields of
+#      5 x 1080 x 1080, ~5,400 cells: the default sharded layout and one chunk per channel plane) are
+#      generated in the background while step 1 runs;
+#   1. demand: Track 3 `gpu-demand` on a smoke plate: ResNet-18, batch 256 of 96 x 96 x 5 crops already on
+#      the GPU, train and embed, bf16 and fp32, CUDA-synchronised (compute only: the rate a loader must feed);
+#   2. supply: Track 2 `gpu` on the default plate: samples/s at batch 256 with pinned memory for the direct
+#      and zarr read paths, no transforms and typical ones, at 0 1 2 4 8 12 16 workers (capped by the cores),
+#      start-up at the most workers (and persistent);
+#   3. end to end: Track 3 `gpu` on the default plate, then on the planes plate: bisected searches for the
+#      fewest workers with data wait < 10% (bf16 train on direct and zarr, bf16 embed, fp32 train), step
+#      p50/p95, NVML utilisation; float32 vs uint16 crops at the most workers;
+#   4. the GPU tests, if time is left; then summary.txt (scripts/gpu_table.py) from the rows.
+# The most important rows come first, every command has its own timeout (capped by what is left of
+# GPU_CHECK_BUDGET_S, default 390 s), and every row is written as soon as it is measured, so a cut-short
+# run still returns what it measured. Elapsed seconds are printed per step.
+#
+# Files in OUT_DIR: results.jsonl (every row, the record of every track), results.csv, summary.txt,
+# gpu_check.log. No figures are drawn there: draw them from the rows with `python -m cropbench plot`.
 #
 # Assumptions, stated because the machine cannot be inspected beforehand:
 # - It runs inside a copy of this repository (any working directory); nothing outside can be reached.
-# - `python3` there has torch with CUDA, torchvision, numpy, psutil, matplotlib, pyarrow, tqdm, tifffile,
-#   pytest and nvidia-ml-py (the device notes list them; torch there may be older than the 2.14.1 pinned in
-#   pyproject.toml: the code needs >= 2.3 for uint16 tensors). zarr, numcodecs, donfig and google-crc32c are
-#   missing there: they travel as cp312 wheels in .whl/ (git-ignored), made beforehand on a machine with PyPI by
+# - `python3` there has torch with CUDA, torchvision, numpy, psutil, pyarrow, tqdm, tifffile, pytest and
+#   nvidia-ml-py (torch there may be older than the one pinned in pyproject.toml: the code needs >= 2.3 for
+#   uint16 tensors). zarr, numcodecs, donfig and google-crc32c are missing there: they travel as cp312
+#   wheels in .whl/ (git-ignored), made beforehand on a machine with PyPI by
 #       bash scripts/gpu_check.sh --fetch-wheels
 #   and are installed with --no-index into /tmp/cropbench-site. Set PYTHON to use another interpreter.
 # - cropbench runs from src/ through PYTHONPATH, not pip install (that would try to fetch the pinned torch).
-# - OUT_DIR defaults to $OUT (set by the device tool; what is written there comes back, at most 8 files,
-#   two folders deep), else out/gpu-check. PLATE_DIR (default /tmp/cropbench-gpu) holds the plates.
-#   LAYOUTS="default sharded" adds layouts (one sweep each; default: "default").
+# - OUT_DIR defaults to $OUT if set, else out/gpu-check. PLATE_DIR (default /tmp/cropbench-gpu) holds the plates.
 # - With no CUDA device it stops with exit code 2, unless GPU_CHECK_ALLOW_CPU=1: then it is a dry run of the
-#   same steps with the smoke plate and Track 3's smoke preset (used to test this script on a CPU machine).
-# Duration: not yet run on a GPU; estimated ~5 minutes on one H200 with 16 cores (plate, tests, sweep),
-# so give the call a timeout of about 7 minutes (420 s), which leaves device time for one rerun.
-set -euo pipefail
+#   same steps with smoke plates, few samples, and Track 3's smoke preset instead of the CUDA presets.
+# Duration: see docs/gpu.md (measured on one H200 with 16 cores).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 PYTHON=${PYTHON:-python3}
 WHEELS="$REPO/.whl"
-# Versions the project was tested with here (see .venv); zarr 3.1.x needs the other three.
+# Versions the project was tested with (see .venv); zarr 3.1.x needs the other three.
 WHEEL_PINS=("zarr==3.1.6" "numcodecs==0.16.6" "donfig==0.8.1.post1" "google-crc32c==1.9.0")
 
 if [ "${1:-}" = "--fetch-wheels" ]; then
@@ -47,13 +55,30 @@ fi
 
 OUT_DIR=${OUT_DIR:-${OUT:-out/gpu-check}}
 PLATE_DIR=${PLATE_DIR:-/tmp/cropbench-gpu}
-LAYOUTS=${LAYOUTS:-default}
+BUDGET_S=${GPU_CHECK_BUDGET_S:-390}
 mkdir -p "$OUT_DIR" "$PLATE_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 LOG="$OUT_DIR/gpu_check.log"
 exec > >(tee -a "$LOG") 2>&1
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
-echo "== gpu_check $(date -u +%FT%TZ) in $REPO, out $OUT_DIR"
+START=$(date +%s)
+elapsed() { echo $(( $(date +%s) - START )); }
+step() { echo; echo "== [$(elapsed) s] $*"; }
+# timed LIMIT CMD...: runs CMD under `timeout`, the limit capped by what is left of the budget (minus a
+# 15 s reserve for the summary); prints how long it took and its exit code; never stops the script.
+timed() {
+  local limit=$1; shift
+  local left=$(( BUDGET_S - $(elapsed) - 15 ))
+  if [ "$left" -lt "$limit" ]; then limit=$left; fi
+  if [ "$limit" -lt 10 ]; then echo "   skipped: $(elapsed) s of the $BUDGET_S s budget used"; return 0; fi
+  local t0; t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@"
+  local rc=$?
+  echo "   -> exit $rc after $(( $(date +%s) - t0 )) s (limit $limit s)$([ "$rc" = 124 ] && echo ': TIMED OUT')"
+  return 0
+}
+step "gpu_check $(date -u +%FT%TZ) in $REPO, out $OUT_DIR, budget $BUDGET_S s"
+git -C "$REPO" rev-parse HEAD 2>/dev/null || true
 
 if ! "$PYTHON" -c "import zarr, numcodecs" 2>/dev/null; then
   compgen -G "$WHEELS/*.whl" >/dev/null || {
@@ -61,50 +86,88 @@ if ! "$PYTHON" -c "import zarr, numcodecs" 2>/dev/null; then
     exit 1
   }
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/cropbench-site "$WHEELS"/*.whl
+    --target /tmp/cropbench-site "$WHEELS"/*.whl || exit 1
   export PYTHONPATH="/tmp/cropbench-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
-"$PYTHON" - <<'EOF'
+"$PYTHON" - <<'EOF' || exit 1
 import platform, torch, torchvision, zarr, cropbench
 print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
       f"torchvision {torchvision.__version__}, zarr {zarr.__version__}, cropbench from {cropbench.__file__}")
 print("cuda available:", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
 EOF
-nvidia-smi --query-gpu=name,driver_version,memory.total,utilization.gpu --format=csv 2>/dev/null || true
-echo "cores: $(nproc)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,utilization.gpu,clocks.sm --format=csv 2>/dev/null || true
+echo "cores: $(nproc); $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null)"
+free -g 2>/dev/null | head -2 || true
+# Every worker hands its batches over through /dev/shm (48 MiB per float32 batch of 256, two in flight per worker).
+df -h /dev/shm 2>/dev/null | tail -1 || true
+shm_kib=$(df -k --output=size /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
+if [ -n "$shm_kib" ] && [ "$shm_kib" -lt $(( 8 * 1024 * 1024 )) ]; then
+  echo "/dev/shm is under 8 GiB: trying to enlarge it to 16 GiB"
+  mount -o remount,size=16G /dev/shm 2>&1 || true
+  df -h /dev/shm | tail -1 || true
+fi
 
 PLATE_PRESET=full
-PRESET=gpu
+T2_ARGS=(--preset gpu)
+T3_ARGS=(--preset gpu)
+DEMAND=1
 if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   if [ "${GPU_CHECK_ALLOW_CPU:-0}" != 1 ]; then
     echo "no CUDA device: this is the GPU check (set GPU_CHECK_ALLOW_CPU=1 for a CPU dry run)" >&2
     exit 2
   fi
-  echo "== dry run on the CPU: smoke plate, Track 3 smoke preset"
+  step "dry run on the CPU: smoke plates, 256 steady samples per Track 2 case, Track 3 smoke preset, no demand step"
   PLATE_PRESET=smoke
-  PRESET=smoke
+  T2_ARGS=(--preset gpu --samples 256)
+  T3_ARGS=(--preset smoke --samples 64)
+  DEMAND=0
 fi
+CLI=("$PYTHON" -m cropbench)
+RUN=("${CLI[@]}" run --out "$OUT_DIR" --no-progress)
+DEFAULT_PLATE="$PLATE_DIR/$PLATE_PRESET-default.zarr"
+PLANES_PLATE="$PLATE_DIR/$PLATE_PRESET-planes.zarr"
 
-echo "== tests (GPU tests, and the CPU tests of the Track 2/3 modules on this torch)"
-set +e
-"$PYTHON" -m pytest -q -p no:cacheprovider -m "gpu or not slow" tests/test_accelerator.py tests/test_models.py \
-  tests/test_loader.py tests/test_track3.py -rs
-tests_status=$?
-set -e
-echo "tests exit code: $tests_status"
-
-for layout in $LAYOUTS; do
+step "0. generating $DEFAULT_PLATE and $PLANES_PLATE in the background (one process each)"
+pids=()
+for layout in default planes; do
   plate="$PLATE_DIR/$PLATE_PRESET-$layout.zarr"
-  if [ ! -d "$plate" ]; then
-    echo "== generating $plate"
-    time "$PYTHON" -m cropbench generate --preset "$PLATE_PRESET" --layout "$layout" --out "$plate" --no-progress
-  fi
-  echo "== Track 3 preset $PRESET on $plate"
-  time "$PYTHON" -m cropbench run --plate "$plate" --track 3 --preset "$PRESET" --out "$OUT_DIR" --no-progress \
-    | tee -a "$OUT_DIR/summary.txt"
+  if [ -d "$plate" ]; then echo "   $plate exists"; continue; fi
+  ( t0=$(date +%s); timeout 200 "${CLI[@]}" generate --preset "$PLATE_PRESET" --layout "$layout" --out "$plate" \
+      --no-progress; echo "   generate $layout: exit $? after $(( $(date +%s) - t0 )) s" ) >"$PLATE_DIR/generate-$layout.log" 2>&1 &
+  pids+=($!)
 done
 
-"$PYTHON" -m cropbench plot "$OUT_DIR/results.jsonl" --out "$OUT_DIR/plots"
-echo "== done: rows in $OUT_DIR/results.jsonl; tests exit code $tests_status"
-exit "$tests_status"
+if [ "$DEMAND" = 1 ]; then
+  step "1. demand: Track 3 gpu-demand (compute only) on a smoke plate, beside the plate generation"
+  SMOKE_PLATE="$PLATE_DIR/smoke-default.zarr"
+  [ -d "$SMOKE_PLATE" ] || timed 60 "${CLI[@]}" generate --preset smoke --out "$SMOKE_PLATE" --no-progress
+  timed 90 "${RUN[@]}" --plate "$SMOKE_PLATE" --track 3 --preset gpu-demand
+fi
+
+step "waiting for the plates"
+for pid in "${pids[@]}"; do wait "$pid"; done
+cat "$PLATE_DIR"/generate-*.log 2>/dev/null
+rm -f "$PLATE_DIR"/generate-*.log
+
+step "2. supply: Track 2 ${T2_ARGS[*]} on $DEFAULT_PLATE"
+[ -d "$DEFAULT_PLATE" ] && timed 170 "${RUN[@]}" --plate "$DEFAULT_PLATE" --track 2 "${T2_ARGS[@]}"
+
+step "3a. end to end: Track 3 ${T3_ARGS[*]} on $DEFAULT_PLATE"
+[ -d "$DEFAULT_PLATE" ] && timed 100 "${RUN[@]}" --plate "$DEFAULT_PLATE" --track 3 "${T3_ARGS[@]}"
+
+step "3b. end to end: Track 3 ${T3_ARGS[*]} on $PLANES_PLATE"
+[ -d "$PLANES_PLATE" ] && timed 80 "${RUN[@]}" --plate "$PLANES_PLATE" --track 3 "${T3_ARGS[@]}"
+
+step "4. GPU tests (skip without CUDA), if time is left"
+timed 45 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests/test_accelerator.py tests/test_track3.py -rs
+
+step "summary"
+if [ -f "$OUT_DIR/results.jsonl" ]; then
+  timeout 30 "$PYTHON" scripts/gpu_table.py "$OUT_DIR/results.jsonl" >"$OUT_DIR/summary.txt"
+  cat "$OUT_DIR/summary.txt"
+  echo "rows: $(wc -l <"$OUT_DIR/results.jsonl")"
+else
+  echo "no rows were written" >&2
+fi
+step "done"

@@ -301,7 +301,7 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track2Case]:
 
 
 #: Steady batches a ``gpu`` case times at least (more with workers: whole rounds, see :func:`gpu_cases`).
-GPU_STEADY_BATCHES = 4
+GPU_STEADY_BATCHES = 8
 #: The batch a GPU step consumes in the GPU check (ResNet-18 on 96 × 96 × 5 crops).
 GPU_BATCH = 256
 
