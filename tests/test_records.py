@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,9 +26,8 @@ def make_record(case: str = "a", **metrics: float) -> Record:
 
 
 def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
-    record = make_record()
     with RecordWriter(tmp_path / "r.jsonl") as writer:
-        writer.write(record)
+        record = writer.write(make_record())
         writer.write(make_record("b"))
     loaded = read_records(tmp_path / "r.jsonl")
     assert loaded[0] == record and loaded[1].case == "b"
@@ -79,3 +80,108 @@ def test_unwritable_destination_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="does not exist"):
         read_records(tmp_path / "missing.jsonl")
     assert os.path.exists(blocker)
+
+
+def test_a_torn_tail_is_moved_aside_before_the_next_row(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    fragment = make_record("b").to_json()[:40]
+    path.write_text(make_record("a").to_json() + "\n" + fragment)
+    with pytest.warns(RuntimeWarning, match=r"torn last line .* r\.jsonl\.torn-1"), RecordWriter(path) as writer:
+        writer.write(make_record("c"))
+    assert [r.case for r in read_records(path)] == ["a", "c"], "the next row is not glued onto the fragment"
+    assert (tmp_path / "r.jsonl.torn-1").read_text() == fragment
+    path.write_text(path.read_text() + "{")
+    with pytest.warns(RuntimeWarning, match="torn-2"), RecordWriter(path):
+        pass
+
+
+def test_a_whole_last_row_without_its_newline_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text(make_record("a").to_json())
+    with RecordWriter(path) as writer:
+        writer.write(make_record("b"))
+    assert [r.case for r in read_records(path)] == ["a", "b"]
+    assert not list(tmp_path.glob("*.torn-*"))
+
+
+@pytest.mark.parametrize(("line", "fragment"), [
+    ("garbage", "not a valid record"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"schema_version": 99, "track": "1"}', "schema_version 99"),
+    ("METRICS_NULL", "'metrics' is NoneType"),
+    ('{"schema_version": 1, "track": "1", "case": "x", "config": {}, "environment": {}}', "no 'metrics'"),
+])
+def test_every_existing_line_is_validated_when_the_writer_opens(tmp_path: Path, line: str, fragment: str) -> None:
+    if line == "METRICS_NULL":
+        line = json.dumps({**json.loads(make_record("x").to_json()), "metrics": None})
+    path = tmp_path / "r.jsonl"
+    path.write_text(make_record("a").to_json() + "\n" + line + "\n" + make_record("b").to_json() + "\n")
+    before = path.read_bytes()
+    with pytest.raises(OutputError, match=rf"r\.jsonl:2 .*{re.escape(fragment)}|r\.jsonl:2: .*{re.escape(fragment)}"):
+        RecordWriter(path)
+    with pytest.raises(OutputError, match=r"r\.jsonl:2"):
+        read_records(path)
+    assert path.read_bytes() == before
+
+
+def test_one_writer_at_a_time(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    with RecordWriter(path), pytest.raises(OutputError, match="another cropbench run"):
+        RecordWriter(path)
+    with RecordWriter(path) as writer:  # the lock goes with the first writer
+        writer.write(make_record())
+
+
+def test_every_row_of_one_writer_carries_its_run_id(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    with RecordWriter(path) as writer:
+        written = [writer.write(make_record(c)) for c in "abc"]
+    with RecordWriter(path) as writer:
+        writer.write(make_record("d"))
+    ids = [r.run_id for r in read_records(path)]
+    assert ids[:3] == [writer_id := written[0].run_id] * 3 and ids[3] != writer_id
+
+
+def test_a_failed_write_leaves_no_half_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "r.jsonl"
+    with RecordWriter(path) as writer:
+        writer.write(make_record("a"))
+        real_write = os.write
+
+        def disk_full(fd: int, data: bytes) -> int:
+            real_write(fd, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "write", disk_full)
+        with pytest.raises(OutputError, match="No space left"):
+            writer.write(make_record("b"))
+        monkeypatch.undo()
+        writer.write(make_record("c"))
+    assert [r.case for r in read_records(path)] == ["a", "c"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cropbench", *args], capture_output=True, text=True, check=False)
+
+
+def test_a_run_fails_on_a_bad_results_line_before_measuring(tiny_plate: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    results = out / "results.jsonl"
+    results.write_text(make_record("a").to_json() + "\nnot json\n" + make_record("b").to_json() + "\n")
+    before = results.read_bytes()
+    result = _cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20", "--no-progress")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert f"{results}:2" in result.stderr and results.read_bytes() == before
+
+
+@pytest.mark.slow
+def test_one_cli_run_has_one_run_id_and_a_second_writer_is_refused(tiny_plate: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert _cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20",
+                "--no-progress").returncode == 0
+    assert len({r.run_id for r in read_records(out / "results.jsonl")}) == 1
+    with RecordWriter(out / "results.jsonl"):
+        result = _cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20", "--no-progress")
+    assert result.returncode == 2 and "another cropbench run" in result.stderr, result.stderr

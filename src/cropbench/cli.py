@@ -134,8 +134,9 @@ def cmd_compare_layouts(args: argparse.Namespace) -> int:
 
 def _open_results(out_dir: Path, resume: bool) -> tuple[RecordWriter, frozenset[tuple[str, str, int]]]:
     path = out_dir / RESULTS_NAME
+    writer = RecordWriter(path)  # locks, repairs and validates the file before anything is measured
     skip = frozenset(r.key for r in read_records(path)) if resume and path.exists() else frozenset()
-    return RecordWriter(path), skip
+    return writer, skip
 
 
 def run_tracks(
@@ -173,8 +174,7 @@ def run_tracks(
     bar = tqdm(desc="cases", unit="case", disable=not progress)
 
     def emit(record: Record) -> None:
-        writer.write(record)
-        written.append(record)
+        written.append(writer.write(record))
         bar.update(1)
 
     context = RunContext(

@@ -1,15 +1,21 @@
 """THE result record: one row per measured configuration, JSON Lines on disk, CSV on request.
 
-Each row is written with a single ``write`` of one complete line, then flushed and fsynced, so an
-interrupted run keeps every finished row and never leaves a half row that parses. A torn last
-line (a kill during the write itself) is skipped on reading, with a warning.
+Each row is written with a single ``write`` of one complete line, then fsynced, so an interrupted
+run keeps every finished row and never leaves a half row that parses. A torn last line (a kill or a
+full disk during the write itself) is skipped on reading, with a warning; the next writer moves it
+aside to ``<file>.torn-N`` before appending, so no later row is glued onto it. A writer validates
+every existing line before anything is measured, holds an exclusive lock on the file (one writer at
+a time), and stamps its own ``run_id`` on every row it writes: one id per invocation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import datetime as _dt
+import errno
+import fcntl
 import json
 import os
 import uuid
@@ -35,12 +41,15 @@ class Record:
     environment: dict[str, Any]
     seed: int = 0
     repeat: int = 0
+    #: Stable hash of the track, the case's canonical config, the plate's fingerprint and its layout
+    #: (see cropbench.tracks.runner.case_identity); "" in rows written before it existed.
+    case_id: str = ""
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     timestamp: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=_jsonable, allow_nan=True)
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=jsonable, allow_nan=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
@@ -49,18 +58,18 @@ class Record:
 
     @property
     def key(self) -> tuple[str, str, int]:
-        """Identity of the configuration, used by ``--resume`` to skip finished rows."""
-        return (self.track, self.case, self.repeat)
+        """(track, case_id, repeat): what ``--resume`` skips. Rows without a ``case_id`` match nothing."""
+        return (self.track, self.case_id, self.repeat)
 
     def flat(self) -> dict[str, Any]:
         """Flat columns (``config.crop_size``, ``metrics.p95_ms``, …) for CSV and pandas."""
         row: dict[str, Any] = {
             "schema_version": self.schema_version, "run_id": self.run_id, "timestamp": self.timestamp,
-            "track": self.track, "case": self.case, "seed": self.seed, "repeat": self.repeat,
+            "track": self.track, "case": self.case, "case_id": self.case_id, "seed": self.seed, "repeat": self.repeat,
         }
         for section in ("config", "metrics", "environment"):
             for key, value in _flatten(getattr(self, section), section).items():
-                row[key] = json.dumps(value, default=_jsonable) if isinstance(value, (list, dict)) else value
+                row[key] = json.dumps(value, default=jsonable) if isinstance(value, (list, dict)) else value
         return row
 
 
@@ -75,7 +84,7 @@ def _flatten(data: dict[str, Any], prefix: str) -> dict[str, Any]:
     return flat
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     if hasattr(value, "tolist"):
@@ -88,23 +97,88 @@ def _jsonable(value: Any) -> Any:
 
 
 class RecordWriter:
-    """Appends records to a JSON Lines file, one durable line per record."""
+    """Appends records to a JSON Lines file, one durable line per record, holding the file's lock.
+
+    Opening repairs a torn tail and validates every existing line, so a bad file fails before any
+    measuring. Every row written gets this writer's ``run_id``.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.run_id = uuid.uuid4().hex[:12]
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as error:
             raise OutputError(f"cannot write results to {self.path}: {error.strerror or error}") from error
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            os.close(self._fd)
+            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise OutputError(f"cannot lock results file {self.path}: {error.strerror or error}") from error
+            raise OutputError(
+                f"{self.path} is being written by another cropbench run; wait for it to finish or choose another --out"
+            ) from error
+        try:
+            self._repair_tail()
+            for _ in iter_records(self.path):
+                pass
+        except BaseException:
+            os.close(self._fd)
+            raise
 
-    def write(self, record: Record) -> None:
-        self._handle.write(record.to_json() + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+    def _repair_tail(self) -> None:
+        """Move a last line without its newline to ``<file>.torn-N``, so the next row starts clean."""
+        size = os.fstat(self._fd).st_size
+        if size == 0 or os.pread(self._fd, 1, size - 1) == b"\n":
+            return
+        cut = _last_newline_end(self._fd, size)
+        fragment = os.pread(self._fd, size - cut, cut)
+        with contextlib.suppress(OutputError, UnicodeDecodeError):
+            _parse_line(fragment.decode("utf-8"), f"{self.path}:end")
+            os.write(self._fd, b"\n")  # a whole row that only lacks its newline: keep it
+            return
+        number = 1
+        while self.path.with_name(f"{self.path.name}.torn-{number}").exists():
+            number += 1
+        aside = self.path.with_name(f"{self.path.name}.torn-{number}")
+        try:
+            aside.write_bytes(fragment)
+            os.fsync(self._fd)
+            os.ftruncate(self._fd, cut)
+            os.fsync(self._fd)
+        except OSError as error:
+            raise OutputError(
+                f"cannot move the torn last line of {self.path} aside: {error.strerror or error}"
+            ) from error
+        warnings.warn(
+            f"{self.path}: moved a torn last line ({len(fragment)} bytes) to {aside.name}", RuntimeWarning, stacklevel=3
+        )
+
+    def write(self, record: Record) -> Record:
+        """Append ``record`` stamped with this writer's ``run_id``; returns the row as written.
+
+        A failed write (disk full) is cut back off the file, so the file never ends in half a row.
+        """
+        record = dataclasses.replace(record, run_id=self.run_id)
+        line = (record.to_json() + "\n").encode("utf-8")
+        before = os.fstat(self._fd).st_size
+        try:
+            written = 0
+            while written < len(line):
+                written += os.write(self._fd, line[written:])
+            os.fsync(self._fd)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, before)
+            raise OutputError(f"cannot write results to {self.path}: {error.strerror or error}") from error
+        return record
 
     def close(self) -> None:
-        self._handle.close()
+        if self._fd >= 0:
+            os.close(self._fd)  # closing releases the lock
+            self._fd = -1
 
     def __enter__(self) -> RecordWriter:
         return self
@@ -113,23 +187,69 @@ class RecordWriter:
         self.close()
 
 
+def _last_newline_end(fd: int, end: int) -> int:
+    """Offset just past the last newline before ``end`` (0 when there is none), read backwards."""
+    while end > 0:
+        start = max(0, end - 2**20)
+        block = os.pread(fd, end - start, start)
+        if b"\n" in block:
+            return start + block.rfind(b"\n") + 1
+        end = start
+    return 0
+
+
+#: Sections of a record that must be JSON objects, and the scalar fields with their types.
+_SECTIONS = ("config", "metrics", "environment")
+_SCALARS: dict[str, type | tuple[type, ...]] = {"track": str, "case": str, "seed": int, "repeat": int,
+                                                "run_id": str, "timestamp": str}
+
+
+def _parse_line(line: str, where: str) -> Record:
+    """A record from one line, or an OutputError naming ``file:line`` and what is wrong."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise OutputError(f"{where} is not a valid record: {error}") from error
+    if not isinstance(data, dict):
+        raise OutputError(f"{where} is not a valid record: expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise OutputError(
+            f"{where} has schema_version {version!r}; this cropbench reads {SCHEMA_VERSION} (use another --out)"
+        )
+    for name in ("track", "case", *_SECTIONS):
+        if name not in data:
+            raise OutputError(f"{where} is not a valid record: no {name!r}")
+    for name in _SECTIONS:
+        if not isinstance(data[name], dict):
+            raise OutputError(f"{where} is not a valid record: {name!r} is {type(data[name]).__name__}, not an object")
+    for name, kind in _SCALARS.items():
+        if name in data and (not isinstance(data[name], kind) or isinstance(data[name], bool)):
+            raise OutputError(f"{where} is not a valid record: {name!r} is {data[name]!r}")
+    return Record.from_dict(data)
+
+
 def iter_records(path: str | Path) -> Iterator[Record]:
-    """Records of a JSON Lines file; a torn final line is skipped with a warning."""
+    """Records of a JSON Lines file; a torn final line (no newline after it) is skipped with a warning."""
     source = Path(path)
     if not source.is_file():
         raise OutputError(f"results file {source} does not exist")
-    lines = source.read_text(encoding="utf-8").splitlines()
+    try:
+        text = source.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise OutputError(f"cannot read results file {source}: {error}") from error
+    lines = text.split("\n")
+    torn = lines.pop()  # "" when the file ends with a newline
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+        if line.strip():
+            yield _parse_line(line, f"{source}:{number}")
+    if torn.strip():
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError as error:
-            if number == len(lines):
-                warnings.warn(f"{source}:{number}: skipping a torn last line", RuntimeWarning, stacklevel=2)
-                return
-            raise OutputError(f"{source}:{number} is not a valid record: {error}") from error
-        yield Record.from_dict(data)
+            record = _parse_line(torn, f"{source}:{len(lines) + 1}")
+        except OutputError:
+            warnings.warn(f"{source}:{len(lines) + 1}: skipping a torn last line", RuntimeWarning, stacklevel=2)
+            return
+        yield record
 
 
 def read_records(path: str | Path) -> list[Record]:
