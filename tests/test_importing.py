@@ -53,13 +53,13 @@ def _cells() -> list[dict[str, Any]]:
     return rows
 
 
-def _write_named_tiffs(folder: Path) -> dict[tuple[int, str], str]:
+def _write_named_tiffs(folder: Path, **tiff_options: Any) -> dict[tuple[int, str], str]:
     folder.mkdir(parents=True, exist_ok=True)
     names = {}
     for number, (well, site) in enumerate(FIELDS):
         for channel_index, channel in enumerate(CHANNELS):
             name = f"{well}_s{site}_{channel}.tif"
-            tifffile.imwrite(folder / name, _pixels(number, channel_index))
+            tifffile.imwrite(folder / name, _pixels(number, channel_index), **tiff_options)
             names[(number, channel)] = name
     return names
 
@@ -119,6 +119,26 @@ def test_image_filename_columns_with_metadata_prefix(images: tuple[Path, Any], t
     cells = _cells()
     np.testing.assert_allclose(table.centroid_x, [c["nx"] for c in cells])  # Nuclei first by default
     assert (table.bbox == -1).all()  # Nuclei boxes are absent
+
+
+#: Compressions microscopes and image tools write (all lossless here), with the options that make them so.
+COMPRESSIONS = {
+    "lzw": {"predictor": True}, "zlib": {}, "deflate": {}, "zstd": {}, "packbits": {},
+    "jpeg2000": {"compressionargs": {"level": 0}}, "jpegxr": {"compressionargs": {"level": 1.0}},
+}
+
+
+@pytest.mark.parametrize("compression", sorted(COMPRESSIONS))
+def test_compressed_tiffs_import_exactly(tmp_path: Path, compression: str) -> None:
+    """LZW (Phenix/Opera, ImageXpress), deflate, zstd, JPEG-2000/XR: decoded through imagecodecs."""
+    folder = tmp_path / "images"
+    names = _write_named_tiffs(folder, compression=compression, **COMPRESSIONS[compression])
+    with tifffile.TiffFile(folder / names[(0, "DNA")]) as tiff:
+        assert tiff.pages.first.compression.name == {"zlib": "ADOBE_DEFLATE"}.get(compression, compression.upper())
+    pq.write_table(_table(_cellprofiler_columns(names)), tmp_path / "cells.parquet")
+    plate = import_plate(tmp_path / "cells.parquet", folder, tmp_path / "p", layout_by_name("default"),
+                         progress=False).path
+    _check_plate(plate)
 
 
 def test_orig_channels_pathnames_csv_and_image_metadata_prefix(tmp_path: Path) -> None:
