@@ -11,16 +11,18 @@ import dataclasses
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 from cropbench.config import LayoutSpec, layout_by_name
 from cropbench.errors import StoreError
-from cropbench.formats import create_plate_writer, open_plate, read_plate_metadata
+from cropbench.formats import PlateMetadata, PlateReader, create_plate_writer, open_plate, read_plate_metadata
 from cropbench.formats.marker import LAYOUT_MARKER
 from cropbench.formats.omearrow import require_ome_arrow
-from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
+from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable, read_object_table
+from cropbench.plates.destination import Origin, staged
 from cropbench.plates.generate import GeneratedPlate
 
 
@@ -43,9 +45,6 @@ def convert_plate(
         raise StoreError(f"cannot convert {source_path} onto itself")
     metadata = read_plate_metadata(source_path)
     reader = open_plate(source_path, source_decode, field_cache_fields=1, metadata=metadata)
-    wells: dict[tuple[str, str], int] = {}
-    for info in metadata.fields:
-        wells[(info.row, info.column)] = wells.get((info.row, info.column), 0) + 1
     windows = [
         (float(w.get("start", 0.0)), float(w.get("end", 65535.0))) for w in metadata.extra.get("windows") or []
     ]
@@ -56,11 +55,28 @@ def convert_plate(
     }
     if layout.format == "ome-arrow":
         require_ome_arrow()  # a heavy first import: keep it off the write clock
+    with staged(destination_path, overwrite, Origin(source_path, layout.label)) as scratch:
+        writing, objects = _write_copy(scratch, metadata, reader, layout, windows, attributes, progress)
+    reader.close()
+    raw = len(metadata.fields) * int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize
+    return GeneratedPlate(path=destination_path, fields=len(metadata.fields), objects=len(objects or ()),
+                          raw_bytes=raw, stored_bytes=pixel_bytes(destination_path), write_seconds=writing)
+
+
+def _write_copy(
+    destination_path: Path, metadata: PlateMetadata, reader: PlateReader, layout: LayoutSpec,
+    windows: list[tuple[float, float]], attributes: dict[str, Any], progress: bool,
+) -> tuple[float, ObjectTable | None]:
+    """Write every field of ``reader`` and the object table; returns seconds spent writing and the table."""
+    source_path = metadata.path
+    wells: dict[tuple[str, str], int] = {}
+    for info in metadata.fields:
+        wells[(info.row, info.column)] = wells.get((info.row, info.column), 0) + 1
     started = time.perf_counter()
     writer = create_plate_writer(
         destination_path, metadata.name, metadata.channel_names, metadata.field_shape, layout, list(wells),
         list(wells.values()), windows=windows if len(windows) == len(metadata.channel_names) else None,
-        extra_attributes=attributes, overwrite=overwrite,
+        extra_attributes=attributes,
     )
     writing = time.perf_counter() - started
     table = source_path / OBJECT_TABLE_NAME
@@ -76,12 +92,9 @@ def convert_plate(
     started = time.perf_counter()
     writer.close()
     writing += time.perf_counter() - started
-    reader.close()
     if table.is_file() and not colocated:
         shutil.copyfile(table, destination_path / OBJECT_TABLE_NAME)
-    raw = len(metadata.fields) * int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize
-    return GeneratedPlate(path=destination_path, fields=len(metadata.fields), objects=len(objects or ()),
-                          raw_bytes=raw, stored_bytes=pixel_bytes(destination_path), write_seconds=writing)
+    return writing, objects
 
 
 def _fingerprint(path: Path) -> list[int]:

@@ -16,6 +16,7 @@ from cropbench.errors import ConfigError
 from cropbench.formats import create_plate_writer
 from cropbench.formats.omezarr import row_name
 from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable
+from cropbench.plates.destination import staged
 from cropbench.plates.synthetic import render_field
 
 
@@ -59,6 +60,19 @@ def generate_plate(
 ) -> GeneratedPlate:
     """Render every field of ``spec`` and write plate + object table under ``path``."""
     destination = Path(path)
+    with staged(destination, overwrite) as scratch:
+        table, started = _write_plate(scratch, spec, layout, progress)
+    elapsed = time.perf_counter() - started
+    return GeneratedPlate(
+        path=destination, fields=spec.rows * spec.columns * spec.fields_per_well, objects=len(table),
+        raw_bytes=spec.total_bytes, stored_bytes=stored_size(destination), write_seconds=elapsed,
+    )
+
+
+def _write_plate(
+    destination: Path, spec: PlateSpec, layout: LayoutSpec, progress: bool,
+) -> tuple[ObjectTable, float]:
+    """Render and write every field and the object table at ``destination``; returns the table and start time."""
     wells = [(row_name(r), str(c + 1)) for r in range(spec.rows) for c in range(spec.columns)]
     first = render_field(spec, 0)
     windows = display_windows(first.pixels)
@@ -66,7 +80,7 @@ def generate_plate(
     writer = create_plate_writer(
         destination, spec.name, spec.channel_names,
         (spec.channels, spec.field_height, spec.field_width), layout, wells, spec.fields_per_well,
-        windows=windows, overwrite=overwrite,
+        windows=windows,
         extra_attributes={"plate_spec": dataclasses.asdict(spec), "layout": dataclasses.asdict(layout),
                           "layout_label": layout.label},
     )
@@ -88,8 +102,4 @@ def generate_plate(
         bbox=np.concatenate(columns["boxes"]),
     )
     table.write(destination / OBJECT_TABLE_NAME)
-    elapsed = time.perf_counter() - started
-    return GeneratedPlate(
-        path=destination, fields=len(jobs), objects=len(table), raw_bytes=spec.total_bytes,
-        stored_bytes=stored_size(destination), write_seconds=elapsed,
-    )
+    return table, started

@@ -38,6 +38,7 @@ from cropbench.config import LayoutSpec
 from cropbench.errors import ImportInputError
 from cropbench.formats import create_plate_writer
 from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable
+from cropbench.plates.destination import check_replaceable, staged
 from cropbench.plates.generate import GeneratedPlate, display_windows, stored_size
 
 MERGE_SUFFIXES = ("", "_x", "_y")
@@ -510,8 +511,9 @@ def import_plate(
 ) -> GeneratedPlate:
     """Write the plate (pixels in ``layout``) and its object table; returns what was written."""
     options = options or ImportOptions()
-    plan = plan_import(table, images, options)
     destination = Path(out)
+    check_replaceable(destination, overwrite)  # before reading any input
+    plan = plan_import(table, images, options)
     wells = plan.wells()
     counts = [sum((f.row, f.column) == well for f in plan.fields) for well in wells]
     first = _read_field(plan.fields[0], plan.field_shape)
@@ -520,16 +522,18 @@ def import_plate(
         "sites": {f"{f.well}/{i}": f.site for i, f in _field_numbers(plan.fields)},
     }
     started = time.perf_counter()
-    writer = create_plate_writer(
-        destination, plan.name, plan.channel_names, plan.field_shape, layout, wells, counts,
-        windows=display_windows(first), overwrite=overwrite,
-        extra_attributes={"import": provenance, "layout": dataclasses.asdict(layout), "layout_label": layout.label},
-    )
-    for (number, field) in tqdm(_field_numbers(plan.fields), desc="fields", unit="field", disable=not progress):
-        pixels = first if field is plan.fields[0] else _read_field(field, plan.field_shape)
-        writer.write_field(field.row, field.column, number, pixels)
-    writer.close()
-    plan.objects.write(destination / OBJECT_TABLE_NAME)
+    with staged(destination, overwrite) as scratch:  # a failed import leaves no partial plate
+        writer = create_plate_writer(
+            scratch, plan.name, plan.channel_names, plan.field_shape, layout, wells, counts,
+            windows=display_windows(first),
+            extra_attributes={"import": provenance, "layout": dataclasses.asdict(layout),
+                              "layout_label": layout.label},
+        )
+        for (number, field) in tqdm(_field_numbers(plan.fields), desc="fields", unit="field", disable=not progress):
+            pixels = first if field is plan.fields[0] else _read_field(field, plan.field_shape)
+            writer.write_field(field.row, field.column, number, pixels)
+        writer.close()
+        plan.objects.write(scratch / OBJECT_TABLE_NAME)
     elapsed = time.perf_counter() - started
     raw = len(plan.fields) * int(np.prod(plan.field_shape)) * np.dtype(plan.dtype).itemsize
     return GeneratedPlate(path=destination, fields=len(plan.fields), objects=len(plan.objects), raw_bytes=raw,

@@ -1,0 +1,88 @@
+"""Where a plate is written: into a temporary sibling, swapped into place only when finished.
+
+cropbench never deletes what it did not create. A new plate is written beside its destination and
+renamed into place when complete, so a failure leaves nothing behind and an interrupted write
+never looks like a plate. An existing destination is replaced only when it is cropbench's own
+plate (its NGFF attributes or layout marker carry cropbench's ``layout_label``), and, for a
+converted copy, only when it was converted from the same source into the same layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cropbench.errors import OutputError, StoreError
+from cropbench.formats import read_plate_metadata
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What an existing plate must have been converted from to be replaced: a source and a layout label."""
+
+    source: Path
+    layout_label: str
+
+
+def check_replaceable(path: Path, overwrite: bool, origin: Origin | None = None) -> None:
+    """Raise OutputError unless ``path`` is free, or ``overwrite`` and it is cropbench's own plate
+    (converted from ``origin`` when given); an empty folder counts as free."""
+    if not os.path.lexists(path) or (path.is_dir() and not path.is_symlink() and not any(path.iterdir())):
+        return
+    if not overwrite:
+        raise OutputError(f"{path} already exists; pass --force (overwrite=True) to replace it")
+    reason = _not_ours(path, origin)
+    if reason:
+        raise OutputError(f"refusing to replace {path}: {reason}; remove it yourself or choose another path")
+
+
+def _not_ours(path: Path, origin: Origin | None) -> str | None:
+    if path.is_symlink() or not path.is_dir():
+        return "it is not a folder cropbench wrote"
+    try:
+        attributes = read_plate_metadata(path).extra.get("cropbench") or {}
+    except (StoreError, OSError):
+        return "it is not a cropbench plate"
+    if not isinstance(attributes, dict) or "layout_label" not in attributes:
+        return "it is not a plate cropbench wrote"
+    if origin is None:
+        return None
+    converted = attributes.get("converted_from") or {}
+    if attributes["layout_label"] != origin.layout_label or not isinstance(converted, dict) \
+            or converted.get("path") != str(origin.source.resolve()):
+        return f"it is not cropbench's {origin.layout_label} copy of {origin.source}"
+    return None
+
+
+@contextlib.contextmanager
+def staged(path: Path, overwrite: bool, origin: Origin | None = None) -> Iterator[Path]:
+    """Yield a fresh path beside ``path`` to write into; on success swap it into place.
+
+    The destination is checked before and again right before the swap; on any failure the
+    temporary copy is removed and the destination is left as it was.
+    """
+    check_replaceable(path, overwrite, origin)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    except OSError as error:
+        raise OutputError(f"cannot write beside {path}: {error.strerror or error}") from error
+    try:
+        yield scratch / path.name
+        check_replaceable(path, overwrite, origin)
+        if os.path.lexists(path):
+            os.rename(path, scratch / "replaced")
+        os.rename(scratch / path.name, path)
+    except OSError as error:
+        where = f" ({error.filename})" if error.filename else ""
+        raise OutputError(f"cannot write {path}: {error.strerror or error}{where}") from error
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+__all__ = ["Origin", "check_replaceable", "staged"]
