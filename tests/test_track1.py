@@ -10,7 +10,7 @@ import pytest
 from cropbench.config import CropConfig, Track1Case
 from cropbench.records import Record
 from cropbench.tracks import RunContext
-from cropbench.tracks.track1 import preset_cases, run_case, run_track1
+from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, preset_cases, run_case, run_track1
 
 
 def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> None:
@@ -67,7 +67,10 @@ def test_cold_cache_state_evicts_before_every_steady_block(tiny_plate: Path) -> 
 def test_direct_rows_carry_a_stage_split_that_adds_up(tiny_plate: Path) -> None:
     case = Track1Case(crop=CropConfig(crop_size=32, tier="light"), samples=100, warmup=5, cold_samples=0)
     metrics = run_case(tiny_plate, case)
-    stages = [metrics[f"stage_{name}_ms"] for name in ("fetch", "decode", "assemble", "index", "transform")]
+    stages = [metrics[f"stage_{name}_ms"] for name in ("index", "fetch", "decode", "assemble", "transform")]
     assert all(value >= 0 for value in stages)
+    assert metrics["stage_sum_ms"] == pytest.approx(sum(stages))
+    assert metrics["stage_sum_ms"] == pytest.approx(metrics["stage_total_ms"], rel=STAGE_SUM_TOLERANCE)
     assert metrics["stage_collate_ms"] > 0 and metrics["fidelity_sha256"]
-    assert 0 < metrics["clock_overhead_fraction"] < 0.5
+    overhead = metrics["clock_overhead_fraction"]
+    assert overhead is None or overhead > 0, "a clock overhead that does not resolve is absent, never 0"
