@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cropbench.config import CropConfig, Track1Case
+from cropbench.config import CropConfig, Track1Case, plate_preset
 from cropbench.records import Record
 from cropbench.tracks import RunContext
-from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, preset_cases, run_case, run_track1
+from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, VALIDITY_FLAGS, preset_cases, run_case, run_track1
 
 
 def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> None:
@@ -62,6 +62,37 @@ def test_cold_cache_state_evicts_before_every_steady_block(tiny_plate: Path) -> 
     assert metrics["cache"] == "cold" and case.label.endswith("/cold")
     assert metrics["steady_evictions"] == 4, "two blocks of 50, each read by both loops"
     assert metrics["chunks_decoded_per_crop"] > 0
+
+
+def test_rows_carry_validity_flags(tiny_plate: Path) -> None:
+    # The tiny plate: ~100 objects, 4 fields; a 32 MiB cache holds all of it, 160 items re-read crops.
+    flagged = run_case(tiny_plate, Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=10,
+                                              cold_samples=50))
+    assert {"cache>=plate", "re-reads"} <= set(flagged["validity_flags"])
+    assert set(flagged["validity_flags"]) <= set(VALIDITY_FLAGS)
+    assert flagged["cache_fraction_of_plate"] > 1 and flagged["items_drawn"] == 160 > flagged["objects"]
+    assert ("cold_p50_ms" in flagged) == flagged["eviction_verified"] != ("first_pass_p50_ms" in flagged)
+    honest = run_case(tiny_plate, Track1Case(crop=CropConfig(crop_size=32, chunk_cache_bytes=2**16), samples=50,
+                                             warmup=5, cold_samples=0))
+    assert not {"cache>=plate", "re-reads", "not-evicted"} & set(honest["validity_flags"])
+    assert honest["rate_over_inverse_mean"] > 0
+
+
+def test_uninstrumented_read_counters_are_absent_not_zero(tiny_plate: Path) -> None:
+    zarr = run_case(tiny_plate, Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=50, warmup=5,
+                                           cold_samples=0))
+    assert "decode_amplification" not in zarr and "chunks_touched_per_crop" not in zarr
+    assert zarr["cache_fraction_of_plate"] is None and "cache>=plate" not in zarr["validity_flags"]
+
+
+def test_smoke_cases_fit_the_smoke_plate() -> None:
+    smoke = plate_preset("smoke")
+    objects = smoke.rows * smoke.columns * smoke.fields_per_well * smoke.cells_per_field
+    decoded = smoke.rows * smoke.columns * smoke.fields_per_well * smoke.channels * smoke.field_height \
+        * smoke.field_width * 2
+    for case in preset_cases("smoke"):
+        assert case.cold_samples + case.warmup + case.samples <= 0.9 * objects, case.label
+        assert case.crop.chunk_cache_bytes < decoded / 4, case.label
 
 
 def test_direct_rows_carry_a_stage_split_that_adds_up(tiny_plate: Path) -> None:

@@ -159,11 +159,16 @@ class Eviction:
 
 
 def evict(paths: Sequence[Path]) -> Eviction:
-    """Drop the files from the page cache with ``posix_fadvise(DONTNEED)`` and check with mincore."""
+    """Drop the files from the page cache with ``posix_fadvise(DONTNEED)`` and check with mincore.
+
+    Each file is fsynced first: the kernel does not drop dirty pages, so a plate written moments
+    ago (the smoke run's) would otherwise stay resident and its "cold" pass would read memory.
+    """
     before = resident_fraction(paths)
     total = 0
     for path in paths:
         with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
             os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             total += os.fstat(handle.fileno()).st_size
     return Eviction(files=len(paths), bytes=total, resident_before=before, resident_after=resident_fraction(paths))

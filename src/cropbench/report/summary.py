@@ -1,16 +1,21 @@
-"""Plain-text summary tables of records, for the terminal."""
+"""Plain-text summary tables of records, for the terminal.
+
+Every row names its run (``run``) and carries its validity flags (``flags``), explained under the
+table, so a number that measures cache hits or re-reads cannot pass for a measurement.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
 from cropbench.records import Record
+from cropbench.tracks.track1 import VALIDITY_FLAGS
 
 #: Columns shown per track: (header, metric key, format).
 SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
     "1": (("samples/s", "samples_per_s", "{:,.0f}"), ("p50 ms", "p50_ms", "{:.3f}"),
           ("p95 ms", "p95_ms", "{:.3f}"), ("p99 ms", "p99_ms", "{:.3f}"), ("cold p50 ms", "cold_p50_ms", "{:.3f}"),
-          ("n", "count", "{}")),
+          ("n", "count", "{}"), ("objects", "objects", "{:,}"), ("flags", "validity_flags", "{}")),
     "2": (("samples/s", "samples_per_s", "{:,.0f}"), ("run/s", "run_samples_per_s", "{:,.0f}"),
           ("first ms", "first_batch_ms", "{:.1f}"), ("batch p50 ms", "batch_p50_ms", "{:.2f}"),
           ("batch p95 ms", "batch_p95_ms", "{:.2f}"), ("epoch2 first ms", "epoch2_first_batch_ms", "{:.1f}"),
@@ -32,16 +37,16 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
 
 
 def summary_table(records: Iterable[Record]) -> str:
-    """One block per track: a row per case with the track's headline metrics."""
+    """One block per track: a row per case with its run id, the track's headline metrics and flags."""
     by_track: dict[str, list[Record]] = {}
     for record in records:
         by_track.setdefault(record.track, []).append(record)
     blocks = []
     for track, rows in sorted(by_track.items()):
         columns = SUMMARY_COLUMNS.get(track, ())
-        header = [f"track {track} case", *(title for title, _, _ in columns)]
+        header = [f"track {track} case", "run", *(title for title, _, _ in columns)]
         body = [
-            [row.case + (f" #{row.repeat}" if row.repeat else ""),
+            [row.case + (f" #{row.repeat}" if row.repeat else ""), row.run_id,
              *(_format(row.metrics.get(key), fmt) for _, key, fmt in columns)]
             for row in rows
         ]
@@ -50,13 +55,26 @@ def summary_table(records: Iterable[Record]) -> str:
                            for i, (cell, w) in enumerate(zip(line, widths, strict=True)))
                  for line in [header, *body]]
         lines.insert(1, "-" * len(lines[0]))
+        lines += flag_legend(rows)
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def flag_legend(rows: Sequence[Record]) -> list[str]:
+    """One line per validity flag raised in ``rows``, saying what it means; nothing when none is."""
+    raised = {flag for row in rows for flag in row.metrics.get("validity_flags") or ()}
+    if not raised:
+        return []
+    lines = ["flags (a flagged row checks the wiring; it is not a measurement to quote):"]
+    lines += [f"  {flag}: {VALIDITY_FLAGS.get(flag, flag)}" for flag in sorted(raised)]
+    return lines
 
 
 def _format(value: object, fmt: str) -> str:
     if value is None:
         return "-"
+    if isinstance(value, list):
+        return ",".join(str(item) for item in value) or "ok"
     try:
         return fmt.format(value)
     except (ValueError, TypeError):

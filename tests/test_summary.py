@@ -1,0 +1,28 @@
+"""Summary tables: every row names its run and shows its validity flags, explained under the table."""
+
+from __future__ import annotations
+
+from cropbench.records import Record
+from cropbench.report.summary import summary_table
+
+
+def row(case: str, run_id: str, flags: list[str] | None) -> Record:
+    metrics = {"samples_per_s": 1000.0, "p50_ms": 0.5, "count": 200, "objects": 320}
+    if flags is not None:
+        metrics["validity_flags"] = flags
+    return Record(track="1", case=case, config={}, metrics=metrics, environment={}, run_id=run_id)
+
+
+def test_rows_show_their_run_and_flags_with_a_legend() -> None:
+    table = summary_table([row("random/direct", "run-a", []), row("random/zarr", "run-b", ["cache>=plate"])])
+    lines = table.splitlines()
+    assert "run" in lines[0] and "flags" in lines[0]
+    assert "run-a" in lines[2] and lines[2].rstrip().endswith("ok")
+    assert "run-b" in lines[3] and "cache>=plate" in lines[3]
+    assert any(line.strip().startswith("cache>=plate: ") and "cache hits" in line for line in lines[4:])
+
+
+def test_no_legend_without_flags_and_rows_without_flags_print_a_dash() -> None:
+    table = summary_table([row("random/direct", "run-a", [])])
+    assert "flags (" not in table
+    assert summary_table([row("old", "run-a", None)]).splitlines()[2].rstrip().endswith("-")
