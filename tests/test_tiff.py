@@ -22,24 +22,28 @@ def tiff_plates(tiny_plate: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     return {name: convert_plate(tiny_plate, root / name, layout_by_name(name)).path for name in ("tiff", "tiff-zlib")}
 
 
-def test_files_are_phenix_named_2d_tiffs_one_per_field_and_channel(tiff_plates: dict[str, Path],
-                                                                     tiny_plate: Path) -> None:
+def test_files_are_2d_tiffs_one_per_field_and_channel_named_by_the_plate(tiff_plates: dict[str, Path],
+                                                                          tiny_plate: Path) -> None:
     images = sorted(p.name for p in (tiff_plates["tiff-zlib"] / "images").iterdir())
     assert len(images) == 4 * 5
-    assert images[0] == "r01c01f01p01-ch1sk1fk1fl1.tiff" and "r01c02f02p01-ch5sk1fk1fl1.tiff" in images
+    assert images[0] == "A1_field0_c0_DNA.tiff" and "A2_field1_c4_Mito.tiff" in images
     with tifffile.TiffFile(tiff_plates["tiff-zlib"] / "images" / images[0]) as tiff:
         assert tiff.pages.first.shape == (200, 240) and tiff.pages.first.compression == 8
     with tifffile.TiffFile(tiff_plates["tiff"] / "images" / images[0]) as tiff:
         assert tiff.pages.first.compression == 1
     source = open_plate(tiny_plate, "zarr").read_field(3)
     np.testing.assert_array_equal(
-        tifffile.imread(tiff_plates["tiff-zlib"] / "images" / "r01c02f02p01-ch4sk1fk1fl1.tiff"), source[3]
+        tifffile.imread(tiff_plates["tiff-zlib"] / "images" / "A2_field1_c3_AGP.tiff"), source[3]
     )
 
 
-def test_file_names_fall_back_when_the_well_is_not_letter_and_number() -> None:
-    assert field_file_names("AB", "12", 2, 1) == ["r28c12f03p01-ch1sk1fk1fl1.tiff"]
-    assert field_file_names("x", "y", 0, 2) == ["xy_f0_ch1.tiff", "xy_f0_ch2.tiff"]
+def test_file_names_cannot_be_mistaken_for_a_microscope_export() -> None:
+    """Phenix names number sites and channels from 1 in the source's order; these say well, field, channel."""
+    from cropbench.plates.importing import _PHENIX
+
+    names = field_file_names("AB", "12", 2, ("DNA", "Orig RNA/2"))
+    assert names == ["AB12_field2_c0_DNA.tiff", "AB12_field2_c1_Orig-RNA-2.tiff"]
+    assert not any(_PHENIX.match(name) for name in names)
 
 
 def test_direct_path_decodes_only_the_strips_a_crop_touches(tmp_path: Path) -> None:
@@ -75,11 +79,11 @@ def test_missing_or_foreign_tiffs_raise_store_errors(tiff_plates: dict[str, Path
 
     broken = tmp_path / "broken"
     shutil.copytree(tiff_plates["tiff-zlib"], broken)
-    (broken / "images" / "r01c01f01p01-ch2sk1fk1fl1.tiff").unlink()
+    (broken / "images" / "A1_field0_c1_ER.tiff").unlink()
     for decode in ("direct", "field", "zarr"):
-        with pytest.raises(StoreError, match="r01c01f01p01-ch2"):
+        with pytest.raises(StoreError, match="A1_field0_c1_ER"):
             open_plate(broken, decode).read_region(0, 0, 10, 0, 10)
-    tifffile.imwrite(broken / "images" / "r01c01f01p01-ch2sk1fk1fl1.tiff",
+    tifffile.imwrite(broken / "images" / "A1_field0_c1_ER.tiff",
                      np.zeros((200, 240), np.uint16), compression="zlib", predictor=True)
     with pytest.raises(StoreError, match="predictor"):
         open_plate(broken, "direct").read_region(0, 0, 10, 0, 10)

@@ -1,8 +1,10 @@
 """One TIFF per field and channel: how CellProfiler pipelines keep images today (via tifffile).
 
-Files are named like a Phenix export (``r02c07f01p01-ch1sk1fk1fl1.tiff``: row, column, field,
-plane, channel) in ``images/``, so ``cropbench import`` reads this layout back. Strips are
-tifffile's defaults: one contiguous strip uncompressed, ~256 KiB strips with zlib.
+Files in ``images/`` are named by the plate's own well, 0-based field and 0-based channel with its
+name (``B7_field0_c1_ER.tiff``), deliberately unlike a microscope's export names (Phenix
+``r02c07f01p01-ch2sk1fk1fl1.tiff`` numbers sites and channels from 1 in the source's own order), so
+a converted plate's files are never mistaken for the source's. Strips are tifffile's defaults: one
+contiguous strip uncompressed, ~256 KiB strips with zlib.
 
 Decode paths:
 - ``direct``: cropbench's own segment reader. Uncompressed planes are memory-mapped and sliced;
@@ -15,7 +17,9 @@ Decode paths:
 from __future__ import annotations
 
 import os
+import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,22 +36,13 @@ IMAGES_DIR = "images"
 _DEFLATE = {8, 32946}
 
 
-def _row_number(row: str) -> int | None:
-    if not row.isalpha():
-        return None
-    number = 0
-    for letter in row.upper():
-        number = number * 26 + ord(letter) - ord("A") + 1
-    return number
+_UNSAFE = re.compile(r"[^A-Za-z0-9.+-]+")
 
 
-def field_file_names(row: str, column: str, site: int, channels: int) -> list[str]:
-    """Phenix-style names when the well is letter+number, a plain fallback otherwise."""
-    row_number = _row_number(row)
-    if row_number is not None and column.isdigit():
-        stem = f"r{row_number:02d}c{int(column):02d}f{site + 1:02d}p01"
-        return [f"{stem}-ch{c + 1}sk1fk1fl1.tiff" for c in range(channels)]
-    return [f"{row}{column}_f{site}_ch{c + 1}.tiff" for c in range(channels)]
+def field_file_names(row: str, column: str, site: int, channel_names: Sequence[str]) -> list[str]:
+    """``<well>_field<site>_c<index>_<channel>.tiff``, site and index 0-based as in the plate."""
+    stem = _UNSAFE.sub("-", f"{row}{column}")
+    return [f"{stem}_field{site}_c{index}_{_UNSAFE.sub('-', name)}.tiff" for index, name in enumerate(channel_names)]
 
 
 class TiffPlateWriter(PlateWriter):
@@ -65,7 +60,7 @@ class TiffPlateWriter(PlateWriter):
             {"compression": "zlib", "compressionargs": {"level": self.layout.clevel}}
             if self.layout.codec == "zlib" else {}
         )
-        for name, plane in zip(field_file_names(row, column, site, len(pixels)), pixels, strict=True):
+        for name, plane in zip(field_file_names(row, column, site, self.channel_names), pixels, strict=True):
             tifffile.imwrite(self.path / IMAGES_DIR / name, plane, photometric="minisblack", metadata=None,
                              **compression)
 
@@ -73,7 +68,7 @@ class TiffPlateWriter(PlateWriter):
         if self._dtype is None:
             raise StoreError(f"no field was written to {self.path}")
         slots = self.field_slots()
-        files = [[f"{IMAGES_DIR}/{name}" for name in field_file_names(row, column, site, len(self.channel_names))]
+        files = [[f"{IMAGES_DIR}/{name}" for name in field_file_names(row, column, site, self.channel_names)]
                  for row, column, site in slots]
         write_marker(self, np.dtype(self._dtype).name, [f"{row}{column}/{site}" for row, column, site in slots],
                      channel_files=files)
