@@ -55,9 +55,39 @@ def test_crop_equals_the_numpy_slice_around_the_centroid(tiny_plate: Path) -> No
     for index in range(0, len(dataset), 7):
         item = dataset[index]
         field = zarr.open_array(str(tiny_plate / metadata.fields[item["field_index"]].path))[...]
-        y0, x0 = int(np.floor(item["centroid_y"])) - 10, int(np.floor(item["centroid_x"])) - 10
+        y0, x0 = int(np.floor(item["centroid_y"] - 9)), int(np.floor(item["centroid_x"] - 9))
         assert (item["crop_y0"], item["crop_x0"]) == (y0, x0)
         assert np.array_equal(item["image"].numpy(), field[:, y0:y0 + 20, x0:x0 + 20])
+
+
+@pytest.mark.parametrize("size", [20, 21, 33, 96])
+def test_window_centre_is_within_half_a_pixel_of_the_centroid(tiny_plate: Path, size: int) -> None:
+    """Window start floor(c - (size - 1) / 2 + 1 / 2): centre start + (size - 1) / 2 is at most 0.5 px off."""
+    dataset = CropDataset(tiny_plate, CropConfig(crop_size=size, border="pad"))
+    offsets = np.concatenate([dataset.window_y0 + (size - 1) / 2 - dataset.centroid_y,
+                              dataset.window_x0 + (size - 1) / 2 - dataset.centroid_x])
+    assert np.all(np.abs(offsets) <= 0.5) and np.ptp(offsets) > 0.5  # fractional centroids, both sides
+
+
+def test_labels_come_with_each_item_and_collate_into_a_batch(tiny_plate: Path, tmp_path: Path) -> None:
+    """A plate written by others with a separate table: string labels become sorted class ids."""
+    table = read_object_table(tiny_plate)
+    treatments = np.array(["taxol", "DMSO", None], dtype=object)[np.arange(len(table)) % 3]
+    labelled = ObjectTable.from_columns(
+        well=table.well, field=table.field, centroid_y=table.centroid_y, centroid_x=table.centroid_x,
+        extra={"treatment": treatments, "dose": np.arange(len(table)) * 0.5},
+    )
+    labelled.write(tmp_path / "cells.parquet")
+    dataset = CropDataset(tiny_plate, CropConfig(crop_size=16), objects=tmp_path / "cells.parquet",
+                          labels=["treatment", "dose"])
+    assert dataset.label_classes == {"treatment": ("DMSO", "taxol")}
+    assert dataset[1]["labels"] == {"treatment": 0, "dose": 0.5} and dataset[2]["labels"]["treatment"] == -1
+    batch = next(iter(DataLoader(dataset, batch_size=6, collate_fn=default_collate)))
+    assert batch["labels"]["treatment"].tolist() == [1, 0, -1, 1, 0, -1]
+    assert batch["labels"]["dose"].tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
+    assert "labels" not in CropDataset(tiny_plate, CropConfig(crop_size=16))[0]
+    with pytest.raises(ObjectTableError, match="no column 'moa'"):
+        CropDataset(tiny_plate, objects=tmp_path / "cells.parquet", labels=["moa"])
 
 
 def _edge_table(plate: Path) -> ObjectTable:
@@ -70,8 +100,8 @@ def test_border_policies(tiny_plate: Path) -> None:
     table = _edge_table(tiny_plate)
     padded = CropDataset(tiny_plate, CropConfig(crop_size=16, dtype="uint16", border="pad"), objects=table)[0]
     image = padded["image"].numpy()
-    assert (image[:, :6, :] == 0).all() and (image[:, :, :5] == 0).all()
-    assert np.array_equal(image[:, 6:, 5:], field[:, :10, :11])
+    assert (image[:, :5, :] == 0).all() and (image[:, :, :4] == 0).all()  # window starts at (-5, -4)
+    assert np.array_equal(image[:, 5:, 4:], field[:, :11, :12])
     shifted = CropDataset(tiny_plate, CropConfig(crop_size=16, dtype="uint16", border="shift"), objects=table)[0]
     assert np.array_equal(shifted["image"].numpy(), field[:, :16, :16])
     assert len(CropDataset(tiny_plate, CropConfig(crop_size=16, border="drop"), objects=table)) == 1

@@ -307,8 +307,8 @@ def test_nf1_imports_and_every_crop_equals_the_source_tiffs(tmp_path: Path, layo
             assert item["well"] == row["Image_Metadata_Well_x"]
             assert item["centroid_x"] == row["Nuclei_Location_Center_X"]
             fields = [tifffile.imread(NF1_IMAGES / row[f"Image_FileName_{c}"]) for c in ("DAPI", "GFP", "RFP")]
-            y0 = int(np.floor(row["Nuclei_Location_Center_Y"])) - size // 2
-            x0 = int(np.floor(row["Nuclei_Location_Center_X"])) - size // 2
+            y0 = int(np.floor(row["Nuclei_Location_Center_Y"] - (size - 1) / 2 + 0.5))
+            x0 = int(np.floor(row["Nuclei_Location_Center_X"] - (size - 1) / 2 + 0.5))
             expected = np.zeros((3, size, size), np.uint16)
             cy0, cx0 = max(y0, 0), max(x0, 0)
             cy1, cx1 = min(y0 + size, 904), min(x0 + size, 1224)

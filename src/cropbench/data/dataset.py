@@ -7,10 +7,18 @@ Border policy for cells whose crop window leaves the field:
 - ``pad`` (default): the window stays centred on the cell; pixels outside the field are zero.
 - ``shift``: the window is moved inside the field (the cell is then off-centre).
 - ``drop``: such objects are left out of the dataset.
+
+The window of a ``size``-pixel crop starts at ``floor(c - (size - 1) / 2 + 1 / 2)`` on each axis
+(``c`` the centroid, pixel centres at integer coordinates, as CellProfiler measures them): its centre,
+``start + (size - 1) / 2``, is within half a pixel of the centroid, the closest a pixel grid allows.
+
+``labels=[...]`` adds ``item["labels"]``, a dict of per-object label columns of the object table:
+numbers as numbers, strings as integer class ids (``dataset.label_classes`` maps them back).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +30,7 @@ from cropbench.config import CropConfig
 from cropbench.data.transforms import TransformPlan
 from cropbench.errors import ConfigError, ObjectTableError
 from cropbench.formats import PlateReader, open_plate, plate_objects
-from cropbench.objects import ObjectTable
+from cropbench.objects import ObjectTable, label_columns, read_label_classes
 
 GROUPINGS = ("field", "well", "chunk")
 
@@ -33,8 +41,10 @@ class CropDataset(Dataset[dict[str, Any]]):
     def __init__(
         self, plate: str | Path, config: CropConfig | None = None,
         objects: ObjectTable | str | Path | None = None, reader: PlateReader | None = None,
+        labels: Sequence[str] = (),
     ) -> None:
         self.config = config or CropConfig()
+        self.label_names = tuple(labels)
         self.reader = reader or open_plate(
             plate, self.config.decode, self.config.chunk_cache_bytes, self.config.field_cache_fields,
         )
@@ -46,7 +56,7 @@ class CropDataset(Dataset[dict[str, Any]]):
         self._channels_arg = None if self.channel_indices == tuple(range(len(metadata.channel_names))) else np.array(
             self.channel_indices
         )
-        self._index_objects(table)
+        self._index_objects(table, read_label_classes(plate) if Path(plate).is_dir() else {})
         windows = metadata.extra.get("windows") or []
         window_pairs = [
             (float(w.get("start", 0.0)), float(w.get("end", 65535.0))) if w else (0.0, 65535.0) for w in windows
@@ -59,7 +69,7 @@ class CropDataset(Dataset[dict[str, Any]]):
         )
         self.epoch = 0
 
-    def _index_objects(self, table: ObjectTable) -> None:
+    def _index_objects(self, table: ObjectTable, stored_classes: dict[str, tuple[str, ...]]) -> None:
         metadata = self.reader.metadata
         _, height, width = metadata.field_shape
         size = self.config.crop_size
@@ -83,8 +93,8 @@ class CropDataset(Dataset[dict[str, Any]]):
                 f"{int(outside.sum())} centroids lie outside the {height}x{width} field, first object_id="
                 f"{int(table.object_id[first])} at (y={table.centroid_y[first]}, x={table.centroid_x[first]})"
             )
-        y0 = np.floor(table.centroid_y).astype(np.int64) - size // 2
-        x0 = np.floor(table.centroid_x).astype(np.int64) - size // 2
+        y0 = np.floor(table.centroid_y - (size - 1) / 2 + 0.5).astype(np.int64)
+        x0 = np.floor(table.centroid_x - (size - 1) / 2 + 0.5).astype(np.int64)
         keep = np.ones(len(table), dtype=bool)
         if self.config.border == "shift":
             y0, x0 = np.clip(y0, 0, height - size), np.clip(x0, 0, width - size)
@@ -98,6 +108,8 @@ class CropDataset(Dataset[dict[str, Any]]):
         self.centroid_y, self.centroid_x = table.centroid_y[keep], table.centroid_x[keep]
         self.wells = table.well[keep]
         self.sites = table.field[keep]
+        values, self.label_classes = label_columns(table, self.label_names, stored_classes)
+        self.label_values = {name: column[keep] for name, column in values.items()}
         self.plate_name = metadata.name
 
     def __len__(self) -> int:
@@ -126,6 +138,8 @@ class CropDataset(Dataset[dict[str, Any]]):
             "field": int(self.sites[index]), "field_index": int(self.field_index[index]),
             "centroid_y": float(self.centroid_y[index]), "centroid_x": float(self.centroid_x[index]),
             "crop_y0": int(self.window_y0[index]), "crop_x0": int(self.window_x0[index]), "index": int(index),
+            **({"labels": {name: column[index].item() for name, column in self.label_values.items()}}
+               if self.label_values else {}),
         }
 
     def __getitem__(self, index: int) -> dict[str, Any]:
