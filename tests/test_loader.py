@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -120,3 +121,68 @@ def test_memory_of_reports_the_processes_it_is_given() -> None:
 
 def test_dataset_pickles_small(tiny_plate: Path) -> None:
     assert 0 < pickled_size(CropDataset(tiny_plate, CropConfig(crop_size=32))) < 1_000_000
+
+
+FROZEN_WORKER = """
+import os, signal, sys, time
+import torch
+from torch.utils.data import Dataset
+from cropbench.data.loader import LoaderSpec, build_loader, worker_pids
+from cropbench.data.sampling import RandomObjectSampler
+
+class Tensors(Dataset):
+    def __len__(self):
+        return 4096
+    def __getitem__(self, index):
+        return {"image": torch.full((3, 32, 32), float(index))}
+
+loader = build_loader(Tensors(), LoaderSpec(num_workers=2, batch_size=8, timeout_s=float(sys.argv[1])),
+                      RandomObjectSampler(4096, seed=0))
+iterator = iter(loader)
+next(iterator)
+pids = worker_pids(iterator)
+print(*pids, flush=True)
+time.sleep(1.0)  # both workers fill their queues: batches wait in the pipe, their descriptors in the workers
+os.kill(pids[0], signal.SIGSTOP)
+stopped = time.monotonic()
+try:
+    for _ in range(10_000):
+        next(iterator)
+except Exception as error:
+    print(f"{time.monotonic() - stopped:.2f} {type(error).__name__}: {error}", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_mid_epoch_surfaces_as_one_error_within_the_deadline() -> None:
+    """SIGSTOP one worker after the queues are full: the main process would block fetching a batch's
+    shared-memory descriptor from it, past torch's timeout; the watchdog ends that wait."""
+    import signal
+    import subprocess
+    import sys
+
+    from cropbench.data.loader import WATCHDOG_MARGIN_S
+
+    timeout_s = 2.0
+    process = subprocess.Popen([sys.executable, "-c", FROZEN_WORKER, str(timeout_s)], stdout=subprocess.PIPE,
+                               text=True)
+    assert process.stdout is not None
+    pids = [int(pid) for pid in process.stdout.readline().split()]
+    try:
+        output, _ = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        output = "still blocked after 60 s"
+    finally:
+        for pid in [process.pid, *pids]:  # never leave a stopped worker behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        process.wait()
+    seconds, _, message = output.strip().partition(" ")
+    assert message.startswith("WorkerError:") and "(stopped)" in message and "timeout_s=2" in message, output
+    assert float(seconds) < timeout_s + WATCHDOG_MARGIN_S + 10, "ends near the stated deadline, not in a hang"
+
+
+@pytest.mark.parametrize("knobs", [{"timeout_s": float("nan")}, {"timeout_s": float("inf")}, {"timeout_s": "5"}])
+def test_timeout_must_be_a_finite_number(knobs: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="timeout_s"):
+        LoaderSpec(**knobs)

@@ -31,5 +31,9 @@ class OutputError(CropbenchError):
     """A result or output location cannot be written."""
 
 
+class WorkerError(CropbenchError):
+    """A DataLoader worker failed, hung or was stopped; the message names the worker and the cause."""
+
+
 class PeerUnavailableError(CropbenchError):
     """A peer loader cannot run here: its optional extra is not installed, or the layout does not suit it."""

@@ -7,9 +7,15 @@ the knobs are one frozen :class:`LoaderSpec` that goes into the record as it is.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import pickle
 import random
+import signal
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +27,12 @@ from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 from cropbench.data.sampling import EpochSampler, continued_order
-from cropbench.errors import ConfigError
+from cropbench.errors import ConfigError, WorkerError
 
 START_METHODS = ("fork", "forkserver", "spawn")
 COLLATES = ("default", "stack")
+#: Seconds past ``timeout_s`` before the watchdog terminates the workers of a ``next()`` still waiting.
+WATCHDOG_MARGIN_S = 2.0
 #: Metadata columns the ``stack`` collate keeps, as numpy arrays (no per-sample strings or dicts).
 STACK_COLUMNS = ("index", "object_id", "field_index")
 MIB = 2**20
@@ -38,7 +46,9 @@ class LoaderSpec:
     only apply with workers, so asking for them without workers is an error rather than a no-op.
     ``start_method`` is explicit because Python 3.14 changes the Linux default from fork.
     ``timeout_s`` bounds the wait for one batch from the workers, so a hung worker surfaces as an
-    error instead of a silent hang (a crashed worker is reported by torch at once).
+    error instead of a silent hang (a crashed worker is reported by torch at once). torch's own
+    timeout does not cover fetching a batch's shared-memory descriptor from its worker, so a
+    watchdog bounds each whole ``next()`` by ``timeout_s + WATCHDOG_MARGIN_S`` (see :func:`build_loader`).
     """
 
     num_workers: int = 0
@@ -51,8 +61,8 @@ class LoaderSpec:
     timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
-        if self.timeout_s < 0:
-            raise ConfigError(f"timeout_s must be >= 0 (0 = wait forever), got {self.timeout_s}")
+        if not isinstance(self.timeout_s, (int, float)) or not math.isfinite(self.timeout_s) or self.timeout_s < 0:
+            raise ConfigError(f"timeout_s must be a finite number >= 0 (0 = wait forever), got {self.timeout_s!r}")
         if not isinstance(self.num_workers, int) or self.num_workers < 0:
             raise ConfigError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -179,7 +189,7 @@ def build_loader(
     """
     collate = collate_function(spec.collate)
     workers = spec.num_workers
-    return DataLoader(
+    return WatchedLoader(
         dataset, batch_size=spec.batch_size, sampler=sampler, num_workers=workers,
         collate_fn=TimedCollate(collate) if timed_collate else collate,
         pin_memory=spec.pin_memory if pin_memory is None else pin_memory,
@@ -189,6 +199,92 @@ def build_loader(
         multiprocessing_context=spec.start_method if workers else None,
         timeout=spec.timeout_s if workers else 0,
     )
+
+
+class WatchedLoader(DataLoader[Any]):
+    """A DataLoader whose every ``next()`` with workers ends within ``timeout + WATCHDOG_MARGIN_S``.
+
+    A worker that is stopped or stuck while the main process fetches a batch's shared-memory
+    descriptor from it blocks ``next()`` past torch's timeout; the watchdog then terminates the
+    workers and ``next()`` raises one :class:`WorkerError` naming the worker.
+    """
+
+    def __iter__(self) -> Any:
+        iterator = super().__iter__()
+        if self.num_workers == 0 or not self.timeout:
+            return iterator
+        return _WatchedIterator(iterator, float(self.timeout) + WATCHDOG_MARGIN_S)
+
+
+class _WatchedIterator:
+    """Wraps torch's multi-process iterator; a daemon thread enforces the deadline of each ``next()``."""
+
+    def __init__(self, iterator: Any, limit_s: float) -> None:
+        self._iterator = iterator
+        self._limit_s = limit_s
+        self._deadline = math.inf
+        self._stuck: list[str] = []
+        self._done = threading.Event()
+        threading.Thread(target=_watch, args=(weakref.ref(self), self._done, min(0.25, limit_s / 4)),
+                         name="cropbench-loader-watchdog", daemon=True).start()
+
+    def __iter__(self) -> _WatchedIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._iterator)
+
+    def __getattr__(self, name: str) -> Any:  # _workers and the rest of torch's iterator
+        return getattr(self._iterator, name)
+
+    def __next__(self) -> Any:
+        self._deadline = time.monotonic() + self._limit_s
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self._done.set()
+            raise
+        except Exception as error:
+            if not self._stuck:
+                raise
+            self._done.set()
+            raise WorkerError(
+                f"DataLoader worker {', '.join(self._stuck)} handed over no batch within "
+                f"timeout_s={self._limit_s - WATCHDOG_MARGIN_S:g} s (+{WATCHDOG_MARGIN_S:g} s); the workers were "
+                "terminated. Is a worker stopped, swapping, or stuck on storage?"
+            ) from error
+        finally:
+            self._deadline = math.inf
+
+    def _terminate(self) -> None:
+        """Record which workers look stuck, then kill every worker so the blocked fetch fails."""
+        for worker in getattr(self._iterator, "_workers", []):
+            if worker.pid is None:
+                continue
+            with contextlib.suppress(psutil.Error, OSError):
+                status = psutil.Process(worker.pid).status()
+                if status == psutil.STATUS_STOPPED or not self._stuck:
+                    self._stuck.append(f"pid {worker.pid} ({status})")
+        self._stuck = self._stuck or ["(unknown)"]
+        for worker in getattr(self._iterator, "_workers", []):
+            if worker.pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(worker.pid, signal.SIGKILL)
+
+    def __del__(self) -> None:
+        self._done.set()
+
+
+def _watch(ref: weakref.ref[_WatchedIterator], done: threading.Event, poll_s: float) -> None:
+    """Poll the iterator's deadline; terminate its workers once a ``next()`` outlives it."""
+    while not done.wait(poll_s):
+        watched = ref()
+        if watched is None:
+            return
+        if time.monotonic() > watched._deadline:
+            watched._terminate()
+            return
+        del watched
 
 
 def worker_pids(iterator: Any) -> list[int]:
@@ -228,5 +324,6 @@ def pickled_size(obj: object) -> int:
 
 __all__ = [
     "COLLATES", "START_METHODS", "LoaderSpec", "ScheduledSampler", "TimedCollate", "build_loader",
-    "collate_function", "memory_of", "pickled_size", "schedule", "seed_worker", "stack_collate", "worker_pids",
+    "WATCHDOG_MARGIN_S", "WatchedLoader", "collate_function", "memory_of", "pickled_size", "schedule", "seed_worker",
+    "stack_collate", "worker_pids",
 ]
