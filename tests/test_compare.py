@@ -9,21 +9,22 @@ import pytest
 from cropbench.cli import main
 from cropbench.errors import ConfigError
 from cropbench.records import Record, read_records
-from cropbench.tracks.layouts import LayoutComparison, compare_layouts
+from cropbench.tracks import RunContext, run_tracks
+from cropbench.tracks.layouts import LayoutComparison, Layouts
 
 
 def test_rows_carry_sizes_throughputs_amplification_and_ratios(tiny_plate: Path, tmp_path: Path) -> None:
     comparison = LayoutComparison(layouts=("tiles-zstd", "tiff-zlib", "sharded-none"), samples=60, warmup=10,
                                   repeats=2, crop_size=32)
     emitted: list[Record] = []
-    records = compare_layouts(tiny_plate, tmp_path / "work", comparison, {}, emitted.append)
+    records = run_tracks([Layouts(comparison, tmp_path / "work")], "smoke", RunContext(tiny_plate), emitted.append)
     assert [r.case for r in records] == ["memmap", "tiles-zstd", "tiff-zlib", "sharded-none"] == [
         r.case for r in emitted]
     by_case = {r.case: r.metrics for r in records}
     assert by_case["memmap"]["random_ratio_to_memmap"] == 1.0
     assert by_case["memmap"]["compression_ratio"] == pytest.approx(1.0, rel=0.01)
     assert by_case["tiles-zstd"]["compression_ratio"] > 1.0
-    for case, metrics in by_case.items():
+    for metrics in by_case.values():
         assert metrics["random_crops_per_s"] > 0 and metrics["grouped_crops_per_s"] > 0
         assert metrics["random_ratio_to_memmap"] == pytest.approx(
             metrics["random_crops_per_s"] / by_case["memmap"]["random_crops_per_s"])

@@ -17,7 +17,8 @@ from cropbench.formats import open_plate, plate_objects, read_plate_metadata
 from cropbench.formats.omearrow import IMAGES_NAME, OmeArrowReader, _FieldChunks, require_ome_arrow
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
 from cropbench.plates.convert import convert_plate
-from cropbench.tracks.layouts import LayoutComparison, compare_layouts
+from cropbench.tracks import RunContext, run_tracks
+from cropbench.tracks.layouts import LayoutComparison, Layouts
 
 pytest.importorskip("ome_arrow", reason="the OME-Arrow layouts need the optional extra [arrow] (ome-arrow)")
 LAYOUT_NAMES = ("ome-arrow", "ome-arrow-zstd", "ome-arrow-zstd-objects")
@@ -91,7 +92,7 @@ def test_direct_reader_decodes_only_touched_tiles(arrow_plates: dict[str, Path])
 
 def test_comparison_reports_the_as_py_gap(tiny_plate: Path, tmp_path: Path) -> None:
     comparison = LayoutComparison(layouts=("ome-arrow-zstd",), samples=40, warmup=5, repeats=1, crop_size=32)
-    records = compare_layouts(tiny_plate, tmp_path, comparison, {}, lambda record: None)
+    records = run_tracks([Layouts(comparison, tmp_path)], "smoke", RunContext(tiny_plate), lambda record: None)
     metrics = records[1].metrics
     assert records[1].config["layout_label"] == "ome-arrow-zstd1-yx256"
     assert metrics["as_py_random_crops_per_s"] > 0 and metrics["random_crops_per_s"] > 0

@@ -21,16 +21,16 @@ from cropbench.errors import ConfigError, PeerUnavailableError
 from cropbench.plates.generate import generate_plate
 from cropbench.records import Record, read_records
 from cropbench.report.plots import peers_comparison
-from cropbench.tracks.context import RunContext
+from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.peers import (
     MIN_SAMPLES,
     PEERS,
     CropWindows,
     PeerComparison,
+    Peers,
     SpatialDataTiles,
     measure_loader,
     open_peer,
-    run_peers,
 )
 
 ZARR_PEERS = ("zarr-open-per-crop", "zarr-kept-open", "dask-per-crop")
@@ -225,15 +225,15 @@ def test_measure_loader_caps_slow_loaders_at_the_budget_but_not_below_the_floor(
     assert fast["count"] == 200 and fast["budget_capped"] is False
 
 
-def _context(records: list[Record]) -> RunContext:
-    return RunContext(environment={"python": "x"}, thread_settings={"torch_threads": 1}, emit=records.append)
+def _run(plate: Path, comparison: PeerComparison, work_dir: Path) -> list[Record]:
+    context = RunContext(plate, environment={"python": "x"}, thread_settings={"torch_threads": 1})
+    return run_tracks([Peers(comparison, work_dir)], "smoke", context, lambda record: None)
 
 
 def test_run_peers_writes_one_row_per_loader_with_ratios_to_direct(tiny_plate: Path, tmp_path: Path) -> None:
-    records: list[Record] = []
     comparison = PeerComparison(samples=MIN_SAMPLES, warmup=3, seconds=0.5, crop_size=64)
-    written = run_peers(tiny_plate, "smoke", _context(records), comparison, work_dir=tmp_path)
-    assert written == len(records) == 3 + len(PEERS)
+    records = _run(tiny_plate, comparison, tmp_path)
+    assert len(records) == 3 + len(PEERS)
     by_peer = {r.config["peer"]: r for r in records}
     assert list(by_peer)[:3] == ["cropbench-direct", "cropbench-zarr", "cropbench-field"]
     assert set(by_peer) == {"cropbench-direct", "cropbench-zarr", "cropbench-field", *PEERS}
@@ -253,9 +253,8 @@ def test_run_peers_records_a_missing_extra_as_a_skipped_row(
     tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "dask", None)
-    records: list[Record] = []
     comparison = PeerComparison(samples=MIN_SAMPLES, warmup=3, seconds=0.5, peers=("dask-per-crop",))
-    run_peers(tiny_plate, "smoke", _context(records), comparison, work_dir=tmp_path)
+    records = _run(tiny_plate, comparison, tmp_path)
     row = records[-1]
     assert row.config["peer"] == "dask-per-crop"
     assert row.metrics["skipped"] is True

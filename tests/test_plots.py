@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -72,6 +73,25 @@ def test_plot_command_draws_track2_and_track3_figures(tmp_path: Path, monkeypatc
     assert len(titles["track2_workers_scaling.png"]) == 1, "the persistent row is not a sweep of its own"
 
 
+def test_figures_show_the_latest_run_unless_all_runs_are_asked_for(tmp_path: Path) -> None:
+    first = [dataclasses.replace(r, run_id="run-one") for r in _records()]
+    second = [dataclasses.replace(r, run_id="run-two") for r in _records() if r.track == "2"]
+    latest = plots.latest_runs(first + second)
+    assert {r.run_id for r in latest if r.track == "2"} == {"run-two"}
+    assert {r.run_id for r in latest if r.track == "3"} == {"run-one"}, "each track keeps its own latest run"
+    overlaid = plots.label_runs(first + second)
+    assert all(r.case.endswith(f"[run {r.run_id}]") and r.config["run"] == r.run_id for r in overlaid)
+    assert plots.label_runs(first) == first, "one run needs no label"
+    assert "track2_workers_scaling.png" in {p.name for p in plots.plot_results(first + second, tmp_path, True)}
+
+
+def test_warmup_settles_where_the_rolling_median_stays_near_steady_state() -> None:
+    curve = [9.0, 8.0, 7.0, 6.0, 5.0, 1.1, 1.0, 0.9, 1.2, 1.0, 1.1, 1.0, 0.9, 1.0]
+    assert plots.steady_from(curve, steady_p50=1.0) == 8
+    assert plots.steady_from([9.0] * 10, steady_p50=1.0) is None
+    assert list(plots.rolling_median([3.0, 1.0, 2.0], window=2)) == [3.0, 2.0, 1.5]
+
+
 def test_figures_are_skipped_without_their_rows(tmp_path: Path) -> None:
     only_track2 = [r for r in _records() if r.track == "2"]
     names = {path.name for path in plots.plot_results(only_track2, tmp_path)}
@@ -80,7 +100,10 @@ def test_figures_are_skipped_without_their_rows(tmp_path: Path) -> None:
         plots.plot_results([], tmp_path)
 
 
-def test_sweep_key_drops_workers_and_batch_only() -> None:
-    assert plots._sweep_key("plate/random/direct/none/float32/w2/b64/persistent") == \
-        "plate/random/direct/none/float32/persistent"
-    assert plots._sweep_key("resnet18/train/w*/b256/amp-bf16") == "resnet18/train/w*/amp-bf16"
+def test_sweep_key_drops_workers_batch_and_seed_only() -> None:
+    config = {"source": "plate", "seed": 1, "crop": {"decode": "direct"},
+              "loader": {"num_workers": 2, "batch_size": 64, "persistent_workers": True}}
+    other = {**config, "seed": 2, "loader": {**config["loader"], "num_workers": 0, "batch_size": 16}}
+    assert plots.sweep_key(config) == plots.sweep_key(other)
+    assert plots.sweep_key(config) != plots.sweep_key({**config, "crop": {"decode": "zarr"}})
+    assert plots.describe_loading(config) == "plate/direct/persistent_workers=True"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from cropbench.records import Record
@@ -21,6 +23,12 @@ def test_stable_repeats_have_no_warning_and_an_interval_around_the_median() -> N
     assert summary.cv < 0.05 and summary.warnings == ()
 
 
+def test_one_repeat_has_no_interval_and_no_spread() -> None:
+    (summary,) = summarise_repeats(rows([7897.9]))
+    line = format_repeat_summary([summary]).splitlines()[1]
+    assert "7,897.9" in line and "[" not in line and "%" not in line and "only 1 repeat" in line
+
+
 def test_noisy_repeats_and_thin_tails_are_flagged() -> None:
     (summary,) = summarise_repeats(rows([100.0, 130.0, 80.0, 110.0, 95.0], p99_reliable=False))
     assert any(w.startswith("CV") for w in summary.warnings)
@@ -32,3 +40,10 @@ def test_cases_are_summarised_separately_and_the_interval_is_seeded() -> None:
     summaries = summarise_repeats(rows([1.0, 2.0, 3.0], "a") + rows([10.0, 20.0, 30.0], "b"))
     assert [s.case for s in summaries] == ["a", "b"]
     assert bootstrap_median_interval([1.0, 5.0, 9.0, 2.0]) == bootstrap_median_interval([1.0, 5.0, 9.0, 2.0])
+
+
+def test_repeats_of_one_label_on_different_plates_are_not_pooled() -> None:
+    first = [dataclasses.replace(r, case_id="plate-a") for r in rows([1.0, 2.0, 3.0])]
+    second = [dataclasses.replace(r, case_id="plate-b") for r in rows([10.0, 20.0, 30.0])]
+    summaries = summarise_repeats(first + second)
+    assert [(s.case, s.repeats, s.median) for s in summaries] == [("c", 3, 2.0), ("c", 3, 20.0)]

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 
 from cropbench.config import CropConfig, Track1Case, plate_preset
 from cropbench.records import Record
-from cropbench.tracks import RunContext
-from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, VALIDITY_FLAGS, preset_cases, run_case, run_track1
+from cropbench.tracks import RunContext, run_tracks
+from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, VALIDITY_FLAGS, Track1, preset_cases, run_case
 
 
 def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> None:
@@ -35,16 +34,15 @@ def test_transform_tiers_record_the_io_split(tiny_plate: Path) -> None:
 
 def test_runner_emits_one_complete_record_per_case_and_resume_skips(tiny_plate: Path) -> None:
     emitted: list[Record] = []
-    context = RunContext(environment={"python": "x"}, thread_settings={"torch_threads": 1},
-                         emit=emitted.append, samples=30)
+    context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1}, samples=30)
     cases = preset_cases("smoke", 30)
-    assert run_track1(tiny_plate, "smoke", context) == len(cases)
+    assert len(run_tracks([Track1()], "smoke", context, emitted.append)) == len(cases)
     assert [r.case for r in emitted] == [c.label for c in cases]
     assert emitted[0].config["crop"]["crop_size"] == 96 and emitted[0].config["threads"]["torch_threads"] == 1
-    skip = frozenset(r.key for r in emitted[:3])
+    assert len({r.case_id for r in emitted}) == len(cases) and all(r.config["layout"] for r in emitted)
     again: list[Record] = []
-    resumed = dataclasses.replace(context, emit=again.append, skip=skip)
-    assert run_track1(tiny_plate, "smoke", resumed) == len(cases) - 3
+    done = frozenset(r.key for r in emitted[:3])
+    assert len(run_tracks([Track1()], "smoke", context, again.append, done=done)) == len(cases) - 3
 
 
 def test_full_preset_covers_the_required_grid() -> None:

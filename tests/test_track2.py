@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,16 @@ from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
 from cropbench.records import Record
 from cropbench.report.plots import plot_results
-from cropbench.tracks import RunContext, track2
+from cropbench.tracks import RunContext, run_tracks, track2
 from cropbench.tracks.track2 import (
     GPU_BATCH,
     GPU_STEADY_BATCHES,
+    Track2,
     Track2Case,
     crosscheck,
     persistent_gain,
     preset_cases,
     run_case,
-    run_track2,
 )
 
 CROP = CropConfig(crop_size=32)
@@ -138,10 +137,9 @@ def test_gpu_preset_times_whole_rounds_at_the_gpu_batch(monkeypatch: pytest.Monk
 @pytest.mark.slow
 def test_runner_every_row_passes_the_crosscheck_and_plots(tiny_plate: Path, tmp_path: Path) -> None:
     emitted: list[Record] = []
-    context = RunContext(environment={"python": "x"}, thread_settings={"torch_threads": 1},
-                         emit=emitted.append, samples=64)
+    context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1}, samples=64)
     cases = preset_cases("smoke", 64)
-    assert run_track2(tiny_plate, "smoke", context) == len(cases)
+    assert len(run_tracks([Track2()], "smoke", context, emitted.append)) == len(cases)
     assert [r.case for r in emitted] == [c.label for c in cases]
     for record in emitted:
         assert record.metrics["crosscheck_ok"] is True, (record.case, record.metrics["crosscheck_ratio"])
@@ -151,5 +149,5 @@ def test_runner_every_row_passes_the_crosscheck_and_plots(tiny_plate: Path, tmp_
     paths = plot_results(emitted, tmp_path)
     assert {p.name for p in paths} >= {"track2_workers_scaling.png", "track2_first_batch.png"}
     again: list[Record] = []
-    resumed = dataclasses.replace(context, emit=again.append, skip=frozenset(r.key for r in emitted[:-1]))
-    assert run_track2(tiny_plate, "smoke", resumed) == 1
+    done = frozenset(r.key for r in emitted[:-1])
+    assert len(run_tracks([Track2()], "smoke", context, again.append, done=done)) == 1

@@ -15,16 +15,16 @@ from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
 from cropbench.records import Record
 from cropbench.report.plots import plot_results
-from cropbench.tracks import RunContext
+from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.track3 import (
     AU_THRESHOLD,
+    Track3,
     Track3Case,
     WorkerSearch,
     compute_key,
     preset_items,
     run_case,
     run_search,
-    run_track3,
 )
 
 CROP = CropConfig(crop_size=32, tier="light")
@@ -211,10 +211,9 @@ def test_presets_answer_the_questions_of_the_issues() -> None:
 @pytest.mark.slow
 def test_runner_emits_rows_and_search_summaries_that_plot(tiny_plate: Path, tmp_path: Path) -> None:
     emitted: list[Record] = []
-    context = RunContext(environment={"python": "x"}, thread_settings={"torch_threads": 1},
-                         emit=emitted.append, samples=16)
-    written = run_track3(tiny_plate, "smoke", context)
-    assert written == len(emitted) >= len(preset_items("smoke"))
+    context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1}, samples=16)
+    written = run_tracks([Track3()], "smoke", context, emitted.append)
+    assert written == emitted and len(emitted) >= len(preset_items("smoke"))
     summaries = [r for r in emitted if r.case.endswith("/min-workers")]
     assert len(summaries) == 1 and summaries[0].metrics["tried_workers"][0] == 0
     rows = [r for r in emitted if not r.case.endswith("/min-workers")]
@@ -222,8 +221,7 @@ def test_runner_emits_rows_and_search_summaries_that_plot(tiny_plate: Path, tmp_
     names = {p.name for p in plot_results(emitted, tmp_path)}
     assert {"track3_step_and_wait.png", "track3_workers.png"} <= names
     again: list[Record] = []
-    resumed = dataclasses.replace(context, emit=again.append, skip=frozenset(r.key for r in emitted))
-    assert run_track3(tiny_plate, "smoke", resumed) == 0
+    assert run_tracks([Track3()], "smoke", context, again.append, done=frozenset(r.key for r in emitted)) == []
 
 
 @pytest.mark.gpu

@@ -33,6 +33,7 @@ _PUBLIC: dict[str, str] = {
     "CropDataset": "cropbench.data.dataset", "PairedViews": "cropbench.data.dataset",
     "GroupedSampler": "cropbench.data.sampling", "RandomObjectSampler": "cropbench.data.sampling",
     "sampler_for": "cropbench.data.sampling",
+    "run": "cropbench.api",
 }
 
 __all__ = ["__version__", *sorted(_PUBLIC)]

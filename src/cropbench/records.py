@@ -28,6 +28,9 @@ from typing import Any
 from cropbench.errors import OutputError
 
 SCHEMA_VERSION = 1
+#: File names of a results directory: the records, and their CSV export.
+RESULTS_NAME = "results.jsonl"
+CSV_NAME = "results.csv"
 
 
 @dataclass(frozen=True)

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import re
+import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
-from cropbench.errors import OutputError  # noqa: E402
+from cropbench.errors import CropbenchError, OutputError  # noqa: E402
 from cropbench.records import Record  # noqa: E402
 
 FigureMaker = Callable[[Sequence[Record], Path], Path | None]
@@ -24,6 +27,53 @@ def _by_track(records: Sequence[Record], track: str) -> list[Record]:
 
 def _label(record: Record) -> str:
     return record.case + (f" #{record.repeat}" if record.repeat else "")
+
+
+def runs_in(records: Sequence[Record]) -> list[str]:
+    """Run ids in the order their first row was written."""
+    return list(dict.fromkeys(r.run_id for r in records))
+
+
+def latest_runs(records: Sequence[Record]) -> list[Record]:
+    """Per track, the rows of the last run that wrote that track: figures never mix runs unasked.
+
+    A track whose every row has its own run id (rows written before one id named a whole
+    invocation) cannot be split into runs and is kept whole.
+    """
+    latest = {r.track: r.run_id for r in records}
+    per_row = {track for track in latest
+               if len({r.run_id for r in records if r.track == track}) == sum(r.track == track for r in records)}
+    return [r for r in records if r.track in per_row or latest[r.track] == r.run_id]
+
+
+def label_runs(records: Sequence[Record]) -> list[Record]:
+    """Each row's label and config name its run, so overlaid runs are told apart and never pooled."""
+    if len(runs_in(records)) < 2:
+        return list(records)
+    return [dataclasses.replace(r, case=f"{r.case} [run {r.run_id}]", config={**r.config, "run": r.run_id})
+            for r in records]
+
+
+#: A reader cache at least this large relative to the decoded plate holds all of it.
+FULLY_CACHED = 1.0
+
+
+def fully_cached(record: Record) -> bool | None:
+    """Whether the row's reader cache held the whole decoded plate; None when it cannot be told."""
+    fraction = record.metrics.get("cache_fraction_of_plate")
+    if fraction is not None:
+        return bool(fraction >= FULLY_CACHED)
+    crop, plate = record.config.get("crop", {}), record.config.get("plate")
+    if crop.get("decode") != "direct" or not plate:
+        return None
+    from cropbench.formats import read_plate_metadata
+
+    try:
+        metadata = read_plate_metadata(plate)
+    except (CropbenchError, OSError):
+        return None
+    decoded = int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize * len(metadata.fields)
+    return bool(crop.get("chunk_cache_bytes", 0) >= FULLY_CACHED * decoded)
 
 
 def _save(figure: plt.Figure, path: Path) -> Path:
@@ -39,19 +89,31 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     if not rows:
         return None
     labels = [_label(r) for r in rows]
-    height = max(3.0, 0.32 * len(rows) + 1.5)
+    height = max(3.0, 0.32 * len(rows) + 1.8)
     figure, (left, right) = plt.subplots(1, 2, figsize=(14, height), sharey=True)
     positions = np.arange(len(rows))
-    left.barh(positions, [r.metrics.get("p95_ms", np.nan) for r in rows], color="tab:red")
+    flagged = [bool(r.metrics.get("validity_flags")) for r in rows]
+    left.barh(positions, [r.metrics.get("p95_ms", np.nan) for r in rows],
+              color=["lightgray" if f else "tab:red" for f in flagged])
     left.set_yticks(positions, labels, fontsize=8)
     left.invert_yaxis()
-    left.set_xlabel("p95 __getitem__ latency (ms)")
+    left.set_xlabel("p95 __getitem__ latency (ms, log scale)")
     left.set_title("Track 1 p95 latency (lower is better)")
-    right.barh(positions, [r.metrics.get("samples_per_s", np.nan) for r in rows], color="tab:blue")
-    right.set_xlabel("samples/s, one process")
+    rates = [r.metrics.get("samples_per_s", np.nan) for r in rows]
+    right.barh(positions, rates, color=["lightgray" if f else "tab:blue" for f in flagged])
+    right.set_xlabel("samples/s, one process (log scale)")
     right.set_title("Track 1 throughput (higher is better)")
+    for position, record, rate in zip(positions, rows, rates, strict=True):
+        if record.metrics.get("validity_flags"):
+            right.text(rate * 1.1, position, "flags: " + ", ".join(record.metrics["validity_flags"]),
+                       va="center", fontsize=7, color="dimgray")
+    if any(flagged):
+        right.legend(handles=[Patch(color="lightgray", label="flagged row (see the summary): not a measurement")],
+                     fontsize=8, loc="lower right")
     for axis in (left, right):
-        axis.grid(axis="x", alpha=0.3)
+        axis.set_xscale("log")
+        axis.grid(axis="x", which="both", alpha=0.3)
+    right.set_xlim(right=max(np.nanmax(np.asarray(rates, dtype=float)), 1.0) * (30 if any(flagged) else 2))
     return _save(figure, out_dir / "track1_latency_throughput.png")
 
 
@@ -73,22 +135,53 @@ def track1_cdf(records: Sequence[Record], out_dir: Path) -> Path | None:
     return _save(figure, out_dir / "track1_latency_cdf.png")
 
 
+#: Items in the warm-up curve's rolling median.
+ROLLING_ITEMS = 5
+#: The warm-up is over at the first item from which the rolling median stays within this factor of the steady p50.
+STEADY_BAND = 1.5
+
+
+def rolling_median(values: Sequence[float], window: int = ROLLING_ITEMS) -> np.ndarray:
+    """Median of each item and the ``window - 1`` before it (fewer at the start)."""
+    data = np.asarray(values, dtype=np.float64)
+    return np.array([np.median(data[max(0, i - window + 1):i + 1]) for i in range(len(data))])
+
+
+def steady_from(curve: Sequence[float], steady_p50: float, band: float = STEADY_BAND) -> int | None:
+    """First item (1-based) from which the rolling median stays within ``band`` × the steady p50; None if never."""
+    inside = rolling_median(curve) <= band * steady_p50
+    for start in range(len(inside)):
+        if inside[start:].all():
+            return start + 1
+    return None
+
+
 def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
-    """First-k latencies against the steady-state p50 (flat and low is better)."""
-    rows = [r for r in _by_track(records, "1") if r.metrics.get("warmup_ms")]
+    """How many items until steady state: each case's warm-up, its rolling median, and where it settles."""
+    rows = [r for r in _by_track(records, "1") if r.metrics.get("warmup_ms") and r.metrics.get("p50_ms")]
     if not rows:
         return None
-    figure, axis = plt.subplots(figsize=(10, 6))
-    for record in rows:
-        curve = record.metrics["warmup_ms"]
-        line = axis.plot(np.arange(1, len(curve) + 1), curve, label=_label(record))[0]
-        axis.axhline(record.metrics.get("p50_ms", np.nan), color=line.get_color(), linestyle=":", linewidth=1)
+    figure, axis = plt.subplots(figsize=(11, 6.5))
+    for number, record in enumerate(rows):
+        color = plt.get_cmap("tab10")(number % 10)
+        curve, steady = record.metrics["warmup_ms"], record.metrics["p50_ms"]
+        items = np.arange(1, len(curve) + 1)
+        settles = steady_from(curve, steady)
+        axis.plot(items, curve, color=color, alpha=0.25, linewidth=0.8)
+        axis.plot(items, rolling_median(curve), color=color, linewidth=2,
+                  label=f"{_label(record)}: steady from item {settles}" if settles else
+                  f"{_label(record)}: not steady within {len(curve)} items")
+        axis.axhline(steady, color=color, linestyle=":", linewidth=1)
+        if settles:
+            axis.scatter([settles], [rolling_median(curve)[settles - 1]], color=color, marker="v", s=60, zorder=3)
     axis.set_yscale("log")
     axis.set_xlabel("item number after the cold pass")
-    axis.set_ylabel("latency (ms, log scale); dotted: steady p50")
-    axis.set_title("Track 1 warm-up curve (lower is better)")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, loc="upper right")
+    axis.set_ylabel("__getitem__ latency (ms, log scale)")
+    axis.set_title(f"Track 1 warm-up: thin = each item, thick = rolling median of {ROLLING_ITEMS}, dotted = steady "
+                   f"p50;\n▼ = steady state starts (rolling median within {STEADY_BAND}× steady p50 from there on)",
+                   fontsize=10)
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     return _save(figure, out_dir / "track1_warmup.png")
 
 
@@ -184,9 +277,30 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     return _save(figure, out_dir / "peers_comparison.png")
 
 
-def _sweep_key(case: str) -> str:
-    """A case label without its ``w<N>`` and ``b<N>`` parts: the rows of one worker × batch sweep."""
-    return "/".join(part for part in case.split("/") if not re.fullmatch(r"[wb]\d+", part))
+#: Loader knobs a sweep varies: rows equal in every other config field are one sweep.
+SWEPT_LOADER_KNOBS = ("num_workers", "batch_size")
+#: Loader knobs named in a panel's title when they differ from these defaults.
+LOADER_DEFAULTS: dict[str, Any] = {
+    "pin_memory": False, "persistent_workers": False, "prefetch_factor": None, "collate": "default",
+    "start_method": "fork",
+}
+
+
+def sweep_key(config: dict[str, Any]) -> str:
+    """The config without the swept loader knobs and the repeat's seed: the key of one worker × batch sweep."""
+    rest = {key: value for key, value in config.items() if key != "seed"}
+    rest["loader"] = {k: v for k, v in config.get("loader", {}).items() if k not in SWEPT_LOADER_KNOBS}
+    return json.dumps(rest, sort_keys=True, default=str)
+
+
+def describe_loading(config: dict[str, Any]) -> str:
+    """A title from config fields: source, access, decode, tier, dtype, and loader knobs off their default."""
+    crop, loader = config.get("crop", {}), config.get("loader", {})
+    parts = [str(config[key]) for key in ("model", "workload", "source", "access") if key in config]
+    parts += [str(crop[key]) for key in ("decode", "tier", "dtype") if key in crop]
+    parts += [f"amp-{config['amp']}"] if "amp" in config else []
+    parts += [f"{key}={loader[key]}" for key, default in LOADER_DEFAULTS.items() if loader.get(key, default) != default]
+    return "/".join(parts)
 
 
 def _median(rows: Sequence[Record], metric: str) -> float:
@@ -201,7 +315,7 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
         loader = record.config.get("loader", {})
         if "num_workers" not in loader or "samples_per_s" not in record.metrics:
             continue
-        by_batch = sweeps.setdefault(_sweep_key(record.case), {}).setdefault(int(loader["batch_size"]), {})
+        by_batch = sweeps.setdefault(sweep_key(record.config), {}).setdefault(int(loader["batch_size"]), {})
         by_batch.setdefault(int(loader["num_workers"]), []).append(record)
     panels = {key: lines for key, lines in sweeps.items() if any(len(points) >= 2 for points in lines.values())}
     if not panels:
@@ -220,8 +334,17 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
         axis.set_xlabel("num_workers (0 = loading in the main process)")
         axis.set_ylabel("samples/s")
         axis.set_ylim(bottom=0)
-        axis.set_title(f"Track 2 samples/s vs num_workers (higher is better)\n{key}", fontsize=9)
+        title = describe_loading(json.loads(key))
+        axis.set_title(f"Track 2 samples/s vs num_workers (higher is better)\n{title}", fontsize=9)
         axis.grid(alpha=0.3)
+        panel_rows = [r for points in lines.values() for rows_at in points.values() for r in rows_at]
+        runs = sorted({str(r.config["run"]) for r in panel_rows if "run" in r.config})
+        if runs:
+            axis.set_title(f"{axis.get_title()} [run {', '.join(runs)}]", fontsize=9)
+        if any(fully_cached(r) for r in panel_rows):
+            axis.text(0.02, 0.03, "the reader's cache holds the whole plate: each read is a cache hit, so\n"
+                      "handing batches between processes, not reading, sets the pace",
+                      transform=axis.transAxes, fontsize=7, color="dimgray", va="bottom")
         axis.legend(fontsize=7)
     for axis in list(axes.flat)[len(panels):]:
         axis.set_visible(False)
@@ -241,7 +364,8 @@ def track2_first_batch(records: Sequence[Record], out_dir: Path) -> Path | None:
               color="tab:orange", label="epoch 2")
     axis.set_yticks(positions, [_label(r) for r in rows], fontsize=8)
     axis.invert_yaxis()
-    axis.set_xlabel("ms from iter(loader) to the first batch in hand (worker start-up included)")
+    axis.set_xscale("log")
+    axis.set_xlabel("ms from iter(loader) to the first batch in hand (worker start-up included; log scale)")
     axis.set_title("Track 2 first-batch latency (lower is better)")
     axis.grid(axis="x", alpha=0.3)
     axis.legend(fontsize=8, loc="lower right")
@@ -262,17 +386,20 @@ def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
                  color="black", zorder=3, label="compute-only p50")
     left.set_yticks(positions, [_label(r) for r in rows], fontsize=8)
     left.invert_yaxis()
-    left.set_xlabel("ms per step")
+    left.set_xscale("log")
+    left.set_xlabel("ms per step (log scale)")
     left.set_title("Track 3 step time p50 (lower is better)")
     left.legend(fontsize=8, loc="upper center", bbox_to_anchor=below, ncol=2)
     wait = [100 * r.metrics.get("data_wait_fraction", np.nan) for r in rows]
-    right.barh(positions, wait, color=["tab:green" if w < 10 else "tab:red" for w in wait], label="data wait")
-    right.scatter([100 * r.metrics.get("stall_crosscheck", np.nan) for r in rows], positions, marker="x",
-                  color="black", zorder=3, label="(step − compute-only) / step")
-    right.axvline(10, color="gray", linestyle=":", label="10%: accelerator >= 90% busy")
-    right.set_xlabel("% of step time blocked on data (next() + host-to-device copy)")
+    right.barh(positions, wait, color=["tab:green" if w < 10 else "tab:red" for w in wait])
+    crosscheck = right.scatter([100 * r.metrics.get("stall_crosscheck", np.nan) for r in rows], positions,
+                               marker="x", color="black", zorder=3, label="(step − compute-only) / step")
+    threshold = right.axvline(10, color="gray", linestyle=":", label="10%: the model's device >= 90% busy")
+    right.set_xlabel("% of step time blocked on data (next() + copy to the model's device, if any)")
     right.set_title("Track 3 data-wait fraction (lower is better)")
-    right.legend(fontsize=8, loc="upper center", bbox_to_anchor=below, ncol=3)
+    right.legend(handles=[Patch(color="tab:green", label="data wait < 10%: fed"),
+                          Patch(color="tab:red", label="data wait >= 10%: waits on data"), crosscheck, threshold],
+                 fontsize=8, loc="upper center", bbox_to_anchor=below, ncol=2)
     for axis in (left, right):
         axis.grid(axis="x", alpha=0.3)
     return _save(figure, out_dir / "track3_step_and_wait.png")
@@ -287,7 +414,7 @@ def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
     for color, record in zip(plt.cm.tab10.colors, searches, strict=False):
         workers = record.metrics["tried_workers"]
         answer = record.metrics.get("min_workers")
-        search = _sweep_key(_label(record)).replace("/w*", "").removesuffix("/min-workers")
+        search = describe_loading(record.config.get("case", {}))
         name = f"{search} → min workers: {answer if answer is not None else 'not reached'}"
         left.plot(workers, [100 * v for v in record.metrics["data_wait_fraction_by_workers"]], marker="o",
                   color=color, label=name)
@@ -316,8 +443,12 @@ FIGURES: list[FigureMaker] = [track1_bars, track1_cdf, track1_warmup, layouts_co
                               track2_scaling, track2_first_batch, track3_bars, track3_workers]
 
 
-def plot_results(records: Sequence[Record], out_dir: str | Path) -> list[Path]:
-    """Draw every figure the records allow into ``out_dir``; returns the files written."""
+def plot_results(records: Sequence[Record], out_dir: str | Path, all_runs: bool = False) -> list[Path]:
+    """Draw every figure the records allow into ``out_dir``; returns the files written.
+
+    By default each track's figures show its latest run only; ``all_runs`` overlays every run,
+    each row labelled with its run id (never averaged across runs).
+    """
     destination = Path(out_dir)
     try:
         destination.mkdir(parents=True, exist_ok=True)
@@ -325,4 +456,5 @@ def plot_results(records: Sequence[Record], out_dir: str | Path) -> list[Path]:
         raise OutputError(f"cannot create plot directory {destination}: {error.strerror or error}") from error
     if not records:
         raise OutputError("no records to plot")
-    return [path for maker in FIGURES if (path := maker(records, destination)) is not None]
+    chosen = label_runs(records) if all_runs else latest_runs(records)
+    return [path for maker in FIGURES if (path := maker(chosen, destination)) is not None]

@@ -47,13 +47,18 @@ def bootstrap_median_interval(values: Sequence[float], seed: int = 0) -> tuple[f
 def summarise_repeats(
     records: Iterable[Record], metric: str = "samples_per_s", cv_limit: float = CV_LIMIT,
 ) -> list[RepeatSummary]:
-    """Group records by (track, case) and summarise ``metric`` over the repeats."""
+    """Group records by (track, case identity) and summarise ``metric`` over the repeats.
+
+    The identity (``Record.case_id``) holds the config, plate and layout, so repeats measured on
+    different plates never pool; rows written before it existed fall back to the label.
+    """
     groups: dict[tuple[str, str], list[Record]] = {}
     for record in records:
         if metric in record.metrics and record.metrics[metric] is not None:
-            groups.setdefault((record.track, record.case), []).append(record)
+            groups.setdefault((record.track, record.case_id or f"label:{record.case}"), []).append(record)
     summaries = []
-    for (track, case), rows in groups.items():
+    for (track, _), rows in groups.items():
+        case = rows[0].case
         values = [float(r.metrics[metric]) for r in rows]
         mean = float(np.mean(values))
         cv = float(np.std(values, ddof=1) / mean) if len(values) > 1 and mean else 0.0
@@ -74,13 +79,24 @@ def summarise_repeats(
     return summaries
 
 
+def numeric_metrics(records: Iterable[Record]) -> list[str]:
+    """Names of the metrics that hold a number in at least one record, sorted."""
+    return sorted({key for r in records for key, value in r.metrics.items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool)})
+
+
 def format_repeat_summary(summaries: Sequence[RepeatSummary]) -> str:
-    """A plain-text table: case, repeats, median [95 % CI], CV, warnings."""
+    """A plain-text table: case, repeats, median [95 % CI], CV, warnings.
+
+    With one repeat there is no interval and no spread to show: both columns print "-".
+    """
     if not summaries:
-        return "no repeated metric to summarise"
+        return "no row holds this metric"
     lines = [f"{'track/case':60s} {'n':>3s} {'median':>12s} {'95% CI':>25s} {'CV':>7s}  warnings"]
     for s in summaries:
-        interval = f"[{s.ci_low:,.1f}, {s.ci_high:,.1f}]"
+        several = s.repeats > 1
+        interval = f"[{s.ci_low:,.1f}, {s.ci_high:,.1f}]" if several else "-"
+        cv = f"{s.cv:7.1%}" if several else f"{'-':>7s}"
         lines.append(f"{(s.track + ' ' + s.case)[:60]:60s} {s.repeats:3d} {s.median:12,.1f} {interval:>25s} "
-                     f"{s.cv:7.1%}  {'; '.join(s.warnings)}")
+                     f"{cv}  {'; '.join(s.warnings)}")
     return "\n".join(lines)

@@ -1,18 +1,17 @@
-"""The benchmark tracks; each runner takes (plate, preset, RunContext) and returns rows written."""
+"""The benchmark tracks, run by one loop (:mod:`cropbench.tracks.runner`) on one plate (:class:`RunContext`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from cropbench.tracks.context import RunContext
-from cropbench.tracks.track1 import run_track1
-from cropbench.tracks.track2 import run_track2
-from cropbench.tracks.track3 import run_track3
+from cropbench.tracks.peers import Peers
+from cropbench.tracks.runner import Row, Track, case_identity, run_tracks
+from cropbench.tracks.track1 import Track1
+from cropbench.tracks.track2 import Track2
+from cropbench.tracks.track3 import Track3
 
-TrackRunner = Callable[[str | Path, str, RunContext], int]
+#: Track name → a fresh track (tracks keep per-run state, such as Track 3's shared baselines).
+TRACKS: dict[str, Callable[[], Track]] = {"1": Track1, "2": Track2, "3": Track3, "peers": Peers}
 
-#: Track number → runner.
-TRACK_RUNNERS: dict[str, TrackRunner] = {"1": run_track1, "2": run_track2, "3": run_track3}
-
-__all__ = ["TRACK_RUNNERS", "RunContext", "TrackRunner"]
+__all__ = ["TRACKS", "Row", "RunContext", "Track", "case_identity", "run_tracks"]

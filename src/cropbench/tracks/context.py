@@ -1,44 +1,84 @@
-"""What every track runner receives: where records go, what to skip, and shared settings."""
+"""The plate a run measures: its metadata, object table and identity, and the datasets built on it.
+
+Every track gets its datasets from here, so an object table given with ``--objects`` reaches every
+track (none can forget it), and every record names the same plate fingerprint and layout.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from cropbench.records import Record
+from cropbench.config import CropConfig
+from cropbench.data.dataset import CropDataset
+from cropbench.formats import PlateReader, layout_label, plate_objects, read_plate_metadata, supported_decodes
+from cropbench.formats.base import PlateMetadata
+from cropbench.objects import ObjectTable
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class RunContext:
-    """Shared by all tracks of one ``cropbench run``.
+    """Shared by all tracks of one run.
 
-    ``emit`` receives each record as soon as it is measured (the CLI writes it durably);
-    ``skip`` holds the (track, case, repeat) keys already recorded, for ``--resume``;
-    ``objects`` is the object table to use instead of the plate's bundled one.
+    ``objects`` is an object table file to use instead of the plate's bundled one; ``samples``
+    overrides each preset's sample count; ``report`` receives progress messages.
     """
 
-    environment: dict[str, Any]
-    thread_settings: dict[str, Any]
-    emit: Callable[[Record], None]
-    skip: frozenset[tuple[str, str, int]] = field(default_factory=frozenset)
-    repeats: int = 1
+    plate: Path
+    environment: dict[str, Any] = field(default_factory=dict)
+    thread_settings: dict[str, Any] = field(default_factory=dict)
+    objects: Path | None = None
     samples: int | None = None
     report: Callable[[str], None] | None = None
-    objects: Path | None = None
 
-    def should_skip(self, track: str, case: str, repeat: int) -> bool:
-        return (track, case, repeat) in self.skip
+    def __post_init__(self) -> None:
+        self.plate = Path(self.plate)
+        self.metadata: PlateMetadata = read_plate_metadata(self.plate)
+        self.object_table: ObjectTable | None = None
+        if self.objects is not None:
+            only = self.metadata.fields[0] if len(self.metadata.fields) == 1 else None
+            self.object_table = plate_objects(self.objects, (only.well, only.field) if only else None)
 
-    def decode_applies(self, plate: str | Path, decode: str) -> bool:
-        """Whether the plate's layout offers the decode path; tracks skip the cases it lacks."""
-        from cropbench.formats import read_plate_metadata, supported_decodes
+    @property
+    def layout(self) -> str:
+        """The layout the plate was written in (its writer's label), or its format."""
+        return layout_label(self.metadata)
 
-        applies = decode in supported_decodes(read_plate_metadata(plate))
-        if not applies:
-            self.progress(f"decode {decode} does not apply to the layout of {plate}: skipped")
-        return applies
+    @property
+    def decodes(self) -> tuple[str, ...]:
+        return supported_decodes(self.metadata)
+
+    def dataset(
+        self, crop: CropConfig, plate: str | Path | None = None, reader: PlateReader | None = None,
+    ) -> CropDataset:
+        """A dataset over the run's plate (or ``plate``, a rewrite of it) with the run's object table."""
+        return CropDataset(plate or self.plate, crop, objects=self.object_table, reader=reader)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """What identifies the plate's content: name, fields, shapes, layout, stored bytes, object table.
+
+        Paths and modification times are left out, so a copied plate is the same plate; a
+        regenerated or re-imported one differs in its bytes on disk or its table.
+        """
+        metadata = self.metadata
+        stored = sum(os.path.getsize(Path(root) / name) for root, _, names in os.walk(self.plate) for name in names) \
+            if self.plate.is_dir() else self.plate.stat().st_size
+        document = {
+            "name": metadata.name, "format": metadata.layout, "layout": self.layout, "dtype": metadata.dtype,
+            "field_shape": list(metadata.field_shape), "channels": list(metadata.channel_names),
+            "fields": [[info.well, info.field] for info in metadata.fields], "stored_bytes": stored,
+        }
+        hasher = hashlib.sha256(json.dumps(document, sort_keys=True).encode())
+        if self.objects is not None:
+            hasher.update(self.objects.read_bytes())
+        return hasher.hexdigest()[:16]
 
     def progress(self, message: str) -> None:
         if self.report is not None:

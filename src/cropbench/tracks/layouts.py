@@ -14,20 +14,20 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import statistics
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cropbench.config import DECODE_PATHS, LAYOUT_GRID, OPTIONAL_LAYOUTS, CropConfig, layout_by_name
-from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
 from cropbench.formats import supported_decodes
 from cropbench.measure.protocol import time_each, time_loop
 from cropbench.plates.convert import convert_plate
 from cropbench.plates.generate import GeneratedPlate
-from cropbench.records import Record
+from cropbench.tracks.context import RunContext
+from cropbench.tracks.runner import Row
 
 CEILING = "memmap"
 ACCESSES = {"random": "random", "grouped": "grouped-field"}
@@ -72,14 +72,14 @@ class LayoutComparison:
         return [CEILING, *(name for name in dict.fromkeys(self.layouts) if name != CEILING)]
 
 
-def measure_layout(plate: str | Path, comparison: LayoutComparison) -> dict[str, Any]:
-    """Random and grouped crops/s and read amplification of one plate (whatever its layout)."""
+def measure_layout(plate: str | Path, comparison: LayoutComparison, context: RunContext) -> dict[str, Any]:
+    """Random and grouped crops/s and read amplification of ``plate`` (a rewrite of the run's plate)."""
     metrics: dict[str, Any] = {}
     decode = comparison.decode if comparison.decode in supported_decodes(plate) else "field"
     metrics["decode"] = decode
     config = CropConfig(crop_size=comparison.crop_size, dtype="uint16", decode=decode, seed=comparison.seed)
     for label, access in ACCESSES.items():
-        dataset = CropDataset(plate, config)
+        dataset = context.dataset(config, plate)
         indices = access_order(dataset, access, comparison.warmup + comparison.samples, comparison.seed)
         warm, timed = indices[: comparison.warmup], indices[comparison.warmup:]
         time_each(dataset.__getitem__, warm)
@@ -93,44 +93,66 @@ def measure_layout(plate: str | Path, comparison: LayoutComparison) -> dict[str,
         dataset.reader.close()
     metrics["objects"] = len(dataset)
     if "as-py" in supported_decodes(plate):
-        dataset = CropDataset(plate, config.replace(decode="as-py"))
+        dataset = context.dataset(config.replace(decode="as-py"), plate)
         timed = access_order(dataset, "random", AS_PY_SAMPLES, comparison.seed)
         metrics["as_py_random_crops_per_s"] = len(timed) / time_loop(dataset.__getitem__, timed)
     return metrics
 
 
-def compare_layouts(
-    source: str | Path, work_dir: str | Path, comparison: LayoutComparison, environment: dict[str, Any],
-    emit: Callable[[Record], None], keep: bool = False, progress: Callable[[str], None] | None = None,
-) -> list[Record]:
-    """Convert ``source`` into each layout under ``work_dir``, measure it, emit one record per layout."""
-    work = Path(work_dir)
-    records: list[Record] = []
-    ceiling: dict[str, Any] = {}
-    for name in comparison.ordered():
-        if progress:
-            progress(f"{name}: writing")
+@dataclass(frozen=True)
+class LayoutCase:
+    """One layout of a comparison: the plate rewritten in it, then measured."""
+
+    layout_name: str
+    comparison: LayoutComparison
+
+    @property
+    def label(self) -> str:
+        return self.layout_name
+
+
+class Layouts:
+    """Track ``layouts`` for the runner: the run's plate rewritten into each layout under ``work_dir``.
+
+    The memory-mapped ceiling runs first; every later row records its ratios to it.
+    """
+
+    name = "layouts"
+
+    def __init__(self, comparison: LayoutComparison, work_dir: str | Path, keep: bool = False) -> None:
+        self.comparison = comparison
+        self.work_dir = Path(work_dir)
+        self.keep = keep
+        self.ceiling: dict[str, Any] = {}
+
+    def cases(self, preset: str, context: RunContext) -> list[LayoutCase]:
+        return [LayoutCase(name, self.comparison) for name in self.comparison.ordered()]
+
+    def decode(self, case: LayoutCase) -> None:
+        return None  # a layout without the decode path is measured with ``field``
+
+    def measure(self, case: LayoutCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        name, comparison = case.layout_name, case.comparison
+        context.progress(f"{name}: writing")
         layout = layout_by_name(name)
-        converted = convert_plate(source, work / name, layout, overwrite=True)
-        if progress:
-            progress(f"{name}: reading")
-        metrics = {**_size_metrics(converted), **measure_layout(converted.path, comparison)}
+        converted = convert_plate(context.plate, self.work_dir / name, layout, overwrite=True)
+        context.progress(f"{name}: reading")
+        metrics = {**_size_metrics(converted), **measure_layout(converted.path, comparison, context)}
         if name == CEILING:
-            ceiling = metrics
-        for label in ACCESSES:
-            metrics[f"{label}_ratio_to_memmap"] = metrics[f"{label}_crops_per_s"] / ceiling[f"{label}_crops_per_s"]
-        metrics["size_ratio_to_memmap"] = metrics["stored_bytes"] / ceiling["stored_bytes"]
+            self.ceiling = metrics
+        if self.ceiling:
+            for label in ACCESSES:
+                metrics[f"{label}_ratio_to_memmap"] = (
+                    metrics[f"{label}_crops_per_s"] / self.ceiling[f"{label}_crops_per_s"]
+                )
+            metrics["size_ratio_to_memmap"] = metrics["stored_bytes"] / self.ceiling["stored_bytes"]
         config = {
             "layout_name": name, "layout": dataclasses.asdict(layout), "layout_label": layout.label,
-            "source_plate": str(Path(source).resolve()), "comparison": dataclasses.asdict(comparison),
+            "source_plate": str(context.plate.resolve()), "comparison": dataclasses.asdict(comparison),
         }
-        record = Record(track="layouts", case=name, config=config, metrics=metrics, environment=environment,
-                        seed=comparison.seed)
-        emit(record)
-        records.append(record)
-        if not keep:
+        if not self.keep:
             shutil.rmtree(converted.path)
-    return records
+        yield Row(case, config, metrics, comparison.seed)
 
 
 def _size_metrics(converted: GeneratedPlate) -> dict[str, Any]:

@@ -21,9 +21,9 @@ with torch's ``default_collate``. Peers read pixels their own way; they take onl
 
 A peer whose optional extra is missing (``pip install 'cropbench[peers]'``), or that does not
 apply to the plate's layout, raises :class:`cropbench.errors.PeerUnavailableError`;
-:func:`run_peers` records it as a skipped row with the reason.
+:class:`Peers` records it as a skipped row with the reason.
 
-Rows (:func:`run_peers`, ``cropbench run --peers``) are track ``"peers"``: one per loader, the
+Rows (:class:`Peers`, ``cropbench run --peers``) are track ``"peers"``: one per loader, the
 cropbench paths (``cropbench-zarr``, ``cropbench-direct``, ``cropbench-field``) first, then each
 peer, all on one seeded random order of the same objects, in one process with the plate's files
 read into the page cache first (each row records ``resident_after``), with each row's ``ratio_to_direct``
@@ -55,13 +55,15 @@ from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, OutputError, PeerUnavailableError
-from cropbench.formats import layout_label, open_plate, supported_decodes
+from cropbench.formats import open_plate
 from cropbench.measure.protocol import load_into_page_cache, resident_fraction, time_each
-from cropbench.records import Record
 from cropbench.tracks.context import RunContext
+from cropbench.tracks.runner import Row
 from cropbench.tracks.track1 import steady_state
 
 TRACK = "peers"
+#: cropbench's own decode paths, measured before the peers (direct first: the others' denominator).
+CROPBENCH_DECODES = ("direct", "zarr", "field")
 #: Fewest steady samples per loader, however slow it is (p50 is still meaningful).
 MIN_SAMPLES = 20
 
@@ -583,86 +585,111 @@ def measure_loader(
     }
 
 
-def run_peers(
-    plate: str | Path, preset: str, context: RunContext, comparison: PeerComparison | None = None,
-    work_dir: Path | None = None,
-) -> int:
-    """Measure cropbench's decode paths, then every peer, on the same objects; one row each.
+@dataclass(frozen=True)
+class PeerCase:
+    """One loader of a side-by-side run: ``cropbench-<decode>`` or a peer's name."""
 
-    Returns the rows written (skipped peers included: their row says why).
+    loader: str
+    comparison: PeerComparison
+
+    @property
+    def label(self) -> str:
+        return f"{self.loader}/{self.comparison.crop_size}px/all"
+
+
+@dataclass
+class _Repeat:
+    """What every loader of one repeat shares: the objects' windows, one order, the files read warm."""
+
+    reference: CropDataset
+    windows: CropWindows
+    indices: list[int]
+    files: list[Path]
+    config: dict[str, Any]
+    direct_samples_per_s: float | None = None
+
+
+class Peers:
+    """Track ``peers`` for the runner: cropbench's decode paths, then every peer, on the same objects.
+
+    Every loader gets a row (a peer that cannot run here gets one saying why), with its ratio to
+    cropbench direct of the same repeat.
     """
-    comparison = comparison or PeerComparison.for_preset(preset, context.samples)
-    return sum(_run_repeat(plate, comparison, context, repeat, work_dir) for repeat in range(context.repeats))
 
+    name = TRACK
 
-def _run_repeat(
-    plate: str | Path, comparison: PeerComparison, context: RunContext, repeat: int, work_dir: Path | None,
-) -> int:
-    seed = comparison.seed + repeat
-    reference = CropDataset(plate, CropConfig(crop_size=comparison.crop_size, dtype="uint16"), objects=context.objects)
-    windows = CropWindows.from_dataset(reference)
-    layout = layout_label(reference.reader.metadata)
-    indices = access_order(reference, "random", comparison.warmup + comparison.samples, seed)
-    base = {
-        "crop_size": comparison.crop_size, "channels": "all", "access": "random", "dtype": "uint16", "tier": "none",
-        "samples": comparison.samples, "warmup": comparison.warmup, "seconds": comparison.seconds, "seed": seed,
-        "plate": str(plate), "layout": layout, "threads": context.thread_settings,
-    }
-    rows: list[Record] = []
-    files = reference.reader.files()
-    load_into_page_cache(files)
+    def __init__(self, comparison: PeerComparison | None = None, work_dir: Path | None = None) -> None:
+        self.comparison = comparison
+        self.work_dir = work_dir
+        self.repeats: dict[tuple[PeerComparison, int], _Repeat] = {}
 
-    def case(name: str) -> str:
-        return f"{name}/{comparison.crop_size}px/all"
+    def cases(self, preset: str, context: RunContext) -> list[PeerCase]:
+        comparison = self.comparison or PeerComparison.for_preset(preset, context.samples)
+        loaders = [f"cropbench-{decode}" for decode in CROPBENCH_DECODES] + list(comparison.peers)
+        return [PeerCase(loader, comparison) for loader in loaders]
 
-    def emit(name: str, kind: str, config: dict[str, Any], metrics: dict[str, Any]) -> None:
-        direct = next((r.metrics.get("samples_per_s") for r in rows if r.config["peer"] == "cropbench-direct"), None)
+    def decode(self, case: PeerCase) -> None:
+        return None  # a loader that does not apply still gets a row saying why
+
+    def _repeat(self, comparison: PeerComparison, repeat: int, context: RunContext) -> _Repeat:
+        key = (comparison, repeat)
+        if key not in self.repeats:
+            seed = comparison.seed + repeat
+            reference = context.dataset(CropConfig(crop_size=comparison.crop_size, dtype="uint16"))
+            files = reference.reader.files()
+            load_into_page_cache(files)
+            config = {
+                "crop_size": comparison.crop_size, "channels": "all", "access": "random", "dtype": "uint16",
+                "tier": "none", "samples": comparison.samples, "warmup": comparison.warmup,
+                "seconds": comparison.seconds, "seed": seed,
+            }
+            self.repeats[key] = _Repeat(
+                reference, CropWindows.from_dataset(reference),
+                access_order(reference, "random", comparison.warmup + comparison.samples, seed), files, config,
+            )
+        return self.repeats[key]
+
+    def measure(self, case: PeerCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        comparison, name = case.comparison, case.loader
+        shared = self._repeat(comparison, repeat, context)
+        metrics: dict[str, Any]
+        config: dict[str, Any]
+        if name.startswith("cropbench-"):
+            decode = name.removeprefix("cropbench-")
+            kind, config = "cropbench", {"decode": decode}
+            if decode not in context.decodes:
+                metrics = {"skipped": True, "skip_reason": f"decode {decode} does not apply to {context.layout}"}
+            else:
+                started = time.perf_counter()
+                dataset = context.dataset(shared.reference.config.replace(decode=decode))
+                setup_seconds = time.perf_counter() - started
+                metrics = measure_loader(dataset.__getitem__, shared.indices, comparison, dataset.reader.stats.reset)
+                metrics = {**metrics, **dataset.reader.stats.per_region(), "setup_seconds": setup_seconds}
+        else:
+            kind, config = "peer", {"extra": PEERS[name].extra, "description": PEERS[name].description}
+            started = time.perf_counter()
+            try:
+                peer = open_peer(name, shared.windows, self.work_dir)
+            except PeerUnavailableError as error:
+                metrics = {"skipped": True, "skip_reason": str(error)}
+            else:
+                setup_seconds = time.perf_counter() - started
+                metrics = measure_loader(peer.__getitem__, shared.indices, comparison)
+                metrics = {**metrics, **peer.info(), "setup_seconds": setup_seconds}
         rate = metrics.get("samples_per_s")
         if not metrics.get("skipped"):
-            metrics["resident_after"] = resident_fraction(files)
+            metrics["resident_after"] = resident_fraction(shared.files)
+        if name == "cropbench-direct" and rate:
+            shared.direct_samples_per_s = rate
+        direct = shared.direct_samples_per_s
         if rate and direct:
             metrics["ratio_to_direct"] = rate / direct
             metrics["direct_speedup"] = direct / rate
-        record = Record(track=TRACK, case=case(name), config={**base, "peer": name, "kind": kind, **config},
-                        metrics=metrics, environment=context.environment, seed=seed, repeat=repeat)
-        rows.append(record)
-        context.emit(record)
-
-    decodes = supported_decodes(reference.reader.metadata)
-    for decode in ("direct", "zarr", "field"):
-        name = f"cropbench-{decode}"
-        if context.should_skip(TRACK, case(name), repeat):
-            continue
-        if decode not in decodes:
-            emit(name, "cropbench", {"decode": decode},
-                 {"skipped": True, "skip_reason": f"decode {decode} does not apply to {layout}"})
-            continue
-        context.progress(f"peers: {name} (repeat {repeat})")
-        started = time.perf_counter()
-        dataset = CropDataset(plate, reference.config.replace(decode=decode), objects=context.objects)
-        setup_seconds = time.perf_counter() - started
-        metrics = measure_loader(dataset.__getitem__, indices, comparison, dataset.reader.stats.reset)
-        emit(name, "cropbench", {"decode": decode},
-             {**metrics, **dataset.reader.stats.per_region(), "setup_seconds": setup_seconds})
-    for name in comparison.peers:
-        if context.should_skip(TRACK, case(name), repeat):
-            continue
-        config = {"extra": PEERS[name].extra, "description": PEERS[name].description}
-        context.progress(f"peers: {name} (repeat {repeat})")
-        started = time.perf_counter()
-        try:
-            peer = open_peer(name, windows, work_dir)
-        except PeerUnavailableError as error:
-            emit(name, "peer", config, {"skipped": True, "skip_reason": str(error)})
-            continue
-        setup_seconds = time.perf_counter() - started
-        metrics = measure_loader(peer.__getitem__, indices, comparison)
-        emit(name, "peer", config, {**metrics, **peer.info(), "setup_seconds": setup_seconds})
-    return len(rows)
+        yield Row(case, {**shared.config, "peer": name, "kind": kind, **config}, metrics, shared.config["seed"])
 
 
 __all__ = [
     "PEERS", "ArrowCropRows", "ArrowFieldRows", "CropWindows", "DaskPerCrop", "PeerComparison", "PeerDataset",
-    "SpatialDataTiles", "ZarrKeptOpen", "ZarrOpenPerCrop", "dask_scheduler", "measure_loader", "open_peer",
-    "run_peers",
+    "PeerCase", "Peers", "SpatialDataTiles", "ZarrKeptOpen", "ZarrOpenPerCrop", "dask_scheduler", "measure_loader",
+    "open_peer",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,14 @@ from torch.utils.data import default_collate
 from cropbench.config import CropConfig, Track1Case
 from cropbench.data.dataset import CropDataset, PairedViews
 from cropbench.data.sampling import access_order
-from cropbench.formats import layout_label, read_plate_metadata, supported_decodes
+from cropbench.formats import read_plate_metadata
 from cropbench.formats.base import PlateReader, ReadStats
 from cropbench.formats.chunks import StageTimedChunkReader
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.protocol import clock_overhead_ns, evict, rss_bytes, summarise_ms, time_each, time_loop
-from cropbench.records import Record
+from cropbench.objects import ObjectTable
 from cropbench.tracks.context import RunContext
+from cropbench.tracks.runner import Row, seeded
 
 WARMUP_CURVE_POINTS = 50
 TRANSFORM_ONLY_ITEMS = 200
@@ -114,7 +115,7 @@ def steady_state(
 
 
 def run_case(
-    plate: str | Path, case: Track1Case, evict_first: bool = True, objects: str | Path | None = None,
+    plate: str | Path, case: Track1Case, evict_first: bool = True, objects: ObjectTable | str | Path | None = None,
 ) -> dict[str, Any]:
     """Measure one case and return its metrics (the caller wraps them in a record)."""
     rss_start = rss_bytes()
@@ -215,7 +216,7 @@ def validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader) -> 
     }
 
 
-def case_fidelity_hash(plate: str | Path, case: Track1Case, objects: str | Path | None = None) -> str:
+def case_fidelity_hash(plate: str | Path, case: Track1Case, objects: ObjectTable | str | Path | None = None) -> str:
     """Hash of the first ``FIDELITY_ITEMS`` items of the case's seeded order, from a fresh dataset."""
     dataset = CropDataset(plate, case.crop, objects=objects)
     get = _getter(dataset, case.access)
@@ -237,7 +238,7 @@ class _TimedPlan:
 
 
 def _stage_split(
-    plate: str | Path, case: Track1Case, indices: list[int], objects: str | Path | None,
+    plate: str | Path, case: Track1Case, indices: list[int], objects: ObjectTable | str | Path | None,
 ) -> dict[str, Any]:
     """Per-item time in each stage of the fast path: index, fetch, decode, assemble, transform, collate.
 
@@ -282,7 +283,7 @@ def _stage_split(
 
 def _io_and_transform_split(
     plate: str | Path, case: Track1Case, steady: list[int], metrics: dict[str, Any],
-    objects: str | Path | None = None,
+    objects: ObjectTable | str | Path | None = None,
 ) -> dict[str, Any]:
     """Same indices with tier ``none`` (I/O only), and the transform alone on in-memory crops."""
     io_dataset = CropDataset(plate, case.crop.replace(tier="none", dtype="uint16"), objects=objects)
@@ -303,29 +304,18 @@ def _io_and_transform_split(
     }
 
 
-def run_track1(plate: str | Path, preset: str, context: RunContext) -> int:
-    """Run the preset's cases ``context.repeats`` times, handing each record over at once.
+class Track1:
+    """Track 1 for the runner: the preset's grid, each case measured by :func:`run_case`."""
 
-    Cases whose decode path does not apply to the plate's layout (``zarr`` on memmap) are skipped.
-    """
-    written = 0
-    metadata = read_plate_metadata(plate)
-    decodes, layout = supported_decodes(metadata), layout_label(metadata)
-    for case in preset_cases(preset, context.samples):
-        if case.crop.decode not in decodes:
-            context.progress(f"track 1 {case.label}: decode {case.crop.decode} does not apply to {layout}")
-            continue
-        for repeat in range(context.repeats):
-            if context.should_skip("1", case.label, repeat):
-                continue
-            repeated = dataclasses.replace(case, seed=case.seed + repeat)
-            context.progress(f"track 1 {case.label} (repeat {repeat})")
-            metrics = run_case(plate, repeated, objects=context.objects)
-            config = {**dataclasses.asdict(repeated), "plate": str(plate), "layout": layout,
-                      "threads": context.thread_settings}
-            context.emit(Record(
-                track="1", case=case.label, config=config, metrics=metrics,
-                environment=context.environment, seed=repeated.seed, repeat=repeat,
-            ))
-            written += 1
-    return written
+    name = "1"
+
+    def cases(self, preset: str, context: RunContext) -> list[Track1Case]:
+        return preset_cases(preset, context.samples)
+
+    def decode(self, case: Track1Case) -> str:
+        return case.crop.decode
+
+    def measure(self, case: Track1Case, repeat: int, context: RunContext) -> Iterator[Row]:
+        repeated = seeded(case, repeat)
+        metrics = run_case(context.plate, repeated, objects=context.object_table)
+        yield Row(case, dataclasses.asdict(repeated), metrics, repeated.seed)

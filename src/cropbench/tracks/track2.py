@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,9 @@ from cropbench.data.sampling import sampler_for
 from cropbench.data.transforms import TORCH_DTYPES
 from cropbench.errors import ConfigError
 from cropbench.measure.protocol import summarise_ms
-from cropbench.records import Record
+from cropbench.objects import ObjectTable
 from cropbench.tracks.context import RunContext
+from cropbench.tracks.runner import Row, seeded
 
 SOURCES = ("plate", "memory")
 #: Largest relative gap allowed between reported and independently measured samples/s.
@@ -215,9 +217,9 @@ def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> d
     return metrics
 
 
-def run_case(plate: str | Path, case: Track2Case) -> dict[str, Any]:
+def run_case(plate: str | Path, case: Track2Case, objects: ObjectTable | str | Path | None = None) -> dict[str, Any]:
     """Measure one case; a fresh dataset each time so no cache warmed by an earlier case leaks in."""
-    base = CropDataset(plate, case.crop)
+    base = CropDataset(plate, case.crop, objects=objects)
     dataset: Dataset[dict[str, Any]] = MemoryCrops(base) if case.source == "memory" else base
     orders = schedule(sampler_for(base, case.access, case.seed), case.samples, case.epochs)
     sampler = ScheduledSampler(orders)
@@ -347,27 +349,25 @@ def persistent_gain(metrics: dict[str, Any], twin: dict[str, Any]) -> dict[str, 
     }
 
 
-def run_track2(plate: str | Path, preset: str, context: RunContext) -> int:
-    """Run the preset's cases ``context.repeats`` times, handing each record over at once."""
-    written = 0
-    measured: dict[tuple[str, int], dict[str, Any]] = {}
-    for case in preset_cases(preset, context.samples):
-        if not context.decode_applies(plate, case.crop.decode):
-            continue
-        for repeat in range(context.repeats):
-            if context.should_skip("2", case.label, repeat):
-                continue
-            repeated = dataclasses.replace(case, seed=case.seed + repeat)
-            context.progress(f"track 2 {case.label} (repeat {repeat})")
-            metrics = run_case(plate, repeated)
-            measured[(case.label, repeat)] = metrics
-            twin = _persistent_twin(case)
-            if twin is not None and (twin, repeat) in measured:
-                metrics.update(persistent_gain(metrics, measured[(twin, repeat)]))
-            config = {**dataclasses.asdict(repeated), "plate": str(plate), "threads": context.thread_settings}
-            context.emit(Record(
-                track="2", case=case.label, config=config, metrics=metrics,
-                environment=context.environment, seed=repeated.seed, repeat=repeat,
-            ))
-            written += 1
-    return written
+class Track2:
+    """Track 2 for the runner; a persistent case's row also gets the gain over its measured twin."""
+
+    name = "2"
+
+    def __init__(self) -> None:
+        self.measured: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def cases(self, preset: str, context: RunContext) -> list[Track2Case]:
+        return preset_cases(preset, context.samples)
+
+    def decode(self, case: Track2Case) -> str:
+        return case.crop.decode
+
+    def measure(self, case: Track2Case, repeat: int, context: RunContext) -> Iterator[Row]:
+        repeated = seeded(case, repeat)
+        metrics = run_case(context.plate, repeated, objects=context.object_table)
+        self.measured[(case.label, repeat)] = metrics
+        twin = _persistent_twin(case)
+        if twin is not None and (twin, repeat) in self.measured:
+            metrics.update(persistent_gain(metrics, self.measured[(twin, repeat)]))
+        yield Row(case, dataclasses.asdict(repeated), metrics, repeated.seed)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,9 +51,10 @@ from cropbench.measure.accelerator import (
     to_device,
 )
 from cropbench.measure.protocol import summarise_ms
-from cropbench.records import Record
+from cropbench.objects import ObjectTable
 from cropbench.tracks.context import RunContext
 from cropbench.tracks.models import MODELS, build_model, embedding_model
+from cropbench.tracks.runner import Row, seeded
 from cropbench.tracks.track2 import worker_counts
 
 MODEL_KINDS = (*MODELS, "emulated")
@@ -271,8 +272,10 @@ def _preparer(case: Track3Case, device: torch.device, non_blocking: bool) -> Cal
     return prepare
 
 
-def _loader(plate: str | Path, case: Track3Case, spec: LoaderSpec, samples: int, pin: bool) -> tuple[CropDataset, Any]:
-    dataset = CropDataset(plate, case.crop)
+def _loader(
+    plate: str | Path, case: Track3Case, spec: LoaderSpec, samples: int, pin: bool, objects: ObjectTable | None,
+) -> tuple[CropDataset, Any]:
+    dataset = CropDataset(plate, case.crop, objects=objects)
     sampler = ScheduledSampler(schedule(sampler_for(dataset, case.access, case.seed), samples, 1))
     return dataset, build_loader(dataset, spec, sampler, case.seed, pin_memory=pin)
 
@@ -292,12 +295,12 @@ def _loop_metrics(timing: LoopTiming, batch_size: int, prefix: str = "") -> dict
     }
 
 
-def compute_only(plate: str | Path, case: Track3Case) -> dict[str, Any]:
+def compute_only(plate: str | Path, case: Track3Case, objects: ObjectTable | None = None) -> dict[str, Any]:
     """The same loop fed from ``BASELINE_BATCHES`` batches already on the device: compute alone."""
     device = resolve_device(case.device)
     batch = case.loader.batch_size
     dataset, loader = _loader(plate, case, LoaderSpec(batch_size=batch, collate=case.loader.collate),
-                              batch * BASELINE_BATCHES, pin=False)
+                              batch * BASELINE_BATCHES, pin=False, objects=objects)
     prepare = _preparer(case, device, non_blocking=False)
     prepared = [prepare(b) for b in loader]
     compute = StepCompute(case, device, len(dataset.channel_indices))
@@ -316,15 +319,18 @@ def compute_key(case: Track3Case) -> str:
     return f"{neutral.label}/steps{case.steps}+{case.warmup_steps}/seed{case.seed}"
 
 
-def run_case(plate: str | Path, case: Track3Case, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_case(
+    plate: str | Path, case: Track3Case, baseline: dict[str, Any] | None = None, objects: ObjectTable | None = None,
+) -> dict[str, Any]:
     """Measure one case (and its compute-only baseline unless one is given)."""
     device = resolve_device(case.device)
-    baseline = baseline if baseline is not None else compute_only(plate, case)
+    baseline = baseline if baseline is not None else compute_only(plate, case, objects)
     if case.compute_only:
         return {**baseline, **device_info(device)}
     pin = pin_in_effect(case.loader.pin_memory, device)
     batch = case.loader.batch_size
-    dataset, loader = _loader(plate, case, case.loader, batch * (case.steps + case.warmup_steps), pin)
+    dataset, loader = _loader(plate, case, case.loader, batch * (case.steps + case.warmup_steps), pin,
+                                  objects)
     compute = StepCompute(case, device, len(dataset.channel_indices))
     clock = time.perf_counter_ns
     start = clock()
@@ -366,37 +372,43 @@ def search_summary(search: WorkerSearch, results: Sequence[tuple[int, dict[str, 
     }
 
 
-def run_search(
-    plate: str | Path, search: WorkerSearch, measure: Callable[[Track3Case], dict[str, Any]] | None = None,
-) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any]]:
-    """Measure candidates in ascending order (stopping at the first fed one if ``stop_early``), or bisect.
+def iter_search(
+    search: WorkerSearch, measure: Callable[[Track3Case], dict[str, Any]],
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(workers, metrics) of each candidate as it is measured: ascending (stopping at the first fed
+    one if ``stop_early``), or bisecting."""
+    candidates = search.candidates
 
-    Results come back in ascending worker order whatever order they were measured in.
-    """
-    measure = measure or (lambda case: run_case(plate, case))
-    results: list[tuple[int, dict[str, Any]]] = []
-
-    def fed(workers: int) -> bool:
-        metrics = measure(search.with_workers(workers))
-        results.append((workers, metrics))
+    def fed(metrics: dict[str, Any]) -> bool:
         return bool(metrics["data_wait_fraction"] < search.threshold)
 
-    candidates = search.candidates
     if search.bisect:
         # Invariant: candidates[high] is fed, every candidate below ``low`` is not.
         low, high = 0, len(candidates) - 1
-        if fed(candidates[high]):
+        metrics = measure(search.with_workers(candidates[high]))
+        yield candidates[high], metrics
+        if fed(metrics):
             while low < high:
                 middle = (low + high) // 2
-                if fed(candidates[middle]):
+                metrics = measure(search.with_workers(candidates[middle]))
+                yield candidates[middle], metrics
+                if fed(metrics):
                     high = middle
                 else:
                     low = middle + 1
-    else:
-        for workers in candidates:
-            if fed(workers) and search.stop_early:
-                break
-    results.sort(key=lambda result: result[0])
+        return
+    for workers in candidates:
+        metrics = measure(search.with_workers(workers))
+        yield workers, metrics
+        if fed(metrics) and search.stop_early:
+            return
+
+
+def run_search(
+    plate: str | Path, search: WorkerSearch, measure: Callable[[Track3Case], dict[str, Any]] | None = None,
+) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any]]:
+    """Every candidate :func:`iter_search` measures, in ascending worker order, and the search's answer."""
+    results = sorted(iter_search(search, measure or (lambda case: run_case(plate, case))), key=lambda r: r[0])
     return results, search_summary(search, results)
 
 
@@ -495,49 +507,45 @@ def preset_items(preset: str, samples: int | None = None) -> list[Item]:
             for i in items]
 
 
-def run_track3(plate: str | Path, preset: str, context: RunContext) -> int:
-    """Run the preset's plan ``context.repeats`` times, handing each record over at once.
+class Track3:
+    """Track 3 for the runner: single cases and worker searches (a row per step measured, then the answer).
 
     Compute-only baselines are measured once per compute configuration and shared by the rows
     that differ only in their loader (a worker sweep, say).
     """
-    baselines: dict[str, dict[str, Any]] = {}
-    written = 0
 
-    def measure(case: Track3Case) -> dict[str, Any]:
+    name = "3"
+
+    def __init__(self) -> None:
+        self.baselines: dict[str, dict[str, Any]] = {}
+
+    def cases(self, preset: str, context: RunContext) -> list[Item]:
+        return preset_items(preset, context.samples)
+
+    def decode(self, item: Item) -> str:
+        return (item.case if isinstance(item, WorkerSearch) else item).crop.decode
+
+    def _run(self, case: Track3Case, context: RunContext) -> dict[str, Any]:
         key = compute_key(case)
-        if key not in baselines:
-            baselines[key] = compute_only(plate, case)
-        return run_case(plate, case, baselines[key])
+        if key not in self.baselines:
+            self.baselines[key] = compute_only(context.plate, case, context.object_table)
+        return run_case(context.plate, case, self.baselines[key], context.object_table)
 
-    def emit(label: str, config: dict[str, Any], metrics: dict[str, Any], seed: int, repeat: int) -> None:
-        nonlocal written
-        context.emit(Record(
-            track="3", case=label, config={**config, "plate": str(plate), "threads": context.thread_settings},
-            metrics=metrics, environment=context.environment, seed=seed, repeat=repeat,
-        ))
-        written += 1
+    def measure(self, item: Item, repeat: int, context: RunContext) -> Iterator[Row]:
+        if isinstance(item, Track3Case):
+            case = seeded(item, repeat)
+            yield Row(item, dataclasses.asdict(case), self._run(case, context), case.seed)
+            return
+        search = dataclasses.replace(item, case=seeded(item.case, repeat))
 
-    for item in preset_items(preset, context.samples):
-        if not context.decode_applies(plate, (item.case if isinstance(item, WorkerSearch) else item).crop.decode):
-            continue
-        for repeat in range(context.repeats):
-            if context.should_skip("3", item.label, repeat):
-                continue
-            if isinstance(item, WorkerSearch):
-                search = dataclasses.replace(item, case=dataclasses.replace(item.case, seed=item.case.seed + repeat))
+        def measure_one(case: Track3Case) -> dict[str, Any]:
+            context.progress(f"track 3 {case.label} (repeat {repeat})")
+            return self._run(case, context)
 
-                def measured(case: Track3Case, repeat: int = repeat) -> dict[str, Any]:
-                    context.progress(f"track 3 {case.label} (repeat {repeat})")
-                    metrics = measure(case)
-                    if not context.should_skip("3", case.label, repeat):
-                        emit(case.label, dataclasses.asdict(case), metrics, case.seed, repeat)
-                    return metrics
-
-                _, summary = run_search(plate, search, measured)
-                emit(item.label, dataclasses.asdict(search), summary, search.case.seed, repeat)
-            else:
-                case = dataclasses.replace(item, seed=item.seed + repeat)
-                context.progress(f"track 3 {item.label} (repeat {repeat})")
-                emit(item.label, dataclasses.asdict(case), measure(case), case.seed, repeat)
-    return written
+        results = []
+        for workers, metrics in iter_search(search, measure_one):
+            results.append((workers, metrics))
+            step = search.with_workers(workers)
+            yield Row(item.with_workers(workers), dataclasses.asdict(step), metrics, step.seed)
+        results.sort(key=lambda result: result[0])
+        yield Row(item, dataclasses.asdict(search), search_summary(search, results), search.case.seed)

@@ -1,0 +1,76 @@
+"""``cropbench.run``: what the command line, notebooks and asv call to measure a plate.
+
+It checks the request, rewrites the plate into a named layout when asked, pins threads, runs the
+tracks through the one runner, appends each record durably to ``OUT/results.jsonl`` as it finishes
+(with ``out_dir``), and returns this run's records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from cropbench.errors import ConfigError
+from cropbench.measure import environment
+from cropbench.measure.protocol import configure_threads
+from cropbench.plates.convert import materialize_layout
+from cropbench.records import CSV_NAME, RESULTS_NAME, Record, RecordWriter, read_records, write_csv
+from cropbench.tracks import TRACKS, RunContext, Track, run_tracks
+
+#: Called with a status message, and with the record when one has just been measured.
+Progress = Callable[[str, Record | None], None]
+
+
+def run(
+    plate: str | Path, tracks: Sequence[str | Track] = ("1",), preset: str = "smoke",
+    out_dir: str | Path | None = None, *, samples: int | None = None, repeats: int = 1, resume: bool = False,
+    torch_threads: int = 1, layout: str | None = None, layout_dir: str | Path | None = None,
+    objects: str | Path | None = None, progress: Progress | None = None,
+) -> list[Record]:
+    """Measure ``tracks`` (names in ``TRACKS``, or track objects) on ``plate``; returns this run's records.
+
+    ``layout`` runs them on the plate rewritten in that named layout (converted once, under
+    ``layout_dir`` or ``<plate>.layouts/``); ``objects`` is an object table for plates without one
+    (every track uses it). With ``out_dir``, each record is appended to ``out_dir/results.jsonl``
+    as it finishes and ``results.csv`` is rewritten at the end; ``resume`` skips cases already there
+    (same case identity: same config, plate and layout).
+    """
+    unknown = [t for t in tracks if isinstance(t, str) and t not in TRACKS]
+    if unknown:
+        raise ConfigError(f"track {unknown[0]!r} is not one of {', '.join(TRACKS)}")
+    if repeats < 1:
+        raise ConfigError(f"repeats must be >= 1, got {repeats}")
+    if samples is not None and samples < 1:
+        raise ConfigError(f"samples must be >= 1, got {samples}")
+    source = Path(plate)
+    if layout is not None:
+        source = materialize_layout(source, layout, Path(layout_dir) if layout_dir else None,
+                                    progress=progress is not None)
+    context = RunContext(
+        plate=source, environment=environment.collect(source), thread_settings=configure_threads(torch_threads),
+        objects=Path(objects) if objects is not None else None, samples=samples,
+        report=(lambda message: progress(message, None)) if progress else None,
+    )
+    chosen = [TRACKS[t]() if isinstance(t, str) else t for t in tracks]
+    results = Path(out_dir) / RESULTS_NAME if out_dir is not None else None
+    writer = RecordWriter(results) if results is not None else None
+    done = frozenset(r.key for r in read_records(results)) if resume and results and results.exists() else frozenset()
+    measured: list[Record] = []
+
+    def emit(record: Record) -> None:
+        stored = writer.write(record) if writer is not None else None
+        measured.append(stored if isinstance(stored, Record) else record)
+        if progress is not None:
+            progress(f"track {record.track} {record.case}", measured[-1])
+
+    try:
+        run_tracks(chosen, preset, context, emit, repeats=repeats, done=done)
+    finally:
+        if writer is not None:
+            writer.close()
+    if results is not None:
+        write_csv(read_records(results), results.with_name(CSV_NAME))
+    return measured
+
+
+__all__ = ["Progress", "run"]

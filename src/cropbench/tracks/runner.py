@@ -1,0 +1,115 @@
+"""The one loop every track runs in: skip and resume, repeats and seeds, progress, decode applicability,
+and the records.
+
+A track only plans its cases for a preset and measures one case; the loop owns the rest. Each case
+is identified by :func:`case_identity` (its canonical config, the plate's fingerprint and layout),
+not by its label: ``--resume`` into results of another plate, layout or sample count measures again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import uuid
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cropbench.records import Record, jsonable
+from cropbench.tracks.context import RunContext
+
+
+class Case(Protocol):
+    """A planned measurement: a frozen dataclass with a display label."""
+
+    @property
+    def label(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Row:
+    """What a track measured for one case and repeat.
+
+    ``case`` is the case as planned (before the repeat's seed): it gives the label and identity;
+    ``config`` is what actually ran (with the repeat's seed).
+    """
+
+    case: Any
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    seed: int
+
+
+class Track(Protocol):
+    """A benchmark track: its cases for a preset, and the measurement of one case."""
+
+    name: str
+
+    def cases(self, preset: str, context: RunContext) -> Sequence[Any]:
+        """The preset's cases, in the order they run."""
+        ...
+
+    def decode(self, case: Any) -> str | None:
+        """The decode path the case needs (skipped where the plate's layout lacks it), or None."""
+        ...
+
+    def measure(self, case: Any, repeat: int, context: RunContext) -> Iterator[Row]:
+        """Measure ``case`` for ``repeat``: its row, after any rows of the cases it is made of."""
+        ...
+
+
+def seeded(case: Any, repeat: int) -> Any:
+    """The case with ``seed + repeat``: repeats differ only in their seed."""
+    return dataclasses.replace(case, seed=case.seed + repeat)
+
+
+def canonical_config(case: Any) -> dict[str, Any]:
+    """The case's knobs as plain data (a frozen dataclass's fields)."""
+    return dataclasses.asdict(case)
+
+
+def case_identity(track: str, case: Any, context: RunContext) -> str:
+    """Stable hash of the track, the planned case's canonical config, the plate fingerprint, layout and threads."""
+    document = {
+        "track": track, "config": canonical_config(case), "plate": context.fingerprint, "layout": context.layout,
+        "threads": context.thread_settings,
+    }
+    text = json.dumps(document, sort_keys=True, default=jsonable, allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_tracks(
+    tracks: Sequence[Track], preset: str, context: RunContext, emit: Callable[[Record], None], *,
+    repeats: int = 1, done: Collection[tuple[str, str, int]] = frozenset(),
+) -> list[Record]:
+    """Run every case of every track ``repeats`` times, handing each record to ``emit`` at once.
+
+    ``done`` holds the ``Record.key`` of rows already measured (``--resume``); they are not measured
+    again, and rows a case is made of (a worker search's steps) are not written twice. Every record
+    of the call shares one ``run_id``.
+    """
+    run_id = uuid.uuid4().hex[:12]
+    written: list[Record] = []
+    for track in tracks:
+        for case in track.cases(preset, context):
+            decode = track.decode(case)
+            if decode is not None and decode not in context.decodes:
+                context.progress(f"track {track.name} {case.label}: decode {decode} does not apply to {context.layout}")
+                continue
+            for repeat in range(repeats):
+                if (track.name, case_identity(track.name, case, context), repeat) in done:
+                    continue
+                context.progress(f"track {track.name} {case.label} (repeat {repeat})")
+                for row in track.measure(case, repeat, context):
+                    case_id = case_identity(track.name, row.case, context)
+                    if row.case is not case and (track.name, case_id, repeat) in done:
+                        continue
+                    config = {"plate": str(context.plate), "layout": context.layout,
+                              "threads": context.thread_settings, **row.config}
+                    record = Record(track=track.name, case=row.case.label, case_id=case_id, config=config,
+                                    metrics=row.metrics, environment=context.environment, seed=row.seed,
+                                    repeat=repeat, run_id=run_id)
+                    emit(record)
+                    written.append(record)
+    return written

@@ -1,0 +1,99 @@
+"""cropbench.run: the one runner behind the CLI; --objects reaches every track; resume keys on case identity."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TINY_SPEC
+
+import cropbench
+from cropbench.cli import main
+from cropbench.config import LAYOUTS
+from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
+from cropbench.plates.generate import generate_plate
+from cropbench.records import Record, read_records
+from cropbench.tracks import Row, RunContext
+
+
+@dataclass(frozen=True)
+class CountCase:
+    samples: int
+    seed: int = 0
+
+    @property
+    def label(self) -> str:
+        return "count"
+
+
+class Counting:
+    """A track that measures nothing and counts the cases it was asked to measure."""
+
+    name = "count"
+
+    def __init__(self) -> None:
+        self.measured: list[tuple[Path, int]] = []
+
+    def cases(self, preset: str, context: RunContext) -> list[CountCase]:
+        return [CountCase(samples=context.samples or 10)]
+
+    def decode(self, case: CountCase) -> None:
+        return None
+
+    def measure(self, case: CountCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        self.measured.append((context.plate, repeat))
+        yield Row(case, dataclasses.asdict(case), {"samples_per_s": 1.0}, case.seed + repeat)
+
+
+def _count(plate: Path, out: Path, **options: Any) -> int:
+    track = Counting()
+    cropbench.run(plate, [track], out_dir=out, resume=True, **options)
+    return len(track.measured)
+
+
+def test_resume_skips_the_same_case_and_measures_another_plate_layout_or_sample_count(
+    tiny_plate: Path, tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    assert _count(tiny_plate, out, repeats=2) == 2
+    assert _count(tiny_plate, out, repeats=2) == 0, "same config, plate and layout: nothing to do"
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(tiny_plate, copy)
+    assert _count(copy, out) == 0, "a copy of the plate is the same plate"
+    assert _count(tiny_plate, out, samples=5) == 1
+    other = generate_plate(tmp_path / "other.zarr", dataclasses.replace(TINY_SPEC, seed=8), LAYOUTS["default"],
+                           progress=False).path
+    assert _count(other, out) == 1
+    assert _count(tiny_plate, out, layout="tiles", layout_dir=tmp_path / "layouts") == 1
+    records = read_records(out / "results.jsonl")
+    assert len(records) == 5 and len({r.case_id for r in records}) == 4 and all(r.case == "count" for r in records)
+    assert {r.config["layout"] for r in records} == {LAYOUTS["default"].label, LAYOUTS["tiles"].label}
+
+
+def test_progress_callback_sees_messages_and_each_record(tiny_plate: Path) -> None:
+    seen: list[tuple[str, Record | None]] = []
+    records = cropbench.run(tiny_plate, [Counting()], repeats=2, progress=lambda m, r: seen.append((m, r)))
+    assert [r for _, r in seen if r is not None] == records and len(records) == 2
+    assert any(r is None and "repeat 1" in m for m, r in seen)
+
+
+@pytest.mark.slow
+def test_objects_reach_tracks_2_and_3_on_a_plate_without_a_bundled_table(tiny_plate: Path, tmp_path: Path) -> None:
+    plate = tmp_path / "bare.zarr"
+    shutil.copytree(tiny_plate, plate)
+    table = tmp_path / "cells.parquet"
+    (plate / OBJECT_TABLE_NAME).rename(table)
+    out = tmp_path / "out"
+    code = main(["run", "--plate", str(plate), "--objects", str(table), "--track", "2", "--track", "3",
+                 "--samples", "64", "--out", str(out), "--no-progress"])
+    assert code == 0
+    records = read_records(out / "results.jsonl")
+    assert {r.track for r in records} == {"2", "3"}
+    assert {r.metrics["objects"] for r in records if "objects" in r.metrics} == {len(read_object_table(table))}
+    without = ["run", "--plate", str(plate), "--track", "2", "--out", str(tmp_path / "without"), "--no-progress"]
+    assert main(without) == 2, "the plate has no table of its own"
