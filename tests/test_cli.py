@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cropbench.cli import build_parser, main
-from cropbench.records import read_records
+from cropbench.records import Record, RecordWriter, read_records
 
 SUBCOMMANDS = ("generate", "run", "plot", "export", "env", "smoke")
 
@@ -62,3 +62,24 @@ def test_generate_run_export_plot(tmp_path: Path, capsys: pytest.CaptureFixture[
                  "--resume"]) == 0
     assert len(read_records(out / "results.jsonl")) == len(rows), "resume skips recorded cases"
     assert main(["export", str(out / "results.jsonl"), "--csv", str(tmp_path / "x.csv")]) == 0
+
+
+def test_summary_refuses_an_unknown_metric_and_shows_no_interval_from_one_sample(tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    with RecordWriter(results) as writer:
+        writer.write(Record(track="1", case="c", config={}, environment={}, metrics={"samples_per_s": 7897.9}))
+    typo = cropbench("summary", str(results), "--metric", "samples_per_sec")
+    assert typo.returncode == 2 and typo.stderr.startswith("cropbench: error:") and "samples_per_s" in typo.stderr
+    once = cropbench("summary", str(results))
+    assert once.returncode == 0, once.stderr
+    row = once.stdout.splitlines()[1]
+    assert "7,897.9" in row and "[" not in row and "%" not in row
+
+
+def test_help_lists_values_compactly() -> None:
+    run_help = cropbench("run", "--help").stdout
+    usage = run_help.split("\n\n")[0]
+    assert "--layout NAME" in usage and "channel-tiles-blosc-zstd" not in usage
+    assert "1|2|3" in usage and "end-to-end" in run_help
+    smoke_help = cropbench("smoke", "--help").stdout
+    assert "validity flags" in smoke_help
