@@ -2,11 +2,12 @@
 
 asv measures a project over its git history. Where the library's own repository cannot be reached
 but its package registry can, this makes a stand-in: one commit per release in version order,
-holding that release's source distribution as it was published, tagged ``v<version>`` (as
-zarr-python tags upstream), with the release's upload time as author and committer date, on
-branch ``main``. ``asv run v3.0.8..v3.1.6`` then walks it as it would walk upstream. Sdists are
-fetched with ``pip download --no-deps --no-binary :all:`` (kept in ``--cache`` for reruns); the
-dates come from the registry's JSON page of the project, one request, skipped with ``--no-dates``.
+holding that release's source distribution as it was published (less what its ``.gitignore``
+names), tagged ``v<version>`` (as zarr-python tags upstream), with the release's upload time as
+author and committer date, on branch ``main``. ``asv run v3.0.8..v3.1.6`` then walks it as it
+would walk upstream. Sdists are fetched with ``pip download --no-deps --no-binary :all:`` (kept in
+``--cache`` for reruns); the dates come from the registry's JSON page of the project, one
+request, skipped with ``--no-dates`` (commits are then dated now, and their hashes differ).
 
     .venv/bin/python scripts/release_history.py zarr          # -> .asv/history/zarr, 3.0.8 .. 3.1.6
     .venv/bin/python scripts/release_history.py ome-arrow     # -> .asv/history/ome-arrow, 0.0.2 .. 0.1.0
@@ -198,8 +199,12 @@ def _clear_worktree(path: Path) -> None:
 def build_history(name: str, releases: Sequence[Release], destination: Path, force: bool = False) -> list[str]:
     """A new git repository at ``destination``: one tagged commit per release, in the order given.
 
-    Every file of each sdist is committed, including files the sdist's own ``.gitignore`` names
-    (generated version files, for example). Returns the commit hashes, oldest first.
+    Each commit holds the sdist's files less those its own ``.gitignore`` names (a version file
+    that setuptools-scm or hatch-vcs writes at build time, for example), as upstream's repository
+    holds them: a committed version file is rewritten by the build, the checkout turns dirty and
+    the wheel is named for a dev version its metadata does not have. Nothing else is consulted
+    (no global excludes), so the same sdists and dates give the same commit hashes on any machine,
+    and results measured on one machine's history match another's. Returns the hashes, oldest first.
     """
     if not releases:
         raise HistoryError(f"no releases of {name} to commit")
@@ -211,6 +216,7 @@ def build_history(name: str, releases: Sequence[Release], destination: Path, for
     _git(destination, "init", "-q", "-b", "main")
     _git(destination, "config", "user.name", _AUTHOR[0])
     _git(destination, "config", "user.email", _AUTHOR[1])
+    _git(destination, "config", "core.excludesFile", os.devnull)
     commits = []
     for release in releases:
         _clear_worktree(destination)
@@ -218,7 +224,7 @@ def build_history(name: str, releases: Sequence[Release], destination: Path, for
             top = _extract(release.sdist, Path(scratch))
             for entry in top.iterdir():
                 shutil.move(str(entry), destination / entry.name)
-        _git(destination, "add", "--all", "--force", ".")
+        _git(destination, "add", "--all", ".")
         dates = {}
         if release.date is not None:
             stamp = release.date.isoformat()
