@@ -121,10 +121,8 @@ def getter(dataset: Any, access: str) -> Callable[[int], Any]:
 
 
 def access_order(dataset: Any, access: str, count: int, seed: int = 0) -> list[int]:
-    """``count`` indices in the access pattern's order, continuing into further epochs."""
-    sampler = require("cropbench.data.sampling", "sampler_for")(dataset, access, seed)
-    (order,) = require("cropbench.data.loader", "schedule")(sampler, count, 1)
-    return [int(i) for i in order]
+    """``count`` indices in the access pattern's order (:func:`cropbench.data.sampling.access_order`)."""
+    return [int(i) for i in require("cropbench.data.sampling", "access_order")(dataset, access, count, seed)]
 
 
 class Suite:
@@ -174,30 +172,5 @@ class CopyCeiling:
 
 
 def relative_cost(get: Callable[[int], Any], reference: Callable[[int], Any], indices: Sequence[int]) -> float:
-    """Trimmed mean over blocks of (time of ``get`` over a block) / (time of ``reference`` over it).
-
-    Each block's reference is timed right beside it, so a machine-wide slowdown cancels; the two
-    alternate which goes first. The reference reads each block once, from RAM, as the crop path
-    does (repeated passes would time a hot-cache copy, which proved bimodal). A trimmed mean
-    (not a median) keeps blocks that pay for rarer work, such as loading a field, in the
-    number, while the ``TRIM`` most extreme blocks at each end are dropped.
-    """
-    time_loop = require("cropbench.measure.protocol", "time_loop")
-    ratios = []
-    for number, start in enumerate(range(0, len(indices) - BLOCK + 1, BLOCK)):
-        block = indices[start:start + BLOCK]
-        if number % 2:
-            reference_seconds = time_loop(reference, block)
-            get_seconds = time_loop(get, block)
-        else:
-            get_seconds = time_loop(get, block)
-            reference_seconds = time_loop(reference, block)
-        ratios.append(get_seconds / max(reference_seconds, 1e-9))
-    return trimmed_mean(ratios, TRIM)
-
-
-def trimmed_mean(values: Sequence[float], trim: float) -> float:
-    """Mean of ``values`` without the ``trim`` fraction at each end (0.1: drop 10% + 10%)."""
-    ordered = np.sort(np.asarray(values, dtype=np.float64))
-    cut = int(len(ordered) * trim)
-    return float(ordered[cut:len(ordered) - cut].mean())
+    """:func:`cropbench.measure.protocol.relative_cost` over blocks of ``BLOCK`` crops, ``TRIM`` dropped at each end."""
+    return float(require("cropbench.measure.protocol", "relative_cost")(get, reference, indices, BLOCK, TRIM))

@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import common, track1, track2, track3  # noqa: E402
+from cropbench.measure import protocol  # noqa: E402
 
 SUITES = [track1.Fetch, track2.Loader, track3.Loop]
 #: Raw wall-clock suites: skipped unless CROPBENCH_ASV_FULL=1.
@@ -89,8 +90,8 @@ def test_relative_cost_rises_with_a_slower_crop_path(tiny_plate: Path) -> None:
 
 
 def test_trimmed_mean_drops_the_extremes() -> None:
-    assert common.trimmed_mean([1.0] * 8 + [100.0, -100.0], 0.1) == 1.0
-    assert common.trimmed_mean([1.0, 2.0, 3.0], 0.0) == 2.0
+    assert protocol.trimmed_mean([1.0] * 8 + [100.0, -100.0], 0.1) == 1.0
+    assert protocol.trimmed_mean([1.0, 2.0, 3.0], 0.0) == 2.0
 
 
 def test_access_order_continues_into_further_epochs(tiny_plate: Path) -> None:

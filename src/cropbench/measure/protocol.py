@@ -62,6 +62,76 @@ def time_loop(call: Callable[[int], Any], indices: Sequence[int]) -> float:
     return time.perf_counter() - start
 
 
+#: Items per block of :func:`steady_state`: each block is read by both loops in turn.
+STEADY_BLOCK = 50
+
+
+def steady_state(
+    get: Callable[[int], Any], indices: list[int], prefix: str = "",
+    before_block: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Steady state: each block of indices is read by a tight loop and by a per-item timed loop.
+
+    The two loops alternate which goes first from block to block, so cache reuse favours neither;
+    the tight loops give samples/s, the timed loops the percentiles, and their ratio the cost of
+    the timing itself (harness overhead). ``before_block`` runs before each loop, untimed (cold
+    cache state uses it to evict the page cache and the reader's caches).
+    """
+    loop_seconds = timed_seconds = 0.0
+    latencies = []
+    for block_number, start in enumerate(range(0, len(indices), STEADY_BLOCK)):
+        block = indices[start:start + STEADY_BLOCK]
+        for timed_first in ((True, False) if block_number % 2 else (False, True)):
+            if before_block is not None:
+                before_block()
+            if timed_first:
+                started = time.perf_counter()
+                latencies.append(time_each(get, block))
+                timed_seconds += time.perf_counter() - started
+            else:
+                loop_seconds += time_loop(get, block)
+    summary = summarise_ms(np.concatenate(latencies), prefix)
+    return {
+        **summary,
+        f"{prefix}samples_per_s": len(indices) / loop_seconds,
+        f"{prefix}loop_seconds": loop_seconds,
+        f"{prefix}timed_loop_seconds": timed_seconds,
+        f"{prefix}harness_overhead": timed_seconds / loop_seconds - 1.0,
+    }
+
+
+def relative_cost(
+    get: Callable[[int], Any], reference: Callable[[int], Any], indices: Sequence[int], block: int = 32,
+    trim: float = 0.1,
+) -> float:
+    """Trimmed mean over blocks of (time of ``get`` over a block) / (time of ``reference`` over it).
+
+    Each block's reference is timed right beside it, so a machine-wide slowdown cancels; the two
+    alternate which goes first. The reference reads each block once, as the crop path does
+    (repeated passes would time a hot-cache copy, which proved bimodal). A trimmed mean (not a
+    median) keeps blocks that pay for rarer work, such as loading a field, in the number, while the
+    ``trim`` fraction of most extreme blocks at each end is dropped.
+    """
+    ratios = []
+    for number, start in enumerate(range(0, len(indices) - block + 1, block)):
+        items = indices[start:start + block]
+        if number % 2:
+            reference_seconds = time_loop(reference, items)
+            get_seconds = time_loop(get, items)
+        else:
+            get_seconds = time_loop(get, items)
+            reference_seconds = time_loop(reference, items)
+        ratios.append(get_seconds / max(reference_seconds, 1e-9))
+    return trimmed_mean(ratios, trim)
+
+
+def trimmed_mean(values: Sequence[float], trim: float) -> float:
+    """Mean of ``values`` without the ``trim`` fraction at each end (0.1: drop 10% + 10%)."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    cut = int(len(ordered) * trim)
+    return float(ordered[cut:len(ordered) - cut].mean())
+
+
 def clock_overhead_ns(calls: int = 2_000, trials: int = 15) -> float | None:
     """Extra wall time per item that :func:`time_each` adds over :func:`time_loop` (no-op calls).
 

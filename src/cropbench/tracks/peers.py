@@ -56,10 +56,9 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, OutputError, PeerUnavailableError
 from cropbench.formats import open_plate
-from cropbench.measure.protocol import load_into_page_cache, resident_fraction, time_each
+from cropbench.measure.protocol import load_into_page_cache, resident_fraction, steady_state, time_each
 from cropbench.tracks.context import RunContext
 from cropbench.tracks.runner import Row
-from cropbench.tracks.track1 import steady_state
 
 TRACK = "peers"
 #: cropbench's own decode paths, measured before the peers (direct first: the others' denominator).

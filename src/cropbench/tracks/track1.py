@@ -27,14 +27,21 @@ from cropbench.formats import read_plate_metadata
 from cropbench.formats.base import PlateReader, ReadStats
 from cropbench.formats.chunks import StageTimedChunkReader
 from cropbench.measure.fidelity import fidelity_hash
-from cropbench.measure.protocol import clock_overhead_ns, evict, rss_bytes, summarise_ms, time_each, time_loop
+from cropbench.measure.protocol import (
+    clock_overhead_ns,
+    evict,
+    rss_bytes,
+    steady_state,
+    summarise_ms,
+    time_each,
+)
 from cropbench.objects import ObjectTable
 from cropbench.tracks.context import RunContext
 from cropbench.tracks.runner import Row, seeded
 
 WARMUP_CURVE_POINTS = 50
+FIRST_PASS_CURVE_POINTS = 200
 TRANSFORM_ONLY_ITEMS = 200
-STEADY_BLOCK = 50
 STAGE_SPLIT_ITEMS = 300
 #: The stage split's parts add up to its total within this fraction (they share one loop's clocks).
 STAGE_SUM_TOLERANCE = 1e-6
@@ -80,40 +87,6 @@ def _getter(dataset: CropDataset, access: str) -> Callable[[int], Any]:
     return PairedViews(dataset).__getitem__ if access == "paired" else dataset.__getitem__
 
 
-def steady_state(
-    get: Callable[[int], Any], indices: list[int], prefix: str = "",
-    before_block: Callable[[], None] | None = None,
-) -> dict[str, Any]:
-    """Steady state: each block of indices is read by a tight loop and by a per-item timed loop.
-
-    The two loops alternate which goes first from block to block, so cache reuse favours neither;
-    the tight loops give samples/s, the timed loops the percentiles, and their ratio the cost of
-    the timing itself (harness overhead). ``before_block`` runs before each loop, untimed (cold
-    cache state uses it to evict the page cache and the reader's caches).
-    """
-    loop_seconds = timed_seconds = 0.0
-    latencies = []
-    for block_number, start in enumerate(range(0, len(indices), STEADY_BLOCK)):
-        block = indices[start:start + STEADY_BLOCK]
-        for timed_first in ((True, False) if block_number % 2 else (False, True)):
-            if before_block is not None:
-                before_block()
-            if timed_first:
-                started = time.perf_counter()
-                latencies.append(time_each(get, block))
-                timed_seconds += time.perf_counter() - started
-            else:
-                loop_seconds += time_loop(get, block)
-    summary = summarise_ms(np.concatenate(latencies), prefix)
-    return {
-        **summary,
-        f"{prefix}samples_per_s": len(indices) / loop_seconds,
-        f"{prefix}loop_seconds": loop_seconds,
-        f"{prefix}timed_loop_seconds": timed_seconds,
-        f"{prefix}harness_overhead": timed_seconds / loop_seconds - 1.0,
-    }
-
-
 def run_case(
     plate: str | Path, case: Track1Case, evict_first: bool = True, objects: ObjectTable | str | Path | None = None,
 ) -> dict[str, Any]:
@@ -134,6 +107,8 @@ def run_case(
         prefix = "cold_" if verified else "first_pass_"  # an unverified eviction is no cold number
         metrics.update(summarise_ms(cold_latencies, prefix))
         metrics[f"{prefix}samples_per_s"] = len(cold) / (cold_latencies.sum() / 1e9)
+        # Each item of the first pass, so the warm-up figure starts at the case's first item.
+        metrics["first_pass_curve_ms"] = [round(v / 1e6, 4) for v in cold_latencies[:FIRST_PASS_CURVE_POINTS]]
         metrics.update(eviction.as_metrics() if eviction else {"eviction_verified": False})
     warmup_latencies = time_each(get, warm)
     dataset.reader.stats.reset()
