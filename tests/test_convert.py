@@ -101,3 +101,20 @@ def test_materialized_layouts_are_reused_until_the_source_changes(tmp_path: Path
     assert (path / "cropbench_layout.json").stat().st_mtime_ns != marker_time
     other = materialize_layout(source, "tiff", root=tmp_path / "elsewhere")
     assert other == tmp_path / "elsewhere" / "tiff" and read_plate_metadata(other).layout == "tiff"
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_batched_items_equal_single_items_on_every_layout_and_decode_path(
+    tiny_plate: Path, tmp_path: Path, name: str,
+) -> None:
+    if name in OPTIONAL_LAYOUTS and not ome_arrow_available():
+        pytest.skip(f"layout {name} needs the optional extra [arrow] (ome-arrow)")
+    converted = convert_plate(tiny_plate, tmp_path / name, layout_by_name(name))
+    indices = [*np.random.default_rng(5).permutation(len(read_object_table(tiny_plate)))[:24].tolist(), 0, 0]
+    for decode in supported_decodes(read_plate_metadata(converted.path)):
+        for channels in (None, ("Mito", "DNA")):
+            config = CropConfig(crop_size=48, dtype="uint16", decode=decode, channels=channels)
+            batched, single = CropDataset(converted.path, config), CropDataset(converted.path, config)
+            expected = np.stack([single.read_raw(i) for i in indices])
+            np.testing.assert_array_equal(batched.__getitems__(indices).image.numpy(), expected,
+                                          err_msg=f"{name}/{decode}/{channels}")

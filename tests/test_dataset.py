@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset, PairedViews
+from cropbench.data.loader import LoaderSpec, ScheduledSampler, batch_collate, build_loader
 from cropbench.errors import ConfigError, ObjectTableError
 from cropbench.formats import read_plate_metadata
 from cropbench.objects import ObjectTable, read_object_table
@@ -160,3 +161,61 @@ def test_bad_object_tables_are_named(tiny_plate: Path) -> None:
                                  centroid_y=np.array([np.nan]), centroid_x=np.array([5.0]))
     with pytest.raises(ConfigError, match="larger than the field"):
         CropDataset(tiny_plate, CropConfig(crop_size=512))
+
+
+BATCH_CONFIGS = [
+    CropConfig(crop_size=48, dtype="uint16"),
+    CropConfig(crop_size=48, dtype="bfloat16", channels=("Mito", "DNA"), chunk_cache_bytes=60_000),
+    CropConfig(crop_size=40, tier="typical", output_size=32, seed=3, chunk_cache_bytes=0),
+]
+
+
+@pytest.mark.parametrize("config", BATCH_CONFIGS, ids=["uint16", "bfloat16-channels", "typical"])
+def test_a_batch_equals_default_collate_of_its_items(layout_plate: Path, config: CropConfig) -> None:
+    batched, single = CropDataset(layout_plate, config), CropDataset(layout_plate, config)
+    indices = [*np.random.default_rng(4).permutation(len(single))[:30].tolist(), -1, 0, 0]
+    batch = batch_collate(batched.__getitems__(indices))
+    expected = default_collate([single[i] for i in indices])
+    assert batch.keys() == expected.keys()
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert batch[key].dtype == value.dtype and torch.equal(batch[key], value), key
+        else:
+            assert batch[key] == value, key
+
+
+def test_a_crop_batch_is_a_sequence_of_items_for_any_collate(tiny_plate: Path) -> None:
+    dataset = CropDataset(tiny_plate, CropConfig(crop_size=32, dtype="uint16"))
+    batch = dataset.__getitems__([3, 1, 2])
+    assert len(batch) == 3 and torch.equal(batch[1]["image"], dataset[1]["image"])
+    assert {k: v for k, v in batch[1].items() if k != "image"} == {
+        k: v for k, v in dataset[1].items() if k != "image"}
+    stacked, passed_on = default_collate(batch), batch_collate(batch)
+    assert torch.equal(stacked["image"], passed_on["image"]) and passed_on["image"] is batch.image
+    with pytest.raises(IndexError):
+        dataset.__getitems__([len(dataset)])
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_decode_threads_do_not_change_the_bytes(layout_plate: Path, threads: int) -> None:
+    config = CropConfig(crop_size=48, dtype="uint16", chunk_cache_bytes=100_000)
+    single = CropDataset(layout_plate, config)
+    threaded = CropDataset(layout_plate, config.replace(decode_threads=threads))
+    order = np.random.default_rng(6).permutation(len(single))
+    for start in range(0, len(order), 32):
+        indices = order[start:start + 32].tolist()
+        assert torch.equal(threaded.__getitems__(indices).image, single.__getitems__(indices).image)
+    for index in order[:10].tolist():
+        assert torch.equal(threaded[index]["image"], single[index]["image"])
+
+
+@pytest.mark.slow
+def test_the_loader_fetches_whole_batches_in_workers(tiny_plate: Path) -> None:
+    dataset = CropDataset(tiny_plate, CropConfig(crop_size=32, dtype="uint16", decode_threads=2))
+    order = np.random.default_rng(1).permutation(len(dataset))
+    expected = torch.stack([dataset[i]["image"] for i in order.tolist()])
+    for workers in (0, 1):
+        loader = build_loader(dataset, LoaderSpec(num_workers=workers, batch_size=16), ScheduledSampler([order]))
+        batches = list(loader)
+        assert torch.equal(torch.cat([b["image"] for b in batches]), expected)
+        assert torch.equal(torch.cat([b["index"] for b in batches]), torch.from_numpy(order))

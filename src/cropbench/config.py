@@ -205,9 +205,13 @@ class CropConfig:
     chunk_cache_bytes: int = 32 * 2**20
     field_cache_fields: int = 2
     seed: int = 0
+    #: Threads that read, decode and copy chunks inside one process (``direct`` on OME-Zarr): an
+    #: alternative to DataLoader worker processes without the per-batch shared-memory hand-over.
+    decode_threads: int = 1
 
     def __post_init__(self) -> None:
         _positive("crop_size", self.crop_size)
+        _positive("decode_threads", self.decode_threads)
         _choice("dtype", self.dtype, OUTPUT_DTYPES)
         _choice("decode", self.decode, DECODE_PATHS)
         _choice("tier", self.tier, TRANSFORM_TIERS)

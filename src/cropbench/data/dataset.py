@@ -2,6 +2,9 @@
 
 The sample index (field, window origin) is computed once, vectorised, in ``__init__``;
 ``__getitem__`` only reads through the injected reader and applies the transform tier.
+``__getitems__`` (which torch's DataLoader calls for a whole batch) hands the batch's windows to
+the reader at once, so it can plan the batch's chunks together, and cuts every crop into one
+(B, C, H, W) buffer: a :class:`CropBatch`, which cropbench's collates pass on without stacking.
 
 Border policy for cells whose crop window leaves the field:
 - ``pad`` (default): the window stays centred on the cell; pixels outside the field are zero.
@@ -24,12 +27,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from cropbench.config import CropConfig
-from cropbench.data.transforms import TransformPlan
+from cropbench.data.transforms import TORCH_DTYPES, TransformPlan
 from cropbench.errors import ConfigError, ObjectTableError
-from cropbench.formats import PlateReader, open_plate, plate_objects
+from cropbench.formats import PlateReader, Regions, open_plate, plate_objects
 from cropbench.objects import ObjectTable, label_columns, read_label_classes
 
 GROUPINGS = ("field", "well", "chunk")
@@ -47,6 +50,7 @@ class CropDataset(Dataset[dict[str, Any]]):
         self.label_names = tuple(labels)
         self.reader = reader or open_plate(
             plate, self.config.decode, self.config.chunk_cache_bytes, self.config.field_cache_fields,
+            decode_threads=self.config.decode_threads,
         )
         metadata = self.reader.metadata
         only_field = (metadata.fields[0].well, metadata.fields[0].field) if len(metadata.fields) == 1 else None
@@ -150,6 +154,66 @@ class CropDataset(Dataset[dict[str, Any]]):
         raw = torch.from_numpy(self.read_raw(index))
         return {"image": self.plan.apply(raw, index, self.epoch), **self.metadata_of(index)}
 
+    def __getitems__(self, indices: Sequence[int]) -> CropBatch:
+        """The items of a whole batch, byte-identical to ``[self[i] for i in indices]`` but read at once.
+
+        Torch's DataLoader calls this for each batch. Inside a worker the batch tensor is allocated
+        in shared memory, so handing it to the main process copies nothing more.
+        """
+        positions = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(positions) == 0:
+            raise IndexError("a batch needs at least one index")
+        outside = (positions < -len(self)) | (positions >= len(self))
+        if outside.any():
+            raise IndexError(f"index {int(positions[outside][0])} outside a dataset of {len(self)} objects")
+        positions %= len(self)
+        plan, size = self.plan, self.config.crop_size
+        shape = (len(positions), len(self.channel_indices), size, size)
+        raw = batch_tensor(shape, torch.uint16) if plan.tier == "none" and plan.dtype == "uint16" else torch.empty(
+            shape, dtype=torch.uint16,
+        )
+        self.read_raw_batch(positions, raw.numpy())
+        if plan.tier == "none":
+            image = raw if plan.dtype == "uint16" else batch_tensor(shape, TORCH_DTYPES[plan.dtype]).copy_(raw)
+        else:
+            views = [plan.apply(raw[slot], index, self.epoch) for slot, index in enumerate(positions.tolist())]
+            image = torch.stack(views, out=batch_tensor((len(views), *views[0].shape), views[0].dtype))
+        return CropBatch(image, self.metadata_columns(positions))
+
+    def read_raw_batch(self, indices: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The raw crops (B, C, H, W) of objects ``indices`` in one reader call, border policy applied."""
+        size = self.config.crop_size
+        _, height, width = self.reader.metadata.field_shape
+        y0, x0 = self.window_y0[indices], self.window_x0[indices]
+        if out is None:
+            out = np.empty((len(indices), len(self.channel_indices), size, size), dtype=self.reader.metadata.dtype)
+        clipped_y0, clipped_x0 = np.maximum(y0, 0), np.maximum(x0, 0)
+        clipped_y1, clipped_x1 = np.minimum(y0 + size, height), np.minimum(x0 + size, width)
+        padded = (clipped_y0 != y0) | (clipped_x0 != x0) | (clipped_y1 != y0 + size) | (clipped_x1 != x0 + size)
+        if padded.any():
+            out[padded] = 0
+        regions = Regions(self.field_index[indices], clipped_y0, clipped_y1, clipped_x0, clipped_x1,
+                          clipped_y0 - y0, clipped_x0 - x0)
+        return self.reader.read_regions(regions, out, self._channels_arg)
+
+    def metadata_columns(self, indices: np.ndarray) -> dict[str, Any]:
+        """:meth:`metadata_of` of many objects, batched as ``default_collate`` batches it
+        (numbers as int64/float64 tensors, strings as lists), with array arithmetic."""
+        columns: dict[str, Any] = {
+            "object_id": self.object_id[indices], "plate": [self.plate_name] * len(indices),
+            "well": [str(well) for well in self.wells[indices].tolist()], "field": self.sites[indices],
+            "field_index": self.field_index[indices], "centroid_y": self.centroid_y[indices],
+            "centroid_x": self.centroid_x[indices], "crop_y0": self.window_y0[indices],
+            "crop_x0": self.window_x0[indices], "index": indices,
+        }
+        for name, values in columns.items():
+            if isinstance(values, np.ndarray):
+                kind = np.float64 if values.dtype.kind == "f" else np.int64
+                columns[name] = torch.from_numpy(np.ascontiguousarray(values, dtype=kind))
+        if getattr(self, "label_values", None):
+            columns["labels"] = default_collate([self.metadata_of(i)["labels"] for i in indices.tolist()])
+        return columns
+
     def group_keys(self, by: str, scale: int = 1) -> np.ndarray:
         """Integer group of each object: its field, its well, or the decode unit its centre is in.
 
@@ -169,6 +233,51 @@ class CropDataset(Dataset[dict[str, Any]]):
             per_field = per_row * -(-height // grain_y)
             return self.field_index * per_field + (centre_y // grain_y) * per_row + centre_x // grain_x
         raise ConfigError(f"group_keys(by={by!r}) must be one of {', '.join(GROUPINGS)}")
+
+
+def batch_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An empty tensor for a whole batch; in shared memory inside a DataLoader worker, so handing
+    it to the main process costs no further copy (what ``default_collate`` does for its stack)."""
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=dtype)
+    count = int(np.prod(shape))
+    storage = torch.UntypedStorage._new_shared(count * torch.empty(0, dtype=dtype).element_size())
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+
+
+class CropBatch(Sequence[dict[str, Any]]):
+    """The items of one batch as :meth:`CropDataset.__getitems__` cuts them: one (B, C, H, W) tensor
+    plus batched metadata columns.
+
+    It is a sequence of per-item dicts (views into the batch tensor), so any collate accepts it;
+    cropbench's collates (:mod:`cropbench.data.loader`) recognise it and pass :meth:`collated` on
+    as it is, so the images are never stacked a second time.
+    """
+
+    def __init__(self, image: torch.Tensor, columns: dict[str, Any]) -> None:
+        self.image = image
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return int(self.image.shape[0])
+
+    def __getitem__(self, position: int) -> dict[str, Any]:  # type: ignore[override]
+        if not 0 <= position < len(self):
+            raise IndexError(f"position {position} outside a batch of {len(self)}")
+        items = {name: _item(values, position) for name, values in self.columns.items()}
+        return {"image": self.image[position], **items}
+
+    def collated(self) -> dict[str, Any]:
+        """What ``default_collate`` makes of the items, without copying the images again."""
+        return {"image": self.image, **self.columns}
+
+
+def _item(values: Any, position: int) -> Any:
+    if isinstance(values, torch.Tensor):
+        return values[position].item()
+    if isinstance(values, dict):
+        return {name: _item(column, position) for name, column in values.items()}
+    return values[position]
 
 
 class PairedViews(Dataset[dict[str, Any]]):

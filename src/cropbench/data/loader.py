@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
+from cropbench.data.dataset import CropBatch, batch_tensor
 from cropbench.data.sampling import EpochSampler, continued_order
 from cropbench.errors import ConfigError, WorkerError
 
@@ -141,13 +142,14 @@ def stack_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     so crossing the process boundary costs one copy, not two. Every torch tensor in a batch travels
     as its own shared-memory segment whose file descriptor the main process fetches over a socket
     (about 0.5-1 ms each here); numpy columns travel inside the pickle instead. default_collate
-    makes a tensor per numeric metadata key, ten per cropbench batch.
+    makes a tensor per numeric metadata key, ten per cropbench batch. A :class:`CropBatch` is one
+    tensor already: it is passed on without stacking.
     """
+    if isinstance(samples, CropBatch):
+        columns = samples.columns
+        return {"image": samples.image, **{c: columns[c].numpy() for c in STACK_COLUMNS if c in columns}}
     image = samples[0]["image"]
-    out = None
-    if get_worker_info() is not None:
-        storage = image.untyped_storage()._new_shared(image.nbytes * len(samples))
-        out = torch.empty(0, dtype=image.dtype).set_(storage).view(len(samples), *image.shape)
+    out = batch_tensor((len(samples), *image.shape), image.dtype) if get_worker_info() is not None else None
     batch: dict[str, Any] = {"image": torch.stack([sample["image"] for sample in samples], out=out)}
     for column in STACK_COLUMNS:
         if column in samples[0]:
@@ -172,10 +174,16 @@ class TimedCollate:
         return batch
 
 
+def batch_collate(samples: list[Any]) -> Any:
+    """torch's ``default_collate``, except that a :class:`CropBatch` (one tensor already, from
+    ``CropDataset.__getitems__``) is passed on as ``default_collate`` would batch it, without stacking."""
+    return samples.collated() if isinstance(samples, CropBatch) else default_collate(samples)
+
+
 def collate_function(name: str) -> Callable[[list[Any]], Any]:
     if name not in COLLATES:
         raise ConfigError(f"collate={name!r} is not one of {', '.join(COLLATES)}")
-    return stack_collate if name == "stack" else default_collate
+    return stack_collate if name == "stack" else batch_collate
 
 
 def build_loader(
@@ -323,7 +331,7 @@ def pickled_size(obj: object) -> int:
 
 
 __all__ = [
-    "COLLATES", "START_METHODS", "LoaderSpec", "ScheduledSampler", "TimedCollate", "build_loader",
+    "COLLATES", "START_METHODS", "LoaderSpec", "ScheduledSampler", "TimedCollate", "batch_collate", "build_loader",
     "WATCHDOG_MARGIN_S", "WatchedLoader", "collate_function", "memory_of", "pickled_size", "schedule", "seed_worker",
     "stack_collate", "worker_pids",
 ]

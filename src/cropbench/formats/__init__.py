@@ -31,6 +31,7 @@ from cropbench.formats.base import (
     PlateReader,
     PlateWriter,
     ReadStats,
+    Regions,
 )
 from cropbench.formats.chunks import DirectChunkReader
 from cropbench.formats.marker import LAYOUT_MARKER, metadata_from_marker, read_marker
@@ -92,9 +93,13 @@ def layout_label(metadata: PlateMetadata) -> str:
 
 def open_plate(
     path: str | Path, decode: str = "direct", chunk_cache_bytes: int = 64 * 2**20,
-    field_cache_fields: int = 2, metadata: PlateMetadata | None = None,
+    field_cache_fields: int = 2, metadata: PlateMetadata | None = None, decode_threads: int = 1,
 ) -> PlateReader:
-    """Open a plate, whatever its layout (detected from the path), with one decode path."""
+    """Open a plate, whatever its layout (detected from the path), with one decode path.
+
+    ``decode_threads`` applies to the OME-Zarr chunk reader (``direct``, and inside ``field``); the
+    other formats' readers have nothing to decode in parallel and ignore it.
+    """
     if decode not in DECODE_PATHS:
         raise ConfigError(f"decode={decode!r} is not one of {', '.join(DECODE_PATHS)}")
     metadata = metadata or read_plate_metadata(path)
@@ -104,16 +109,18 @@ def open_plate(
             f"it supports {', '.join(supported_decodes(metadata))}"
         )
     if decode == "field":
-        return FieldCacheReader(metadata, _direct_reader(metadata, 0), field_cache_fields)
+        return FieldCacheReader(metadata, _direct_reader(metadata, 0, decode_threads), field_cache_fields)
     if decode == "direct":
-        return _direct_reader(metadata, chunk_cache_bytes)
+        return _direct_reader(metadata, chunk_cache_bytes, decode_threads)
     return LIBRARY_READERS[metadata.layout][1](metadata)
 
 
-def _direct_reader(metadata: PlateMetadata, chunk_cache_bytes: int) -> PlateReader:
+def _direct_reader(metadata: PlateMetadata, chunk_cache_bytes: int, decode_threads: int = 1) -> PlateReader:
     reader_class = DIRECT_READERS[metadata.layout]
     if reader_class is MemmapReader:  # nothing to decode, nothing to cache
         return MemmapReader(metadata)
+    if reader_class is DirectChunkReader:
+        return DirectChunkReader(metadata, chunk_cache_bytes=chunk_cache_bytes, decode_threads=decode_threads)
     return reader_class(metadata, chunk_cache_bytes=chunk_cache_bytes)  # type: ignore[call-arg]
 
 
@@ -141,6 +148,7 @@ def create_plate_writer(
 __all__ = [
     "DECODES_BY_FORMAT", "DirectChunkReader", "FieldCacheReader", "FieldInfo", "MemmapPlateWriter", "MemmapReader",
     "OmeArrowPlateWriter", "OmeArrowPythonReader", "OmeArrowReader", "OmeZarrPlateWriter", "PlateMetadata",
-    "PlateReader", "PlateWriter", "ReadStats", "TiffPlateWriter", "TiffReader", "TiffZarrReader", "ZarrPythonReader",
-    "create_plate_writer", "layout_label", "open_plate", "plate_objects", "read_plate_metadata", "supported_decodes",
+    "PlateReader", "PlateWriter", "ReadStats", "Regions", "TiffPlateWriter", "TiffReader", "TiffZarrReader",
+    "ZarrPythonReader", "create_plate_writer", "layout_label", "open_plate", "plate_objects", "read_plate_metadata",
+    "supported_decodes",
 ]

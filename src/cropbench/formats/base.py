@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,8 @@ class ReadStats:
     bytes_decoded: int = 0
     chunks_touched: int = 0
     chunks_decoded: int = 0
+    #: Read calls (file reads or ``pread``s) for pixels, where a reader counts them.
+    reads: int = 0
 
     def reset(self) -> None:
         for name in self.__dataclass_fields__:
@@ -74,11 +76,37 @@ class ReadStats:
         return {
             "chunks_touched_per_crop": self.chunks_touched / regions,
             "chunks_decoded_per_crop": self.chunks_decoded / regions,
+            "reads_per_crop": self.reads / regions,
             "bytes_fetched_per_crop": self.bytes_fetched / regions,
             "bytes_decoded_per_crop": self.bytes_decoded / regions,
             "fetch_amplification": self.bytes_fetched / delivered,
             "decode_amplification": self.bytes_decoded / delivered,
         }
+
+
+@dataclass(frozen=True, eq=False)
+class Regions:
+    """The windows of one batch as int64 columns: region ``b`` is ``field[b]``'s
+    ``y0[b]:y1[b], x0[b]:x1[b]``, and it lands at ``(out_y0[b], out_x0[b])`` of slot ``b`` of the output.
+
+    Columns rather than one object per crop, so a reader can plan a whole batch with array arithmetic.
+    """
+
+    field: np.ndarray
+    y0: np.ndarray
+    y1: np.ndarray
+    x0: np.ndarray
+    x1: np.ndarray
+    out_y0: np.ndarray
+    out_x0: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.field)
+
+    def rows(self) -> Iterator[tuple[int, int, int, int, int, int, int]]:
+        """(field, y0, y1, x0, x1, out_y0, out_x0) of each region, as Python ints."""
+        columns = (self.field, self.y0, self.y1, self.x0, self.x1, self.out_y0, self.out_x0)
+        return zip(*(column.tolist() for column in columns), strict=True)
 
 
 class PlateReader(ABC):
@@ -96,6 +124,17 @@ class PlateReader(ABC):
         channels: np.ndarray | None = None, out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Return pixels (channels, y1-y0, x1-x0); the window must lie inside the field."""
+
+    def read_regions(self, regions: Regions, out: np.ndarray, channels: np.ndarray | None = None) -> np.ndarray:
+        """Fill ``out`` (B, channels, H, W) with the regions of a batch; pixels outside them are left as they are.
+
+        This default reads region by region; a reader with a batch planner overrides it.
+        """
+        self._check_regions(regions, out)
+        for slot, (field_index, y0, y1, x0, x1, out_y0, out_x0) in enumerate(regions.rows()):
+            target = out[slot, :, out_y0:out_y0 + y1 - y0, out_x0:out_x0 + x1 - x0]
+            self.read_region(field_index, y0, y1, x0, x1, channels, target)
+        return out
 
     def read_field(self, field_index: int, channels: np.ndarray | None = None) -> np.ndarray:
         _, height, width = self.metadata.field_shape
@@ -138,6 +177,26 @@ class PlateReader(ABC):
                 f"window y{y0}:{y1} x{x0}:{x1} is not inside field {field_index} of shape {height}x{width}"
             )
 
+    def _check_regions(self, regions: Regions, out: np.ndarray) -> None:
+        """Every window of the batch inside its field, and inside its slot of ``out``."""
+        _, height, width = self.metadata.field_shape
+        if out.ndim != 4 or out.shape[0] != len(regions):
+            raise ConfigError(f"out has shape {out.shape}, expected ({len(regions)}, channels, height, width)")
+        inside = (
+            (regions.field >= 0) & (regions.field < len(self.metadata.fields))
+            & (regions.y0 >= 0) & (regions.y0 < regions.y1) & (regions.y1 <= height)
+            & (regions.x0 >= 0) & (regions.x0 < regions.x1) & (regions.x1 <= width)
+            & (regions.out_y0 >= 0) & (regions.out_y0 + regions.y1 - regions.y0 <= out.shape[2])
+            & (regions.out_x0 >= 0) & (regions.out_x0 + regions.x1 - regions.x0 <= out.shape[3])
+        )
+        if not inside.all():
+            slot = int(np.flatnonzero(~inside)[0])
+            field_index, y0, y1, x0, x1, out_y0, out_x0 = list(regions.rows())[slot]
+            raise ConfigError(
+                f"region {slot} (field {field_index}, y{y0}:{y1} x{x0}:{x1} at {out_y0},{out_x0}) is not inside "
+                f"a field of shape {height}x{width} ({len(self.metadata.fields)} fields) and its slot {out.shape[2:]}"
+            )
+
 
 class ByteBudgetCache:
     """A least-recently-used mapping bounded by the total ``nbytes`` of its numpy values."""
@@ -152,6 +211,14 @@ class ByteBudgetCache:
         if value is not None:
             self._items.move_to_end(key)
         return value
+
+    def get_many(self, keys: Iterator[Any] | Sequence[Any]) -> dict[Any, np.ndarray]:
+        """The values held for ``keys`` (absent keys left out), each marked as just used."""
+        items, touch = self._items, self._items.move_to_end
+        found = {key: items[key] for key in keys if key in items}
+        for key in found:
+            touch(key)
+        return found
 
     def put(self, key: Any, value: np.ndarray) -> None:
         if value.nbytes > self.budget_bytes:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +27,8 @@ import numcodecs
 import numcodecs.blosc
 import numpy as np
 
-from cropbench.errors import StoreError
-from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader
+from cropbench.errors import ConfigError, StoreError
+from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader, Regions
 from cropbench.formats.ngff import read_array_document
 
 Decoder = Callable[[bytes], bytes]
@@ -66,22 +68,16 @@ class ChunkLayout:
         return chunk[self.channel_axis], chunk[-2], chunk[-1]
 
     @functools.cached_property
-    def decoded_shape(self) -> tuple[int, ...]:
-        """Shape of a cached chunk: the chunk itself, or (c, y, x) when t/z sit between c and y."""
-        return self.chunk_cyx if self.channel_axis >= 0 else self.chunk
-
-    def coords(self, c_index: int, y_index: int, x_index: int) -> tuple[int, ...]:
-        """Chunk grid coordinates of (c, y, x) chunk indices, zeros on singleton t/z axes."""
-        coords = [0] * len(self.shape)
-        coords[self.channel_axis], coords[-2], coords[-1] = c_index, y_index, x_index
-        return tuple(coords)
-
-    @functools.cached_property
     def per_shard(self) -> tuple[int, ...]:
         """Inner chunks per shard along each axis (all ones when not sharded)."""
         if self.inner_chunk is None:
             return (1,) * len(self.read_unit)
         return tuple(r // i for r, i in zip(self.read_unit, self.inner_chunk, strict=True))
+
+    @functools.cached_property
+    def shard_grid(self) -> tuple[int, ...]:
+        """Shards (or chunks, when not sharded) along each axis."""
+        return tuple(-(-s // r) for s, r in zip(self.shape, self.read_unit, strict=True))
 
     @functools.cached_property
     def shard_entries(self) -> int:
@@ -158,26 +154,79 @@ def read_chunk_layout(array_dir: Path) -> ChunkLayout:
     )
 
 
+#: A decoded chunk's cache key is one int: field | channel chunk | y chunk | x chunk, these many bits
+#: each, so a batch's keys come from array arithmetic and are compared as plain ints.
+_X_BITS = _Y_BITS = 16
+_C_BITS = 12
+_C_SHIFT = _X_BITS + _Y_BITS
+_FIELD_SHIFT = _C_SHIFT + _C_BITS
+_MAX_FIELDS = 2 ** (63 - _FIELD_SHIFT)
+#: Fewest (crop, chunk) pieces before copying them is split over the decode threads (below it,
+#: handing work to a thread costs more than the copies).
+PARALLEL_COPY_PIECES = 64
+
+
+@dataclass
+class _Plan:
+    """One row per (crop, chunk) intersection: the chunk's key, its channel group, the rectangle
+    inside the chunk (``sy0:sy1, sx0:sx1``) and where it lands in the crop's slot (``dy0``, ``dx0``)."""
+
+    slots: list[int] = dataclasses.field(default_factory=list)
+    keys: list[int] = dataclasses.field(default_factory=list)
+    groups: list[int] = dataclasses.field(default_factory=list)
+    sy0: list[int] = dataclasses.field(default_factory=list)
+    sy1: list[int] = dataclasses.field(default_factory=list)
+    sx0: list[int] = dataclasses.field(default_factory=list)
+    sx1: list[int] = dataclasses.field(default_factory=list)
+    dy0: list[int] = dataclasses.field(default_factory=list)
+    dy1: list[int] = dataclasses.field(default_factory=list)
+    dx0: list[int] = dataclasses.field(default_factory=list)
+    dx1: list[int] = dataclasses.field(default_factory=list)
+    #: (positions in the output, offsets inside the chunk) of each channel group.
+    channel_groups: list[tuple[Any, Any]] = dataclasses.field(default_factory=list)
+
+
+#: One read: (field, source, start, length, [(key, offset in what was read, size or -1 for all)]).
+#: ``source`` is an open shard descriptor (``os.pread``), a chunk file's path, or None (absent: fill value).
+_Unit = tuple[int, int | str | None, int, int, list[tuple[int, int, int]]]
+
+
 class DirectChunkReader(PlateReader):
     """Decode path ``direct``: chunk math, direct file reads, store codecs, LRU of decoded chunks.
 
-    The hot path avoids per-chunk object churn: file descriptors and shard indexes are opened once
-    per process and kept, shard indexes are plain lists, and paths are built as strings.
+    Every read, one region or a batch, goes through one planner: list the (crop, chunk) pieces,
+    look each needed chunk up once in the cache, read the missing ones with adjacent byte ranges of
+    a shard coalesced into one ``os.pread``, decode each once, then copy every piece into the
+    output. With ``decode_threads`` > 1, reads + decodes and the copies are split over a small
+    thread pool (the codecs and the copies release the GIL); blosc itself runs single-threaded
+    (``numcodecs.blosc.use_threads = False``) so threads never multiply. File descriptors and
+    shard indexes are opened once per process and kept.
     """
 
     decode = "direct"
 
-    def __init__(self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20) -> None:
+    def __init__(
+        self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20, decode_threads: int = 1,
+    ) -> None:
         super().__init__(metadata)
+        if not isinstance(decode_threads, int) or decode_threads < 1:
+            raise ConfigError(f"decode_threads must be an integer >= 1, got {decode_threads!r}")
+        if len(metadata.fields) > _MAX_FIELDS:
+            raise StoreError(f"the direct decode path reads at most {_MAX_FIELDS} fields, the plate has "
+                             f"{len(metadata.fields)}; use decode='zarr'")
         self.chunk_cache_bytes = chunk_cache_bytes
+        self.decode_threads = decode_threads
         self._cache = ByteBudgetCache(chunk_cache_bytes)
         self._layouts: dict[int, ChunkLayout] = {}
         self._bases: dict[int, str] = {}
-        self._shards: dict[tuple[int, tuple[int, ...]], tuple[int, list[int], list[int]] | None] = {}
+        self._shards: dict[tuple[int, tuple[int, ...]], tuple[int, np.ndarray, np.ndarray] | None] = {}
+        self._channel_group_cache: dict[tuple[int, tuple[int, ...] | None], list[tuple[int, Any, Any]]] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_pid = 0
         numcodecs.blosc.use_threads = False
 
     def _config_state(self) -> dict[str, Any]:
-        return {"chunk_cache_bytes": self.chunk_cache_bytes}
+        return {"chunk_cache_bytes": self.chunk_cache_bytes, "decode_threads": self.decode_threads}
 
     def close(self) -> None:
         self._cache.clear()
@@ -185,6 +234,9 @@ class DirectChunkReader(PlateReader):
             if entry is not None:
                 os.close(entry[0])
         self._shards.clear()
+        if self._executor is not None and self._executor_pid == os.getpid():
+            self._executor.shutdown(wait=False)
+        self._executor = None
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: os may already be gone
@@ -200,11 +252,15 @@ class DirectChunkReader(PlateReader):
             array_dir = self.metadata.path / self.metadata.fields[field_index].path
             layout = read_chunk_layout(array_dir)
             channel_axis = int(self.metadata.extra.get("channel_axis", len(layout.shape) - 3))
+            spare = [c for i, c in enumerate(layout.chunk[:-2]) if i != channel_axis]
+            if any(c != 1 for c in spare):
+                raise StoreError(f"{array_dir}: chunks {layout.chunk} span more than one t/z plane")
             if channel_axis != len(layout.shape) - 3:
-                spare = [c for i, c in enumerate(layout.chunk[:-2]) if i != channel_axis]
-                if any(c != 1 for c in spare):
-                    raise StoreError(f"{array_dir}: chunks {layout.chunk} span more than one t/z plane")
                 layout = dataclasses.replace(layout, channel_axis=channel_axis)
+            grid = [-(-s // c) for s, c in zip(layout.shape, layout.chunk, strict=True)]
+            if grid[layout.channel_axis] > 2**_C_BITS or max(grid[-2:]) > 2**_X_BITS:
+                raise StoreError(f"{array_dir}: a chunk grid of {grid} is beyond the direct decode path "
+                                 f"(at most {2**_C_BITS} channel and {2**_X_BITS} y/x chunks); use decode='zarr'")
             self._layouts[field_index] = layout
             self._bases[field_index] = f"{array_dir}{os.sep}"
         return layout
@@ -214,91 +270,249 @@ class DirectChunkReader(PlateReader):
         channels: np.ndarray | None = None, out: np.ndarray | None = None,
     ) -> np.ndarray:
         self._check_window(field_index, y0, y1, x0, x1)
-        layout = self._layout(field_index)
-        channel_count = self.metadata.field_shape[0]
-        result = self._output(channel_count if channels is None else len(channels), y0, y1, x0, x1, out)
-        chunk_c, chunk_y, chunk_x = layout.chunk_cyx
-        leading = (0,) * (len(layout.shape) - 3)
-        coords_of = layout.coords if layout.channel_axis != len(layout.shape) - 3 else None
-        groups = _channel_groups(channel_count, chunk_c, channels)
-        get_chunk = self._chunk
-        for c_index, (out_positions, in_offsets) in groups.items():
-            for y_index in range(y0 // chunk_y, (y1 - 1) // chunk_y + 1):
-                cy0 = y_index * chunk_y
-                sy0, sy1 = max(y0, cy0), min(y1, cy0 + chunk_y)
-                for x_index in range(x0 // chunk_x, (x1 - 1) // chunk_x + 1):
-                    cx0 = x_index * chunk_x
-                    sx0, sx1 = max(x0, cx0), min(x1, cx0 + chunk_x)
-                    chunk = get_chunk(field_index, layout, coords_of(c_index, y_index, x_index) if coords_of
-                                      else (*leading, c_index, y_index, x_index))
-                    source = chunk[..., in_offsets, sy0 - cy0:sy1 - cy0, sx0 - cx0:sx1 - cx0]
-                    result[out_positions, sy0 - y0:sy1 - y0, sx0 - x0:sx1 - x0] = (
-                        source if not leading else source.reshape(source.shape[-3:])
-                    )
+        channel_count = self.metadata.field_shape[0] if channels is None else len(channels)
+        result = self._output(channel_count, y0, y1, x0, x1, out)
+        plan = _Plan()
+        self._plan_region(plan, field_index, y0, y1, x0, x1, channels)
+        self._execute(plan, result[None])
         self.stats.regions += 1
         self.stats.bytes_delivered += result.nbytes
         return result
 
-    def _chunk(self, field_index: int, layout: ChunkLayout, coords: tuple[int, ...]) -> np.ndarray:
-        self.stats.chunks_touched += 1
-        key = (field_index, coords)
-        chunk = self._cache.get(key)
-        if chunk is None:
-            chunk = self._decode(field_index, layout, coords)
-            self._cache.put(key, chunk)
-        return chunk
+    def read_regions(self, regions: Regions, out: np.ndarray, channels: np.ndarray | None = None) -> np.ndarray:
+        self._check_regions(regions, out)
+        self._execute(self._plan_regions(regions, channels), out)
+        self.stats.regions += len(regions)
+        areas = (regions.y1 - regions.y0) * (regions.x1 - regions.x0)
+        self.stats.bytes_delivered += int(areas.sum()) * out.shape[1] * out.itemsize
+        return out
 
-    def _decode(self, field_index: int, layout: ChunkLayout, coords: tuple[int, ...]) -> np.ndarray:
-        encoded = self._fetch(field_index, layout, coords)
-        if encoded is None:
-            return np.full(layout.decoded_shape, layout.fill_value, dtype=layout.dtype)
+    def _channel_groups(self, layout: ChunkLayout, channels: np.ndarray | None) -> list[tuple[int, Any, Any]]:
+        """(channel chunk, positions in the output, offsets inside the chunk) per channel chunk read."""
+        chunk_c = layout.chunk_cyx[0]
+        key = (chunk_c, None if channels is None else tuple(channels.tolist()))
+        groups = self._channel_group_cache.get(key)
+        if groups is None:
+            groups = self._channel_group_cache[key] = _channel_groups(
+                self.metadata.field_shape[0], chunk_c, channels,
+            )
+        return groups
+
+    def _plan_region(
+        self, plan: _Plan, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None,
+    ) -> None:
+        """Add the pieces of one region (slot 0, landing at its slot's origin) to ``plan``."""
+        layout = self._layout(field_index)
+        _, chunk_y, chunk_x = layout.chunk_cyx
+        y_spans = [(iy, max(y0, iy * chunk_y) - iy * chunk_y, min(y1, (iy + 1) * chunk_y) - iy * chunk_y)
+                   for iy in range(y0 // chunk_y, (y1 - 1) // chunk_y + 1)]
+        x_spans = [(ix, max(x0, ix * chunk_x) - ix * chunk_x, min(x1, (ix + 1) * chunk_x) - ix * chunk_x)
+                   for ix in range(x0 // chunk_x, (x1 - 1) // chunk_x + 1)]
+        for c_index, positions, offsets in self._channel_groups(layout, channels):
+            group = len(plan.channel_groups)
+            plan.channel_groups.append((positions, offsets))
+            prefix = field_index << _FIELD_SHIFT | c_index << _C_SHIFT
+            for iy, sy0, sy1 in y_spans:
+                dy0 = iy * chunk_y + sy0 - y0
+                for ix, sx0, sx1 in x_spans:
+                    dx0 = ix * chunk_x + sx0 - x0
+                    plan.slots.append(0)
+                    plan.keys.append(prefix | iy << _X_BITS | ix)
+                    plan.groups.append(group)
+                    plan.sy0.append(sy0)
+                    plan.sy1.append(sy1)
+                    plan.sx0.append(sx0)
+                    plan.sx1.append(sx1)
+                    plan.dy0.append(dy0)
+                    plan.dy1.append(dy0 + sy1 - sy0)
+                    plan.dx0.append(dx0)
+                    plan.dx1.append(dx0 + sx1 - sx0)
+
+    def _plan_regions(self, regions: Regions, channels: np.ndarray | None) -> _Plan:
+        """The pieces of a whole batch with array arithmetic, one pass per chunk shape among its fields."""
+        plan = _Plan()
+        by_chunk: dict[tuple[int, int, int], list[int]] = {}
+        for field_index in np.unique(regions.field).tolist():
+            by_chunk.setdefault(self._layout(field_index).chunk_cyx, []).append(field_index)
+        for members in by_chunk.values():
+            layout = self._layouts[members[0]]
+            _, chunk_y, chunk_x = layout.chunk_cyx
+            slots = (np.arange(len(regions)) if len(by_chunk) == 1
+                     else np.flatnonzero(np.isin(regions.field, members)))
+            field, y0, y1, x0, x1, out_y0, out_x0 = (column[slots] for column in (
+                regions.field, regions.y0, regions.y1, regions.x0, regions.x1, regions.out_y0, regions.out_x0))
+            first_y, first_x = y0 // chunk_y, x0 // chunk_x
+            count_x = (x1 - 1) // chunk_x - first_x + 1
+            counts = ((y1 - 1) // chunk_y - first_y + 1) * count_x
+            region = np.repeat(np.arange(len(slots)), counts)
+            within = np.arange(len(region)) - np.repeat(np.cumsum(counts) - counts, counts)
+            iy = first_y[region] + within // count_x[region]
+            ix = first_x[region] + within % count_x[region]
+            chunk_y0, chunk_x0 = iy * chunk_y, ix * chunk_x
+            ry0, rx0 = y0[region], x0[region]
+            sy0 = np.maximum(ry0, chunk_y0) - chunk_y0
+            sy1 = np.minimum(y1[region], chunk_y0 + chunk_y) - chunk_y0
+            sx0 = np.maximum(rx0, chunk_x0) - chunk_x0
+            sx1 = np.minimum(x1[region], chunk_x0 + chunk_x) - chunk_x0
+            dy0 = chunk_y0 + sy0 - ry0 + out_y0[region]
+            dx0 = chunk_x0 + sx0 - rx0 + out_x0[region]
+            base = field[region] << _FIELD_SHIFT | iy << _X_BITS | ix
+            columns = [slots[region], sy0, sy1, sx0, sx1, dy0, dy0 + sy1 - sy0, dx0, dx0 + sx1 - sx0]
+            listed = [column.tolist() for column in columns]
+            for c_index, positions, offsets in self._channel_groups(layout, channels):
+                group = len(plan.channel_groups)
+                plan.channel_groups.append((positions, offsets))
+                plan.keys.extend((base | c_index << _C_SHIFT).tolist())
+                plan.groups.extend([group] * len(region))
+                for target, values in zip((plan.slots, plan.sy0, plan.sy1, plan.sx0, plan.sx1, plan.dy0,
+                                           plan.dy1, plan.dx0, plan.dx1), listed, strict=True):
+                    target.extend(values)
+        return plan
+
+    def _execute(self, plan: _Plan, out: np.ndarray) -> None:
+        """Read and decode each chunk the plan needs once, then copy every piece into ``out`` (B, C, H, W)."""
+        needed = list(dict.fromkeys(plan.keys))
+        chunks = self._cache.get_many(needed)
+        if len(chunks) < len(needed):
+            missing = [key for key in needed if key not in chunks]
+            for results, fetched, reads in self._split(self._load_units, self._units(missing)):
+                self.stats.bytes_fetched += fetched
+                self.stats.reads += reads
+                for key, chunk, decoded in results:
+                    chunks[key] = chunk
+                    self._cache.put(key, chunk)
+                    if decoded:
+                        self.stats.bytes_decoded += chunk.nbytes
+                        self.stats.chunks_decoded += 1
+        self.stats.chunks_touched += len(plan.keys)
+        pieces = len(plan.keys)
+        if self.decode_threads > 1 and pieces >= PARALLEL_COPY_PIECES:
+            step = -(-pieces // self.decode_threads)
+            self._split(lambda span: _copy_pieces(plan, chunks, out, *span[0]),
+                        [[(start, min(start + step, pieces))] for start in range(0, pieces, step)], interleave=False)
+        else:
+            _copy_pieces(plan, chunks, out, 0, pieces)
+
+    def _split(self, work: Callable[[list[Any]], Any], items: list[Any], interleave: bool = True) -> list[Any]:
+        """``work`` over ``items`` split into ``decode_threads`` parts, this thread doing the first."""
+        threads = min(self.decode_threads, len(items))
+        if threads <= 1:
+            return [work(items)] if items else []
+        parts = [items[i::threads] for i in range(threads)] if interleave else items
+        if self._executor is None or self._executor_pid != os.getpid():  # a forked worker has no threads
+            self._executor = ThreadPoolExecutor(self.decode_threads - 1, thread_name_prefix="cropbench-decode")
+            self._executor_pid = os.getpid()
+        futures = [self._executor.submit(work, part) for part in parts[1:]]
+        return [work(parts[0]), *(future.result() for future in futures)]
+
+    def _units(self, keys: list[int]) -> list[_Unit]:
+        """The reads that fetch ``keys``: one per chunk file, or per run of adjacent chunks in a shard."""
+        codes = np.asarray(keys, dtype=np.int64)
+        fields = codes >> _FIELD_SHIFT
+        units: list[_Unit] = []
+        field_indices = np.unique(fields).tolist()
+        single_field = len(field_indices) == 1
+        for field_index in field_indices:
+            own = codes if single_field else codes[fields == field_index]
+            layout = self._layouts[field_index]
+            grid = np.zeros((len(own), len(layout.shape)), dtype=np.int64)
+            grid[:, layout.channel_axis] = own >> _C_SHIFT & (2**_C_BITS - 1)
+            grid[:, -2] = own >> _X_BITS & (2**_Y_BITS - 1)
+            grid[:, -1] = own & (2**_X_BITS - 1)
+            if layout.inner_chunk is None:
+                base = self._bases[field_index]
+                units.extend((field_index, base + layout.key(tuple(coords)), 0, -1, [(key, 0, -1)])
+                             for key, coords in zip(own.tolist(), grid.tolist(), strict=True))
+                continue
+            per_shard = np.asarray(layout.per_shard)
+            shard_of = np.ravel_multi_index((grid // per_shard).T, layout.shard_grid)
+            inner = np.ravel_multi_index((grid % per_shard).T, layout.per_shard)
+            for shard_id in np.unique(shard_of).tolist():
+                mine = shard_of == shard_id
+                shard_coords = tuple(int(c) for c in np.unravel_index(shard_id, layout.shard_grid))
+                units.extend(self._shard_units(field_index, layout, shard_coords, own[mine], inner[mine]))
+        return units
+
+    def _shard_units(
+        self, field_index: int, layout: ChunkLayout, shard_coords: tuple[int, ...], keys: np.ndarray, inner: np.ndarray,
+    ) -> list[_Unit]:
+        """Reads of some inner chunks of one shard: byte ranges that touch are read as one."""
+        shard = self._shard(field_index, layout, shard_coords)
+        if shard is None:
+            return [(field_index, None, 0, 0, [(key, 0, 0) for key in keys.tolist()])]
+        descriptor, offsets, sizes = shard
+        starts, lengths = offsets[inner], sizes[inner]
+        empty = starts == EMPTY_SHARD_ENTRY
+        units: list[_Unit] = []
+        if empty.any():
+            units.append((field_index, None, 0, 0, [(key, 0, 0) for key in keys[empty].tolist()]))
+            keys, starts, lengths = keys[~empty], starts[~empty], lengths[~empty]
+        order = np.argsort(starts, kind="stable")
+        keys, starts, lengths = keys[order], starts[order].astype(np.int64), lengths[order].astype(np.int64)
+        ends = starts + lengths
+        breaks = (np.flatnonzero(starts[1:] != ends[:-1]) + 1).tolist()
+        key_list, start_list, length_list, end_list = keys.tolist(), starts.tolist(), lengths.tolist(), ends.tolist()
+        for first, stop in zip([0, *breaks], [*breaks, len(key_list)], strict=True):
+            origin = start_list[first]
+            units.append((field_index, descriptor, origin, end_list[stop - 1] - origin, [
+                (key_list[i], start_list[i] - origin, length_list[i]) for i in range(first, stop)
+            ]))
+        return units
+
+    def _load_units(self, units: list[_Unit]) -> tuple[list[tuple[int, np.ndarray, bool]], int, int]:
+        """Fetch and decode the chunks of ``units`` (any thread): (key, chunk, decoded?) each, bytes and reads."""
+        results: list[tuple[int, np.ndarray, bool]] = []
+        fetched = reads = 0
+        for field_index, source, start, length, entries in units:
+            layout = self._layouts[field_index]
+            data = None if source is None else self._fetch(field_index, source, start, length)
+            reads += source is not None
+            if data is None:
+                results.extend((key, np.full(layout.chunk_cyx, layout.fill_value, dtype=layout.dtype), False)
+                               for key, _, _ in entries)
+                continue
+            fetched += len(data)
+            view = memoryview(data)
+            for key, offset, size in entries:
+                encoded = view if size < 0 else view[offset:offset + size]
+                results.append((key, self._decode(field_index, layout, key, encoded), True))
+        return results, fetched, reads
+
+    def _fetch(self, field_index: int, source: int | str, start: int, length: int) -> bytes | None:
+        """What one unit reads: a whole chunk file (None when absent), or ``length`` bytes of a shard."""
+        if isinstance(source, str):
+            try:
+                with open(source, "rb", buffering=0) as handle:
+                    return handle.readall()
+            except FileNotFoundError:
+                return None
+        data = os.pread(source, length, start)
+        if len(data) != length:
+            raise StoreError(f"a shard of {self.metadata.fields[field_index].path} is truncated: "
+                             f"{len(data)} of {length} bytes at offset {start}")
+        return data
+
+    def _decode(self, field_index: int, layout: ChunkLayout, key: int, encoded: memoryview) -> np.ndarray:
         data: Any = encoded
         try:
             for decoder in layout.decoders:
                 data = decoder(data)
         except Exception as error:  # codecs raise RuntimeError, ValueError, ... on corrupt input
             raise StoreError(
-                f"chunk {coords} of {self.metadata.fields[field_index].path} cannot be decoded "
+                f"chunk {_chunk_name(key)} of {self.metadata.fields[field_index].path} cannot be decoded "
                 f"(corrupt chunk): {error}"
             ) from error
         chunk = np.frombuffer(data, dtype=layout.dtype)
         if chunk.size != layout.chunk_items:
             raise StoreError(
-                f"chunk {coords} of {self.metadata.fields[field_index].path} decoded to {chunk.size} values, "
-                f"expected {layout.chunk_items}: the chunk is corrupt"
+                f"chunk {_chunk_name(key)} of {self.metadata.fields[field_index].path} decoded to {chunk.size} "
+                f"values, expected {layout.chunk_items}: the chunk is corrupt"
             )
-        self.stats.bytes_decoded += chunk.nbytes
-        self.stats.chunks_decoded += 1
-        return chunk.reshape(layout.decoded_shape)
-
-    def _fetch(self, field_index: int, layout: ChunkLayout, coords: tuple[int, ...]) -> bytes | None:
-        if layout.inner_chunk is None:
-            try:
-                with open(self._bases[field_index] + layout.key(coords), "rb", buffering=0) as handle:
-                    data = handle.readall()
-            except FileNotFoundError:
-                return None
-            self.stats.bytes_fetched += len(data)
-            return data
-        per_shard = layout.per_shard
-        shard_coords = tuple(c // p for c, p in zip(coords, per_shard, strict=True))
-        shard = self._shard(field_index, layout, shard_coords)
-        if shard is None:
-            return None
-        descriptor, offsets, sizes = shard
-        inner = 0
-        for c, p in zip(coords, per_shard, strict=True):
-            inner = inner * p + c % p
-        offset = offsets[inner]
-        if offset == EMPTY_SHARD_ENTRY:
-            return None
-        data = os.pread(descriptor, sizes[inner], offset)
-        self.stats.bytes_fetched += len(data)
-        return data
+        return chunk.reshape(layout.chunk_cyx)
 
     def _shard(
         self, field_index: int, layout: ChunkLayout, shard_coords: tuple[int, ...],
-    ) -> tuple[int, list[int], list[int]] | None:
+    ) -> tuple[int, np.ndarray, np.ndarray] | None:
         """(open descriptor, inner-chunk offsets, sizes) of one shard file, cached per process."""
         key = (field_index, shard_coords)
         if key in self._shards:
@@ -322,9 +536,24 @@ class DirectChunkReader(PlateReader):
             raw = raw[:-4]
         self.stats.bytes_fetched += size
         index = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
-        entry = (descriptor, index[:, 0].tolist(), index[:, 1].tolist())
+        entry = (descriptor, index[:, 0].copy(), index[:, 1].copy())
         self._shards[key] = entry
         return entry
+
+
+def _copy_pieces(plan: _Plan, chunks: dict[int, np.ndarray], out: np.ndarray, first: int, stop: int) -> None:
+    """Copy pieces ``first:stop`` of the plan from their decoded chunks into ``out`` (B, C, H, W)."""
+    groups = plan.channel_groups
+    rows = zip(plan.slots, plan.keys, plan.groups, plan.sy0, plan.sy1, plan.sx0, plan.sx1,
+               plan.dy0, plan.dy1, plan.dx0, plan.dx1, strict=True)
+    for slot, key, group, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1 in itertools.islice(rows, first, stop):
+        positions, offsets = groups[group]
+        out[slot, positions, dy0:dy1, dx0:dx1] = chunks[key][offsets, sy0:sy1, sx0:sx1]
+
+
+def _chunk_name(key: int) -> tuple[int, int, int]:
+    """(channel chunk, y chunk, x chunk) of a cache key, for messages."""
+    return key >> _C_SHIFT & (2**_C_BITS - 1), key >> _X_BITS & (2**_Y_BITS - 1), key & (2**_X_BITS - 1)
 
 
 def _crc32c(data: bytes) -> int:
@@ -335,27 +564,30 @@ def _crc32c(data: bytes) -> int:
 
 def _channel_groups(
     channel_count: int, chunk_c: int, channels: np.ndarray | None,
-) -> dict[int, tuple[Any, Any]]:
-    """Map each channel chunk to (positions in the output, offsets inside the chunk)."""
+) -> list[tuple[int, Any, Any]]:
+    """(channel chunk, positions in the output, offsets inside the chunk) of each channel chunk read."""
     if channels is None and chunk_c >= channel_count:
-        return {0: (slice(None), slice(None))}
+        return [(0, slice(None), slice(None))]
     wanted = np.arange(channel_count) if channels is None else np.asarray(channels)
-    groups: dict[int, tuple[Any, Any]] = {}
-    for c_index in np.unique(wanted // chunk_c):
+    groups: list[tuple[int, Any, Any]] = []
+    for c_index in np.unique(wanted // chunk_c).tolist():
         positions = np.flatnonzero(wanted // chunk_c == c_index)
-        groups[int(c_index)] = (positions, wanted[positions] % chunk_c)
+        groups.append((c_index, positions, wanted[positions] % chunk_c))
     return groups
 
 
 class StageTimedChunkReader(DirectChunkReader):
     """The direct path with a clock around each stage, for the per-stage time split only.
 
-    ``stage_ns`` accumulates fetch (file reads), decode (codecs, excluding fetch) and region
-    (everything in ``read_region``: chunk math, cache lookups, fetch, decode and assembly).
+    ``stage_ns`` accumulates fetch (file reads), decode (codecs) and region (everything in
+    ``read_region`` / ``read_regions``: planning, cache lookups, fetch, decode and assembly).
+    With ``decode_threads`` > 1 fetch and decode add up the time of every thread.
     """
 
-    def __init__(self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20) -> None:
-        super().__init__(metadata, chunk_cache_bytes)
+    def __init__(
+        self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20, decode_threads: int = 1,
+    ) -> None:
+        super().__init__(metadata, chunk_cache_bytes, decode_threads)
         self.stage_ns = {"fetch": 0, "decode": 0, "region": 0}
 
     def read_region(
@@ -367,14 +599,20 @@ class StageTimedChunkReader(DirectChunkReader):
         self.stage_ns["region"] += time.perf_counter_ns() - start
         return result
 
-    def _fetch(self, field_index: int, layout: ChunkLayout, coords: tuple[int, ...]) -> bytes | None:
+    def read_regions(self, regions: Regions, out: np.ndarray, channels: np.ndarray | None = None) -> np.ndarray:
         start = time.perf_counter_ns()
-        data = super()._fetch(field_index, layout, coords)
-        self.stage_ns["fetch"] += time.perf_counter_ns() - start
+        result = super().read_regions(regions, out, channels)
+        self.stage_ns["region"] += time.perf_counter_ns() - start
+        return result
+
+    def _fetch(self, field_index: int, source: int | str, start: int, length: int) -> bytes | None:
+        began = time.perf_counter_ns()
+        data = super()._fetch(field_index, source, start, length)
+        self.stage_ns["fetch"] += time.perf_counter_ns() - began
         return data
 
-    def _decode(self, field_index: int, layout: ChunkLayout, coords: tuple[int, ...]) -> np.ndarray:
-        start, fetched = time.perf_counter_ns(), self.stage_ns["fetch"]
-        chunk = super()._decode(field_index, layout, coords)
-        self.stage_ns["decode"] += time.perf_counter_ns() - start - (self.stage_ns["fetch"] - fetched)
+    def _decode(self, field_index: int, layout: ChunkLayout, key: int, encoded: memoryview) -> np.ndarray:
+        began = time.perf_counter_ns()
+        chunk = super()._decode(field_index, layout, key, encoded)
+        self.stage_ns["decode"] += time.perf_counter_ns() - began
         return chunk

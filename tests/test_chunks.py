@@ -1,0 +1,82 @@
+"""The direct chunk reader's planner: a batch reads and decodes each chunk once, coalesces touching
+byte ranges of a shard into one read, and gives the bytes of region-by-region reads whatever the
+thread count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cropbench.errors import ConfigError
+from cropbench.formats import DirectChunkReader, Regions, open_plate, read_plate_metadata
+
+
+def _regions(count: int, seed: int, size: int = 40) -> Regions:
+    rng = np.random.default_rng(seed)
+    field = rng.integers(0, 4, count)
+    y0, x0 = rng.integers(0, 200 - size, count), rng.integers(0, 240 - size, count)
+    zeros = np.zeros(count, dtype=np.int64)
+    return Regions(field, y0, y0 + size, x0, x0 + size, zeros, zeros)
+
+
+def _one_by_one(reader: DirectChunkReader, regions: Regions, channels: np.ndarray | None) -> np.ndarray:
+    return np.stack([reader.read_region(f, y0, y1, x0, x1, channels) for f, y0, y1, x0, x1, _, _ in regions.rows()])
+
+
+@pytest.mark.parametrize("channels", [None, np.array([4, 0, 2])])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_batch_gives_the_bytes_of_single_regions(layout_plate: Path, channels: np.ndarray | None,
+                                                   threads: int) -> None:
+    metadata = read_plate_metadata(layout_plate)
+    regions = _regions(48, seed=2)
+    expected = _one_by_one(DirectChunkReader(metadata), regions, channels)
+    for cache_bytes in (0, 50_000, 2**30):  # no cache, evictions inside one batch, everything cached
+        reader = DirectChunkReader(metadata, chunk_cache_bytes=cache_bytes, decode_threads=threads)
+        out = np.zeros(expected.shape, dtype=expected.dtype)
+        reader.read_regions(regions, out, channels)
+        np.testing.assert_array_equal(out, expected)
+        reader.read_regions(regions, out, channels)  # again, from whatever the cache kept
+        np.testing.assert_array_equal(out, expected)
+        assert reader.stats.regions == 2 * len(regions)
+
+
+def test_regions_land_at_their_offsets_and_leave_the_rest_alone(tiny_plate: Path) -> None:
+    reader = open_plate(tiny_plate, "direct")
+    one = np.ones(1, dtype=np.int64)
+    regions = Regions(one * 2, one * 0, one * 10, one * 230, one * 240, one * 6, one * 3)
+    out = np.full((1, 5, 16, 16), 7, dtype=np.uint16)
+    reader.read_regions(regions, out)
+    np.testing.assert_array_equal(out[0, :, 6:16, 3:13], reader.read_region(2, 0, 10, 230, 240))
+    assert (out[0, :, :6] == 7).all() and (out[0, :, :, :3] == 7).all() and (out[0, :, :, 13:] == 7).all()
+
+
+def test_a_batch_decodes_each_chunk_once_and_coalesces_touching_reads(tiny_plate: Path) -> None:
+    metadata = read_plate_metadata(tiny_plate)  # default layout: one shard per field, 64 x 64 chunks
+    reader = DirectChunkReader(metadata, chunk_cache_bytes=0)
+    count = 8
+    zeros, field = np.zeros(count, dtype=np.int64), np.zeros(count, dtype=np.int64)
+    y0 = np.arange(count) * 4 + 10
+    regions = Regions(field, y0, y0 + 100, y0, y0 + 100, zeros, zeros)  # together they cover chunks (0..2, 0..2)
+    reader.read_regions(regions, np.empty((count, 5, 100, 100), dtype=np.uint16))
+    assert reader.stats.chunks_decoded == 9, "a 3 x 3 block of chunks, each decoded once for the batch"
+    assert reader.stats.chunks_touched > 9
+    assert reader.stats.reads < 9, "chunks stored next to each other in the shard are read together"
+    single = DirectChunkReader(metadata, chunk_cache_bytes=0)
+    for f, a, b, c, d, _, _ in regions.rows():
+        single.read_region(f, a, b, c, d)
+    assert single.stats.chunks_decoded > reader.stats.chunks_decoded
+
+
+def test_bad_batches_and_thread_counts_are_refused(tiny_plate: Path) -> None:
+    reader = open_plate(tiny_plate, "direct")
+    one = np.ones(1, dtype=np.int64)
+    with pytest.raises(ConfigError, match="region 0"):
+        reader.read_regions(Regions(one, one * 190, one * 210, one, one * 9, one * 0, one * 0),
+                            np.empty((1, 5, 20, 8), dtype=np.uint16))
+    with pytest.raises(ConfigError, match="out has shape"):
+        reader.read_regions(Regions(one, one, one * 9, one, one * 9, one * 0, one * 0),
+                            np.empty((2, 5, 8, 8), dtype=np.uint16))
+    with pytest.raises(ConfigError, match="decode_threads"):
+        DirectChunkReader(read_plate_metadata(tiny_plate), decode_threads=0)
