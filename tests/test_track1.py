@@ -18,7 +18,7 @@ def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> 
     assert metrics["count"] == 120
     assert metrics["samples_per_s"] == pytest.approx(120 / metrics["loop_seconds"])
     assert metrics["cold_count"] == 20 and metrics["eviction_verified"] in (True, False)
-    assert len(metrics["warmup_ms"]) == 10
+    assert len(metrics["warmup_ms"]) == 10 and len(metrics["first_pass_curve_ms"]) == 20
     assert metrics["p50_ms"] <= metrics["p95_ms"] <= metrics["p99_ms"] <= metrics["max_ms"]
     assert metrics["p99_reliable"] is False, "120 samples cannot support a p99"
     assert metrics["chunks_touched_per_crop"] >= 1

@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter  # noqa: E402
 
 from cropbench.errors import CropbenchError, OutputError  # noqa: E402
 from cropbench.records import Record  # noqa: E402
@@ -76,6 +77,14 @@ def fully_cached(record: Record) -> bool | None:
     return bool(crop.get("chunk_cache_bytes", 0) >= FULLY_CACHED * decoded)
 
 
+def _log_x(axis: plt.Axes) -> None:
+    """A log x axis ticked at 1, 2 and 5 per decade in plain numbers (0.5, 1, 2, 5, 10, ...)."""
+    axis.set_xscale("log")
+    axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.xaxis.set_major_formatter(ScalarFormatter())
+    axis.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _save(figure: plt.Figure, path: Path) -> Path:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -111,7 +120,7 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
         right.legend(handles=[Patch(color="lightgray", label="flagged row (see the summary): not a measurement")],
                      fontsize=8, loc="lower right")
     for axis in (left, right):
-        axis.set_xscale("log")
+        _log_x(axis)
         axis.grid(axis="x", which="both", alpha=0.3)
     right.set_xlim(right=max(np.nanmax(np.asarray(rates, dtype=float)), 1.0) * (30 if any(flagged) else 2))
     return _save(figure, out_dir / "track1_latency_throughput.png")
@@ -126,7 +135,7 @@ def track1_cdf(records: Sequence[Record], out_dir: Path) -> Path | None:
     for record in rows:
         quantiles = record.metrics["quantiles_ms"]
         axis.plot(quantiles, np.linspace(0, 1, len(quantiles)), label=_label(record))
-    axis.set_xscale("log")
+    _log_x(axis)
     axis.set_xlabel("__getitem__ latency (ms, log scale)")
     axis.set_ylabel("fraction of samples")
     axis.set_title("Track 1 latency CDF, steady state (left is better)")
@@ -157,31 +166,46 @@ def steady_from(curve: Sequence[float], steady_p50: float, band: float = STEADY_
 
 
 def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
-    """How many items until steady state: each case's warm-up, its rolling median, and where it settles."""
+    """How many items until steady state: one panel per case, from its first item after eviction.
+
+    Thin: each item's latency (first pass, then warm-up); thick: the rolling median; dotted: the
+    steady-state p50; shaded: the first (cold) pass; dashed line: where steady state starts.
+    """
     rows = [r for r in _by_track(records, "1") if r.metrics.get("warmup_ms") and r.metrics.get("p50_ms")]
     if not rows:
         return None
-    figure, axis = plt.subplots(figsize=(11, 6.5))
-    for number, record in enumerate(rows):
-        color = plt.get_cmap("tab10")(number % 10)
-        curve, steady = record.metrics["warmup_ms"], record.metrics["p50_ms"]
+    columns = min(2, len(rows))
+    lines = -(-len(rows) // columns)
+    figure, axes = plt.subplots(lines, columns, figsize=(7 * columns, 2.6 * lines + 1.2), squeeze=False,
+                                sharey=True)
+    for axis, record in zip(axes.flat, rows, strict=False):
+        first = list(record.metrics.get("first_pass_curve_ms") or [])
+        curve, steady = first + list(record.metrics["warmup_ms"]), record.metrics["p50_ms"]
         items = np.arange(1, len(curve) + 1)
         settles = steady_from(curve, steady)
-        axis.plot(items, curve, color=color, alpha=0.25, linewidth=0.8)
-        axis.plot(items, rolling_median(curve), color=color, linewidth=2,
-                  label=f"{_label(record)}: steady from item {settles}" if settles else
-                  f"{_label(record)}: not steady within {len(curve)} items")
-        axis.axhline(steady, color=color, linestyle=":", linewidth=1)
+        if first:
+            cold = "cold pass" if record.metrics.get("eviction_verified") else "first pass (eviction not verified)"
+            axis.axvspan(0.5, len(first) + 0.5, color="tab:blue", alpha=0.08, label=cold)
+        axis.plot(items, curve, color="gray", alpha=0.5, linewidth=0.8, label="each item")
+        axis.plot(items, rolling_median(curve), color="tab:red", linewidth=2,
+                  label=f"rolling median of {ROLLING_ITEMS}")
+        axis.axhline(steady, color="black", linestyle=":", linewidth=1, label="steady-state p50")
         if settles:
-            axis.scatter([settles], [rolling_median(curve)[settles - 1]], color=color, marker="v", s=60, zorder=3)
-    axis.set_yscale("log")
-    axis.set_xlabel("item number after the cold pass")
-    axis.set_ylabel("__getitem__ latency (ms, log scale)")
-    axis.set_title(f"Track 1 warm-up: thin = each item, thick = rolling median of {ROLLING_ITEMS}, dotted = steady "
-                   f"p50;\n▼ = steady state starts (rolling median within {STEADY_BAND}× steady p50 from there on)",
-                   fontsize=10)
-    axis.grid(alpha=0.3, which="both")
-    axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+            axis.axvline(settles, color="tab:green", linestyle="--", linewidth=1.5,
+                         label=f"steady from item {settles}")
+        verdict = f"steady from item {settles}" if settles else f"not steady within {len(curve)} items"
+        axis.set_title(f"{_label(record)}: {verdict}", fontsize=8)
+        axis.set_yscale("log")
+        axis.grid(alpha=0.3, which="both")
+        axis.set_xlabel("item number after the page cache was emptied", fontsize=8)
+        axis.set_ylabel("latency (ms, log)", fontsize=8)
+    for axis in list(axes.flat)[len(rows):]:
+        axis.set_visible(False)
+    handles, names = axes.flat[0].get_legend_handles_labels()
+    names = ["steady state starts" if name.startswith("steady from") else name for name in names]
+    axes.flat[0].legend(handles, names, loc="upper right", fontsize=6)
+    figure.suptitle(f"Track 1 warm-up: items until the rolling median stays within {STEADY_BAND}x the steady p50 "
+                    "(lower and earlier is better)", fontsize=10)
     return _save(figure, out_dir / "track1_warmup.png")
 
 
@@ -364,7 +388,7 @@ def track2_first_batch(records: Sequence[Record], out_dir: Path) -> Path | None:
               color="tab:orange", label="epoch 2")
     axis.set_yticks(positions, [_label(r) for r in rows], fontsize=8)
     axis.invert_yaxis()
-    axis.set_xscale("log")
+    _log_x(axis)
     axis.set_xlabel("ms from iter(loader) to the first batch in hand (worker start-up included; log scale)")
     axis.set_title("Track 2 first-batch latency (lower is better)")
     axis.grid(axis="x", alpha=0.3)
@@ -386,7 +410,7 @@ def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
                  color="black", zorder=3, label="compute-only p50")
     left.set_yticks(positions, [_label(r) for r in rows], fontsize=8)
     left.invert_yaxis()
-    left.set_xscale("log")
+    _log_x(left)
     left.set_xlabel("ms per step (log scale)")
     left.set_title("Track 3 step time p50 (lower is better)")
     left.legend(fontsize=8, loc="upper center", bbox_to_anchor=below, ncol=2)
@@ -423,7 +447,7 @@ def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
         if ceiling:
             right.axhline(ceiling, color=color, linestyle=":", linewidth=1)
             right.set_ylim(top=max(right.get_ylim()[1], ceiling * 1.1))
-    left.axhline(10, color="gray", linestyle=":", label="10% threshold")
+    left.axhline(10, color="gray", linestyle=":", label="10%: the model's device >= 90% busy")
     left.set_ylabel("% of step time blocked on data")
     left.set_title("Track 3 data wait vs num_workers (lower is better)")
     right.set_ylabel("images/s; dotted: compute-only ceiling")
