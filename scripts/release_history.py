@@ -265,7 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=HISTORY_DIR / "sdists", help="sdist cache (default: %(default)s)")
     parser.add_argument("--no-dates", action="store_true", help="do not ask the registry for upload times")
     parser.add_argument("--pre", action="store_true", help="include pre-releases in the range")
-    parser.add_argument("--force", action="store_true", help="replace an existing repository at --dest")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing repository at --dest (if its hashes change, delete asv's build clones, "
+        ".asv/env/*/project: they share its objects but keep the old tags, so builds get dev versions)",
+    )
     args = parser.parse_args(argv)
     first, last = LIBRARIES.get(args.name, (None, None))
     first, last = args.first or first, args.last or last
