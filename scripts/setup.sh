@@ -9,9 +9,15 @@ want=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
+started=$SECONDS
+echo "setup: building .venv from pyproject.toml (first run: torch, torchvision, zarr and the dev tools;" \
+  "about 2 minutes, silent while pip works; later runs skip this)"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+echo "setup: upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-# torch/torchvision are pinned in pyproject.toml (2.14.1 / 0.29.1); pip takes them from local disk here.
+echo "setup: installing cropbench with its dependencies (the longest step)"
+# torch/torchvision are pinned in pyproject.toml (2.14.1 / 0.29.1); pip takes them from its configured index.
 .venv/bin/python -m pip install -q -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import cropbench, torch, zarr" || { echo "setup failed: cropbench did not import" >&2; exit 1; }
 echo "$want" > "$stamp"
+echo "setup: .venv ready in $((SECONDS - started)) s"

@@ -42,7 +42,7 @@ def test_every_layout_and_decode_path_returns_identical_bytes(
     tiny_plate: Path, reference: list[np.ndarray], tmp_path: Path, name: str,
 ) -> None:
     if name in OPTIONAL_LAYOUTS and not ome_arrow_available():
-        pytest.skip(f"layout {name} needs the optional extra [arrow] (ome-arrow)")
+        pytest.skip(f"layout {name} needs the optional extra [arrow]: .venv/bin/pip install -e '.[arrow]'")
     converted = convert_plate(tiny_plate, tmp_path / name, layout_by_name(name))
     metadata = read_plate_metadata(converted.path)
     assert metadata.layout == layout_by_name(name).format
@@ -108,7 +108,7 @@ def test_batched_items_equal_single_items_on_every_layout_and_decode_path(
     tiny_plate: Path, tmp_path: Path, name: str,
 ) -> None:
     if name in OPTIONAL_LAYOUTS and not ome_arrow_available():
-        pytest.skip(f"layout {name} needs the optional extra [arrow] (ome-arrow)")
+        pytest.skip(f"layout {name} needs the optional extra [arrow]: .venv/bin/pip install -e '.[arrow]'")
     converted = convert_plate(tiny_plate, tmp_path / name, layout_by_name(name))
     indices = [*np.random.default_rng(5).permutation(len(read_object_table(tiny_plate)))[:24].tolist(), 0, 0]
     for decode in supported_decodes(read_plate_metadata(converted.path)):

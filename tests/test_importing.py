@@ -29,7 +29,9 @@ NF1 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nf1_cell
 NF1_TABLE = NF1 / "Plate_2_with_image_data_shrunken.parquet"
 NF1_IMAGES = NF1 / "Plate_2_images"
 needs_nf1 = pytest.mark.skipif(
-    not NF1_TABLE.is_file(), reason=f"NF1 subset not found at {NF1} (../shared/data beside the repository)"
+    not NF1_TABLE.is_file(),
+    reason=f"NF1 subset not found at {NF1}: copy tests/data/cytotable/NF1_cellpainting_data_shrunken of "
+           "github.com/cytomining/CytoDataFrame (NF1 Cell Painting, Plate 2) there",
 )
 
 HEIGHT, WIDTH = 60, 80

@@ -20,7 +20,8 @@ from cropbench.plates.convert import convert_plate
 from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.layouts import LayoutComparison, Layouts
 
-pytest.importorskip("ome_arrow", reason="the OME-Arrow layouts need the optional extra [arrow] (ome-arrow)")
+pytest.importorskip("ome_arrow", reason="the OME-Arrow layouts need the optional extra [arrow]: "
+                                         ".venv/bin/pip install -e '.[arrow]'")
 LAYOUT_NAMES = ("ome-arrow", "ome-arrow-zstd", "ome-arrow-zstd-objects")
 
 
@@ -100,6 +101,6 @@ def test_comparison_reports_the_as_py_gap(tiny_plate: Path, tmp_path: Path) -> N
 
 def test_without_the_extra_the_error_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ome_arrow", None)
-    with pytest.raises(ConfigError, match=r"pip install -e '\.\[arrow\]'"):
+    with pytest.raises(ConfigError, match=r"\.venv/bin/pip install -e '\.\[arrow\]'"):
         require_ome_arrow()
     assert pa is not None

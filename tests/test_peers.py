@@ -162,14 +162,15 @@ def test_peers_load_through_forked_workers_after_dask_used_threads(
     assert seen == len(reference)
 
 
-@pytest.mark.parametrize(("name", "module", "extra"), [
-    ("dask-per-crop", "dask", "dask"), ("spatialdata-tiles", "spatialdata", "spatialdata"),
+@pytest.mark.parametrize(("name", "module", "command"), [
+    ("dask-per-crop", "dask", r"\.venv/bin/pip install -e '\.\[dask\]'"),
+    ("spatialdata-tiles", "spatialdata", r"bash scripts/setup_peers\.sh"),
 ])
-def test_a_peer_without_its_extra_is_unavailable_with_the_reason(
-    name: str, module: str, extra: str, windows: CropWindows, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+def test_a_peer_without_its_extra_is_unavailable_with_a_command_that_installs_it(
+    name: str, module: str, command: str, windows: CropWindows, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(PeerUnavailableError, match=rf"{module}.*cropbench\[{extra}\]"):
+    with pytest.raises(PeerUnavailableError, match=rf"{module}.*{command}"):
         open_peer(name, windows, tmp_path)
 
 
@@ -258,7 +259,8 @@ def test_run_peers_records_a_missing_extra_as_a_skipped_row(
     row = records[-1]
     assert row.config["peer"] == "dask-per-crop"
     assert row.metrics["skipped"] is True
-    assert "cropbench[dask]" in row.metrics["skip_reason"]
+    assert ".venv/bin/pip install -e '.[dask]'" in row.metrics["skip_reason"]
+    assert "scripts/setup_peers.sh" in PEERS["spatialdata-tiles"].install_hint, "spatialdata cannot share .venv"
 
 
 def test_cli_run_peers_writes_peer_rows_and_the_figure(tiny_plate: Path, tmp_path: Path) -> None:

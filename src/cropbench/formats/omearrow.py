@@ -1,6 +1,6 @@
 """OME-Arrow plates: each field one row of a Parquet table, pixels in the OME-Arrow image struct.
 
-The format comes from the ``ome-arrow`` package (optional extra: ``pip install -e ".[arrow]"``);
+The format comes from the ``ome-arrow`` package (optional extra: ``.venv/bin/pip install -e ".[arrow]"``);
 its own writer builds every image (``ome_arrow.from_numpy`` with typed byte chunks, the
 ``OME_ARROW_BYTE_STRUCT`` schema). ``images.parquet`` holds one row per field (``plate``,
 ``well``, ``row``, ``column``, ``field`` and ``image``), one row group per field, with no
@@ -47,7 +47,8 @@ def require_ome_arrow() -> Any:
         import ome_arrow
     except ImportError as error:
         raise ConfigError(
-            "the ome-arrow layouts need the optional extra: pip install -e '.[arrow]' (the ome-arrow package)"
+            "the ome-arrow layouts need the optional extra [arrow] (the ome-arrow package): "
+            ".venv/bin/pip install -e '.[arrow]' from the repository root"
         ) from error
     return ome_arrow
 

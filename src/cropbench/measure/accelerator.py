@@ -120,7 +120,7 @@ class NvmlSampler:
         try:
             import pynvml
         except ImportError:
-            self.status = "skipped: pynvml (nvidia-ml-py) is not installed"
+            self.status = "skipped: pynvml is not installed (.venv/bin/pip install nvidia-ml-py)"
             return False
         try:
             pynvml.nvmlInit()

@@ -19,7 +19,8 @@ with torch's ``default_collate``. Peers read pixels their own way; they take onl
   ``.as_py()`` and ``np.array(...)``. The tables are written once into a work folder beside the
   plate (``PLATE.peers/``) and reused while they match the plate and windows.
 
-A peer whose optional extra is missing (``pip install 'cropbench[peers]'``), or that does not
+A peer whose optional extra is missing (``.venv/bin/pip install -e '.[dask]'``; spatialdata needs
+its own environment, ``bash scripts/setup_peers.sh``), or that does not
 apply to the plate's layout, raises :class:`cropbench.errors.PeerUnavailableError`;
 :class:`Peers` records it as a skipped row with the reason.
 
@@ -147,6 +148,8 @@ class PeerDataset(Dataset[dict[str, Any]], ABC):
     description: ClassVar[str]
     #: The pip extra that installs what the peer imports (None: cropbench's own dependencies).
     extra: ClassVar[str | None] = None
+    #: A command that installs it, run from the repository root.
+    install_hint: ClassVar[str] = "bash scripts/setup.sh"
     modules: ClassVar[tuple[str, ...]] = ()
     #: Layouts (storage formats) the peer reads; None means any.
     formats: ClassVar[tuple[str, ...] | None] = ("ome-zarr",)
@@ -167,8 +170,7 @@ class PeerDataset(Dataset[dict[str, Any]], ABC):
             try:
                 importlib.import_module(module)
             except ImportError as error:
-                hint = f"pip install 'cropbench[{cls.extra}]'" if cls.extra else "reinstall cropbench"
-                raise PeerUnavailableError(f"{module} cannot be imported ({error}); {hint}") from error
+                raise PeerUnavailableError(f"{module} cannot be imported ({error}); {cls.install_hint}") from error
 
     def __len__(self) -> int:
         return len(self.windows)
@@ -254,6 +256,7 @@ class DaskPerCrop(PeerDataset):
     name = "dask-per-crop"
     description = "dask.array.from_zarr per field, slice + compute per crop"
     extra = "dask"
+    install_hint = ".venv/bin/pip install -e '.[dask]'"
     modules = ("dask", "dask.array", "zarr")
 
     def __init__(self, windows: CropWindows, work_dir: Path | None = None, scheduler: str | None = None) -> None:
@@ -318,6 +321,8 @@ class SpatialDataTiles(PeerDataset):
     name = "spatialdata-tiles"
     description = "spatialdata 0.7.3 ImageTilesDataset (bounding-box query, dask per tile), wrapped"
     extra = "spatialdata"
+    install_hint = ("spatialdata cannot share .venv (its pins conflict with the dev extra): "
+                    "bash scripts/setup_peers.sh, then .venv-peers/bin/python -m cropbench run --plate PLATE --peers")
     modules = ("spatialdata", "spatialdata.dataloader", "dask", "geopandas", "anndata")
 
     def __init__(self, windows: CropWindows, work_dir: Path | None = None, scheduler: str | None = None) -> None:
