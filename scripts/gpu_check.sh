@@ -34,8 +34,8 @@
 # - With no CUDA device it stops with exit code 2, unless GPU_CHECK_ALLOW_CPU=1: then it is a dry run of the
 #   same steps with smoke plates, few samples, and Track 3's smoke preset instead of the CUDA presets.
 # Duration: 376 s on one H200 with 16 cores (2026-11-30, docs/gpu.md), where the 390 s budget cut the last
-# Track 2 case, the last two Track 3 rows on the planes plate and the GPU tests: give the call ~480 s, or raise
-# GPU_CHECK_BUDGET_S (and the call's timeout) to get those too.
+# Track 2 case, the last two Track 3 rows on the planes plate and the GPU tests: allow it ~480 s, or raise
+# GPU_CHECK_BUDGET_S (and any outer timeout) to get those too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
