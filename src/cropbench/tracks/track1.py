@@ -41,7 +41,6 @@ from cropbench.tracks.runner import Row, seeded
 
 WARMUP_CURVE_POINTS = 50
 FIRST_PASS_CURVE_POINTS = 200
-FIRST_PASS_CURVE_POINTS = 200
 TRANSFORM_ONLY_ITEMS = 200
 STAGE_SPLIT_ITEMS = 300
 #: The stage split's parts add up to its total within this fraction (they share one loop's clocks).
@@ -108,8 +107,6 @@ def run_case(
         prefix = "cold_" if verified else "first_pass_"  # an unverified eviction is no cold number
         metrics.update(summarise_ms(cold_latencies, prefix))
         metrics[f"{prefix}samples_per_s"] = len(cold) / (cold_latencies.sum() / 1e9)
-        # Each item of the first pass, so the warm-up figure starts at the case's first item.
-        metrics["first_pass_curve_ms"] = [round(v / 1e6, 4) for v in cold_latencies[:FIRST_PASS_CURVE_POINTS]]
         # Each item of the first pass, so the warm-up figure starts at the case's first item.
         metrics["first_pass_curve_ms"] = [round(v / 1e6, 4) for v in cold_latencies[:FIRST_PASS_CURVE_POINTS]]
         metrics.update(eviction.as_metrics() if eviction else {"eviction_verified": False})
