@@ -6,6 +6,7 @@ TIFFs with tifffile; the synthetic tests cover each naming variant and each inpu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,12 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 import tifffile
+import torch.utils.data
 
 from cropbench.cli import main
 from cropbench.config import CropConfig, layout_by_name
 from cropbench.data.dataset import CropDataset
-from cropbench.errors import ImportInputError
+from cropbench.errors import ImportInputError, OutputError
 from cropbench.formats import open_plate, read_plate_metadata
 from cropbench.objects import read_object_table
 from cropbench.plates.importing import ImportOptions, import_plate, plan_import
@@ -322,3 +324,253 @@ def test_nf1_imports_and_every_crop_equals_the_source_tiffs(tmp_path: Path, layo
         row = next(r for r in source if r["Image_Metadata_Well_x"] == info.well)
         full = np.stack([tifffile.imread(NF1_IMAGES / row[f"Image_FileName_{c}"]) for c in ("DAPI", "GFP", "RFP")])
         np.testing.assert_array_equal(reader.read_field(info.index), full)
+
+
+def _import_args(tmp_path: Path, folder: Path, *extra: str) -> list[str]:
+    return ["import", "--table", str(tmp_path / "cells.parquet"), "--images", str(folder), "--out",
+            str(tmp_path / "plate"), "--no-progress", *extra]
+
+
+def _left_behind(tmp_path: Path) -> list[str]:
+    """What an import left in its output folder's parent besides the inputs."""
+    return sorted(p.name for p in tmp_path.iterdir() if p.name not in ("images", "cells.parquet"))
+
+
+def _truncate(path: Path, keep: int | None = None) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2 if keep is None else keep])
+
+
+MALFORMED: dict[str, Callable[[Path], None]] = {
+    "truncated-header": lambda path: _truncate(path, keep=8),
+    "truncated-header-mid-ifd": lambda path: _truncate(path, keep=4),
+    "truncated-data": _truncate,
+    "not-a-tiff": lambda path: path.write_bytes(b"<html>not found</html>" * 40),
+    "empty-file": lambda path: path.write_bytes(b""),
+    "wrong-dtype": lambda path: tifffile.imwrite(path, np.zeros((HEIGHT, WIDTH), np.float64)),
+    "wrong-shape": lambda path: tifffile.imwrite(path, np.zeros((HEIGHT, WIDTH + 3), np.uint16)),
+    "stack-not-plane": lambda path: tifffile.imwrite(path, np.zeros((2, HEIGHT, WIDTH), np.uint16)),
+    "missing": lambda path: path.unlink(),
+}
+
+
+@pytest.mark.parametrize("compression", [None, "lzw"])
+@pytest.mark.parametrize("damage", sorted(MALFORMED))
+def test_malformed_tiffs_exit_2_naming_the_file_and_leave_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str, compression: str | None,
+) -> None:
+    folder = tmp_path / "images"
+    names = _write_named_tiffs(folder, compression=compression)
+    pq.write_table(_table(_cellprofiler_columns(names)), tmp_path / "cells.parquet")
+    bad = names[(2, "ER")]  # a channel of the last field
+    MALFORMED[damage](folder / bad)
+    assert main(_import_args(tmp_path, folder)) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("cropbench: error:") and bad in error and "Traceback" not in error
+    assert _left_behind(tmp_path) == []
+
+
+def test_a_failure_on_the_last_field_leaves_no_plate_and_keeps_the_old_one(
+    images: tuple[Path, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cropbench.formats.omezarr import OmeZarrPlateWriter
+
+    folder, names = images
+    pq.write_table(_table(_cellprofiler_columns(names)), tmp_path / "cells.parquet")
+    write_field = OmeZarrPlateWriter.write_field
+
+    def fails_on_the_last_field(self: OmeZarrPlateWriter, row: str, column: str, site: int, pixels: Any) -> None:
+        if (row, column, site) == self.field_slots()[-1]:
+            raise OSError(28, "No space left on device")
+        write_field(self, row, column, site, pixels)
+
+    monkeypatch.setattr(OmeZarrPlateWriter, "write_field", fails_on_the_last_field)
+    with pytest.raises(OutputError, match="No space left"):
+        import_plate(tmp_path / "cells.parquet", folder, tmp_path / "plate", layout_by_name("default"),
+                     progress=False)
+    assert _left_behind(tmp_path) == []
+    monkeypatch.setattr(OmeZarrPlateWriter, "write_field", write_field)
+    import_plate(tmp_path / "cells.parquet", folder, tmp_path / "plate", layout_by_name("tiff"), progress=False)
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "plate").rglob("*"))
+    monkeypatch.setattr(OmeZarrPlateWriter, "write_field", fails_on_the_last_field)
+    with pytest.raises(OutputError, match="No space left"):
+        import_plate(tmp_path / "cells.parquet", folder, tmp_path / "plate", layout_by_name("default"),
+                     overwrite=True, progress=False)
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "plate").rglob("*")) == before
+    assert _left_behind(tmp_path) == ["plate"]
+
+
+def test_missing_compartment_lists_the_ones_there(images: tuple[Path, Any], tmp_path: Path) -> None:
+    folder, names = images
+    pq.write_table(_table(_cellprofiler_columns(names)), tmp_path / "cells.parquet")
+    with pytest.raises(ImportInputError, match=r"centroids of Cells, Nuclei \(choose one with --compartment\)"):
+        plan_import(tmp_path / "cells.parquet", folder, ImportOptions(compartment="Nucleus"))
+    with pytest.raises(ImportInputError, match="--label Metadata_moa: the table has no column.*Metadata_Well"):
+        plan_import(tmp_path / "cells.parquet", folder, ImportOptions(labels=("Metadata_moa",)))
+    with pytest.raises(ImportInputError, match="--label well names a column the object table makes"):
+        ImportOptions(labels=("well",))
+
+
+# A JUMP-like experiment, generated: Phenix file names, Image_FileName_Orig* / Image_PathName_Orig* columns
+# recorded on another machine, LZW TIFFs, 8 channel columns of which only 3 have files, sites that are not
+# 1..N, objects on the field edge, CytoTable-style identity columns and perturbation metadata.
+JUMP_SHAPE = (70, 96)
+#: Source channel column → Phenix channel number; only DNA, ER and RNA have files.
+JUMP_CHANNELS = {"DNA": 5, "AGP": 3, "ER": 4, "Mito": 1, "RNA": 2, "Brightfield": 6, "HighZBF": 7, "LowZBF": 8}
+JUMP_PRESENT = ("DNA", "ER", "RNA")
+#: (well, site, perturbation, control type)
+JUMP_FIELDS = (("B05", 3, "DMSO", "negcon"), ("B05", 10, "DMSO", "negcon"), ("C11", 7, "aspirin", None),
+               ("N20", 2, "taxol", "poscon"), ("N20", 9, "aspirin", None))
+#: Centroids (x, y) per field: on each edge and corner, and inside.
+JUMP_CELLS = ((0.0, 0.0), (95.9, 69.7), (1.4, 40.2), (60.5, 0.6), (47.25, 33.75), (94.0, 12.0))
+
+
+def _jump_pixels(field: int, channel: str) -> np.ndarray:
+    rng = np.random.default_rng(1000 * field + JUMP_CHANNELS[channel])
+    return rng.integers(0, 65535, size=JUMP_SHAPE, dtype=np.uint16)
+
+
+def _phenix(well: str, site: int, channel: str) -> str:
+    row, column = ord(well[0]) - ord("A") + 1, int(well[1:])
+    return f"r{row:02d}c{column:02d}f{site:02d}p01-ch{JUMP_CHANNELS[channel]}sk1fk1fl1.tiff"
+
+
+@pytest.fixture
+def jump(tmp_path: Path) -> tuple[Path, Path]:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for number, (well, site, _, _) in enumerate(JUMP_FIELDS):
+        for channel in JUMP_PRESENT:
+            tifffile.imwrite(folder / _phenix(well, site, channel), _jump_pixels(number, channel), compression="lzw")
+    rows: dict[str, list[Any]] = {}
+    for number, (well, site, pert, control) in enumerate(JUMP_FIELDS):
+        for cell, (x, y) in enumerate(JUMP_CELLS):
+            values = {
+                "Metadata_Source": "source_4", "Metadata_Plate": "BR00117035", "Metadata_Well": well,
+                "Metadata_Site": site, "Metadata_ImageNumber": 100 + number,
+                "Metadata_Nuclei_Number_Object_Number": cell + 1, "Image_Metadata_ImageResolutionX": 0.598,
+                "Metadata_pert_iname": pert, "Metadata_control_type": control, "Metadata_dose": 0.5 * number,
+                "Nuclei_Location_Center_X": x, "Nuclei_Location_Center_Y": y,
+                "Cells_Location_Center_X": min(x + 1, 95.0), "Cells_Location_Center_Y": y,
+                **{f"Image_FileName_Orig{c}": _phenix(well, site, c) for c in JUMP_CHANNELS},
+                **{f"Image_PathName_Orig{c}": "/home/ubuntu/bucket/images/BR00117035__2021-05-21/Images"
+                   for c in JUMP_CHANNELS},
+            }
+            for name, value in values.items():
+                rows.setdefault(name, []).append(value)
+    pq.write_table(pa.table(rows), tmp_path / "cells.parquet")
+    return tmp_path / "cells.parquet", folder
+
+
+def _expected_crop(field: int, x: float, y: float, size: int, border: str) -> np.ndarray:
+    """The crop cut straight from the source TIFF pixels with the documented window rule."""
+    height, width = JUMP_SHAPE
+    y0, x0 = int(np.floor(y - (size - 1) / 2 + 0.5)), int(np.floor(x - (size - 1) / 2 + 0.5))
+    if border == "shift":
+        y0, x0 = min(max(y0, 0), height - size), min(max(x0, 0), width - size)
+    expected = np.zeros((len(JUMP_PRESENT), size, size), np.uint16)
+    cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
+    for channel, name in enumerate(JUMP_PRESENT):
+        expected[channel, cy0 - y0:cy1 - y0, cx0 - x0:cx1 - x0] = _jump_pixels(field, name)[cy0:cy1, cx0:cx1]
+    return expected
+
+
+@pytest.mark.parametrize("layout", ["default", "tiff-zlib"])
+def test_jump_like_plate_imports_exactly_with_identity_labels_and_pixel_size(
+    jump: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], layout: str,
+) -> None:
+    table, folder = jump
+    args = ["import", "--table", str(table), "--images", str(folder), "--no-progress", "--layout", layout]
+    assert main([*args, "--out", str(tmp_path / "refused")]) == 2
+    error = capsys.readouterr().err
+    assert "25 image files are missing, of channels AGP (5 of 5 fields), Mito (5 of 5 fields)" in error
+    assert "--channel DNA --channel ER --channel RNA" in error and "(channel Brightfield)" in error
+    labels = ["--label", "Metadata_pert_iname", "--label", "Metadata_control_type", "--label", "Metadata_dose"]
+    plate = tmp_path / "plate"
+    assert main([*args, "--out", str(plate), "--channel", "DNA", "--channel", "ER", "--channel", "RNA",
+                 *labels]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cells.parquet", "images", "plate"]
+    metadata = read_plate_metadata(plate)
+    assert metadata.channel_names == JUMP_PRESENT and metadata.name == "BR00117035"
+    assert metadata.extra["cropbench"]["pixel_size_um"] == [0.598, 0.598]
+
+    objects = read_object_table(plate)
+    cells = len(JUMP_CELLS)
+    assert objects.column("source_row").tolist() == list(range(len(JUMP_FIELDS) * cells))
+    assert objects.column("source_site").tolist() == [site for _, site, _, _ in JUMP_FIELDS for _ in JUMP_CELLS]
+    assert objects.field.tolist() == [f for f in (0, 1, 0, 0, 1) for _ in JUMP_CELLS]  # 0-based within the well
+    assert objects.column("ImageNumber").tolist() == [100 + n for n in range(len(JUMP_FIELDS)) for _ in JUMP_CELLS]
+    assert objects.column("ObjectNumber").tolist() == list(range(1, cells + 1)) * len(JUMP_FIELDS)
+
+    for border in ("pad", "shift"):
+        for size in (21, 32):
+            for decode in ("zarr", "direct", "field"):
+                dataset = CropDataset(plate, CropConfig(crop_size=size, dtype="uint16", decode=decode, border=border))
+                assert len(dataset) == len(JUMP_FIELDS) * cells
+                for index in range(len(dataset)):
+                    item = dataset.metadata_of(index)
+                    field, cell = divmod(item["object_id"], cells)
+                    x, y = JUMP_CELLS[cell]
+                    np.testing.assert_array_equal(dataset.read_raw(index), _expected_crop(field, x, y, size, border),
+                                                  err_msg=f"{border}/{size}/{decode} object {index}")
+
+    dataset = CropDataset(plate, CropConfig(crop_size=16), labels=["Metadata_pert_iname", "Metadata_control_type",
+                                                                   "Metadata_dose"])
+    assert dataset.label_classes == {"Metadata_pert_iname": ("DMSO", "aspirin", "taxol"),
+                                     "Metadata_control_type": ("negcon", "poscon")}
+    batch = next(iter(torch.utils.data.DataLoader(dataset, batch_size=len(dataset), shuffle=False)))
+    assert batch["image"].shape == (len(dataset), 3, 16, 16)
+    classes = {"DMSO": 0, "aspirin": 1, "taxol": 2}
+    assert batch["labels"]["Metadata_pert_iname"].tolist() == [classes[p] for _, _, p, _ in JUMP_FIELDS
+                                                               for _ in JUMP_CELLS]
+    assert batch["labels"]["Metadata_control_type"].tolist() == [
+        {"negcon": 0, "poscon": 1, None: -1}[c] for _, _, _, c in JUMP_FIELDS for _ in JUMP_CELLS]
+    np.testing.assert_allclose(batch["labels"]["Metadata_dose"].numpy(),
+                               [0.5 * n for n in range(len(JUMP_FIELDS)) for _ in JUMP_CELLS])
+
+
+def test_pixel_size_reaches_the_ngff_scale_or_stays_unknown(jump: tuple[Path, Path], tmp_path: Path) -> None:
+    import json
+
+    table, folder = jump
+    options = ImportOptions(channels=(("DNA", "DNA"),))
+    recorded = import_plate(table, folder, tmp_path / "a", layout_by_name("default"), options, progress=False).path
+    image = json.loads((recorded / "B" / "5" / "0" / "zarr.json").read_text())["attributes"]["ome"]["multiscales"][0]
+    assert image["datasets"][0]["coordinateTransformations"][0]["scale"] == [1.0, 0.598, 0.598]
+    assert image["axes"][1]["unit"] == "micrometer"
+    flagged = dataclasses.replace(options, pixel_size_um=0.325)
+    given = import_plate(table, folder, tmp_path / "b", layout_by_name("default"), flagged, progress=False).path
+    assert read_plate_metadata(given).extra["cropbench"]["pixel_size_um"] == [0.325, 0.325]
+    columns = pq.read_table(table)
+    pq.write_table(columns.drop(["Image_Metadata_ImageResolutionX"]), tmp_path / "plain.parquet")
+    unknown = import_plate(tmp_path / "plain.parquet", folder, tmp_path / "c", layout_by_name("default"), options,
+                           progress=False).path
+    image = json.loads((unknown / "B" / "5" / "0" / "zarr.json").read_text())["attributes"]["ome"]["multiscales"][0]
+    assert image["datasets"][0]["coordinateTransformations"][0]["scale"] == [1.0, 1.0, 1.0]
+    assert "unit" not in image["axes"][1]
+
+
+def test_conversion_keeps_identity_labels_and_pixel_size_and_a_failed_one_leaves_nothing(
+    jump: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cropbench.formats.tiff import TiffPlateWriter
+    from cropbench.plates.convert import convert_plate
+
+    table, folder = jump
+    options = ImportOptions(channels=(("DNA", "DNA"), ("RNA", "RNA")), labels=("Metadata_pert_iname",))
+    source = import_plate(table, folder, tmp_path / "plate", layout_by_name("default"), options, progress=False).path
+    copy = convert_plate(source, tmp_path / "copy", layout_by_name("tiff")).path
+    assert read_plate_metadata(copy).extra["cropbench"]["pixel_size_um"] == [0.598, 0.598]
+    assert (copy / "cropbench_labels.json").read_text() == (source / "cropbench_labels.json").read_text()
+    assert list(read_object_table(copy).extra) == list(read_object_table(source).extra)
+    write_field = TiffPlateWriter.write_field
+
+    def fails_on_the_last_field(self: TiffPlateWriter, row: str, column: str, site: int, pixels: Any) -> None:
+        if (row, column, site) == self.field_slots()[-1]:
+            raise OSError(28, "No space left on device")
+        write_field(self, row, column, site, pixels)
+
+    monkeypatch.setattr(TiffPlateWriter, "write_field", fails_on_the_last_field)
+    with pytest.raises(OutputError, match="No space left"):
+        convert_plate(source, tmp_path / "failed", layout_by_name("tiff-zlib"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cells.parquet", "copy", "images", "plate"]

@@ -82,10 +82,10 @@ def test_plates_without_an_object_table_take_user_centroids(their_plate: Path, t
     pq.write_table(table, tmp_path / "cells.parquet")
     dataset = CropDataset(their_plate, CropConfig(crop_size=32, dtype="uint16"), objects=tmp_path / "cells.parquet")
     assert dataset.object_id.tolist() == [0, 1, 2]  # numbered when the table has no object_id
-    np.testing.assert_array_equal(dataset.read_raw(0), _field(1, 1)[:, 34:66, 44:76])
+    np.testing.assert_array_equal(dataset.read_raw(0), _field(1, 1)[:, 35:67, 45:77])  # centre (50.5, 60.5)
     corner = dataset.read_raw(2)
-    np.testing.assert_array_equal(corner[:, :17, :17], _field(0, 1)[:, 83:100, 103:120])
-    assert not corner[:, 17:].any() and not corner[:, :, 17:].any()  # padded outside the field
+    np.testing.assert_array_equal(corner[:, :16, :16], _field(0, 1)[:, 84:100, 104:120])
+    assert not corner[:, 16:].any() and not corner[:, :, 16:].any()  # padded outside the field
 
 
 def test_a_plain_image_is_a_one_field_plate_and_needs_only_centroids(tmp_path: Path) -> None:
@@ -100,4 +100,4 @@ def test_a_plain_image_is_a_one_field_plate_and_needs_only_centroids(tmp_path: P
         dataset = CropDataset(tmp_path / "image.zarr", CropConfig(crop_size=16, dtype="uint16", decode=decode,
                                                                   channels=("RFP",)),
                               objects=tmp_path / "cells.csv")
-        np.testing.assert_array_equal(dataset.read_raw(1), pixels[0, 2:3, 0, 37:53, 27:43])
+        np.testing.assert_array_equal(dataset.read_raw(1), pixels[0, 2:3, 0, 38:54, 28:44])

@@ -26,6 +26,10 @@ def compressors_for(layout: LayoutSpec) -> list[Any] | None:
     return [BloscCodec(cname=cname, clevel=layout.clevel, shuffle=BloscShuffle.shuffle)]
 
 
+#: Micrometres per pixel (y, x) of plates that record none (synthetic plates: a 40x objective's 0.65 µm).
+DEFAULT_PIXEL_SIZE_UM = (0.65, 0.65)
+
+
 def row_name(row: int) -> str:
     return chr(ord("A") + row)
 
@@ -69,18 +73,23 @@ class OmeZarrPlateWriter(PlateWriter):
     def write_field(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
         self._check_pixels(row, column, site, pixels)
         image = self.root.require_group(f"{row}/{column}/{site}")
+        # The cropbench block's pixel_size_um: (y, x) µm; None means unknown (unit-less pixel scale).
+        pixel_size = self.extra_attributes.get("pixel_size_um", DEFAULT_PIXEL_SIZE_UM)
+        unit = {"unit": "micrometer"} if pixel_size else {}
         image.attrs["ome"] = {
             "version": NGFF_VERSION,
             "multiscales": [{
                 "name": f"{row}{column}/{site}",
                 "axes": [
                     {"name": "c", "type": "channel"},
-                    {"name": "y", "type": "space", "unit": "micrometer"},
-                    {"name": "x", "type": "space", "unit": "micrometer"},
+                    {"name": "y", "type": "space", **unit},
+                    {"name": "x", "type": "space", **unit},
                 ],
                 "datasets": [{
                     "path": "0",
-                    "coordinateTransformations": [{"type": "scale", "scale": [1.0, 0.65, 0.65]}],
+                    "coordinateTransformations": [
+                        {"type": "scale", "scale": [1.0, *(float(s) for s in pixel_size or (1.0, 1.0))]},
+                    ],
                 }],
             }],
             "omero": {

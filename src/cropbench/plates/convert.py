@@ -21,7 +21,7 @@ from cropbench.errors import StoreError
 from cropbench.formats import PlateMetadata, PlateReader, create_plate_writer, open_plate, read_plate_metadata
 from cropbench.formats.marker import LAYOUT_MARKER
 from cropbench.formats.omearrow import require_ome_arrow
-from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable, read_object_table
+from cropbench.objects import LABEL_CLASSES_NAME, OBJECT_TABLE_NAME, ObjectTable, read_object_table
 from cropbench.plates.destination import Origin, staged
 from cropbench.plates.generate import GeneratedPlate
 
@@ -94,6 +94,8 @@ def _write_copy(
     writing += time.perf_counter() - started
     if table.is_file() and not colocated:
         shutil.copyfile(table, destination_path / OBJECT_TABLE_NAME)
+    if (source_path / LABEL_CLASSES_NAME).is_file():  # label class ids stay those of the source
+        shutil.copyfile(source_path / LABEL_CLASSES_NAME, destination_path / LABEL_CLASSES_NAME)
     return writing, objects
 
 

@@ -15,8 +15,18 @@ its field. The naming variants these tools produce are resolved here:
 - centroids ``<Compartment>_Location_Center_X/Y`` and boxes
   ``<Compartment>_AreaShape_BoundingBoxMinimum/Maximum_X/Y`` (CellProfiler maxima are exclusive).
 
-Each cell's ``object_id`` is its row number in the source table, so results join back to it.
-Everything is checked before anything is written; bad input raises :class:`ImportInputError`.
+The object table keeps each cell's identity in the source: ``object_id`` and ``source_row`` (its
+row number in the source table), ``source_site`` (the site number the source gives, while ``field``
+is the plate's 0-based field index within the well) and CellProfiler's ``ImageNumber`` /
+``ObjectNumber`` where the table has them; ``--label COLUMN`` carries further columns (perturbation,
+control type, dose) for training, string ones with their class list beside the plate.
+
+The physical pixel size comes from ``Image_Metadata_ImageResolutionX/Y`` when the table records it
+(else ``--pixel-size``) and is written into the NGFF ``coordinateTransformations``.
+
+Everything is checked before anything is written, the headers of every TIFF included (a file cut
+short, not a TIFF, of another shape or dtype); bad input raises :class:`ImportInputError` naming the
+file. A file that only fails while its pixels are decoded stops the import with nothing left behind.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from tqdm import tqdm
 from cropbench.config import LayoutSpec
 from cropbench.errors import ImportInputError
 from cropbench.formats import create_plate_writer
-from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable
+from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable, column_values, label_classes, write_label_classes
 from cropbench.plates.destination import check_replaceable, staged
 from cropbench.plates.generate import GeneratedPlate, display_windows, stored_size
 
@@ -48,14 +58,23 @@ ROW_COLUMNS = ("Metadata_Row", "Image_Metadata_Row")
 COLUMN_COLUMNS = ("Metadata_Col", "Metadata_Column", "Image_Metadata_Col", "Image_Metadata_Column")
 SITE_COLUMNS = ("Metadata_Site", "Image_Metadata_Site", "Metadata_Field", "Image_Metadata_Field",
                 "Metadata_FieldID", "Image_Metadata_FieldID")
+IMAGE_NUMBER_COLUMNS = ("ImageNumber", "Metadata_ImageNumber", "Image_ImageNumber")
+OBJECT_NUMBER_COLUMNS = ("ObjectNumber", "Metadata_ObjectNumber")
+RESOLUTION_COLUMNS = {axis: (f"Image_Metadata_ImageResolution{axis}", f"Metadata_ImageResolution{axis}")
+                      for axis in "XY"}
+#: Identity columns the importer adds to the object table (labels may not take these names).
+IDENTITY_COLUMNS = ("source_row", "source_site", "ImageNumber", "ObjectNumber")
 #: Compartments tried, in order, when none is chosen.
 COMPARTMENTS = ("Nuclei", "Cells", "Cytoplasm")
 IMAGE_SUFFIXES = (".tif", ".tiff")
+#: Pixel types a plate stores.
+DTYPES = ("uint8", "uint16", "int16", "float32")
 _FILE_COLUMN = re.compile(r"^(?:Image_)?(?P<kind>FileName|PathName)_(?P<orig>Orig)?(?P<channel>.+?)(?P<suffix>_x|_y)?$")
 _PHENIX = re.compile(r"^r(?P<row>\d+)c(?P<column>\d+)f(?P<field>\d+)p(?P<plane>\d+)-ch(?P<channel>\d+)"
                      r"sk\d+fk\d+fl\d+\.tiff?$", re.IGNORECASE)
 _WELL = re.compile(r"^(?P<row>[A-Za-z]+)0*(?P<column>\d+)$")
 _PHENIX_WELL = re.compile(r"^r0*(?P<row>\d+)c0*(?P<column>\d+)$", re.IGNORECASE)
+_CENTROID_X = re.compile(r"^(?:Metadata_)?(?P<compartment>[A-Za-z0-9]+)_Location_Center_X(?:_x|_y)?$")
 _MISSING_SHOWN = 20
 
 
@@ -68,6 +87,15 @@ class ImportOptions:
     plate: str | None = None
     name: str | None = None
     plane: int = 1
+    labels: tuple[str, ...] = ()
+    pixel_size_um: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.pixel_size_um is not None and not self.pixel_size_um > 0:
+            raise ImportInputError(f"pixel size must be > 0 micrometres, got {self.pixel_size_um}")
+        clashing = sorted(set(self.labels) & {*IDENTITY_COLUMNS, "object_id", "plate", "well", "field"})
+        if clashing:
+            raise ImportInputError(f"--label {clashing[0]} names a column the object table makes itself")
 
     @staticmethod
     def parse_channels(specs: Sequence[str] | None) -> tuple[tuple[str, str], ...] | None:
@@ -111,14 +139,22 @@ class ImportPlan:
     dtype: str
     objects: ObjectTable
     columns: dict[str, Any]
+    label_classes: dict[str, tuple[str, ...]]
+    pixel_size_um: tuple[float, float] | None
 
     def wells(self) -> list[tuple[str, str]]:
         return list(dict.fromkeys((f.row, f.column) for f in self.fields))
 
 
-def read_table(path: str | Path) -> pa.Table:
-    """The columns cropbench can use from a Parquet or CSV single-cell table (thousands are skipped)."""
+def read_table(path: str | Path, labels: Sequence[str] = ()) -> pa.Table:
+    """The columns cropbench can use from a Parquet or CSV single-cell table (thousands are skipped),
+    and the ``labels`` columns (matched like every column: any case, with or without merge suffix)."""
     source = Path(path)
+    wanted_labels = {label.lower() for label in labels}
+
+    def useful(name: str) -> bool:
+        return _useful(name) or _without_suffix(name).lower() in wanted_labels
+
     if not source.is_file():
         raise ImportInputError(f"single-cell table {source} does not exist")
     try:
@@ -126,19 +162,23 @@ def read_table(path: str | Path) -> pa.Table:
             import pyarrow.csv as pacsv
 
             names = pacsv.open_csv(str(source)).schema.names
-            wanted = [n for n in names if _useful(n)]
+            wanted = [n for n in names if useful(n)]
             return pacsv.read_csv(str(source), convert_options=pacsv.ConvertOptions(include_columns=wanted))
         import pyarrow.parquet as pq
 
         names = pq.read_schema(str(source)).names
-        return pq.read_table(str(source), columns=[n for n in names if _useful(n)])
+        return pq.read_table(str(source), columns=[n for n in names if useful(n)])
     except (pa.ArrowInvalid, OSError) as error:
         raise ImportInputError(f"cannot read single-cell table {source}: {error}") from error
 
 
 def _useful(name: str) -> bool:
-    return ("Metadata" in name or "Location_Center" in name or "BoundingBox" in name
-            or _FILE_COLUMN.match(name) is not None)
+    return ("Metadata" in name or "Location_Center" in name or "BoundingBox" in name or "ImageNumber" in name
+            or "Object_Number" in name or name == "ObjectNumber" or _FILE_COLUMN.match(name) is not None)
+
+
+def _without_suffix(name: str) -> str:
+    return name[:-2] if name.endswith(("_x", "_y")) else name
 
 
 def _find(names: Sequence[str], bases: Sequence[str]) -> str | None:
@@ -230,7 +270,10 @@ def _centroids(table: pa.Table, compartment: str | None) -> tuple[np.ndarray, np
         if x_column and y_column:
             y, x, bbox = _coordinates(table, "", y_column, x_column)
             return y, x, bbox, {"compartment": None}
-    raise ImportInputError(f"the table has no object centroids: looked for {_looked_for(looked)}")
+    present = sorted({m["compartment"] for m in map(_CENTROID_X.match, names) if m})
+    has = (f"; the table has centroids of {', '.join(present)} (choose one with --compartment)" if present
+           else "; the table has no <Compartment>_Location_Center_X column at all")
+    raise ImportInputError(f"the table has no object centroids: looked for {_looked_for(looked)}{has}")
 
 
 def _coordinates(
@@ -320,7 +363,7 @@ def _phenix_files(images: Path) -> dict[tuple[int, int, int, int, int], Path]:
 def plan_import(table_path: str | Path, images: str | Path, options: ImportOptions | None = None) -> ImportPlan:
     """Resolve and check everything an import needs; raises :class:`ImportInputError` on bad input."""
     options = options or ImportOptions()
-    table = read_table(table_path)
+    table = read_table(table_path, options.labels)
     images_dir = Path(images)
     if not images_dir.is_dir():
         raise ImportInputError(f"image folder {images_dir} does not exist")
@@ -395,24 +438,117 @@ def plan_import(table_path: str | Path, images: str | Path, options: ImportOptio
         used["files"] = "phenix"
 
     fields, field_of_row = _group_fields(wells, sites, row_files)
-    missing = sorted({str(path) for field in fields for path in field.files if not path.is_file()})
-    if missing:
-        shown = "\n  ".join(missing[:_MISSING_SHOWN])
-        more = f"\n  ... and {len(missing) - _MISSING_SHOWN} more" if len(missing) > _MISSING_SHOWN else ""
-        raise ImportInputError(f"{len(missing)} image files are missing:\n  {shown}{more}")
+    _check_files_exist(fields, [source for source, _ in chosen], source_names=available)
     channel_names = tuple(target for _, target in chosen)
     field_shape, dtype = _check_shapes(fields, channel_names)
     _check_inside(centroid_y, centroid_x, field_shape, fields, field_of_row, row_numbers)
     ordered = _sites_in_order(fields)
     site_index = {id(field): number for number, field in _field_numbers(ordered)}
+    identity, identity_columns = _identity(table, [fields[f].site for f in field_of_row], row_numbers,
+                                           compartment["compartment"])
+    labels, label_columns = _labels(table, options.labels)
+    used.update(identity_columns)
+    pixel_size, pixel_size_column = _pixel_size(table, options.pixel_size_um)
+    used["pixel_size"] = pixel_size_column
     objects = ObjectTable.from_columns(
         well=np.array([fields[f].well for f in field_of_row], dtype=object),
         field=np.array([site_index[id(fields[f])] for f in field_of_row], dtype=np.int64),
         centroid_y=centroid_y, centroid_x=centroid_x, plate=plate_name, bbox=bbox, object_id=row_numbers,
+        extra={**identity, **labels},
     )
+    classes = {name: label_classes(values) for name, values in labels.items() if values.dtype == object}
     return ImportPlan(name=plate_name, channel_names=channel_names, fields=tuple(ordered),
                       field_shape=field_shape, dtype=dtype, objects=objects,
-                      columns={**used, "channels": dict(chosen)})
+                      columns={**used, "channels": dict(chosen), "labels": label_columns},
+                      label_classes=classes, pixel_size_um=pixel_size)
+
+
+def _check_files_exist(fields: list[FieldSource], sources: list[str], source_names: list[str]) -> None:
+    """Every file must exist; the error says which channel each missing file is and which channels are whole."""
+    missing: dict[str, list[Path]] = {}
+    for field in fields:
+        for source, path in zip(sources, field.files, strict=True):
+            if not path.is_file():
+                missing.setdefault(source, []).append(path)
+    if not missing:
+        return
+    paths = sorted({(str(path), source) for source, files in missing.items() for path in files})
+    shown = "\n  ".join(f"{path} (channel {source})" for path, source in paths[:_MISSING_SHOWN])
+    more = f"\n  ... and {len(paths) - _MISSING_SHOWN} more" if len(paths) > _MISSING_SHOWN else ""
+    per_channel = ", ".join(f"{source} ({len(set(files))} of {len(fields)} fields)"
+                            for source, files in missing.items())
+    whole = [source for source in sources if source not in missing]
+    hint = (f"; to import only the channels whose files are all there: "
+            f"{' '.join(f'--channel {source}' for source in whole)}" if whole
+            else f"; no channel has all its files: is --images the right folder? (channels: {', '.join(source_names)})")
+    raise ImportInputError(
+        f"{len(paths)} image files are missing, of channels {per_channel}{hint}:\n  {shown}{more}"
+    )
+
+
+def _identity(
+    table: pa.Table, sites: list[str], row_numbers: np.ndarray, compartment: str | None,
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Where each cell came from: source row and site, and CellProfiler's ImageNumber / ObjectNumber if present."""
+    identity: dict[str, np.ndarray] = {
+        "source_row": row_numbers.copy(),
+        "source_site": (np.array([int(site) for site in sites], dtype=np.int64) if all(s.isdigit() for s in sites)
+                        else np.array(sites, dtype=object)),
+    }
+    used: dict[str, str] = {}
+    object_bases = ((f"{compartment}_Number_Object_Number", f"Metadata_{compartment}_Number_Object_Number")
+                    if compartment else ())
+    numbers = (("ImageNumber", IMAGE_NUMBER_COLUMNS), ("ObjectNumber", (*object_bases, *OBJECT_NUMBER_COLUMNS)))
+    for name, bases in numbers:
+        column = _find(table.column_names, bases)
+        if column is not None:
+            values = column_values(table[column])
+            integral = values.dtype.kind in "iu" or (values.dtype.kind == "f" and np.all(np.isfinite(values))
+                                                     and np.all(values == np.round(values)))
+            identity[name] = values.astype(np.int64) if integral else values
+            used[name] = column
+    return identity, used
+
+
+def _labels(table: pa.Table, names: Sequence[str]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The ``--label`` columns, as they are in the table (strings as objects, numbers as numbers)."""
+    values: dict[str, np.ndarray] = {}
+    used: dict[str, str] = {}
+    for name in names:
+        column = _find(table.column_names, (name,))
+        if column is None:
+            metadata = [n for n in table.column_names if "Metadata" in n and "FileName" not in n]
+            raise ImportInputError(
+                f"--label {name}: the table has no column {name!r} (nor with _x/_y); "
+                f"its metadata columns: {', '.join(metadata[:30]) or 'none'}"
+            )
+        values[name] = column_values(table[column])
+        used[name] = column
+    return values, used
+
+
+def _pixel_size(table: pa.Table, given: float | None) -> tuple[tuple[float, float] | None, str | None]:
+    """(y, x) micrometres per pixel: ``given`` (--pixel-size), else the table's ImageResolutionX/Y, else None."""
+    if given is not None:
+        return (float(given), float(given)), "--pixel-size"
+    sizes: dict[str, float] = {}
+    columns: dict[str, str] = {}
+    for axis, bases in RESOLUTION_COLUMNS.items():
+        column = _find(table.column_names, bases)
+        if column is None:
+            continue
+        values = np.asarray(table[column].to_numpy(zero_copy_only=False), dtype=np.float64)
+        distinct = np.unique(values[np.isfinite(values)])
+        if len(distinct) > 1:
+            raise ImportInputError(
+                f"{column} holds {len(distinct)} pixel sizes ({', '.join(f'{v:g}' for v in distinct[:5])}); "
+                "a plate has one: choose it with --pixel-size"
+            )
+        if len(distinct) == 1 and distinct[0] > 0:
+            sizes[axis], columns[axis] = float(distinct[0]), column
+    if "X" not in sizes:
+        return None, None
+    return (sizes.get("Y", sizes["X"]), sizes["X"]), ", ".join(columns.values())
 
 
 def _phenix_name(row: int, column: int, field: int, plane: int, channel: int) -> str:
@@ -460,21 +596,14 @@ def _check_shapes(fields: list[FieldSource], channel_names: tuple[str, ...]) -> 
     for field in fields:
         shapes = []
         for channel, path in zip(channel_names, field.files, strict=True):
-            try:
-                with tifffile.TiffFile(path) as tiff:
-                    series = tiff.series[0]
-                    shape, dtype = tuple(int(s) for s in series.shape if s != 1), np.dtype(series.dtype).name
-            except (OSError, tifffile.TiffFileError) as error:
-                raise ImportInputError(f"cannot read TIFF {path}: {error}") from error
-            if len(shape) != 2:
-                raise ImportInputError(f"{path} ({channel}) holds shape {tuple(series.shape)}, not one 2-D plane")
-            shapes.append((channel, (shape[0], shape[1]), dtype, path))
+            shape, dtype = _tiff_plane(path, channel)
+            shapes.append((channel, shape, dtype, path))
         first_channel, first_shape, first_dtype, first_path = shapes[0]
         for channel, shape, dtype, path in shapes[1:]:
             if shape != first_shape or dtype != first_dtype:
                 raise ImportInputError(
                     f"channels of well {field.well} site {field.site} differ: {first_channel} is {first_shape} "
-                    f"{first_dtype} ({first_path.name}), {channel} is {shape} {dtype} ({path.name})"
+                    f"{first_dtype} ({first_path}), {channel} is {shape} {dtype} ({path})"
                 )
         if expected is None:
             expected = (first_shape, first_dtype, first_path)
@@ -486,6 +615,33 @@ def _check_shapes(fields: list[FieldSource], channel_names: tuple[str, ...]) -> 
     assert expected is not None
     (height, width), dtype, _ = expected
     return (len(channel_names), height, width), dtype
+
+
+def _tiff_plane(path: Path, channel: str) -> tuple[tuple[int, int], str]:
+    """(height, width) and dtype of one channel file, from its header; its pixel data must all be there."""
+    try:
+        size = path.stat().st_size
+        with tifffile.TiffFile(path) as tiff:
+            series = tiff.series[0] if tiff.series else None
+            page = tiff.pages.first if series is not None else None
+            shape = tuple(int(s) for s in series.shape) if series is not None else ()
+            dtype = np.dtype(series.dtype).name if series is not None else ""
+            end = max((int(o) + int(b) for o, b in zip(page.dataoffsets, page.databytecounts, strict=True)),
+                      default=0) if page is not None else 0
+    except Exception as error:  # tifffile raises many unrelated types (IndexError, struct.error, ...) on bad bytes
+        raise ImportInputError(f"cannot read TIFF {path} ({channel}), damaged or cut short: {error}") from error
+    if series is None:
+        raise ImportInputError(f"TIFF {path} ({channel}) holds no image: its header is cut short or damaged")
+    plane = tuple(s for s in shape if s != 1)
+    if len(plane) != 2:
+        raise ImportInputError(f"TIFF {path} ({channel}) holds shape {shape}, not one 2-D plane")
+    if end > size:
+        raise ImportInputError(
+            f"TIFF {path} ({channel}) is truncated: its pixel data ends at byte {end:,}, the file has {size:,} bytes"
+        )
+    if dtype not in DTYPES:
+        raise ImportInputError(f"TIFF {path} ({channel}) holds {dtype} pixels; a plate stores {', '.join(DTYPES)}")
+    return (plane[0], plane[1]), dtype
 
 
 def _check_inside(
@@ -516,24 +672,27 @@ def import_plate(
     plan = plan_import(table, images, options)
     wells = plan.wells()
     counts = [sum((f.row, f.column) == well for f in plan.fields) for well in wells]
-    first = _read_field(plan.fields[0], plan.field_shape)
+    first = _read_field(plan.fields[0], plan.channel_names, plan.field_shape)
     provenance = {
         "table": str(Path(table).resolve()), "images": str(Path(images).resolve()), "columns": plan.columns,
         "sites": {f"{f.well}/{i}": f.site for i, f in _field_numbers(plan.fields)},
     }
+    pixel_size = {"pixel_size_um": list(plan.pixel_size_um) if plan.pixel_size_um else None}
     started = time.perf_counter()
     with staged(destination, overwrite) as scratch:  # a failed import leaves no partial plate
         writer = create_plate_writer(
             scratch, plan.name, plan.channel_names, plan.field_shape, layout, wells, counts,
             windows=display_windows(first),
             extra_attributes={"import": provenance, "layout": dataclasses.asdict(layout),
-                              "layout_label": layout.label},
+                              "layout_label": layout.label, **pixel_size},
         )
         for (number, field) in tqdm(_field_numbers(plan.fields), desc="fields", unit="field", disable=not progress):
-            pixels = first if field is plan.fields[0] else _read_field(field, plan.field_shape)
+            pixels = first if field is plan.fields[0] else _read_field(field, plan.channel_names, plan.field_shape)
             writer.write_field(field.row, field.column, number, pixels)
         writer.close()
         plan.objects.write(scratch / OBJECT_TABLE_NAME)
+        if plan.label_classes:
+            write_label_classes(scratch, plan.label_classes)
     elapsed = time.perf_counter() - started
     raw = len(plan.fields) * int(np.prod(plan.field_shape)) * np.dtype(plan.dtype).itemsize
     return GeneratedPlate(path=destination, fields=len(plan.fields), objects=len(plan.objects), raw_bytes=raw,
@@ -550,9 +709,14 @@ def _field_numbers(fields: Sequence[FieldSource]) -> list[tuple[int, FieldSource
     return numbered
 
 
-def _read_field(field: FieldSource, shape: tuple[int, int, int]) -> np.ndarray:
-    try:
-        pixels = np.stack([tifffile.imread(path).reshape(shape[1:]) for path in field.files])
-    except (OSError, tifffile.TiffFileError, ValueError) as error:
-        raise ImportInputError(f"cannot read the TIFFs of well {field.well} site {field.site}: {error}") from error
-    return pixels
+def _read_field(field: FieldSource, channel_names: Sequence[str], shape: tuple[int, int, int]) -> np.ndarray:
+    planes = []
+    for channel, path in zip(channel_names, field.files, strict=True):
+        try:
+            planes.append(tifffile.imread(path).reshape(shape[1:]))
+        except Exception as error:  # tifffile and imagecodecs raise many unrelated types on corrupt data
+            raise ImportInputError(
+                f"cannot read TIFF {path} ({channel}) of well {field.well} site {field.site}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+    return np.stack(planes)
