@@ -20,6 +20,8 @@ from cropbench.errors import CropbenchError, OutputError  # noqa: E402
 from cropbench.records import Record  # noqa: E402
 
 FigureMaker = Callable[[Sequence[Record], Path], Path | None]
+#: The ten colours of matplotlib's default cycle.
+TAB10 = [plt.get_cmap("tab10")(number) for number in range(10)]
 
 
 def _by_track(records: Sequence[Record], track: str) -> list[Record]:
@@ -230,7 +232,7 @@ def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     left.set_title("Crop throughput per layout (higher is better)")
     left.legend(fontsize=8, loc="lower right")
     right.barh(positions, [r.metrics.get("stored_bytes", np.nan) / 2**20 for r in rows], color="tab:green")
-    raw = [r.metrics.get("raw_bytes") for r in rows if r.metrics.get("raw_bytes")]
+    raw = [float(r.metrics["raw_bytes"]) for r in rows if r.metrics.get("raw_bytes")]
     if raw:
         right.axvline(raw[0] / 2**20, color="black", linestyle=":", linewidth=1, label="raw pixels")
         right.legend(fontsize=8, loc="lower right")
@@ -348,7 +350,7 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
     rows = -(-len(panels) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(7 * columns, 4.6 * rows), squeeze=False)
     for axis, (key, lines) in zip(axes.flat, panels.items(), strict=False):
-        for color, (batch, points) in zip(plt.cm.tab10.colors, sorted(lines.items()), strict=False):
+        for color, (batch, points) in zip(TAB10, sorted(lines.items()), strict=False):
             workers = sorted(points)
             axis.plot(workers, [_median(points[w], "samples_per_s") for w in workers], marker="o", color=color,
                       label=f"batch {batch}, steady")
@@ -435,7 +437,7 @@ def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
     if not searches:
         return None
     figure, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5))
-    for color, record in zip(plt.cm.tab10.colors, searches, strict=False):
+    for color, record in zip(TAB10, searches, strict=False):
         workers = record.metrics["tried_workers"]
         answer = record.metrics.get("min_workers")
         search = describe_loading(record.config.get("case", {}))
