@@ -217,3 +217,67 @@ def test_ten_thousand_samples_do_not_grow_memory_without_bound(tiny_plate: Path)
         dataset[int(index)]
     growth = rss_bytes() - before
     assert growth < 64 * 2**20, f"RSS grew by {growth / 2**20:.1f} MiB over 10,000 samples"
+
+
+def _with_crc32c(plate: Path, tmp: Path) -> Path:
+    """A copy whose field arrays carry zarr's crc32c codec, as plates written by other tools do."""
+    import zarr
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    copy = tmp / "crc32c.zarr"
+    shutil.copytree(plate, copy)
+    for info in read_plate_metadata(copy).fields:
+        array = zarr.open_array(str(copy / info.path), mode="r")
+        data, attributes, names = array[:], dict(array.attrs), array.metadata.dimension_names
+        rewritten = zarr.create_array(str(copy / info.path), shape=array.shape, chunks=array.chunks,
+                                      dtype=array.dtype, compressors=[ZstdCodec(level=1), Crc32cCodec()],
+                                      dimension_names=names, attributes=attributes, overwrite=True)
+        rewritten[:] = data
+    return copy
+
+
+@pytest.mark.parametrize("decode", ["direct", "field"])
+def test_crc32c_is_verified_on_the_direct_paths(tiny_plate: Path, tmp_path: Path, decode: str) -> None:
+    plate = _with_crc32c(tiny_plate, tmp_path)
+    expected = open_plate(tiny_plate, "zarr").read_region(0, 0, 200, 0, 240)
+    assert np.array_equal(open_plate(plate, decode).read_region(0, 0, 200, 0, 240), expected)
+    chunk = next(p for p in (plate / read_plate_metadata(plate).fields[0].path / "c").rglob("*") if p.is_file())
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x01  # still a valid zstd frame length-wise; only the checksum can tell
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match=r"chunk .* of A/1/0/0 .*(crc32c|corrupt)"):
+        open_plate(plate, decode).read_region(0, 0, 200, 0, 240)
+
+
+def test_a_plate_whose_fields_differ_in_shape_is_refused_up_front(tiny_plate: Path, tmp_path: Path) -> None:
+    import zarr
+
+    copy = tmp_path / "mixed.zarr"
+    shutil.copytree(tiny_plate, copy)
+    path = copy / read_plate_metadata(copy).fields[1].path
+    array = zarr.open_array(str(path), mode="r")
+    smaller = zarr.create_array(str(path), shape=(*array.shape[:-2], 100, 100), chunks=array.chunks,
+                                dtype=array.dtype, dimension_names=array.metadata.dimension_names,
+                                attributes=dict(array.attrs), overwrite=True)
+    smaller[:] = 1
+    with pytest.raises(StoreError, match=r"shape .*100, 100.*first field"):
+        read_plate_metadata(copy)
+
+
+@pytest.mark.parametrize(("column", "values", "fragment"), [
+    ("field", [0.5], "whole number"),
+    ("field", [None], "null"),
+    ("centroid_y", ["abc"], "needs numbers"),
+    ("centroid_x", [1.0, None], "None"),
+])
+def test_object_tables_have_strict_types(tmp_path: Path, column: str, values: list[Any], fragment: str) -> None:
+    from cropbench.objects import read_object_table
+
+    rows = len(values)
+    data: dict[str, list[Any]] = {"object_id": list(range(rows)), "well": ["A1"] * rows, "field": [0] * rows,
+                                  "centroid_y": [5.0] * rows, "centroid_x": [5.0] * rows}
+    data[column] = values
+    path = tmp_path / "objects.parquet"
+    pq.write_table(pa.table(data), str(path))
+    with pytest.raises(ObjectTableError, match=rf"{column}.*{fragment}"):
+        read_object_table(path)

@@ -140,6 +140,8 @@ def read_object_table(path: str | Path, location: tuple[str, int] | None = None)
         raise ObjectTableError(
             f"object table {source} lacks columns {missing}; it needs {list(REQUIRED_COLUMNS)}"
         )
+    for name, integral in (("field", True), ("centroid_y", False), ("centroid_x", False)):
+        _check_numeric(source, table[name], name, integral)
     if all(name in table.column_names for name in BBOX_COLUMNS):
         bbox = np.stack([table[name].to_numpy() for name in BBOX_COLUMNS], axis=1).astype(np.int64)
     else:
@@ -151,11 +153,26 @@ def read_object_table(path: str | Path, location: tuple[str, int] | None = None)
         centroid_y=table["centroid_y"].to_numpy().astype(np.float64),
         centroid_x=table["centroid_x"].to_numpy().astype(np.float64),
         bbox=bbox, object_id=table["object_id"].to_numpy() if count else np.zeros(0, np.int64),
-        extra={name: column_values(table[name]) for name in table.column_names if name not in CORE_COLUMNS},
+        extra={name: _column_values(table[name]) for name in table.column_names if name not in CORE_COLUMNS},
     )
 
 
-def column_values(column: pa.ChunkedArray) -> np.ndarray:
+def _check_numeric(source: Path, column: pa.ChunkedArray, name: str, integral: bool) -> None:
+    """Refuse nulls, non-numbers and (for ``field``) fractions, naming the first bad row."""
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)) or pa.types.is_boolean(kind):
+        raise ObjectTableError(f"object table {source}: column {name!r} holds {kind} values; it needs numbers")
+    values = column.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls become NaN
+    bad = np.flatnonzero(np.isnan(values) | (integral & (values != np.round(values))))
+    if bad.size:
+        row = int(bad[0])
+        raise ObjectTableError(
+            f"object table {source}: {name!r} of row {row} is {column[row].as_py()!r}; "
+            f"it needs {'a whole number' if integral else 'a number'} ({bad.size} such rows)"
+        )
+
+
+def _column_values(column: pa.ChunkedArray) -> np.ndarray:
     """Numbers as numeric arrays (NaN where missing), anything else as an object array (None where missing)."""
     kind = column.type
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):

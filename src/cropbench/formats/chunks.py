@@ -98,8 +98,16 @@ def _bytes_decoder(codec: dict[str, Any]) -> Decoder | None:
     if name == "gzip":
         return numcodecs.GZip(level=config.get("level", 1)).decode  # type: ignore[no-any-return]
     if name == "crc32c":
-        return lambda data: memoryview(data)[:-4]  # type: ignore[return-value]
+        return _checked_crc32c  # type: ignore[return-value]
     raise StoreError(f"codec {name!r} is not supported by the direct decode path; use decode='zarr'")
+
+
+def _checked_crc32c(data: Any) -> memoryview:
+    """The chunk without its trailing crc32c, once the checksum matches (zarr-python checks it too)."""
+    view = memoryview(data)
+    if len(view) < 4 or _crc32c(view[:-4]) != int.from_bytes(view[-4:], "little"):  # type: ignore[arg-type]
+        raise ValueError("crc32c checksum mismatch")
+    return view[:-4]
 
 
 def _v2_decoder(compressor: dict[str, Any] | None) -> tuple[Decoder, ...]:

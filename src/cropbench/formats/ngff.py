@@ -75,10 +75,13 @@ def read_plate_metadata(path: str | Path, layout: str = "ome-zarr") -> PlateMeta
     attributes = read_attributes(root)
     if attributes is None:
         raise StoreError(f"{root} is not a zarr group (no zarr.json, .zattrs or .zgroup)")
-    if "plate" in attributes:
-        return _plate_from_hcs(root, attributes, layout)
-    if "multiscales" in attributes:
-        return _plate_from_image(root, layout)
+    try:
+        if "plate" in attributes:
+            return _plate_from_hcs(root, attributes, layout)
+        if "multiscales" in attributes:
+            return _plate_from_image(root, layout)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+        raise StoreError(f"plate metadata of {root} is malformed: {type(error).__name__} {error}") from error
     raise StoreError(f"{root} is neither an OME-NGFF plate nor an image (no 'plate' or 'multiscales' metadata)")
 
 
@@ -96,8 +99,14 @@ def _plate_from_hcs(root: Path, attributes: dict[str, Any], layout: str) -> Plat
         for site, image in enumerate(well_attributes["well"].get("images", [])):
             image_path = f"{well_path}/{image['path']}"
             array_path, labels, omero, axes = _image_array(root / image_path)
+            document = read_array_document(root / image_path / array_path)
             if first is None:
-                first = (labels, omero, read_array_document(root / image_path / array_path), axes)
+                first = (labels, omero, document, axes)
+            elif _shape_and_type(document) != _shape_and_type(first[2]):
+                raise StoreError(
+                    f"field {image_path} of {root} has shape and type {_shape_and_type(document)}, but the first "
+                    f"field has {_shape_and_type(first[2])}; cropbench reads plates whose fields all match"
+                )
             fields.append(FieldInfo(
                 index=len(fields), plate=name, well=f"{row}{column}", row=row, column=column,
                 field=site, path=f"{image_path}/{array_path}",
@@ -106,6 +115,10 @@ def _plate_from_hcs(root: Path, attributes: dict[str, Any], layout: str) -> Plat
         raise StoreError(f"plate {root} lists no wells with fields")
     labels, omero, array, axes = first
     return _metadata(root, name, fields, labels, omero, array, layout, attributes, axes)
+
+
+def _shape_and_type(document: dict[str, Any]) -> tuple[list[int], str]:
+    return [int(s) for s in document["shape"]], str(document.get("data_type") or document.get("dtype"))
 
 
 def _plate_from_image(root: Path, layout: str) -> PlateMetadata:
