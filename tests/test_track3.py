@@ -246,3 +246,31 @@ def test_cuda_compile_knob(tiny_plate: Path) -> None:
     case = dataclasses.replace(SMALL, device="cuda", workload="embed", compile=True, warmup_steps=2, steps=3)
     metrics = run_case(tiny_plate, case)
     _assert_loop_adds_up(metrics, case)
+
+
+def test_training_on_a_real_label_of_the_object_table(tiny_plate: Path) -> None:
+    """target=COLUMN trains on the table's classes (missing ones ignored), not on index % classes."""
+    import numpy as np
+
+    from cropbench.objects import ObjectTable, read_object_table
+    from cropbench.tracks.track3 import _loader, _preparer
+
+    table = read_object_table(tiny_plate)
+    treatments = np.array(["taxol", "DMSO", "aspirin", None], dtype=object)[np.arange(len(table)) % 4]
+    labelled = ObjectTable.from_columns(well=table.well, field=table.field, centroid_y=table.centroid_y,
+                                        centroid_x=table.centroid_x, extra={"treatment": treatments})
+    case = dataclasses.replace(SMALL, device="cpu", target="treatment", classes=3)
+    assert case.label.endswith("/target-treatment")
+    for collate in ("default", "stack"):
+        spec = dataclasses.replace(case.loader, collate=collate)
+        dataset, loader = _loader(tiny_plate, case, spec, 16, pin=False, objects=labelled)
+        batch = next(iter(loader))
+        _, targets = _preparer(case, torch.device("cpu"), non_blocking=False)(batch)
+        expected = [{"DMSO": 0, "aspirin": 1, "taxol": 2, None: -1}[treatments[i]] for i in batch["index"].tolist()]
+        assert targets.tolist() == expected and dataset.label_classes["treatment"] == ("DMSO", "aspirin", "taxol")
+    metrics = run_case(tiny_plate, case, objects=labelled)
+    assert math.isfinite(metrics["loss_first"]) and math.isfinite(metrics["loss_last"])
+    with pytest.raises(ConfigError, match="3 classes: set classes=3"):
+        run_case(tiny_plate, dataclasses.replace(case, classes=2), objects=labelled)
+    with pytest.raises(ConfigError, match="needs workload='train'"):
+        dataclasses.replace(case, workload="embed")

@@ -147,13 +147,17 @@ def stack_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """
     if isinstance(samples, CropBatch):
         columns = samples.columns
-        return {"image": samples.image, **{c: columns[c].numpy() for c in STACK_COLUMNS if c in columns}}
+        labels = {"labels": {n: v.numpy() for n, v in columns["labels"].items()}} if "labels" in columns else {}
+        return {"image": samples.image, **{c: columns[c].numpy() for c in STACK_COLUMNS if c in columns}, **labels}
     image = samples[0]["image"]
     out = batch_tensor((len(samples), *image.shape), image.dtype) if get_worker_info() is not None else None
     batch: dict[str, Any] = {"image": torch.stack([sample["image"] for sample in samples], out=out)}
     for column in STACK_COLUMNS:
         if column in samples[0]:
             batch[column] = np.fromiter((sample[column] for sample in samples), dtype=np.int64, count=len(samples))
+    if "labels" in samples[0]:  # training targets (CropDataset(labels=...)), one numpy column each
+        names = samples[0]["labels"]
+        batch["labels"] = {name: np.array([sample["labels"][name] for sample in samples]) for name in names}
     return batch
 
 

@@ -51,7 +51,7 @@ from cropbench.measure.accelerator import (
     to_device,
 )
 from cropbench.measure.protocol import summarise_ms
-from cropbench.objects import ObjectTable
+from cropbench.objects import MISSING_CLASS, ObjectTable
 from cropbench.tracks.context import RunContext
 from cropbench.tracks.models import MODELS, build_model, embedding_model
 from cropbench.tracks.runner import Row, seeded
@@ -84,6 +84,8 @@ class Track3Case:
     non-blocking. ``channels_last`` and ``compile`` are recorded knobs, off by default; compiling
     happens in the warm-up steps. ``emulated_step_ms`` is the per-step compute of ``model="emulated"``.
     ``compute_only`` measures only the compute-only baseline: the images/s a loader would have to supply.
+    ``target`` trains on that label column of the object table (string classes as class ids; objects
+    without a class are ignored) instead of the synthetic target ``index % classes``.
     """
 
     crop: CropConfig = field(default_factory=_default_crop)
@@ -102,6 +104,7 @@ class Track3Case:
     access: str = "random"
     seed: int = 0
     compute_only: bool = False
+    target: str | None = None
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -123,6 +126,8 @@ class Track3Case:
             raise ConfigError("compile=True needs warmup_steps >= 1 so compilation is not timed as a step")
         if self.classes < 1:
             raise ConfigError(f"classes must be >= 1, got {self.classes}")
+        if self.target is not None and self.workload != "train":
+            raise ConfigError(f"target={self.target!r} needs workload='train'; workload={self.workload!r} trains none")
 
     @property
     def label(self) -> str:
@@ -134,6 +139,7 @@ class Track3Case:
         parts += [self.optimizer] if self.optimizer != "sgd" and self.workload == "train" else []
         parts += [self.access] if self.access != "random" else []
         parts += ["compute-only"] if self.compute_only else []
+        parts += [f"target-{self.target}"] if self.target else []
         return "/".join(parts)
 
 
@@ -211,7 +217,7 @@ class StepCompute:
             return
         self.optimizer.zero_grad(set_to_none=True)
         with autocast(self.case.amp, self.device):
-            loss = functional.cross_entropy(self.model(images), labels)
+            loss = functional.cross_entropy(self.model(images), labels, ignore_index=MISSING_CLASS)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
@@ -266,7 +272,8 @@ def timed_loop(
 def _preparer(case: Track3Case, device: torch.device, non_blocking: bool) -> Callable[[Any], Batch]:
     def prepare(batch: dict[str, Any]) -> Batch:
         images = to_device(batch["image"], device, non_blocking, case.channels_last, floating=True)
-        labels = (torch.as_tensor(batch["index"]) % case.classes).to(device, non_blocking=non_blocking)
+        target = batch["labels"][case.target] if case.target else torch.as_tensor(batch["index"]) % case.classes
+        labels = torch.as_tensor(target).to(device, non_blocking=non_blocking)
         return images, labels
 
     return prepare
@@ -275,7 +282,14 @@ def _preparer(case: Track3Case, device: torch.device, non_blocking: bool) -> Cal
 def _loader(
     plate: str | Path, case: Track3Case, spec: LoaderSpec, samples: int, pin: bool, objects: ObjectTable | None,
 ) -> tuple[CropDataset, Any]:
-    dataset = CropDataset(plate, case.crop, objects=objects)
+    dataset = CropDataset(plate, case.crop, objects=objects, labels=(case.target,) if case.target else ())
+    if case.target:
+        classes = dataset.label_classes.get(case.target)
+        if classes is None or len(classes) > case.classes:
+            raise ConfigError(
+                f"target {case.target!r} must be a column of string classes, at most classes={case.classes} of them; "
+                f"it has {'numbers' if classes is None else f'{len(classes)} classes: set classes={len(classes)}'}"
+            )
     sampler = ScheduledSampler(schedule(sampler_for(dataset, case.access, case.seed), samples, 1))
     return dataset, build_loader(dataset, spec, sampler, case.seed, pin_memory=pin)
 
