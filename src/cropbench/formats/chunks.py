@@ -74,10 +74,19 @@ class ChunkLayout:
             return (1,) * len(self.read_unit)
         return tuple(r // i for r, i in zip(self.read_unit, self.inner_chunk, strict=True))
 
+    def coords(self, c_index: int, y_index: int, x_index: int) -> tuple[int, ...]:
+        """Grid coordinates of (c, y, x) chunk or shard indices, zeros on singleton t/z axes."""
+        coords = [0] * len(self.shape)
+        coords[self.channel_axis], coords[-2], coords[-1] = c_index, y_index, x_index
+        return tuple(coords)
+
     @functools.cached_property
-    def shard_grid(self) -> tuple[int, ...]:
-        """Shards (or chunks, when not sharded) along each axis."""
-        return tuple(-(-s // r) for s, r in zip(self.shape, self.read_unit, strict=True))
+    def shard_cyx(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """Inner chunks per shard along (c, y, x), and each axis' stride in the shard index (C order)."""
+        per_shard = self.per_shard
+        strides = [int(np.prod(per_shard[axis + 1:])) for axis in range(len(per_shard))]
+        axes = (self.channel_axis, -2, -1)
+        return (tuple(per_shard[a] for a in axes), tuple(strides[a] for a in axes))  # type: ignore[return-value]
 
     @functools.cached_property
     def shard_entries(self) -> int:
@@ -174,24 +183,10 @@ _MAX_FIELDS = 2 ** (63 - _FIELD_SHIFT)
 PARALLEL_COPY_PIECES = 64
 
 
-@dataclass
-class _Plan:
-    """One row per (crop, chunk) intersection: the chunk's key, its channel group, the rectangle
-    inside the chunk (``sy0:sy1, sx0:sx1``) and where it lands in the crop's slot (``dy0``, ``dx0``)."""
-
-    slots: list[int] = dataclasses.field(default_factory=list)
-    keys: list[int] = dataclasses.field(default_factory=list)
-    groups: list[int] = dataclasses.field(default_factory=list)
-    sy0: list[int] = dataclasses.field(default_factory=list)
-    sy1: list[int] = dataclasses.field(default_factory=list)
-    sx0: list[int] = dataclasses.field(default_factory=list)
-    sx1: list[int] = dataclasses.field(default_factory=list)
-    dy0: list[int] = dataclasses.field(default_factory=list)
-    dy1: list[int] = dataclasses.field(default_factory=list)
-    dx0: list[int] = dataclasses.field(default_factory=list)
-    dx1: list[int] = dataclasses.field(default_factory=list)
-    #: (positions in the output, offsets inside the chunk) of each channel group.
-    channel_groups: list[tuple[Any, Any]] = dataclasses.field(default_factory=list)
+#: One (crop, chunk) intersection: the chunk's key, the crop's slot in the output, the channels
+#: (positions in the output, offsets inside the chunk), the rectangle inside the chunk
+#: (sy0, sy1, sx0, sx1) and where it lands in the slot (dy0, dy1, dx0, dx1).
+_Piece = tuple[int, int, Any, Any, int, int, int, int, int, int, int, int]
 
 
 #: One read: (field, source, start, length, [(key, offset in what was read, size or -1 for all)]).
@@ -227,7 +222,7 @@ class DirectChunkReader(PlateReader):
         self._cache = ByteBudgetCache(chunk_cache_bytes)
         self._layouts: dict[int, ChunkLayout] = {}
         self._bases: dict[int, str] = {}
-        self._shards: dict[tuple[int, tuple[int, ...]], tuple[int, np.ndarray, np.ndarray] | None] = {}
+        self._shards: dict[tuple[int, tuple[int, ...]], tuple[int, list[int], list[int]] | None] = {}
         self._channel_group_cache: dict[tuple[int, tuple[int, ...] | None], list[tuple[int, Any, Any]]] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = 0
@@ -280,9 +275,7 @@ class DirectChunkReader(PlateReader):
         self._check_window(field_index, y0, y1, x0, x1)
         channel_count = self.metadata.field_shape[0] if channels is None else len(channels)
         result = self._output(channel_count, y0, y1, x0, x1, out)
-        plan = _Plan()
-        self._plan_region(plan, field_index, y0, y1, x0, x1, channels)
-        self._execute(plan, result[None])
+        self._execute(self._plan_region(field_index, y0, y1, x0, x1, channels), result[None])
         self.stats.regions += 1
         self.stats.bytes_delivered += result.nbytes
         return result
@@ -307,38 +300,26 @@ class DirectChunkReader(PlateReader):
         return groups
 
     def _plan_region(
-        self, plan: _Plan, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None,
-    ) -> None:
-        """Add the pieces of one region (slot 0, landing at its slot's origin) to ``plan``."""
+        self, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None,
+    ) -> list[_Piece]:
+        """The pieces of one region (slot 0, landing at the slot's origin), with plain integer arithmetic."""
         layout = self._layout(field_index)
         _, chunk_y, chunk_x = layout.chunk_cyx
-        y_spans = [(iy, max(y0, iy * chunk_y) - iy * chunk_y, min(y1, (iy + 1) * chunk_y) - iy * chunk_y)
-                   for iy in range(y0 // chunk_y, (y1 - 1) // chunk_y + 1)]
-        x_spans = [(ix, max(x0, ix * chunk_x) - ix * chunk_x, min(x1, (ix + 1) * chunk_x) - ix * chunk_x)
-                   for ix in range(x0 // chunk_x, (x1 - 1) // chunk_x + 1)]
-        for c_index, positions, offsets in self._channel_groups(layout, channels):
-            group = len(plan.channel_groups)
-            plan.channel_groups.append((positions, offsets))
-            prefix = field_index << _FIELD_SHIFT | c_index << _C_SHIFT
-            for iy, sy0, sy1 in y_spans:
-                dy0 = iy * chunk_y + sy0 - y0
-                for ix, sx0, sx1 in x_spans:
-                    dx0 = ix * chunk_x + sx0 - x0
-                    plan.slots.append(0)
-                    plan.keys.append(prefix | iy << _X_BITS | ix)
-                    plan.groups.append(group)
-                    plan.sy0.append(sy0)
-                    plan.sy1.append(sy1)
-                    plan.sx0.append(sx0)
-                    plan.sx1.append(sx1)
-                    plan.dy0.append(dy0)
-                    plan.dy1.append(dy0 + sy1 - sy0)
-                    plan.dx0.append(dx0)
-                    plan.dx1.append(dx0 + sx1 - sx0)
+        y_spans = [(iy << _X_BITS, max(y0, iy * chunk_y) - iy * chunk_y, min(y1, (iy + 1) * chunk_y) - iy * chunk_y,
+                    max(y0, iy * chunk_y) - y0) for iy in range(y0 // chunk_y, (y1 - 1) // chunk_y + 1)]
+        x_spans = [(ix, max(x0, ix * chunk_x) - ix * chunk_x, min(x1, (ix + 1) * chunk_x) - ix * chunk_x,
+                    max(x0, ix * chunk_x) - x0) for ix in range(x0 // chunk_x, (x1 - 1) // chunk_x + 1)]
+        return [
+            (field_index << _FIELD_SHIFT | c_index << _C_SHIFT | y_bits | ix, 0, positions, offsets,
+             sy0, sy1, sx0, sx1, dy0, dy0 + sy1 - sy0, dx0, dx0 + sx1 - sx0)
+            for c_index, positions, offsets in self._channel_groups(layout, channels)
+            for y_bits, sy0, sy1, dy0 in y_spans
+            for ix, sx0, sx1, dx0 in x_spans
+        ]
 
-    def _plan_regions(self, regions: Regions, channels: np.ndarray | None) -> _Plan:
+    def _plan_regions(self, regions: Regions, channels: np.ndarray | None) -> list[_Piece]:
         """The pieces of a whole batch with array arithmetic, one pass per chunk shape among its fields."""
-        plan = _Plan()
+        pieces: list[_Piece] = []
         by_chunk: dict[tuple[int, int, int], list[int]] = {}
         for field_index in np.unique(regions.field).tolist():
             by_chunk.setdefault(self._layout(field_index).chunk_cyx, []).append(field_index)
@@ -368,22 +349,20 @@ class DirectChunkReader(PlateReader):
             columns = [slots[region], sy0, sy1, sx0, sx1, dy0, dy0 + sy1 - sy0, dx0, dx0 + sx1 - sx0]
             listed = [column.tolist() for column in columns]
             for c_index, positions, offsets in self._channel_groups(layout, channels):
-                group = len(plan.channel_groups)
-                plan.channel_groups.append((positions, offsets))
-                plan.keys.extend((base | c_index << _C_SHIFT).tolist())
-                plan.groups.extend([group] * len(region))
-                for target, values in zip((plan.slots, plan.sy0, plan.sy1, plan.sx0, plan.sx1, plan.dy0,
-                                           plan.dy1, plan.dx0, plan.dx1), listed, strict=True):
-                    target.extend(values)
-        return plan
+                keys = (base | c_index << _C_SHIFT).tolist()
+                pieces.extend(zip(keys, listed[0], itertools.repeat(positions), itertools.repeat(offsets),
+                                  *listed[1:], strict=False))
+        return pieces
 
-    def _execute(self, plan: _Plan, out: np.ndarray) -> None:
-        """Read and decode each chunk the plan needs once, then copy every piece into ``out`` (B, C, H, W)."""
-        needed = list(dict.fromkeys(plan.keys))
+    def _execute(self, pieces: list[_Piece], out: np.ndarray) -> None:
+        """Read and decode each chunk the pieces need once, then copy every piece into ``out`` (B, C, H, W)."""
+        needed = list(dict.fromkeys([piece[0] for piece in pieces]))
         chunks = self._cache.get_many(needed)
         if len(chunks) < len(needed):
             missing = [key for key in needed if key not in chunks]
-            for results, fetched, reads in self._split(self._load_units, self._units(missing)):
+            units = self._units(missing)
+            loaded = self._split(self._load_units, units) if self.decode_threads > 1 else [self._load_units(units)]
+            for results, fetched, reads in loaded:
                 self.stats.bytes_fetched += fetched
                 self.stats.reads += reads
                 for key, chunk, decoded in results:
@@ -392,14 +371,13 @@ class DirectChunkReader(PlateReader):
                     if decoded:
                         self.stats.bytes_decoded += chunk.nbytes
                         self.stats.chunks_decoded += 1
-        self.stats.chunks_touched += len(plan.keys)
-        pieces = len(plan.keys)
-        if self.decode_threads > 1 and pieces >= PARALLEL_COPY_PIECES:
-            step = -(-pieces // self.decode_threads)
-            self._split(lambda span: _copy_pieces(plan, chunks, out, *span[0]),
-                        [[(start, min(start + step, pieces))] for start in range(0, pieces, step)], interleave=False)
+        self.stats.chunks_touched += len(pieces)
+        if self.decode_threads > 1 and len(pieces) >= PARALLEL_COPY_PIECES:
+            step = -(-len(pieces) // self.decode_threads)
+            self._split(lambda part: _copy_pieces(part[0], chunks, out),
+                        [[pieces[start:start + step]] for start in range(0, len(pieces), step)], interleave=False)
         else:
-            _copy_pieces(plan, chunks, out, 0, pieces)
+            _copy_pieces(pieces, chunks, out)
 
     def _split(self, work: Callable[[list[Any]], Any], items: list[Any], interleave: bool = True) -> list[Any]:
         """``work`` over ``items`` split into ``decode_threads`` parts, this thread doing the first."""
@@ -414,57 +392,56 @@ class DirectChunkReader(PlateReader):
         return [work(parts[0]), *(future.result() for future in futures)]
 
     def _units(self, keys: list[int]) -> list[_Unit]:
-        """The reads that fetch ``keys``: one per chunk file, or per run of adjacent chunks in a shard."""
-        codes = np.asarray(keys, dtype=np.int64)
-        fields = codes >> _FIELD_SHIFT
+        """The reads that fetch ``keys``: one per chunk file, or per run of adjacent chunks in a shard.
+
+        Plain integer arithmetic per key: a batch misses a few hundred chunks at most, and array
+        calls on that few cost more than they save.
+        """
         units: list[_Unit] = []
-        field_indices = np.unique(fields).tolist()
-        single_field = len(field_indices) == 1
-        for field_index in field_indices:
-            own = codes if single_field else codes[fields == field_index]
+        by_shard: dict[tuple[int, int, int, int], list[tuple[int, int]]] = {}
+        for key in keys:
+            field_index = key >> _FIELD_SHIFT
+            c_index, y_index, x_index = _chunk_name(key)
             layout = self._layouts[field_index]
-            grid = np.zeros((len(own), len(layout.shape)), dtype=np.int64)
-            grid[:, layout.channel_axis] = own >> _C_SHIFT & (2**_C_BITS - 1)
-            grid[:, -2] = own >> _X_BITS & (2**_Y_BITS - 1)
-            grid[:, -1] = own & (2**_X_BITS - 1)
             if layout.inner_chunk is None:
-                base = self._bases[field_index]
-                units.extend((field_index, base + layout.key(tuple(coords)), 0, -1, [(key, 0, -1)])
-                             for key, coords in zip(own.tolist(), grid.tolist(), strict=True))
+                path = self._bases[field_index] + layout.key(layout.coords(c_index, y_index, x_index))
+                units.append((field_index, path, 0, -1, [(key, 0, -1)]))
                 continue
-            per_shard = np.asarray(layout.per_shard)
-            shard_of = np.ravel_multi_index((grid // per_shard).T, layout.shard_grid)
-            inner = np.ravel_multi_index((grid % per_shard).T, layout.per_shard)
-            for shard_id in np.unique(shard_of).tolist():
-                mine = shard_of == shard_id
-                shard_coords = tuple(int(c) for c in np.unravel_index(shard_id, layout.shard_grid))
-                units.extend(self._shard_units(field_index, layout, shard_coords, own[mine], inner[mine]))
+            (per_c, per_y, per_x), (stride_c, stride_y, stride_x) = layout.shard_cyx
+            inner = c_index % per_c * stride_c + y_index % per_y * stride_y + x_index % per_x * stride_x
+            shard = (field_index, c_index // per_c, y_index // per_y, x_index // per_x)
+            by_shard.setdefault(shard, []).append((key, inner))
+        for (field_index, *shard_cyx), members in by_shard.items():
+            layout = self._layouts[field_index]
+            units.extend(self._shard_units(field_index, layout, layout.coords(*shard_cyx), members))
         return units
 
     def _shard_units(
-        self, field_index: int, layout: ChunkLayout, shard_coords: tuple[int, ...], keys: np.ndarray, inner: np.ndarray,
+        self, field_index: int, layout: ChunkLayout, shard_coords: tuple[int, ...], members: list[tuple[int, int]],
     ) -> list[_Unit]:
-        """Reads of some inner chunks of one shard: byte ranges that touch are read as one."""
+        """Reads of some inner chunks (key, inner index) of one shard: byte ranges that touch are read as one."""
         shard = self._shard(field_index, layout, shard_coords)
         if shard is None:
-            return [(field_index, None, 0, 0, [(key, 0, 0) for key in keys.tolist()])]
+            return [(field_index, None, 0, 0, [(key, 0, 0) for key, _ in members])]
         descriptor, offsets, sizes = shard
-        starts, lengths = offsets[inner], sizes[inner]
-        empty = starts == EMPTY_SHARD_ENTRY
+        ranges = sorted((offsets[inner], sizes[inner], key) for key, inner in members)
         units: list[_Unit] = []
-        if empty.any():
-            units.append((field_index, None, 0, 0, [(key, 0, 0) for key in keys[empty].tolist()]))
-            keys, starts, lengths = keys[~empty], starts[~empty], lengths[~empty]
-        order = np.argsort(starts, kind="stable")
-        keys, starts, lengths = keys[order], starts[order].astype(np.int64), lengths[order].astype(np.int64)
-        ends = starts + lengths
-        breaks = (np.flatnonzero(starts[1:] != ends[:-1]) + 1).tolist()
-        key_list, start_list, length_list, end_list = keys.tolist(), starts.tolist(), lengths.tolist(), ends.tolist()
-        for first, stop in zip([0, *breaks], [*breaks, len(key_list)], strict=True):
-            origin = start_list[first]
-            units.append((field_index, descriptor, origin, end_list[stop - 1] - origin, [
-                (key_list[i], start_list[i] - origin, length_list[i]) for i in range(first, stop)
-            ]))
+        absent = [(key, 0, 0) for start, _, key in ranges if start == EMPTY_SHARD_ENTRY]
+        if absent:
+            units.append((field_index, None, 0, 0, absent))
+            ranges = ranges[:len(ranges) - len(absent)]  # the empty marker sorts last
+        origin = end = -1
+        run: list[tuple[int, int, int]] = []
+        for start, size, key in ranges:
+            if start != end and run:
+                units.append((field_index, descriptor, origin, end - origin, run))
+                run = []
+            if not run:
+                origin = start
+            run.append((key, start - origin, size))
+            end = start + size
+        if run:
+            units.append((field_index, descriptor, origin, end - origin, run))
         return units
 
     def _load_units(self, units: list[_Unit]) -> tuple[list[tuple[int, np.ndarray, bool]], int, int]:
@@ -520,7 +497,7 @@ class DirectChunkReader(PlateReader):
 
     def _shard(
         self, field_index: int, layout: ChunkLayout, shard_coords: tuple[int, ...],
-    ) -> tuple[int, np.ndarray, np.ndarray] | None:
+    ) -> tuple[int, list[int], list[int]] | None:
         """(open descriptor, inner-chunk offsets, sizes) of one shard file, cached per process."""
         key = (field_index, shard_coords)
         if key in self._shards:
@@ -544,18 +521,14 @@ class DirectChunkReader(PlateReader):
             raw = raw[:-4]
         self.stats.bytes_fetched += size
         index = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
-        entry = (descriptor, index[:, 0].copy(), index[:, 1].copy())
+        entry = (descriptor, index[:, 0].tolist(), index[:, 1].tolist())
         self._shards[key] = entry
         return entry
 
 
-def _copy_pieces(plan: _Plan, chunks: dict[int, np.ndarray], out: np.ndarray, first: int, stop: int) -> None:
-    """Copy pieces ``first:stop`` of the plan from their decoded chunks into ``out`` (B, C, H, W)."""
-    groups = plan.channel_groups
-    rows = zip(plan.slots, plan.keys, plan.groups, plan.sy0, plan.sy1, plan.sx0, plan.sx1,
-               plan.dy0, plan.dy1, plan.dx0, plan.dx1, strict=True)
-    for slot, key, group, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1 in itertools.islice(rows, first, stop):
-        positions, offsets = groups[group]
+def _copy_pieces(pieces: list[_Piece], chunks: dict[int, np.ndarray], out: np.ndarray) -> None:
+    """Copy each piece from its decoded chunk into ``out`` (B, C, H, W)."""
+    for key, slot, positions, offsets, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1 in pieces:
         out[slot, positions, dy0:dy1, dx0:dx1] = chunks[key][offsets, sy0:sy1, sx0:sx1]
 
 
