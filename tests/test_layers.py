@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "cropbench"
 
 LAYERS: dict[str, int] = {
-    "cropbench.errors": 0, "cropbench.config": 0, "cropbench.records": 0,
+    "cropbench.errors": 0, "cropbench.config": 0, "cropbench.records": 0, "cropbench.metrics": 0,
     "cropbench.objects": 1,
     "cropbench.formats": 2,
     "cropbench.plates": 3,

@@ -16,11 +16,23 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter  # noqa: E402
 
+from cropbench import metrics as m  # noqa: E402
 from cropbench.errors import CropbenchError, OutputError  # noqa: E402
 from cropbench.records import Record  # noqa: E402
 
 FigureMaker = Callable[[Sequence[Record], Path], Path | None]
 #: The ten colours of matplotlib's default cycle.
+#: Metrics each track's figures read (the smoke test checks the rows hold them).
+FIGURE_METRICS: dict[str, tuple[str, ...]] = {
+    "1": (m.P95_MS, m.SAMPLES_PER_S, m.VALIDITY_FLAGS, m.QUANTILES_MS, m.WARMUP_MS, m.P50_MS,
+          m.FIRST_PASS_CURVE_MS, m.EVICTION_VERIFIED),
+    "2": (m.CACHE_FRACTION_OF_PLATE, m.SAMPLES_PER_S, m.RUN_SAMPLES_PER_S, m.FIRST_BATCH_MS,
+          m.EPOCH2_FIRST_BATCH_MS),
+    "3": (m.STEP_P50_MS, m.COMPUTE_ONLY_STEP_P50_MS, m.DATA_WAIT_FRACTION, m.STALL_CROSSCHECK, m.TRIED_WORKERS,
+          m.MIN_WORKERS, m.DATA_WAIT_FRACTION_BY_WORKERS, m.IMAGES_PER_S_BY_WORKERS, m.COMPUTE_ONLY_IMAGES_PER_S),
+    "layouts": (*(m.crops_per_s(access) for access in m.ACCESS_PATTERNS), m.STORED_BYTES, m.RAW_BYTES),
+    "peers": (m.SAMPLES_PER_S, m.SKIP_REASON, m.COUNT, m.DIRECT_SPEEDUP),
+}
 TAB10 = [plt.get_cmap("tab10")(number) for number in range(10)]
 
 
@@ -63,7 +75,7 @@ FULLY_CACHED = 1.0
 
 def fully_cached(record: Record) -> bool | None:
     """Whether the row's reader cache held the whole decoded plate; None when it cannot be told."""
-    fraction = record.metrics.get("cache_fraction_of_plate")
+    fraction = record.metrics.get(m.CACHE_FRACTION_OF_PLATE)
     if fraction is not None:
         return bool(fraction >= FULLY_CACHED)
     crop, plate = record.config.get("crop", {}), record.config.get("plate")
@@ -103,20 +115,20 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     height = max(3.0, 0.32 * len(rows) + 1.8)
     figure, (left, right) = plt.subplots(1, 2, figsize=(14, height), sharey=True)
     positions = np.arange(len(rows))
-    flagged = [bool(r.metrics.get("validity_flags")) for r in rows]
-    left.barh(positions, [r.metrics.get("p95_ms", np.nan) for r in rows],
+    flagged = [bool(r.metrics.get(m.VALIDITY_FLAGS)) for r in rows]
+    left.barh(positions, [r.metrics.get(m.P95_MS, np.nan) for r in rows],
               color=["lightgray" if f else "tab:red" for f in flagged])
     left.set_yticks(positions, labels, fontsize=8)
     left.invert_yaxis()
     left.set_xlabel("p95 __getitem__ latency (ms, log scale)")
     left.set_title("Track 1 p95 latency (lower is better)")
-    rates = [r.metrics.get("samples_per_s", np.nan) for r in rows]
+    rates = [r.metrics.get(m.SAMPLES_PER_S, np.nan) for r in rows]
     right.barh(positions, rates, color=["lightgray" if f else "tab:blue" for f in flagged])
     right.set_xlabel("samples/s, one process (log scale)")
     right.set_title("Track 1 throughput (higher is better)")
     for position, record, rate in zip(positions, rows, rates, strict=True):
-        if record.metrics.get("validity_flags"):
-            right.text(rate * 1.1, position, "flags: " + ", ".join(record.metrics["validity_flags"]),
+        if record.metrics.get(m.VALIDITY_FLAGS):
+            right.text(rate * 1.1, position, "flags: " + ", ".join(record.metrics[m.VALIDITY_FLAGS]),
                        va="center", fontsize=7, color="dimgray")
     if any(flagged):
         right.legend(handles=[Patch(color="lightgray", label="flagged row (see the summary): not a measurement")],
@@ -130,12 +142,12 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
 
 def track1_cdf(records: Sequence[Record], out_dir: Path) -> Path | None:
     """Steady-state latency CDF per configuration (left and steep is better)."""
-    rows = [r for r in _by_track(records, "1") if r.metrics.get("quantiles_ms")]
+    rows = [r for r in _by_track(records, "1") if r.metrics.get(m.QUANTILES_MS)]
     if not rows:
         return None
     figure, axis = plt.subplots(figsize=(10, 6))
     for record in rows:
-        quantiles = record.metrics["quantiles_ms"]
+        quantiles = record.metrics[m.QUANTILES_MS]
         axis.plot(quantiles, np.linspace(0, 1, len(quantiles)), label=_label(record))
     _log_x(axis)
     axis.set_xlabel("__getitem__ latency (ms, log scale)")
@@ -173,7 +185,7 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
     Thin: each item's latency (first pass, then warm-up); thick: the rolling median; dotted: the
     steady-state p50; shaded: the first (cold) pass; dashed line: where steady state starts.
     """
-    rows = [r for r in _by_track(records, "1") if r.metrics.get("warmup_ms") and r.metrics.get("p50_ms")]
+    rows = [r for r in _by_track(records, "1") if r.metrics.get(m.WARMUP_MS) and r.metrics.get(m.P50_MS)]
     if not rows:
         return None
     columns = min(2, len(rows))
@@ -181,12 +193,12 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
     figure, axes = plt.subplots(lines, columns, figsize=(7 * columns, 2.6 * lines + 1.2), squeeze=False,
                                 sharey=True)
     for axis, record in zip(axes.flat, rows, strict=False):
-        first = list(record.metrics.get("first_pass_curve_ms") or [])
-        curve, steady = first + list(record.metrics["warmup_ms"]), record.metrics["p50_ms"]
+        first = list(record.metrics.get(m.FIRST_PASS_CURVE_MS) or [])
+        curve, steady = first + list(record.metrics[m.WARMUP_MS]), record.metrics[m.P50_MS]
         items = np.arange(1, len(curve) + 1)
         settles = steady_from(curve, steady)
         if first:
-            cold = "cold pass" if record.metrics.get("eviction_verified") else "first pass (eviction not verified)"
+            cold = "cold pass" if record.metrics.get(m.EVICTION_VERIFIED) else "first pass (eviction not verified)"
             axis.axvspan(0.5, len(first) + 0.5, color="tab:blue", alpha=0.08, label=cold)
         axis.plot(items, curve, color="gray", alpha=0.5, linewidth=0.8, label="each item")
         axis.plot(items, rolling_median(curve), color="tab:red", linewidth=2,
@@ -220,9 +232,9 @@ def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     positions = np.arange(len(rows))
     figure, (left, right) = plt.subplots(1, 2, figsize=(14, max(3.0, 0.34 * len(rows) + 1.5)), sharey=True)
     for offset, (access, color) in enumerate((("random", "tab:blue"), ("grouped", "tab:orange"))):
-        values = [r.metrics.get(f"{access}_crops_per_s", np.nan) for r in rows]
+        values = [r.metrics.get(m.crops_per_s(access), np.nan) for r in rows]
         left.barh(positions + (offset - 0.5) * 0.4, values, height=0.4, color=color, label=f"{access} crops/s")
-        ceiling = [r.metrics.get(f"{access}_crops_per_s") for r in rows if r.case == "memmap"]
+        ceiling = [r.metrics.get(m.crops_per_s(access)) for r in rows if r.case == "memmap"]
         if ceiling:
             left.axvline(ceiling[0], color=color, linestyle=":", linewidth=1)
     left.set_xscale("log")
@@ -231,8 +243,8 @@ def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     left.set_xlabel("crops/s, one process, warm page cache (log); dotted: memmap ceiling")
     left.set_title("Crop throughput per layout (higher is better)")
     left.legend(fontsize=8, loc="lower right")
-    right.barh(positions, [r.metrics.get("stored_bytes", np.nan) / 2**20 for r in rows], color="tab:green")
-    raw = [float(r.metrics["raw_bytes"]) for r in rows if r.metrics.get("raw_bytes")]
+    right.barh(positions, [r.metrics.get(m.STORED_BYTES, np.nan) / 2**20 for r in rows], color="tab:green")
+    raw = [float(r.metrics[m.RAW_BYTES]) for r in rows if r.metrics.get(m.RAW_BYTES)]
     if raw:
         right.axvline(raw[0] / 2**20, color="black", linestyle=":", linewidth=1, label="raw pixels")
         right.legend(fontsize=8, loc="lower right")
@@ -260,13 +272,13 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     for axis, (plate, loaders) in zip(axes[:, 0], plates.items(), strict=True):
         names = list(loaders)
         positions = np.arange(len(names))
-        measured = {name: [r for r in rows if r.metrics.get("samples_per_s")] for name, rows in loaders.items()}
-        medians = np.array([np.median([r.metrics["samples_per_s"] for r in measured[name]]) if measured[name]
+        measured = {name: [r for r in rows if r.metrics.get(m.SAMPLES_PER_S)] for name, rows in loaders.items()}
+        medians = np.array([np.median([r.metrics[m.SAMPLES_PER_S] for r in measured[name]]) if measured[name]
                             else np.nan for name in names])
         colors = ["tab:blue" if loaders[name][0].config.get("kind") == "cropbench" else "tab:orange" for name in names]
         axis.barh(positions, np.nan_to_num(medians, nan=0.0), color=colors)
         for position, name in zip(positions, names, strict=True):
-            rates = [r.metrics["samples_per_s"] for r in measured[name]]
+            rates = [r.metrics[m.SAMPLES_PER_S] for r in measured[name]]
             if len(rates) > 1:
                 axis.scatter(rates, [position] * len(rates), color="black", s=10, zorder=3)
         axis.set_xscale("log")
@@ -276,16 +288,16 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
         for position, name, rate in zip(positions, names, medians, strict=True):
             rows = measured[name]
             if not rows:
-                reason = str(loaders[name][-1].metrics.get("skip_reason", ""))
+                reason = str(loaders[name][-1].metrics.get(m.SKIP_REASON, ""))
                 axis.text(low / 2.8, position, f"skipped: {reason[:120]}", va="center", fontsize=7, color="gray")
                 continue
-            note = (f"{rate:,.0f}/s" if rate >= 10 else f"{rate:,.1f}/s") + f" (n={rows[-1].metrics.get('count', '?')}"
+            note = (f"{rate:,.0f}/s" if rate >= 10 else f"{rate:,.1f}/s") + f" (n={rows[-1].metrics.get(m.COUNT, '?')}"
             note += f", {len(rows)} runs)" if len(rows) > 1 else ")"
-            speedups = [r.metrics["direct_speedup"] for r in rows if r.metrics.get("direct_speedup")]
+            speedups = [r.metrics[m.DIRECT_SPEEDUP] for r in rows if r.metrics.get(m.DIRECT_SPEEDUP)]
             if speedups and name != "cropbench-direct":
                 speedup = float(np.median(speedups))
                 note += f"  direct {speedup:,.1f}× faster" if speedup >= 1 else f"  {1 / speedup:,.2f}× direct"
-            axis.text(max(rate, *(r.metrics["samples_per_s"] for r in rows)) * 1.2, position, note, va="center",
+            axis.text(max(rate, *(r.metrics[m.SAMPLES_PER_S] for r in rows)) * 1.2, position, note, va="center",
                       fontsize=8)
         if "cropbench-direct" in names and np.isfinite(medians[names.index("cropbench-direct")]):
             direct = medians[names.index("cropbench-direct")]
@@ -339,7 +351,7 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
     sweeps: dict[str, dict[int, dict[int, list[Record]]]] = {}
     for record in _by_track(records, "2"):
         loader = record.config.get("loader", {})
-        if "num_workers" not in loader or "samples_per_s" not in record.metrics:
+        if "num_workers" not in loader or m.SAMPLES_PER_S not in record.metrics:
             continue
         by_batch = sweeps.setdefault(sweep_key(record.config), {}).setdefault(int(loader["batch_size"]), {})
         by_batch.setdefault(int(loader["num_workers"]), []).append(record)
@@ -352,9 +364,9 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
     for axis, (key, lines) in zip(axes.flat, panels.items(), strict=False):
         for color, (batch, points) in zip(TAB10, sorted(lines.items()), strict=False):
             workers = sorted(points)
-            axis.plot(workers, [_median(points[w], "samples_per_s") for w in workers], marker="o", color=color,
+            axis.plot(workers, [_median(points[w], m.SAMPLES_PER_S) for w in workers], marker="o", color=color,
                       label=f"batch {batch}, steady")
-            axis.plot(workers, [_median(points[w], "run_samples_per_s") for w in workers], marker=".",
+            axis.plot(workers, [_median(points[w], m.RUN_SAMPLES_PER_S) for w in workers], marker=".",
                       linestyle="--", color=color, alpha=0.7, label=f"batch {batch}, whole run")
         axis.set_xticks(sorted({w for points in lines.values() for w in points}))
         axis.set_xlabel("num_workers (0 = loading in the main process)")
@@ -379,14 +391,14 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
 
 def track2_first_batch(records: Sequence[Record], out_dir: Path) -> Path | None:
     """First-batch latency per case: epoch 1 (workers start) and epoch 2 (persistent workers reuse)."""
-    rows = [r for r in _by_track(records, "2") if "first_batch_ms" in r.metrics]
+    rows = [r for r in _by_track(records, "2") if m.FIRST_BATCH_MS in r.metrics]
     if not rows:
         return None
     positions = np.arange(len(rows))
     figure, axis = plt.subplots(figsize=(12, max(3.0, 0.36 * len(rows) + 1.5)))
-    axis.barh(positions - 0.2, [r.metrics["first_batch_ms"] for r in rows], height=0.4, color="tab:red",
+    axis.barh(positions - 0.2, [r.metrics[m.FIRST_BATCH_MS] for r in rows], height=0.4, color="tab:red",
               label="epoch 1")
-    axis.barh(positions + 0.2, [r.metrics.get("epoch2_first_batch_ms", np.nan) for r in rows], height=0.4,
+    axis.barh(positions + 0.2, [r.metrics.get(m.EPOCH2_FIRST_BATCH_MS, np.nan) for r in rows], height=0.4,
               color="tab:orange", label="epoch 2")
     axis.set_yticks(positions, [_label(r) for r in rows], fontsize=8)
     axis.invert_yaxis()
@@ -400,15 +412,15 @@ def track2_first_batch(records: Sequence[Record], out_dir: Path) -> Path | None:
 
 def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     """Step-time p50 against the compute-only baseline, and the data-wait fraction, per case."""
-    rows = [r for r in _by_track(records, "3") if "step_p50_ms" in r.metrics]
+    rows = [r for r in _by_track(records, "3") if m.STEP_P50_MS in r.metrics]
     if not rows:
         return None
     positions = np.arange(len(rows))
     height = max(3.0, 0.36 * len(rows) + 1.8)
     below = (0.5, -0.75 / max(height - 1.2, 1.0))  # legends under the x labels, clear of the bars
     figure, (left, right) = plt.subplots(1, 2, figsize=(15, height), sharey=True)
-    left.barh(positions, [r.metrics["step_p50_ms"] for r in rows], color="tab:purple", label="step p50")
-    left.scatter([r.metrics.get("compute_only_step_p50_ms", np.nan) for r in rows], positions, marker="|", s=250,
+    left.barh(positions, [r.metrics[m.STEP_P50_MS] for r in rows], color="tab:purple", label="step p50")
+    left.scatter([r.metrics.get(m.COMPUTE_ONLY_STEP_P50_MS, np.nan) for r in rows], positions, marker="|", s=250,
                  color="black", zorder=3, label="compute-only p50")
     left.set_yticks(positions, [_label(r) for r in rows], fontsize=8)
     left.invert_yaxis()
@@ -416,9 +428,9 @@ def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     left.set_xlabel("ms per step (log scale)")
     left.set_title("Track 3 step time p50 (lower is better)")
     left.legend(fontsize=8, loc="upper center", bbox_to_anchor=below, ncol=2)
-    wait = [100 * r.metrics.get("data_wait_fraction", np.nan) for r in rows]
+    wait = [100 * r.metrics.get(m.DATA_WAIT_FRACTION, np.nan) for r in rows]
     right.barh(positions, wait, color=["tab:green" if w < 10 else "tab:red" for w in wait])
-    crosscheck = right.scatter([100 * r.metrics.get("stall_crosscheck", np.nan) for r in rows], positions,
+    crosscheck = right.scatter([100 * r.metrics.get(m.STALL_CROSSCHECK, np.nan) for r in rows], positions,
                                marker="x", color="black", zorder=3, label="(step − compute-only) / step")
     threshold = right.axvline(10, color="gray", linestyle=":", label="10%: the model's device >= 90% busy")
     right.set_xlabel("% of step time blocked on data (next() + copy to the model's device, if any)")
@@ -433,19 +445,19 @@ def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
 
 def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
     """Worker searches: data-wait fraction and images/s against num_workers, one line per search."""
-    searches = [r for r in _by_track(records, "3") if r.metrics.get("tried_workers")]
+    searches = [r for r in _by_track(records, "3") if r.metrics.get(m.TRIED_WORKERS)]
     if not searches:
         return None
     figure, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5))
     for color, record in zip(TAB10, searches, strict=False):
-        workers = record.metrics["tried_workers"]
-        answer = record.metrics.get("min_workers")
+        workers = record.metrics[m.TRIED_WORKERS]
+        answer = record.metrics.get(m.MIN_WORKERS)
         search = describe_loading(record.config.get("case", {}))
         name = f"{search} → min workers: {answer if answer is not None else 'not reached'}"
-        left.plot(workers, [100 * v for v in record.metrics["data_wait_fraction_by_workers"]], marker="o",
+        left.plot(workers, [100 * v for v in record.metrics[m.DATA_WAIT_FRACTION_BY_WORKERS]], marker="o",
                   color=color, label=name)
-        right.plot(workers, record.metrics["images_per_s_by_workers"], marker="o", color=color, label=name)
-        ceiling = record.metrics.get("compute_only_images_per_s")
+        right.plot(workers, record.metrics[m.IMAGES_PER_S_BY_WORKERS], marker="o", color=color, label=name)
+        ceiling = record.metrics.get(m.COMPUTE_ONLY_IMAGES_PER_S)
         if ceiling:
             right.axhline(ceiling, color=color, linestyle=":", linewidth=1)
             right.set_ylim(top=max(right.get_ylim()[1], ceiling * 1.1))
@@ -454,7 +466,7 @@ def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
     left.set_title("Track 3 data wait vs num_workers (lower is better)")
     right.set_ylabel("images/s; dotted: compute-only ceiling")
     right.set_title("Track 3 images/s vs num_workers (higher is better)")
-    tried = sorted({w for record in searches for w in record.metrics["tried_workers"]})
+    tried = sorted({w for record in searches for w in record.metrics[m.TRIED_WORKERS]})
     for axis in (left, right):
         axis.set_xlabel("num_workers")
         axis.set_xticks(tried)

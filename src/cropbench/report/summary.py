@@ -8,31 +8,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from cropbench import metrics as m
 from cropbench.records import Record
 from cropbench.tracks.track1 import VALIDITY_FLAGS
 
 #: Columns shown per track: (header, metric key, format).
 SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
-    "1": (("samples/s", "samples_per_s", "{:,.0f}"), ("p50 ms", "p50_ms", "{:.3f}"),
-          ("p95 ms", "p95_ms", "{:.3f}"), ("p99 ms", "p99_ms", "{:.3f}"), ("cold p50 ms", "cold_p50_ms", "{:.3f}"),
-          ("n", "count", "{}"), ("objects", "objects", "{:,}"), ("flags", "validity_flags", "{}")),
-    "2": (("samples/s", "samples_per_s", "{:,.0f}"), ("run/s", "run_samples_per_s", "{:,.0f}"),
-          ("first ms", "first_batch_ms", "{:.1f}"), ("batch p50 ms", "batch_p50_ms", "{:.2f}"),
-          ("batch p95 ms", "batch_p95_ms", "{:.2f}"), ("epoch2 first ms", "epoch2_first_batch_ms", "{:.1f}"),
-          ("persist gain", "persistent_epoch2_gain", "{:+.0%}"), ("collate ms", "collate_ms_mean", "{:.2f}"),
-          ("worker USS MiB", "worker_uss_mib_max", "{:.0f}"), ("xcheck", "crosscheck_ratio", "{:.3f}")),
-    "3": (("images/s", "images_per_s", "{:,.0f}"), ("step p50 ms", "step_p50_ms", "{:.1f}"),
-          ("step p95 ms", "step_p95_ms", "{:.1f}"), ("compute-only p50", "compute_only_step_p50_ms", "{:.1f}"),
-          ("data wait", "data_wait_fraction", "{:.1%}"), ("stall xcheck", "stall_crosscheck", "{:.1%}"),
-          ("loss", "loss_last", "{:.3f}"), ("min workers", "min_workers_answer", "{}")),
-    "layouts": (("random/s", "random_crops_per_s", "{:,.0f}"), ("× memmap", "random_ratio_to_memmap", "{:.2f}"),
-                ("grouped/s", "grouped_crops_per_s", "{:,.0f}"), ("× memmap", "grouped_ratio_to_memmap", "{:.2f}"),
-                ("MiB", "stored_mib", "{:,.1f}"), ("ratio", "compression_ratio", "{:.2f}"),
-                ("write s", "write_seconds", "{:.2f}"), ("decode amp", "random_decode_amplification", "{:.1f}"),
-                ("chunks/crop", "random_chunks_touched_per_crop", "{:.1f}")),
-    "peers": (("samples/s", "samples_per_s", "{:,.1f}"), ("× direct", "ratio_to_direct", "{:.4f}"),
-              ("direct ÷", "direct_speedup", "{:,.1f}"), ("p50 ms", "p50_ms", "{:.3f}"), ("p95 ms", "p95_ms", "{:.3f}"),
-              ("n", "count", "{}"), ("skipped", "skip_reason", "{}")),
+    "1": (("samples/s", m.SAMPLES_PER_S, "{:,.0f}"), ("p50 ms", m.P50_MS, "{:.3f}"),
+          ("p95 ms", m.P95_MS, "{:.3f}"), ("p99 ms", m.P99_MS, "{:.3f}"), ("cold p50 ms", m.COLD_P50_MS, "{:.3f}"),
+          ("n", m.COUNT, "{}"), ("objects", m.OBJECTS, "{:,}"), ("flags", m.VALIDITY_FLAGS, "{}")),
+    "2": (("samples/s", m.SAMPLES_PER_S, "{:,.0f}"), ("run/s", m.RUN_SAMPLES_PER_S, "{:,.0f}"),
+          ("first ms", m.FIRST_BATCH_MS, "{:.1f}"), ("batch p50 ms", m.BATCH_P50_MS, "{:.2f}"),
+          ("batch p95 ms", m.BATCH_P95_MS, "{:.2f}"), ("epoch2 first ms", m.EPOCH2_FIRST_BATCH_MS, "{:.1f}"),
+          ("persist gain", m.PERSISTENT_EPOCH2_GAIN, "{:+.0%}"), ("collate ms", m.COLLATE_MS_MEAN, "{:.2f}"),
+          ("worker USS MiB", m.WORKER_USS_MIB_MAX, "{:.0f}"), ("xcheck", m.CROSSCHECK_RATIO, "{:.3f}")),
+    "3": (("images/s", m.IMAGES_PER_S, "{:,.0f}"), ("step p50 ms", m.STEP_P50_MS, "{:.1f}"),
+          ("step p95 ms", m.STEP_P95_MS, "{:.1f}"), ("compute-only p50", m.COMPUTE_ONLY_STEP_P50_MS, "{:.1f}"),
+          ("data wait", m.DATA_WAIT_FRACTION, "{:.1%}"), ("stall xcheck", m.STALL_CROSSCHECK, "{:.1%}"),
+          ("loss", m.LOSS_LAST, "{:.3f}"), ("min workers", m.MIN_WORKERS_ANSWER, "{}")),
+    "layouts": (("random/s", m.crops_per_s("random"), "{:,.0f}"), ("× memmap", m.ratio_to_memmap("random"), "{:.2f}"),
+                ("grouped/s", m.crops_per_s("grouped"), "{:,.0f}"),
+                ("× memmap", m.ratio_to_memmap("grouped"), "{:.2f}"),
+                ("MiB", m.STORED_MIB, "{:,.1f}"), ("ratio", m.COMPRESSION_RATIO, "{:.2f}"),
+                ("write s", m.WRITE_SECONDS, "{:.2f}"),
+                ("decode amp", m.per_crop("random", "decode_amplification"), "{:.1f}"),
+                ("chunks/crop", m.per_crop("random", "chunks_touched_per_crop"), "{:.1f}")),
+    "peers": (("samples/s", m.SAMPLES_PER_S, "{:,.1f}"), ("× direct", m.RATIO_TO_DIRECT, "{:.4f}"),
+              ("direct ÷", m.DIRECT_SPEEDUP, "{:,.1f}"), ("p50 ms", m.P50_MS, "{:.3f}"), ("p95 ms", m.P95_MS, "{:.3f}"),
+              ("n", m.COUNT, "{}"), ("skipped", m.SKIP_REASON, "{}")),
 }
 
 
@@ -62,7 +65,7 @@ def summary_table(records: Iterable[Record]) -> str:
 
 def flag_legend(rows: Sequence[Record]) -> list[str]:
     """One line per validity flag raised in ``rows``, saying what it means; nothing when none is."""
-    raised = {flag for row in rows for flag in row.metrics.get("validity_flags") or ()}
+    raised = {flag for row in rows for flag in row.metrics.get(m.VALIDITY_FLAGS) or ()}
     if not raised:
         return []
     lines = ["flags (a flagged row checks the wiring; it is not a measurement to quote):"]
