@@ -83,3 +83,51 @@ def test_help_lists_values_compactly() -> None:
     assert "1|2|3" in usage and "end-to-end" in run_help
     smoke_help = cropbench("smoke", "--help").stdout
     assert "validity flags" in smoke_help
+
+
+@pytest.mark.parametrize("args", [["run", "--plate", "x", "--preset", "huge"], ["bogus"], ["run"],
+                                  ["generate", "--out", "x", "--rows", "two"]])
+def test_usage_errors_are_one_line_with_a_hint(args: list[str]) -> None:
+    result = cropbench(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cropbench: error:") and "--help" in lines[0], result.stderr
+
+
+def test_bad_knobs_exit_2_with_one_line_and_leave_nothing(tiny_plate: Path, tmp_path: Path) -> None:
+    for args in (["run", "--plate", str(tiny_plate), "--torch-threads", "-3", "--out", str(tmp_path / "o")],
+                 ["generate", "--out", str(tmp_path / "p.zarr"), "--channels-per-chunk", "3", "--shard", "-1",
+                  "--rows", "1", "--columns", "1", "--fields", "1", "--height", "64", "--width", "64"]):
+        result = cropbench(*args, "--no-progress")
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("cropbench: error:")
+    assert not (tmp_path / "p.zarr").exists() and not list(tmp_path.glob(".p.zarr*"))
+
+
+def test_an_os_error_is_one_line_naming_the_path(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from cropbench import cli
+
+    def read_only(args: object) -> int:
+        raise PermissionError(13, "Permission denied", "/data/out/results.csv")
+
+    monkeypatch.setattr(cli, "cmd_env", read_only)
+    assert main(["env"]) == 2
+    assert capsys.readouterr().err == "cropbench: error: Permission denied: /data/out/results.csv\n"
+
+
+def test_a_worker_error_is_unwrapped_to_its_cause() -> None:
+    from torch._utils import ExceptionWrapper
+
+    from cropbench.cli import one_line
+    from cropbench.errors import StoreError
+
+    try:
+        raise StoreError("chunk c/0/1/1 of A/1/0/0 cannot be decoded (corrupt chunk): crc32c checksum mismatch")
+    except StoreError:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 0")
+    with pytest.raises(StoreError) as raised:
+        wrapped.reraise()
+    assert len(str(raised.value).splitlines()) > 2, "torch's wrapping: the cause is on the last line"
+    assert one_line(raised.value) == ("chunk c/0/1/1 of A/1/0/0 cannot be decoded (corrupt chunk): "
+                                      "crc32c checksum mismatch")

@@ -6,8 +6,10 @@ import argparse
 import dataclasses
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from tqdm import tqdm
 
@@ -261,7 +263,7 @@ def cmd_realism(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cropbench", description="Benchmark single-cell crop loading from OME-Zarr plates into PyTorch.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -392,12 +394,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line with a hint, like every other user error (its subcommands inherit it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USER_ERROR, f"cropbench: error: {message} (see '{self.prog} --help')\n")
+
+
+def one_line(error: BaseException) -> str:
+    """The cause in one line: a DataLoader worker's error is unwrapped from torch's traceback text."""
+    text = str(error).strip()
+    if "Original Traceback" in text:  # torch re-raises a worker's exception with its whole traceback
+        last = text.splitlines()[-1]
+        text = last.split(": ", 1)[1] if ": " in last and "Error" in last.split(": ", 1)[0] else last
+    if isinstance(error, OSError) and error.strerror:
+        names = [str(n) for n in (error.filename, error.filename2) if n]
+        text = f"{error.strerror}: {' -> '.join(names)}" if names else error.strerror
+    lines = text.splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _format_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> str:
+    return f"cropbench: warning: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.formatwarning = _format_warning
     try:
         return int(args.handler(args))
-    except CropbenchError as error:
-        print(f"cropbench: error: {error}", file=sys.stderr)
+    except (CropbenchError, OSError) as error:  # OSError: a user's path (missing, read-only, disk full)
+        print(f"cropbench: error: {one_line(error)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("cropbench: interrupted; every finished row is kept", file=sys.stderr)

@@ -11,7 +11,7 @@ import zarr
 from zarr.codecs import BloscCodec, BloscShuffle, ZstdCodec
 
 from cropbench.config import LayoutSpec
-from cropbench.errors import StoreError
+from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, PlateWriter
 from cropbench.formats.ngff import NGFF_VERSION, array_chunk_shape, read_array_document
 
@@ -47,6 +47,12 @@ class OmeZarrPlateWriter(PlateWriter):
         super().__init__(path, name, channel_names, field_shape, layout, wells, fields_per_well, windows,
                          extra_attributes, overwrite)
         self._windows = self.windows
+        chunks, shards = layout.chunk_shape(*self.field_shape), layout.shard_shape(*self.field_shape)
+        if shards is not None and any(s % c for s, c in zip(shards, chunks, strict=True)):
+            raise ConfigError(
+                f"layout {layout.label}: a shard {tuple(shards)} must hold whole chunks {tuple(chunks)} "
+                f"(channels_per_chunk={layout.channels_per_chunk} must divide the {self.field_shape[0]} channels)"
+            )
         self.root = zarr.open_group(str(self.path), mode="w", zarr_format=3)
         rows = sorted({row for row, _ in self.wells})
         columns = sorted({column for _, column in self.wells}, key=lambda c: (len(c), c))

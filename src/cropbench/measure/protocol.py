@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from cropbench.errors import ConfigError
+
 #: A percentile q rests on enough samples when at least this many observations lie beyond it.
 TAIL_OBSERVATIONS = 10
 
@@ -166,6 +168,8 @@ def configure_threads(torch_threads: int) -> dict[str, Any]:
     """
     import torch
 
+    if not isinstance(torch_threads, int) or torch_threads < 0:
+        raise ConfigError(f"--torch-threads must be an integer >= 0 (0 = torch's default), got {torch_threads!r}")
     if torch_threads > 0:
         torch.set_num_threads(torch_threads)
     return {
