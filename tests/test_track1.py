@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from cropbench.config import CropConfig, Track1Case, plate_preset
+from cropbench.errors import ConfigError
 from cropbench.records import Record
 from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, VALIDITY_FLAGS, Track1, preset_cases, run_case
@@ -103,3 +104,17 @@ def test_direct_rows_carry_a_stage_split_that_adds_up(tiny_plate: Path) -> None:
     assert metrics["stage_collate_ms"] > 0 and metrics["fidelity_sha256"]
     overhead = metrics["clock_overhead_fraction"]
     assert overhead is None or overhead > 0, "a clock overhead that does not resolve is absent, never 0"
+
+
+def test_batch_access_mode_counts_items_and_hashes_the_same_items(tiny_plate: Path) -> None:
+    crop = CropConfig(crop_size=32, tier="typical", decode_threads=2)
+    single = Track1Case(crop=crop, samples=96, warmup=16, cold_samples=16)
+    batched = Track1Case(crop=crop, samples=96, warmup=16, cold_samples=16, batch_size=16)
+    assert batched.label == single.label.replace("/threads2", "/batch16/threads2")
+    metrics = run_case(tiny_plate, batched)
+    assert metrics["items_per_call"] == 16 and metrics["count"] == 96 // 16, "latencies are per call"
+    assert metrics["samples_per_s"] == pytest.approx(96 / metrics["loop_seconds"])
+    assert metrics["io_samples_per_s"] > 0 and metrics["chunks_touched_per_crop"] >= 1
+    assert metrics["fidelity_sha256"] == run_case(tiny_plate, single)["fidelity_sha256"]
+    with pytest.raises(ConfigError, match="batch_size"):
+        Track1Case(access="paired", batch_size=4)

@@ -244,11 +244,17 @@ class Track1Case:
     seed: int = 0
     granularity: int = 8
     cache: str = "warm"
+    #: Indices per call: 1 reads through ``__getitem__``; more reads the same order in batches of
+    #: this many through ``__getitems__`` (the batch access mode; latencies are then per call).
+    batch_size: int = 1
 
     def __post_init__(self) -> None:
         _choice("access", self.access, ACCESS_PATTERNS)
         _choice("cache", self.cache, CACHE_STATES)
         _positive("granularity", self.granularity)
+        _positive("batch_size", self.batch_size)
+        _require(self.batch_size == 1 or self.access != "paired",
+                 f"access='paired' reads one object per call; batch_size must be 1, got {self.batch_size}")
         _positive("samples", self.samples)
         _require(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
         _require(self.cold_samples >= 0, f"cold_samples must be >= 0, got {self.cold_samples}")
@@ -259,7 +265,9 @@ class Track1Case:
         channels = "all" if c.channels is None else "+".join(c.channels)
         access = f"{self.access}x{self.granularity}" if self.access == "chunk-aware" else self.access
         cache = "" if self.cache == "warm" else f"/{self.cache}"
-        return f"{access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}{cache}"
+        batch = "" if self.batch_size == 1 else f"/batch{self.batch_size}"
+        threads = "" if c.decode_threads == 1 else f"/threads{c.decode_threads}"
+        return f"{access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}{cache}{batch}{threads}"
 
 
 #: Synthetic plate presets: ``smoke`` writes in seconds; ``full`` is the realistic default plate.

@@ -1,5 +1,8 @@
 """Track 1: how fast and how stable is ``Dataset.__getitem__`` for realistic access?
 
+With ``batch_size`` > 1 (the batch access mode) the same order is read ``batch_size`` indices per
+call through ``__getitems__``, with the same protocol: rates count items, latencies are per call.
+
 Per case: a cold first pass right after the store's files are evicted from the page cache, a
 warm-up whose latencies are kept as a curve, then steady state measured twice over the same
 indices: a tight loop (samples/s, no clock reads inside) and a per-item timed loop (p50/p95/p99).
@@ -48,6 +51,8 @@ STAGE_SUM_TOLERANCE = 1e-6
 FIDELITY_ITEMS = 32
 SMOKE_CHUNK_CACHE_BYTES = 2 * 2**20
 COLLATE_BATCH = 64
+#: Indices per call of the batch access mode's cases in the presets.
+SMOKE_BATCH, FULL_BATCH = 32, 64
 
 
 def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
@@ -62,7 +67,9 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
             ("grouped-field", crop), ("chunk-aware", crop), ("random", crop.replace(tier="typical")),
             ("paired", crop.replace(tier="typical")),
         ]
-        return [dataclasses.replace(base, access=access, crop=c) for access, c in grid]
+        batched = [dataclasses.replace(base, access=access, crop=crop, batch_size=SMOKE_BATCH)
+                   for access in ("random", "grouped-field")]
+        return [dataclasses.replace(base, access=access, crop=c) for access, c in grid] + batched
     if preset == "full":
         base = Track1Case(samples=1000 if samples is None else samples, warmup=50, cold_samples=200)
         cases = []
@@ -72,6 +79,12 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
         ):
             crop = CropConfig(crop_size=size, channels=channels, tier=tier, dtype=dtype, decode=decode)
             cases.append(dataclasses.replace(base, access=access, crop=crop))
+        for access, size, decode, threads in itertools.product(
+            ("random", "grouped-field"), (64, 128), ("direct", "field", "zarr"), (1, 2),
+        ):
+            if threads == 1 or decode == "direct":
+                crop = CropConfig(crop_size=size, decode=decode, decode_threads=threads)
+                cases.append(dataclasses.replace(base, access=access, crop=crop, batch_size=FULL_BATCH))
         return cases
     from cropbench.errors import ConfigError
 
@@ -83,8 +96,23 @@ def _indices(dataset: CropDataset, case: Track1Case, needed: int) -> list[int]:
     return access_order(dataset, case.access, needed, case.seed, case.granularity)
 
 
-def _getter(dataset: CropDataset, access: str) -> Callable[[int], Any]:
+def _getter(dataset: CropDataset, access: str, batch_size: int = 1) -> Callable[[Any], Any]:
+    if batch_size > 1:
+        return dataset.__getitems__
     return PairedViews(dataset).__getitem__ if access == "paired" else dataset.__getitem__
+
+
+def _calls(indices: list[int], batch_size: int) -> list[Any]:
+    """The arguments of successive calls: the indices themselves, or batches of ``batch_size``."""
+    if batch_size == 1:
+        return indices
+    return [indices[start:start + batch_size] for start in range(0, len(indices), batch_size)]
+
+
+def _count_items(metrics: dict[str, Any], prefix: str, batch_size: int) -> dict[str, Any]:
+    """Rates of a batched loop in items/s (``steady_state`` counts calls)."""
+    metrics[f"{prefix}samples_per_s"] *= batch_size
+    return metrics
 
 
 def run_case(
@@ -93,20 +121,22 @@ def run_case(
     """Measure one case and return its metrics (the caller wraps them in a record)."""
     rss_start = rss_bytes()
     dataset = CropDataset(plate, case.crop, objects=objects)
-    get = _getter(dataset, case.access)
+    get = _getter(dataset, case.access, case.batch_size)
     total = case.cold_samples + case.warmup + case.samples
     indices = _indices(dataset, case, total)
-    cold = indices[: case.cold_samples]
-    warm = indices[case.cold_samples: case.cold_samples + case.warmup]
-    steady = indices[case.cold_samples + case.warmup:]
-    metrics: dict[str, Any] = {"objects": len(dataset), "cache": case.cache, "items_drawn": total}
+    batch = case.batch_size
+    cold = _calls(indices[: case.cold_samples], batch)
+    warm = _calls(indices[case.cold_samples: case.cold_samples + case.warmup], batch)
+    steady = _calls(indices[case.cold_samples + case.warmup:], batch)
+    metrics: dict[str, Any] = {"objects": len(dataset), "cache": case.cache, "items_drawn": total,
+                               "items_per_call": batch}
     if cold:
         eviction = evict(dataset.reader.files()) if evict_first else None
         cold_latencies = time_each(get, cold)
         verified = eviction is not None and eviction.verified
         prefix = "cold_" if verified else "first_pass_"  # an unverified eviction is no cold number
         metrics.update(summarise_ms(cold_latencies, prefix))
-        metrics[f"{prefix}samples_per_s"] = len(cold) / (cold_latencies.sum() / 1e9)
+        metrics[f"{prefix}samples_per_s"] = case.cold_samples / (cold_latencies.sum() / 1e9)
         # Each item of the first pass, so the warm-up figure starts at the case's first item.
         metrics["first_pass_curve_ms"] = [round(v / 1e6, 4) for v in cold_latencies[:FIRST_PASS_CURVE_POINTS]]
         metrics.update(eviction.as_metrics() if eviction else {"eviction_verified": False})
@@ -118,7 +148,9 @@ def run_case(
         dataset.reader.close()
         evictions.append(evict(dataset.reader.files()).verified)
 
-    metrics.update(steady_state(get, steady, before_block=make_cold if case.cache == "cold" else None))
+    metrics.update(_count_items(
+        steady_state(get, steady, before_block=make_cold if case.cache == "cold" else None), "", batch,
+    ))
     if evictions:
         metrics["steady_evictions"] = len(evictions)
         metrics["steady_evictions_verified"] = sum(evictions)
@@ -134,7 +166,7 @@ def run_case(
         metrics["warmup_over_steady"] = metrics["warmup_mean_ms"] / max(metrics["p50_ms"], 1e-9)
     if case.crop.tier != "none":
         metrics.update(_io_and_transform_split(plate, case, steady, metrics, objects))
-    if case.crop.decode == "direct" and dataset.reader.metadata.layout == "ome-zarr":  # the zarr chunk path only
+    if case.crop.decode == "direct" and dataset.reader.metadata.layout == "ome-zarr" and batch == 1:
         metrics.update(_stage_split(plate, case, steady[:STAGE_SPLIT_ITEMS], objects))
     metrics["fidelity_items"] = FIDELITY_ITEMS
     metrics["fidelity_sha256"] = case_fidelity_hash(plate, case, objects)
@@ -178,7 +210,7 @@ def cache_fraction_of_plate(case: Track1Case, reader: PlateReader, decoded_plate
 def validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader) -> dict[str, Any]:
     """What a reader of the row must know before trusting it: see :data:`VALIDITY_FLAGS`."""
     fraction = cache_fraction_of_plate(case, reader, metrics["decoded_plate_bytes"])
-    agreement = metrics["samples_per_s"] * metrics["mean_ms"] / 1e3
+    agreement = metrics["samples_per_s"] / case.batch_size * metrics["mean_ms"] / 1e3
     flags = {
         "cache>=plate": fraction is not None and fraction >= 1.0,
         "re-reads": metrics["items_drawn"] > metrics["objects"],
@@ -192,11 +224,13 @@ def validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader) -> 
 
 
 def case_fidelity_hash(plate: str | Path, case: Track1Case, objects: ObjectTable | str | Path | None = None) -> str:
-    """Hash of the first ``FIDELITY_ITEMS`` items of the case's seeded order, from a fresh dataset."""
+    """Hash of the first ``FIDELITY_ITEMS`` items of the case's seeded order, from a fresh dataset
+    (read as the case reads them: batched items hash as the same items read one by one)."""
     dataset = CropDataset(plate, case.crop, objects=objects)
-    get = _getter(dataset, case.access)
-    order = _indices(dataset, case, FIDELITY_ITEMS)
-    return fidelity_hash((get(i) for i in order), dataset.channel_names)
+    get = _getter(dataset, case.access, case.batch_size)
+    calls = _calls(_indices(dataset, case, FIDELITY_ITEMS), case.batch_size)
+    items = (get(call) for call in calls)
+    return fidelity_hash(itertools.chain.from_iterable(items) if case.batch_size > 1 else items, dataset.channel_names)
 
 
 class _TimedPlan:
@@ -257,17 +291,18 @@ def _stage_split(
 
 
 def _io_and_transform_split(
-    plate: str | Path, case: Track1Case, steady: list[int], metrics: dict[str, Any],
+    plate: str | Path, case: Track1Case, steady: list[Any], metrics: dict[str, Any],
     objects: ObjectTable | str | Path | None = None,
 ) -> dict[str, Any]:
     """Same indices with tier ``none`` (I/O only), and the transform alone on in-memory crops."""
     io_dataset = CropDataset(plate, case.crop.replace(tier="none", dtype="uint16"), objects=objects)
-    io_get = _getter(io_dataset, case.access)
-    time_each(io_get, steady[: case.warmup])
-    io = steady_state(io_get, steady, "io_")
+    io_get = _getter(io_dataset, case.access, case.batch_size)
+    time_each(io_get, steady[: max(case.warmup // case.batch_size, 1)])
+    io = _count_items(steady_state(io_get, steady, "io_"), "io_", case.batch_size)
     views = 2 if case.access == "paired" else 1
     reference = CropDataset(plate, case.crop, objects=objects)
-    raws = [torch.from_numpy(io_dataset.read_raw(i)) for i in steady[:TRANSFORM_ONLY_ITEMS]]
+    items = list(itertools.chain.from_iterable(steady)) if case.batch_size > 1 else steady
+    raws = [torch.from_numpy(io_dataset.read_raw(i)) for i in items[:TRANSFORM_ONLY_ITEMS]]
     transform_latencies = time_each(
         lambda i: [reference.plan.apply(raws[i], i, 0, view) for view in range(views)], range(len(raws)),
     )
