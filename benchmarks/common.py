@@ -56,12 +56,39 @@ def require_full_grid(what: str) -> None:
         )
 
 
+#: Symbols the suites use that older commits lack: ``module.name`` -> the commit it appeared in.
+#: Only these turn into an asv skip on a commit without them; any other missing symbol is a broken
+#: benchmark (a rename, a typo) and fails.
+ADDED_IN: dict[str, str] = {
+    **dict.fromkeys((
+        "cropbench.data.dataset.CropDataset", "cropbench.data.dataset.PairedViews",
+        "cropbench.data.loader.LoaderSpec", "cropbench.data.loader.ScheduledSampler",
+        "cropbench.data.loader.build_loader", "cropbench.data.loader.schedule",
+        "cropbench.data.sampling.access_order", "cropbench.data.sampling.sampler_for",
+        "cropbench.data.transforms.TORCH_DTYPES", "cropbench.measure.protocol.configure_threads",
+        "cropbench.plates.generate.generate_plate",
+    ), "c9c71ed"),
+    "cropbench.measure.protocol.relative_cost": "a4c3d6b",
+    "cropbench.tracks.track1.run_case": "4cec727",
+    **dict.fromkeys((
+        "cropbench.tracks.track2.MemoryCrops", "cropbench.tracks.track2.Track2Case",
+        "cropbench.tracks.track2.run_case", "cropbench.tracks.track3.Track3Case", "cropbench.tracks.track3.run_case",
+    ), "e715620"),
+}
+
+
 def require(module: str, name: str) -> Any:
-    """``module.name`` from the installed cropbench, or a skip if this commit does not have it."""
+    """``module.name`` from the installed cropbench; a skip only if ``ADDED_IN`` says older commits lack it."""
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as error:
-        raise NotImplementedError(f"{module}.{name} is not in this commit of cropbench ({error})") from error
+        added = ADDED_IN.get(f"{module}.{name}")
+        if added is None:
+            raise LookupError(
+                f"{module}.{name} is missing ({error}) and is not in benchmarks.common.ADDED_IN: "
+                "a renamed or removed symbol; update the benchmark, or list the commit it appeared in"
+            ) from error
+        raise NotImplementedError(f"{module}.{name} is not in this commit of cropbench (added in {added})") from error
 
 
 def layouts() -> list[str]:

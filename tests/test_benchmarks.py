@@ -54,12 +54,21 @@ def test_grid_is_small_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
         importlib.reload(common)
 
 
-def test_require_turns_a_missing_name_into_a_skip() -> None:
+def test_require_skips_only_symbols_listed_as_added_later(monkeypatch: pytest.MonkeyPatch) -> None:
     assert common.require("cropbench.config", "CropConfig").__name__ == "CropConfig"
-    with pytest.raises(NotImplementedError, match="not in this commit"):
+    with pytest.raises(LookupError, match="not in benchmarks.common.ADDED_IN"):
         common.require("cropbench.tracks.track9", "run_case")
+    with pytest.raises(LookupError, match="not in benchmarks.common.ADDED_IN"):
+        common.require("cropbench.config", "NoSuchThing")
+    monkeypatch.setitem(common.ADDED_IN, "cropbench.config.NoSuchThing", "abc1234")
     with pytest.raises(NotImplementedError, match="not in this commit"):
         common.require("cropbench.config", "NoSuchThing")
+
+
+@pytest.mark.parametrize("symbol", sorted(common.ADDED_IN))
+def test_every_symbol_listed_as_added_later_is_in_this_checkout(symbol: str) -> None:
+    module, name = symbol.rsplit(".", 1)
+    assert getattr(importlib.import_module(module), name, None) is not None, f"{symbol} is gone: fix the benchmark"
     with pytest.raises(NotImplementedError, match="was not generated"):
         common.plate_for({"default": "x"}, "sharded")
 
@@ -120,10 +129,7 @@ def test_every_benchmark_runs_on_the_first_parameters(
     assert len(suite.params) == len(suite.param_names)
     first = [values[0] for values in suite.params]
     instance = suite()
-    try:
-        instance.setup({"default": str(tiny_plate)}, *first)
-    except NotImplementedError as skip:  # the track's module is not in this checkout yet
-        pytest.skip(str(skip))
+    instance.setup({"default": str(tiny_plate)}, *first)  # on this checkout every symbol must be there
     for name in _benchmark_methods(suite):
         value = getattr(instance, name)(*first)
         if name.startswith("track_"):
