@@ -484,7 +484,8 @@ def test_jump_like_plate_imports_exactly_with_identity_labels_and_pixel_size(
     assert main([*args, "--out", str(tmp_path / "refused")]) == 2
     error = capsys.readouterr().err
     assert "25 image files are missing, of channels AGP (5 of 5 fields), Mito (5 of 5 fields)" in error
-    assert "--channel DNA --channel ER --channel RNA" in error and "(channel Brightfield)" in error
+    assert error.count("\n") == 1 and error.rstrip().endswith("--channel DNA --channel ER --channel RNA")
+    assert f"{folder / _phenix('B05', 3, 'Mito')} (channel Mito)" in error and "and 22 more" in error
     labels = ["--label", "Metadata_pert_iname", "--label", "Metadata_control_type", "--label", "Metadata_dose"]
     plate = tmp_path / "plate"
     assert main([*args, "--out", str(plate), "--channel", "DNA", "--channel", "ER", "--channel", "RNA",

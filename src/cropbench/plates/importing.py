@@ -75,7 +75,7 @@ _PHENIX = re.compile(r"^r(?P<row>\d+)c(?P<column>\d+)f(?P<field>\d+)p(?P<plane>\
 _WELL = re.compile(r"^(?P<row>[A-Za-z]+)0*(?P<column>\d+)$")
 _PHENIX_WELL = re.compile(r"^r0*(?P<row>\d+)c0*(?P<column>\d+)$", re.IGNORECASE)
 _CENTROID_X = re.compile(r"^(?:Metadata_)?(?P<compartment>[A-Za-z0-9]+)_Location_Center_X(?:_x|_y)?$")
-_MISSING_SHOWN = 20
+_MISSING_SHOWN = 3
 
 
 @dataclass(frozen=True)
@@ -473,16 +473,17 @@ def _check_files_exist(fields: list[FieldSource], sources: list[str], source_nam
     if not missing:
         return
     paths = sorted({(str(path), source) for source, files in missing.items() for path in files})
-    shown = "\n  ".join(f"{path} (channel {source})" for path, source in paths[:_MISSING_SHOWN])
-    more = f"\n  ... and {len(paths) - _MISSING_SHOWN} more" if len(paths) > _MISSING_SHOWN else ""
+    shown = ", ".join(f"{path} (channel {source})" for path, source in paths[:_MISSING_SHOWN])
+    more = f" and {len(paths) - _MISSING_SHOWN} more" if len(paths) > _MISSING_SHOWN else ""
     per_channel = ", ".join(f"{source} ({len(set(files))} of {len(fields)} fields)"
                             for source, files in missing.items())
     whole = [source for source in sources if source not in missing]
-    hint = (f"; to import only the channels whose files are all there: "
-            f"{' '.join(f'--channel {source}' for source in whole)}" if whole
-            else f"; no channel has all its files: is --images the right folder? (channels: {', '.join(source_names)})")
+    hint = (f"to import only the channels whose files are all there: {' '.join(f'--channel {s}' for s in whole)}"
+            if whole else f"no channel has all its files: is --images the right folder? (channels: "
+                          f"{', '.join(source_names)})")
+    # One line (the CLI prints one): counts per channel, the first files, then what to do.
     raise ImportInputError(
-        f"{len(paths)} image files are missing, of channels {per_channel}{hint}:\n  {shown}{more}"
+        f"{len(paths)} image files are missing, of channels {per_channel}: {shown}{more}; {hint}"
     )
 
 
