@@ -33,7 +33,8 @@ from cropbench.tracks.peers import (
     open_peer,
 )
 
-ZARR_PEERS = ("zarr-open-per-crop", "zarr-kept-open", "dask-per-crop")
+ZARR_PEERS = ("zarr-open-per-crop", "zarr-kept-open", "dask-per-crop", "zarr-zarrs", "tensorstore-per-crop",
+              "tensorstore-batched")
 ARROW_PEERS = ("arrow-crop-rows", "arrow-field-rows")
 
 
@@ -89,6 +90,15 @@ def test_peer_crops_are_byte_identical_to_cropbench_in_every_layout(
         assert item["index"] == index
         assert item["image"].dtype == torch.uint16
         assert np.array_equal(item["image"].numpy(), reference.read_raw(index)), f"{name} differs at object {index}"
+
+
+def test_tensorstore_batches_are_byte_identical_to_cropbench(layout_plate: Path, tmp_path: Path) -> None:
+    reference = _reference(layout_plate, size=64)
+    peer = _peer_or_skip("tensorstore-batched", CropWindows.from_dataset(reference), tmp_path)
+    order = np.random.default_rng(2).permutation(len(reference)).tolist()
+    batch = peer.__getitems__(order)
+    assert torch.equal(batch["index"], torch.tensor(order))
+    assert np.array_equal(batch["image"].numpy(), np.stack([reference.read_raw(i) for i in order]))
 
 
 def test_spatialdata_interior_tiles_are_byte_identical(spatialdata_peer: SpatialDataTiles,

@@ -223,7 +223,7 @@ class ZarrKeptOpen(PeerDataset):
 
     name = "zarr-kept-open"
     description = "zarr-python, field arrays kept open, slice"
-    modules = ("zarr",)
+    modules: ClassVar[tuple[str, ...]] = ("zarr",)
 
     def __init__(self, windows: CropWindows, work_dir: Path | None = None) -> None:
         super().__init__(windows, work_dir)
@@ -239,6 +239,92 @@ class ZarrKeptOpen(PeerDataset):
             array = self._arrays[field] = _open_zarr(self.windows.array_paths[field])
         prefix = self.windows.prefix(array.ndim)
         return self.windows.cut(lambda a, b, c, d: array[(*prefix, slice(a, b), slice(c, d))], y0, x0)
+
+
+class ZarrsKeptOpen(ZarrKeptOpen):
+    """zarr-python slicing with the zarrs codec pipeline (Rust decode; arrays opened under it, kept)."""
+
+    name = "zarr-zarrs"
+    description = "zarr-python with the zarrs codec pipeline, field arrays kept open, slice"
+    extra = "zarrs"
+    install_hint = ".venv/bin/pip install -e '.[zarrs]'"
+    modules = ("zarr", "zarrs")
+
+    def read_crop(self, index: int) -> np.ndarray:
+        field = int(self.windows.field_index[index])
+        if field not in self._arrays:
+            import zarr
+
+            with zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"}):
+                self._arrays[field] = _open_zarr(self.windows.array_paths[field])
+        return super().read_crop(index)
+
+
+class TensorStorePerCrop(PeerDataset):
+    """tensorstore's ``zarr3`` driver, one read per crop, every field sharing one cache pool of
+    ``cache_bytes`` (cropbench's default decoded-chunk budget unless given)."""
+
+    name = "tensorstore-per-crop"
+    description = "tensorstore zarr3, cache pool = the decoded-chunk budget, one read per crop"
+    extra = "tensorstore"
+    install_hint = ".venv/bin/pip install -e '.[tensorstore]'"
+    modules = ("tensorstore",)
+
+    def __init__(self, windows: CropWindows, work_dir: Path | None = None, cache_bytes: int | None = None) -> None:
+        super().__init__(windows, work_dir)
+        self.cache_bytes = CropConfig().chunk_cache_bytes if cache_bytes is None else cache_bytes
+        self._arrays: dict[int, Any] = {}
+        self._context: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_arrays": {}, "_context": None}
+
+    def _array(self, field: int) -> Any:
+        array = self._arrays.get(field)
+        if array is None:
+            import tensorstore as ts
+
+            if self._context is None:
+                self._context = ts.Context({"cache_pool": {"total_bytes_limit": self.cache_bytes}})
+            spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(self.windows.array_paths[field])}}
+            array = ts.open(spec, context=self._context, read=True).result()
+            array = self._arrays[field] = array[self.windows.prefix(array.ndim)]
+        return array
+
+    def read_crop(self, index: int) -> np.ndarray:
+        field, y0, x0 = self.windows.window(index)
+        array = self._array(field)
+        return self.windows.cut(lambda a, b, c, d: array[:, a:b, c:d].read().result(), y0, x0)
+
+    def info(self) -> dict[str, Any]:
+        return {"cache_pool_bytes": self.cache_bytes}
+
+
+class TensorStoreBatched(TensorStorePerCrop):
+    """tensorstore with a whole batch of reads in flight (``ts.Batch``), then gathered into one
+    (B, C, H, W) array: its best batched configuration."""
+
+    name = "tensorstore-batched"
+    description = "tensorstore zarr3, cache pool = the decoded-chunk budget, a batch of reads in one ts.Batch"
+    #: Indices per call when a side-by-side run measures it (``__getitems__``).
+    batch_size: ClassVar[int] = 64
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, Any]:
+        import tensorstore as ts
+
+        channels, height, width = self.windows.field_shape
+        size = self.windows.size
+        out = np.zeros((len(indices), channels, size, size), dtype=self.windows.dtype)
+        pending = []
+        with ts.Batch() as batch:
+            for slot, index in enumerate(indices):
+                field, y0, x0 = self.windows.window(int(index))
+                cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
+                future = self._array(field)[:, cy0:cy1, cx0:cx1].read(batch=batch)
+                pending.append((slot, cy0 - y0, cy1 - y0, cx0 - x0, cx1 - x0, future))
+        for slot, top, bottom, left, right, future in pending:
+            out[slot, :, top:bottom, left:right] = future.result()
+        return {"image": torch.from_numpy(out), "index": torch.as_tensor(np.asarray(indices, dtype=np.int64))}
 
 
 def dask_scheduler(default: str | None = None) -> str | None:
@@ -518,7 +604,8 @@ class ArrowFieldRows(_ArrowRows):
 #: Every peer, in the order rows are written.
 PEERS: dict[str, type[PeerDataset]] = {
     peer.name: peer for peer in (
-        ZarrOpenPerCrop, ZarrKeptOpen, DaskPerCrop, SpatialDataTiles, ArrowCropRows, ArrowFieldRows,
+        ZarrOpenPerCrop, ZarrKeptOpen, ZarrsKeptOpen, TensorStorePerCrop, TensorStoreBatched, DaskPerCrop,
+        SpatialDataTiles, ArrowCropRows, ArrowFieldRows,
     )
 }
 
@@ -565,7 +652,7 @@ class PeerComparison:
 
 
 def measure_loader(
-    get: Callable[[int], Any], indices: Sequence[int], comparison: PeerComparison,
+    get: Callable[[Any], Any], indices: Sequence[Any], comparison: PeerComparison,
     before_steady: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Warm up, then Track 1's steady state (tight loop + timed loop) within the time budget.
@@ -587,6 +674,21 @@ def measure_loader(
         "warmup_items": len(warmup_latencies), "warmup_mean_ms": float(warmup_latencies.mean() / 1e6),
         "samples_requested": len(steady), "budget_capped": count < len(steady),
     }
+
+
+def measure_peer(peer: PeerDataset, indices: Sequence[int], comparison: PeerComparison) -> dict[str, Any]:
+    """:func:`measure_loader` on a peer: one crop per call, or up to ``batch_size`` per call for a
+    batched peer (rates then count crops, latencies are per call), as many as still leave
+    ``MIN_SAMPLES`` steady calls."""
+    steady = max(len(indices) - comparison.warmup, 1)
+    batch_size = max(1, min(int(getattr(peer, "batch_size", 1)), steady // MIN_SAMPLES))
+    if not hasattr(peer, "__getitems__"):
+        return measure_loader(peer.__getitem__, indices, comparison)
+    calls = [list(indices[start:start + batch_size]) for start in range(0, len(indices), batch_size)]
+    batched = dataclasses.replace(comparison, warmup=max(-(-comparison.warmup // batch_size), 1))
+    metrics = measure_loader(peer.__getitems__, calls, batched)  # type: ignore[attr-defined]
+    metrics["samples_per_s"] *= batch_size
+    return {**metrics, "items_per_call": batch_size}
 
 
 @dataclass(frozen=True)
@@ -678,8 +780,8 @@ class Peers:
                 metrics = {"skipped": True, "skip_reason": str(error)}
             else:
                 setup_seconds = time.perf_counter() - started
-                metrics = measure_loader(peer.__getitem__, shared.indices, comparison)
-                metrics = {**metrics, **peer.info(), "setup_seconds": setup_seconds}
+                metrics = {**measure_peer(peer, shared.indices, comparison), **peer.info(),
+                           "setup_seconds": setup_seconds}
         rate = metrics.get("samples_per_s")
         if not metrics.get("skipped"):
             metrics["resident_after"] = resident_fraction(shared.files)
@@ -694,6 +796,6 @@ class Peers:
 
 __all__ = [
     "PEERS", "ArrowCropRows", "ArrowFieldRows", "CropWindows", "DaskPerCrop", "PeerComparison", "PeerDataset",
-    "PeerCase", "Peers", "SpatialDataTiles", "ZarrKeptOpen", "ZarrOpenPerCrop", "dask_scheduler", "measure_loader",
-    "open_peer",
+    "PeerCase", "Peers", "SpatialDataTiles", "TensorStoreBatched", "TensorStorePerCrop", "ZarrKeptOpen",
+    "ZarrOpenPerCrop", "ZarrsKeptOpen", "dask_scheduler", "measure_loader", "measure_peer", "open_peer",
 ]
