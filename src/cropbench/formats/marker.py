@@ -52,8 +52,10 @@ def read_marker(root: Path) -> dict[str, Any] | None:
         return None
     try:
         document = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise StoreError(f"cannot read layout marker {path}: {error}") from error
+    if not isinstance(document, dict):
+        raise StoreError(f"layout marker {path} holds a JSON {type(document).__name__}, not an object")
     if document.get("cropbench_layout") != MARKER_VERSION:
         raise StoreError(
             f"{path} has marker version {document.get('cropbench_layout')!r}; this cropbench reads {MARKER_VERSION}"

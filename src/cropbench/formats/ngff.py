@@ -21,6 +21,8 @@ def read_attributes(node: Path) -> dict[str, Any] | None:
     if v3.is_file():
         document = _load_json(v3)
         attributes = document.get("attributes", {})
+        if not isinstance(attributes, dict) or not isinstance(attributes.get("ome", {}), dict):
+            raise StoreError(f"metadata {v3}: 'attributes' (and its 'ome') must be JSON objects")
         if "ome" not in attributes:
             return attributes
         # NGFF 0.5 keeps its metadata under "ome"; cropbench's own block sits beside it.
@@ -47,9 +49,12 @@ def read_array_document(array_dir: Path) -> dict[str, Any]:
 
 def _load_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise StoreError(f"cannot read metadata {path}: {error}") from error
+    if not isinstance(document, dict):
+        raise StoreError(f"metadata {path} holds a JSON {type(document).__name__}, not an object")
+    return document
 
 
 def _image_array(image_dir: Path) -> tuple[str, list[str] | None, dict[str, Any], list[str] | None]:

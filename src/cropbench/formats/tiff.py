@@ -191,8 +191,11 @@ class TiffReader(PlateReader):
     def _map(self, field_index: int, channel: int, plane: TiffPlane) -> np.memmap:
         mapped = self._maps.get((field_index, channel))
         if mapped is None:
-            mapped = np.memmap(plane.path, dtype=plane.dtype, mode="r", offset=plane.contiguous_offset or 0,
-                               shape=plane.shape)
+            try:
+                mapped = np.memmap(plane.path, dtype=plane.dtype, mode="r", offset=plane.contiguous_offset or 0,
+                                   shape=plane.shape)
+            except (OSError, ValueError) as error:  # a file cut short: shorter than its header says
+                raise StoreError(f"TIFF {plane.path} is truncated or unreadable: {error}") from error
             self._maps[(field_index, channel)] = mapped
         return mapped
 
@@ -283,7 +286,11 @@ class TiffZarrReader(PlateReader):
         wanted = range(len(arrays)) if channels is None else [int(c) for c in channels]
         result = self._output(len(wanted), y0, y1, x0, x1, out)
         for position, channel in enumerate(wanted):
-            result[position] = arrays[channel][y0:y1, x0:x1]
+            try:
+                result[position] = arrays[channel][y0:y1, x0:x1]
+            except (OSError, ValueError, tifffile.TiffFileError) as error:  # a corrupt or truncated strip
+                path = channel_files(self.metadata, field_index)[channel]
+                raise StoreError(f"TIFF {path} cannot be read: {error}") from error
         self.stats.regions += 1
         self.stats.bytes_delivered += result.nbytes
         return result
