@@ -1,16 +1,26 @@
-"""Issue 8's targets, measured in one run on one plate: cropbench's fast path against zarr-python,
-the memory-mapped copy ceiling, and 2 DataLoader workers against 0.
+"""The fetch targets, measured in one process with every reader interleaved: cropbench's direct
+path (per item, batched, batched with 2 decode threads) against the memory-mapped ceiling read the
+same way, and tensorstore's best batched configuration, on the same objects in the same order;
+then DataLoader throughput with decode threads against worker processes at the same core count.
 
-Usage: .venv/bin/python scripts/measure_targets.py PLATE OUT_DIR
+Usage: .venv/bin/python scripts/measure_targets.py PLATE OUT_DIR [--objects N] [--rounds R]
 PLATE should be the ``full`` preset in the default layout
-(``python -m cropbench generate --preset full --out data/full.zarr``). Rows (track ``targets``)
-are appended to OUT_DIR/results.jsonl; a summary with each ratio is printed.
+(``python -m cropbench generate --preset full --out data/full.zarr``); its memory-mapped copy is
+written to OUT_DIR/memmap-ceiling. Ratios are like for like: random access over the random
+ceiling, grouped-by-field access over the grouped ceiling, each path over the ceiling read the
+same way (per item or batched). Readers take turns block by block (``BLOCK`` crops each, the turn
+order rotating every block) for ``rounds`` passes over the objects, so a slowdown of the machine
+lands on all of them alike; each reader's rate is its crops over its own summed time, with the
+spread over rounds. Rows (track ``targets``) are appended to OUT_DIR/results.jsonl.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
-import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,82 +28,148 @@ from cropbench.config import CropConfig, layout_by_name
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec
 from cropbench.data.sampling import access_order
+from cropbench.errors import PeerUnavailableError
 from cropbench.formats import read_plate_metadata
 from cropbench.measure import environment
-from cropbench.measure.protocol import configure_threads, time_each, time_loop
+from cropbench.measure.protocol import configure_threads, load_into_page_cache
 from cropbench.plates.convert import convert_plate
 from cropbench.records import Record, RecordWriter
 from cropbench.tracks import track2
+from cropbench.tracks.peers import CropWindows, TensorStoreBatched
 
-SAMPLES, WARMUP, PASSES = 3000, 300, 3
+BATCH, BLOCK = 64, 192
+ACCESSES = ("random", "grouped-field")
+#: Track 2 cases at 2 cores: (label, decode threads, workers).
+LOADER_CASES = (("1 thread, 0 workers", 1, 0), ("2 decode threads, 0 workers", 2, 0), ("1 thread, 2 workers", 1, 2))
 
-
-def crops_per_s(plate: Path, config: CropConfig, access: str, granularity: int = 8) -> dict[str, Any]:
-    """Median over passes of a tight ``__getitem__`` loop after a warm-up, with read amplification."""
-    dataset = CropDataset(plate, config)
-    indices = access_order(dataset, access, WARMUP + SAMPLES, seed=0, granularity=granularity)
-    time_each(dataset.__getitem__, indices[:WARMUP])
-    dataset.reader.stats.reset()
-    rates = [SAMPLES / time_loop(dataset.__getitem__, indices[WARMUP:]) for _ in range(PASSES)]
-    return {"crops_per_s": statistics.median(rates), "min": min(rates), "max": max(rates),
-            **dataset.reader.stats.per_region()}
+Reader = Callable[[list[int]], Any]
 
 
-def main(plate_arg: str, out_arg: str) -> None:
-    plate, out = Path(plate_arg), Path(out_arg)
+def readers(plate: Path, memmap: Path, budget: int) -> dict[str, tuple[Reader, Any]]:
+    """name -> (read one block of indices, the reader whose counters to report or None)."""
+    crop = CropConfig(crop_size=96, dtype="uint16", chunk_cache_bytes=budget)
+
+    def items(dataset: CropDataset) -> Reader:
+        return lambda block: [dataset[i] for i in block]
+
+    def batches(get: Callable[[list[int]], Any]) -> Reader:
+        return lambda block: [get(block[s:s + BATCH]) for s in range(0, len(block), BATCH)]
+
+    memmap_dataset = CropDataset(memmap, crop, objects=plate)
+    direct = CropDataset(plate, crop)
+    direct_batched = CropDataset(plate, crop)
+    threaded = CropDataset(plate, crop.replace(decode_threads=2))
+    found: dict[str, tuple[Reader, Any]] = {
+        "memmap ceiling, per item": (items(memmap_dataset), None),
+        "memmap ceiling, batched": (batches(CropDataset(memmap, crop, objects=plate).__getitems__), None),
+        "direct, per item": (items(direct), direct.reader),
+        "direct, batched": (batches(direct_batched.__getitems__), direct_batched.reader),
+        "direct, batched, 2 decode threads": (batches(threaded.__getitems__), threaded.reader),
+    }
+    try:
+        peer = TensorStoreBatched(CropWindows.from_dataset(direct), cache_bytes=budget)
+        found["tensorstore, batched (ts.Batch)"] = (batches(peer.__getitems__), None)
+    except PeerUnavailableError as error:
+        print(f"tensorstore skipped: {error}")
+    return found
+
+
+def interleaved(named: dict[str, tuple[Reader, Any]], order: list[int], rounds: int) -> dict[str, dict[str, Any]]:
+    """Each reader's crops/s over the same blocks of ``order``, readers taking turns block by block."""
+    blocks = [order[s:s + BLOCK] for s in range(0, len(order), BLOCK)]
+    names = list(named)
+    for read, _ in named.values():  # warm-up: the first block, untimed
+        read(blocks[0])
+    for _, reader in named.values():
+        if reader is not None:
+            reader.stats.reset()
+    seconds = {name: [0.0] * rounds for name in names}
+    for round_number in range(rounds):
+        for number, block in enumerate(blocks):
+            shift = (round_number * len(blocks) + number) % len(names)
+            for name in names[shift:] + names[:shift]:
+                started = time.perf_counter()
+                named[name][0](block)
+                seconds[name][round_number] += time.perf_counter() - started
+    results = {}
+    for name in names:
+        rates = [len(order) / s for s in seconds[name]]
+        reader = named[name][1]
+        results[name] = {"crops_per_s": len(order) * rounds / sum(seconds[name]), "min": min(rates),
+                         "max": max(rates), "median": statistics.median(rates),
+                         **(reader.stats.per_region() if reader is not None else {})}
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("plate", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--objects", type=int, default=3072, help="crops per pass (a multiple of 192)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-loader", action="store_true", help="leave out the Track 2 comparison")
+    args = parser.parse_args()
+    plate, out = args.plate, args.out
     threads = configure_threads(1)
     env = environment.collect(plate)
     memmap = convert_plate(plate, out / "memmap-ceiling", layout_by_name("memmap"), overwrite=True).path
     metadata = read_plate_metadata(plate)
     channels, height, width = metadata.field_shape
     decoded_bytes = len(metadata.fields) * channels * height * width * 2
-    bounded = CropConfig(crop_size=96, dtype="uint16", decode="direct")
-    cases: dict[str, tuple[Path, CropConfig, str]] = {
-        "memmap ceiling, random": (memmap, bounded, "random"),
-        "memmap ceiling, grouped-field": (memmap, bounded, "grouped-field"),
-        "zarr-python, random": (plate, bounded.replace(decode="zarr"), "random"),
-        "direct, random": (plate, bounded, "random"),
-        "direct, chunk-aware x8": (plate, bounded, "chunk-aware"),
-        "direct, grouped-field": (plate, bounded, "grouped-field"),
-        "field, grouped-field": (plate, bounded.replace(decode="field"), "grouped-field"),
-        "direct, random, unbounded cache": (plate, bounded.replace(chunk_cache_bytes=2**40), "random"),
-    }
-    results: dict[str, dict[str, Any]] = {}
+    budget = decoded_bytes // 4
+    load_into_page_cache([p for p in plate.rglob("*") if p.is_file()] + [p for p in memmap.rglob("*") if p.is_file()])
+    loadavg = {"loadavg_start": os.getloadavg()}
+    print(f"decoded-chunk cache {budget / 2**20:.1f} MiB = 1/4 of the decoded plate; loadavg {os.getloadavg()}")
+    named = readers(plate, memmap, budget)
+    reference = CropDataset(plate, CropConfig(crop_size=96, dtype="uint16"))
+    results: dict[str, dict[str, dict[str, Any]]] = {}
     with RecordWriter(out / "results.jsonl") as writer:
-        for name, (path, config, access) in cases.items():
-            metrics = crops_per_s(path, config, access)
-            metrics["chunk_cache_fraction_of_plate"] = config.chunk_cache_bytes / decoded_bytes
-            results[name] = metrics
-            writer.write(Record(track="targets", case=name, environment=env, metrics=metrics,
-                                config={"plate": str(path), "crop": config.__dict__, "access": access,
-                                        "threads": threads}))
-            print(f"{name:36s} {metrics['crops_per_s']:10,.0f} crops/s", flush=True)
-        for workers in (0, 2):
-            case = track2.Track2Case(
-                crop=CropConfig(crop_size=96, decode="direct", tier="typical"),
-                loader=LoaderSpec(num_workers=workers, batch_size=64), samples=2048, epochs=1,
-            )
-            metrics = track2.run_case(plate, case)
-            results[f"loader w{workers}"] = metrics
-            writer.write(Record(track="targets", case=f"loader typical w{workers}", environment=env,
-                                metrics=metrics, config={"plate": str(plate), "case": case.label, "threads": threads}))
-            print(f"loader, typical transforms, {workers} workers: {metrics['samples_per_s']:,.0f} samples/s",
-                  flush=True)
-    ceiling = results["memmap ceiling, random"]["crops_per_s"]
-    direct = results["direct, random"]["crops_per_s"]
-    print("\ntargets")
-    print(f"  direct / zarr-python (random, same store):  {direct / results['zarr-python, random']['crops_per_s']:.1f}x"
-          "  (target >= 5x)")
-    print(f"  direct / memmap ceiling (random):           {direct / ceiling:.2f}  (target >= 0.20)")
-    for name in ("direct, chunk-aware x8", "direct, grouped-field", "field, grouped-field"):
-        print(f"  {name} / memmap ceiling:  {results[name]['crops_per_s'] / ceiling:.2f}  (target >= 0.50)")
-    print(f"  2 workers / 0 workers (typical):            "
-          f"{results['loader w2']['samples_per_s'] / results['loader w0']['samples_per_s']:.2f}x  (target >= 1.6x)")
-    cache_fraction = results["direct, random"]["chunk_cache_fraction_of_plate"]
-    print(f"  decoded-chunk cache / decoded plate:        {cache_fraction:.2f}  (must be <= 0.25)")
+        for access in ACCESSES:
+            order = access_order(reference, access, args.objects, seed=0)
+            results[access] = interleaved(named, order, args.rounds)
+            for name, metrics in results[access].items():
+                metrics["chunk_cache_fraction_of_plate"] = budget / decoded_bytes
+                writer.write(Record(track="targets", case=f"{access}/{name}", environment=env, metrics=metrics,
+                                    config={"plate": str(plate), "access": access, "reader": name, "batch": BATCH,
+                                            "block": BLOCK, "rounds": args.rounds, "objects": args.objects,
+                                            "chunk_cache_bytes": budget, "threads": threads, **loadavg}))
+                print(f"{access:14s} {name:36s} {metrics['crops_per_s']:9,.0f} crops/s "
+                      f"(rounds {metrics['min']:,.0f}-{metrics['max']:,.0f})", flush=True)
+        loader: dict[str, float] = {}
+        if not args.skip_loader:
+            for tier, dtype in (("none", "uint16"), ("typical", "float32")):
+                for label, decode_threads, workers in LOADER_CASES:
+                    case = track2.Track2Case(
+                        crop=CropConfig(crop_size=96, tier=tier, dtype=dtype, chunk_cache_bytes=budget,
+                                        decode_threads=decode_threads),
+                        loader=LoaderSpec(num_workers=workers, batch_size=BATCH), samples=2048, epochs=1,
+                    )
+                    metrics = track2.run_case(plate, case)
+                    loader[f"{tier}/{label}"] = metrics["samples_per_s"]
+                    writer.write(Record(track="targets", case=f"loader/{tier}/{label}", environment=env,
+                                        metrics=metrics, config={"plate": str(plate), "case": case.label,
+                                                                 "threads": threads, **loadavg}))
+                    print(f"loader {tier:8s} {label:28s} {metrics['samples_per_s']:9,.0f} samples/s", flush=True)
+    print(f"\ntargets (loadavg at start {loadavg['loadavg_start']}, at end {os.getloadavg()})")
+    for access in ACCESSES:
+        rates = {name: metrics["crops_per_s"] for name, metrics in results[access].items()}
+        batched, threaded = rates["direct, batched"], rates["direct, batched, 2 decode threads"]
+        ceiling, item_ceiling = rates["memmap ceiling, batched"], rates["memmap ceiling, per item"]
+        print(f"  {access}: direct batched / memmap batched {batched / ceiling:.2f}, with 2 decode threads "
+              f"{threaded / ceiling:.2f} (target >= {0.30 if access == 'random' else 0.50:.2f}); per item / per-item "
+              f"ceiling {rates['direct, per item'] / item_ceiling:.2f}; batched / per-item ceiling "
+              f"{batched / item_ceiling:.2f}")
+        tensorstore = rates.get("tensorstore, batched (ts.Batch)")
+        if tensorstore:
+            print(f"  {access}: direct batched / tensorstore batched {batched / tensorstore:.2f}x, with 2 decode "
+                  f"threads {threaded / tensorstore:.2f}x (target >= 1.5x)")
+        print(f"  {access}: 2 decode threads / 1 {threaded / batched:.2f}x (target >= 1.4x with nothing else running)")
+    for tier in ("none", "typical"):
+        if loader:
+            base = loader[f"{tier}/1 thread, 0 workers"]
+            print(f"  loader {tier}: 2 decode threads {loader[f'{tier}/2 decode threads, 0 workers'] / base:.2f}x, "
+                  f"2 workers {loader[f'{tier}/1 thread, 2 workers'] / base:.2f}x over 1 thread, 0 workers")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main()
