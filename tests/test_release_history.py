@@ -203,6 +203,8 @@ def test_the_library_configurations_share_one_environment_and_point_at_their_his
 
 def test_the_same_sdists_and_dates_give_the_same_commit_hashes(fake_cache: Path, tmp_path: Path) -> None:
     """Committed asv results name commits by hash: a history rebuilt elsewhere must match them."""
-    releases = history.collect_releases("fake-lib", list(FAKE_RELEASES), fake_cache, DATES, fetch=_offline_fetch)
+    # Every release dated: an undated one is committed "now", and two builds a second apart would differ.
+    dated = {**DATES, "1.1.0": dt.datetime(2025, 3, 1, tzinfo=UTC)}
+    releases = history.collect_releases("fake-lib", list(FAKE_RELEASES), fake_cache, dated, fetch=_offline_fetch)
     first = history.build_history("fake-lib", releases, tmp_path / "one")
     assert history.build_history("fake-lib", releases, tmp_path / "two") == first
