@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Set up, then run the test suite. Extra arguments go to pytest.
+# Set up, check lint and types, then run the test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+echo "== ruff check and mypy"
+.venv/bin/ruff check src tests benchmarks scripts
+.venv/bin/mypy src
 exec .venv/bin/python -m pytest "$@"

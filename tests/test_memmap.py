@@ -31,7 +31,8 @@ def test_one_raw_file_holds_every_field_in_plate_order(memmap_plate: Path, tiny_
     assert marker["format"] == "memmap" and marker["dtype"] == "uint16" and marker["field_shape"] == [5, 200, 240]
     metadata = read_plate_metadata(memmap_plate)
     source_windows = read_plate_metadata(tiny_plate).extra["windows"]
-    assert [(w["start"], w["end"]) for w in metadata.extra["windows"]] == [(w["start"], w["end"]) for w in source_windows]
+    windows = [(w["start"], w["end"]) for w in metadata.extra["windows"]]
+    assert windows == [(w["start"], w["end"]) for w in source_windows]
 
 
 def test_zarr_decode_does_not_apply_and_says_what_does(memmap_plate: Path) -> None:

@@ -89,7 +89,7 @@ def continued_order(sampler: EpochSampler, count: int) -> np.ndarray:
 
 def access_order(dataset: CropDataset, access: str, count: int, seed: int = 0, granularity: int = 1) -> list[int]:
     """``count`` indices in the access pattern's order, continuing into further epochs if needed."""
-    return continued_order(sampler_for(dataset, access, seed, granularity), count).tolist()  # type: ignore[no-any-return]
+    return continued_order(sampler_for(dataset, access, seed, granularity), count).tolist()
 
 
 def sampler_for(dataset: CropDataset, access: str, seed: int = 0, granularity: int = 1) -> EpochSampler:

@@ -101,11 +101,11 @@ def _bytes_decoder(codec: dict[str, Any]) -> Decoder | None:
     name = codec["name"]
     config = codec.get("configuration", {})
     if name == "blosc":
-        return numcodecs.blosc.decompress  # type: ignore[no-any-return]
+        return numcodecs.blosc.decompress
     if name == "zstd":
-        return numcodecs.Zstd(level=config.get("level", 0)).decode  # type: ignore[no-any-return]
+        return numcodecs.Zstd(level=config.get("level", 0)).decode
     if name == "gzip":
-        return numcodecs.GZip(level=config.get("level", 1)).decode  # type: ignore[no-any-return]
+        return numcodecs.GZip(level=config.get("level", 1)).decode
     if name == "crc32c":
         return _checked_crc32c  # type: ignore[return-value]
     raise StoreError(f"codec {name!r} is not supported by the direct decode path; use decode='zarr'")

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec, BloscShuffle, ZstdCodec
+from zarr.codecs import BloscCname, BloscCodec, BloscShuffle, ZstdCodec
 
 from cropbench.config import LayoutSpec
 from cropbench.errors import ConfigError, StoreError
@@ -23,7 +23,7 @@ def compressors_for(layout: LayoutSpec) -> list[Any] | None:
     if layout.codec == "zstd":
         return [ZstdCodec(level=layout.clevel)]
     cname = layout.codec.split("-", 1)[1]
-    return [BloscCodec(cname=cname, clevel=layout.clevel, shuffle=BloscShuffle.shuffle)]
+    return [BloscCodec(cname=BloscCname(cname), clevel=layout.clevel, shuffle=BloscShuffle.shuffle)]
 
 
 #: Micrometres per pixel (y, x) of plates that record none (synthetic plates: a 40x objective's 0.65 µm).

@@ -686,7 +686,7 @@ def measure_peer(peer: PeerDataset, indices: Sequence[int], comparison: PeerComp
         return measure_loader(peer.__getitem__, indices, comparison)
     calls = [list(indices[start:start + batch_size]) for start in range(0, len(indices), batch_size)]
     batched = dataclasses.replace(comparison, warmup=max(-(-comparison.warmup // batch_size), 1))
-    metrics = measure_loader(peer.__getitems__, calls, batched)  # type: ignore[attr-defined]
+    metrics = measure_loader(peer.__getitems__, calls, batched)
     metrics["samples_per_s"] *= batch_size
     return {**metrics, "items_per_call": batch_size}
 
