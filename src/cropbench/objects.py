@@ -153,7 +153,7 @@ def read_object_table(path: str | Path, location: tuple[str, int] | None = None)
         centroid_y=table["centroid_y"].to_numpy().astype(np.float64),
         centroid_x=table["centroid_x"].to_numpy().astype(np.float64),
         bbox=bbox, object_id=table["object_id"].to_numpy() if count else np.zeros(0, np.int64),
-        extra={name: _column_values(table[name]) for name in table.column_names if name not in CORE_COLUMNS},
+        extra={name: column_values(table[name]) for name in table.column_names if name not in CORE_COLUMNS},
     )
 
 
@@ -172,7 +172,7 @@ def _check_numeric(source: Path, column: pa.ChunkedArray, name: str, integral: b
         )
 
 
-def _column_values(column: pa.ChunkedArray) -> np.ndarray:
+def column_values(column: pa.ChunkedArray) -> np.ndarray:
     """Numbers as numeric arrays (NaN where missing), anything else as an object array (None where missing)."""
     kind = column.type
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
