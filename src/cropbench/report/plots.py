@@ -99,6 +99,12 @@ def _log_x(axis: plt.Axes) -> None:
     axis.xaxis.set_minor_formatter(NullFormatter())
 
 
+def _per_call(record: Record) -> str:
+    """A note for rows whose latencies are per call of several items (the batch access mode)."""
+    calls = int(record.metrics.get("items_per_call") or 1)
+    return f" [latency per call of {calls}]" if calls > 1 else ""
+
+
 def _save(figure: plt.Figure, path: Path) -> Path:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -111,7 +117,7 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     rows = _by_track(records, "1")
     if not rows:
         return None
-    labels = [_label(r) for r in rows]
+    labels = [_label(r) + _per_call(r) for r in rows]
     height = max(3.0, 0.32 * len(rows) + 1.8)
     figure, (left, right) = plt.subplots(1, 2, figsize=(14, height), sharey=True)
     positions = np.arange(len(rows))
@@ -136,7 +142,7 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     for axis in (left, right):
         _log_x(axis)
         axis.grid(axis="x", which="both", alpha=0.3)
-    right.set_xlim(right=max(np.nanmax(np.asarray(rates, dtype=float)), 1.0) * (30 if any(flagged) else 2))
+    right.set_xlim(right=max(np.nanmax(np.asarray(rates, dtype=float)), 1.0) * (8 if any(flagged) else 2))
     return _save(figure, out_dir / "track1_latency_throughput.png")
 
 
@@ -208,10 +214,12 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
             axis.axvline(settles, color="tab:green", linestyle="--", linewidth=1.5,
                          label=f"steady from item {settles}")
         verdict = f"steady from item {settles}" if settles else f"not steady within {len(curve)} items"
-        axis.set_title(f"{_label(record)}: {verdict}", fontsize=8)
+        axis.set_title(f"{_label(record)}{_per_call(record)}: {verdict}", fontsize=8)
         axis.set_yscale("log")
         axis.grid(alpha=0.3, which="both")
-        axis.set_xlabel("item number after the page cache was emptied", fontsize=8)
+        calls = int(record.metrics.get("items_per_call") or 1)
+        axis.set_xlabel("item number after the page cache was emptied" if calls == 1 else
+                        f"call number after the page cache was emptied ({calls} items a call)", fontsize=8)
         axis.set_ylabel("latency (ms, log)", fontsize=8)
     for axis in list(axes.flat)[len(rows):]:
         axis.set_visible(False)
