@@ -41,7 +41,6 @@ TRIM = 0.1
 PLATE_DIR = "plates"
 
 
-
 def grid(default: Sequence[Any], full: Sequence[Any]) -> list[Any]:
     """A parameter's values: small by default, larger with ``CROPBENCH_ASV_FULL=1``."""
     return list(full if FULL_GRID else default)
@@ -60,20 +59,34 @@ def require_full_grid(what: str) -> None:
 #: Only these turn into an asv skip on a commit without them; any other missing symbol is a broken
 #: benchmark (a rename, a typo) and fails.
 ADDED_IN: dict[str, str] = {
-    **dict.fromkeys((
-        "cropbench.data.dataset.CropDataset", "cropbench.data.dataset.PairedViews",
-        "cropbench.data.loader.LoaderSpec", "cropbench.data.loader.ScheduledSampler",
-        "cropbench.data.loader.build_loader", "cropbench.data.loader.schedule",
-        "cropbench.data.sampling.access_order", "cropbench.data.sampling.sampler_for",
-        "cropbench.data.transforms.TORCH_DTYPES", "cropbench.measure.protocol.configure_threads",
-        "cropbench.plates.generate.generate_plate",
-    ), "c9c71ed"),
+    **dict.fromkeys(
+        (
+            "cropbench.data.dataset.CropDataset",
+            "cropbench.data.dataset.PairedViews",
+            "cropbench.data.loader.LoaderSpec",
+            "cropbench.data.loader.ScheduledSampler",
+            "cropbench.data.loader.build_loader",
+            "cropbench.data.loader.schedule",
+            "cropbench.data.sampling.access_order",
+            "cropbench.data.sampling.sampler_for",
+            "cropbench.data.transforms.TORCH_DTYPES",
+            "cropbench.measure.protocol.configure_threads",
+            "cropbench.plates.generate.generate_plate",
+        ),
+        "c9c71ed",
+    ),
     "cropbench.measure.protocol.relative_cost": "a4c3d6b",
     "cropbench.tracks.track1.run_case": "4cec727",
-    **dict.fromkeys((
-        "cropbench.tracks.track2.MemoryCrops", "cropbench.tracks.track2.Track2Case",
-        "cropbench.tracks.track2.run_case", "cropbench.tracks.track3.Track3Case", "cropbench.tracks.track3.run_case",
-    ), "e715620"),
+    **dict.fromkeys(
+        (
+            "cropbench.tracks.track2.MemoryCrops",
+            "cropbench.tracks.track2.Track2Case",
+            "cropbench.tracks.track2.run_case",
+            "cropbench.tracks.track3.Track3Case",
+            "cropbench.tracks.track3.run_case",
+        ),
+        "e715620",
+    ),
 }
 
 
@@ -194,7 +207,7 @@ class CopyCeiling:
 
     def __call__(self, index: int) -> Any:
         y0, x0, size = int(self.y0[index]), int(self.x0[index]), self.size
-        window = self.fields[int(self.field_index[index])][:, y0:y0 + size, x0:x0 + size]
+        window = self.fields[int(self.field_index[index])][:, y0 : y0 + size, x0 : x0 + size]
         return self._from_numpy(np.ascontiguousarray(window)).to(self.dtype)
 
 

@@ -49,7 +49,13 @@ class _Crops(Suite):
     param_names = ("access", "decode", "crop_size", "channels", "tier", "layout")
 
     def setup(
-        self, plates: dict[str, str], access: str, decode: str, crop_size: int, channels: str, tier: str,
+        self,
+        plates: dict[str, str],
+        access: str,
+        decode: str,
+        crop_size: int,
+        channels: str,
+        tier: str,
         layout: str,
     ) -> None:
         one_thread()
@@ -60,7 +66,7 @@ class _Crops(Suite):
         self.get = getter(self.dataset, access)
         self.indices = access_order(self.dataset, access, BLOCK * RELATIVE_BLOCKS)
         self.block = self.indices[:BLOCK]
-        for index in self.indices[:len(self.dataset)]:
+        for index in self.indices[: len(self.dataset)]:
             self.get(index)
 
 
@@ -76,7 +82,7 @@ class Fetch(_Crops):
         """Bytes decoded per byte delivered over one epoch from a fresh dataset (n/a for ``zarr``)."""
         dataset = require("cropbench.data.dataset", "CropDataset")(self.plate, self.crop)
         get = getter(dataset, self.access)
-        for index in self.indices[:len(dataset)]:
+        for index in self.indices[: len(dataset)]:
             get(index)
         stats = dataset.reader.stats
         return float(stats.per_region()["decode_amplification"]) if stats.regions else math.nan
@@ -101,7 +107,11 @@ class Latency(_Crops):
 
     def _run_case(self) -> dict[str, Any]:
         case = require("cropbench.config", "Track1Case")(
-            crop=self.crop, access=self.access, samples=RUN_CASE_SAMPLES, warmup=30, cold_samples=0,
+            crop=self.crop,
+            access=self.access,
+            samples=RUN_CASE_SAMPLES,
+            warmup=30,
+            cold_samples=0,
         )
         return require("cropbench.tracks.track1", "run_case")(self.plate, case, evict_first=False)
 

@@ -47,14 +47,18 @@ class _Loading(Suite):
     #: An epoch forks workers; fewer, longer samples than Track 1's.
     repeat = (5, 10, 4.0)
 
-    def setup(self, plates: dict[str, str], num_workers: int, batch_size: int, decode: str, tier: str,
-              layout: str) -> None:
+    def setup(
+        self, plates: dict[str, str], num_workers: int, batch_size: int, decode: str, tier: str, layout: str
+    ) -> None:
         one_thread()
         self.plate = plate_for(plates, layout)
         loader_spec = require("cropbench.data.loader", "LoaderSpec")(num_workers=num_workers, batch_size=batch_size)
         crop = crop_config(crop_size=96, decode=decode, tier=tier)
         self.case = require("cropbench.tracks.track2", "Track2Case")(
-            crop=crop, loader=loader_spec, samples=EPOCH_SAMPLES, epochs=2,
+            crop=crop,
+            loader=loader_spec,
+            samples=EPOCH_SAMPLES,
+            epochs=2,
         )
         dataset = require("cropbench.data.dataset", "CropDataset")(self.plate, crop)
         sampler = require("cropbench.data.sampling", "sampler_for")(dataset, "random", 0)

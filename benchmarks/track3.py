@@ -37,11 +37,18 @@ class _Training(Suite):
         one_thread()
         self.plate = plate_for(plates, layout)
         loader_spec = require("cropbench.data.loader", "LoaderSpec")(
-            num_workers=num_workers, batch_size=64, pin_memory=device == "cuda",
+            num_workers=num_workers,
+            batch_size=64,
+            pin_memory=device == "cuda",
         )
         self.case = require("cropbench.tracks.track3", "Track3Case")(
-            crop=crop_config(crop_size=96, tier="light"), loader=loader_spec, model=model, device=device,
-            steps=STEPS, warmup_steps=2, emulated_step_ms=40.0 if model == "emulated" else 0.0,
+            crop=crop_config(crop_size=96, tier="light"),
+            loader=loader_spec,
+            model=model,
+            device=device,
+            steps=STEPS,
+            warmup_steps=2,
+            emulated_step_ms=40.0 if model == "emulated" else 0.0,
         )
 
     def _run_case(self) -> dict[str, Any]:

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: The repository's own asv environments (asv.conf.json "env_dir"): reused, not rebuilt.
 DEFAULT_ENV_DIR = Path(os.environ.get("CROPBENCH_ASV_ENV_DIR", REPO / ".asv" / "env"))
 MACHINE = "cropbench-regression"
-SLOWDOWN_PATCH = '''
+SLOWDOWN_PATCH = """
 
 # --- injected by scripts/asv_regression.py: every crop takes {factor} times as long ---
 import time as _regression_time  # noqa: E402
@@ -51,7 +51,7 @@ def _regression_slow_getitem(self, index):  # type: ignore[no-untyped-def]
 
 
 CropDataset.__getitem__ = _regression_slow_getitem  # type: ignore[method-assign]
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,18 @@ def _git(path: Path, *args: str) -> str:
 
 def _commit(path: Path, message: str) -> str:
     _git(path, "add", "-A")
-    _git(path, "-c", "user.name=regression", "-c", "user.email=regression@localhost", "commit", "-q",
-         "--allow-empty", "-m", message)
+    _git(
+        path,
+        "-c",
+        "user.name=regression",
+        "-c",
+        "user.email=regression@localhost",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        message,
+    )
     return _git(path, "rev-parse", "HEAD")
 
 
@@ -117,7 +127,10 @@ def _read_config(path: Path) -> dict[str, object]:
 
 
 def _asv(
-    clone: Path, home: Path, *args: str, extra_env: dict[str, str] | None = None,
+    clone: Path,
+    home: Path,
+    *args: str,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, "HOME": str(home), **(extra_env or {})}
     environment.pop("CROPBENCH_ASV_FULL", None)
@@ -134,8 +147,13 @@ def _worse(output: str) -> tuple[str, ...]:
 def prepare_machine(home: Path) -> None:
     """A machine entry in a private HOME, so nothing is asked and ~/.asv-machine.json is untouched."""
     home.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", MACHINE], cwd=REPO,
-                   env={**os.environ, "HOME": str(home)}, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "asv", "machine", "--yes", "--machine", MACHINE],
+        cwd=REPO,
+        env={**os.environ, "HOME": str(home)},
+        check=True,
+        capture_output=True,
+    )
 
 
 def _selection(bench: str | None) -> list[str]:
@@ -144,24 +162,46 @@ def _selection(bench: str | None) -> list[str]:
 
 def continuous(clone: Clone, home: Path, other: str, bench: str | None = None, factor: float = 1.1) -> Comparison:
     """``asv continuous base other`` in the (reused) virtualenv environment; all benchmarks by default."""
-    result = _asv(clone.path, home, "continuous", "--machine", MACHINE, "--factor", str(factor),
-                  *_selection(bench), clone.base, other)
+    result = _asv(
+        clone.path,
+        home,
+        "continuous",
+        "--machine",
+        MACHINE,
+        "--factor",
+        str(factor),
+        *_selection(bench),
+        clone.base,
+        other,
+    )
     output = result.stdout + result.stderr
     return Comparison(returncode=result.returncode, worse=_worse(output), output=output)
 
 
-def compare_same_python(clone: Clone, home: Path, other: str, bench: str | None = None,
-                        factor: float = 1.1) -> Comparison:
+def compare_same_python(
+    clone: Clone, home: Path, other: str, bench: str | None = None, factor: float = 1.1
+) -> Comparison:
     """Run base and ``other`` with ``--python=same`` (each commit's src via ASV_PYTHONPATH), compare."""
     for commit in (clone.base, other):
         _git(clone.path, "checkout", "-q", commit)
-        result = _asv(clone.path, home, "run", "--python=same", "--machine", MACHINE, "--set-commit-hash", commit,
-                      *_selection(bench), extra_env={"ASV_PYTHONPATH": str(clone.path / "src")})
+        result = _asv(
+            clone.path,
+            home,
+            "run",
+            "--python=same",
+            "--machine",
+            MACHINE,
+            "--set-commit-hash",
+            commit,
+            *_selection(bench),
+            extra_env={"ASV_PYTHONPATH": str(clone.path / "src")},
+        )
         if result.returncode != 0:
             raise RuntimeError(f"asv run --python=same failed for {commit}:\n{result.stdout}{result.stderr}")
     _git(clone.path, "checkout", "-q", "main")
-    result = _asv(clone.path, home, "compare", "--machine", MACHINE, "--factor", str(factor), "--only-changed",
-                  clone.base, other)
+    result = _asv(
+        clone.path, home, "compare", "--machine", MACHINE, "--factor", str(factor), "--only-changed", clone.base, other
+    )
     output = result.stdout + result.stderr
     return Comparison(returncode=1 if _worse(output) else 0, worse=_worse(output), output=output)
 
@@ -180,8 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench", help="asv -b regex (default: every benchmark, as `asv continuous` runs)")
     parser.add_argument("--env-dir", type=Path, default=DEFAULT_ENV_DIR)
     parser.add_argument("--log-dir", type=Path, help="write each comparison's asv output here")
-    parser.add_argument("--kinds", choices=("both", "identical", "slow"), default="both",
-                        help="which comparisons to make in each pair (default: %(default)s)")
+    parser.add_argument(
+        "--kinds",
+        choices=("both", "identical", "slow"),
+        default="both",
+        help="which comparisons to make in each pair (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cropbench-regression-") as scratch:
         root = Path(scratch)
@@ -196,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 comparison = compare(clone, home, commit, args.bench, args.factor)
                 flagged = comparison.flagged and comparison.returncode == 1
-                print(f"pair {pair + 1} {kind:9s} exit={comparison.returncode} worse={list(comparison.worse)}",
-                      flush=True)
+                print(
+                    f"pair {pair + 1} {kind:9s} exit={comparison.returncode} worse={list(comparison.worse)}", flush=True
+                )
                 if args.log_dir is not None:
                     args.log_dir.mkdir(parents=True, exist_ok=True)
                     (args.log_dir / f"pair{pair + 1}-{kind}.txt").write_text(comparison.output)

@@ -36,8 +36,10 @@ def _table(header: list[str], body: list[list[str]]) -> list[str]:
 
 
 def machine(rows: list[dict[str, Any]]) -> list[str]:
-    env = next((r["environment"] for r in rows if r.get("environment", {}).get("gpu_name")),
-               rows[0].get("environment", {}) if rows else {})
+    env = next(
+        (r["environment"] for r in rows if r.get("environment", {}).get("gpu_name")),
+        rows[0].get("environment", {}) if rows else {},
+    )
     packages = env.get("packages", {})
     return [
         f"GPU: {env.get('gpu_name', 'none')} (driver {env.get('driver')}, CUDA {env.get('cuda_version')}); "
@@ -50,10 +52,16 @@ def machine(rows: list[dict[str, Any]]) -> list[str]:
 def demand(rows: list[dict[str, Any]]) -> tuple[list[str], dict[tuple[str, str], float]]:
     found = [r for r in rows if r["track"] == "3" and r["case"].endswith("/compute-only")]
     rates = {(r["config"]["workload"], r["config"]["amp"]): r["metrics"]["compute_only_images_per_s"] for r in found}
-    body = [[r["config"]["workload"], "fp32" if r["config"]["amp"] == "off" else r["config"]["amp"],
-             _number(r["metrics"]["compute_only_images_per_s"]),
-             _number(r["metrics"]["compute_only_step_p50_ms"], "{:.2f}"),
-             _number(r["metrics"]["compute_only_step_p95_ms"], "{:.2f}")] for r in found]
+    body = [
+        [
+            r["config"]["workload"],
+            "fp32" if r["config"]["amp"] == "off" else r["config"]["amp"],
+            _number(r["metrics"]["compute_only_images_per_s"]),
+            _number(r["metrics"]["compute_only_step_p50_ms"], "{:.2f}"),
+            _number(r["metrics"]["compute_only_step_p95_ms"], "{:.2f}"),
+        ]
+        for r in found
+    ]
     lines = ["## Demand: ResNet-18, batch 256 of 96 × 96 × 5 crops already on the GPU (compute only)", ""]
     header = ["workload", "precision", "images/s", "step p50 ms", "step p95 ms"]
     lines += _table(header, body) if body else ["(no rows)"]
@@ -79,14 +87,31 @@ def supply(rows: list[dict[str, Any]], rates: dict[tuple[str, str], float]) -> l
         ratio = two.get("samples_per_s", 0) / base["samples_per_s"] if base.get("samples_per_s") else None
         top = most.get("samples_per_s", 0) / base["samples_per_s"] if base.get("samples_per_s") else None
         checks = all(m.get("crosscheck_ok") for m in sweep.values())
-        body.append([
-            layout, decode, tier, *(_number(sweep.get(w, {}).get("samples_per_s")) for w in workers),
-            _number(top, "{:.1f}×"),
-            "–" if ratio is None else f"{ratio:.2f}× ({'yes' if ratio >= TWO_WORKER_TARGET else 'no'})",
-            _number(most.get("samples_per_s", 0) / train if train else None, "{:.2f}"), "yes" if checks else "NO",
-        ])
-    lines += _table(["layout", "read path", "transforms", *(f"w{w}" for w in workers), f"w{workers[-1]} / w0",
-                     f"w2 / w0 (≥ {TWO_WORKER_TARGET}×?)", "most workers ÷ bf16-train demand", "cross-check"], body)
+        body.append(
+            [
+                layout,
+                decode,
+                tier,
+                *(_number(sweep.get(w, {}).get("samples_per_s")) for w in workers),
+                _number(top, "{:.1f}×"),
+                "–" if ratio is None else f"{ratio:.2f}× ({'yes' if ratio >= TWO_WORKER_TARGET else 'no'})",
+                _number(most.get("samples_per_s", 0) / train if train else None, "{:.2f}"),
+                "yes" if checks else "NO",
+            ]
+        )
+    lines += _table(
+        [
+            "layout",
+            "read path",
+            "transforms",
+            *(f"w{w}" for w in workers),
+            f"w{workers[-1]} / w0",
+            f"w2 / w0 (≥ {TWO_WORKER_TARGET}×?)",
+            "most workers ÷ bf16-train demand",
+            "cross-check",
+        ],
+        body,
+    )
     return lines
 
 
@@ -95,15 +120,34 @@ def startup(rows: list[dict[str, Any]]) -> list[str]:
     if not t2:
         return []
     most = max(r["config"]["loader"]["num_workers"] for r in t2)
-    body = [[_layout(r), r["config"]["crop"]["decode"], r["config"]["crop"]["tier"],
-             "yes" if r["config"]["loader"].get("persistent_workers") else "no",
-             _number(r["metrics"].get("iter_create_ms"), "{:.0f}"), _number(r["metrics"]["first_batch_ms"], "{:.0f}"),
-             _number(r["metrics"].get("epoch2_first_batch_ms"), "{:.0f}"),
-             _number(r["metrics"].get("worker_uss_mib_max"), "{:.0f}")]
-            for r in t2 if r["config"]["loader"]["num_workers"] == most]
+    body = [
+        [
+            _layout(r),
+            r["config"]["crop"]["decode"],
+            r["config"]["crop"]["tier"],
+            "yes" if r["config"]["loader"].get("persistent_workers") else "no",
+            _number(r["metrics"].get("iter_create_ms"), "{:.0f}"),
+            _number(r["metrics"]["first_batch_ms"], "{:.0f}"),
+            _number(r["metrics"].get("epoch2_first_batch_ms"), "{:.0f}"),
+            _number(r["metrics"].get("worker_uss_mib_max"), "{:.0f}"),
+        ]
+        for r in t2
+        if r["config"]["loader"]["num_workers"] == most
+    ]
     lines = [f"## Start-up at {most} workers (Track 2, batch 256)", ""]
-    return lines + _table(["layout", "read path", "transforms", "persistent", "iter() ms", "first batch ms",
-                           "epoch-2 first batch ms", "worker USS MiB"], body)
+    return lines + _table(
+        [
+            "layout",
+            "read path",
+            "transforms",
+            "persistent",
+            "iter() ms",
+            "first batch ms",
+            "epoch-2 first batch ms",
+            "worker USS MiB",
+        ],
+        body,
+    )
 
 
 def end_to_end(rows: list[dict[str, Any]]) -> list[str]:
@@ -111,22 +155,59 @@ def end_to_end(rows: list[dict[str, Any]]) -> list[str]:
     searches = [r for r in t3 if r["case"].endswith("/min-workers")]
     loops = [r for r in t3 if "data_wait_fraction" in r["metrics"]]
     lines = ["## Track 3 end to end: fewest workers for >= 90% busy (data wait < 10%)", ""]
-    body = [[_layout(s), s["case"].removesuffix("/min-workers"), str(s["metrics"]["min_workers_answer"]),
-             ", ".join(f"w{w}: {100 * d:.0f}%" for w, d in zip(s["metrics"]["tried_workers"],
-                                                              s["metrics"]["data_wait_fraction_by_workers"],
-                                                              strict=True)),
-             _number(s["metrics"].get("compute_only_images_per_s"))] for s in searches]
-    lines += _table(["layout", "search", "min workers", "data wait by workers", "compute-only images/s"], body) \
-        if body else ["(no search finished)"]
+    body = [
+        [
+            _layout(s),
+            s["case"].removesuffix("/min-workers"),
+            str(s["metrics"]["min_workers_answer"]),
+            ", ".join(
+                f"w{w}: {100 * d:.0f}%"
+                for w, d in zip(
+                    s["metrics"]["tried_workers"], s["metrics"]["data_wait_fraction_by_workers"], strict=True
+                )
+            ),
+            _number(s["metrics"].get("compute_only_images_per_s")),
+        ]
+        for s in searches
+    ]
+    lines += (
+        _table(["layout", "search", "min workers", "data wait by workers", "compute-only images/s"], body)
+        if body
+        else ["(no search finished)"]
+    )
     lines += ["", "Every loop:", ""]
-    body = [[_layout(r), re.sub(r"/b256/pin", "", r["case"]), _number(r["metrics"]["images_per_s"]),
-             _number(r["metrics"]["step_p50_ms"], "{:.1f}"), _number(r["metrics"]["step_p95_ms"], "{:.1f}"),
-             _number(100 * r["metrics"]["data_wait_fraction"], "{:.1f}%"),
-             _number(r["metrics"].get("gpu_util_mean"), "{:.0f}%"),
-             _number(r["metrics"].get("first_batch_ms"), "{:.0f}"),
-             _number(r["metrics"].get("crosscheck_gap"), "{:+.2f}")] for r in loops]
-    lines += _table(["layout", "case", "images/s", "step p50 ms", "step p95 ms", "data wait", "NVML util",
-                     "first batch ms", "stall gap"], body) if body else ["(no rows)"]
+    body = [
+        [
+            _layout(r),
+            re.sub(r"/b256/pin", "", r["case"]),
+            _number(r["metrics"]["images_per_s"]),
+            _number(r["metrics"]["step_p50_ms"], "{:.1f}"),
+            _number(r["metrics"]["step_p95_ms"], "{:.1f}"),
+            _number(100 * r["metrics"]["data_wait_fraction"], "{:.1f}%"),
+            _number(r["metrics"].get("gpu_util_mean"), "{:.0f}%"),
+            _number(r["metrics"].get("first_batch_ms"), "{:.0f}"),
+            _number(r["metrics"].get("crosscheck_gap"), "{:+.2f}"),
+        ]
+        for r in loops
+    ]
+    lines += (
+        _table(
+            [
+                "layout",
+                "case",
+                "images/s",
+                "step p50 ms",
+                "step p95 ms",
+                "data wait",
+                "NVML util",
+                "first batch ms",
+                "stall gap",
+            ],
+            body,
+        )
+        if body
+        else ["(no rows)"]
+    )
     return lines
 
 

@@ -53,7 +53,7 @@ def readers(plate: Path, memmap: Path, budget: int) -> dict[str, tuple[Reader, A
         return lambda block: [dataset[i] for i in block]
 
     def batches(get: Callable[[list[int]], Any]) -> Reader:
-        return lambda block: [get(block[s:s + BATCH]) for s in range(0, len(block), BATCH)]
+        return lambda block: [get(block[s : s + BATCH]) for s in range(0, len(block), BATCH)]
 
     memmap_dataset = CropDataset(memmap, crop, objects=plate)
     direct = CropDataset(plate, crop)
@@ -76,7 +76,7 @@ def readers(plate: Path, memmap: Path, budget: int) -> dict[str, tuple[Reader, A
 
 def interleaved(named: dict[str, tuple[Reader, Any]], order: list[int], rounds: int) -> dict[str, dict[str, Any]]:
     """Each reader's crops/s over the same blocks of ``order``, readers taking turns block by block."""
-    blocks = [order[s:s + BLOCK] for s in range(0, len(order), BLOCK)]
+    blocks = [order[s : s + BLOCK] for s in range(0, len(order), BLOCK)]
     names = list(named)
     for read, _ in named.values():  # warm-up: the first block, untimed
         read(blocks[0])
@@ -95,9 +95,13 @@ def interleaved(named: dict[str, tuple[Reader, Any]], order: list[int], rounds: 
     for name in names:
         rates = [len(order) / s for s in seconds[name]]
         reader = named[name][1]
-        results[name] = {"crops_per_s": len(order) * rounds / sum(seconds[name]), "min": min(rates),
-                         "max": max(rates), "median": statistics.median(rates),
-                         **(reader.stats.per_region() if reader is not None else {})}
+        results[name] = {
+            "crops_per_s": len(order) * rounds / sum(seconds[name]),
+            "min": min(rates),
+            "max": max(rates),
+            "median": statistics.median(rates),
+            **(reader.stats.per_region() if reader is not None else {}),
+        }
     return results
 
 
@@ -129,46 +133,84 @@ def main() -> None:
             results[access] = interleaved(named, order, args.rounds)
             for name, metrics in results[access].items():
                 metrics["chunk_cache_fraction_of_plate"] = budget / decoded_bytes
-                writer.write(Record(track="targets", case=f"{access}/{name}", environment=env, metrics=metrics,
-                                    config={"plate": str(plate), "access": access, "reader": name, "batch": BATCH,
-                                            "block": BLOCK, "rounds": args.rounds, "objects": args.objects,
-                                            "chunk_cache_bytes": budget, "threads": threads, **loadavg}))
-                print(f"{access:14s} {name:36s} {metrics['crops_per_s']:9,.0f} crops/s "
-                      f"(rounds {metrics['min']:,.0f}-{metrics['max']:,.0f})", flush=True)
+                writer.write(
+                    Record(
+                        track="targets",
+                        case=f"{access}/{name}",
+                        environment=env,
+                        metrics=metrics,
+                        config={
+                            "plate": str(plate),
+                            "access": access,
+                            "reader": name,
+                            "batch": BATCH,
+                            "block": BLOCK,
+                            "rounds": args.rounds,
+                            "objects": args.objects,
+                            "chunk_cache_bytes": budget,
+                            "threads": threads,
+                            **loadavg,
+                        },
+                    )
+                )
+                print(
+                    f"{access:14s} {name:36s} {metrics['crops_per_s']:9,.0f} crops/s "
+                    f"(rounds {metrics['min']:,.0f}-{metrics['max']:,.0f})",
+                    flush=True,
+                )
         loader: dict[str, float] = {}
         if not args.skip_loader:
             for tier, dtype in (("none", "uint16"), ("typical", "float32")):
                 for label, decode_threads, workers in LOADER_CASES:
                     case = track2.Track2Case(
-                        crop=CropConfig(crop_size=96, tier=tier, dtype=dtype, chunk_cache_bytes=budget,
-                                        decode_threads=decode_threads),
-                        loader=LoaderSpec(num_workers=workers, batch_size=BATCH), samples=2048, epochs=1,
+                        crop=CropConfig(
+                            crop_size=96,
+                            tier=tier,
+                            dtype=dtype,
+                            chunk_cache_bytes=budget,
+                            decode_threads=decode_threads,
+                        ),
+                        loader=LoaderSpec(num_workers=workers, batch_size=BATCH),
+                        samples=2048,
+                        epochs=1,
                     )
                     metrics = track2.run_case(plate, case)
                     loader[f"{tier}/{label}"] = metrics["samples_per_s"]
-                    writer.write(Record(track="targets", case=f"loader/{tier}/{label}", environment=env,
-                                        metrics=metrics, config={"plate": str(plate), "case": case.label,
-                                                                 "threads": threads, **loadavg}))
+                    writer.write(
+                        Record(
+                            track="targets",
+                            case=f"loader/{tier}/{label}",
+                            environment=env,
+                            metrics=metrics,
+                            config={"plate": str(plate), "case": case.label, "threads": threads, **loadavg},
+                        )
+                    )
                     print(f"loader {tier:8s} {label:28s} {metrics['samples_per_s']:9,.0f} samples/s", flush=True)
     print(f"\ntargets (loadavg at start {loadavg['loadavg_start']}, at end {os.getloadavg()})")
     for access in ACCESSES:
         rates = {name: metrics["crops_per_s"] for name, metrics in results[access].items()}
         batched, threaded = rates["direct, batched"], rates["direct, batched, 2 decode threads"]
         ceiling, item_ceiling = rates["memmap ceiling, batched"], rates["memmap ceiling, per item"]
-        print(f"  {access}: direct batched / memmap batched {batched / ceiling:.2f}, with 2 decode threads "
-              f"{threaded / ceiling:.2f} (target >= {0.30 if access == 'random' else 0.50:.2f}); per item / per-item "
-              f"ceiling {rates['direct, per item'] / item_ceiling:.2f}; batched / per-item ceiling "
-              f"{batched / item_ceiling:.2f}")
+        print(
+            f"  {access}: direct batched / memmap batched {batched / ceiling:.2f}, with 2 decode threads "
+            f"{threaded / ceiling:.2f} (target >= {0.30 if access == 'random' else 0.50:.2f}); per item / per-item "
+            f"ceiling {rates['direct, per item'] / item_ceiling:.2f}; batched / per-item ceiling "
+            f"{batched / item_ceiling:.2f}"
+        )
         tensorstore = rates.get("tensorstore, batched (ts.Batch)")
         if tensorstore:
-            print(f"  {access}: direct batched / tensorstore batched {batched / tensorstore:.2f}x, with 2 decode "
-                  f"threads {threaded / tensorstore:.2f}x (target >= 1.5x)")
+            print(
+                f"  {access}: direct batched / tensorstore batched {batched / tensorstore:.2f}x, with 2 decode "
+                f"threads {threaded / tensorstore:.2f}x (target >= 1.5x)"
+            )
         print(f"  {access}: 2 decode threads / 1 {threaded / batched:.2f}x (target >= 1.4x with nothing else running)")
     for tier in ("none", "typical"):
         if loader:
             base = loader[f"{tier}/1 thread, 0 workers"]
-            print(f"  loader {tier}: 2 decode threads {loader[f'{tier}/2 decode threads, 0 workers'] / base:.2f}x, "
-                  f"2 workers {loader[f'{tier}/1 thread, 2 workers'] / base:.2f}x over 1 thread, 0 workers")
+            print(
+                f"  loader {tier}: 2 decode threads {loader[f'{tier}/2 decode threads, 0 workers'] / base:.2f}x, "
+                f"2 workers {loader[f'{tier}/1 thread, 2 workers'] / base:.2f}x over 1 thread, 0 workers"
+            )
 
 
 if __name__ == "__main__":

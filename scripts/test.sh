@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-echo "== ruff check and mypy"
+echo "== ruff format --check, ruff check and mypy"
+.venv/bin/ruff format --check src tests benchmarks scripts
 .venv/bin/ruff check src tests benchmarks scripts
 .venv/bin/mypy src
 exec .venv/bin/python -m pytest "$@"

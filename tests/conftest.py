@@ -11,8 +11,17 @@ from cropbench.config import LAYOUTS, LayoutSpec, PlateSpec
 from cropbench.plates.generate import generate_plate
 
 #: Small enough to write in well under a second, large enough for several chunks per field.
-TINY_SPEC = PlateSpec(name="tiny", rows=1, columns=2, fields_per_well=2, channels=5,
-                      field_height=200, field_width=240, cells_per_field=25, seed=7)
+TINY_SPEC = PlateSpec(
+    name="tiny",
+    rows=1,
+    columns=2,
+    fields_per_well=2,
+    channels=5,
+    field_height=200,
+    field_width=240,
+    cells_per_field=25,
+    seed=7,
+)
 #: Layouts every decode path must agree on (chunks smaller than the field so crops span chunks).
 TEST_LAYOUTS: dict[str, LayoutSpec] = {
     "tiles": LayoutSpec(chunk_yx=64, channels_per_chunk=0, codec="blosc-lz4"),

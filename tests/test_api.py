@@ -57,7 +57,8 @@ def _count(plate: Path, out: Path, **options: Any) -> int:
 
 
 def test_resume_skips_the_same_case_and_measures_another_plate_layout_or_sample_count(
-    tiny_plate: Path, tmp_path: Path,
+    tiny_plate: Path,
+    tmp_path: Path,
 ) -> None:
     out = tmp_path / "out"
     assert _count(tiny_plate, out, repeats=2) == 2
@@ -66,8 +67,9 @@ def test_resume_skips_the_same_case_and_measures_another_plate_layout_or_sample_
     shutil.copytree(tiny_plate, copy)
     assert _count(copy, out) == 0, "a copy of the plate is the same plate"
     assert _count(tiny_plate, out, samples=5) == 1
-    other = generate_plate(tmp_path / "other.zarr", dataclasses.replace(TINY_SPEC, seed=8), LAYOUTS["default"],
-                           progress=False).path
+    other = generate_plate(
+        tmp_path / "other.zarr", dataclasses.replace(TINY_SPEC, seed=8), LAYOUTS["default"], progress=False
+    ).path
     assert _count(other, out) == 1
     assert _count(tiny_plate, out, layout="tiles", layout_dir=tmp_path / "layouts") == 1
     records = read_records(out / "results.jsonl")
@@ -89,8 +91,24 @@ def test_objects_reach_tracks_2_and_3_on_a_plate_without_a_bundled_table(tiny_pl
     table = tmp_path / "cells.parquet"
     (plate / OBJECT_TABLE_NAME).rename(table)
     out = tmp_path / "out"
-    code = main(["run", "--plate", str(plate), "--objects", str(table), "--track", "2", "--track", "3",
-                 "--samples", "64", "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "run",
+            "--plate",
+            str(plate),
+            "--objects",
+            str(table),
+            "--track",
+            "2",
+            "--track",
+            "3",
+            "--samples",
+            "64",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     records = read_records(out / "results.jsonl")
     assert {r.track for r in records} == {"2", "3"}

@@ -39,9 +39,15 @@ def clone_and_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[r
 
 def test_clone_holds_identical_and_slow_commits(clone_and_home: tuple[regression.Clone, Path]) -> None:
     clone, _ = clone_and_home
+
     def diff(commit: str) -> str:
-        return subprocess.run(["git", "-C", str(clone.path), "diff", "--stat", clone.base, commit],
-                              check=True, capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["git", "-C", str(clone.path), "diff", "--stat", clone.base, commit],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
     assert "README.md" in diff(clone.identical) and "src/" not in diff(clone.identical)
     assert "src/cropbench/data/dataset.py" in diff(clone.slow)
 
@@ -68,8 +74,10 @@ def test_same_python_compare_flags_the_slowdown_only(clone_and_home: tuple[regre
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("CROPBENCH_ASV_REGRESSION") != "1",
-                    reason="builds or reuses an asv virtualenv (minutes): set CROPBENCH_ASV_REGRESSION=1")
+@pytest.mark.skipif(
+    os.environ.get("CROPBENCH_ASV_REGRESSION") != "1",
+    reason="builds or reuses an asv virtualenv (minutes): set CROPBENCH_ASV_REGRESSION=1",
+)
 def test_asv_continuous_exits_1_on_the_slowdown_and_0_on_identical_code(
     clone_and_home: tuple[regression.Clone, Path],
 ) -> None:

@@ -77,8 +77,11 @@ def test_copy_ceiling_cuts_the_same_pixels_as_the_dataset(tiny_plate: Path) -> N
     dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
     ceiling = common.CopyCeiling(dataset)
     _, height, width = dataset.reader.metadata.field_shape
-    inside = [i for i in range(len(dataset)) if 0 <= dataset.window_y0[i] <= height - 64
-              and 0 <= dataset.window_x0[i] <= width - 64]
+    inside = [
+        i
+        for i in range(len(dataset))
+        if 0 <= dataset.window_y0[i] <= height - 64 and 0 <= dataset.window_x0[i] <= width - 64
+    ]
     assert inside
     for index in inside[:20]:
         assert torch.equal(ceiling(index), dataset[index]["image"])
@@ -110,7 +113,7 @@ def test_access_order_continues_into_further_epochs(tiny_plate: Path) -> None:
     dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
     order = common.access_order(dataset, "grouped-field", 2 * len(dataset) + 3)
     assert len(order) == 2 * len(dataset) + 3
-    assert sorted(order[:len(dataset)]) == list(range(len(dataset)))
+    assert sorted(order[: len(dataset)]) == list(range(len(dataset)))
 
 
 def _benchmark_methods(suite: type) -> list[str]:
@@ -126,7 +129,9 @@ def test_raw_wall_clock_suites_skip_unless_the_full_grid_is_asked(suite: Any, ti
 
 @pytest.mark.parametrize("suite", SUITES + RAW_SUITES, ids=lambda s: s.__name__)
 def test_every_benchmark_runs_on_the_first_parameters(
-    suite: Any, tiny_plate: Path, monkeypatch: pytest.MonkeyPatch,
+    suite: Any,
+    tiny_plate: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(common, "FULL_GRID", True)
     assert len(suite.params) == len(suite.param_names)
@@ -149,7 +154,13 @@ def test_cuda_cases_are_skipped_without_a_gpu(tiny_plate: Path) -> None:
 
 def test_asv_check_finds_no_problems() -> None:
     environment = {k: v for k, v in os.environ.items() if k != "CROPBENCH_ASV_FULL"}
-    result = subprocess.run([sys.executable, "-m", "asv", "check", "--python=same"], cwd=REPO,
-                            env=environment, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "asv", "check", "--python=same"],
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "No problems found" in result.stdout

@@ -27,8 +27,9 @@ def _one_by_one(reader: DirectChunkReader, regions: Regions, channels: np.ndarra
 
 @pytest.mark.parametrize("channels", [None, np.array([4, 0, 2])])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_a_batch_gives_the_bytes_of_single_regions(layout_plate: Path, channels: np.ndarray | None,
-                                                   threads: int) -> None:
+def test_a_batch_gives_the_bytes_of_single_regions(
+    layout_plate: Path, channels: np.ndarray | None, threads: int
+) -> None:
     metadata = read_plate_metadata(layout_plate)
     regions = _regions(48, seed=2)
     expected = _one_by_one(DirectChunkReader(metadata), regions, channels)
@@ -73,10 +74,12 @@ def test_bad_batches_and_thread_counts_are_refused(tiny_plate: Path) -> None:
     reader = open_plate(tiny_plate, "direct")
     one = np.ones(1, dtype=np.int64)
     with pytest.raises(ConfigError, match="region 0"):
-        reader.read_regions(Regions(one, one * 190, one * 210, one, one * 9, one * 0, one * 0),
-                            np.empty((1, 5, 20, 8), dtype=np.uint16))
+        reader.read_regions(
+            Regions(one, one * 190, one * 210, one, one * 9, one * 0, one * 0), np.empty((1, 5, 20, 8), dtype=np.uint16)
+        )
     with pytest.raises(ConfigError, match="out has shape"):
-        reader.read_regions(Regions(one, one, one * 9, one, one * 9, one * 0, one * 0),
-                            np.empty((2, 5, 8, 8), dtype=np.uint16))
+        reader.read_regions(
+            Regions(one, one, one * 9, one, one * 9, one * 0, one * 0), np.empty((2, 5, 8, 8), dtype=np.uint16)
+        )
     with pytest.raises(ConfigError, match="decode_threads"):
         DirectChunkReader(read_plate_metadata(tiny_plate), decode_threads=0)

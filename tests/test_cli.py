@@ -27,12 +27,15 @@ def test_every_subcommand_has_help() -> None:
         assert exit_info.value.code == 0
 
 
-@pytest.mark.parametrize("args", [
-    ["run", "--plate", "/nonexistent/plate.zarr"],
-    ["generate", "--out", "/tmp/x.zarr", "--channels", "0"],
-    ["generate", "--out", "/tmp/x.zarr", "--shard", "100", "--chunk", "64"],
-    ["plot", "/nonexistent/results.jsonl"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--plate", "/nonexistent/plate.zarr"],
+        ["generate", "--out", "/tmp/x.zarr", "--channels", "0"],
+        ["generate", "--out", "/tmp/x.zarr", "--shard", "100", "--chunk", "64"],
+        ["plot", "/nonexistent/results.jsonl"],
+    ],
+)
 def test_user_errors_exit_2_with_one_line_and_no_traceback(args: list[str]) -> None:
     result = cropbench(*args)
     assert result.returncode == 2, result.stderr
@@ -46,20 +49,41 @@ def test_generate_refuses_to_overwrite_without_force(tmp_path: Path, tiny_plate:
 
 def test_generate_run_export_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plate = tmp_path / "p.zarr"
-    assert main(["generate", "--out", str(plate), "--rows", "1", "--columns", "1", "--fields", "2",
-                 "--height", "192", "--width", "192", "--cells", "20", "--chunk", "64", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--out",
+                str(plate),
+                "--rows",
+                "1",
+                "--columns",
+                "1",
+                "--fields",
+                "2",
+                "--height",
+                "192",
+                "--width",
+                "192",
+                "--cells",
+                "20",
+                "--chunk",
+                "64",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "ratio" in capsys.readouterr().out
     out = tmp_path / "out"
-    assert main(["run", "--plate", str(plate), "--out", str(out), "--samples", "30", "--no-progress",
-                 "--plot"]) == 0
+    assert main(["run", "--plate", str(plate), "--out", str(out), "--samples", "30", "--no-progress", "--plot"]) == 0
     printed = capsys.readouterr().out
     assert "samples/s" in printed and "track1_latency_throughput.png" in printed
     rows = read_records(out / "results.jsonl")
     assert rows and all(r.track == "1" for r in rows)
     assert rows[0].environment["storage"]["path"] and rows[0].environment["packages"]["torch"]
     assert (out / "results.csv").read_text().count("\n") == len(rows) + 1
-    assert main(["run", "--plate", str(plate), "--out", str(out), "--samples", "30", "--no-progress",
-                 "--resume"]) == 0
+    assert main(["run", "--plate", str(plate), "--out", str(out), "--samples", "30", "--no-progress", "--resume"]) == 0
     assert len(read_records(out / "results.jsonl")) == len(rows), "resume skips recorded cases"
     assert main(["export", str(out / "results.jsonl"), "--csv", str(tmp_path / "x.csv")]) == 0
 
@@ -85,8 +109,10 @@ def test_help_lists_values_compactly() -> None:
     assert "validity flags" in smoke_help
 
 
-@pytest.mark.parametrize("args", [["run", "--plate", "x", "--preset", "huge"], ["bogus"], ["run"],
-                                  ["generate", "--out", "x", "--rows", "two"]])
+@pytest.mark.parametrize(
+    "args",
+    [["run", "--plate", "x", "--preset", "huge"], ["bogus"], ["run"], ["generate", "--out", "x", "--rows", "two"]],
+)
 def test_usage_errors_are_one_line_with_a_hint(args: list[str]) -> None:
     result = cropbench(*args)
     assert result.returncode == 2
@@ -95,17 +121,37 @@ def test_usage_errors_are_one_line_with_a_hint(args: list[str]) -> None:
 
 
 def test_bad_knobs_exit_2_with_one_line_and_leave_nothing(tiny_plate: Path, tmp_path: Path) -> None:
-    for args in (["run", "--plate", str(tiny_plate), "--torch-threads", "-3", "--out", str(tmp_path / "o")],
-                 ["generate", "--out", str(tmp_path / "p.zarr"), "--channels-per-chunk", "3", "--shard", "-1",
-                  "--rows", "1", "--columns", "1", "--fields", "1", "--height", "64", "--width", "64"]):
+    for args in (
+        ["run", "--plate", str(tiny_plate), "--torch-threads", "-3", "--out", str(tmp_path / "o")],
+        [
+            "generate",
+            "--out",
+            str(tmp_path / "p.zarr"),
+            "--channels-per-chunk",
+            "3",
+            "--shard",
+            "-1",
+            "--rows",
+            "1",
+            "--columns",
+            "1",
+            "--fields",
+            "1",
+            "--height",
+            "64",
+            "--width",
+            "64",
+        ],
+    ):
         result = cropbench(*args, "--no-progress")
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("cropbench: error:")
     assert not (tmp_path / "p.zarr").exists() and not list(tmp_path.glob(".p.zarr*"))
 
 
-def test_an_os_error_is_one_line_naming_the_path(monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_os_error_is_one_line_naming_the_path(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from cropbench import cli
 
     def read_only(args: object) -> int:
@@ -129,5 +175,6 @@ def test_a_worker_error_is_unwrapped_to_its_cause() -> None:
     with pytest.raises(StoreError) as raised:
         wrapped.reraise()
     assert len(str(raised.value).splitlines()) > 2, "torch's wrapping: the cause is on the last line"
-    assert one_line(raised.value) == ("chunk c/0/1/1 of A/1/0/0 cannot be decoded (corrupt chunk): "
-                                      "crc32c checksum mismatch")
+    assert one_line(raised.value) == (
+        "chunk c/0/1/1 of A/1/0/0 cannot be decoded (corrupt chunk): crc32c checksum mismatch"
+    )

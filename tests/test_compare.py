@@ -14,12 +14,14 @@ from cropbench.tracks.layouts import LayoutComparison, Layouts
 
 
 def test_rows_carry_sizes_throughputs_amplification_and_ratios(tiny_plate: Path, tmp_path: Path) -> None:
-    comparison = LayoutComparison(layouts=("tiles-zstd", "tiff-zlib", "sharded-none"), samples=60, warmup=10,
-                                  repeats=2, crop_size=32)
+    comparison = LayoutComparison(
+        layouts=("tiles-zstd", "tiff-zlib", "sharded-none"), samples=60, warmup=10, repeats=2, crop_size=32
+    )
     emitted: list[Record] = []
     records = run_tracks([Layouts(comparison, tmp_path / "work")], "smoke", RunContext(tiny_plate), emitted.append)
-    assert [r.case for r in records] == ["memmap", "tiles-zstd", "tiff-zlib", "sharded-none"] == [
-        r.case for r in emitted]
+    assert (
+        [r.case for r in records] == ["memmap", "tiles-zstd", "tiff-zlib", "sharded-none"] == [r.case for r in emitted]
+    )
     by_case = {r.case: r.metrics for r in records}
     assert by_case["memmap"]["random_ratio_to_memmap"] == 1.0
     assert by_case["memmap"]["compression_ratio"] == pytest.approx(1.0, rel=0.01)
@@ -27,7 +29,8 @@ def test_rows_carry_sizes_throughputs_amplification_and_ratios(tiny_plate: Path,
     for metrics in by_case.values():
         assert metrics["random_crops_per_s"] > 0 and metrics["grouped_crops_per_s"] > 0
         assert metrics["random_ratio_to_memmap"] == pytest.approx(
-            metrics["random_crops_per_s"] / by_case["memmap"]["random_crops_per_s"])
+            metrics["random_crops_per_s"] / by_case["memmap"]["random_crops_per_s"]
+        )
         assert metrics["write_seconds"] > 0 and metrics["stored_bytes"] > 0
         assert metrics["random_crops_per_s_min"] <= metrics["random_crops_per_s"] <= metrics["random_crops_per_s_max"]
         assert "random_decode_amplification" in metrics and "grouped_chunks_touched_per_crop" in metrics
@@ -42,11 +45,29 @@ def test_bad_comparisons_are_config_errors() -> None:
         LayoutComparison(samples=0)
 
 
-def test_cli_writes_rows_csv_and_the_figure(tiny_plate: Path, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_writes_rows_csv_and_the_figure(
+    tiny_plate: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
-    code = main(["compare-layouts", "--plate", str(tiny_plate), "--layout", "tiff", "--out", str(out),
-                 "--samples", "40", "--warmup", "5", "--repeats", "1", "--keep", "--no-progress"])
+    code = main(
+        [
+            "compare-layouts",
+            "--plate",
+            str(tiny_plate),
+            "--layout",
+            "tiff",
+            "--out",
+            str(out),
+            "--samples",
+            "40",
+            "--warmup",
+            "5",
+            "--repeats",
+            "1",
+            "--keep",
+            "--no-progress",
+        ]
+    )
     assert code == 0
     assert [r.case for r in read_records(out / "results.jsonl")] == ["memmap", "tiff"]
     assert (out / "results.csv").is_file() and (out / "plots" / "layouts_comparison.png").is_file()

@@ -21,13 +21,16 @@ from cropbench.plates.generate import generate_plate
 def _regions(seed: int = 3) -> list[tuple[int, int, int, int, int, np.ndarray | None]]:
     rng = np.random.default_rng(seed)
     regions: list[tuple[int, int, int, int, int, np.ndarray | None]] = [
-        (0, 0, 200, 0, 240, None), (3, 150, 200, 190, 240, np.array([4, 0])), (1, 0, 1, 0, 1, np.array([2])),
+        (0, 0, 200, 0, 240, None),
+        (3, 150, 200, 190, 240, np.array([4, 0])),
+        (1, 0, 1, 0, 1, np.array([2])),
     ]
     for _ in range(12):
         y0, x0 = int(rng.integers(0, 190)), int(rng.integers(0, 230))
         channels = None if rng.random() < 0.5 else np.sort(rng.choice(5, 2, replace=False))
-        regions.append((int(rng.integers(0, 4)), y0, int(rng.integers(y0 + 1, 201)), x0,
-                        int(rng.integers(x0 + 1, 241)), channels))
+        regions.append(
+            (int(rng.integers(0, 4)), y0, int(rng.integers(y0 + 1, 201)), x0, int(rng.integers(x0 + 1, 241)), channels)
+        )
     return regions
 
 
@@ -39,7 +42,10 @@ def reference(tiny_plate: Path) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_every_layout_and_decode_path_returns_identical_bytes(
-    tiny_plate: Path, reference: list[np.ndarray], tmp_path: Path, name: str,
+    tiny_plate: Path,
+    reference: list[np.ndarray],
+    tmp_path: Path,
+    name: str,
 ) -> None:
     if name in OPTIONAL_LAYOUTS and not ome_arrow_available():
         pytest.skip(f"layout {name} needs the optional extra [arrow]: .venv/bin/pip install -e '.[arrow]'")
@@ -87,8 +93,16 @@ def test_layouts_convert_into_each_other_and_track_their_origin(tiny_plate: Path
 
 
 def test_materialized_layouts_are_reused_until_the_source_changes(tmp_path: Path) -> None:
-    spec = PlateSpec(name="small", rows=1, columns=1, fields_per_well=1, channels=2, field_height=96,
-                     field_width=96, cells_per_field=5)
+    spec = PlateSpec(
+        name="small",
+        rows=1,
+        columns=1,
+        fields_per_well=1,
+        channels=2,
+        field_height=96,
+        field_width=96,
+        cells_per_field=5,
+    )
     source = tmp_path / "small.zarr"
     generate_plate(source, spec, LAYOUTS["default"], progress=False)
     path = materialize_layout(source, "memmap")
@@ -105,7 +119,9 @@ def test_materialized_layouts_are_reused_until_the_source_changes(tmp_path: Path
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_batched_items_equal_single_items_on_every_layout_and_decode_path(
-    tiny_plate: Path, tmp_path: Path, name: str,
+    tiny_plate: Path,
+    tmp_path: Path,
+    name: str,
 ) -> None:
     if name in OPTIONAL_LAYOUTS and not ome_arrow_available():
         pytest.skip(f"layout {name} needs the optional extra [arrow]: .venv/bin/pip install -e '.[arrow]'")
@@ -116,5 +132,6 @@ def test_batched_items_equal_single_items_on_every_layout_and_decode_path(
             config = CropConfig(crop_size=48, dtype="uint16", decode=decode, channels=channels)
             batched, single = CropDataset(converted.path, config), CropDataset(converted.path, config)
             expected = np.stack([single.read_raw(i) for i in indices])
-            np.testing.assert_array_equal(batched.__getitems__(indices).image.numpy(), expected,
-                                          err_msg=f"{name}/{decode}/{channels}")
+            np.testing.assert_array_equal(
+                batched.__getitems__(indices).image.numpy(), expected, err_msg=f"{name}/{decode}/{channels}"
+            )

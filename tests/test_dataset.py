@@ -18,8 +18,19 @@ from cropbench.errors import ConfigError, ObjectTableError
 from cropbench.formats import read_plate_metadata
 from cropbench.objects import ObjectTable, read_object_table
 
-KEYS = {"image", "object_id", "plate", "well", "field", "field_index", "centroid_y", "centroid_x",
-        "crop_y0", "crop_x0", "index"}
+KEYS = {
+    "image",
+    "object_id",
+    "plate",
+    "well",
+    "field",
+    "field_index",
+    "centroid_y",
+    "centroid_x",
+    "crop_y0",
+    "crop_x0",
+    "index",
+}
 
 
 def test_item_is_a_dict_with_metadata_and_a_chw_tensor(tiny_plate: Path) -> None:
@@ -31,9 +42,15 @@ def test_item_is_a_dict_with_metadata_and_a_chw_tensor(tiny_plate: Path) -> None
     assert len(dataset) == len(read_object_table(tiny_plate))
 
 
-@pytest.mark.parametrize(("dtype", "torch_dtype"), [
-    ("uint16", torch.uint16), ("float32", torch.float32), ("float16", torch.float16), ("bfloat16", torch.bfloat16),
-])
+@pytest.mark.parametrize(
+    ("dtype", "torch_dtype"),
+    [
+        ("uint16", torch.uint16),
+        ("float32", torch.float32),
+        ("float16", torch.float16),
+        ("bfloat16", torch.bfloat16),
+    ],
+)
 def test_output_dtype(tiny_plate: Path, dtype: str, torch_dtype: torch.dtype) -> None:
     assert CropDataset(tiny_plate, CropConfig(crop_size=16, dtype=dtype))[3]["image"].dtype == torch_dtype
 
@@ -58,15 +75,19 @@ def test_crop_equals_the_numpy_slice_around_the_centroid(tiny_plate: Path) -> No
         field = zarr.open_array(str(tiny_plate / metadata.fields[item["field_index"]].path))[...]
         y0, x0 = int(np.floor(item["centroid_y"] - 9)), int(np.floor(item["centroid_x"] - 9))
         assert (item["crop_y0"], item["crop_x0"]) == (y0, x0)
-        assert np.array_equal(item["image"].numpy(), field[:, y0:y0 + 20, x0:x0 + 20])
+        assert np.array_equal(item["image"].numpy(), field[:, y0 : y0 + 20, x0 : x0 + 20])
 
 
 @pytest.mark.parametrize("size", [20, 21, 33, 96])
 def test_window_centre_is_within_half_a_pixel_of_the_centroid(tiny_plate: Path, size: int) -> None:
     """Window start floor(c - (size - 1) / 2 + 1 / 2): centre start + (size - 1) / 2 is at most 0.5 px off."""
     dataset = CropDataset(tiny_plate, CropConfig(crop_size=size, border="pad"))
-    offsets = np.concatenate([dataset.window_y0 + (size - 1) / 2 - dataset.centroid_y,
-                              dataset.window_x0 + (size - 1) / 2 - dataset.centroid_x])
+    offsets = np.concatenate(
+        [
+            dataset.window_y0 + (size - 1) / 2 - dataset.centroid_y,
+            dataset.window_x0 + (size - 1) / 2 - dataset.centroid_x,
+        ]
+    )
     assert np.all(np.abs(offsets) <= 0.5) and np.ptp(offsets) > 0.5  # fractional centroids, both sides
 
 
@@ -75,12 +96,16 @@ def test_labels_come_with_each_item_and_collate_into_a_batch(tiny_plate: Path, t
     table = read_object_table(tiny_plate)
     treatments = np.array(["taxol", "DMSO", None], dtype=object)[np.arange(len(table)) % 3]
     labelled = ObjectTable.from_columns(
-        well=table.well, field=table.field, centroid_y=table.centroid_y, centroid_x=table.centroid_x,
+        well=table.well,
+        field=table.field,
+        centroid_y=table.centroid_y,
+        centroid_x=table.centroid_x,
         extra={"treatment": treatments, "dose": np.arange(len(table)) * 0.5},
     )
     labelled.write(tmp_path / "cells.parquet")
-    dataset = CropDataset(tiny_plate, CropConfig(crop_size=16), objects=tmp_path / "cells.parquet",
-                          labels=["treatment", "dose"])
+    dataset = CropDataset(
+        tiny_plate, CropConfig(crop_size=16), objects=tmp_path / "cells.parquet", labels=["treatment", "dose"]
+    )
     assert dataset.label_classes == {"treatment": ("DMSO", "taxol")}
     assert dataset[1]["labels"] == {"treatment": 0, "dose": 0.5} and dataset[2]["labels"]["treatment"] == -1
     batch = next(iter(DataLoader(dataset, batch_size=6, collate_fn=default_collate)))
@@ -92,8 +117,12 @@ def test_labels_come_with_each_item_and_collate_into_a_batch(tiny_plate: Path, t
 
 
 def _edge_table(plate: Path) -> ObjectTable:
-    return ObjectTable.from_columns(well=np.array(["A1", "A1"]), field=np.array([0, 0]),
-                                    centroid_y=np.array([2.0, 100.0]), centroid_x=np.array([3.0, 120.0]))
+    return ObjectTable.from_columns(
+        well=np.array(["A1", "A1"]),
+        field=np.array([0, 0]),
+        centroid_y=np.array([2.0, 100.0]),
+        centroid_x=np.array([3.0, 120.0]),
+    )
 
 
 def test_border_policies(tiny_plate: Path) -> None:
@@ -109,8 +138,10 @@ def test_border_policies(tiny_plate: Path) -> None:
 
 
 def test_all_decode_paths_give_identical_tensors(layout_plate: Path) -> None:
-    datasets = [CropDataset(layout_plate, CropConfig(crop_size=40, tier="typical", decode=d, seed=3))
-                for d in ("zarr", "direct", "field")]
+    datasets = [
+        CropDataset(layout_plate, CropConfig(crop_size=40, tier="typical", decode=d, seed=3))
+        for d in ("zarr", "direct", "field")
+    ]
     for index in range(0, len(datasets[0]), 5):
         first = datasets[0][index]["image"]
         for other in datasets[1:]:
@@ -148,17 +179,20 @@ def test_default_collate_and_dataloader_workers(tiny_plate: Path) -> None:
 
 
 def test_bad_object_tables_are_named(tiny_plate: Path) -> None:
-    unknown_well = ObjectTable.from_columns(well=np.array(["H12"]), field=np.array([0]),
-                                            centroid_y=np.array([5.0]), centroid_x=np.array([5.0]))
+    unknown_well = ObjectTable.from_columns(
+        well=np.array(["H12"]), field=np.array([0]), centroid_y=np.array([5.0]), centroid_x=np.array([5.0])
+    )
     with pytest.raises(ObjectTableError, match="H12"):
         CropDataset(tiny_plate, objects=unknown_well)
-    outside = ObjectTable.from_columns(well=np.array(["A1"]), field=np.array([0]),
-                                       centroid_y=np.array([500.0]), centroid_x=np.array([5.0]))
+    outside = ObjectTable.from_columns(
+        well=np.array(["A1"]), field=np.array([0]), centroid_y=np.array([500.0]), centroid_x=np.array([5.0])
+    )
     with pytest.raises(ObjectTableError, match="outside"):
         CropDataset(tiny_plate, objects=outside)
     with pytest.raises(ObjectTableError, match="NaN"):
-        ObjectTable.from_columns(well=np.array(["A1"]), field=np.array([0]),
-                                 centroid_y=np.array([np.nan]), centroid_x=np.array([5.0]))
+        ObjectTable.from_columns(
+            well=np.array(["A1"]), field=np.array([0]), centroid_y=np.array([np.nan]), centroid_x=np.array([5.0])
+        )
     with pytest.raises(ConfigError, match="larger than the field"):
         CropDataset(tiny_plate, CropConfig(crop_size=512))
 
@@ -188,8 +222,7 @@ def test_a_crop_batch_is_a_sequence_of_items_for_any_collate(tiny_plate: Path) -
     dataset = CropDataset(tiny_plate, CropConfig(crop_size=32, dtype="uint16"))
     batch = dataset.__getitems__([3, 1, 2])
     assert len(batch) == 3 and torch.equal(batch[1]["image"], dataset[1]["image"])
-    assert {k: v for k, v in batch[1].items() if k != "image"} == {
-        k: v for k, v in dataset[1].items() if k != "image"}
+    assert {k: v for k, v in batch[1].items() if k != "image"} == {k: v for k, v in dataset[1].items() if k != "image"}
     stacked, passed_on = default_collate(batch), batch_collate(batch)
     assert torch.equal(stacked["image"], passed_on["image"]) and passed_on["image"] is batch.image
     with pytest.raises(IndexError):
@@ -203,7 +236,7 @@ def test_decode_threads_do_not_change_the_bytes(layout_plate: Path, threads: int
     threaded = CropDataset(layout_plate, config.replace(decode_threads=threads))
     order = np.random.default_rng(6).permutation(len(single))
     for start in range(0, len(order), 32):
-        indices = order[start:start + 32].tolist()
+        indices = order[start : start + 32].tolist()
         assert torch.equal(threaded.__getitems__(indices).image, single.__getitems__(indices).image)
     for index in order[:10].tolist():
         assert torch.equal(threaded[index]["image"], single[index]["image"])

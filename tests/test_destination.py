@@ -16,8 +16,17 @@ from cropbench.plates import generate as generate_module
 from cropbench.plates.convert import convert_plate, materialize_layout
 from cropbench.plates.generate import generate_plate
 
-SMALL = PlateSpec(name="small", rows=1, columns=1, fields_per_well=2, channels=2, field_height=64, field_width=64,
-                  cells_per_field=4, seed=1)
+SMALL = PlateSpec(
+    name="small",
+    rows=1,
+    columns=1,
+    fields_per_well=2,
+    channels=2,
+    field_height=64,
+    field_width=64,
+    cells_per_field=4,
+    seed=1,
+)
 
 
 def _user_folder(path: Path) -> Path:
@@ -44,11 +53,38 @@ def test_a_layout_dir_cropbench_did_not_write_is_refused(tiny_plate: Path, tmp_p
 
 def test_cli_run_and_compare_layouts_refuse_a_users_folder(tiny_plate: Path, tmp_path: Path) -> None:
     user_file = _user_folder(tmp_path / "dir" / "tiff")
-    for args in (["run", "--plate", str(tiny_plate), "--layout", "tiff", "--layout-dir", str(tmp_path / "dir"),
-                  "--out", str(tmp_path / "out"), "--no-progress"],
-                 ["compare-layouts", "--plate", str(tiny_plate), "--layout", "tiff", "--work", str(tmp_path / "dir"),
-                  "--out", str(tmp_path / "cmp"), "--samples", "5", "--warmup", "0", "--repeats", "1",
-                  "--no-progress"]):
+    for args in (
+        [
+            "run",
+            "--plate",
+            str(tiny_plate),
+            "--layout",
+            "tiff",
+            "--layout-dir",
+            str(tmp_path / "dir"),
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ],
+        [
+            "compare-layouts",
+            "--plate",
+            str(tiny_plate),
+            "--layout",
+            "tiff",
+            "--work",
+            str(tmp_path / "dir"),
+            "--out",
+            str(tmp_path / "cmp"),
+            "--samples",
+            "5",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--no-progress",
+        ],
+    ):
         result = _cli(*args)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
@@ -70,8 +106,23 @@ def test_only_a_copy_of_the_same_source_in_the_same_layout_is_replaced(tiny_plat
 
 def test_generate_force_replaces_only_a_cropbench_plate(tmp_path: Path) -> None:
     user_file = _user_folder(tmp_path / "data")
-    result = _cli("generate", "--out", str(tmp_path / "data"), "--force", "--rows", "1", "--columns", "1",
-                  "--fields", "1", "--height", "64", "--width", "64", "--no-progress")
+    result = _cli(
+        "generate",
+        "--out",
+        str(tmp_path / "data"),
+        "--force",
+        "--rows",
+        "1",
+        "--columns",
+        "1",
+        "--fields",
+        "1",
+        "--height",
+        "64",
+        "--width",
+        "64",
+        "--no-progress",
+    )
     assert result.returncode == 2 and "refusing to replace" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and user_file.exists()
     (tmp_path / "file.zarr").write_text("not a folder")

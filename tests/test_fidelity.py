@@ -20,8 +20,10 @@ from cropbench.tracks.track1 import case_fidelity_hash
 @pytest.mark.parametrize("access", ["random", "paired", "chunk-aware"])
 def test_every_decode_path_has_the_same_fidelity_hash(layout_plate: Path, access: str) -> None:
     crop = CropConfig(crop_size=32, tier="typical", seed=5)
-    hashes = {decode: case_fidelity_hash(layout_plate, Track1Case(crop=crop.replace(decode=decode), access=access))
-              for decode in ("zarr", "direct", "field")}
+    hashes = {
+        decode: case_fidelity_hash(layout_plate, Track1Case(crop=crop.replace(decode=decode), access=access))
+        for decode in ("zarr", "direct", "field")
+    }
     assert len(set(hashes.values())) == 1, hashes
 
 
@@ -37,8 +39,16 @@ class OffByOneReader:
         self.inner = open_plate(plate, "direct")
         self.metadata = self.inner.metadata
 
-    def read_region(self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-                    channels: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    def read_region(
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
         result = self.inner.read_region(field_index, y0, y1, x0, x1, channels, out)
         result[0, 0, 0] += 1
         return result
@@ -49,19 +59,20 @@ def test_a_path_that_changes_one_pixel_changes_the_hash(tiny_plate: Path) -> Non
     honest = CropDataset(tiny_plate, crop)
     broken = CropDataset(tiny_plate, crop, reader=OffByOneReader(tiny_plate))  # type: ignore[arg-type]
     assert fidelity_hash((honest[i] for i in range(8)), honest.channel_names) != fidelity_hash(
-        (broken[i] for i in range(8)), broken.channel_names)
+        (broken[i] for i in range(8)), broken.channel_names
+    )
 
 
 def test_the_hash_covers_dtype_channel_order_and_coordinates(tiny_plate: Path) -> None:
     base = CropDataset(tiny_plate, CropConfig(crop_size=16, dtype="float32"))
     half = CropDataset(tiny_plate, CropConfig(crop_size=16, dtype="float16"))
-    reordered = CropDataset(tiny_plate, CropConfig(crop_size=16, dtype="float32", channels=("ER", "DNA", "RNA",
-                                                                                             "AGP", "Mito")))
+    reordered = CropDataset(
+        tiny_plate, CropConfig(crop_size=16, dtype="float32", channels=("ER", "DNA", "RNA", "AGP", "Mito"))
+    )
     digests = {fidelity_hash((d[i] for i in range(4)), d.channel_names) for d in (base, half, reordered)}
     assert len(digests) == 3
     shifted = [dict(base[i], crop_y0=base[i]["crop_y0"] + 1) for i in range(4)]
-    assert fidelity_hash(shifted, base.channel_names) != fidelity_hash((base[i] for i in range(4)),
-                                                                     base.channel_names)
+    assert fidelity_hash(shifted, base.channel_names) != fidelity_hash((base[i] for i in range(4)), base.channel_names)
 
 
 @pytest.mark.slow
@@ -69,8 +80,9 @@ def test_workers_0_1_2_deliver_byte_identical_batches(tiny_plate: Path) -> None:
     dataset = CropDataset(tiny_plate, CropConfig(crop_size=24, tier="typical", seed=9))
     digests = []
     for workers in (0, 1, 2):
-        loader = DataLoader(dataset, batch_size=7, sampler=RandomObjectSampler(len(dataset), seed=3),
-                            num_workers=workers)
+        loader = DataLoader(
+            dataset, batch_size=7, sampler=RandomObjectSampler(len(dataset), seed=3), num_workers=workers
+        )
         batches = list(loader)
         assert all(isinstance(b["image"], torch.Tensor) for b in batches)
         digests.append(fidelity_hash(batches, dataset.channel_names))

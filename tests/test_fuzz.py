@@ -33,16 +33,28 @@ from cropbench.plates.convert import convert_plate
 from cropbench.plates.generate import generate_plate
 from cropbench.records import Record, RecordWriter
 
-FUZZ_SPEC = PlateSpec(name="fuzz", rows=1, columns=1, fields_per_well=2, channels=2, field_height=64,
-                      field_width=64, cells_per_field=6, seed=3)
+FUZZ_SPEC = PlateSpec(
+    name="fuzz",
+    rows=1,
+    columns=1,
+    fields_per_well=2,
+    channels=2,
+    field_height=64,
+    field_width=64,
+    cells_per_field=6,
+    seed=3,
+)
 DECODES = {"ome-zarr": ("zarr", "direct"), "tiff": ("direct", "zarr"), "memmap": ("direct",)}
 MUTATIONS = ("truncate", "flip", "delete")
 BAD_JSON = ("", "{", "[]", "null", "{}", '{"zarr_format": 3, "node_type": "group", "attributes": []}')
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.blake2b(p.read_bytes(), digest_size=8).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.blake2b(p.read_bytes(), digest_size=8).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _mutate(path: Path, how: str) -> None:
@@ -70,17 +82,23 @@ def _with_crc32c(plate: Path) -> None:
     for info in read_plate_metadata(plate).fields:
         array = zarr.open_array(str(plate / info.path), mode="r")
         data, attributes, names = array[:], dict(array.attrs), array.metadata.dimension_names
-        zarr.create_array(str(plate / info.path), shape=array.shape, chunks=array.chunks, dtype=array.dtype,
-                          compressors=[ZstdCodec(level=1), Crc32cCodec()], dimension_names=names,
-                          attributes=attributes, overwrite=True)[:] = data
+        zarr.create_array(
+            str(plate / info.path),
+            shape=array.shape,
+            chunks=array.chunks,
+            dtype=array.dtype,
+            compressors=[ZstdCodec(level=1), Crc32cCodec()],
+            dimension_names=names,
+            attributes=attributes,
+            overwrite=True,
+        )[:] = data
 
 
 @pytest.fixture(scope="module")
 def plates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("fuzz-plates")
     source = root / "ome-zarr"
-    generate_plate(source, FUZZ_SPEC, LAYOUTS["tiles"] if "tiles" in LAYOUTS else LAYOUTS["default"],
-                   progress=False)
+    generate_plate(source, FUZZ_SPEC, LAYOUTS["tiles"] if "tiles" in LAYOUTS else LAYOUTS["default"], progress=False)
     convert_plate(source, root / "tiff", LAYOUTS["tiff"])
     convert_plate(source, root / "memmap", LAYOUTS["memmap"])
     shutil.copytree(source, root / "crc32c")
@@ -102,20 +120,26 @@ def _plate_cases() -> list[tuple[str, str, str]]:
 def _file_of(plate: Path, kind: str) -> Path:
     info = read_plate_metadata(plate).fields[-1]
     array = plate / info.path
-    named = {"zarr.json": plate, "well zarr.json": array.parent.parent, "image zarr.json": array.parent,
-             "array zarr.json": array}
+    named = {
+        "zarr.json": plate,
+        "well zarr.json": array.parent.parent,
+        "image zarr.json": array.parent,
+        "array zarr.json": array,
+    }
     if kind in named:
         return named[kind] / "zarr.json"
     if kind == "chunk":
         return sorted(p for p in (array / "c").rglob("*") if p.is_file())[-1]
     if kind in ("tif", "pixels"):
-        return sorted(p for p in plate.rglob("*") if p.is_file() and
-                      (p.suffix in (".tif", ".tiff") if kind == "tif" else p.suffix == ".raw"))[-1]
+        return sorted(
+            p
+            for p in plate.rglob("*")
+            if p.is_file() and (p.suffix in (".tif", ".tiff") if kind == "tif" else p.suffix == ".raw")
+        )[-1]
     return plate / kind
 
 
-def _assert_outcome(plate: Path, decodes: tuple[str, ...], reference: dict[str, list[np.ndarray]],
-                    strict: bool) -> str:
+def _assert_outcome(plate: Path, decodes: tuple[str, ...], reference: dict[str, list[np.ndarray]], strict: bool) -> str:
     outcomes = []
     for decode in decodes:
         try:
@@ -136,7 +160,11 @@ def _assert_outcome(plate: Path, decodes: tuple[str, ...], reference: dict[str, 
 
 @pytest.mark.parametrize(("name", "kind", "how"), _plate_cases(), ids=["-".join(c) for c in _plate_cases()])
 def test_a_damaged_plate_file_is_an_error_or_the_same_crops(
-    plates: dict[str, Path], tmp_path: Path, name: str, kind: str, how: str,
+    plates: dict[str, Path],
+    tmp_path: Path,
+    name: str,
+    kind: str,
+    how: str,
 ) -> None:
     decodes = DECODES["ome-zarr" if name == "crc32c" else name]
     reference = {decode: _crops(plates[name], decode) for decode in decodes}
@@ -156,7 +184,10 @@ def _documents(plate: Path) -> list[Path]:
 @pytest.mark.parametrize("name", ["ome-zarr", "tiff"])
 @pytest.mark.parametrize("text", BAD_JSON, ids=[f"json{i}" for i in range(len(BAD_JSON))])
 def test_malformed_json_in_every_metadata_document_is_an_error_or_the_same_crops(
-    plates: dict[str, Path], tmp_path: Path, name: str, text: str,
+    plates: dict[str, Path],
+    tmp_path: Path,
+    name: str,
+    text: str,
 ) -> None:
     decodes = DECODES[name]
     reference = {decode: _crops(plates[name], decode) for decode in decodes}
@@ -170,17 +201,19 @@ def test_malformed_json_in_every_metadata_document_is_an_error_or_the_same_crops
 
 
 def _record(case: str) -> Record:
-    return Record(track="1", case=case, config={"crop": {"crop_size": 24}}, metrics={"samples_per_s": 10.0},
-                  environment={})
+    return Record(
+        track="1", case=case, config={"crop": {"crop_size": 24}}, metrics={"samples_per_s": 10.0}, environment={}
+    )
 
 
 RESULTS_DAMAGE: dict[str, Callable[[bytes], bytes]] = {
     "truncate": lambda data: data[: len(data) // 2],
-    "flip": lambda data: data[: len(data) // 3] + b"\x00" + data[len(data) // 3 + 1:],
+    "flip": lambda data: data[: len(data) // 3] + b"\x00" + data[len(data) // 3 + 1 :],
     "garbage line": lambda data: data + b"garbage\n",
     "non-object": lambda data: b"[1, 2]\n" + data,
-    "metrics null": lambda data: data + json.dumps({**json.loads(data.splitlines()[0]), "metrics": None}).encode()
-    + b"\n",
+    "metrics null": lambda data: (
+        data + json.dumps({**json.loads(data.splitlines()[0]), "metrics": None}).encode() + b"\n"
+    ),
     "other schema": lambda data: data + b'{"schema_version": 7}\n',
     "not utf-8": lambda data: data + b"\xff\xfe\n",
     "empty": lambda data: b"",
@@ -190,7 +223,10 @@ RESULTS_DAMAGE: dict[str, Callable[[bytes], bytes]] = {
 @pytest.mark.parametrize("command", ["summary", "export", "writer"])
 @pytest.mark.parametrize("damage", sorted(RESULTS_DAMAGE))
 def test_a_damaged_results_file_is_one_line_or_works(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, damage: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    damage: str,
 ) -> None:
     out = tmp_path / "out"
     results = out / "results.jsonl"
@@ -202,16 +238,19 @@ def test_a_damaged_results_file_is_one_line_or_works(
     capsys.readouterr()
     if command == "writer":
         try:
-            with pytest.warns(RuntimeWarning, match="torn") if damage == "truncate" else _no_warning(), \
-                    RecordWriter(results) as writer:
+            with (
+                pytest.warns(RuntimeWarning, match="torn") if damage == "truncate" else _no_warning(),
+                RecordWriter(results) as writer,
+            ):
                 writer.write(_record("d"))
             code = 0
         except CropbenchError as error:
             code, message = 2, one_line(error)
             assert "\n" not in message
     else:
-        args = {"summary": ["summary", str(results)],
-                "export": ["export", str(results), "--csv", str(out / "x.csv")]}[command]
+        args = {"summary": ["summary", str(results)], "export": ["export", str(results), "--csv", str(out / "x.csv")]}[
+            command
+        ]
         with pytest.warns(RuntimeWarning) if damage == "truncate" else _no_warning():
             code = main(args)
         err = capsys.readouterr().err.strip().splitlines()
@@ -234,7 +273,10 @@ class _no_warning:
 
 @pytest.mark.parametrize("where", ["results", "tiff plate", "memmap plate"])
 def test_a_full_disk_is_one_line_and_leaves_no_partial_output(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
 ) -> None:
     def full(*args: Any, **kwargs: Any) -> Any:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -258,8 +300,26 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_output(
     else:
         monkeypatch.setattr(memmap_format.np, "memmap", full)
     layout = "tiff" if where == "tiff plate" else "memmap"
-    code = main(["generate", "--out", str(tmp_path / "out" / "p"), "--layout", layout, "--rows", "1",
-                 "--columns", "1", "--fields", "1", "--height", "64", "--width", "64", "--no-progress"])
+    code = main(
+        [
+            "generate",
+            "--out",
+            str(tmp_path / "out" / "p"),
+            "--layout",
+            layout,
+            "--rows",
+            "1",
+            "--columns",
+            "1",
+            "--fields",
+            "1",
+            "--height",
+            "64",
+            "--width",
+            "64",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "No space left" in err[0], err
     assert not (tmp_path / "out" / "p").exists() and not [p for p in (tmp_path / "out").iterdir()]

@@ -33,7 +33,7 @@ NF1_IMAGES = NF1 / "Plate_2_images"
 needs_nf1 = pytest.mark.skipif(
     not NF1_TABLE.is_file(),
     reason=f"NF1 subset not found at {NF1}: copy tests/data/cytotable/NF1_cellpainting_data_shrunken of "
-           "github.com/cytomining/CytoDataFrame (NF1 Cell Painting, Plate 2) there",
+    "github.com/cytomining/CytoDataFrame (NF1 Cell Painting, Plate 2) there",
 )
 
 HEIGHT, WIDTH = 60, 80
@@ -73,13 +73,17 @@ def _table(columns: dict[str, Callable[[dict[str, Any]], Any]]) -> pa.Table:
     return pa.table({name: [make(cell) for cell in cells] for name, make in columns.items()})
 
 
-def _cellprofiler_columns(names: dict[tuple[int, str], str], file_prefix: str = "Image_FileName_",
-                          meta: str = "Metadata_", suffix: str = "") -> dict[str, Callable[[dict[str, Any]], Any]]:
+def _cellprofiler_columns(
+    names: dict[tuple[int, str], str], file_prefix: str = "Image_FileName_", meta: str = "Metadata_", suffix: str = ""
+) -> dict[str, Callable[[dict[str, Any]], Any]]:
     columns: dict[str, Callable[[dict[str, Any]], Any]] = {
-        f"{meta}Plate{suffix}": lambda c: "P1", f"{meta}Well{suffix}": lambda c: c["well"],
+        f"{meta}Plate{suffix}": lambda c: "P1",
+        f"{meta}Well{suffix}": lambda c: c["well"],
         f"{meta}Site{suffix}": lambda c: c["site"],
-        "Nuclei_Location_Center_X": lambda c: c["nx"], "Nuclei_Location_Center_Y": lambda c: c["ny"],
-        "Cells_Location_Center_X": lambda c: c["cx"], "Cells_Location_Center_Y": lambda c: c["cy"],
+        "Nuclei_Location_Center_X": lambda c: c["nx"],
+        "Nuclei_Location_Center_Y": lambda c: c["ny"],
+        "Cells_Location_Center_X": lambda c: c["cx"],
+        "Cells_Location_Center_Y": lambda c: c["cy"],
         "Cells_AreaShape_BoundingBoxMinimum_X": lambda c: c["cx"] - 4.0,
         "Cells_AreaShape_BoundingBoxMinimum_Y": lambda c: c["cy"] - 5.0,
         "Cells_AreaShape_BoundingBoxMaximum_X": lambda c: c["cx"] + 4.0,
@@ -113,8 +117,9 @@ def images(tmp_path: Path) -> tuple[Path, dict[tuple[int, str], str]]:
 def test_image_filename_columns_with_metadata_prefix(images: tuple[Path, Any], tmp_path: Path) -> None:
     folder, names = images
     pq.write_table(_table(_cellprofiler_columns(names)), tmp_path / "cells.parquet")
-    imported = import_plate(tmp_path / "cells.parquet", folder, tmp_path / "p.zarr", layout_by_name("tiles"),
-                            progress=False)
+    imported = import_plate(
+        tmp_path / "cells.parquet", folder, tmp_path / "p.zarr", layout_by_name("tiles"), progress=False
+    )
     assert imported.fields == 3 and imported.objects == 6
     _check_plate(imported.path)
     metadata = read_plate_metadata(imported.path)
@@ -127,8 +132,13 @@ def test_image_filename_columns_with_metadata_prefix(images: tuple[Path, Any], t
 
 #: Compressions microscopes and image tools write (all lossless here), with the options that make them so.
 COMPRESSIONS = {
-    "lzw": {"predictor": True}, "zlib": {}, "deflate": {}, "zstd": {}, "packbits": {},
-    "jpeg2000": {"compressionargs": {"level": 0}}, "jpegxr": {"compressionargs": {"level": 1.0}},
+    "lzw": {"predictor": True},
+    "zlib": {},
+    "deflate": {},
+    "zstd": {},
+    "packbits": {},
+    "jpeg2000": {"compressionargs": {"level": 0}},
+    "jpegxr": {"compressionargs": {"level": 1.0}},
 }
 
 
@@ -140,8 +150,9 @@ def test_compressed_tiffs_import_exactly(tmp_path: Path, compression: str) -> No
     with tifffile.TiffFile(folder / names[(0, "DNA")]) as tiff:
         assert tiff.pages.first.compression.name == {"zlib": "ADOBE_DEFLATE"}.get(compression, compression.upper())
     pq.write_table(_table(_cellprofiler_columns(names)), tmp_path / "cells.parquet")
-    plate = import_plate(tmp_path / "cells.parquet", folder, tmp_path / "p", layout_by_name("default"),
-                         progress=False).path
+    plate = import_plate(
+        tmp_path / "cells.parquet", folder, tmp_path / "p", layout_by_name("default"), progress=False
+    ).path
     _check_plate(plate)
 
 
@@ -154,8 +165,9 @@ def test_orig_channels_pathnames_csv_and_image_metadata_prefix(tmp_path: Path) -
     pacsv.write_csv(_table(columns), tmp_path / "cells.csv")
     empty = tmp_path / "empty"
     empty.mkdir()
-    plate = import_plate(tmp_path / "cells.csv", empty, tmp_path / "p", layout_by_name("tiff-zlib"),
-                         progress=False).path
+    plate = import_plate(
+        tmp_path / "cells.csv", empty, tmp_path / "p", layout_by_name("tiff-zlib"), progress=False
+    ).path
     _check_plate(plate)
     assert read_plate_metadata(plate).layout == "tiff"
 
@@ -169,8 +181,12 @@ def test_merge_suffixes_and_compartment_choice_with_boxes(images: tuple[Path, An
     cells = _cells()
     np.testing.assert_allclose(plan.objects.centroid_x, [c["cx"] for c in cells])
     np.testing.assert_allclose(plan.objects.centroid_y, [c["cy"] for c in cells])
-    assert plan.objects.bbox[0].tolist() == [int(np.floor(cells[0]["cy"] - 5)), int(np.floor(cells[0]["cx"] - 4)),
-                                             int(np.ceil(cells[0]["cy"] + 5)), int(np.ceil(cells[0]["cx"] + 4))]
+    assert plan.objects.bbox[0].tolist() == [
+        int(np.floor(cells[0]["cy"] - 5)),
+        int(np.floor(cells[0]["cx"] - 4)),
+        int(np.ceil(cells[0]["cy"] + 5)),
+        int(np.ceil(cells[0]["cx"] + 4)),
+    ]
     with pytest.raises(ImportInputError, match="Cytoplasm_Location_Center_X"):
         plan_import(tmp_path / "cells.parquet", folder, ImportOptions(compartment="Cytoplasm"))
 
@@ -179,8 +195,9 @@ def test_channels_are_chosen_reordered_and_renamed(images: tuple[Path, Any], tmp
     folder, names = images
     pq.write_table(_table(_cellprofiler_columns(names)), tmp_path / "cells.parquet")
     options = ImportOptions(channels=ImportOptions.parse_channels(["Mito=MitoTracker", "DNA"]))
-    plate = import_plate(tmp_path / "cells.parquet", folder, tmp_path / "p", layout_by_name("memmap"), options,
-                         progress=False).path
+    plate = import_plate(
+        tmp_path / "cells.parquet", folder, tmp_path / "p", layout_by_name("memmap"), options, progress=False
+    ).path
     assert read_plate_metadata(plate).channel_names == ("MitoTracker", "DNA")
     _check_plate(plate, channel_sources=("Mito", "DNA"))
     with pytest.raises(ImportInputError, match="'GFP' is not in the input; channels: DNA, ER, Mito"):
@@ -199,14 +216,17 @@ def test_phenix_file_names_without_file_columns(tmp_path: Path) -> None:
             tifffile.imwrite(folder / name, _pixels(number, channel))
     tifffile.imwrite(folder / "r02c07f01p02-ch1sk1fk1fl1.tiff", np.zeros((HEIGHT, WIDTH), np.uint16))  # plane 2
     columns: dict[str, Callable[[dict[str, Any]], Any]] = {
-        "Metadata_Row": lambda c: ord(c["well"][0]) - ord("A") + 1, "Metadata_Col": lambda c: int(c["well"][1:]),
+        "Metadata_Row": lambda c: ord(c["well"][0]) - ord("A") + 1,
+        "Metadata_Col": lambda c: int(c["well"][1:]),
         "Metadata_Field": lambda c: c["site"],
-        "Location_Center_X": lambda c: c["nx"], "Location_Center_Y": lambda c: c["ny"],
+        "Location_Center_X": lambda c: c["nx"],
+        "Location_Center_Y": lambda c: c["ny"],
     }
     pq.write_table(_table(columns), tmp_path / "Nuclei.parquet")
     options = ImportOptions(channels=ImportOptions.parse_channels(["ch1=DNA", "ch2=ER", "ch3=Mito"]))
-    plate = import_plate(tmp_path / "Nuclei.parquet", folder, tmp_path / "p", layout_by_name("default"), options,
-                         progress=False).path
+    plate = import_plate(
+        tmp_path / "Nuclei.parquet", folder, tmp_path / "p", layout_by_name("default"), options, progress=False
+    ).path
     _check_plate(plate)
     assert read_plate_metadata(plate).name == "Nuclei"
 
@@ -247,14 +267,22 @@ def test_centroids_outside_the_field_are_refused(images: tuple[Path, Any], tmp_p
         plan_import(tmp_path / "cells.parquet", folder)
 
 
-@pytest.mark.parametrize(("drop", "message"), [
-    (("Metadata_Well",), "no well: looked for Metadata_Well, Image_Metadata_Well"),
-    (tuple(f"{c}_Location_Center_{a}" for c in ("Nuclei", "Cells") for a in "XY"),
-     "no object centroids: looked for Nuclei_Location_Center_X"),
-    (tuple(f"Image_FileName_{c}" for c in CHANNELS), "no file name columns.*Image_FileName_Orig<Channel>"),
-])
+@pytest.mark.parametrize(
+    ("drop", "message"),
+    [
+        (("Metadata_Well",), "no well: looked for Metadata_Well, Image_Metadata_Well"),
+        (
+            tuple(f"{c}_Location_Center_{a}" for c in ("Nuclei", "Cells") for a in "XY"),
+            "no object centroids: looked for Nuclei_Location_Center_X",
+        ),
+        (tuple(f"Image_FileName_{c}" for c in CHANNELS), "no file name columns.*Image_FileName_Orig<Channel>"),
+    ],
+)
 def test_tables_without_needed_columns_say_what_was_looked_for(
-    images: tuple[Path, Any], tmp_path: Path, drop: tuple[str, ...], message: str,
+    images: tuple[Path, Any],
+    tmp_path: Path,
+    drop: tuple[str, ...],
+    message: str,
 ) -> None:
     folder, names = images
     columns = _cellprofiler_columns(names)
@@ -277,13 +305,29 @@ def test_several_plates_need_a_choice(images: tuple[Path, Any], tmp_path: Path) 
 
 
 def test_cli_import_takes_layout_knobs_and_reports_errors(
-    images: tuple[Path, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    images: tuple[Path, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     folder, names = images
     pq.write_table(_table(_cellprofiler_columns(names)), tmp_path / "cells.parquet")
     args = ["import", "--table", str(tmp_path / "cells.parquet"), "--images", str(folder), "--no-progress"]
-    assert main([*args, "--out", str(tmp_path / "p"), "--layout", "channel-tiles", "--codec", "zstd",
-                 "--channel", "DNA=Hoechst"]) == 0
+    assert (
+        main(
+            [
+                *args,
+                "--out",
+                str(tmp_path / "p"),
+                "--layout",
+                "channel-tiles",
+                "--codec",
+                "zstd",
+                "--channel",
+                "DNA=Hoechst",
+            ]
+        )
+        == 0
+    )
     assert "3 fields, 6 objects, layout c1-yx256-zstd" in capsys.readouterr().out
     assert read_plate_metadata(tmp_path / "p").channel_names == ("Hoechst",)
     assert main([*args, "--out", str(tmp_path / "q"), "--channel", "GFP"]) == 2
@@ -297,10 +341,15 @@ def test_nf1_imports_and_every_crop_equals_the_source_tiffs(tmp_path: Path, layo
     metadata = read_plate_metadata(plate)
     assert metadata.channel_names == ("DAPI", "GFP", "RFP") and metadata.field_shape == (3, 904, 1224)
     assert metadata.name == "Plate_2" and len(metadata.fields) == 5
-    source = pq.read_table(NF1_TABLE, columns=[
-        "Image_Metadata_Well_x", "Nuclei_Location_Center_X", "Nuclei_Location_Center_Y",
-        *(f"Image_FileName_{c}" for c in ("DAPI", "GFP", "RFP")),
-    ]).to_pylist()
+    source = pq.read_table(
+        NF1_TABLE,
+        columns=[
+            "Image_Metadata_Well_x",
+            "Nuclei_Location_Center_X",
+            "Nuclei_Location_Center_Y",
+            *(f"Image_FileName_{c}" for c in ("DAPI", "GFP", "RFP")),
+        ],
+    ).to_pylist()
     size = 128
     for decode in ("zarr", "direct", "field") if layout != "memmap" else ("direct", "field"):
         dataset = CropDataset(plate, CropConfig(crop_size=size, dtype="uint16", decode=decode))
@@ -317,7 +366,7 @@ def test_nf1_imports_and_every_crop_equals_the_source_tiffs(tmp_path: Path, layo
             cy0, cx0 = max(y0, 0), max(x0, 0)
             cy1, cx1 = min(y0 + size, 904), min(x0 + size, 1224)
             for channel, field in enumerate(fields):
-                expected[channel, cy0 - y0:cy1 - y0, cx0 - x0:cx1 - x0] = field[cy0:cy1, cx0:cx1]
+                expected[channel, cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0] = field[cy0:cy1, cx0:cx1]
             np.testing.assert_array_equal(dataset.read_raw(index), expected, err_msg=f"{layout}/{decode} row {index}")
     reader = open_plate(plate, "direct")
     for info in metadata.fields:
@@ -327,8 +376,17 @@ def test_nf1_imports_and_every_crop_equals_the_source_tiffs(tmp_path: Path, layo
 
 
 def _import_args(tmp_path: Path, folder: Path, *extra: str) -> list[str]:
-    return ["import", "--table", str(tmp_path / "cells.parquet"), "--images", str(folder), "--out",
-            str(tmp_path / "plate"), "--no-progress", *extra]
+    return [
+        "import",
+        "--table",
+        str(tmp_path / "cells.parquet"),
+        "--images",
+        str(folder),
+        "--out",
+        str(tmp_path / "plate"),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def _left_behind(tmp_path: Path) -> list[str]:
@@ -357,7 +415,10 @@ MALFORMED: dict[str, Callable[[Path], None]] = {
 @pytest.mark.parametrize("compression", [None, "lzw"])
 @pytest.mark.parametrize("damage", sorted(MALFORMED))
 def test_malformed_tiffs_exit_2_naming_the_file_and_leave_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str, compression: str | None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    damage: str,
+    compression: str | None,
 ) -> None:
     folder = tmp_path / "images"
     names = _write_named_tiffs(folder, compression=compression)
@@ -371,7 +432,9 @@ def test_malformed_tiffs_exit_2_naming_the_file_and_leave_nothing(
 
 
 def test_a_failure_on_the_last_field_leaves_no_plate_and_keeps_the_old_one(
-    images: tuple[Path, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    images: tuple[Path, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from cropbench.formats.omezarr import OmeZarrPlateWriter
 
@@ -386,16 +449,21 @@ def test_a_failure_on_the_last_field_leaves_no_plate_and_keeps_the_old_one(
 
     monkeypatch.setattr(OmeZarrPlateWriter, "write_field", fails_on_the_last_field)
     with pytest.raises(OutputError, match="No space left"):
-        import_plate(tmp_path / "cells.parquet", folder, tmp_path / "plate", layout_by_name("default"),
-                     progress=False)
+        import_plate(tmp_path / "cells.parquet", folder, tmp_path / "plate", layout_by_name("default"), progress=False)
     assert _left_behind(tmp_path) == []
     monkeypatch.setattr(OmeZarrPlateWriter, "write_field", write_field)
     import_plate(tmp_path / "cells.parquet", folder, tmp_path / "plate", layout_by_name("tiff"), progress=False)
     before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "plate").rglob("*"))
     monkeypatch.setattr(OmeZarrPlateWriter, "write_field", fails_on_the_last_field)
     with pytest.raises(OutputError, match="No space left"):
-        import_plate(tmp_path / "cells.parquet", folder, tmp_path / "plate", layout_by_name("default"),
-                     overwrite=True, progress=False)
+        import_plate(
+            tmp_path / "cells.parquet",
+            folder,
+            tmp_path / "plate",
+            layout_by_name("default"),
+            overwrite=True,
+            progress=False,
+        )
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "plate").rglob("*")) == before
     assert _left_behind(tmp_path) == ["plate"]
 
@@ -419,8 +487,13 @@ JUMP_SHAPE = (70, 96)
 JUMP_CHANNELS = {"DNA": 5, "AGP": 3, "ER": 4, "Mito": 1, "RNA": 2, "Brightfield": 6, "HighZBF": 7, "LowZBF": 8}
 JUMP_PRESENT = ("DNA", "ER", "RNA")
 #: (well, site, perturbation, control type)
-JUMP_FIELDS = (("B05", 3, "DMSO", "negcon"), ("B05", 10, "DMSO", "negcon"), ("C11", 7, "aspirin", None),
-               ("N20", 2, "taxol", "poscon"), ("N20", 9, "aspirin", None))
+JUMP_FIELDS = (
+    ("B05", 3, "DMSO", "negcon"),
+    ("B05", 10, "DMSO", "negcon"),
+    ("C11", 7, "aspirin", None),
+    ("N20", 2, "taxol", "poscon"),
+    ("N20", 9, "aspirin", None),
+)
 #: Centroids (x, y) per field: on each edge and corner, and inside.
 JUMP_CELLS = ((0.0, 0.0), (95.9, 69.7), (1.4, 40.2), (60.5, 0.6), (47.25, 33.75), (94.0, 12.0))
 
@@ -446,15 +519,25 @@ def jump(tmp_path: Path) -> tuple[Path, Path]:
     for number, (well, site, pert, control) in enumerate(JUMP_FIELDS):
         for cell, (x, y) in enumerate(JUMP_CELLS):
             values = {
-                "Metadata_Source": "source_4", "Metadata_Plate": "BR00117035", "Metadata_Well": well,
-                "Metadata_Site": site, "Metadata_ImageNumber": 100 + number,
-                "Metadata_Nuclei_Number_Object_Number": cell + 1, "Image_Metadata_ImageResolutionX": 0.598,
-                "Metadata_pert_iname": pert, "Metadata_control_type": control, "Metadata_dose": 0.5 * number,
-                "Nuclei_Location_Center_X": x, "Nuclei_Location_Center_Y": y,
-                "Cells_Location_Center_X": min(x + 1, 95.0), "Cells_Location_Center_Y": y,
+                "Metadata_Source": "source_4",
+                "Metadata_Plate": "BR00117035",
+                "Metadata_Well": well,
+                "Metadata_Site": site,
+                "Metadata_ImageNumber": 100 + number,
+                "Metadata_Nuclei_Number_Object_Number": cell + 1,
+                "Image_Metadata_ImageResolutionX": 0.598,
+                "Metadata_pert_iname": pert,
+                "Metadata_control_type": control,
+                "Metadata_dose": 0.5 * number,
+                "Nuclei_Location_Center_X": x,
+                "Nuclei_Location_Center_Y": y,
+                "Cells_Location_Center_X": min(x + 1, 95.0),
+                "Cells_Location_Center_Y": y,
                 **{f"Image_FileName_Orig{c}": _phenix(well, site, c) for c in JUMP_CHANNELS},
-                **{f"Image_PathName_Orig{c}": "/home/ubuntu/bucket/images/BR00117035__2021-05-21/Images"
-                   for c in JUMP_CHANNELS},
+                **{
+                    f"Image_PathName_Orig{c}": "/home/ubuntu/bucket/images/BR00117035__2021-05-21/Images"
+                    for c in JUMP_CHANNELS
+                },
             }
             for name, value in values.items():
                 rows.setdefault(name, []).append(value)
@@ -471,13 +554,16 @@ def _expected_crop(field: int, x: float, y: float, size: int, border: str) -> np
     expected = np.zeros((len(JUMP_PRESENT), size, size), np.uint16)
     cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
     for channel, name in enumerate(JUMP_PRESENT):
-        expected[channel, cy0 - y0:cy1 - y0, cx0 - x0:cx1 - x0] = _jump_pixels(field, name)[cy0:cy1, cx0:cx1]
+        expected[channel, cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0] = _jump_pixels(field, name)[cy0:cy1, cx0:cx1]
     return expected
 
 
 @pytest.mark.parametrize("layout", ["default", "tiff-zlib"])
 def test_jump_like_plate_imports_exactly_with_identity_labels_and_pixel_size(
-    jump: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], layout: str,
+    jump: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    layout: str,
 ) -> None:
     table, folder = jump
     args = ["import", "--table", str(table), "--images", str(folder), "--no-progress", "--layout", layout]
@@ -488,8 +574,7 @@ def test_jump_like_plate_imports_exactly_with_identity_labels_and_pixel_size(
     assert f"{folder / _phenix('B05', 3, 'Mito')} (channel Mito)" in error and "and 22 more" in error
     labels = ["--label", "Metadata_pert_iname", "--label", "Metadata_control_type", "--label", "Metadata_dose"]
     plate = tmp_path / "plate"
-    assert main([*args, "--out", str(plate), "--channel", "DNA", "--channel", "ER", "--channel", "RNA",
-                 *labels]) == 0
+    assert main([*args, "--out", str(plate), "--channel", "DNA", "--channel", "ER", "--channel", "RNA", *labels]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cells.parquet", "images", "plate"]
     metadata = read_plate_metadata(plate)
     assert metadata.channel_names == JUMP_PRESENT and metadata.name == "BR00117035"
@@ -512,22 +597,31 @@ def test_jump_like_plate_imports_exactly_with_identity_labels_and_pixel_size(
                     item = dataset.metadata_of(index)
                     field, cell = divmod(item["object_id"], cells)
                     x, y = JUMP_CELLS[cell]
-                    np.testing.assert_array_equal(dataset.read_raw(index), _expected_crop(field, x, y, size, border),
-                                                  err_msg=f"{border}/{size}/{decode} object {index}")
+                    np.testing.assert_array_equal(
+                        dataset.read_raw(index),
+                        _expected_crop(field, x, y, size, border),
+                        err_msg=f"{border}/{size}/{decode} object {index}",
+                    )
 
-    dataset = CropDataset(plate, CropConfig(crop_size=16), labels=["Metadata_pert_iname", "Metadata_control_type",
-                                                                   "Metadata_dose"])
-    assert dataset.label_classes == {"Metadata_pert_iname": ("DMSO", "aspirin", "taxol"),
-                                     "Metadata_control_type": ("negcon", "poscon")}
+    dataset = CropDataset(
+        plate, CropConfig(crop_size=16), labels=["Metadata_pert_iname", "Metadata_control_type", "Metadata_dose"]
+    )
+    assert dataset.label_classes == {
+        "Metadata_pert_iname": ("DMSO", "aspirin", "taxol"),
+        "Metadata_control_type": ("negcon", "poscon"),
+    }
     batch = next(iter(torch.utils.data.DataLoader(dataset, batch_size=len(dataset), shuffle=False)))
     assert batch["image"].shape == (len(dataset), 3, 16, 16)
     classes = {"DMSO": 0, "aspirin": 1, "taxol": 2}
-    assert batch["labels"]["Metadata_pert_iname"].tolist() == [classes[p] for _, _, p, _ in JUMP_FIELDS
-                                                               for _ in JUMP_CELLS]
+    assert batch["labels"]["Metadata_pert_iname"].tolist() == [
+        classes[p] for _, _, p, _ in JUMP_FIELDS for _ in JUMP_CELLS
+    ]
     assert batch["labels"]["Metadata_control_type"].tolist() == [
-        {"negcon": 0, "poscon": 1, None: -1}[c] for _, _, _, c in JUMP_FIELDS for _ in JUMP_CELLS]
-    np.testing.assert_allclose(batch["labels"]["Metadata_dose"].numpy(),
-                               [0.5 * n for n in range(len(JUMP_FIELDS)) for _ in JUMP_CELLS])
+        {"negcon": 0, "poscon": 1, None: -1}[c] for _, _, _, c in JUMP_FIELDS for _ in JUMP_CELLS
+    ]
+    np.testing.assert_allclose(
+        batch["labels"]["Metadata_dose"].numpy(), [0.5 * n for n in range(len(JUMP_FIELDS)) for _ in JUMP_CELLS]
+    )
 
 
 def test_pixel_size_reaches_the_ngff_scale_or_stays_unknown(jump: tuple[Path, Path], tmp_path: Path) -> None:
@@ -544,15 +638,18 @@ def test_pixel_size_reaches_the_ngff_scale_or_stays_unknown(jump: tuple[Path, Pa
     assert read_plate_metadata(given).extra["cropbench"]["pixel_size_um"] == [0.325, 0.325]
     columns = pq.read_table(table)
     pq.write_table(columns.drop(["Image_Metadata_ImageResolutionX"]), tmp_path / "plain.parquet")
-    unknown = import_plate(tmp_path / "plain.parquet", folder, tmp_path / "c", layout_by_name("default"), options,
-                           progress=False).path
+    unknown = import_plate(
+        tmp_path / "plain.parquet", folder, tmp_path / "c", layout_by_name("default"), options, progress=False
+    ).path
     image = json.loads((unknown / "B" / "5" / "0" / "zarr.json").read_text())["attributes"]["ome"]["multiscales"][0]
     assert image["datasets"][0]["coordinateTransformations"][0]["scale"] == [1.0, 1.0, 1.0]
     assert "unit" not in image["axes"][1]
 
 
 def test_conversion_keeps_identity_labels_and_pixel_size_and_a_failed_one_leaves_nothing(
-    jump: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    jump: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from cropbench.formats.tiff import TiffPlateWriter
     from cropbench.plates.convert import convert_plate

@@ -14,7 +14,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "cropbench"
 
 LAYERS: dict[str, int] = {
-    "cropbench.errors": 0, "cropbench.config": 0, "cropbench.records": 0, "cropbench.metrics": 0,
+    "cropbench.errors": 0,
+    "cropbench.config": 0,
+    "cropbench.records": 0,
+    "cropbench.metrics": 0,
     "cropbench.objects": 1,
     "cropbench.formats": 2,
     "cropbench.plates": 3,
@@ -22,7 +25,9 @@ LAYERS: dict[str, int] = {
     "cropbench.measure": 5,
     "cropbench.tracks": 6,
     "cropbench.report": 7,
-    "cropbench.cli": 8, "cropbench.__main__": 8, "cropbench": 8,
+    "cropbench.cli": 8,
+    "cropbench.__main__": 8,
+    "cropbench": 8,
 }
 
 

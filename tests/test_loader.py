@@ -28,10 +28,18 @@ from cropbench.data.sampling import RandomObjectSampler, sampler_for
 from cropbench.errors import ConfigError
 
 
-@pytest.mark.parametrize("knobs", [
-    {"num_workers": -1}, {"batch_size": 0}, {"collate": "fancy"}, {"start_method": "thread"},
-    {"persistent_workers": True}, {"prefetch_factor": 4}, {"num_workers": 2, "prefetch_factor": 0},
-])
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"num_workers": -1},
+        {"batch_size": 0},
+        {"collate": "fancy"},
+        {"start_method": "thread"},
+        {"persistent_workers": True},
+        {"prefetch_factor": 4},
+        {"num_workers": 2, "prefetch_factor": 0},
+    ],
+)
 def test_loader_spec_rejects_knobs_that_do_not_apply(knobs: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         LoaderSpec(**knobs)
@@ -39,8 +47,15 @@ def test_loader_spec_rejects_knobs_that_do_not_apply(knobs: dict[str, Any]) -> N
 
 def test_loader_spec_label_names_every_non_default_knob() -> None:
     assert LoaderSpec().label == "w0/b64"
-    spec = LoaderSpec(num_workers=2, batch_size=16, pin_memory=True, persistent_workers=True, prefetch_factor=4,
-                      collate="stack", start_method="forkserver")
+    spec = LoaderSpec(
+        num_workers=2,
+        batch_size=16,
+        pin_memory=True,
+        persistent_workers=True,
+        prefetch_factor=4,
+        collate="stack",
+        start_method="forkserver",
+    )
     assert spec.label == "w2/b16/pin/persistent/prefetch4/stack-collate/forkserver"
 
 
@@ -164,8 +179,7 @@ def test_a_worker_stopped_mid_epoch_surfaces_as_one_error_within_the_deadline() 
     from cropbench.data.loader import WATCHDOG_MARGIN_S
 
     timeout_s = 2.0
-    process = subprocess.Popen([sys.executable, "-c", FROZEN_WORKER, str(timeout_s)], stdout=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen([sys.executable, "-c", FROZEN_WORKER, str(timeout_s)], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     pids = [int(pid) for pid in process.stdout.readline().split()]
     try:

@@ -32,22 +32,32 @@ def _field(well: int, site: int) -> np.ndarray:
 
 
 def _omero() -> dict[str, Any]:
-    return {"channels": [{"label": name, "color": "FFFFFF", "window": {"start": 0, "end": 4000, "min": 0,
-                                                                       "max": 65535}} for name in CHANNELS]}
+    return {
+        "channels": [
+            {"label": name, "color": "FFFFFF", "window": {"start": 0, "end": 4000, "min": 0, "max": 65535}}
+            for name in CHANNELS
+        ]
+    }
 
 
 def _write_plate(path: Path, fmt: Any) -> Path:
     root = zarr.open_group(str(path), mode="w", zarr_format=fmt.zarr_format)
-    ome_zarr_writer.write_plate_metadata(root, ["A", "B"], ["1", "3"], list(WELLS), fmt=fmt, name="theirs",
-                                         field_count=2)
+    ome_zarr_writer.write_plate_metadata(
+        root, ["A", "B"], ["1", "3"], list(WELLS), fmt=fmt, name="theirs", field_count=2
+    )
     for well_number, well_path in enumerate(WELLS):
         row, column = well_path.split("/")
         well = root.require_group(row).require_group(column)
         ome_zarr_writer.write_well_metadata(well, [{"path": "0"}, {"path": "1"}], fmt=fmt)
         for site in range(2):
             ome_zarr_writer.write_image(
-                _field(well_number, site), well.require_group(str(site)), axes="cyx", fmt=fmt, scale_factors=[2],
-                storage_options={"chunks": (1, 64, 64)}, omero=_omero(),
+                _field(well_number, site),
+                well.require_group(str(site)),
+                axes="cyx",
+                fmt=fmt,
+                scale_factors=[2],
+                storage_options={"chunks": (1, 64, 64)},
+                omero=_omero(),
             )
     return path
 
@@ -70,15 +80,22 @@ def test_ome_zarr_py_plates_read_with_names_shapes_and_pixels(their_plate: Path)
         for info in metadata.fields:
             expected = _field(WELLS.index(f"{info.row}/{info.column}"), info.field)
             np.testing.assert_array_equal(reader.read_field(info.index), expected, err_msg=f"{decode} {info}")
-            np.testing.assert_array_equal(reader.read_region(info.index, 30, 97, 50, 119, np.array([2, 0])),
-                                          expected[[2, 0], 30:97, 50:119])
+            np.testing.assert_array_equal(
+                reader.read_region(info.index, 30, 97, 50, 119, np.array([2, 0])), expected[[2, 0], 30:97, 50:119]
+            )
 
 
 def test_plates_without_an_object_table_take_user_centroids(their_plate: Path, tmp_path: Path) -> None:
     with pytest.raises(ObjectTableError, match="does not exist"):
         CropDataset(their_plate)
-    table = pa.table({"well": ["B3", "A1", "A1"], "field": [1, 0, 1], "centroid_y": [50.0, 20.5, 99.0],
-                      "centroid_x": [60.0, 10.0, 119.9]})
+    table = pa.table(
+        {
+            "well": ["B3", "A1", "A1"],
+            "field": [1, 0, 1],
+            "centroid_y": [50.0, 20.5, 99.0],
+            "centroid_x": [60.0, 10.0, 119.9],
+        }
+    )
     pq.write_table(table, tmp_path / "cells.parquet")
     dataset = CropDataset(their_plate, CropConfig(crop_size=32, dtype="uint16"), objects=tmp_path / "cells.parquet")
     assert dataset.object_id.tolist() == [0, 1, 2]  # numbered when the table has no object_id
@@ -91,13 +108,16 @@ def test_plates_without_an_object_table_take_user_centroids(their_plate: Path, t
 def test_a_plain_image_is_a_one_field_plate_and_needs_only_centroids(tmp_path: Path) -> None:
     pixels = np.random.default_rng(5).integers(0, 60000, (1, 3, 1, 90, 70), dtype=np.uint16)
     root = zarr.open_group(str(tmp_path / "image.zarr"), mode="w", zarr_format=3)
-    ome_zarr_writer.write_image(pixels, root, axes="tczyx", fmt=ome_zarr_format.FormatV05(), scale_factors=[2],
-                                omero=_omero())
+    ome_zarr_writer.write_image(
+        pixels, root, axes="tczyx", fmt=ome_zarr_format.FormatV05(), scale_factors=[2], omero=_omero()
+    )
     metadata = read_plate_metadata(tmp_path / "image.zarr")
     assert len(metadata.fields) == 1 and metadata.field_shape == (3, 90, 70) and metadata.channel_names == CHANNELS
     pacsv.write_csv(pa.table({"centroid_y": [40.0, 45.0], "centroid_x": [30.0, 35.0]}), tmp_path / "cells.csv")
     for decode in ("zarr", "direct", "field"):
-        dataset = CropDataset(tmp_path / "image.zarr", CropConfig(crop_size=16, dtype="uint16", decode=decode,
-                                                                  channels=("RFP",)),
-                              objects=tmp_path / "cells.csv")
+        dataset = CropDataset(
+            tmp_path / "image.zarr",
+            CropConfig(crop_size=16, dtype="uint16", decode=decode, channels=("RFP",)),
+            objects=tmp_path / "cells.csv",
+        )
         np.testing.assert_array_equal(dataset.read_raw(1), pixels[0, 2:3, 0, 38:54, 28:44])

@@ -20,10 +20,15 @@ from cropbench.objects import (
 
 def _table() -> ObjectTable:
     return ObjectTable.from_columns(
-        well=np.array(["B7", "B7", "C3"]), field=np.array([0, 1, 0]), centroid_y=np.array([5.0, 6.0, 7.0]),
+        well=np.array(["B7", "B7", "C3"]),
+        field=np.array([0, 1, 0]),
+        centroid_y=np.array([5.0, 6.0, 7.0]),
         centroid_x=np.array([8.0, 9.0, 10.0]),
-        extra={"source_site": np.array([3, 10, 7]), "dose": np.array([0.1, np.nan, 1.0]),
-               "Metadata_pert_iname": np.array(["DMSO", "aspirin", None], dtype=object)},
+        extra={
+            "source_site": np.array([3, 10, 7]),
+            "dose": np.array([0.1, np.nan, 1.0]),
+            "Metadata_pert_iname": np.array(["DMSO", "aspirin", None], dtype=object),
+        },
     )
 
 
@@ -40,8 +45,13 @@ def test_extra_columns_round_trip_through_parquet(tmp_path: Path) -> None:
 
 def test_extra_columns_cannot_shadow_the_tables_own() -> None:
     with pytest.raises(ObjectTableError, match=r"\['well'\] clash"):
-        ObjectTable.from_columns(well=np.array(["A1"]), field=np.array([0]), centroid_y=np.array([1.0]),
-                                 centroid_x=np.array([1.0]), extra={"well": np.array(["B2"])})
+        ObjectTable.from_columns(
+            well=np.array(["A1"]),
+            field=np.array([0]),
+            centroid_y=np.array([1.0]),
+            centroid_x=np.array([1.0]),
+            extra={"well": np.array(["B2"])},
+        )
 
 
 def test_string_labels_become_class_ids_numbers_stay_numbers(tmp_path: Path) -> None:

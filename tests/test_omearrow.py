@@ -20,8 +20,9 @@ from cropbench.plates.convert import convert_plate
 from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.layouts import LayoutComparison, Layouts
 
-pytest.importorskip("ome_arrow", reason="the OME-Arrow layouts need the optional extra [arrow]: "
-                                         ".venv/bin/pip install -e '.[arrow]'")
+pytest.importorskip(
+    "ome_arrow", reason="the OME-Arrow layouts need the optional extra [arrow]: .venv/bin/pip install -e '.[arrow]'"
+)
 LAYOUT_NAMES = ("ome-arrow", "ome-arrow-zstd", "ome-arrow-zstd-objects")
 
 
@@ -32,15 +33,18 @@ def arrow_plates(tiny_plate: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.mark.parametrize("name", LAYOUT_NAMES)
-def test_every_decode_path_returns_the_omezarr_crops(arrow_plates: dict[str, Path], tiny_plate: Path,
-                                                      name: str) -> None:
+def test_every_decode_path_returns_the_omezarr_crops(
+    arrow_plates: dict[str, Path], tiny_plate: Path, name: str
+) -> None:
     reference = open_plate(tiny_plate, "zarr")
     for decode in ("direct", "field", "as-py"):
         reader = open_plate(arrow_plates[name], decode)
         for field in range(4):
             np.testing.assert_array_equal(reader.read_field(field), reference.read_field(field))
-            np.testing.assert_array_equal(reader.read_region(field, 190, 200, 3, 240, np.array([4, 2])),
-                                          reference.read_region(field, 190, 200, 3, 240, np.array([4, 2])))
+            np.testing.assert_array_equal(
+                reader.read_region(field, 190, 200, 3, 240, np.array([4, 2])),
+                reference.read_region(field, 190, 200, 3, 240, np.array([4, 2])),
+            )
 
 
 def test_one_row_and_row_group_per_field_in_the_ome_arrow_schema(arrow_plates: dict[str, Path]) -> None:
@@ -79,7 +83,7 @@ def test_sliced_rows_find_their_own_chunks(arrow_plates: dict[str, Path]) -> Non
     expected = open_plate(arrow_plates["ome-arrow"], "as-py").read_field(2)
     first = chunks.data.slice(int(chunks.starts[0]), int(chunks.ends[0] - chunks.starts[0]))
     tile = np.frombuffer(first, dtype="<u2").reshape(int(chunks.shape_y[0]), int(chunks.shape_x[0]))
-    np.testing.assert_array_equal(tile, expected[int(chunks.c[0]), :tile.shape[0], :tile.shape[1]])
+    np.testing.assert_array_equal(tile, expected[int(chunks.c[0]), : tile.shape[0], : tile.shape[1]])
     # The trap: a list's .values ignores the slice (every row's chunks), flatten() applies it.
     assert len(row.field("chunks").values) == 4 * chunks.count and len(row.field("chunks").flatten()) == chunks.count
 

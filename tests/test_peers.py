@@ -33,8 +33,14 @@ from cropbench.tracks.peers import (
     open_peer,
 )
 
-ZARR_PEERS = ("zarr-open-per-crop", "zarr-kept-open", "dask-per-crop", "zarr-zarrs", "tensorstore-per-crop",
-              "tensorstore-batched")
+ZARR_PEERS = (
+    "zarr-open-per-crop",
+    "zarr-kept-open",
+    "dask-per-crop",
+    "zarr-zarrs",
+    "tensorstore-per-crop",
+    "tensorstore-batched",
+)
 ARROW_PEERS = ("arrow-crop-rows", "arrow-field-rows")
 
 
@@ -80,7 +86,9 @@ def test_the_tiny_plate_has_border_and_interior_cells(reference: CropDataset) ->
 
 @pytest.mark.parametrize("name", [*ZARR_PEERS, *ARROW_PEERS])
 def test_peer_crops_are_byte_identical_to_cropbench_in_every_layout(
-    name: str, layout_plate: Path, tmp_path: Path,
+    name: str,
+    layout_plate: Path,
+    tmp_path: Path,
 ) -> None:
     reference = _reference(layout_plate, size=64)
     peer = _peer_or_skip(name, CropWindows.from_dataset(reference), tmp_path)
@@ -101,8 +109,9 @@ def test_tensorstore_batches_are_byte_identical_to_cropbench(layout_plate: Path,
     assert np.array_equal(batch["image"].numpy(), np.stack([reference.read_raw(i) for i in order]))
 
 
-def test_spatialdata_interior_tiles_are_byte_identical(spatialdata_peer: SpatialDataTiles,
-                                                       reference: CropDataset) -> None:
+def test_spatialdata_interior_tiles_are_byte_identical(
+    spatialdata_peer: SpatialDataTiles, reference: CropDataset
+) -> None:
     border = set(_border_indices(reference).tolist())
     interior = [i for i in range(len(reference)) if i not in border]
     for index in interior:
@@ -111,7 +120,8 @@ def test_spatialdata_interior_tiles_are_byte_identical(spatialdata_peer: Spatial
 
 
 def test_spatialdata_border_tiles_are_clipped_to_the_field_and_padded_by_the_wrapper(
-    spatialdata_peer: SpatialDataTiles, reference: CropDataset,
+    spatialdata_peer: SpatialDataTiles,
+    reference: CropDataset,
 ) -> None:
     size = reference.config.crop_size
     _, height, width = reference.reader.metadata.field_shape
@@ -124,13 +134,12 @@ def test_spatialdata_border_tiles_are_clipped_to_the_field_and_padded_by_the_wra
         assert pixels.shape[1:] != (size, size)
         crop = reference.read_raw(index)
         top, left = tile_y0 - y0, tile_x0 - x0
-        assert np.array_equal(pixels, crop[:, top:top + pixels.shape[1], left:left + pixels.shape[2]])
+        assert np.array_equal(pixels, crop[:, top : top + pixels.shape[1], left : left + pixels.shape[2]])
         # The wrapper places it in a zeroed window: cropbench's border="pad".
         assert np.array_equal(spatialdata_peer[index]["image"].numpy(), crop)
 
 
-def test_spatialdata_wrapper_counts_clipped_tiles(windows: CropWindows, reference: CropDataset,
-                                                  tmp_path: Path) -> None:
+def test_spatialdata_wrapper_counts_clipped_tiles(windows: CropWindows, reference: CropDataset, tmp_path: Path) -> None:
     peer = _peer_or_skip("spatialdata-tiles", windows, tmp_path)
     border = _border_indices(reference)[:3].tolist()
     for index in border:
@@ -155,7 +164,10 @@ def test_raw_spatialdata_items_do_not_collate_but_the_wrapper_does(spatialdata_p
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dask-per-crop", "spatialdata-tiles", "zarr-kept-open", "arrow-crop-rows"])
 def test_peers_load_through_forked_workers_after_dask_used_threads(
-    name: str, windows: CropWindows, reference: CropDataset, tmp_path: Path,
+    name: str,
+    windows: CropWindows,
+    reference: CropDataset,
+    tmp_path: Path,
 ) -> None:
     peer = _peer_or_skip(name, windows, tmp_path)
     if name in ("dask-per-crop", "spatialdata-tiles"):
@@ -172,12 +184,20 @@ def test_peers_load_through_forked_workers_after_dask_used_threads(
     assert seen == len(reference)
 
 
-@pytest.mark.parametrize(("name", "module", "command"), [
-    ("dask-per-crop", "dask", r"\.venv/bin/pip install -e '\.\[dask\]'"),
-    ("spatialdata-tiles", "spatialdata", r"bash scripts/setup_peers\.sh"),
-])
+@pytest.mark.parametrize(
+    ("name", "module", "command"),
+    [
+        ("dask-per-crop", "dask", r"\.venv/bin/pip install -e '\.\[dask\]'"),
+        ("spatialdata-tiles", "spatialdata", r"bash scripts/setup_peers\.sh"),
+    ],
+)
 def test_a_peer_without_its_extra_is_unavailable_with_a_command_that_installs_it(
-    name: str, module: str, command: str, windows: CropWindows, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    name: str,
+    module: str,
+    command: str,
+    windows: CropWindows,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(PeerUnavailableError, match=rf"{module}.*{command}"):
@@ -214,7 +234,9 @@ def test_peers_refuse_a_dataset_with_a_channel_subset(tiny_plate: Path) -> None:
 
 
 def test_arrow_tables_are_written_once_and_rebuilt_when_the_windows_change(
-    tiny_plate: Path, windows: CropWindows, tmp_path: Path,
+    tiny_plate: Path,
+    windows: CropWindows,
+    tmp_path: Path,
 ) -> None:
     first = open_peer("arrow-crop-rows", windows, tmp_path)
     again = open_peer("arrow-crop-rows", windows, tmp_path)
@@ -261,7 +283,9 @@ def test_run_peers_writes_one_row_per_loader_with_ratios_to_direct(tiny_plate: P
 
 
 def test_run_peers_records_a_missing_extra_as_a_skipped_row(
-    tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tiny_plate: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "dask", None)
     comparison = PeerComparison(samples=MIN_SAMPLES, warmup=3, seconds=0.5, peers=("dask-per-crop",))
@@ -275,8 +299,20 @@ def test_run_peers_records_a_missing_extra_as_a_skipped_row(
 
 def test_cli_run_peers_writes_peer_rows_and_the_figure(tiny_plate: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    code = main(["run", "--plate", str(tiny_plate), "--peers", "--samples", str(MIN_SAMPLES), "--out", str(out),
-                 "--no-progress", "--plot"])
+    code = main(
+        [
+            "run",
+            "--plate",
+            str(tiny_plate),
+            "--peers",
+            "--samples",
+            str(MIN_SAMPLES),
+            "--out",
+            str(out),
+            "--no-progress",
+            "--plot",
+        ]
+    )
     assert code == 0
     records = read_records(out / "results.jsonl")
     assert {r.track for r in records} == {"peers"}
@@ -288,9 +324,13 @@ def test_cli_run_peers_writes_peer_rows_and_the_figure(tiny_plate: Path, tmp_pat
 
 def test_peers_figure_draws_measured_and_skipped_rows(tmp_path: Path) -> None:
     def row(peer: str, kind: str, metrics: dict[str, Any]) -> Record:
-        return Record(track="peers", case=f"{peer}/96px/all",
-                      config={"peer": peer, "kind": kind, "plate": "p.zarr", "layout": "default", "crop_size": 96},
-                      metrics=metrics, environment={})
+        return Record(
+            track="peers",
+            case=f"{peer}/96px/all",
+            config={"peer": peer, "kind": kind, "plate": "p.zarr", "layout": "default", "crop_size": 96},
+            metrics=metrics,
+            environment={},
+        )
 
     records = [
         row("cropbench-direct", "cropbench", {"samples_per_s": 5000.0}),

@@ -15,15 +15,28 @@ from cropbench.report import plots
 
 
 def _track2(workers: int, batch: int, rate: float, case_suffix: str = "") -> Record:
-    metrics = {"samples_per_s": rate, "run_samples_per_s": 0.7 * rate, "first_batch_ms": 20.0 + 40 * workers,
-               "epoch2_first_batch_ms": 5.0 + 30 * workers}
-    return Record(track="2", case=f"plate/random/direct/none/float32/w{workers}/b{batch}{case_suffix}",
-                  config={"loader": {"num_workers": workers, "batch_size": batch}}, metrics=metrics, environment={})
+    metrics = {
+        "samples_per_s": rate,
+        "run_samples_per_s": 0.7 * rate,
+        "first_batch_ms": 20.0 + 40 * workers,
+        "epoch2_first_batch_ms": 5.0 + 30 * workers,
+    }
+    return Record(
+        track="2",
+        case=f"plate/random/direct/none/float32/w{workers}/b{batch}{case_suffix}",
+        config={"loader": {"num_workers": workers, "batch_size": batch}},
+        metrics=metrics,
+        environment={},
+    )
 
 
 def _track3(case: str, step_ms: float, compute_ms: float, wait: float) -> Record:
-    metrics = {"step_p50_ms": step_ms, "compute_only_step_p50_ms": compute_ms, "data_wait_fraction": wait,
-               "stall_crosscheck": 1 - compute_ms / step_ms}
+    metrics = {
+        "step_p50_ms": step_ms,
+        "compute_only_step_p50_ms": compute_ms,
+        "data_wait_fraction": wait,
+        "stall_crosscheck": 1 - compute_ms / step_ms,
+    }
     return Record(track="3", case=case, config={}, metrics=metrics, environment={})
 
 
@@ -35,10 +48,22 @@ def _records() -> list[Record]:
         _track3("emulated40ms/train/direct/light/float32/w0/b64/pin/amp-off/auto", 50.0, 40.0, 0.2),
         _track3("emulated40ms/train/direct/light/float32/w1/b64/pin/amp-off/auto", 43.0, 40.0, 0.07),
     ]
-    search = {"tried_workers": [0, 1], "data_wait_fraction_by_workers": [0.2, 0.07], "min_workers": 1,
-              "images_per_s_by_workers": [1280.0, 1490.0], "compute_only_images_per_s": 1600.0}
-    rows.append(Record(track="3", case="emulated40ms/train/direct/light/float32/w*/b64/pin/amp-off/auto/min-workers",
-                       config={}, metrics=search, environment={}))
+    search = {
+        "tried_workers": [0, 1],
+        "data_wait_fraction_by_workers": [0.2, 0.07],
+        "min_workers": 1,
+        "images_per_s_by_workers": [1280.0, 1490.0],
+        "compute_only_images_per_s": 1600.0,
+    }
+    rows.append(
+        Record(
+            track="3",
+            case="emulated40ms/train/direct/light/float32/w*/b64/pin/amp-off/auto/min-workers",
+            config={},
+            metrics=search,
+            environment={},
+        )
+    )
     return rows
 
 
@@ -61,10 +86,14 @@ def test_plot_command_draws_track2_and_track3_figures(tmp_path: Path, monkeypatc
     expected = {
         "track2_workers_scaling.png": ["Track 2 samples/s vs num_workers (higher is better)"],
         "track2_first_batch.png": ["Track 2 first-batch latency (lower is better)"],
-        "track3_step_and_wait.png": ["Track 3 step time p50 (lower is better)",
-                                     "Track 3 data-wait fraction (lower is better)"],
-        "track3_workers.png": ["Track 3 data wait vs num_workers (lower is better)",
-                               "Track 3 images/s vs num_workers (higher is better)"],
+        "track3_step_and_wait.png": [
+            "Track 3 step time p50 (lower is better)",
+            "Track 3 data-wait fraction (lower is better)",
+        ],
+        "track3_workers.png": [
+            "Track 3 data wait vs num_workers (lower is better)",
+            "Track 3 images/s vs num_workers (higher is better)",
+        ],
     }
     for name, panels in expected.items():
         path = tmp_path / "figures" / name
@@ -101,8 +130,12 @@ def test_figures_are_skipped_without_their_rows(tmp_path: Path) -> None:
 
 
 def test_sweep_key_drops_workers_batch_and_seed_only() -> None:
-    config = {"source": "plate", "seed": 1, "crop": {"decode": "direct"},
-              "loader": {"num_workers": 2, "batch_size": 64, "persistent_workers": True}}
+    config = {
+        "source": "plate",
+        "seed": 1,
+        "crop": {"decode": "direct"},
+        "loader": {"num_workers": 2, "batch_size": 64, "persistent_workers": True},
+    }
     other = {**config, "seed": 2, "loader": {**config["loader"], "num_workers": 0, "batch_size": 16}}
     assert plots.sweep_key(config) == plots.sweep_key(other)
     assert plots.sweep_key(config) != plots.sweep_key({**config, "crop": {"decode": "zarr"}})

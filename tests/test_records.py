@@ -20,9 +20,13 @@ from cropbench.records import SCHEMA_VERSION, Record, RecordWriter, read_records
 
 
 def make_record(case: str = "a", **metrics: float) -> Record:
-    return Record(track="1", case=case, config={"crop": {"crop_size": 96}, "access": "random"},
-                  metrics={"p50_ms": 0.5, "warmup_ms": [1.0, 0.6], **metrics},
-                  environment={"python": "3.11", "packages": {"torch": "2.14.1"}})
+    return Record(
+        track="1",
+        case=case,
+        config={"crop": {"crop_size": 96}, "access": "random"},
+        metrics={"p50_ms": 0.5, "warmup_ms": [1.0, 0.6], **metrics},
+        environment={"python": "3.11", "packages": {"torch": "2.14.1"}},
+    )
 
 
 def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
@@ -104,13 +108,16 @@ def test_a_whole_last_row_without_its_newline_is_kept(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.torn-*"))
 
 
-@pytest.mark.parametrize(("line", "fragment"), [
-    ("garbage", "not a valid record"),
-    ("[1, 2]", "expected a JSON object"),
-    ('{"schema_version": 99, "track": "1"}', "schema_version 99"),
-    ("METRICS_NULL", "'metrics' is NoneType"),
-    ('{"schema_version": 1, "track": "1", "case": "x", "config": {}, "environment": {}}', "no 'metrics'"),
-])
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("garbage", "not a valid record"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"schema_version": 99, "track": "1"}', "schema_version 99"),
+        ("METRICS_NULL", "'metrics' is NoneType"),
+        ('{"schema_version": 1, "track": "1", "case": "x", "config": {}, "environment": {}}', "no 'metrics'"),
+    ],
+)
 def test_every_existing_line_is_validated_when_the_writer_opens(tmp_path: Path, line: str, fragment: str) -> None:
     if line == "METRICS_NULL":
         line = json.dumps({**json.loads(make_record("x").to_json()), "metrics": None})
@@ -179,8 +186,9 @@ def test_a_run_fails_on_a_bad_results_line_before_measuring(tiny_plate: Path, tm
 @pytest.mark.slow
 def test_one_cli_run_has_one_run_id_and_a_second_writer_is_refused(tiny_plate: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert _cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20",
-                "--no-progress").returncode == 0
+    assert (
+        _cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20", "--no-progress").returncode == 0
+    )
     assert len({r.run_id for r in read_records(out / "results.jsonl")}) == 1
     with RecordWriter(out / "results.jsonl"):
         result = _cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20", "--no-progress")

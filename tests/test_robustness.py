@@ -34,8 +34,12 @@ from cropbench.tracks.track1 import preset_cases
 
 
 def _table(plate: Path, **columns: Any) -> ObjectTable:
-    base: dict[str, Any] = {"well": np.array(["A1"]), "field": np.array([0]),
-                            "centroid_y": np.array([50.0]), "centroid_x": np.array([50.0])}
+    base: dict[str, Any] = {
+        "well": np.array(["A1"]),
+        "field": np.array([0]),
+        "centroid_y": np.array([50.0]),
+        "centroid_x": np.array([50.0]),
+    }
     base.update(columns)
     return ObjectTable.from_columns(**base)
 
@@ -70,18 +74,34 @@ API_CASES: list[tuple[str, Callable[[Path, Path], Any], type[Exception], str]] =
     ("zero crop", lambda p, t: CropConfig(crop_size=0), ConfigError, "crop_size"),
     ("uint16 with normalising tier", lambda p, t: CropConfig(tier="light", dtype="uint16"), ConfigError, "float"),
     ("crop larger than field", lambda p, t: CropDataset(p, CropConfig(crop_size=4096)), ConfigError, "4096"),
-    ("missing field", lambda p, t: CropDataset(p, objects=_table(p, well=np.array(["H9"]))), ObjectTableError,
-     "H9"),
+    ("missing field", lambda p, t: CropDataset(p, objects=_table(p, well=np.array(["H9"]))), ObjectTableError, "H9"),
     ("NaN centroid", lambda p, t: _table(p, centroid_y=np.array([np.nan])), ObjectTableError, "NaN"),
-    ("centroid outside field", lambda p, t: CropDataset(p, objects=_table(p, centroid_x=np.array([9999.0]))),
-     ObjectTableError, "outside"),
-    ("table without centroid_x", lambda p, t: CropDataset(p, objects=_parquet_without(t, "centroid_x")),
-     ObjectTableError, "centroid_x"),
-    ("empty selection", lambda p, t: CropDataset(p, CropConfig(crop_size=64, border="drop"),
-                                                 objects=_table(p, centroid_y=np.array([1.0]))),
-     ObjectTableError, "no object"),
-    ("corrupt chunk", lambda p, t: open_plate(_corrupt_copy(p, t), "direct").read_region(0, 0, 8, 0, 8),
-     StoreError, "A/1/0/0"),
+    (
+        "centroid outside field",
+        lambda p, t: CropDataset(p, objects=_table(p, centroid_x=np.array([9999.0]))),
+        ObjectTableError,
+        "outside",
+    ),
+    (
+        "table without centroid_x",
+        lambda p, t: CropDataset(p, objects=_parquet_without(t, "centroid_x")),
+        ObjectTableError,
+        "centroid_x",
+    ),
+    (
+        "empty selection",
+        lambda p, t: CropDataset(
+            p, CropConfig(crop_size=64, border="drop"), objects=_table(p, centroid_y=np.array([1.0]))
+        ),
+        ObjectTableError,
+        "no object",
+    ),
+    (
+        "corrupt chunk",
+        lambda p, t: open_plate(_corrupt_copy(p, t), "direct").read_region(0, 0, 8, 0, 8),
+        StoreError,
+        "A/1/0/0",
+    ),
     ("negative workers", lambda p, t: LoaderSpec(num_workers=-1), ConfigError, "num_workers"),
     ("zero batch", lambda p, t: LoaderSpec(batch_size=0), ConfigError, "batch_size"),
     ("negative timeout", lambda p, t: LoaderSpec(timeout_s=-1), ConfigError, "timeout_s"),
@@ -91,15 +111,19 @@ API_CASES: list[tuple[str, Callable[[Path, Path], Any], type[Exception], str]] =
     ("unknown codec", lambda p, t: LayoutSpec(codec="lzma"), ConfigError, "'lzma'"),
     ("shard not a chunk multiple", lambda p, t: LayoutSpec(chunk_yx=64, shard_yx=100), ConfigError, "multiple"),
     ("too many channels", lambda p, t: PlateSpec(channels=12), ConfigError, "channels"),
-    ("unwritable output", lambda p, t: RecordWriter("/proc/cropbench/results.jsonl"), OutputError,
-     "/proc/cropbench"),
+    ("unwritable output", lambda p, t: RecordWriter("/proc/cropbench/results.jsonl"), OutputError, "/proc/cropbench"),
 ]
 
 
-@pytest.mark.parametrize(("call", "error", "fragment"), [case[1:] for case in API_CASES],
-                         ids=[case[0] for case in API_CASES])
+@pytest.mark.parametrize(
+    ("call", "error", "fragment"), [case[1:] for case in API_CASES], ids=[case[0] for case in API_CASES]
+)
 def test_bad_input_raises_a_typed_error_naming_the_culprit(
-    tiny_plate: Path, tmp_path: Path, call: Callable[[Path, Path], Any], error: type[Exception], fragment: str,
+    tiny_plate: Path,
+    tmp_path: Path,
+    call: Callable[[Path, Path], Any],
+    error: type[Exception],
+    fragment: str,
 ) -> None:
     with pytest.raises(error) as raised:
         call(tiny_plate, tmp_path)
@@ -108,8 +132,9 @@ def test_bad_input_raises_a_typed_error_naming_the_culprit(
 
 
 def _cropbench(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cropbench", *args], capture_output=True, text=True,
-                          check=False, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "cropbench", *args], capture_output=True, text=True, check=False, **kwargs
+    )
 
 
 CLI_CASES = [
@@ -134,8 +159,9 @@ def test_cli_bad_input_exits_2_with_one_line(tiny_plate: Path, tmp_path: Path, a
     assert len(lines) == 1 and lines[0].startswith("cropbench: error:"), result.stderr
 
 
-@pytest.mark.parametrize("args", [["run", "--plate", "x", "--preset", "huge"], ["generate", "--out", "x",
-                                                                                 "--codec", "lzma"]])
+@pytest.mark.parametrize(
+    "args", [["run", "--plate", "x", "--preset", "huge"], ["generate", "--out", "x", "--codec", "lzma"]]
+)
 def test_cli_unknown_choices_exit_2_naming_the_choice(args: list[str]) -> None:
     result = _cropbench(*args)
     assert result.returncode == 2 and "invalid choice" in result.stderr and "Traceback" not in result.stderr
@@ -153,11 +179,24 @@ def _wait_for_rows(path: Path, rows: int, process: subprocess.Popen[str], limit_
 @pytest.mark.slow
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
 def test_interrupted_run_keeps_finished_rows_and_resume_completes(
-    tiny_plate: Path, tmp_path: Path, signal_number: int,
+    tiny_plate: Path,
+    tmp_path: Path,
+    signal_number: int,
 ) -> None:
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "cropbench", "run", "--plate", str(tiny_plate), "--out", str(out),
-               "--samples", "200", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "cropbench",
+        "run",
+        "--plate",
+        str(tiny_plate),
+        "--out",
+        str(out),
+        "--samples",
+        "200",
+        "--no-progress",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     results = out / "results.jsonl"
     _wait_for_rows(results, 2, process)
@@ -229,9 +268,16 @@ def _with_crc32c(plate: Path, tmp: Path) -> Path:
     for info in read_plate_metadata(copy).fields:
         array = zarr.open_array(str(copy / info.path), mode="r")
         data, attributes, names = array[:], dict(array.attrs), array.metadata.dimension_names
-        rewritten = zarr.create_array(str(copy / info.path), shape=array.shape, chunks=array.chunks,
-                                      dtype=array.dtype, compressors=[ZstdCodec(level=1), Crc32cCodec()],
-                                      dimension_names=names, attributes=attributes, overwrite=True)
+        rewritten = zarr.create_array(
+            str(copy / info.path),
+            shape=array.shape,
+            chunks=array.chunks,
+            dtype=array.dtype,
+            compressors=[ZstdCodec(level=1), Crc32cCodec()],
+            dimension_names=names,
+            attributes=attributes,
+            overwrite=True,
+        )
         rewritten[:] = data
     return copy
 
@@ -256,26 +302,40 @@ def test_a_plate_whose_fields_differ_in_shape_is_refused_up_front(tiny_plate: Pa
     shutil.copytree(tiny_plate, copy)
     path = copy / read_plate_metadata(copy).fields[1].path
     array = zarr.open_array(str(path), mode="r")
-    smaller = zarr.create_array(str(path), shape=(*array.shape[:-2], 100, 100), chunks=array.chunks,
-                                dtype=array.dtype, dimension_names=array.metadata.dimension_names,
-                                attributes=dict(array.attrs), overwrite=True)
+    smaller = zarr.create_array(
+        str(path),
+        shape=(*array.shape[:-2], 100, 100),
+        chunks=array.chunks,
+        dtype=array.dtype,
+        dimension_names=array.metadata.dimension_names,
+        attributes=dict(array.attrs),
+        overwrite=True,
+    )
     smaller[:] = 1
     with pytest.raises(StoreError, match=r"shape .*100, 100.*first field"):
         read_plate_metadata(copy)
 
 
-@pytest.mark.parametrize(("column", "values", "fragment"), [
-    ("field", [0.5], "whole number"),
-    ("field", [None], "null"),
-    ("centroid_y", ["abc"], "needs numbers"),
-    ("centroid_x", [1.0, None], "None"),
-])
+@pytest.mark.parametrize(
+    ("column", "values", "fragment"),
+    [
+        ("field", [0.5], "whole number"),
+        ("field", [None], "null"),
+        ("centroid_y", ["abc"], "needs numbers"),
+        ("centroid_x", [1.0, None], "None"),
+    ],
+)
 def test_object_tables_have_strict_types(tmp_path: Path, column: str, values: list[Any], fragment: str) -> None:
     from cropbench.objects import read_object_table
 
     rows = len(values)
-    data: dict[str, list[Any]] = {"object_id": list(range(rows)), "well": ["A1"] * rows, "field": [0] * rows,
-                                  "centroid_y": [5.0] * rows, "centroid_x": [5.0] * rows}
+    data: dict[str, list[Any]] = {
+        "object_id": list(range(rows)),
+        "well": ["A1"] * rows,
+        "field": [0] * rows,
+        "centroid_y": [5.0] * rows,
+        "centroid_x": [5.0] * rows,
+    }
     data[column] = values
     path = tmp_path / "objects.parquet"
     pq.write_table(pa.table(data), str(path))

@@ -11,9 +11,17 @@ from cropbench.report.stability import bootstrap_median_interval, format_repeat_
 
 
 def rows(values: list[float], case: str = "c", p99_reliable: bool = True) -> list[Record]:
-    return [Record(track="1", case=case, config={}, environment={}, repeat=i,
-                   metrics={"samples_per_s": v, "p99_reliable": p99_reliable, "p95_reliable": True, "count": 300})
-            for i, v in enumerate(values)]
+    return [
+        Record(
+            track="1",
+            case=case,
+            config={},
+            environment={},
+            repeat=i,
+            metrics={"samples_per_s": v, "p99_reliable": p99_reliable, "p95_reliable": True, "count": 300},
+        )
+        for i, v in enumerate(values)
+    ]
 
 
 def test_stable_repeats_have_no_warning_and_an_interval_around_the_median() -> None:

@@ -70,7 +70,9 @@ def test_realism_report_puts_synthetic_and_real_nf1_in_the_cell_painting_range()
     synthetic = synthetic_stats(SPEC, fields=1)
     assert synthetic.images == 5 and 1.1 <= synthetic.zlib1_ratio_mean <= 4.0
     if not nf1.is_dir():
-        pytest.skip(f"NF1 subset not found at {nf1.parent}: copy tests/data/cytotable/NF1_cellpainting_data_shrunken "
-                    "of github.com/cytomining/CytoDataFrame (NF1 Cell Painting, Plate 2) there")
+        pytest.skip(
+            f"NF1 subset not found at {nf1.parent}: copy tests/data/cytotable/NF1_cellpainting_data_shrunken "
+            "of github.com/cytomining/CytoDataFrame (NF1 Cell Painting, Plate 2) there"
+        )
     real = tiff_stats(nf1)
     assert real.images == 15 and 1.1 <= real.zlib1_ratio_mean <= 4.0

@@ -22,8 +22,9 @@ def tiff_plates(tiny_plate: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     return {name: convert_plate(tiny_plate, root / name, layout_by_name(name)).path for name in ("tiff", "tiff-zlib")}
 
 
-def test_files_are_2d_tiffs_one_per_field_and_channel_named_by_the_plate(tiff_plates: dict[str, Path],
-                                                                          tiny_plate: Path) -> None:
+def test_files_are_2d_tiffs_one_per_field_and_channel_named_by_the_plate(
+    tiff_plates: dict[str, Path], tiny_plate: Path
+) -> None:
     images = sorted(p.name for p in (tiff_plates["tiff-zlib"] / "images").iterdir())
     assert len(images) == 4 * 5
     assert images[0] == "A1_field0_c0_DNA.tiff" and "A2_field1_c4_Mito.tiff" in images
@@ -50,8 +51,16 @@ def test_direct_path_decodes_only_the_strips_a_crop_touches(tmp_path: Path) -> N
     from cropbench.config import LAYOUTS, PlateSpec
     from cropbench.plates.generate import generate_plate
 
-    spec = PlateSpec(name="tall", rows=1, columns=1, fields_per_well=1, channels=2, field_height=1024,
-                     field_width=256, cells_per_field=10)
+    spec = PlateSpec(
+        name="tall",
+        rows=1,
+        columns=1,
+        fields_per_well=1,
+        channels=2,
+        field_height=1024,
+        field_width=256,
+        cells_per_field=10,
+    )
     plate = generate_plate(tmp_path / "tall", spec, LAYOUTS["tiff-zlib"], progress=False).path
     reader = open_plate(plate, "direct", chunk_cache_bytes=0)
     assert isinstance(reader, TiffReader)
@@ -83,8 +92,9 @@ def test_missing_or_foreign_tiffs_raise_store_errors(tiff_plates: dict[str, Path
     for decode in ("direct", "field", "zarr"):
         with pytest.raises(StoreError, match="A1_field0_c1_ER"):
             open_plate(broken, decode).read_region(0, 0, 10, 0, 10)
-    tifffile.imwrite(broken / "images" / "A1_field0_c1_ER.tiff",
-                     np.zeros((200, 240), np.uint16), compression="zlib", predictor=True)
+    tifffile.imwrite(
+        broken / "images" / "A1_field0_c1_ER.tiff", np.zeros((200, 240), np.uint16), compression="zlib", predictor=True
+    )
     with pytest.raises(StoreError, match="predictor"):
         open_plate(broken, "direct").read_region(0, 0, 10, 0, 10)
     assert read_plate_metadata(broken).layout == "tiff"

@@ -26,8 +26,9 @@ def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> 
 
 
 def test_transform_tiers_record_the_io_split(tiny_plate: Path) -> None:
-    case = Track1Case(crop=CropConfig(crop_size=32, tier="typical"), access="paired", samples=60, warmup=5,
-                      cold_samples=0)
+    case = Track1Case(
+        crop=CropConfig(crop_size=32, tier="typical"), access="paired", samples=60, warmup=5, cold_samples=0
+    )
     metrics = run_case(tiny_plate, case)
     assert metrics["io_count"] == 60 and metrics["transform_only_mean_ms"] > 0
     assert metrics["transform_share"] < 1.0
@@ -65,21 +66,23 @@ def test_cold_cache_state_evicts_before_every_steady_block(tiny_plate: Path) -> 
 
 def test_rows_carry_validity_flags(tiny_plate: Path) -> None:
     # The tiny plate: ~100 objects, 4 fields; a 32 MiB cache holds all of it, 160 items re-read crops.
-    flagged = run_case(tiny_plate, Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=10,
-                                              cold_samples=50))
+    flagged = run_case(tiny_plate, Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=10, cold_samples=50))
     assert {"cache>=plate", "re-reads"} <= set(flagged["validity_flags"])
     assert set(flagged["validity_flags"]) <= set(VALIDITY_FLAGS)
     assert flagged["cache_fraction_of_plate"] > 1 and flagged["items_drawn"] == 160 > flagged["objects"]
     assert ("cold_p50_ms" in flagged) == flagged["eviction_verified"] != ("first_pass_p50_ms" in flagged)
-    honest = run_case(tiny_plate, Track1Case(crop=CropConfig(crop_size=32, chunk_cache_bytes=2**16), samples=50,
-                                             warmup=5, cold_samples=0))
+    honest = run_case(
+        tiny_plate,
+        Track1Case(crop=CropConfig(crop_size=32, chunk_cache_bytes=2**16), samples=50, warmup=5, cold_samples=0),
+    )
     assert not {"cache>=plate", "re-reads", "not-evicted"} & set(honest["validity_flags"])
     assert honest["rate_over_inverse_mean"] > 0
 
 
 def test_uninstrumented_read_counters_are_absent_not_zero(tiny_plate: Path) -> None:
-    zarr = run_case(tiny_plate, Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=50, warmup=5,
-                                           cold_samples=0))
+    zarr = run_case(
+        tiny_plate, Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=50, warmup=5, cold_samples=0)
+    )
     assert "decode_amplification" not in zarr and "chunks_touched_per_crop" not in zarr
     assert zarr["cache_fraction_of_plate"] is None and "cache>=plate" not in zarr["validity_flags"]
 
@@ -87,8 +90,9 @@ def test_uninstrumented_read_counters_are_absent_not_zero(tiny_plate: Path) -> N
 def test_smoke_cases_fit_the_smoke_plate() -> None:
     smoke = plate_preset("smoke")
     objects = smoke.rows * smoke.columns * smoke.fields_per_well * smoke.cells_per_field
-    decoded = smoke.rows * smoke.columns * smoke.fields_per_well * smoke.channels * smoke.field_height \
-        * smoke.field_width * 2
+    decoded = (
+        smoke.rows * smoke.columns * smoke.fields_per_well * smoke.channels * smoke.field_height * smoke.field_width * 2
+    )
     for case in preset_cases("smoke"):
         assert case.cold_samples + case.warmup + case.samples <= 0.9 * objects, case.label
         assert case.crop.chunk_cache_bytes < decoded / 4, case.label

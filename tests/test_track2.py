@@ -45,10 +45,13 @@ def test_main_process_case_is_consistent(tiny_plate: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loader", [
-    LoaderSpec(num_workers=2, batch_size=8),
-    LoaderSpec(num_workers=1, batch_size=16, persistent_workers=True, prefetch_factor=3, collate="stack"),
-])
+@pytest.mark.parametrize(
+    "loader",
+    [
+        LoaderSpec(num_workers=2, batch_size=8),
+        LoaderSpec(num_workers=1, batch_size=16, persistent_workers=True, prefetch_factor=3, collate="stack"),
+    ],
+)
 def test_worker_cases_are_consistent_and_record_worker_memory(tiny_plate: Path, loader: LoaderSpec) -> None:
     case = Track2Case(crop=CROP, loader=loader, samples=64)
     metrics = run_case(tiny_plate, case)
@@ -59,8 +62,10 @@ def test_worker_cases_are_consistent_and_record_worker_memory(tiny_plate: Path, 
 
 
 def test_memory_source_isolates_the_transfer_and_counts_bytes(tiny_plate: Path) -> None:
-    narrow = run_case(tiny_plate, Track2Case(crop=CROP.replace(dtype="uint16"), source="memory", samples=32,
-                                             loader=LoaderSpec(batch_size=16)))
+    narrow = run_case(
+        tiny_plate,
+        Track2Case(crop=CROP.replace(dtype="uint16"), source="memory", samples=32, loader=LoaderSpec(batch_size=16)),
+    )
     wide = run_case(tiny_plate, Track2Case(crop=CROP, source="memory", samples=32, loader=LoaderSpec(batch_size=16)))
     assert narrow["crosscheck_ok"] and wide["crosscheck_ok"]
     assert wide["batch_mib"] == pytest.approx(2 * narrow["batch_mib"])
@@ -118,8 +123,9 @@ def test_gpu_preset_times_whole_rounds_at_the_gpu_batch(monkeypatch: pytest.Monk
     monkeypatch.setattr(track2, "usable_cores", lambda: 16)
     cases = preset_cases("gpu")
     sweep = [c for c in cases if not c.loader.persistent_workers]
-    assert {(c.crop.decode, c.crop.tier) for c in sweep} == {(d, t) for d in ("direct", "zarr")
-                                                             for t in ("none", "typical")}
+    assert {(c.crop.decode, c.crop.tier) for c in sweep} == {
+        (d, t) for d in ("direct", "zarr") for t in ("none", "typical")
+    }
     assert sorted({c.loader.num_workers for c in sweep}) == [0, 1, 2, 4, 8, 12, 16]
     for case in cases:
         workers = case.loader.num_workers

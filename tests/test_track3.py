@@ -28,8 +28,9 @@ from cropbench.tracks.track3 import (
 )
 
 CROP = CropConfig(crop_size=32, tier="light")
-SMALL = Track3Case(crop=CROP, loader=LoaderSpec(batch_size=8, pin_memory=True), model="smallcnn", steps=4,
-                   warmup_steps=1)
+SMALL = Track3Case(
+    crop=CROP, loader=LoaderSpec(batch_size=8, pin_memory=True), model="smallcnn", steps=4, warmup_steps=1
+)
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -41,7 +42,8 @@ def _assert_loop_adds_up(metrics: dict[str, Any], case: Track3Case) -> None:
     assert metrics["step_p50_ms"] <= metrics["step_p95_ms"]
     assert metrics["compute_only_step_count"] == case.steps and metrics["compute_only_images_per_s"] > 0
     assert metrics["stall_crosscheck"] == pytest.approx(
-        1 - metrics["compute_only_step_mean_ms"] / metrics["step_mean_ms"])
+        1 - metrics["compute_only_step_mean_ms"] / metrics["step_mean_ms"]
+    )
     assert metrics["first_batch_ms"] >= metrics["iter_create_ms"]
 
 
@@ -63,10 +65,16 @@ def test_fixed_seed_gives_identical_losses(tiny_plate: Path) -> None:
     assert other["loss_first"] != first["loss_first"]
 
 
-@pytest.mark.parametrize("changes", [
-    {"workload": "embed"}, {"amp": "bf16"}, {"channels_last": True},
-    {"crop": CROP.replace(dtype="uint16", tier="none")}, {"model": "resnet18", "steps": 1},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"workload": "embed"},
+        {"amp": "bf16"},
+        {"channels_last": True},
+        {"crop": CROP.replace(dtype="uint16", tier="none")},
+        {"model": "resnet18", "steps": 1},
+    ],
+)
 def test_knobs_run_on_the_cpu(tiny_plate: Path, changes: dict[str, Any]) -> None:
     case = dataclasses.replace(SMALL, device="cpu", **changes)
     metrics = run_case(tiny_plate, case)
@@ -100,10 +108,19 @@ def test_cpu_rejects_what_needs_cuda(tiny_plate: Path) -> None:
         run_case(tiny_plate, dataclasses.replace(SMALL, device="cuda"))
 
 
-@pytest.mark.parametrize("changes", [
-    {"model": "emulated"}, {"emulated_step_ms": 5.0}, {"workload": "finetune"}, {"amp": "fp8"},
-    {"device": "tpu"}, {"steps": 0}, {"compile": True, "warmup_steps": 0}, {"access": "paired"},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"model": "emulated"},
+        {"emulated_step_ms": 5.0},
+        {"workload": "finetune"},
+        {"amp": "fp8"},
+        {"device": "tpu"},
+        {"steps": 0},
+        {"compile": True, "warmup_steps": 0},
+        {"access": "paired"},
+    ],
+)
 def test_case_validation(changes: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         dataclasses.replace(SMALL, **changes)
@@ -115,8 +132,11 @@ def test_search_stops_at_the_first_fed_worker_count() -> None:
 
     def fake(case: Track3Case) -> dict[str, Any]:
         measured.append(case.loader.num_workers)
-        return {"data_wait_fraction": waits[case.loader.num_workers], "images_per_s": 100.0,
-                "compute_only_images_per_s": 120.0}
+        return {
+            "data_wait_fraction": waits[case.loader.num_workers],
+            "images_per_s": 100.0,
+            "compute_only_images_per_s": 120.0,
+        }
 
     results, summary = run_search("unused", WorkerSearch(SMALL, (0, 1, 2, 4)), fake)
     assert measured == [0, 1, 2] and summary["min_workers"] == 2 and summary["reached"]
@@ -134,8 +154,11 @@ def test_search_stops_at_the_first_fed_worker_count() -> None:
 def _fake_waits(waits: dict[int, float], measured: list[int]) -> Any:
     def fake(case: Track3Case) -> dict[str, Any]:
         measured.append(case.loader.num_workers)
-        return {"data_wait_fraction": waits[case.loader.num_workers], "images_per_s": 100.0,
-                "compute_only_images_per_s": 120.0}
+        return {
+            "data_wait_fraction": waits[case.loader.num_workers],
+            "images_per_s": 100.0,
+            "compute_only_images_per_s": 120.0,
+        }
 
     return fake
 
@@ -154,8 +177,9 @@ def test_bisected_search_measures_few_candidates_and_finds_the_same_answer() -> 
     _, none = run_search("unused", WorkerSearch(SMALL, candidates, bisect=True), _fake_waits(starved, measured))
     assert measured == [16] and none["min_workers"] is None and none["min_workers_answer"] == "not reached with <= 16"
     measured.clear()
-    _, all_fed = run_search("unused", WorkerSearch(SMALL, candidates, bisect=True),
-                            _fake_waits(dict.fromkeys(candidates, 0.0), measured))
+    _, all_fed = run_search(
+        "unused", WorkerSearch(SMALL, candidates, bisect=True), _fake_waits(dict.fromkeys(candidates, 0.0), measured)
+    )
     assert measured == [16, 4, 1, 0] and all_fed["min_workers"] == 0
     with pytest.raises(ConfigError):
         WorkerSearch(SMALL, candidates, bisect=True, stop_early=False)
@@ -179,8 +203,9 @@ def test_compute_only_case_measures_the_baseline_alone(tiny_plate: Path) -> None
 
 
 def test_baselines_are_shared_only_across_loader_knobs() -> None:
-    wider = dataclasses.replace(SMALL, loader=dataclasses.replace(SMALL.loader, num_workers=2),
-                                crop=SMALL.crop.replace(decode="zarr"))
+    wider = dataclasses.replace(
+        SMALL, loader=dataclasses.replace(SMALL.loader, num_workers=2), crop=SMALL.crop.replace(decode="zarr")
+    )
     assert compute_key(wider) == compute_key(SMALL)
     assert compute_key(dataclasses.replace(SMALL, amp="bf16")) != compute_key(SMALL)
     assert compute_key(dataclasses.replace(SMALL, seed=1)) != compute_key(SMALL)
@@ -202,8 +227,11 @@ def test_presets_answer_the_questions_of_the_issues() -> None:
     demand = preset_items("gpu-demand")
     assert all(c.compute_only and c.device == "cuda" and c.loader.batch_size == 256 for c in demand)
     assert {(c.workload, c.amp) for c in demand} == {(w, a) for w in ("train", "embed") for a in ("bf16", "off")}
-    assert all(c.steps == 2 for c in preset_items("full", samples=256) if isinstance(c, Track3Case)
-               and c.loader.batch_size == 128)
+    assert all(
+        c.steps == 2
+        for c in preset_items("full", samples=256)
+        if isinstance(c, Track3Case) and c.loader.batch_size == 128
+    )
     with pytest.raises(ConfigError):
         preset_items("huge")
 
@@ -226,11 +254,17 @@ def test_runner_emits_rows_and_search_summaries_that_plot(tiny_plate: Path, tmp_
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("changes", [
-    {}, {"amp": "bf16", "channels_last": True}, {"amp": "fp16"}, {"workload": "embed", "amp": "bf16"},
-    {"crop": CROP.replace(dtype="uint16", tier="none")},
-    {"loader": LoaderSpec(batch_size=8, num_workers=2, pin_memory=True)},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"amp": "bf16", "channels_last": True},
+        {"amp": "fp16"},
+        {"workload": "embed", "amp": "bf16"},
+        {"crop": CROP.replace(dtype="uint16", tier="none")},
+        {"loader": LoaderSpec(batch_size=8, num_workers=2, pin_memory=True)},
+    ],
+)
 def test_cuda_loop(tiny_plate: Path, changes: dict[str, Any]) -> None:
     case = dataclasses.replace(SMALL, device="cuda", **changes)
     metrics = run_case(tiny_plate, case)
@@ -257,8 +291,13 @@ def test_training_on_a_real_label_of_the_object_table(tiny_plate: Path) -> None:
 
     table = read_object_table(tiny_plate)
     treatments = np.array(["taxol", "DMSO", "aspirin", None], dtype=object)[np.arange(len(table)) % 4]
-    labelled = ObjectTable.from_columns(well=table.well, field=table.field, centroid_y=table.centroid_y,
-                                        centroid_x=table.centroid_x, extra={"treatment": treatments})
+    labelled = ObjectTable.from_columns(
+        well=table.well,
+        field=table.field,
+        centroid_y=table.centroid_y,
+        centroid_x=table.centroid_x,
+        extra={"treatment": treatments},
+    )
     case = dataclasses.replace(SMALL, device="cpu", target="treatment", classes=3)
     assert case.label.endswith("/target-treatment")
     for collate in ("default", "stack"):

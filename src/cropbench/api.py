@@ -22,10 +22,19 @@ Progress = Callable[[str, Record | None], None]
 
 
 def run(
-    plate: str | Path, tracks: Sequence[str | Track] = ("1",), preset: str = "smoke",
-    out_dir: str | Path | None = None, *, samples: int | None = None, repeats: int = 1, resume: bool = False,
-    torch_threads: int = 1, layout: str | None = None, layout_dir: str | Path | None = None,
-    objects: str | Path | None = None, progress: Progress | None = None,
+    plate: str | Path,
+    tracks: Sequence[str | Track] = ("1",),
+    preset: str = "smoke",
+    out_dir: str | Path | None = None,
+    *,
+    samples: int | None = None,
+    repeats: int = 1,
+    resume: bool = False,
+    torch_threads: int = 1,
+    layout: str | None = None,
+    layout_dir: str | Path | None = None,
+    objects: str | Path | None = None,
+    progress: Progress | None = None,
 ) -> list[Record]:
     """Measure ``tracks`` (names in ``TRACKS``, or track objects) on ``plate``; returns this run's records.
 
@@ -44,11 +53,15 @@ def run(
         raise ConfigError(f"samples must be >= 1, got {samples}")
     source = Path(plate)
     if layout is not None:
-        source = materialize_layout(source, layout, Path(layout_dir) if layout_dir else None,
-                                    progress=progress is not None)
+        source = materialize_layout(
+            source, layout, Path(layout_dir) if layout_dir else None, progress=progress is not None
+        )
     context = RunContext(
-        plate=source, environment=environment.collect(source), thread_settings=configure_threads(torch_threads),
-        objects=Path(objects) if objects is not None else None, samples=samples,
+        plate=source,
+        environment=environment.collect(source),
+        thread_settings=configure_threads(torch_threads),
+        objects=Path(objects) if objects is not None else None,
+        samples=samples,
         report=(lambda message: progress(message, None)) if progress else None,
     )
     chosen = [TRACKS[t]() if isinstance(t, str) else t for t in tracks]

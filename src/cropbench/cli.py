@@ -37,9 +37,11 @@ def _add_size_knobs(parser: argparse.ArgumentParser) -> None:
     size.add_argument("--cells", type=int, dest="cells_per_field", help="cells per field (about)")
     size.add_argument("--seed", type=int, help="generator seed")
     size.add_argument("--name", help="plate name")
-    size.add_argument("--ram-fraction", type=float,
-                      help="grow fields per well until the raw plate is this fraction of RAM "
-                           "(e.g. 1.5 for cold runs)")
+    size.add_argument(
+        "--ram-fraction",
+        type=float,
+        help="grow fields per well until the raw plate is this fraction of RAM (e.g. 1.5 for cold runs)",
+    )
 
 
 def layout_names_help() -> str:
@@ -52,22 +54,40 @@ def layout_names_help() -> str:
 
 def _add_layout_knobs(parser: argparse.ArgumentParser) -> None:
     layout = parser.add_argument_group("layout on disk")
-    layout.add_argument("--layout", default="default", choices=sorted(LAYOUTS), metavar="NAME",
-                        help=f"named layout (default: %(default)s): {layout_names_help()}")
+    layout.add_argument(
+        "--layout",
+        default="default",
+        choices=sorted(LAYOUTS),
+        metavar="NAME",
+        help=f"named layout (default: %(default)s): {layout_names_help()}",
+    )
     layout.add_argument("--chunk", type=int, dest="chunk_yx", help="chunk edge in y and x (0 = whole plane)")
     layout.add_argument("--channels-per-chunk", type=int, help="channels per chunk (0 = all)")
-    layout.add_argument("--codec", choices=sorted({c for codecs in FORMAT_CODECS.values() for c in codecs}),
-                        help="codec (ome-zarr: none, blosc-lz4, blosc-zstd, zstd; tiff: none, zlib)")
+    layout.add_argument(
+        "--codec",
+        choices=sorted({c for codecs in FORMAT_CODECS.values() for c in codecs}),
+        help="codec (ome-zarr: none, blosc-lz4, blosc-zstd, zstd; tiff: none, zlib)",
+    )
     layout.add_argument("--clevel", type=int, help="compression level 1-9")
-    layout.add_argument("--shard", type=int, dest="shard_yx",
-                        help="zarr v3 shard edge (-1 = one shard per field, 0 = off)")
+    layout.add_argument(
+        "--shard", type=int, dest="shard_yx", help="zarr v3 shard edge (-1 = one shard per field, 0 = off)"
+    )
 
 
 def _plate_spec(args: argparse.Namespace) -> PlateSpec:
     from cropbench.plates.generate import spec_for_ram_fraction
 
-    knobs = ("rows", "columns", "fields_per_well", "channels", "field_height", "field_width",
-             "cells_per_field", "seed", "name")
+    knobs = (
+        "rows",
+        "columns",
+        "fields_per_well",
+        "channels",
+        "field_height",
+        "field_width",
+        "cells_per_field",
+        "seed",
+        "name",
+    )
     overrides = {k: getattr(args, k) for k in knobs if getattr(args, k) is not None}
     spec = dataclasses.replace(plate_preset(args.preset), **overrides)
     return spec_for_ram_fraction(spec, args.ram_fraction) if args.ram_fraction is not None else spec
@@ -101,11 +121,17 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     layout = _layout_spec(args)
     options = ImportOptions(
-        channels=ImportOptions.parse_channels(args.channel), compartment=args.compartment, plate=args.plate_name,
-        name=args.name, plane=args.plane, labels=tuple(args.label or ()), pixel_size_um=args.pixel_size,
+        channels=ImportOptions.parse_channels(args.channel),
+        compartment=args.compartment,
+        plate=args.plate_name,
+        name=args.name,
+        plane=args.plane,
+        labels=tuple(args.label or ()),
+        pixel_size_um=args.pixel_size,
     )
-    plate = import_plate(args.table, args.images, args.out, layout, options, overwrite=args.force,
-                         progress=not args.no_progress)
+    plate = import_plate(
+        args.table, args.images, args.out, layout, options, overwrite=args.force, progress=not args.no_progress
+    )
     _print_written(plate, layout)
     return 0
 
@@ -140,8 +166,13 @@ def cmd_compare_layouts(args: argparse.Namespace) -> int:
 
     out_dir = Path(args.out)
     comparison = LayoutComparison(
-        layouts=tuple(args.layout or default_layouts()), crop_size=args.crop_size, decode=args.decode,
-        samples=args.samples, warmup=args.warmup, repeats=args.repeats, seed=args.seed,
+        layouts=tuple(args.layout or default_layouts()),
+        crop_size=args.crop_size,
+        decode=args.decode,
+        samples=args.samples,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        seed=args.seed,
     )
     track = Layouts(comparison, Path(args.work) if args.work else out_dir / "plates", keep=args.keep)
     bar = _ProgressBar(not args.no_progress, "layouts", len(comparison.ordered()))
@@ -163,9 +194,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     bar = _ProgressBar(not args.no_progress, "cases")
     try:
         records = api.run(
-            args.plate, tracks, args.preset, out_dir, samples=args.samples, repeats=args.repeats,
-            resume=args.resume, torch_threads=args.torch_threads, layout=args.layout, layout_dir=args.layout_dir,
-            objects=args.objects, progress=bar,
+            args.plate,
+            tracks,
+            args.preset,
+            out_dir,
+            samples=args.samples,
+            repeats=args.repeats,
+            resume=args.resume,
+            torch_threads=args.torch_threads,
+            layout=args.layout,
+            layout_dir=args.layout_dir,
+            objects=args.objects,
+            progress=bar,
         )
     finally:
         bar.close()
@@ -211,8 +251,10 @@ def cmd_summary(args: argparse.Namespace) -> int:
     known = numeric_metrics(records)
     if args.metric not in known:
         close = [m for m in known if args.metric[:6] in m][:8] or known[:8]
-        raise ConfigError(f"--metric {args.metric!r} is in no row of {args.results}; "
-                          f"try {', '.join(close)} ({len(known)} numeric metrics in all)")
+        raise ConfigError(
+            f"--metric {args.metric!r} is in no row of {args.results}; "
+            f"try {', '.join(close)} ({len(known)} numeric metrics in all)"
+        )
     print(format_repeat_summary(summarise_repeats(records, args.metric)))
     return 0
 
@@ -234,8 +276,9 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     plate = out_dir / "smoke-plate.zarr"
     if args.force or not plate.exists():
-        generated = generate_plate(plate, plate_preset("smoke"), LayoutSpec(), overwrite=True,
-                                   progress=not args.no_progress)
+        generated = generate_plate(
+            plate, plate_preset("smoke"), LayoutSpec(), overwrite=True, progress=not args.no_progress
+        )
         print(f"generated {plate} ({generated.objects} objects, compression ratio {generated.compression_ratio:.2f})")
     bar = _ProgressBar(not args.no_progress, "cases")
     try:
@@ -264,12 +307,16 @@ def cmd_realism(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="cropbench", description="Benchmark single-cell crop loading from OME-Zarr plates into PyTorch.",
+        prog="cropbench",
+        description="Benchmark single-cell crop loading from OME-Zarr plates into PyTorch.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    generate = commands.add_parser("generate", help="write a realistic synthetic OME-Zarr plate",
-                                   description="Write a seeded synthetic Cell Painting plate (OME-Zarr HCS).")
+    generate = commands.add_parser(
+        "generate",
+        help="write a realistic synthetic OME-Zarr plate",
+        description="Write a seeded synthetic Cell Painting plate (OME-Zarr HCS).",
+    )
     generate.add_argument("--out", required=True, help="plate directory to write (e.g. data/plate.zarr)")
     generate.add_argument("--preset", default="smoke", choices=("smoke", "full"), help="plate size preset")
     generate.add_argument("--force", action="store_true", help="replace an existing plate")
@@ -277,72 +324,116 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plate_knobs(generate)
     generate.set_defaults(handler=cmd_generate)
 
-    run = commands.add_parser("run", help="run benchmark tracks on a plate",
-                              description="Run tracks on a plate; rows are appended to OUT/results.jsonl.")
+    run = commands.add_parser(
+        "run",
+        help="run benchmark tracks on a plate",
+        description="Run tracks on a plate; rows are appended to OUT/results.jsonl.",
+    )
     run.add_argument("--plate", required=True, help="plate directory")
-    run.add_argument("--track", action="append", metavar="1|2|3",
-                     help="track to run: 1 Dataset, 2 DataLoader, 3 end-to-end (repeatable; default 1)")
-    run.add_argument("--preset", default="smoke", choices=("smoke", "full", "gpu", "gpu-demand"),
-                     help="case grid (gpu: the GPU check, Track 2 supply at batch 256 and Track 3 worker searches "
-                          "on CUDA; gpu-demand: Track 3 only, compute-only images/s on CUDA)")
+    run.add_argument(
+        "--track",
+        action="append",
+        metavar="1|2|3",
+        help="track to run: 1 Dataset, 2 DataLoader, 3 end-to-end (repeatable; default 1)",
+    )
+    run.add_argument(
+        "--preset",
+        default="smoke",
+        choices=("smoke", "full", "gpu", "gpu-demand"),
+        help="case grid (gpu: the GPU check, Track 2 supply at batch 256 and Track 3 worker searches "
+        "on CUDA; gpu-demand: Track 3 only, compute-only images/s on CUDA)",
+    )
     run.add_argument("--out", default="out", help="output directory (default: %(default)s)")
     run.add_argument("--samples", type=int, help="steady-state samples per case (overrides the preset)")
     run.add_argument("--repeats", type=int, default=1, help="repeat each case with seed+repeat")
     run.add_argument("--resume", action="store_true", help="skip cases already in OUT/results.jsonl")
     run.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (0 = torch default)")
     run.add_argument("--plot", action="store_true", help="draw figures into OUT/plots")
-    run.add_argument("--layout", choices=sorted(LAYOUTS), metavar="NAME",
-                     help=f"run on the plate rewritten in this named layout (converted once, then reused): "
-                          f"{layout_names_help()}")
+    run.add_argument(
+        "--layout",
+        choices=sorted(LAYOUTS),
+        metavar="NAME",
+        help=f"run on the plate rewritten in this named layout (converted once, then reused): {layout_names_help()}",
+    )
     run.add_argument("--layout-dir", help="where converted plates live (default: PLATE.layouts/ beside the plate)")
-    run.add_argument("--objects", help="object table (Parquet/CSV: centroid_y, centroid_x, and well, field unless "
-                                       "the plate has one field) for plates without cropbench's table")
-    run.add_argument("--peers", action="store_true",
-                     help="also measure peer loaders (naive zarr, dask, spatialdata, Arrow rows) beside cropbench's "
-                          "zarr/direct/field on the same crops (track 'peers'; only them unless --track is given)")
+    run.add_argument(
+        "--objects",
+        help="object table (Parquet/CSV: centroid_y, centroid_x, and well, field unless "
+        "the plate has one field) for plates without cropbench's table",
+    )
+    run.add_argument(
+        "--peers",
+        action="store_true",
+        help="also measure peer loaders (naive zarr, dask, spatialdata, Arrow rows) beside cropbench's "
+        "zarr/direct/field on the same crops (track 'peers'; only them unless --track is given)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(handler=cmd_run)
 
     importer = commands.add_parser(
-        "import", help="turn a CellProfiler/CytoTable table and its TIFF fields into a plate",
+        "import",
+        help="turn a CellProfiler/CytoTable table and its TIFF fields into a plate",
         description="Import a CellProfiler or CytoTable single-cell table (Parquet or CSV) and the folder of "
-                    "per-channel TIFF fields into a plate (any layout) with cropbench's object table.",
+        "per-channel TIFF fields into a plate (any layout) with cropbench's object table.",
     )
     importer.add_argument("--table", required=True, help="single-cell table, Parquet or CSV")
     importer.add_argument("--images", required=True, help="folder of the field images (TIFF)")
     importer.add_argument("--out", required=True, help="plate directory to write")
-    importer.add_argument("--channel", action="append", metavar="SOURCE[=NAME]",
-                          help="channel to import, optionally renamed (repeatable, in order; default: all)")
-    importer.add_argument("--compartment", help="compartment of centroids and boxes (default: first of "
-                                                "Nuclei, Cells, Cytoplasm in the table)")
+    importer.add_argument(
+        "--channel",
+        action="append",
+        metavar="SOURCE[=NAME]",
+        help="channel to import, optionally renamed (repeatable, in order; default: all)",
+    )
+    importer.add_argument(
+        "--compartment",
+        help="compartment of centroids and boxes (default: first of Nuclei, Cells, Cytoplasm in the table)",
+    )
     importer.add_argument("--plate", dest="plate_name", help="plate to import when the table holds several")
     importer.add_argument("--name", help="plate name (default: the table's plate)")
     importer.add_argument("--plane", type=int, default=1, help="z plane of Phenix-style files (default: 1)")
-    importer.add_argument("--label", action="append", metavar="COLUMN",
-                          help="table column to keep in the object table as a training label (repeatable; e.g. "
-                               "Metadata_pert_iname; strings get class ids listed in cropbench_labels.json)")
-    importer.add_argument("--pixel-size", type=float, metavar="MICROMETRES",
-                          help="micrometres per pixel (default: the table's Image_Metadata_ImageResolutionX/Y; "
-                               "else left unknown)")
+    importer.add_argument(
+        "--label",
+        action="append",
+        metavar="COLUMN",
+        help="table column to keep in the object table as a training label (repeatable; e.g. "
+        "Metadata_pert_iname; strings get class ids listed in cropbench_labels.json)",
+    )
+    importer.add_argument(
+        "--pixel-size",
+        type=float,
+        metavar="MICROMETRES",
+        help="micrometres per pixel (default: the table's Image_Metadata_ImageResolutionX/Y; else left unknown)",
+    )
     importer.add_argument("--force", action="store_true", help="replace an existing plate")
     importer.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_layout_knobs(importer)
     importer.set_defaults(handler=cmd_import)
 
     compare = commands.add_parser(
-        "compare-layouts", help="rewrite a plate in each layout and measure size, write time and crops/s",
+        "compare-layouts",
+        help="rewrite a plate in each layout and measure size, write time and crops/s",
         description="One record per layout (track 'layouts') in OUT/results.jsonl, a summary and a figure.",
     )
     compare.add_argument("--plate", required=True, help="source plate (any layout)")
-    compare.add_argument("--layout", action="append", choices=sorted(LAYOUTS), metavar="NAME",
-                         help="layout to measure (repeatable; default: the full grid; memmap is always measured): "
-                              f"{layout_names_help()}")
+    compare.add_argument(
+        "--layout",
+        action="append",
+        choices=sorted(LAYOUTS),
+        metavar="NAME",
+        help="layout to measure (repeatable; default: the full grid; memmap is always measured): "
+        f"{layout_names_help()}",
+    )
     compare.add_argument("--out", default="out/layouts", help="output directory (default: %(default)s)")
     compare.add_argument("--work", help="where converted plates are written (default: OUT/plates)")
     compare.add_argument("--keep", action="store_true", help="keep the converted plates")
     compare.add_argument("--crop-size", type=int, default=96, help="crop edge in pixels (default: %(default)s)")
-    compare.add_argument("--decode", default="direct", choices=("zarr", "direct", "field"),
-                         help="decode path (default: %(default)s; layouts without it use field)")
+    compare.add_argument(
+        "--decode",
+        default="direct",
+        choices=("zarr", "direct", "field"),
+        help="decode path (default: %(default)s; layouts without it use field)",
+    )
     compare.add_argument("--samples", type=int, default=2000, help="timed crops per pattern (default: %(default)s)")
     compare.add_argument("--warmup", type=int, default=200, help="untimed crops first (default: %(default)s)")
     compare.add_argument("--repeats", type=int, default=3, help="timed passes, median kept (default: %(default)s)")
@@ -354,9 +445,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="draw figures from a results file")
     plot.add_argument("results", help="results.jsonl")
     plot.add_argument("--out", help="directory for PNGs (default: plots/ beside the results)")
-    plot.add_argument("--all-runs", action="store_true",
-                      help="overlay every run in the file, each labelled with its run id (default: each track's "
-                           "latest run)")
+    plot.add_argument(
+        "--all-runs",
+        action="store_true",
+        help="overlay every run in the file, each labelled with its run id (default: each track's latest run)",
+    )
     plot.set_defaults(handler=cmd_plot)
 
     export = commands.add_parser("export", help="export a results file as CSV")
@@ -366,9 +459,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     summary = commands.add_parser("summary", help="median, 95%% interval and stability warnings over repeats")
     summary.add_argument("results", help="results.jsonl")
-    summary.add_argument("--metric", default="samples_per_s",
-                         help="numeric metric to summarise, e.g. samples_per_s, p95_ms, images_per_s, "
-                              "data_wait_fraction (default: %(default)s)")
+    summary.add_argument(
+        "--metric",
+        default="samples_per_s",
+        help="numeric metric to summarise, e.g. samples_per_s, p95_ms, images_per_s, "
+        "data_wait_fraction (default: %(default)s)",
+    )
     summary.set_defaults(handler=cmd_summary)
 
     env = commands.add_parser("env", help="print the environment metadata a record carries")
@@ -382,10 +478,11 @@ def build_parser() -> argparse.ArgumentParser:
     realism.set_defaults(handler=cmd_realism)
 
     smoke = commands.add_parser(
-        "smoke", help="the main job: smoke plate, every track, summary and plots",
+        "smoke",
+        help="the main job: smoke plate, every track, summary and plots",
         description="Generate a small synthetic plate (4 fields of 5 x 540 x 540) unless OUT has one, run every "
-                    "track's smoke preset on it, print the summary with each row's validity flags, and write "
-                    "OUT/results.jsonl, OUT/results.csv and OUT/plots/*.png. About 1-2 minutes on 2 cores.",
+        "track's smoke preset on it, print the summary with each row's validity flags, and write "
+        "OUT/results.jsonl, OUT/results.csv and OUT/plots/*.png. About 1-2 minutes on 2 cores.",
     )
     smoke.add_argument("--out", default="out/smoke", help="output directory (default: %(default)s)")
     smoke.add_argument("--force", action="store_true", help="regenerate the smoke plate")

@@ -105,8 +105,10 @@ class LayoutSpec:
 
     def __post_init__(self) -> None:
         _choice("format", self.format, FORMATS)
-        _require(not self.colocate_objects or self.format == "ome-arrow",
-                 f"colocate_objects needs format 'ome-arrow' (the object table beside the images), got {self.format!r}")
+        _require(
+            not self.colocate_objects or self.format == "ome-arrow",
+            f"colocate_objects needs format 'ome-arrow' (the object table beside the images), got {self.format!r}",
+        )
         _choice(f"codec (format {self.format})", self.codec, FORMAT_CODECS[self.format])
         _require(self.chunk_yx >= 0, f"chunk_yx must be >= 0, got {self.chunk_yx}")
         _require(self.channels_per_chunk >= 0, f"channels_per_chunk must be >= 0, got {self.channels_per_chunk}")
@@ -162,27 +164,36 @@ LAYOUTS: dict[str, LayoutSpec] = {
 }
 #: The OME-Zarr structures compared side by side; each gets one named layout per codec.
 _ZARR_STRUCTURES = ("planes", "tiles", "channel-tiles", "sharded")
-LAYOUTS.update({
-    f"{structure}-{codec}": dataclasses.replace(LAYOUTS[structure], codec=codec)
-    for structure in _ZARR_STRUCTURES for codec in CODECS
-})
-LAYOUTS.update({
-    "tiff": LayoutSpec(format="tiff", codec="none"),
-    "tiff-zlib": LayoutSpec(format="tiff", codec="zlib"),
-    "memmap": LayoutSpec(format="memmap", codec="none"),
-    # OME-Arrow (optional extra [arrow]): per-channel 256-px tiles (the format's "fast_crop_2d" choice),
-    # chunk-level zstd-1 as its authors recommend, or uncompressed; one variant keeps the objects inline.
-    "ome-arrow": LayoutSpec(format="ome-arrow", codec="none", chunk_yx=256, channels_per_chunk=1),
-    "ome-arrow-zstd": LayoutSpec(format="ome-arrow", codec="zstd", clevel=1, chunk_yx=256, channels_per_chunk=1),
-    "ome-arrow-zstd-objects": LayoutSpec(format="ome-arrow", codec="zstd", clevel=1, chunk_yx=256,
-                                         channels_per_chunk=1, colocate_objects=True),
-})
+LAYOUTS.update(
+    {
+        f"{structure}-{codec}": dataclasses.replace(LAYOUTS[structure], codec=codec)
+        for structure in _ZARR_STRUCTURES
+        for codec in CODECS
+    }
+)
+LAYOUTS.update(
+    {
+        "tiff": LayoutSpec(format="tiff", codec="none"),
+        "tiff-zlib": LayoutSpec(format="tiff", codec="zlib"),
+        "memmap": LayoutSpec(format="memmap", codec="none"),
+        # OME-Arrow (optional extra [arrow]): per-channel 256-px tiles (the format's "fast_crop_2d" choice),
+        # chunk-level zstd-1 as its authors recommend, or uncompressed; one variant keeps the objects inline.
+        "ome-arrow": LayoutSpec(format="ome-arrow", codec="none", chunk_yx=256, channels_per_chunk=1),
+        "ome-arrow-zstd": LayoutSpec(format="ome-arrow", codec="zstd", clevel=1, chunk_yx=256, channels_per_chunk=1),
+        "ome-arrow-zstd-objects": LayoutSpec(
+            format="ome-arrow", codec="zstd", clevel=1, chunk_yx=256, channels_per_chunk=1, colocate_objects=True
+        ),
+    }
+)
 #: Layouts that need an optional extra; ``compare-layouts`` adds them when the extra is installed.
 OPTIONAL_LAYOUTS: tuple[str, ...] = ("ome-arrow", "ome-arrow-zstd", "ome-arrow-zstd-objects")
 #: The layouts ``cropbench compare-layouts`` measures by default: every OME-Zarr structure × codec,
 #: TIFF per field and channel, and the raw memory-mapped ceiling.
 LAYOUT_GRID: tuple[str, ...] = (
-    *(f"{structure}-{codec}" for structure in _ZARR_STRUCTURES for codec in CODECS), "tiff", "tiff-zlib", "memmap",
+    *(f"{structure}-{codec}" for structure in _ZARR_STRUCTURES for codec in CODECS),
+    "tiff",
+    "tiff-zlib",
+    "memmap",
 )
 
 
@@ -253,8 +264,10 @@ class Track1Case:
         _choice("cache", self.cache, CACHE_STATES)
         _positive("granularity", self.granularity)
         _positive("batch_size", self.batch_size)
-        _require(self.batch_size == 1 or self.access != "paired",
-                 f"access='paired' reads one object per call; batch_size must be 1, got {self.batch_size}")
+        _require(
+            self.batch_size == 1 or self.access != "paired",
+            f"access='paired' reads one object per call; batch_size must be 1, got {self.batch_size}",
+        )
         _positive("samples", self.samples)
         _require(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
         _require(self.cold_samples >= 0, f"cold_samples must be >= 0, got {self.cold_samples}")
@@ -272,10 +285,12 @@ class Track1Case:
 
 #: Synthetic plate presets: ``smoke`` writes in seconds; ``full`` is the realistic default plate.
 PLATE_PRESETS: dict[str, PlateSpec] = {
-    "smoke": PlateSpec(rows=1, columns=2, fields_per_well=2, channels=5, field_height=540,
-                       field_width=540, cells_per_field=80),
-    "full": PlateSpec(rows=2, columns=4, fields_per_well=2, channels=5, field_height=1080,
-                      field_width=1080, cells_per_field=320),
+    "smoke": PlateSpec(
+        rows=1, columns=2, fields_per_well=2, channels=5, field_height=540, field_width=540, cells_per_field=80
+    ),
+    "full": PlateSpec(
+        rows=2, columns=4, fields_per_well=2, channels=5, field_height=1080, field_width=1080, cells_per_field=320
+    ),
 }
 
 

@@ -78,8 +78,22 @@ def per_crop(access: str, stat: str) -> str:
 
 #: Metrics a row holds only when their condition holds (skipped peer, verified eviction, a worker
 #: search, a sweep over workers, a reader cache, a model step): the smoke test does not require them.
-CONDITIONAL = frozenset({
-    COLD_P50_MS, SKIP_REASON, VALIDITY_FLAGS, EVICTION_VERIFIED, FIRST_PASS_CURVE_MS, CACHE_FRACTION_OF_PLATE,
-    MIN_WORKERS, MIN_WORKERS_ANSWER, TRIED_WORKERS, DATA_WAIT_FRACTION_BY_WORKERS, IMAGES_PER_S_BY_WORKERS,
-    COMPUTE_ONLY_IMAGES_PER_S, PERSISTENT_EPOCH2_GAIN, WORKER_USS_MIB_MAX, RAW_BYTES,
-})
+CONDITIONAL = frozenset(
+    {
+        COLD_P50_MS,
+        SKIP_REASON,
+        VALIDITY_FLAGS,
+        EVICTION_VERIFIED,
+        FIRST_PASS_CURVE_MS,
+        CACHE_FRACTION_OF_PLATE,
+        MIN_WORKERS,
+        MIN_WORKERS_ANSWER,
+        TRIED_WORKERS,
+        DATA_WAIT_FRACTION_BY_WORKERS,
+        IMAGES_PER_S_BY_WORKERS,
+        COMPUTE_ONLY_IMAGES_PER_S,
+        PERSISTENT_EPOCH2_GAIN,
+        WORKER_USS_MIB_MAX,
+        RAW_BYTES,
+    }
+)

@@ -51,8 +51,16 @@ class ObjectTable:
     extra: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        lengths = {len(self.object_id), len(self.plate), len(self.well), len(self.field),
-                   len(self.centroid_y), len(self.centroid_x), len(self.bbox), *map(len, self.extra.values())}
+        lengths = {
+            len(self.object_id),
+            len(self.plate),
+            len(self.well),
+            len(self.field),
+            len(self.centroid_y),
+            len(self.centroid_x),
+            len(self.bbox),
+            *map(len, self.extra.values()),
+        }
         if len(lengths) != 1:
             raise ObjectTableError(f"object table columns have different lengths: {sorted(lengths)}")
         bad = ~(np.isfinite(self.centroid_y) & np.isfinite(self.centroid_x))
@@ -70,12 +78,18 @@ class ObjectTable:
         return len(self.object_id)
 
     def to_arrow(self) -> pa.Table:
-        return pa.table({
-            "object_id": self.object_id, "plate": self.plate, "well": self.well, "field": self.field,
-            "centroid_y": self.centroid_y, "centroid_x": self.centroid_x,
-            **{name: self.bbox[:, i] for i, name in enumerate(BBOX_COLUMNS)},
-            **{name: pa.array(values, from_pandas=True) for name, values in self.extra.items()},
-        })
+        return pa.table(
+            {
+                "object_id": self.object_id,
+                "plate": self.plate,
+                "well": self.well,
+                "field": self.field,
+                "centroid_y": self.centroid_y,
+                "centroid_x": self.centroid_x,
+                **{name: self.bbox[:, i] for i, name in enumerate(BBOX_COLUMNS)},
+                **{name: pa.array(values, from_pandas=True) for name, values in self.extra.items()},
+            }
+        )
 
     def column(self, name: str) -> np.ndarray:
         """An extra column by name, with the columns there are when it is missing."""
@@ -91,8 +105,14 @@ class ObjectTable:
 
     @classmethod
     def from_columns(
-        cls, well: np.ndarray, field: np.ndarray, centroid_y: np.ndarray, centroid_x: np.ndarray,
-        plate: str | np.ndarray = "", bbox: np.ndarray | None = None, object_id: np.ndarray | None = None,
+        cls,
+        well: np.ndarray,
+        field: np.ndarray,
+        centroid_y: np.ndarray,
+        centroid_x: np.ndarray,
+        plate: str | np.ndarray = "",
+        bbox: np.ndarray | None = None,
+        object_id: np.ndarray | None = None,
         extra: Mapping[str, np.ndarray] | None = None,
     ) -> ObjectTable:
         count = len(well)
@@ -101,9 +121,13 @@ class ObjectTable:
             bbox = np.full((count, 4), -1, dtype=np.int64)
         return cls(
             object_id=np.arange(count, dtype=np.int64) if object_id is None else np.asarray(object_id, np.int64),
-            plate=plates, well=np.asarray(well, dtype=object), field=np.asarray(field, dtype=np.int64),
-            centroid_y=np.asarray(centroid_y, np.float64), centroid_x=np.asarray(centroid_x, np.float64),
-            bbox=np.asarray(bbox, np.int64), extra=dict(extra or {}),
+            plate=plates,
+            well=np.asarray(well, dtype=object),
+            field=np.asarray(field, dtype=np.int64),
+            centroid_y=np.asarray(centroid_y, np.float64),
+            centroid_x=np.asarray(centroid_x, np.float64),
+            bbox=np.asarray(bbox, np.int64),
+            extra=dict(extra or {}),
         )
 
 
@@ -137,9 +161,7 @@ def read_object_table(path: str | Path, location: tuple[str, int] | None = None)
         table = table.append_column("object_id", pa.array(np.arange(count, dtype=np.int64)))
     missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
     if missing:
-        raise ObjectTableError(
-            f"object table {source} lacks columns {missing}; it needs {list(REQUIRED_COLUMNS)}"
-        )
+        raise ObjectTableError(f"object table {source} lacks columns {missing}; it needs {list(REQUIRED_COLUMNS)}")
     for name, integral in (("field", True), ("centroid_y", False), ("centroid_x", False)):
         _check_numeric(source, table[name], name, integral)
     if all(name in table.column_names for name in BBOX_COLUMNS):
@@ -149,10 +171,12 @@ def read_object_table(path: str | Path, location: tuple[str, int] | None = None)
     plate = table["plate"].to_numpy(zero_copy_only=False) if "plate" in table.column_names else ""
     return ObjectTable.from_columns(
         well=table["well"].to_numpy(zero_copy_only=False).astype(str).astype(object),
-        field=table["field"].to_numpy(), plate=plate,
+        field=table["field"].to_numpy(),
+        plate=plate,
         centroid_y=table["centroid_y"].to_numpy().astype(np.float64),
         centroid_x=table["centroid_x"].to_numpy().astype(np.float64),
-        bbox=bbox, object_id=table["object_id"].to_numpy() if count else np.zeros(0, np.int64),
+        bbox=bbox,
+        object_id=table["object_id"].to_numpy() if count else np.zeros(0, np.int64),
         extra={name: column_values(table[name]) for name in table.column_names if name not in CORE_COLUMNS},
     )
 
@@ -198,7 +222,9 @@ def encode_labels(name: str, values: np.ndarray, classes: Sequence[str]) -> np.n
 
 
 def label_columns(
-    table: ObjectTable, names: Sequence[str], stored: Mapping[str, Sequence[str]],
+    table: ObjectTable,
+    names: Sequence[str],
+    stored: Mapping[str, Sequence[str]],
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]]]:
     """Per label column: its values for training, and the classes of the string ones.
 
@@ -233,4 +259,3 @@ def read_label_classes(plate: str | Path) -> dict[str, tuple[str, ...]]:
         return {str(name): tuple(str(v) for v in values) for name, values in document["labels"].items()}
     except (OSError, json.JSONDecodeError, KeyError, AttributeError, TypeError) as error:
         raise ObjectTableError(f"cannot read label classes {path}: {error}") from error
-

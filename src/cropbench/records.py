@@ -67,8 +67,14 @@ class Record:
     def flat(self) -> dict[str, Any]:
         """Flat columns (``config.crop_size``, ``metrics.p95_ms``, …) for CSV and pandas."""
         row: dict[str, Any] = {
-            "schema_version": self.schema_version, "run_id": self.run_id, "timestamp": self.timestamp,
-            "track": self.track, "case": self.case, "case_id": self.case_id, "seed": self.seed, "repeat": self.repeat,
+            "schema_version": self.schema_version,
+            "run_id": self.run_id,
+            "timestamp": self.timestamp,
+            "track": self.track,
+            "case": self.case,
+            "case_id": self.case_id,
+            "seed": self.seed,
+            "repeat": self.repeat,
         }
         for section in ("config", "metrics", "environment"):
             for key, value in _flatten(getattr(self, section), section).items():
@@ -203,8 +209,14 @@ def _last_newline_end(fd: int, end: int) -> int:
 
 #: Sections of a record that must be JSON objects, and the scalar fields with their types.
 _SECTIONS = ("config", "metrics", "environment")
-_SCALARS: dict[str, type | tuple[type, ...]] = {"track": str, "case": str, "seed": int, "repeat": int,
-                                                "run_id": str, "timestamp": str}
+_SCALARS: dict[str, type | tuple[type, ...]] = {
+    "track": str,
+    "case": str,
+    "seed": int,
+    "repeat": int,
+    "run_id": str,
+    "timestamp": str,
+}
 
 
 def _parse_line(line: str, where: str) -> Record:

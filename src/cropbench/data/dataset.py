@@ -42,14 +42,20 @@ class CropDataset(Dataset[dict[str, Any]]):
     """Single-cell crops (C × H × W) with their plate, well, field and object id."""
 
     def __init__(
-        self, plate: str | Path, config: CropConfig | None = None,
-        objects: ObjectTable | str | Path | None = None, reader: PlateReader | None = None,
+        self,
+        plate: str | Path,
+        config: CropConfig | None = None,
+        objects: ObjectTable | str | Path | None = None,
+        reader: PlateReader | None = None,
         labels: Sequence[str] = (),
     ) -> None:
         self.config = config or CropConfig()
         self.label_names = tuple(labels)
         self.reader = reader or open_plate(
-            plate, self.config.decode, self.config.chunk_cache_bytes, self.config.field_cache_fields,
+            plate,
+            self.config.decode,
+            self.config.chunk_cache_bytes,
+            self.config.field_cache_fields,
             decode_threads=self.config.decode_threads,
         )
         metadata = self.reader.metadata
@@ -57,8 +63,10 @@ class CropDataset(Dataset[dict[str, Any]]):
         table = objects if isinstance(objects, ObjectTable) else plate_objects(objects or plate, only_field)
         self.channel_indices = resolve_channels(self.config.channels, metadata.channel_names)
         self.channel_names = tuple(metadata.channel_names[i] for i in self.channel_indices)
-        self._channels_arg = None if self.channel_indices == tuple(range(len(metadata.channel_names))) else np.array(
-            self.channel_indices
+        self._channels_arg = (
+            None
+            if self.channel_indices == tuple(range(len(metadata.channel_names)))
+            else np.array(self.channel_indices)
         )
         self._index_objects(table, read_label_classes(plate) if Path(plate).is_dir() else {})
         windows = metadata.extra.get("windows") or []
@@ -68,8 +76,11 @@ class CropDataset(Dataset[dict[str, Any]]):
         if len(window_pairs) != len(metadata.channel_names):
             window_pairs = [(0.0, 65535.0)] * len(metadata.channel_names)
         self.plan = TransformPlan.for_windows(
-            self.config.tier, self.config.dtype, [window_pairs[i] for i in self.channel_indices],
-            self.config.output_size, self.config.seed,
+            self.config.tier,
+            self.config.dtype,
+            [window_pairs[i] for i in self.channel_indices],
+            self.config.output_size,
+            self.config.seed,
         )
         self.epoch = 0
 
@@ -88,8 +99,8 @@ class CropDataset(Dataset[dict[str, Any]]):
                 f"first {missing[0]}"
             )
         field_index = np.fromiter((lookup[key] for key in keys), dtype=np.int64, count=len(keys))
-        outside = (table.centroid_y < 0) | (table.centroid_y >= height) | (table.centroid_x < 0) | (
-            table.centroid_x >= width
+        outside = (
+            (table.centroid_y < 0) | (table.centroid_y >= height) | (table.centroid_x < 0) | (table.centroid_x >= width)
         )
         if outside.any():
             first = int(np.flatnonzero(outside)[0])
@@ -132,18 +143,33 @@ class CropDataset(Dataset[dict[str, Any]]):
         out = np.zeros((len(self.channel_indices), size, size), dtype=self.reader.metadata.dtype)
         cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
         self.reader.read_region(
-            field, cy0, cy1, cx0, cx1, self._channels_arg, out=out[:, cy0 - y0:cy1 - y0, cx0 - x0:cx1 - x0],
+            field,
+            cy0,
+            cy1,
+            cx0,
+            cx1,
+            self._channels_arg,
+            out=out[:, cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0],
         )
         return out
 
     def metadata_of(self, index: int) -> dict[str, Any]:
         return {
-            "object_id": int(self.object_id[index]), "plate": self.plate_name, "well": str(self.wells[index]),
-            "field": int(self.sites[index]), "field_index": int(self.field_index[index]),
-            "centroid_y": float(self.centroid_y[index]), "centroid_x": float(self.centroid_x[index]),
-            "crop_y0": int(self.window_y0[index]), "crop_x0": int(self.window_x0[index]), "index": int(index),
-            **({"labels": {name: column[index].item() for name, column in self.label_values.items()}}
-               if self.label_values else {}),
+            "object_id": int(self.object_id[index]),
+            "plate": self.plate_name,
+            "well": str(self.wells[index]),
+            "field": int(self.sites[index]),
+            "field_index": int(self.field_index[index]),
+            "centroid_y": float(self.centroid_y[index]),
+            "centroid_x": float(self.centroid_x[index]),
+            "crop_y0": int(self.window_y0[index]),
+            "crop_x0": int(self.window_x0[index]),
+            "index": int(index),
+            **(
+                {"labels": {name: column[index].item() for name, column in self.label_values.items()}}
+                if self.label_values
+                else {}
+            ),
         }
 
     def __getitem__(self, index: int) -> dict[str, Any]:
@@ -169,8 +195,13 @@ class CropDataset(Dataset[dict[str, Any]]):
         positions %= len(self)
         plan, size = self.plan, self.config.crop_size
         shape = (len(positions), len(self.channel_indices), size, size)
-        raw = batch_tensor(shape, torch.uint16) if plan.tier == "none" and plan.dtype == "uint16" else torch.empty(
-            shape, dtype=torch.uint16,
+        raw = (
+            batch_tensor(shape, torch.uint16)
+            if plan.tier == "none" and plan.dtype == "uint16"
+            else torch.empty(
+                shape,
+                dtype=torch.uint16,
+            )
         )
         self.read_raw_batch(positions, raw.numpy())
         if plan.tier == "none":
@@ -192,19 +223,25 @@ class CropDataset(Dataset[dict[str, Any]]):
         padded = (clipped_y0 != y0) | (clipped_x0 != x0) | (clipped_y1 != y0 + size) | (clipped_x1 != x0 + size)
         if padded.any():
             out[padded] = 0
-        regions = Regions(self.field_index[indices], clipped_y0, clipped_y1, clipped_x0, clipped_x1,
-                          clipped_y0 - y0, clipped_x0 - x0)
+        regions = Regions(
+            self.field_index[indices], clipped_y0, clipped_y1, clipped_x0, clipped_x1, clipped_y0 - y0, clipped_x0 - x0
+        )
         return self.reader.read_regions(regions, out, self._channels_arg)
 
     def metadata_columns(self, indices: np.ndarray) -> dict[str, Any]:
         """:meth:`metadata_of` of many objects, batched as ``default_collate`` batches it
         (numbers as int64/float64 tensors, strings as lists), with array arithmetic."""
         columns: dict[str, Any] = {
-            "object_id": self.object_id[indices], "plate": [self.plate_name] * len(indices),
-            "well": [str(well) for well in self.wells[indices].tolist()], "field": self.sites[indices],
-            "field_index": self.field_index[indices], "centroid_y": self.centroid_y[indices],
-            "centroid_x": self.centroid_x[indices], "crop_y0": self.window_y0[indices],
-            "crop_x0": self.window_x0[indices], "index": indices,
+            "object_id": self.object_id[indices],
+            "plate": [self.plate_name] * len(indices),
+            "well": [str(well) for well in self.wells[indices].tolist()],
+            "field": self.sites[indices],
+            "field_index": self.field_index[indices],
+            "centroid_y": self.centroid_y[indices],
+            "centroid_x": self.centroid_x[indices],
+            "crop_y0": self.window_y0[indices],
+            "crop_x0": self.window_x0[indices],
+            "index": indices,
         }
         for name, values in columns.items():
             if isinstance(values, np.ndarray):
@@ -297,7 +334,8 @@ class PairedViews(Dataset[dict[str, Any]]):
         raw = torch.from_numpy(self.dataset.read_raw(index))
         plan, epoch = self.dataset.plan, self.dataset.epoch
         return {
-            "view1": plan.apply(raw, index, epoch, view=0), "view2": plan.apply(raw, index, epoch, view=1),
+            "view1": plan.apply(raw, index, epoch, view=0),
+            "view2": plan.apply(raw, index, epoch, view=1),
             **self.dataset.metadata_of(index),
         }
 

@@ -98,7 +98,7 @@ def schedule(sampler: EpochSampler, per_epoch: int, epochs: int = 1) -> list[np.
     continues into the sampler's next epoch, as a training loop would.
     """
     flat = continued_order(sampler, per_epoch * epochs)
-    return [flat[i * per_epoch:(i + 1) * per_epoch] for i in range(epochs)]
+    return [flat[i * per_epoch : (i + 1) * per_epoch] for i in range(epochs)]
 
 
 class ScheduledSampler(Sampler[int]):
@@ -191,8 +191,13 @@ def collate_function(name: str) -> Callable[[list[Any]], Any]:
 
 
 def build_loader(
-    dataset: Dataset[Any], spec: LoaderSpec, sampler: Sampler[int], seed: int = 0, *,
-    timed_collate: bool = False, pin_memory: bool | None = None,
+    dataset: Dataset[Any],
+    spec: LoaderSpec,
+    sampler: Sampler[int],
+    seed: int = 0,
+    *,
+    timed_collate: bool = False,
+    pin_memory: bool | None = None,
 ) -> DataLoader[Any]:
     """A DataLoader with the spec's knobs, a seeded generator and seeded workers.
 
@@ -202,10 +207,14 @@ def build_loader(
     collate = collate_function(spec.collate)
     workers = spec.num_workers
     return WatchedLoader(
-        dataset, batch_size=spec.batch_size, sampler=sampler, num_workers=workers,
+        dataset,
+        batch_size=spec.batch_size,
+        sampler=sampler,
+        num_workers=workers,
         collate_fn=TimedCollate(collate) if timed_collate else collate,
         pin_memory=spec.pin_memory if pin_memory is None else pin_memory,
-        persistent_workers=spec.persistent_workers, prefetch_factor=spec.prefetch_factor,
+        persistent_workers=spec.persistent_workers,
+        prefetch_factor=spec.prefetch_factor,
         worker_init_fn=seed_worker if workers else None,
         generator=torch.Generator().manual_seed(seed),
         multiprocessing_context=spec.start_method if workers else None,
@@ -237,8 +246,12 @@ class _WatchedIterator:
         self._deadline = math.inf
         self._stuck: list[str] = []
         self._done = threading.Event()
-        threading.Thread(target=_watch, args=(weakref.ref(self), self._done, min(0.25, limit_s / 4)),
-                         name="cropbench-loader-watchdog", daemon=True).start()
+        threading.Thread(
+            target=_watch,
+            args=(weakref.ref(self), self._done, min(0.25, limit_s / 4)),
+            name="cropbench-loader-watchdog",
+            daemon=True,
+        ).start()
 
     def __iter__(self) -> _WatchedIterator:
         return self
@@ -322,10 +335,14 @@ def memory_of(pids: Sequence[int]) -> dict[str, Any]:
         uss.append(getattr(info, "uss", 0))
         pss.append(getattr(info, "pss", 0))
     if rss:
-        metrics.update({
-            "worker_rss_mib": [round(v / MIB, 2) for v in rss], "worker_rss_mib_max": max(rss) / MIB,
-            "worker_uss_mib_max": max(uss) / MIB, "worker_pss_mib_sum": sum(pss) / MIB,
-        })
+        metrics.update(
+            {
+                "worker_rss_mib": [round(v / MIB, 2) for v in rss],
+                "worker_rss_mib_max": max(rss) / MIB,
+                "worker_uss_mib_max": max(uss) / MIB,
+                "worker_pss_mib_sum": sum(pss) / MIB,
+            }
+        )
     return metrics
 
 
@@ -335,7 +352,20 @@ def pickled_size(obj: object) -> int:
 
 
 __all__ = [
-    "COLLATES", "START_METHODS", "LoaderSpec", "ScheduledSampler", "TimedCollate", "batch_collate", "build_loader",
-    "WATCHDOG_MARGIN_S", "WatchedLoader", "collate_function", "memory_of", "pickled_size", "schedule", "seed_worker",
-    "stack_collate", "worker_pids",
+    "COLLATES",
+    "START_METHODS",
+    "LoaderSpec",
+    "ScheduledSampler",
+    "TimedCollate",
+    "batch_collate",
+    "build_loader",
+    "WATCHDOG_MARGIN_S",
+    "WatchedLoader",
+    "collate_function",
+    "memory_of",
+    "pickled_size",
+    "schedule",
+    "seed_worker",
+    "stack_collate",
+    "worker_pids",
 ]

@@ -18,7 +18,10 @@ import torch
 import torchvision.transforms.v2.functional as F
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
-    "uint16": torch.uint16, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "uint16": torch.uint16,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
 }
 
 
@@ -35,7 +38,12 @@ class TransformPlan:
 
     @classmethod
     def for_windows(
-        cls, tier: str, dtype: str, windows: Sequence[tuple[float, float]], output_size: int | None, seed: int,
+        cls,
+        tier: str,
+        dtype: str,
+        windows: Sequence[tuple[float, float]],
+        output_size: int | None,
+        seed: int,
     ) -> TransformPlan:
         offsets = tuple(float(lo) for lo, _ in windows)
         scales = tuple(float(max(hi - lo, 1.0)) for lo, hi in windows)

@@ -48,11 +48,15 @@ from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable, read_object_table
 
 #: Each format's own reader (decode path ``direct``, and inside the field cache for ``field``).
 DIRECT_READERS: dict[str, type[PlateReader]] = {
-    "ome-zarr": DirectChunkReader, "tiff": TiffReader, "memmap": MemmapReader, "ome-arrow": OmeArrowReader,
+    "ome-zarr": DirectChunkReader,
+    "tiff": TiffReader,
+    "memmap": MemmapReader,
+    "ome-arrow": OmeArrowReader,
 }
 #: Each format's library path, where it has one: (decode path, reader).
 LIBRARY_READERS: dict[str, tuple[str, type[PlateReader]]] = {
-    "ome-zarr": ("zarr", ZarrPythonReader), "tiff": ("zarr", TiffZarrReader),
+    "ome-zarr": ("zarr", ZarrPythonReader),
+    "tiff": ("zarr", TiffZarrReader),
     "ome-arrow": ("as-py", OmeArrowPythonReader),
 }
 #: Decode paths each storage format supports (see the table above).
@@ -60,7 +64,9 @@ DECODES_BY_FORMAT: dict[str, tuple[str, ...]] = {
     fmt: ((LIBRARY_READERS[fmt][0],) if fmt in LIBRARY_READERS else ()) + ("direct", "field") for fmt in DIRECT_READERS
 }
 WRITERS: dict[str, type[PlateWriter]] = {
-    "ome-zarr": OmeZarrPlateWriter, "tiff": TiffPlateWriter, "memmap": MemmapPlateWriter,
+    "ome-zarr": OmeZarrPlateWriter,
+    "tiff": TiffPlateWriter,
+    "memmap": MemmapPlateWriter,
     "ome-arrow": OmeArrowPlateWriter,
 }
 
@@ -79,8 +85,8 @@ def read_plate_metadata(path: str | Path) -> PlateMetadata:
 
 def supported_decodes(path_or_metadata: str | Path | PlateMetadata) -> tuple[str, ...]:
     """Decode paths that apply to the plate's storage format."""
-    metadata = path_or_metadata if isinstance(path_or_metadata, PlateMetadata) else read_plate_metadata(
-        path_or_metadata
+    metadata = (
+        path_or_metadata if isinstance(path_or_metadata, PlateMetadata) else read_plate_metadata(path_or_metadata)
     )
     return DECODES_BY_FORMAT.get(metadata.layout, ("field",))
 
@@ -92,8 +98,12 @@ def layout_label(metadata: PlateMetadata) -> str:
 
 
 def open_plate(
-    path: str | Path, decode: str = "direct", chunk_cache_bytes: int = 64 * 2**20,
-    field_cache_fields: int = 2, metadata: PlateMetadata | None = None, decode_threads: int = 1,
+    path: str | Path,
+    decode: str = "direct",
+    chunk_cache_bytes: int = 64 * 2**20,
+    field_cache_fields: int = 2,
+    metadata: PlateMetadata | None = None,
+    decode_threads: int = 1,
 ) -> PlateReader:
     """Open a plate, whatever its layout (detected from the path), with one decode path.
 
@@ -135,20 +145,47 @@ def plate_objects(plate: str | Path, location: tuple[str, int] | None = None) ->
 
 
 def create_plate_writer(
-    path: str | Path, name: str, channel_names: Sequence[str], field_shape: tuple[int, int, int],
-    layout: LayoutSpec, wells: Sequence[tuple[str, str]], fields_per_well: int | Sequence[int],
-    windows: Sequence[tuple[float, float]] | None = None, extra_attributes: dict[str, Any] | None = None,
+    path: str | Path,
+    name: str,
+    channel_names: Sequence[str],
+    field_shape: tuple[int, int, int],
+    layout: LayoutSpec,
+    wells: Sequence[tuple[str, str]],
+    fields_per_well: int | Sequence[int],
+    windows: Sequence[tuple[float, float]] | None = None,
+    extra_attributes: dict[str, Any] | None = None,
     overwrite: bool = False,
 ) -> PlateWriter:
     """The writer of ``layout.format``; call ``write_field`` per field, then ``close``."""
-    return WRITERS[layout.format](path, name, channel_names, field_shape, layout, wells, fields_per_well,
-                                  windows, extra_attributes, overwrite)
+    return WRITERS[layout.format](
+        path, name, channel_names, field_shape, layout, wells, fields_per_well, windows, extra_attributes, overwrite
+    )
 
 
 __all__ = [
-    "DECODES_BY_FORMAT", "DirectChunkReader", "FieldCacheReader", "FieldInfo", "MemmapPlateWriter", "MemmapReader",
-    "OmeArrowPlateWriter", "OmeArrowPythonReader", "OmeArrowReader", "OmeZarrPlateWriter", "PlateMetadata",
-    "PlateReader", "PlateWriter", "ReadStats", "Regions", "TiffPlateWriter", "TiffReader", "TiffZarrReader",
-    "ZarrPythonReader", "create_plate_writer", "layout_label", "open_plate", "plate_objects", "read_plate_metadata",
+    "DECODES_BY_FORMAT",
+    "DirectChunkReader",
+    "FieldCacheReader",
+    "FieldInfo",
+    "MemmapPlateWriter",
+    "MemmapReader",
+    "OmeArrowPlateWriter",
+    "OmeArrowPythonReader",
+    "OmeArrowReader",
+    "OmeZarrPlateWriter",
+    "PlateMetadata",
+    "PlateReader",
+    "PlateWriter",
+    "ReadStats",
+    "Regions",
+    "TiffPlateWriter",
+    "TiffReader",
+    "TiffZarrReader",
+    "ZarrPythonReader",
+    "create_plate_writer",
+    "layout_label",
+    "open_plate",
+    "plate_objects",
+    "read_plate_metadata",
     "supported_decodes",
 ]

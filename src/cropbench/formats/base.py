@@ -120,8 +120,14 @@ class PlateReader(ABC):
 
     @abstractmethod
     def read_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Return pixels (channels, y1-y0, x1-x0); the window must lie inside the field."""
 
@@ -132,7 +138,7 @@ class PlateReader(ABC):
         """
         self._check_regions(regions, out)
         for slot, (field_index, y0, y1, x0, x1, out_y0, out_x0) in enumerate(regions.rows()):
-            target = out[slot, :, out_y0:out_y0 + y1 - y0, out_x0:out_x0 + x1 - x0]
+            target = out[slot, :, out_y0 : out_y0 + y1 - y0, out_x0 : out_x0 + x1 - x0]
             self.read_region(field_index, y0, y1, x0, x1, channels, target)
         return out
 
@@ -183,11 +189,18 @@ class PlateReader(ABC):
         if out.ndim != 4 or out.shape[0] != len(regions):
             raise ConfigError(f"out has shape {out.shape}, expected ({len(regions)}, channels, height, width)")
         inside = (
-            (regions.field >= 0) & (regions.field < len(self.metadata.fields))
-            & (regions.y0 >= 0) & (regions.y0 < regions.y1) & (regions.y1 <= height)
-            & (regions.x0 >= 0) & (regions.x0 < regions.x1) & (regions.x1 <= width)
-            & (regions.out_y0 >= 0) & (regions.out_y0 + regions.y1 - regions.y0 <= out.shape[2])
-            & (regions.out_x0 >= 0) & (regions.out_x0 + regions.x1 - regions.x0 <= out.shape[3])
+            (regions.field >= 0)
+            & (regions.field < len(self.metadata.fields))
+            & (regions.y0 >= 0)
+            & (regions.y0 < regions.y1)
+            & (regions.y1 <= height)
+            & (regions.x0 >= 0)
+            & (regions.x0 < regions.x1)
+            & (regions.x1 <= width)
+            & (regions.out_y0 >= 0)
+            & (regions.out_y0 + regions.y1 - regions.y0 <= out.shape[2])
+            & (regions.out_x0 >= 0)
+            & (regions.out_x0 + regions.x1 - regions.x0 <= out.shape[3])
         )
         if not inside.all():
             slot = int(np.flatnonzero(~inside)[0])
@@ -255,8 +268,14 @@ class FieldCacheReader(PlateReader):
         return {"inner": self.inner, "max_fields": self.max_fields}
 
     def read_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         self._check_window(field_index, y0, y1, x0, x1)
         pixels = self._fields.get(field_index)
@@ -296,11 +315,17 @@ class PlateWriter(ABC):
     """
 
     def __init__(
-        self, path: str | Path, name: str, channel_names: Sequence[str],
-        field_shape: tuple[int, int, int], layout: Any,
-        wells: Sequence[tuple[str, str]], fields_per_well: int | Sequence[int],
+        self,
+        path: str | Path,
+        name: str,
+        channel_names: Sequence[str],
+        field_shape: tuple[int, int, int],
+        layout: Any,
+        wells: Sequence[tuple[str, str]],
+        fields_per_well: int | Sequence[int],
         windows: Sequence[tuple[float, float]] | None = None,
-        extra_attributes: dict[str, Any] | None = None, overwrite: bool = False,
+        extra_attributes: dict[str, Any] | None = None,
+        overwrite: bool = False,
     ) -> None:
         self.path = Path(path)
         self.name = name
@@ -322,8 +347,11 @@ class PlateWriter(ABC):
 
     def field_slots(self) -> list[tuple[str, str, int]]:
         """(row, column, site) of every field, in plate order."""
-        return [(row, column, site) for (row, column), count in zip(self.wells, self.field_counts, strict=True)
-                for site in range(count)]
+        return [
+            (row, column, site)
+            for (row, column), count in zip(self.wells, self.field_counts, strict=True)
+            for site in range(count)
+        ]
 
     @abstractmethod
     def write_field(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
@@ -341,8 +369,10 @@ class PlateWriter(ABC):
 def chunk_spans(start: int, stop: int, step: int) -> list[tuple[int, int, int]]:
     """(chunk index, chunk start, chunk end) of each chunk of edge ``step`` that [start, stop) touches,
     the chunk's extent clipped to [start, stop); all in absolute coordinates."""
-    return [(index, max(start, index * step), min(stop, (index + 1) * step))
-            for index in range(start // step, (stop - 1) // step + 1)]
+    return [
+        (index, max(start, index * step), min(stop, (index + 1) * step))
+        for index in range(start // step, (stop - 1) // step + 1)
+    ]
 
 
 def prepare_destination(path: Path, overwrite: bool) -> None:

@@ -84,7 +84,7 @@ class ChunkLayout:
     def shard_cyx(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """Inner chunks per shard along (c, y, x), and each axis' stride in the shard index (C order)."""
         per_shard = self.per_shard
-        strides = [int(np.prod(per_shard[axis + 1:])) for axis in range(len(per_shard))]
+        strides = [int(np.prod(per_shard[axis + 1 :])) for axis in range(len(per_shard))]
         axes = (self.channel_axis, -2, -1)
         return (tuple(per_shard[a] for a in axes), tuple(strides[a] for a in axes))  # type: ignore[return-value]
 
@@ -139,11 +139,17 @@ def read_chunk_layout(array_dir: Path) -> ChunkLayout:
         if document.get("order", "C") != "C":
             raise StoreError(f"{array_dir}: Fortran-ordered chunks are not supported by the direct decode path")
         return ChunkLayout(
-            shape=tuple(document["shape"]), dtype=np.dtype(document["dtype"]),
-            read_unit=tuple(document["chunks"]), inner_chunk=None, zarr_format=2,
-            separator=document.get("dimension_separator", "."), v3_prefix=False,
-            decoders=_v2_decoder(document.get("compressor")), index_decoders_checksum=False,
-            index_at_end=True, fill_value=document.get("fill_value") or 0,
+            shape=tuple(document["shape"]),
+            dtype=np.dtype(document["dtype"]),
+            read_unit=tuple(document["chunks"]),
+            inner_chunk=None,
+            zarr_format=2,
+            separator=document.get("dimension_separator", "."),
+            v3_prefix=False,
+            decoders=_v2_decoder(document.get("compressor")),
+            index_decoders_checksum=False,
+            index_at_end=True,
+            fill_value=document.get("fill_value") or 0,
         )
     codecs = document["codecs"]
     inner_chunk = None
@@ -162,11 +168,16 @@ def read_chunk_layout(array_dir: Path) -> ChunkLayout:
     encoding = document.get("chunk_key_encoding", {"name": "default"})
     separator = encoding.get("configuration", {}).get("separator", "/" if encoding["name"] == "default" else ".")
     return ChunkLayout(
-        shape=tuple(document["shape"]), dtype=dtype,
+        shape=tuple(document["shape"]),
+        dtype=dtype,
         read_unit=tuple(document["chunk_grid"]["configuration"]["chunk_shape"]),
-        inner_chunk=inner_chunk, zarr_format=3, separator=separator,
-        v3_prefix=encoding["name"] == "default", decoders=tuple(reversed(decoders)),
-        index_decoders_checksum=checksum, index_at_end=index_at_end,
+        inner_chunk=inner_chunk,
+        zarr_format=3,
+        separator=separator,
+        v3_prefix=encoding["name"] == "default",
+        decoders=tuple(reversed(decoders)),
+        index_decoders_checksum=checksum,
+        index_at_end=index_at_end,
         fill_value=document.get("fill_value") or 0,
     )
 
@@ -209,14 +220,19 @@ class DirectChunkReader(PlateReader):
     decode = "direct"
 
     def __init__(
-        self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20, decode_threads: int = 1,
+        self,
+        metadata: PlateMetadata,
+        chunk_cache_bytes: int = 64 * 2**20,
+        decode_threads: int = 1,
     ) -> None:
         super().__init__(metadata)
         if not isinstance(decode_threads, int) or decode_threads < 1:
             raise ConfigError(f"decode_threads must be an integer >= 1, got {decode_threads!r}")
         if len(metadata.fields) > _MAX_FIELDS:
-            raise StoreError(f"the direct decode path reads at most {_MAX_FIELDS} fields, the plate has "
-                             f"{len(metadata.fields)}; use decode='zarr'")
+            raise StoreError(
+                f"the direct decode path reads at most {_MAX_FIELDS} fields, the plate has "
+                f"{len(metadata.fields)}; use decode='zarr'"
+            )
         self.chunk_cache_bytes = chunk_cache_bytes
         self.decode_threads = decode_threads
         self._cache = ByteBudgetCache(chunk_cache_bytes)
@@ -262,15 +278,23 @@ class DirectChunkReader(PlateReader):
                 layout = dataclasses.replace(layout, channel_axis=channel_axis)
             grid = [-(-s // c) for s, c in zip(layout.shape, layout.chunk, strict=True)]
             if grid[layout.channel_axis] > 2**_C_BITS or max(grid[-2:]) > 2**_X_BITS:
-                raise StoreError(f"{array_dir}: a chunk grid of {grid} is beyond the direct decode path "
-                                 f"(at most {2**_C_BITS} channel and {2**_X_BITS} y/x chunks); use decode='zarr'")
+                raise StoreError(
+                    f"{array_dir}: a chunk grid of {grid} is beyond the direct decode path "
+                    f"(at most {2**_C_BITS} channel and {2**_X_BITS} y/x chunks); use decode='zarr'"
+                )
             self._layouts[field_index] = layout
             self._bases[field_index] = f"{array_dir}{os.sep}"
         return layout
 
     def read_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         self._check_window(field_index, y0, y1, x0, x1)
         channel_count = self.metadata.field_shape[0] if channels is None else len(channels)
@@ -295,23 +319,57 @@ class DirectChunkReader(PlateReader):
         groups = self._channel_group_cache.get(key)
         if groups is None:
             groups = self._channel_group_cache[key] = _channel_groups(
-                self.metadata.field_shape[0], chunk_c, channels,
+                self.metadata.field_shape[0],
+                chunk_c,
+                channels,
             )
         return groups
 
     def _plan_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None,
     ) -> list[_Piece]:
         """The pieces of one region (slot 0, landing at the slot's origin), with plain integer arithmetic."""
         layout = self._layout(field_index)
         _, chunk_y, chunk_x = layout.chunk_cyx
-        y_spans = [(iy << _X_BITS, max(y0, iy * chunk_y) - iy * chunk_y, min(y1, (iy + 1) * chunk_y) - iy * chunk_y,
-                    max(y0, iy * chunk_y) - y0) for iy in range(y0 // chunk_y, (y1 - 1) // chunk_y + 1)]
-        x_spans = [(ix, max(x0, ix * chunk_x) - ix * chunk_x, min(x1, (ix + 1) * chunk_x) - ix * chunk_x,
-                    max(x0, ix * chunk_x) - x0) for ix in range(x0 // chunk_x, (x1 - 1) // chunk_x + 1)]
+        y_spans = [
+            (
+                iy << _X_BITS,
+                max(y0, iy * chunk_y) - iy * chunk_y,
+                min(y1, (iy + 1) * chunk_y) - iy * chunk_y,
+                max(y0, iy * chunk_y) - y0,
+            )
+            for iy in range(y0 // chunk_y, (y1 - 1) // chunk_y + 1)
+        ]
+        x_spans = [
+            (
+                ix,
+                max(x0, ix * chunk_x) - ix * chunk_x,
+                min(x1, (ix + 1) * chunk_x) - ix * chunk_x,
+                max(x0, ix * chunk_x) - x0,
+            )
+            for ix in range(x0 // chunk_x, (x1 - 1) // chunk_x + 1)
+        ]
         return [
-            (field_index << _FIELD_SHIFT | c_index << _C_SHIFT | y_bits | ix, 0, positions, offsets,
-             sy0, sy1, sx0, sx1, dy0, dy0 + sy1 - sy0, dx0, dx0 + sx1 - sx0)
+            (
+                field_index << _FIELD_SHIFT | c_index << _C_SHIFT | y_bits | ix,
+                0,
+                positions,
+                offsets,
+                sy0,
+                sy1,
+                sx0,
+                sx1,
+                dy0,
+                dy0 + sy1 - sy0,
+                dx0,
+                dx0 + sx1 - sx0,
+            )
             for c_index, positions, offsets in self._channel_groups(layout, channels)
             for y_bits, sy0, sy1, dy0 in y_spans
             for ix, sx0, sx1, dx0 in x_spans
@@ -326,10 +384,19 @@ class DirectChunkReader(PlateReader):
         for members in by_chunk.values():
             layout = self._layouts[members[0]]
             _, chunk_y, chunk_x = layout.chunk_cyx
-            slots = (np.arange(len(regions)) if len(by_chunk) == 1
-                     else np.flatnonzero(np.isin(regions.field, members)))
-            field, y0, y1, x0, x1, out_y0, out_x0 = (column[slots] for column in (
-                regions.field, regions.y0, regions.y1, regions.x0, regions.x1, regions.out_y0, regions.out_x0))
+            slots = np.arange(len(regions)) if len(by_chunk) == 1 else np.flatnonzero(np.isin(regions.field, members))
+            field, y0, y1, x0, x1, out_y0, out_x0 = (
+                column[slots]
+                for column in (
+                    regions.field,
+                    regions.y0,
+                    regions.y1,
+                    regions.x0,
+                    regions.x1,
+                    regions.out_y0,
+                    regions.out_x0,
+                )
+            )
             first_y, first_x = y0 // chunk_y, x0 // chunk_x
             count_x = (x1 - 1) // chunk_x - first_x + 1
             counts = ((y1 - 1) // chunk_y - first_y + 1) * count_x
@@ -350,8 +417,16 @@ class DirectChunkReader(PlateReader):
             listed = [column.tolist() for column in columns]
             for c_index, positions, offsets in self._channel_groups(layout, channels):
                 keys = (base | c_index << _C_SHIFT).tolist()
-                pieces.extend(zip(keys, listed[0], itertools.repeat(positions), itertools.repeat(offsets),
-                                  *listed[1:], strict=False))
+                pieces.extend(
+                    zip(
+                        keys,
+                        listed[0],
+                        itertools.repeat(positions),
+                        itertools.repeat(offsets),
+                        *listed[1:],
+                        strict=False,
+                    )
+                )
         return pieces
 
     def _execute(self, pieces: list[_Piece], out: np.ndarray) -> None:
@@ -374,8 +449,11 @@ class DirectChunkReader(PlateReader):
         self.stats.chunks_touched += len(pieces)
         if self.decode_threads > 1 and len(pieces) >= PARALLEL_COPY_PIECES:
             step = -(-len(pieces) // self.decode_threads)
-            self._split(lambda part: _copy_pieces(part[0], chunks, out),
-                        [[pieces[start:start + step]] for start in range(0, len(pieces), step)], interleave=False)
+            self._split(
+                lambda part: _copy_pieces(part[0], chunks, out),
+                [[pieces[start : start + step]] for start in range(0, len(pieces), step)],
+                interleave=False,
+            )
         else:
             _copy_pieces(pieces, chunks, out)
 
@@ -417,7 +495,11 @@ class DirectChunkReader(PlateReader):
         return units
 
     def _shard_units(
-        self, field_index: int, layout: ChunkLayout, shard_coords: tuple[int, ...], members: list[tuple[int, int]],
+        self,
+        field_index: int,
+        layout: ChunkLayout,
+        shard_coords: tuple[int, ...],
+        members: list[tuple[int, int]],
     ) -> list[_Unit]:
         """Reads of some inner chunks (key, inner index) of one shard: byte ranges that touch are read as one."""
         shard = self._shard(field_index, layout, shard_coords)
@@ -429,7 +511,7 @@ class DirectChunkReader(PlateReader):
         absent = [(key, 0, 0) for start, _, key in ranges if start == EMPTY_SHARD_ENTRY]
         if absent:
             units.append((field_index, None, 0, 0, absent))
-            ranges = ranges[:len(ranges) - len(absent)]  # the empty marker sorts last
+            ranges = ranges[: len(ranges) - len(absent)]  # the empty marker sorts last
         origin = end = -1
         run: list[tuple[int, int, int]] = []
         for start, size, key in ranges:
@@ -453,13 +535,15 @@ class DirectChunkReader(PlateReader):
             data = None if source is None else self._fetch(field_index, source, start, length)
             reads += source is not None
             if data is None:
-                results.extend((key, np.full(layout.chunk_cyx, layout.fill_value, dtype=layout.dtype), False)
-                               for key, _, _ in entries)
+                results.extend(
+                    (key, np.full(layout.chunk_cyx, layout.fill_value, dtype=layout.dtype), False)
+                    for key, _, _ in entries
+                )
                 continue
             fetched += len(data)
             view = memoryview(data)
             for key, offset, size in entries:
-                encoded = view if size < 0 else view[offset:offset + size]
+                encoded = view if size < 0 else view[offset : offset + size]
                 results.append((key, self._decode(field_index, layout, key, encoded), True))
         return results, fetched, reads
 
@@ -473,8 +557,10 @@ class DirectChunkReader(PlateReader):
                 return None
         data = os.pread(source, length, start)
         if len(data) != length:
-            raise StoreError(f"a shard of {self.metadata.fields[field_index].path} is truncated: "
-                             f"{len(data)} of {length} bytes at offset {start}")
+            raise StoreError(
+                f"a shard of {self.metadata.fields[field_index].path} is truncated: "
+                f"{len(data)} of {length} bytes at offset {start}"
+            )
         return data
 
     def _decode(self, field_index: int, layout: ChunkLayout, key: int, encoded: memoryview) -> np.ndarray:
@@ -496,7 +582,10 @@ class DirectChunkReader(PlateReader):
         return chunk.reshape(layout.chunk_cyx)
 
     def _shard(
-        self, field_index: int, layout: ChunkLayout, shard_coords: tuple[int, ...],
+        self,
+        field_index: int,
+        layout: ChunkLayout,
+        shard_coords: tuple[int, ...],
     ) -> tuple[int, list[int], list[int]] | None:
         """(open descriptor, inner-chunk offsets, sizes) of one shard file, cached per process."""
         key = (field_index, shard_coords)
@@ -544,7 +633,9 @@ def _crc32c(data: bytes) -> int:
 
 
 def _channel_groups(
-    channel_count: int, chunk_c: int, channels: np.ndarray | None,
+    channel_count: int,
+    chunk_c: int,
+    channels: np.ndarray | None,
 ) -> list[tuple[int, Any, Any]]:
     """(channel chunk, positions in the output, offsets inside the chunk) of each channel chunk read."""
     if channels is None and chunk_c >= channel_count:
@@ -566,14 +657,23 @@ class StageTimedChunkReader(DirectChunkReader):
     """
 
     def __init__(
-        self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20, decode_threads: int = 1,
+        self,
+        metadata: PlateMetadata,
+        chunk_cache_bytes: int = 64 * 2**20,
+        decode_threads: int = 1,
     ) -> None:
         super().__init__(metadata, chunk_cache_bytes, decode_threads)
         self.stage_ns = {"fetch": 0, "decode": 0, "region": 0}
 
     def read_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         start = time.perf_counter_ns()
         result = super().read_region(field_index, y0, y1, x0, x1, channels, out)

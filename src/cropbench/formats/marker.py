@@ -67,17 +67,28 @@ def metadata_from_marker(root: Path, document: dict[str, Any]) -> PlateMetadata:
     """PlateMetadata of a marked plate; format-specific entries travel in ``extra``."""
     try:
         fields = tuple(
-            FieldInfo(index=i, plate=document["name"], well=f["well"], row=f["row"], column=f["column"],
-                      field=int(f["field"]), path=f["path"])
+            FieldInfo(
+                index=i,
+                plate=document["name"],
+                well=f["well"],
+                row=f["row"],
+                column=f["column"],
+                field=int(f["field"]),
+                path=f["path"],
+            )
             for i, f in enumerate(document["fields"])
         )
         shape = tuple(int(s) for s in document["field_shape"])
         known = {"cropbench_layout", "format", "name", "channel_names", "field_shape", "dtype", "fields", "windows"}
         return PlateMetadata(
-            path=root, name=document["name"], fields=fields, channel_names=tuple(document["channel_names"]),
-            field_shape=(shape[0], shape[1], shape[2]), dtype=document["dtype"], layout=document["format"],
-            extra={"windows": document.get("windows", []),
-                   **{k: v for k, v in document.items() if k not in known}},
+            path=root,
+            name=document["name"],
+            fields=fields,
+            channel_names=tuple(document["channel_names"]),
+            field_shape=(shape[0], shape[1], shape[2]),
+            dtype=document["dtype"],
+            layout=document["format"],
+            extra={"windows": document.get("windows", []), **{k: v for k, v in document.items() if k not in known}},
         )
     except (KeyError, TypeError, ValueError, IndexError) as error:
         raise StoreError(f"layout marker of {root} is incomplete or malformed: {error!r}") from error

@@ -36,7 +36,10 @@ class MemmapPlateWriter(PlateWriter):
             self._dtype = pixels.dtype
             shape = (len(self._slots), *self.field_shape)
             self._map = np.memmap(
-                self.path / PIXELS_NAME, dtype=pixels.dtype.newbyteorder("<"), mode="w+", shape=shape,
+                self.path / PIXELS_NAME,
+                dtype=pixels.dtype.newbyteorder("<"),
+                mode="w+",
+                shape=shape,
             )
         if pixels.dtype != self._dtype:
             raise StoreError(f"field {row}{column}/{site} is {pixels.dtype}, earlier fields are {self._dtype}")
@@ -51,8 +54,7 @@ class MemmapPlateWriter(PlateWriter):
             raise StoreError(f"no field was written to {self.path}")
         self._map.flush()
         self._map = None
-        write_marker(self, np.dtype(self._dtype).name, [str(i) for i in range(len(self._slots))],
-                     pixels=PIXELS_NAME)
+        write_marker(self, np.dtype(self._dtype).name, [str(i) for i in range(len(self._slots))], pixels=PIXELS_NAME)
 
 
 class MemmapReader(PlateReader):
@@ -83,8 +85,14 @@ class MemmapReader(PlateReader):
         self._map = None
 
     def read_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         self._check_window(field_index, y0, y1, x0, x1)
         pixels = self._pixels()

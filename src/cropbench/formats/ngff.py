@@ -112,10 +112,17 @@ def _plate_from_hcs(root: Path, attributes: dict[str, Any], layout: str) -> Plat
                     f"field {image_path} of {root} has shape and type {_shape_and_type(document)}, but the first "
                     f"field has {_shape_and_type(first[2])}; cropbench reads plates whose fields all match"
                 )
-            fields.append(FieldInfo(
-                index=len(fields), plate=name, well=f"{row}{column}", row=row, column=column,
-                field=site, path=f"{image_path}/{array_path}",
-            ))
+            fields.append(
+                FieldInfo(
+                    index=len(fields),
+                    plate=name,
+                    well=f"{row}{column}",
+                    row=row,
+                    column=column,
+                    field=site,
+                    path=f"{image_path}/{array_path}",
+                )
+            )
     if first is None:
         raise StoreError(f"plate {root} lists no wells with fields")
     labels, omero, array, axes = first
@@ -134,8 +141,14 @@ def _plate_from_image(root: Path, layout: str) -> PlateMetadata:
 
 
 def _metadata(
-    root: Path, name: str, fields: list[FieldInfo], labels: list[str] | None,
-    omero: dict[str, Any], array: dict[str, Any], layout: str, attributes: dict[str, Any],
+    root: Path,
+    name: str,
+    fields: list[FieldInfo],
+    labels: list[str] | None,
+    omero: dict[str, Any],
+    array: dict[str, Any],
+    layout: str,
+    attributes: dict[str, Any],
     axes: list[str] | None = None,
 ) -> PlateMetadata:
     full_shape = tuple(int(s) for s in array["shape"])
@@ -154,10 +167,19 @@ def _metadata(
     channel_names = tuple(labels) if labels and len(labels) == shape[0] else tuple(f"c{i}" for i in range(shape[0]))
     windows = [channel.get("window", {}) for channel in omero.get("channels", [])]
     return PlateMetadata(
-        path=root, name=name, fields=tuple(fields), channel_names=channel_names,
-        field_shape=(shape[0], shape[1], shape[2]), dtype=dtype, layout=layout,
-        extra={"windows": windows, "cropbench": attributes.get("cropbench", {}), "channel_axis": channel_axis,
-               "array_ndim": len(full_shape)},
+        path=root,
+        name=name,
+        fields=tuple(fields),
+        channel_names=channel_names,
+        field_shape=(shape[0], shape[1], shape[2]),
+        dtype=dtype,
+        layout=layout,
+        extra={
+            "windows": windows,
+            "cropbench": attributes.get("cropbench", {}),
+            "channel_axis": channel_axis,
+            "array_ndim": len(full_shape),
+        },
     )
 
 

@@ -83,10 +83,17 @@ class OmeArrowPlateWriter(PlateWriter):
         grouped: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for i in range(len(table)):
             y0, x0, y1, x1 = (int(v) for v in table.bbox[i])
-            grouped.setdefault((str(table.well[i]), int(table.field[i])), []).append({
-                "object_id": int(table.object_id[i]), "centroid_y": float(table.centroid_y[i]),
-                "centroid_x": float(table.centroid_x[i]), "bbox_y0": y0, "bbox_x0": x0, "bbox_y1": y1, "bbox_x1": x1,
-            })
+            grouped.setdefault((str(table.well[i]), int(table.field[i])), []).append(
+                {
+                    "object_id": int(table.object_id[i]),
+                    "centroid_y": float(table.centroid_y[i]),
+                    "centroid_x": float(table.centroid_x[i]),
+                    "bbox_y0": y0,
+                    "bbox_x0": x0,
+                    "bbox_y1": y1,
+                    "bbox_x1": x1,
+                }
+            )
         self._objects = grouped
 
     def write_field(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
@@ -94,14 +101,23 @@ class OmeArrowPlateWriter(PlateWriter):
         self._dtype = pixels.dtype
         chunk = self.layout.chunk_yx or max(self.field_shape[1:])
         image = self._ome_arrow.from_numpy(
-            pixels, dim_order="CYX", image_id=f"{row}{column}/{site}", name=f"{self.name} {row}{column}/{site}",
-            channel_names=list(self.channel_names), clamp_to_uint16=False, chunk_shape=(1, chunk, chunk),
-            chunk_encoding="bytes", chunk_compression=None if self.layout.codec == "none" else "zstd",
+            pixels,
+            dim_order="CYX",
+            image_id=f"{row}{column}/{site}",
+            name=f"{self.name} {row}{column}/{site}",
+            channel_names=list(self.channel_names),
+            clamp_to_uint16=False,
+            chunk_shape=(1, chunk, chunk),
+            chunk_encoding="bytes",
+            chunk_compression=None if self.layout.codec == "none" else "zstd",
             chunk_compression_level=self.layout.clevel if self.layout.codec == "zstd" else None,
         )
         columns: dict[str, pa.Array] = {
-            "plate": pa.array([self.name]), "well": pa.array([f"{row}{column}"]), "row": pa.array([row]),
-            "column": pa.array([column]), "field": pa.array([site], pa.int32()),
+            "plate": pa.array([self.name]),
+            "well": pa.array([f"{row}{column}"]),
+            "row": pa.array([row]),
+            "column": pa.array([column]),
+            "field": pa.array([site], pa.int32()),
             "image": pa.repeat(image, 1),
         }
         if self.colocates_objects:
@@ -117,15 +133,24 @@ class OmeArrowPlateWriter(PlateWriter):
             raise StoreError(f"no field was written to {self.path}")
         self._writer.close()
         slots = self.field_slots()
-        write_marker(self, np.dtype(self._dtype).name, [str(i) for i in range(len(slots))], images=IMAGES_NAME,
-                     objects_inline=self.colocates_objects)
+        write_marker(
+            self,
+            np.dtype(self._dtype).name,
+            [str(i) for i in range(len(slots))],
+            images=IMAGES_NAME,
+            objects_inline=self.colocates_objects,
+        )
 
 
 def _objects_type() -> pa.DataType:
-    return pa.list_(pa.struct([
-        pa.field(name, pa.int64() if name.startswith(("object", "bbox")) else pa.float64())
-        for name in _OBJECT_FIELDS
-    ]))
+    return pa.list_(
+        pa.struct(
+            [
+                pa.field(name, pa.int64() if name.startswith(("object", "bbox")) else pa.float64())
+                for name in _OBJECT_FIELDS
+            ]
+        )
+    )
 
 
 class _FieldChunks:
@@ -149,7 +174,7 @@ class _FieldChunks:
         self.compression = [c or None for c in compression]
         payload = columns["pixel_bytes"]
         buffers = payload.buffers()
-        offsets = np.frombuffer(buffers[1], dtype=np.int64)[payload.offset:payload.offset + len(payload) + 1]
+        offsets = np.frombuffer(buffers[1], dtype=np.int64)[payload.offset : payload.offset + len(payload) + 1]
         self.starts, self.ends = offsets[:-1], offsets[1:]
         self.data = buffers[2]
         channels, height, width = field_shape
@@ -250,8 +275,14 @@ class OmeArrowReader(PlateReader):
         return chunk
 
     def read_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         self._check_window(field_index, y0, y1, x0, x1)
         field = self._field(field_index)
@@ -265,11 +296,13 @@ class OmeArrowReader(PlateReader):
                     cx0 = x_index * step_x
                     position = int(field.grid[channel, y_index, x_index])
                     if position < 0:
-                        raise StoreError(f"field {field_index} has no chunk for channel {channel} at "
-                                         f"({y_index}, {x_index})")
+                        raise StoreError(
+                            f"field {field_index} has no chunk for channel {channel} at ({y_index}, {x_index})"
+                        )
                     chunk = self._chunk(field_index, field, position)
-                    result[output, sy0 - y0:sy1 - y0, sx0 - x0:sx1 - x0] = chunk[sy0 - cy0:sy1 - cy0,
-                                                                                  sx0 - cx0:sx1 - cx0]
+                    result[output, sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = chunk[
+                        sy0 - cy0 : sy1 - cy0, sx0 - cx0 : sx1 - cx0
+                    ]
         self.stats.regions += 1
         self.stats.bytes_delivered += result.nbytes
         return result
@@ -292,14 +325,21 @@ class OmeArrowPythonReader(PlateReader):
         return [images_path(self.metadata)]
 
     def read_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         self._check_window(field_index, y0, y1, x0, x1)
         if self._column is None:
             try:
-                self._column = pq.read_table(str(images_path(self.metadata)), columns=["image"],
-                                             memory_map=True).column("image")
+                self._column = pq.read_table(
+                    str(images_path(self.metadata)), columns=["image"], memory_map=True
+                ).column("image")
             except (OSError, pa.ArrowInvalid) as error:
                 raise StoreError(f"cannot read {images_path(self.metadata)}: {error}") from error
         record = self._column[field_index].as_py()
@@ -328,8 +368,10 @@ def read_colocated_objects(plate: Path, metadata: PlateMetadata) -> ObjectTable:
     values = dict(zip([f.name for f in cells.type], cells.flatten(), strict=True))
     return ObjectTable.from_columns(
         well=np.repeat(np.asarray(table.column("well").to_pylist(), dtype=object), counts),
-        field=np.repeat(table.column("field").to_numpy(), counts), plate=metadata.name,
-        centroid_y=values["centroid_y"].to_numpy(), centroid_x=values["centroid_x"].to_numpy(),
+        field=np.repeat(table.column("field").to_numpy(), counts),
+        plate=metadata.name,
+        centroid_y=values["centroid_y"].to_numpy(),
+        centroid_x=values["centroid_x"].to_numpy(),
         bbox=np.stack([values[n].to_numpy() for n in _OBJECT_FIELDS[3:]], axis=1),
         object_id=values["object_id"].to_numpy(),
     )

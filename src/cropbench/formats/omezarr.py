@@ -38,14 +38,21 @@ class OmeZarrPlateWriter(PlateWriter):
     """Writes an NGFF 0.5 HCS plate (plate → row/column wells → fields) field by field."""
 
     def __init__(
-        self, path: str | Path, name: str, channel_names: Sequence[str],
-        field_shape: tuple[int, int, int], layout: LayoutSpec,
-        wells: Sequence[tuple[str, str]], fields_per_well: int | Sequence[int],
+        self,
+        path: str | Path,
+        name: str,
+        channel_names: Sequence[str],
+        field_shape: tuple[int, int, int],
+        layout: LayoutSpec,
+        wells: Sequence[tuple[str, str]],
+        fields_per_well: int | Sequence[int],
         windows: Sequence[tuple[float, float]] | None = None,
-        extra_attributes: dict[str, Any] | None = None, overwrite: bool = False,
+        extra_attributes: dict[str, Any] | None = None,
+        overwrite: bool = False,
     ) -> None:
-        super().__init__(path, name, channel_names, field_shape, layout, wells, fields_per_well, windows,
-                         extra_attributes, overwrite)
+        super().__init__(
+            path, name, channel_names, field_shape, layout, wells, fields_per_well, windows, extra_attributes, overwrite
+        )
         self._windows = self.windows
         chunks, shards = layout.chunk_shape(*self.field_shape), layout.shard_shape(*self.field_shape)
         if shards is not None and any(s % c for s, c in zip(shards, chunks, strict=True)):
@@ -59,8 +66,11 @@ class OmeZarrPlateWriter(PlateWriter):
         self.root.attrs["ome"] = {
             "version": NGFF_VERSION,
             "plate": {
-                "name": name, "version": NGFF_VERSION, "field_count": max(self.field_counts),
-                "rows": [{"name": r} for r in rows], "columns": [{"name": c} for c in columns],
+                "name": name,
+                "version": NGFF_VERSION,
+                "field_count": max(self.field_counts),
+                "rows": [{"name": r} for r in rows],
+                "columns": [{"name": c} for c in columns],
                 "wells": [
                     {"path": f"{r}/{c}", "rowIndex": rows.index(r), "columnIndex": columns.index(c)}
                     for r, c in self.wells
@@ -84,34 +94,46 @@ class OmeZarrPlateWriter(PlateWriter):
         unit = {"unit": "micrometer"} if pixel_size else {}
         image.attrs["ome"] = {
             "version": NGFF_VERSION,
-            "multiscales": [{
-                "name": f"{row}{column}/{site}",
-                "axes": [
-                    {"name": "c", "type": "channel"},
-                    {"name": "y", "type": "space", **unit},
-                    {"name": "x", "type": "space", **unit},
-                ],
-                "datasets": [{
-                    "path": "0",
-                    "coordinateTransformations": [
-                        {"type": "scale", "scale": [1.0, *(float(s) for s in pixel_size or (1.0, 1.0))]},
+            "multiscales": [
+                {
+                    "name": f"{row}{column}/{site}",
+                    "axes": [
+                        {"name": "c", "type": "channel"},
+                        {"name": "y", "type": "space", **unit},
+                        {"name": "x", "type": "space", **unit},
                     ],
-                }],
-            }],
+                    "datasets": [
+                        {
+                            "path": "0",
+                            "coordinateTransformations": [
+                                {"type": "scale", "scale": [1.0, *(float(s) for s in pixel_size or (1.0, 1.0))]},
+                            ],
+                        }
+                    ],
+                }
+            ],
             "omero": {
                 "channels": [
-                    {"label": label, "active": True, "color": "FFFFFF",
-                     "window": {"start": lo, "end": hi, "min": 0, "max": 65535}}
+                    {
+                        "label": label,
+                        "active": True,
+                        "color": "FFFFFF",
+                        "window": {"start": lo, "end": hi, "min": 0, "max": 65535},
+                    }
                     for label, (lo, hi) in zip(self.channel_names, self._windows, strict=True)
                 ],
             },
         }
         channels, height, width = self.field_shape
         array = image.create_array(
-            "0", shape=self.field_shape, dtype=pixels.dtype,
+            "0",
+            shape=self.field_shape,
+            dtype=pixels.dtype,
             chunks=self.layout.chunk_shape(channels, height, width),
             shards=self.layout.shard_shape(channels, height, width),
-            compressors=compressors_for(self.layout), dimension_names=("c", "y", "x"), fill_value=0,
+            compressors=compressors_for(self.layout),
+            dimension_names=("c", "y", "x"),
+            fill_value=0,
         )
         array[...] = pixels
 
@@ -144,8 +166,14 @@ class ZarrPythonReader(PlateReader):
         return array
 
     def read_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         self._check_window(field_index, y0, y1, x0, x1)
         array = self._array(field_index)
@@ -154,8 +182,7 @@ class ZarrPythonReader(PlateReader):
         selection[channel_axis] = slice(None) if channels is None else np.asarray(channels)
         selection[-2:] = [slice(y0, y1), slice(x0, x1)]
         try:
-            pixels = (array[tuple(selection)] if channels is None
-                      else array.get_orthogonal_selection(tuple(selection)))
+            pixels = array[tuple(selection)] if channels is None else array.get_orthogonal_selection(tuple(selection))
         except Exception as error:  # zarr surfaces codec failures as many exception types
             raise StoreError(
                 f"cannot read y{y0}:{y1} x{x0}:{x1} of {self.metadata.fields[field_index].path} "

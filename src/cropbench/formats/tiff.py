@@ -58,20 +58,28 @@ class TiffPlateWriter(PlateWriter):
         self._dtype = pixels.dtype
         compression: dict[str, Any] = (
             {"compression": "zlib", "compressionargs": {"level": self.layout.clevel}}
-            if self.layout.codec == "zlib" else {}
+            if self.layout.codec == "zlib"
+            else {}
         )
         for name, plane in zip(field_file_names(row, column, site, self.channel_names), pixels, strict=True):
-            tifffile.imwrite(self.path / IMAGES_DIR / name, plane, photometric="minisblack", metadata=None,
-                             **compression)
+            tifffile.imwrite(
+                self.path / IMAGES_DIR / name, plane, photometric="minisblack", metadata=None, **compression
+            )
 
     def close(self) -> None:
         if self._dtype is None:
             raise StoreError(f"no field was written to {self.path}")
         slots = self.field_slots()
-        files = [[f"{IMAGES_DIR}/{name}" for name in field_file_names(row, column, site, self.channel_names)]
-                 for row, column, site in slots]
-        write_marker(self, np.dtype(self._dtype).name, [f"{row}{column}/{site}" for row, column, site in slots],
-                     channel_files=files)
+        files = [
+            [f"{IMAGES_DIR}/{name}" for name in field_file_names(row, column, site, self.channel_names)]
+            for row, column, site in slots
+        ]
+        write_marker(
+            self,
+            np.dtype(self._dtype).name,
+            [f"{row}{column}/{site}" for row, column, site in slots],
+            channel_files=files,
+        )
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,9 @@ class TiffPlane:
                     )
                 contiguous = int(page.compression) == 1 and bool(page.is_contiguous)
                 return cls(
-                    path=path, shape=(shape[0], shape[1]), dtype=np.dtype(page.dtype).newbyteorder(byteorder),
+                    path=path,
+                    shape=(shape[0], shape[1]),
+                    dtype=np.dtype(page.dtype).newbyteorder(byteorder),
                     rows_per_strip=int(page.rowsperstrip) or shape[0],
                     offsets=tuple(int(o) for o in page.dataoffsets),
                     byte_counts=tuple(int(b) for b in page.databytecounts),
@@ -166,8 +176,14 @@ class TiffReader(PlateReader):
         return planes
 
     def read_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         self._check_window(field_index, y0, y1, x0, x1)
         planes = self._field_planes(field_index)
@@ -183,7 +199,7 @@ class TiffReader(PlateReader):
             for strip_index, ry0, ry1 in chunk_spans(y0, y1, rows):
                 strip = self._strip(field_index, channel, plane, strip_index)
                 sy0 = strip_index * rows
-                result[position, ry0 - y0:ry1 - y0] = strip[ry0 - sy0:ry1 - sy0, x0:x1]
+                result[position, ry0 - y0 : ry1 - y0] = strip[ry0 - sy0 : ry1 - sy0, x0:x1]
         self.stats.regions += 1
         self.stats.bytes_delivered += result.nbytes
         return result
@@ -192,8 +208,9 @@ class TiffReader(PlateReader):
         mapped = self._maps.get((field_index, channel))
         if mapped is None:
             try:
-                mapped = np.memmap(plane.path, dtype=plane.dtype, mode="r", offset=plane.contiguous_offset or 0,
-                                   shape=plane.shape)
+                mapped = np.memmap(
+                    plane.path, dtype=plane.dtype, mode="r", offset=plane.contiguous_offset or 0, shape=plane.shape
+                )
             except (OSError, ValueError) as error:  # a file cut short: shorter than its header says
                 raise StoreError(f"TIFF {plane.path} is truncated or unreadable: {error}") from error
             self._maps[(field_index, channel)] = mapped
@@ -216,8 +233,10 @@ class TiffReader(PlateReader):
         strip_rows = min(plane.rows_per_strip, height - strip_index * plane.rows_per_strip)
         values = np.frombuffer(data, dtype=plane.dtype)
         if values.size < strip_rows * width:
-            raise StoreError(f"strip {strip_index} of {plane.path} decoded to {values.size} values, "
-                             f"expected {strip_rows * width}: the file is corrupt")
+            raise StoreError(
+                f"strip {strip_index} of {plane.path} decoded to {values.size} values, "
+                f"expected {strip_rows * width}: the file is corrupt"
+            )
         strip = values[: strip_rows * width].reshape(strip_rows, width)
         self.stats.bytes_decoded += strip.nbytes
         self.stats.chunks_decoded += 1
@@ -278,8 +297,14 @@ class TiffZarrReader(PlateReader):
         return arrays
 
     def read_region(
-        self, field_index: int, y0: int, y1: int, x0: int, x1: int,
-        channels: np.ndarray | None = None, out: np.ndarray | None = None,
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         self._check_window(field_index, y0, y1, x0, x1)
         arrays = self._field_arrays(field_index)

@@ -69,8 +69,9 @@ def pin_in_effect(requested: bool, device: torch.device) -> bool:
     return requested and device.type == "cuda"
 
 
-def to_device(tensor: torch.Tensor, device: torch.device, non_blocking: bool, channels_last: bool = False,
-              floating: bool = False) -> torch.Tensor:
+def to_device(
+    tensor: torch.Tensor, device: torch.device, non_blocking: bool, channels_last: bool = False, floating: bool = False
+) -> torch.Tensor:
     """Copy to the device; integer images become float32 there (half the bytes cross the bus)."""
     moved = tensor.to(device, non_blocking=non_blocking)
     if floating and not moved.is_floating_point():
@@ -89,7 +90,9 @@ def device_info(device: torch.device) -> dict[str, Any]:
     index = device.index if device.index is not None else torch.cuda.current_device()
     properties = torch.cuda.get_device_properties(index)
     return {
-        **gpu_info(), "device": f"cuda:{index}", "gpu_name": properties.name,
+        **gpu_info(),
+        "device": f"cuda:{index}",
+        "gpu_name": properties.name,
         "gpu_capability": f"{properties.major}.{properties.minor}",
         "gpu_multiprocessors": properties.multi_processor_count,
     }
@@ -157,11 +160,13 @@ class NvmlSampler:
     def metrics(self) -> dict[str, Any]:
         result: dict[str, Any] = {"nvml": self.status, "nvml_samples": len(self._utilisation)}
         if self._utilisation:
-            result.update({
-                "gpu_util_mean": float(np.mean(self._utilisation)),
-                "gpu_util_p50": float(np.percentile(self._utilisation, 50)),
-                "gpu_mem_used_mib_max": max(self._memory) / 2**20,
-            })
+            result.update(
+                {
+                    "gpu_util_mean": float(np.mean(self._utilisation)),
+                    "gpu_util_p50": float(np.percentile(self._utilisation, 50)),
+                    "gpu_mem_used_mib_max": max(self._memory) / 2**20,
+                }
+            )
         return result
 
 
@@ -177,6 +182,16 @@ def cuda_memory(device: torch.device) -> Iterator[dict[str, Any]]:
 
 
 __all__ = [
-    "AMP_MODES", "DEVICES", "NvmlSampler", "autocast", "check_amp", "cuda_memory", "device_info", "grad_scaler",
-    "pin_in_effect", "resolve_device", "synchroniser", "to_device",
+    "AMP_MODES",
+    "DEVICES",
+    "NvmlSampler",
+    "autocast",
+    "check_amp",
+    "cuda_memory",
+    "device_info",
+    "grad_scaler",
+    "pin_in_effect",
+    "resolve_device",
+    "synchroniser",
+    "to_device",
 ]

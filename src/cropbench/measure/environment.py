@@ -38,7 +38,11 @@ def git_commit() -> str | None:
     source = Path(__file__).resolve().parent
     try:
         result = subprocess.run(
-            ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False,
+            ["git", "-C", str(source), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -46,7 +50,10 @@ def git_commit() -> str | None:
         return None
     dirty = subprocess.run(
         ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True, text=True, timeout=5, check=False,
+        capture_output=True,
+        text=True,
+        timeout=5,
+        check=False,
     ).stdout.strip()
     return result.stdout.strip() + ("-dirty" if dirty else "")
 
@@ -65,7 +72,10 @@ def storage_of(path: str | Path) -> dict[str, Any]:
     if best is None:
         return {"path": str(target)}
     return {
-        "path": str(target), "mountpoint": best.mountpoint, "filesystem": best.fstype, "device": best.device,
+        "path": str(target),
+        "mountpoint": best.mountpoint,
+        "filesystem": best.fstype,
+        "device": best.device,
         "medium": _medium(best.device, best.fstype),
     }
 
@@ -95,8 +105,11 @@ def gpu_info() -> dict[str, Any]:
         return {"cuda_available": False}
     properties = torch.cuda.get_device_properties(0)
     return {
-        "cuda_available": True, "gpu_name": properties.name, "gpu_memory_bytes": properties.total_memory,
-        "cuda_version": torch.version.cuda, "gpu_count": torch.cuda.device_count(),
+        "cuda_available": True,
+        "gpu_name": properties.name,
+        "gpu_memory_bytes": properties.total_memory,
+        "cuda_version": torch.version.cuda,
+        "gpu_count": torch.cuda.device_count(),
         "driver": _nvidia_driver(),
     }
 

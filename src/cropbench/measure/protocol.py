@@ -37,8 +37,11 @@ def summarise_ms(latencies_ns: Sequence[int] | np.ndarray, prefix: str = "") -> 
     p50, p95, p99 = np.percentile(values, [50, 95, 99])
     return {
         f"{prefix}count": int(values.size),
-        f"{prefix}p50_ms": float(p50), f"{prefix}p95_ms": float(p95), f"{prefix}p99_ms": float(p99),
-        f"{prefix}mean_ms": float(values.mean()), f"{prefix}max_ms": float(values.max()),
+        f"{prefix}p50_ms": float(p50),
+        f"{prefix}p95_ms": float(p95),
+        f"{prefix}p99_ms": float(p99),
+        f"{prefix}mean_ms": float(values.mean()),
+        f"{prefix}max_ms": float(values.max()),
         f"{prefix}p95_reliable": bool(values.size >= min_samples_for(0.95)),
         f"{prefix}p99_reliable": bool(values.size >= min_samples_for(0.99)),
         f"{prefix}quantiles_ms": [round(float(q), 5) for q in np.percentile(values, np.arange(0, 101, 2))],
@@ -69,7 +72,9 @@ STEADY_BLOCK = 50
 
 
 def steady_state(
-    get: Callable[[int], Any], indices: list[int], prefix: str = "",
+    get: Callable[[int], Any],
+    indices: list[int],
+    prefix: str = "",
     before_block: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Steady state: each block of indices is read by a tight loop and by a per-item timed loop.
@@ -82,8 +87,8 @@ def steady_state(
     loop_seconds = timed_seconds = 0.0
     latencies = []
     for block_number, start in enumerate(range(0, len(indices), STEADY_BLOCK)):
-        block = indices[start:start + STEADY_BLOCK]
-        for timed_first in ((True, False) if block_number % 2 else (False, True)):
+        block = indices[start : start + STEADY_BLOCK]
+        for timed_first in (True, False) if block_number % 2 else (False, True):
             if before_block is not None:
                 before_block()
             if timed_first:
@@ -103,7 +108,10 @@ def steady_state(
 
 
 def relative_cost(
-    get: Callable[[int], Any], reference: Callable[[int], Any], indices: Sequence[int], block: int = 32,
+    get: Callable[[int], Any],
+    reference: Callable[[int], Any],
+    indices: Sequence[int],
+    block: int = 32,
     trim: float = 0.1,
 ) -> float:
     """Trimmed mean over blocks of (time of ``get`` over a block) / (time of ``reference`` over it).
@@ -116,7 +124,7 @@ def relative_cost(
     """
     ratios = []
     for number, start in enumerate(range(0, len(indices) - block + 1, block)):
-        items = indices[start:start + block]
+        items = indices[start : start + block]
         if number % 2:
             reference_seconds = time_loop(reference, items)
             get_seconds = time_loop(get, items)
@@ -131,7 +139,7 @@ def trimmed_mean(values: Sequence[float], trim: float) -> float:
     """Mean of ``values`` without the ``trim`` fraction at each end (0.1: drop 10% + 10%)."""
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     cut = int(len(ordered) * trim)
-    return float(ordered[cut:len(ordered) - cut].mean())
+    return float(ordered[cut : len(ordered) - cut].mean())
 
 
 def clock_overhead_ns(calls: int = 2_000, trials: int = 15) -> float | None:
@@ -226,8 +234,10 @@ class Eviction:
 
     def as_metrics(self) -> dict[str, Any]:
         return {
-            "evicted_files": self.files, "evicted_bytes": self.bytes,
-            "resident_before": self.resident_before, "resident_after": self.resident_after,
+            "evicted_files": self.files,
+            "evicted_bytes": self.bytes,
+            "resident_before": self.resident_before,
+            "resident_after": self.resident_after,
             "eviction_verified": self.verified,
         }
 

@@ -32,8 +32,12 @@ def pixel_bytes(path: Path) -> int:
 
 
 def convert_plate(
-    source: str | Path, destination: str | Path, layout: LayoutSpec, overwrite: bool = False,
-    progress: bool = False, source_decode: str = "field",
+    source: str | Path,
+    destination: str | Path,
+    layout: LayoutSpec,
+    overwrite: bool = False,
+    progress: bool = False,
+    source_decode: str = "field",
 ) -> GeneratedPlate:
     """Rewrite every field of ``source`` in ``layout`` at ``destination``.
 
@@ -45,12 +49,11 @@ def convert_plate(
         raise StoreError(f"cannot convert {source_path} onto itself")
     metadata = read_plate_metadata(source_path)
     reader = open_plate(source_path, source_decode, field_cache_fields=1, metadata=metadata)
-    windows = [
-        (float(w.get("start", 0.0)), float(w.get("end", 65535.0))) for w in metadata.extra.get("windows") or []
-    ]
+    windows = [(float(w.get("start", 0.0)), float(w.get("end", 65535.0))) for w in metadata.extra.get("windows") or []]
     attributes = {
         **metadata.extra.get("cropbench", {}),
-        "layout": dataclasses.asdict(layout), "layout_label": layout.label,
+        "layout": dataclasses.asdict(layout),
+        "layout_label": layout.label,
         "converted_from": {"path": str(source_path.resolve()), "fingerprint": _fingerprint(source_path)},
     }
     if layout.format == "ome-arrow":
@@ -59,13 +62,24 @@ def convert_plate(
         writing, objects = _write_copy(scratch, metadata, reader, layout, windows, attributes, progress)
     reader.close()
     raw = len(metadata.fields) * int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize
-    return GeneratedPlate(path=destination_path, fields=len(metadata.fields), objects=len(objects or ()),
-                          raw_bytes=raw, stored_bytes=pixel_bytes(destination_path), write_seconds=writing)
+    return GeneratedPlate(
+        path=destination_path,
+        fields=len(metadata.fields),
+        objects=len(objects or ()),
+        raw_bytes=raw,
+        stored_bytes=pixel_bytes(destination_path),
+        write_seconds=writing,
+    )
 
 
 def _write_copy(
-    destination_path: Path, metadata: PlateMetadata, reader: PlateReader, layout: LayoutSpec,
-    windows: list[tuple[float, float]], attributes: dict[str, Any], progress: bool,
+    destination_path: Path,
+    metadata: PlateMetadata,
+    reader: PlateReader,
+    layout: LayoutSpec,
+    windows: list[tuple[float, float]],
+    attributes: dict[str, Any],
+    progress: bool,
 ) -> tuple[float, ObjectTable | None]:
     """Write every field of ``reader`` and the object table; returns seconds spent writing and the table."""
     source_path = metadata.path
@@ -74,8 +88,14 @@ def _write_copy(
         wells[(info.row, info.column)] = wells.get((info.row, info.column), 0) + 1
     started = time.perf_counter()
     writer = create_plate_writer(
-        destination_path, metadata.name, metadata.channel_names, metadata.field_shape, layout, list(wells),
-        list(wells.values()), windows=windows if len(windows) == len(metadata.channel_names) else None,
+        destination_path,
+        metadata.name,
+        metadata.channel_names,
+        metadata.field_shape,
+        layout,
+        list(wells),
+        list(wells.values()),
+        windows=windows if len(windows) == len(metadata.channel_names) else None,
         extra_attributes=attributes,
     )
     writing = time.perf_counter() - started
@@ -111,8 +131,7 @@ def layouts_root(source: str | Path) -> Path:
     return source_path.parent / f"{source_path.name}.layouts"
 
 
-def materialize_layout(source: str | Path, layout: str, root: str | Path | None = None,
-                       progress: bool = False) -> Path:
+def materialize_layout(source: str | Path, layout: str, root: str | Path | None = None, progress: bool = False) -> Path:
     """The plate at ``source`` in the named layout: converted once, reused while the source is unchanged."""
     spec = layout_by_name(layout)
     destination = Path(root) if root is not None else layouts_root(source)
@@ -123,10 +142,15 @@ def materialize_layout(source: str | Path, layout: str, root: str | Path | None 
         except StoreError:
             existing = {}
         origin = existing.get("converted_from", {})
-        if (existing.get("layout_label") == spec.label and origin.get("path") == str(Path(source).resolve())
-                and origin.get("fingerprint") == _fingerprint(Path(source))
-                and (spec.colocate_objects or (destination / OBJECT_TABLE_NAME).is_file()
-                     == (Path(source) / OBJECT_TABLE_NAME).is_file())):
+        if (
+            existing.get("layout_label") == spec.label
+            and origin.get("path") == str(Path(source).resolve())
+            and origin.get("fingerprint") == _fingerprint(Path(source))
+            and (
+                spec.colocate_objects
+                or (destination / OBJECT_TABLE_NAME).is_file() == (Path(source) / OBJECT_TABLE_NAME).is_file()
+            )
+        ):
             return destination
     convert_plate(source, destination, spec, overwrite=True, progress=progress)
     return destination

@@ -53,8 +53,11 @@ def _not_ours(path: Path, origin: Origin | None) -> str | None:
     if origin is None:
         return None
     converted = attributes.get("converted_from") or {}
-    if attributes["layout_label"] != origin.layout_label or not isinstance(converted, dict) \
-            or converted.get("path") != str(origin.source.resolve()):
+    if (
+        attributes["layout_label"] != origin.layout_label
+        or not isinstance(converted, dict)
+        or converted.get("path") != str(origin.source.resolve())
+    ):
         return f"it is not cropbench's {origin.layout_label} copy of {origin.source}"
     return None
 

@@ -56,7 +56,11 @@ def stored_size(path: Path) -> int:
 
 
 def generate_plate(
-    path: str | Path, spec: PlateSpec, layout: LayoutSpec, overwrite: bool = False, progress: bool = True,
+    path: str | Path,
+    spec: PlateSpec,
+    layout: LayoutSpec,
+    overwrite: bool = False,
+    progress: bool = True,
 ) -> GeneratedPlate:
     """Render every field of ``spec`` and write plate + object table under ``path``."""
     destination = Path(path)
@@ -64,13 +68,20 @@ def generate_plate(
         table, started = _write_plate(scratch, spec, layout, progress)
     elapsed = time.perf_counter() - started
     return GeneratedPlate(
-        path=destination, fields=spec.rows * spec.columns * spec.fields_per_well, objects=len(table),
-        raw_bytes=spec.total_bytes, stored_bytes=stored_size(destination), write_seconds=elapsed,
+        path=destination,
+        fields=spec.rows * spec.columns * spec.fields_per_well,
+        objects=len(table),
+        raw_bytes=spec.total_bytes,
+        stored_bytes=stored_size(destination),
+        write_seconds=elapsed,
     )
 
 
 def _write_plate(
-    destination: Path, spec: PlateSpec, layout: LayoutSpec, progress: bool,
+    destination: Path,
+    spec: PlateSpec,
+    layout: LayoutSpec,
+    progress: bool,
 ) -> tuple[ObjectTable, float]:
     """Render and write every field and the object table at ``destination``; returns the table and start time."""
     wells = [(row_name(r), str(c + 1)) for r in range(spec.rows) for c in range(spec.columns)]
@@ -78,11 +89,19 @@ def _write_plate(
     windows = display_windows(first.pixels)
     started = time.perf_counter()
     writer = create_plate_writer(
-        destination, spec.name, spec.channel_names,
-        (spec.channels, spec.field_height, spec.field_width), layout, wells, spec.fields_per_well,
+        destination,
+        spec.name,
+        spec.channel_names,
+        (spec.channels, spec.field_height, spec.field_width),
+        layout,
+        wells,
+        spec.fields_per_well,
         windows=windows,
-        extra_attributes={"plate_spec": dataclasses.asdict(spec), "layout": dataclasses.asdict(layout),
-                          "layout_label": layout.label},
+        extra_attributes={
+            "plate_spec": dataclasses.asdict(spec),
+            "layout": dataclasses.asdict(layout),
+            "layout_label": layout.label,
+        },
     )
     columns: dict[str, list[np.ndarray]] = {"well": [], "field": [], "centers": [], "boxes": []}
     jobs = [(row, column, site) for row, column in wells for site in range(spec.fields_per_well)]
@@ -97,8 +116,11 @@ def _write_plate(
     writer.close()
     centers = np.concatenate(columns["centers"])
     table = ObjectTable.from_columns(
-        well=np.concatenate(columns["well"]), field=np.concatenate(columns["field"]),
-        centroid_y=centers[:, 0], centroid_x=centers[:, 1], plate=spec.name,
+        well=np.concatenate(columns["well"]),
+        field=np.concatenate(columns["field"]),
+        centroid_y=centers[:, 0],
+        centroid_x=centers[:, 1],
+        plate=spec.name,
         bbox=np.concatenate(columns["boxes"]),
     )
     table.write(destination / OBJECT_TABLE_NAME)

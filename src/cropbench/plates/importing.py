@@ -56,12 +56,19 @@ PLATE_COLUMNS = ("Metadata_Plate", "Image_Metadata_Plate")
 WELL_COLUMNS = ("Metadata_Well", "Image_Metadata_Well")
 ROW_COLUMNS = ("Metadata_Row", "Image_Metadata_Row")
 COLUMN_COLUMNS = ("Metadata_Col", "Metadata_Column", "Image_Metadata_Col", "Image_Metadata_Column")
-SITE_COLUMNS = ("Metadata_Site", "Image_Metadata_Site", "Metadata_Field", "Image_Metadata_Field",
-                "Metadata_FieldID", "Image_Metadata_FieldID")
+SITE_COLUMNS = (
+    "Metadata_Site",
+    "Image_Metadata_Site",
+    "Metadata_Field",
+    "Image_Metadata_Field",
+    "Metadata_FieldID",
+    "Image_Metadata_FieldID",
+)
 IMAGE_NUMBER_COLUMNS = ("ImageNumber", "Metadata_ImageNumber", "Image_ImageNumber")
 OBJECT_NUMBER_COLUMNS = ("ObjectNumber", "Metadata_ObjectNumber")
-RESOLUTION_COLUMNS = {axis: (f"Image_Metadata_ImageResolution{axis}", f"Metadata_ImageResolution{axis}")
-                      for axis in "XY"}
+RESOLUTION_COLUMNS = {
+    axis: (f"Image_Metadata_ImageResolution{axis}", f"Metadata_ImageResolution{axis}") for axis in "XY"
+}
 #: Identity columns the importer adds to the object table (labels may not take these names).
 IDENTITY_COLUMNS = ("source_row", "source_site", "ImageNumber", "ObjectNumber")
 #: Compartments tried, in order, when none is chosen.
@@ -70,8 +77,11 @@ IMAGE_SUFFIXES = (".tif", ".tiff")
 #: Pixel types a plate stores.
 DTYPES = ("uint8", "uint16", "int16", "float32")
 _FILE_COLUMN = re.compile(r"^(?:Image_)?(?P<kind>FileName|PathName)_(?P<orig>Orig)?(?P<channel>.+?)(?P<suffix>_x|_y)?$")
-_PHENIX = re.compile(r"^r(?P<row>\d+)c(?P<column>\d+)f(?P<field>\d+)p(?P<plane>\d+)-ch(?P<channel>\d+)"
-                     r"sk\d+fk\d+fl\d+\.tiff?$", re.IGNORECASE)
+_PHENIX = re.compile(
+    r"^r(?P<row>\d+)c(?P<column>\d+)f(?P<field>\d+)p(?P<plane>\d+)-ch(?P<channel>\d+)"
+    r"sk\d+fk\d+fl\d+\.tiff?$",
+    re.IGNORECASE,
+)
 _WELL = re.compile(r"^(?P<row>[A-Za-z]+)0*(?P<column>\d+)$")
 _PHENIX_WELL = re.compile(r"^r0*(?P<row>\d+)c0*(?P<column>\d+)$", re.IGNORECASE)
 _CENTROID_X = re.compile(r"^(?:Metadata_)?(?P<compartment>[A-Za-z0-9]+)_Location_Center_X(?:_x|_y)?$")
@@ -173,8 +183,15 @@ def read_table(path: str | Path, labels: Sequence[str] = ()) -> pa.Table:
 
 
 def _useful(name: str) -> bool:
-    return ("Metadata" in name or "Location_Center" in name or "BoundingBox" in name or "ImageNumber" in name
-            or "Object_Number" in name or name == "ObjectNumber" or _FILE_COLUMN.match(name) is not None)
+    return (
+        "Metadata" in name
+        or "Location_Center" in name
+        or "BoundingBox" in name
+        or "ImageNumber" in name
+        or "Object_Number" in name
+        or name == "ObjectNumber"
+        or _FILE_COLUMN.match(name) is not None
+    )
 
 
 def _without_suffix(name: str) -> str:
@@ -271,13 +288,19 @@ def _centroids(table: pa.Table, compartment: str | None) -> tuple[np.ndarray, np
             y, x, bbox = _coordinates(table, "", y_column, x_column)
             return y, x, bbox, {"compartment": None}
     present = sorted({m["compartment"] for m in map(_CENTROID_X.match, names) if m})
-    has = (f"; the table has centroids of {', '.join(present)} (choose one with --compartment)" if present
-           else "; the table has no <Compartment>_Location_Center_X column at all")
+    has = (
+        f"; the table has centroids of {', '.join(present)} (choose one with --compartment)"
+        if present
+        else "; the table has no <Compartment>_Location_Center_X column at all"
+    )
     raise ImportInputError(f"the table has no object centroids: looked for {_looked_for(looked)}{has}")
 
 
 def _coordinates(
-    table: pa.Table, compartment: str, y_column: str, x_column: str,
+    table: pa.Table,
+    compartment: str,
+    y_column: str,
+    x_column: str,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     y = np.asarray(table[y_column].to_numpy(zero_copy_only=False), dtype=np.float64)
     x = np.asarray(table[x_column].to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -287,8 +310,10 @@ def _coordinates(
             f"{int(bad.sum())} rows have no centroid in {x_column}/{y_column}, first row {int(np.flatnonzero(bad)[0])}"
         )
     prefix = f"{compartment}_" if compartment else ""
-    box_bases = [f"{prefix}AreaShape_BoundingBox{edge}_{axis}"
-                 for edge, axis in (("Minimum", "Y"), ("Minimum", "X"), ("Maximum", "Y"), ("Maximum", "X"))]
+    box_bases = [
+        f"{prefix}AreaShape_BoundingBox{edge}_{axis}"
+        for edge, axis in (("Minimum", "Y"), ("Minimum", "X"), ("Maximum", "Y"), ("Maximum", "X"))
+    ]
     box_columns = [_find(table.column_names, (base,)) for base in box_bases]
     if all(box_columns):
         boxes = np.stack([np.asarray(table[c].to_numpy(zero_copy_only=False), np.float64) for c in box_columns], 1)
@@ -314,12 +339,16 @@ def _file_columns(names: Sequence[str]) -> dict[str, dict[str, str]]:
         slot = found.setdefault(match["channel"], {})
         if match["kind"] not in slot or rank < slot[match["kind"]][0]:
             slot[match["kind"]] = (rank, name)
-    return {channel: {kind: column for kind, (_, column) in kinds.items()}
-            for channel, kinds in found.items() if "FileName" in kinds}
+    return {
+        channel: {kind: column for kind, (_, column) in kinds.items()}
+        for channel, kinds in found.items()
+        if "FileName" in kinds
+    }
 
 
-def _choose_channels(available: Sequence[str], options: ImportOptions,
-                     skipped: dict[str, str]) -> list[tuple[str, str]]:
+def _choose_channels(
+    available: Sequence[str], options: ImportOptions, skipped: dict[str, str]
+) -> list[tuple[str, str]]:
     if options.channels is None:
         if not available:
             raise ImportInputError(f"no image channel to import ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
@@ -340,7 +369,10 @@ def _resolve_file(images: Path, name: str, folder: str | None) -> Path:
 
 
 def _files_from_columns(
-    table: pa.Table, images: Path, columns: dict[str, dict[str, str]], chosen: list[tuple[str, str]],
+    table: pa.Table,
+    images: Path,
+    columns: dict[str, dict[str, str]],
+    chosen: list[tuple[str, str]],
 ) -> list[tuple[Path, ...]]:
     per_channel = []
     for source, _ in chosen:
@@ -390,8 +422,8 @@ def plan_import(table_path: str | Path, images: str | Path, options: ImportOptio
         raise ImportInputError(f"--plate {options.plate!r} given, but the table has no {_looked_for(PLATE_COLUMNS)}")
     if table.num_rows == 0:
         raise ImportInputError(f"the single-cell table {table_path} has no rows")
-    plate_name = options.name or options.plate or (
-        _strings(table, plate_column)[0] if plate_column else Path(table_path).stem
+    plate_name = (
+        options.name or options.plate or (_strings(table, plate_column)[0] if plate_column else Path(table_path).stem)
     )
     wells, well_columns = _wells(table)
     used.update(well_columns)
@@ -431,10 +463,12 @@ def plan_import(table_path: str | Path, images: str | Path, options: ImportOptio
             if not site.isdigit():
                 raise ImportInputError(f"site {site!r} in {site_column} is not a Phenix field number")
             key = (_row_number(row), int(column), int(site), options.plane)
-            row_files.append(tuple(
-                phenix.get((*key, int(source[2:])), images_dir / _phenix_name(*key, int(source[2:])))
-                for source, _ in chosen
-            ))
+            row_files.append(
+                tuple(
+                    phenix.get((*key, int(source[2:])), images_dir / _phenix_name(*key, int(source[2:])))
+                    for source, _ in chosen
+                )
+            )
         used["files"] = "phenix"
 
     fields, field_of_row = _group_fields(wells, sites, row_files)
@@ -444,8 +478,9 @@ def plan_import(table_path: str | Path, images: str | Path, options: ImportOptio
     _check_inside(centroid_y, centroid_x, field_shape, fields, field_of_row, row_numbers)
     ordered = _sites_in_order(fields)
     site_index = {id(field): number for number, field in _field_numbers(ordered)}
-    identity, identity_columns = _identity(table, [fields[f].site for f in field_of_row], row_numbers,
-                                           compartment["compartment"])
+    identity, identity_columns = _identity(
+        table, [fields[f].site for f in field_of_row], row_numbers, compartment["compartment"]
+    )
     labels, label_columns = _labels(table, options.labels)
     used.update(identity_columns)
     pixel_size, pixel_size_column = _pixel_size(table, options.pixel_size_um)
@@ -453,14 +488,25 @@ def plan_import(table_path: str | Path, images: str | Path, options: ImportOptio
     objects = ObjectTable.from_columns(
         well=np.array([fields[f].well for f in field_of_row], dtype=object),
         field=np.array([site_index[id(fields[f])] for f in field_of_row], dtype=np.int64),
-        centroid_y=centroid_y, centroid_x=centroid_x, plate=plate_name, bbox=bbox, object_id=row_numbers,
+        centroid_y=centroid_y,
+        centroid_x=centroid_x,
+        plate=plate_name,
+        bbox=bbox,
+        object_id=row_numbers,
         extra={**identity, **labels},
     )
     classes = {name: label_classes(values) for name, values in labels.items() if values.dtype == object}
-    return ImportPlan(name=plate_name, channel_names=channel_names, fields=tuple(ordered),
-                      field_shape=field_shape, dtype=dtype, objects=objects,
-                      columns={**used, "channels": dict(chosen), "labels": label_columns},
-                      label_classes=classes, pixel_size_um=pixel_size)
+    return ImportPlan(
+        name=plate_name,
+        channel_names=channel_names,
+        fields=tuple(ordered),
+        field_shape=field_shape,
+        dtype=dtype,
+        objects=objects,
+        columns={**used, "channels": dict(chosen), "labels": label_columns},
+        label_classes=classes,
+        pixel_size_um=pixel_size,
+    )
 
 
 def _check_files_exist(fields: list[FieldSource], sources: list[str], source_names: list[str]) -> None:
@@ -475,37 +521,46 @@ def _check_files_exist(fields: list[FieldSource], sources: list[str], source_nam
     paths = sorted({(str(path), source) for source, files in missing.items() for path in files})
     shown = ", ".join(f"{path} (channel {source})" for path, source in paths[:_MISSING_SHOWN])
     more = f" and {len(paths) - _MISSING_SHOWN} more" if len(paths) > _MISSING_SHOWN else ""
-    per_channel = ", ".join(f"{source} ({len(set(files))} of {len(fields)} fields)"
-                            for source, files in missing.items())
-    whole = [source for source in sources if source not in missing]
-    hint = (f"to import only the channels whose files are all there: {' '.join(f'--channel {s}' for s in whole)}"
-            if whole else f"no channel has all its files: is --images the right folder? (channels: "
-                          f"{', '.join(source_names)})")
-    # One line (the CLI prints one): counts per channel, the first files, then what to do.
-    raise ImportInputError(
-        f"{len(paths)} image files are missing, of channels {per_channel}: {shown}{more}; {hint}"
+    per_channel = ", ".join(
+        f"{source} ({len(set(files))} of {len(fields)} fields)" for source, files in missing.items()
     )
+    whole = [source for source in sources if source not in missing]
+    hint = (
+        f"to import only the channels whose files are all there: {' '.join(f'--channel {s}' for s in whole)}"
+        if whole
+        else f"no channel has all its files: is --images the right folder? (channels: {', '.join(source_names)})"
+    )
+    # One line (the CLI prints one): counts per channel, the first files, then what to do.
+    raise ImportInputError(f"{len(paths)} image files are missing, of channels {per_channel}: {shown}{more}; {hint}")
 
 
 def _identity(
-    table: pa.Table, sites: list[str], row_numbers: np.ndarray, compartment: str | None,
+    table: pa.Table,
+    sites: list[str],
+    row_numbers: np.ndarray,
+    compartment: str | None,
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Where each cell came from: source row and site, and CellProfiler's ImageNumber / ObjectNumber if present."""
     identity: dict[str, np.ndarray] = {
         "source_row": row_numbers.copy(),
-        "source_site": (np.array([int(site) for site in sites], dtype=np.int64) if all(s.isdigit() for s in sites)
-                        else np.array(sites, dtype=object)),
+        "source_site": (
+            np.array([int(site) for site in sites], dtype=np.int64)
+            if all(s.isdigit() for s in sites)
+            else np.array(sites, dtype=object)
+        ),
     }
     used: dict[str, str] = {}
-    object_bases = ((f"{compartment}_Number_Object_Number", f"Metadata_{compartment}_Number_Object_Number")
-                    if compartment else ())
+    object_bases = (
+        (f"{compartment}_Number_Object_Number", f"Metadata_{compartment}_Number_Object_Number") if compartment else ()
+    )
     numbers = (("ImageNumber", IMAGE_NUMBER_COLUMNS), ("ObjectNumber", (*object_bases, *OBJECT_NUMBER_COLUMNS)))
     for name, bases in numbers:
         column = _find(table.column_names, bases)
         if column is not None:
             values = column_values(table[column])
-            integral = values.dtype.kind in "iu" or (values.dtype.kind == "f" and np.all(np.isfinite(values))
-                                                     and np.all(values == np.round(values)))
+            integral = values.dtype.kind in "iu" or (
+                values.dtype.kind == "f" and np.all(np.isfinite(values)) and np.all(values == np.round(values))
+            )
             identity[name] = values.astype(np.int64) if integral else values
             used[name] = column
     return identity, used
@@ -561,7 +616,9 @@ def _site_key(site: str) -> tuple[int, int | str]:
 
 
 def _group_fields(
-    wells: list[tuple[str, str]], sites: list[str] | None, row_files: list[tuple[Path, ...]],
+    wells: list[tuple[str, str]],
+    sites: list[str] | None,
+    row_files: list[tuple[Path, ...]],
 ) -> tuple[list[FieldSource], list[int]]:
     """One field per (well, site); without a site column, one per distinct file set in a well."""
     keys: dict[tuple[str, str, str], int] = {}
@@ -627,8 +684,11 @@ def _tiff_plane(path: Path, channel: str) -> tuple[tuple[int, int], str]:
             page = tiff.pages.first if series is not None else None
             shape = tuple(int(s) for s in series.shape) if series is not None else ()
             dtype = np.dtype(series.dtype).name if series is not None else ""
-            end = max((int(o) + int(b) for o, b in zip(page.dataoffsets, page.databytecounts, strict=True)),
-                      default=0) if page is not None else 0
+            end = (
+                max((int(o) + int(b) for o, b in zip(page.dataoffsets, page.databytecounts, strict=True)), default=0)
+                if page is not None
+                else 0
+            )
     except Exception as error:  # tifffile raises many unrelated types (IndexError, struct.error, ...) on bad bytes
         raise ImportInputError(f"cannot read TIFF {path} ({channel}), damaged or cut short: {error}") from error
     if series is None:
@@ -646,8 +706,12 @@ def _tiff_plane(path: Path, channel: str) -> tuple[tuple[int, int], str]:
 
 
 def _check_inside(
-    y: np.ndarray, x: np.ndarray, shape: tuple[int, int, int], fields: list[FieldSource],
-    field_of_row: list[int], row_numbers: np.ndarray,
+    y: np.ndarray,
+    x: np.ndarray,
+    shape: tuple[int, int, int],
+    fields: list[FieldSource],
+    field_of_row: list[int],
+    row_numbers: np.ndarray,
 ) -> None:
     _, height, width = shape
     outside = (y < 0) | (y >= height) | (x < 0) | (x >= width)
@@ -663,8 +727,13 @@ def _check_inside(
 
 
 def import_plate(
-    table: str | Path, images: str | Path, out: str | Path, layout: LayoutSpec,
-    options: ImportOptions | None = None, overwrite: bool = False, progress: bool = True,
+    table: str | Path,
+    images: str | Path,
+    out: str | Path,
+    layout: LayoutSpec,
+    options: ImportOptions | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
 ) -> GeneratedPlate:
     """Write the plate (pixels in ``layout``) and its object table; returns what was written."""
     options = options or ImportOptions()
@@ -675,19 +744,31 @@ def import_plate(
     counts = [sum((f.row, f.column) == well for f in plan.fields) for well in wells]
     first = _read_field(plan.fields[0], plan.channel_names, plan.field_shape)
     provenance = {
-        "table": str(Path(table).resolve()), "images": str(Path(images).resolve()), "columns": plan.columns,
+        "table": str(Path(table).resolve()),
+        "images": str(Path(images).resolve()),
+        "columns": plan.columns,
         "sites": {f"{f.well}/{i}": f.site for i, f in _field_numbers(plan.fields)},
     }
     pixel_size = {"pixel_size_um": list(plan.pixel_size_um) if plan.pixel_size_um else None}
     started = time.perf_counter()
     with staged(destination, overwrite) as scratch:  # a failed import leaves no partial plate
         writer = create_plate_writer(
-            scratch, plan.name, plan.channel_names, plan.field_shape, layout, wells, counts,
+            scratch,
+            plan.name,
+            plan.channel_names,
+            plan.field_shape,
+            layout,
+            wells,
+            counts,
             windows=display_windows(first),
-            extra_attributes={"import": provenance, "layout": dataclasses.asdict(layout),
-                              "layout_label": layout.label, **pixel_size},
+            extra_attributes={
+                "import": provenance,
+                "layout": dataclasses.asdict(layout),
+                "layout_label": layout.label,
+                **pixel_size,
+            },
         )
-        for (number, field) in tqdm(_field_numbers(plan.fields), desc="fields", unit="field", disable=not progress):
+        for number, field in tqdm(_field_numbers(plan.fields), desc="fields", unit="field", disable=not progress):
             pixels = first if field is plan.fields[0] else _read_field(field, plan.channel_names, plan.field_shape)
             writer.write_field(field.row, field.column, number, pixels)
         writer.close()
@@ -696,8 +777,14 @@ def import_plate(
             write_label_classes(scratch, plan.label_classes)
     elapsed = time.perf_counter() - started
     raw = len(plan.fields) * int(np.prod(plan.field_shape)) * np.dtype(plan.dtype).itemsize
-    return GeneratedPlate(path=destination, fields=len(plan.fields), objects=len(plan.objects), raw_bytes=raw,
-                          stored_bytes=stored_size(destination), write_seconds=elapsed)
+    return GeneratedPlate(
+        path=destination,
+        fields=len(plan.fields),
+        objects=len(plan.objects),
+        raw_bytes=raw,
+        stored_bytes=stored_size(destination),
+        write_seconds=elapsed,
+    )
 
 
 def _field_numbers(fields: Sequence[FieldSource]) -> list[tuple[int, FieldSource]]:

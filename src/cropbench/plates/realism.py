@@ -47,9 +47,13 @@ def summarise(source: str, planes: Iterable[np.ndarray]) -> RealismStats:
     if not ratios:
         raise ImportInputError(f"no images found for {source}")
     return RealismStats(
-        source=source, images=len(ratios), zlib1_ratio_mean=float(np.mean(ratios)),
-        zlib1_ratio_min=float(np.min(ratios)), zlib1_ratio_max=float(np.max(ratios)),
-        median_intensity=float(np.median(medians)), p99_intensity=float(np.median(p99s)),
+        source=source,
+        images=len(ratios),
+        zlib1_ratio_mean=float(np.mean(ratios)),
+        zlib1_ratio_min=float(np.min(ratios)),
+        zlib1_ratio_max=float(np.max(ratios)),
+        median_intensity=float(np.median(medians)),
+        p99_intensity=float(np.median(p99s)),
         distinct_values_per_image=float(np.median(distinct)),
     )
 

@@ -51,8 +51,11 @@ def box_blur(image: np.ndarray, radius: int) -> np.ndarray:
     width = 2 * radius + 1
     for axis in (0, 1):
         padded = np.concatenate(
-            [np.repeat(np.take(out, [0], axis=axis), radius + 1, axis=axis), out,
-             np.repeat(np.take(out, [-1], axis=axis), radius, axis=axis)],
+            [
+                np.repeat(np.take(out, [0], axis=axis), radius + 1, axis=axis),
+                out,
+                np.repeat(np.take(out, [-1], axis=axis), radius, axis=axis),
+            ],
             axis=axis,
         )
         cumulative = np.cumsum(padded, axis=axis, dtype=np.float64)
@@ -86,21 +89,26 @@ def place_cells(rng: np.random.Generator, height: int, width: int, count: int) -
         min_distance = radius * (1.2 if attempts < 40 * count else 0.4)
         if centers.size and np.min(np.hypot(*(centers - center).T)) < min_distance:
             continue
-        harmonics = tuple(
-            (float(rng.uniform(0, 0.12) / k), float(rng.uniform(0, 2 * np.pi))) for k in (2, 3, 5)
+        harmonics = tuple((float(rng.uniform(0, 0.12) / k), float(rng.uniform(0, 2 * np.pi))) for k in (2, 3, 5))
+        cells.append(
+            Cell(
+                center_y=float(center[0]),
+                center_x=float(center[1]),
+                radius=radius,
+                nucleus_radius=radius * float(rng.uniform(0.35, 0.5)),
+                angle=float(rng.uniform(0, np.pi)),
+                elongation=float(rng.uniform(1.0, 1.6)),
+                harmonics=harmonics,
+            )
         )
-        cells.append(Cell(
-            center_y=float(center[0]), center_x=float(center[1]), radius=radius,
-            nucleus_radius=radius * float(rng.uniform(0.35, 0.5)),
-            angle=float(rng.uniform(0, np.pi)), elongation=float(rng.uniform(1.0, 1.6)),
-            harmonics=harmonics,
-        ))
         centers = np.vstack([centers, center])
     return cells
 
 
 def _cell_masks(
-    cell: Cell, height: int, width: int,
+    cell: Cell,
+    height: int,
+    width: int,
 ) -> tuple[tuple[slice, slice], np.ndarray, np.ndarray, np.ndarray]:
     """Soft cytoplasm and nucleus masks of one cell inside its clipped bounding box."""
     reach = int(np.ceil(cell.radius * cell.elongation * 1.3)) + 2
@@ -138,7 +146,11 @@ def _structures(rng: np.random.Generator, height: int, width: int, cells: list[C
 
 
 def _spots(
-    rng: np.random.Generator, shape: tuple[int, int], mask: np.ndarray, density: float, radius: int,
+    rng: np.random.Generator,
+    shape: tuple[int, int],
+    mask: np.ndarray,
+    density: float,
+    radius: int,
 ) -> np.ndarray:
     """Punctate structures (mitochondria, nucleoli) inside ``mask``."""
     seeds = (rng.random(shape, dtype=np.float32) < density).astype(np.float32) * mask
@@ -194,8 +206,13 @@ def render_field(spec: PlateSpec, field_seed: int) -> SyntheticField:
         pixels[channel] = np.clip(np.rint(counts), 0, 65535).astype(np.uint16)
     centers = np.array([[c.center_y, c.center_x] for c in cells], dtype=np.float64)
     reach = np.array([c.radius * c.elongation for c in cells])
-    boxes = np.stack([
-        np.clip(np.floor(centers[:, 0] - reach), 0, height), np.clip(np.floor(centers[:, 1] - reach), 0, width),
-        np.clip(np.ceil(centers[:, 0] + reach) + 1, 0, height), np.clip(np.ceil(centers[:, 1] + reach) + 1, 0, width),
-    ], axis=1).astype(np.int64)
+    boxes = np.stack(
+        [
+            np.clip(np.floor(centers[:, 0] - reach), 0, height),
+            np.clip(np.floor(centers[:, 1] - reach), 0, width),
+            np.clip(np.ceil(centers[:, 0] + reach) + 1, 0, height),
+            np.clip(np.ceil(centers[:, 1] + reach) + 1, 0, width),
+        ],
+        axis=1,
+    ).astype(np.int64)
     return SyntheticField(pixels=pixels, centers=centers, boxes=boxes)

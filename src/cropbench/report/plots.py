@@ -24,12 +24,28 @@ FigureMaker = Callable[[Sequence[Record], Path], Path | None]
 #: The ten colours of matplotlib's default cycle.
 #: Metrics each track's figures read (the smoke test checks the rows hold them).
 FIGURE_METRICS: dict[str, tuple[str, ...]] = {
-    "1": (m.P95_MS, m.SAMPLES_PER_S, m.VALIDITY_FLAGS, m.QUANTILES_MS, m.WARMUP_MS, m.P50_MS,
-          m.FIRST_PASS_CURVE_MS, m.EVICTION_VERIFIED),
-    "2": (m.CACHE_FRACTION_OF_PLATE, m.SAMPLES_PER_S, m.RUN_SAMPLES_PER_S, m.FIRST_BATCH_MS,
-          m.EPOCH2_FIRST_BATCH_MS),
-    "3": (m.STEP_P50_MS, m.COMPUTE_ONLY_STEP_P50_MS, m.DATA_WAIT_FRACTION, m.STALL_CROSSCHECK, m.TRIED_WORKERS,
-          m.MIN_WORKERS, m.DATA_WAIT_FRACTION_BY_WORKERS, m.IMAGES_PER_S_BY_WORKERS, m.COMPUTE_ONLY_IMAGES_PER_S),
+    "1": (
+        m.P95_MS,
+        m.SAMPLES_PER_S,
+        m.VALIDITY_FLAGS,
+        m.QUANTILES_MS,
+        m.WARMUP_MS,
+        m.P50_MS,
+        m.FIRST_PASS_CURVE_MS,
+        m.EVICTION_VERIFIED,
+    ),
+    "2": (m.CACHE_FRACTION_OF_PLATE, m.SAMPLES_PER_S, m.RUN_SAMPLES_PER_S, m.FIRST_BATCH_MS, m.EPOCH2_FIRST_BATCH_MS),
+    "3": (
+        m.STEP_P50_MS,
+        m.COMPUTE_ONLY_STEP_P50_MS,
+        m.DATA_WAIT_FRACTION,
+        m.STALL_CROSSCHECK,
+        m.TRIED_WORKERS,
+        m.MIN_WORKERS,
+        m.DATA_WAIT_FRACTION_BY_WORKERS,
+        m.IMAGES_PER_S_BY_WORKERS,
+        m.COMPUTE_ONLY_IMAGES_PER_S,
+    ),
     "layouts": (*(m.crops_per_s(access) for access in m.ACCESS_PATTERNS), m.STORED_BYTES, m.RAW_BYTES),
     "peers": (m.SAMPLES_PER_S, m.SKIP_REASON, m.COUNT, m.DIRECT_SPEEDUP),
 }
@@ -56,8 +72,11 @@ def latest_runs(records: Sequence[Record]) -> list[Record]:
     invocation) cannot be split into runs and is kept whole.
     """
     latest = {r.track: r.run_id for r in records}
-    per_row = {track for track in latest
-               if len({r.run_id for r in records if r.track == track}) == sum(r.track == track for r in records)}
+    per_row = {
+        track
+        for track in latest
+        if len({r.run_id for r in records if r.track == track}) == sum(r.track == track for r in records)
+    }
     return [r for r in records if r.track in per_row or latest[r.track] == r.run_id]
 
 
@@ -65,8 +84,9 @@ def label_runs(records: Sequence[Record]) -> list[Record]:
     """Each row's label and config name its run, so overlaid runs are told apart and never pooled."""
     if len(runs_in(records)) < 2:
         return list(records)
-    return [dataclasses.replace(r, case=f"{r.case} [run {r.run_id}]", config={**r.config, "run": r.run_id})
-            for r in records]
+    return [
+        dataclasses.replace(r, case=f"{r.case} [run {r.run_id}]", config={**r.config, "run": r.run_id}) for r in records
+    ]
 
 
 #: A reader cache at least this large relative to the decoded plate holds all of it.
@@ -122,8 +142,11 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(14, height), sharey=True)
     positions = np.arange(len(rows))
     flagged = [bool(r.metrics.get(m.VALIDITY_FLAGS)) for r in rows]
-    left.barh(positions, [r.metrics.get(m.P95_MS, np.nan) for r in rows],
-              color=["lightgray" if f else "tab:red" for f in flagged])
+    left.barh(
+        positions,
+        [r.metrics.get(m.P95_MS, np.nan) for r in rows],
+        color=["lightgray" if f else "tab:red" for f in flagged],
+    )
     left.set_yticks(positions, labels, fontsize=8)
     left.invert_yaxis()
     left.set_xlabel("p95 __getitem__ latency (ms, log scale)")
@@ -134,11 +157,20 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     right.set_title("Track 1 throughput (higher is better)")
     for position, record, rate in zip(positions, rows, rates, strict=True):
         if record.metrics.get(m.VALIDITY_FLAGS):
-            right.text(rate * 1.1, position, "flags: " + ", ".join(record.metrics[m.VALIDITY_FLAGS]),
-                       va="center", fontsize=7, color="dimgray")
+            right.text(
+                rate * 1.1,
+                position,
+                "flags: " + ", ".join(record.metrics[m.VALIDITY_FLAGS]),
+                va="center",
+                fontsize=7,
+                color="dimgray",
+            )
     if any(flagged):
-        right.legend(handles=[Patch(color="lightgray", label="flagged row (see the summary): not a measurement")],
-                     fontsize=8, loc="lower right")
+        right.legend(
+            handles=[Patch(color="lightgray", label="flagged row (see the summary): not a measurement")],
+            fontsize=8,
+            loc="lower right",
+        )
     for axis in (left, right):
         _log_x(axis)
         axis.grid(axis="x", which="both", alpha=0.3)
@@ -173,7 +205,7 @@ STEADY_BAND = 1.5
 def rolling_median(values: Sequence[float], window: int = ROLLING_ITEMS) -> np.ndarray:
     """Median of each item and the ``window - 1`` before it (fewer at the start)."""
     data = np.asarray(values, dtype=np.float64)
-    return np.array([np.median(data[max(0, i - window + 1):i + 1]) for i in range(len(data))])
+    return np.array([np.median(data[max(0, i - window + 1) : i + 1]) for i in range(len(data))])
 
 
 def steady_from(curve: Sequence[float], steady_p50: float, band: float = STEADY_BAND) -> int | None:
@@ -196,8 +228,7 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
         return None
     columns = min(2, len(rows))
     lines = -(-len(rows) // columns)
-    figure, axes = plt.subplots(lines, columns, figsize=(7 * columns, 2.6 * lines + 1.2), squeeze=False,
-                                sharey=True)
+    figure, axes = plt.subplots(lines, columns, figsize=(7 * columns, 2.6 * lines + 1.2), squeeze=False, sharey=True)
     for axis, record in zip(axes.flat, rows, strict=False):
         first = list(record.metrics.get(m.FIRST_PASS_CURVE_MS) or [])
         curve, steady = first + list(record.metrics[m.WARMUP_MS]), record.metrics[m.P50_MS]
@@ -207,27 +238,34 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
             cold = "cold pass" if record.metrics.get(m.EVICTION_VERIFIED) else "first pass (eviction not verified)"
             axis.axvspan(0.5, len(first) + 0.5, color="tab:blue", alpha=0.08, label=cold)
         axis.plot(items, curve, color="gray", alpha=0.5, linewidth=0.8, label="each item")
-        axis.plot(items, rolling_median(curve), color="tab:red", linewidth=2,
-                  label=f"rolling median of {ROLLING_ITEMS}")
+        axis.plot(
+            items, rolling_median(curve), color="tab:red", linewidth=2, label=f"rolling median of {ROLLING_ITEMS}"
+        )
         axis.axhline(steady, color="black", linestyle=":", linewidth=1, label="steady-state p50")
         if settles:
-            axis.axvline(settles, color="tab:green", linestyle="--", linewidth=1.5,
-                         label=f"steady from item {settles}")
+            axis.axvline(settles, color="tab:green", linestyle="--", linewidth=1.5, label=f"steady from item {settles}")
         verdict = f"steady from item {settles}" if settles else f"not steady within {len(curve)} items"
         axis.set_title(f"{_label(record)}{_per_call(record)}: {verdict}", fontsize=8)
         axis.set_yscale("log")
         axis.grid(alpha=0.3, which="both")
         calls = int(record.metrics.get("items_per_call") or 1)
-        axis.set_xlabel("item number after the page cache was emptied" if calls == 1 else
-                        f"call number after the page cache was emptied ({calls} items a call)", fontsize=8)
+        axis.set_xlabel(
+            "item number after the page cache was emptied"
+            if calls == 1
+            else f"call number after the page cache was emptied ({calls} items a call)",
+            fontsize=8,
+        )
         axis.set_ylabel("latency (ms, log)", fontsize=8)
-    for axis in list(axes.flat)[len(rows):]:
+    for axis in list(axes.flat)[len(rows) :]:
         axis.set_visible(False)
     handles, names = axes.flat[0].get_legend_handles_labels()
     names = ["steady state starts" if name.startswith("steady from") else name for name in names]
     axes.flat[0].legend(handles, names, loc="upper right", fontsize=6)
-    figure.suptitle(f"Track 1 warm-up: items until the rolling median stays within {STEADY_BAND}x the steady p50 "
-                    "(lower and earlier is better)", fontsize=10)
+    figure.suptitle(
+        f"Track 1 warm-up: items until the rolling median stays within {STEADY_BAND}x the steady p50 "
+        "(lower and earlier is better)",
+        fontsize=10,
+    )
     return _save(figure, out_dir / "track1_warmup.png")
 
 
@@ -281,8 +319,12 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
         names = list(loaders)
         positions = np.arange(len(names))
         measured = {name: [r for r in rows if r.metrics.get(m.SAMPLES_PER_S)] for name, rows in loaders.items()}
-        medians = np.array([np.median([r.metrics[m.SAMPLES_PER_S] for r in measured[name]]) if measured[name]
-                            else np.nan for name in names])
+        medians = np.array(
+            [
+                np.median([r.metrics[m.SAMPLES_PER_S] for r in measured[name]]) if measured[name] else np.nan
+                for name in names
+            ]
+        )
         colors = ["tab:blue" if loaders[name][0].config.get("kind") == "cropbench" else "tab:orange" for name in names]
         axis.barh(positions, np.nan_to_num(medians, nan=0.0), color=colors)
         for position, name in zip(positions, names, strict=True):
@@ -305,8 +347,9 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
             if speedups and name != "cropbench-direct":
                 speedup = float(np.median(speedups))
                 note += f"  direct {speedup:,.1f}× faster" if speedup >= 1 else f"  {1 / speedup:,.2f}× direct"
-            axis.text(max(rate, *(r.metrics[m.SAMPLES_PER_S] for r in rows)) * 1.2, position, note, va="center",
-                      fontsize=8)
+            axis.text(
+                max(rate, *(r.metrics[m.SAMPLES_PER_S] for r in rows)) * 1.2, position, note, va="center", fontsize=8
+            )
         if "cropbench-direct" in names and np.isfinite(medians[names.index("cropbench-direct")]):
             direct = medians[names.index("cropbench-direct")]
             axis.axvline(direct, color="tab:blue", linestyle=":", linewidth=1)
@@ -317,8 +360,11 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
         axis.grid(axis="x", alpha=0.3)
         size = loaders[names[0]][0].config.get("crop_size", "?")
         axis.set_title(f"{plate} — {size}px crops, all channels, random order (higher is better)", fontsize=9)
-        axis.set_xlabel("samples/s, one process, warm page cache (log; bar: median, dots: repeats); blue: cropbench, "
-                        "orange: peers; dotted: cropbench direct; dashed: direct ÷ 100", fontsize=8)
+        axis.set_xlabel(
+            "samples/s, one process, warm page cache (log; bar: median, dots: repeats); blue: cropbench, "
+            "orange: peers; dotted: cropbench direct; dashed: direct ÷ 100",
+            fontsize=8,
+        )
     figure.suptitle("Peer loaders vs cropbench on the same plate and crops", fontsize=11)
     return _save(figure, out_dir / "peers_comparison.png")
 
@@ -327,7 +373,10 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
 SWEPT_LOADER_KNOBS = ("num_workers", "batch_size")
 #: Loader knobs named in a panel's title when they differ from these defaults.
 LOADER_DEFAULTS: dict[str, Any] = {
-    "pin_memory": False, "persistent_workers": False, "prefetch_factor": None, "collate": "default",
+    "pin_memory": False,
+    "persistent_workers": False,
+    "prefetch_factor": None,
+    "collate": "default",
     "start_method": "fork",
 }
 
@@ -372,10 +421,22 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
     for axis, (key, lines) in zip(axes.flat, panels.items(), strict=False):
         for color, (batch, points) in zip(TAB10, sorted(lines.items()), strict=False):
             workers = sorted(points)
-            axis.plot(workers, [_median(points[w], m.SAMPLES_PER_S) for w in workers], marker="o", color=color,
-                      label=f"batch {batch}, steady")
-            axis.plot(workers, [_median(points[w], m.RUN_SAMPLES_PER_S) for w in workers], marker=".",
-                      linestyle="--", color=color, alpha=0.7, label=f"batch {batch}, whole run")
+            axis.plot(
+                workers,
+                [_median(points[w], m.SAMPLES_PER_S) for w in workers],
+                marker="o",
+                color=color,
+                label=f"batch {batch}, steady",
+            )
+            axis.plot(
+                workers,
+                [_median(points[w], m.RUN_SAMPLES_PER_S) for w in workers],
+                marker=".",
+                linestyle="--",
+                color=color,
+                alpha=0.7,
+                label=f"batch {batch}, whole run",
+            )
         axis.set_xticks(sorted({w for points in lines.values() for w in points}))
         axis.set_xlabel("num_workers (0 = loading in the main process)")
         axis.set_ylabel("samples/s")
@@ -388,11 +449,18 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
         if runs:
             axis.set_title(f"{axis.get_title()} [run {', '.join(runs)}]", fontsize=9)
         if any(fully_cached(r) for r in panel_rows):
-            axis.text(0.02, 0.03, "the reader's cache holds the whole plate: each read is a cache hit, so\n"
-                      "handing batches between processes, not reading, sets the pace",
-                      transform=axis.transAxes, fontsize=7, color="dimgray", va="bottom")
+            axis.text(
+                0.02,
+                0.03,
+                "the reader's cache holds the whole plate: each read is a cache hit, so\n"
+                "handing batches between processes, not reading, sets the pace",
+                transform=axis.transAxes,
+                fontsize=7,
+                color="dimgray",
+                va="bottom",
+            )
         axis.legend(fontsize=7)
-    for axis in list(axes.flat)[len(panels):]:
+    for axis in list(axes.flat)[len(panels) :]:
         axis.set_visible(False)
     return _save(figure, out_dir / "track2_workers_scaling.png")
 
@@ -404,10 +472,16 @@ def track2_first_batch(records: Sequence[Record], out_dir: Path) -> Path | None:
         return None
     positions = np.arange(len(rows))
     figure, axis = plt.subplots(figsize=(12, max(3.0, 0.36 * len(rows) + 1.5)))
-    axis.barh(positions - 0.2, [r.metrics[m.FIRST_BATCH_MS] for r in rows], height=0.4, color="tab:red",
-              label="epoch 1")
-    axis.barh(positions + 0.2, [r.metrics.get(m.EPOCH2_FIRST_BATCH_MS, np.nan) for r in rows], height=0.4,
-              color="tab:orange", label="epoch 2")
+    axis.barh(
+        positions - 0.2, [r.metrics[m.FIRST_BATCH_MS] for r in rows], height=0.4, color="tab:red", label="epoch 1"
+    )
+    axis.barh(
+        positions + 0.2,
+        [r.metrics.get(m.EPOCH2_FIRST_BATCH_MS, np.nan) for r in rows],
+        height=0.4,
+        color="tab:orange",
+        label="epoch 2",
+    )
     axis.set_yticks(positions, [_label(r) for r in rows], fontsize=8)
     axis.invert_yaxis()
     _log_x(axis)
@@ -428,8 +502,15 @@ def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     below = (0.5, -0.75 / max(height - 1.2, 1.0))  # legends under the x labels, clear of the bars
     figure, (left, right) = plt.subplots(1, 2, figsize=(15, height), sharey=True)
     left.barh(positions, [r.metrics[m.STEP_P50_MS] for r in rows], color="tab:purple", label="step p50")
-    left.scatter([r.metrics.get(m.COMPUTE_ONLY_STEP_P50_MS, np.nan) for r in rows], positions, marker="|", s=250,
-                 color="black", zorder=3, label="compute-only p50")
+    left.scatter(
+        [r.metrics.get(m.COMPUTE_ONLY_STEP_P50_MS, np.nan) for r in rows],
+        positions,
+        marker="|",
+        s=250,
+        color="black",
+        zorder=3,
+        label="compute-only p50",
+    )
     left.set_yticks(positions, [_label(r) for r in rows], fontsize=8)
     left.invert_yaxis()
     _log_x(left)
@@ -438,14 +519,29 @@ def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     left.legend(fontsize=8, loc="upper center", bbox_to_anchor=below, ncol=2)
     wait = [100 * r.metrics.get(m.DATA_WAIT_FRACTION, np.nan) for r in rows]
     right.barh(positions, wait, color=["tab:green" if w < 10 else "tab:red" for w in wait])
-    crosscheck = right.scatter([100 * r.metrics.get(m.STALL_CROSSCHECK, np.nan) for r in rows], positions,
-                               marker="x", color="black", zorder=3, label="(step − compute-only) / step")
+    crosscheck = right.scatter(
+        [100 * r.metrics.get(m.STALL_CROSSCHECK, np.nan) for r in rows],
+        positions,
+        marker="x",
+        color="black",
+        zorder=3,
+        label="(step − compute-only) / step",
+    )
     threshold = right.axvline(10, color="gray", linestyle=":", label="10%: the model's device >= 90% busy")
     right.set_xlabel("% of step time blocked on data (next() + copy to the model's device, if any)")
     right.set_title("Track 3 data-wait fraction (lower is better)")
-    right.legend(handles=[Patch(color="tab:green", label="data wait < 10%: fed"),
-                          Patch(color="tab:red", label="data wait >= 10%: waits on data"), crosscheck, threshold],
-                 fontsize=8, loc="upper center", bbox_to_anchor=below, ncol=2)
+    right.legend(
+        handles=[
+            Patch(color="tab:green", label="data wait < 10%: fed"),
+            Patch(color="tab:red", label="data wait >= 10%: waits on data"),
+            crosscheck,
+            threshold,
+        ],
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=below,
+        ncol=2,
+    )
     for axis in (left, right):
         axis.grid(axis="x", alpha=0.3)
     return _save(figure, out_dir / "track3_step_and_wait.png")
@@ -462,8 +558,13 @@ def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
         answer = record.metrics.get(m.MIN_WORKERS)
         search = describe_loading(record.config.get("case", {}))
         name = f"{search} → min workers: {answer if answer is not None else 'not reached'}"
-        left.plot(workers, [100 * v for v in record.metrics[m.DATA_WAIT_FRACTION_BY_WORKERS]], marker="o",
-                  color=color, label=name)
+        left.plot(
+            workers,
+            [100 * v for v in record.metrics[m.DATA_WAIT_FRACTION_BY_WORKERS]],
+            marker="o",
+            color=color,
+            label=name,
+        )
         right.plot(workers, record.metrics[m.IMAGES_PER_S_BY_WORKERS], marker="o", color=color, label=name)
         ceiling = record.metrics.get(m.COMPUTE_ONLY_IMAGES_PER_S)
         if ceiling:
@@ -485,8 +586,17 @@ def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
 
 
 #: Every figure maker; tracks 2 and 3 add theirs here.
-FIGURES: list[FigureMaker] = [track1_bars, track1_cdf, track1_warmup, layouts_comparison, peers_comparison,
-                              track2_scaling, track2_first_batch, track3_bars, track3_workers]
+FIGURES: list[FigureMaker] = [
+    track1_bars,
+    track1_cdf,
+    track1_warmup,
+    layouts_comparison,
+    peers_comparison,
+    track2_scaling,
+    track2_first_batch,
+    track3_bars,
+    track3_workers,
+]
 
 
 def plot_results(records: Sequence[Record], out_dir: str | Path, all_runs: bool = False) -> list[Path]:

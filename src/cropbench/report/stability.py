@@ -45,7 +45,9 @@ def bootstrap_median_interval(values: Sequence[float], seed: int = 0) -> tuple[f
 
 
 def summarise_repeats(
-    records: Iterable[Record], metric: str = "samples_per_s", cv_limit: float = CV_LIMIT,
+    records: Iterable[Record],
+    metric: str = "samples_per_s",
+    cv_limit: float = CV_LIMIT,
 ) -> list[RepeatSummary]:
     """Group records by (track, case identity) and summarise ``metric`` over the repeats.
 
@@ -72,17 +74,32 @@ def summarise_repeats(
         if len(values) < 3:
             warnings.append(f"only {len(values)} repeat(s)")
         low, high = bootstrap_median_interval(values)
-        summaries.append(RepeatSummary(
-            track=track, case=case, metric=metric, repeats=len(values), median=float(np.median(values)),
-            ci_low=low, ci_high=high, cv=cv, warnings=tuple(warnings),
-        ))
+        summaries.append(
+            RepeatSummary(
+                track=track,
+                case=case,
+                metric=metric,
+                repeats=len(values),
+                median=float(np.median(values)),
+                ci_low=low,
+                ci_high=high,
+                cv=cv,
+                warnings=tuple(warnings),
+            )
+        )
     return summaries
 
 
 def numeric_metrics(records: Iterable[Record]) -> list[str]:
     """Names of the metrics that hold a number in at least one record, sorted."""
-    return sorted({key for r in records for key, value in r.metrics.items()
-                   if isinstance(value, (int, float)) and not isinstance(value, bool)})
+    return sorted(
+        {
+            key
+            for r in records
+            for key, value in r.metrics.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+    )
 
 
 def format_repeat_summary(summaries: Sequence[RepeatSummary]) -> str:
@@ -97,6 +114,8 @@ def format_repeat_summary(summaries: Sequence[RepeatSummary]) -> str:
         several = s.repeats > 1
         interval = f"[{s.ci_low:,.1f}, {s.ci_high:,.1f}]" if several else "-"
         cv = f"{s.cv:7.1%}" if several else f"{'-':>7s}"
-        lines.append(f"{(s.track + ' ' + s.case)[:60]:60s} {s.repeats:3d} {s.median:12,.1f} {interval:>25s} "
-                     f"{cv}  {'; '.join(s.warnings)}")
+        lines.append(
+            f"{(s.track + ' ' + s.case)[:60]:60s} {s.repeats:3d} {s.median:12,.1f} {interval:>25s} "
+            f"{cv}  {'; '.join(s.warnings)}"
+        )
     return "\n".join(lines)

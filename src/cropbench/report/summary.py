@@ -14,28 +14,58 @@ from cropbench.tracks.track1 import VALIDITY_FLAGS
 
 #: Columns shown per track: (header, metric key, format).
 SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
-    "1": (("samples/s", m.SAMPLES_PER_S, "{:,.0f}"), ("p50 ms", m.P50_MS, "{:.3f}"),
-          ("p95 ms", m.P95_MS, "{:.3f}"), ("p99 ms", m.P99_MS, "{:.3f}"), ("cold p50 ms", m.COLD_P50_MS, "{:.3f}"),
-          ("n", m.COUNT, "{}"), ("objects", m.OBJECTS, "{:,}"), ("flags", m.VALIDITY_FLAGS, "{}")),
-    "2": (("samples/s", m.SAMPLES_PER_S, "{:,.0f}"), ("run/s", m.RUN_SAMPLES_PER_S, "{:,.0f}"),
-          ("first ms", m.FIRST_BATCH_MS, "{:.1f}"), ("batch p50 ms", m.BATCH_P50_MS, "{:.2f}"),
-          ("batch p95 ms", m.BATCH_P95_MS, "{:.2f}"), ("epoch2 first ms", m.EPOCH2_FIRST_BATCH_MS, "{:.1f}"),
-          ("persist gain", m.PERSISTENT_EPOCH2_GAIN, "{:+.0%}"), ("collate ms", m.COLLATE_MS_MEAN, "{:.2f}"),
-          ("worker USS MiB", m.WORKER_USS_MIB_MAX, "{:.0f}"), ("xcheck", m.CROSSCHECK_RATIO, "{:.3f}")),
-    "3": (("images/s", m.IMAGES_PER_S, "{:,.0f}"), ("step p50 ms", m.STEP_P50_MS, "{:.1f}"),
-          ("step p95 ms", m.STEP_P95_MS, "{:.1f}"), ("compute-only p50", m.COMPUTE_ONLY_STEP_P50_MS, "{:.1f}"),
-          ("data wait", m.DATA_WAIT_FRACTION, "{:.1%}"), ("stall xcheck", m.STALL_CROSSCHECK, "{:.1%}"),
-          ("loss", m.LOSS_LAST, "{:.3f}"), ("min workers", m.MIN_WORKERS_ANSWER, "{}")),
-    "layouts": (("random/s", m.crops_per_s("random"), "{:,.0f}"), ("× memmap", m.ratio_to_memmap("random"), "{:.2f}"),
-                ("grouped/s", m.crops_per_s("grouped"), "{:,.0f}"),
-                ("× memmap", m.ratio_to_memmap("grouped"), "{:.2f}"),
-                ("MiB", m.STORED_MIB, "{:,.1f}"), ("ratio", m.COMPRESSION_RATIO, "{:.2f}"),
-                ("write s", m.WRITE_SECONDS, "{:.2f}"),
-                ("decode amp", m.per_crop("random", "decode_amplification"), "{:.1f}"),
-                ("chunks/crop", m.per_crop("random", "chunks_touched_per_crop"), "{:.1f}")),
-    "peers": (("samples/s", m.SAMPLES_PER_S, "{:,.1f}"), ("× direct", m.RATIO_TO_DIRECT, "{:.4f}"),
-              ("direct ÷", m.DIRECT_SPEEDUP, "{:,.1f}"), ("p50 ms", m.P50_MS, "{:.3f}"), ("p95 ms", m.P95_MS, "{:.3f}"),
-              ("n", m.COUNT, "{}"), ("skipped", m.SKIP_REASON, "{}")),
+    "1": (
+        ("samples/s", m.SAMPLES_PER_S, "{:,.0f}"),
+        ("p50 ms", m.P50_MS, "{:.3f}"),
+        ("p95 ms", m.P95_MS, "{:.3f}"),
+        ("p99 ms", m.P99_MS, "{:.3f}"),
+        ("cold p50 ms", m.COLD_P50_MS, "{:.3f}"),
+        ("n", m.COUNT, "{}"),
+        ("objects", m.OBJECTS, "{:,}"),
+        ("flags", m.VALIDITY_FLAGS, "{}"),
+    ),
+    "2": (
+        ("samples/s", m.SAMPLES_PER_S, "{:,.0f}"),
+        ("run/s", m.RUN_SAMPLES_PER_S, "{:,.0f}"),
+        ("first ms", m.FIRST_BATCH_MS, "{:.1f}"),
+        ("batch p50 ms", m.BATCH_P50_MS, "{:.2f}"),
+        ("batch p95 ms", m.BATCH_P95_MS, "{:.2f}"),
+        ("epoch2 first ms", m.EPOCH2_FIRST_BATCH_MS, "{:.1f}"),
+        ("persist gain", m.PERSISTENT_EPOCH2_GAIN, "{:+.0%}"),
+        ("collate ms", m.COLLATE_MS_MEAN, "{:.2f}"),
+        ("worker USS MiB", m.WORKER_USS_MIB_MAX, "{:.0f}"),
+        ("xcheck", m.CROSSCHECK_RATIO, "{:.3f}"),
+    ),
+    "3": (
+        ("images/s", m.IMAGES_PER_S, "{:,.0f}"),
+        ("step p50 ms", m.STEP_P50_MS, "{:.1f}"),
+        ("step p95 ms", m.STEP_P95_MS, "{:.1f}"),
+        ("compute-only p50", m.COMPUTE_ONLY_STEP_P50_MS, "{:.1f}"),
+        ("data wait", m.DATA_WAIT_FRACTION, "{:.1%}"),
+        ("stall xcheck", m.STALL_CROSSCHECK, "{:.1%}"),
+        ("loss", m.LOSS_LAST, "{:.3f}"),
+        ("min workers", m.MIN_WORKERS_ANSWER, "{}"),
+    ),
+    "layouts": (
+        ("random/s", m.crops_per_s("random"), "{:,.0f}"),
+        ("× memmap", m.ratio_to_memmap("random"), "{:.2f}"),
+        ("grouped/s", m.crops_per_s("grouped"), "{:,.0f}"),
+        ("× memmap", m.ratio_to_memmap("grouped"), "{:.2f}"),
+        ("MiB", m.STORED_MIB, "{:,.1f}"),
+        ("ratio", m.COMPRESSION_RATIO, "{:.2f}"),
+        ("write s", m.WRITE_SECONDS, "{:.2f}"),
+        ("decode amp", m.per_crop("random", "decode_amplification"), "{:.1f}"),
+        ("chunks/crop", m.per_crop("random", "chunks_touched_per_crop"), "{:.1f}"),
+    ),
+    "peers": (
+        ("samples/s", m.SAMPLES_PER_S, "{:,.1f}"),
+        ("× direct", m.RATIO_TO_DIRECT, "{:.4f}"),
+        ("direct ÷", m.DIRECT_SPEEDUP, "{:,.1f}"),
+        ("p50 ms", m.P50_MS, "{:.3f}"),
+        ("p95 ms", m.P95_MS, "{:.3f}"),
+        ("n", m.COUNT, "{}"),
+        ("skipped", m.SKIP_REASON, "{}"),
+    ),
 }
 
 
@@ -49,14 +79,21 @@ def summary_table(records: Iterable[Record]) -> str:
         columns = SUMMARY_COLUMNS.get(track, ())
         header = [f"track {track} case", "run", *(title for title, _, _ in columns)]
         body = [
-            [row.case + (f" #{row.repeat}" if row.repeat else ""), row.run_id,
-             *(_format(row.metrics.get(key), fmt) for _, key, fmt in columns)]
+            [
+                row.case + (f" #{row.repeat}" if row.repeat else ""),
+                row.run_id,
+                *(_format(row.metrics.get(key), fmt) for _, key, fmt in columns),
+            ]
             for row in rows
         ]
         widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
-        lines = ["  ".join(str(cell).ljust(w) if i == 0 else str(cell).rjust(w)
-                           for i, (cell, w) in enumerate(zip(line, widths, strict=True)))
-                 for line in [header, *body]]
+        lines = [
+            "  ".join(
+                str(cell).ljust(w) if i == 0 else str(cell).rjust(w)
+                for i, (cell, w) in enumerate(zip(line, widths, strict=True))
+            )
+            for line in [header, *body]
+        ]
         lines.insert(1, "-" * len(lines[0]))
         lines += flag_legend(rows)
         blocks.append("\n".join(lines))

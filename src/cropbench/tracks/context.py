@@ -55,7 +55,10 @@ class RunContext:
         return supported_decodes(self.metadata)
 
     def dataset(
-        self, crop: CropConfig, plate: str | Path | None = None, reader: PlateReader | None = None,
+        self,
+        crop: CropConfig,
+        plate: str | Path | None = None,
+        reader: PlateReader | None = None,
     ) -> CropDataset:
         """A dataset over the run's plate (or ``plate``, a rewrite of it) with the run's object table."""
         return CropDataset(plate or self.plate, crop, objects=self.object_table, reader=reader)
@@ -68,12 +71,20 @@ class RunContext:
         regenerated or re-imported one differs in its bytes on disk or its table.
         """
         metadata = self.metadata
-        stored = sum(os.path.getsize(Path(root) / name) for root, _, names in os.walk(self.plate) for name in names) \
-            if self.plate.is_dir() else self.plate.stat().st_size
+        stored = (
+            sum(os.path.getsize(Path(root) / name) for root, _, names in os.walk(self.plate) for name in names)
+            if self.plate.is_dir()
+            else self.plate.stat().st_size
+        )
         document = {
-            "name": metadata.name, "format": metadata.layout, "layout": self.layout, "dtype": metadata.dtype,
-            "field_shape": list(metadata.field_shape), "channels": list(metadata.channel_names),
-            "fields": [[info.well, info.field] for info in metadata.fields], "stored_bytes": stored,
+            "name": metadata.name,
+            "format": metadata.layout,
+            "layout": self.layout,
+            "dtype": metadata.dtype,
+            "field_shape": list(metadata.field_shape),
+            "channels": list(metadata.channel_names),
+            "fields": [[info.well, info.field] for info in metadata.fields],
+            "stored_bytes": stored,
         }
         hasher = hashlib.sha256(json.dumps(document, sort_keys=True).encode())
         if self.objects is not None:

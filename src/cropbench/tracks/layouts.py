@@ -81,7 +81,7 @@ def measure_layout(plate: str | Path, comparison: LayoutComparison, context: Run
     for label, access in ACCESSES.items():
         dataset = context.dataset(config, plate)
         indices = access_order(dataset, access, comparison.warmup + comparison.samples, comparison.seed)
-        warm, timed = indices[: comparison.warmup], indices[comparison.warmup:]
+        warm, timed = indices[: comparison.warmup], indices[comparison.warmup :]
         time_each(dataset.__getitem__, warm)
         dataset.reader.stats.reset()
         seconds = [time_loop(dataset.__getitem__, timed) for _ in range(comparison.repeats)]
@@ -147,8 +147,11 @@ class Layouts:
                 )
             metrics["size_ratio_to_memmap"] = metrics["stored_bytes"] / self.ceiling["stored_bytes"]
         config = {
-            "layout_name": name, "layout": dataclasses.asdict(layout), "layout_label": layout.label,
-            "source_plate": str(context.plate.resolve()), "comparison": dataclasses.asdict(comparison),
+            "layout_name": name,
+            "layout": dataclasses.asdict(layout),
+            "layout_label": layout.label,
+            "source_plate": str(context.plate.resolve()),
+            "comparison": dataclasses.asdict(comparison),
         }
         if not self.keep:
             shutil.rmtree(converted.path)
@@ -157,9 +160,11 @@ class Layouts:
 
 def _size_metrics(converted: GeneratedPlate) -> dict[str, Any]:
     return {
-        "raw_bytes": converted.raw_bytes, "stored_bytes": converted.stored_bytes,
+        "raw_bytes": converted.raw_bytes,
+        "stored_bytes": converted.stored_bytes,
         "stored_mib": converted.stored_bytes / 2**20,
-        "compression_ratio": converted.compression_ratio, "write_seconds": converted.write_seconds,
+        "compression_ratio": converted.compression_ratio,
+        "write_seconds": converted.write_seconds,
         "write_mib_per_s": converted.raw_bytes / 2**20 / max(converted.write_seconds, 1e-9),
         "fields": converted.fields,
     }

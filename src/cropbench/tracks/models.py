@@ -34,8 +34,10 @@ class SmallCNN(nn.Module):
     def __init__(self, channels: int, classes: int, width: int = 16) -> None:
         super().__init__()
         layers: list[nn.Module] = [
-            nn.Conv2d(channels, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width),
-            nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(channels, width, 3, stride=2, padding=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
         ]
         previous = width
         for block in range(1, 4):

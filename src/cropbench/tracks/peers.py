@@ -96,11 +96,17 @@ class CropWindows:
             raise ConfigError(f"peers cut border='pad' windows; the dataset uses border={dataset.config.border!r}")
         channel_axis = metadata.extra.get("channel_axis")
         return cls(
-            plate=Path(metadata.path), array_paths=tuple(Path(metadata.path) / info.path for info in metadata.fields),
-            field_shape=metadata.field_shape, dtype=metadata.dtype, layout=metadata.layout,
-            channel_names=metadata.channel_names, channel_axis=None if channel_axis is None else int(channel_axis),
-            size=dataset.config.crop_size, field_index=dataset.field_index.copy(),
-            window_y0=dataset.window_y0.copy(), window_x0=dataset.window_x0.copy(),
+            plate=Path(metadata.path),
+            array_paths=tuple(Path(metadata.path) / info.path for info in metadata.fields),
+            field_shape=metadata.field_shape,
+            dtype=metadata.dtype,
+            layout=metadata.layout,
+            channel_names=metadata.channel_names,
+            channel_axis=None if channel_axis is None else int(channel_axis),
+            size=dataset.config.crop_size,
+            field_index=dataset.field_index.copy(),
+            window_y0=dataset.window_y0.copy(),
+            window_x0=dataset.window_x0.copy(),
         )
 
     def __len__(self) -> int:
@@ -125,7 +131,7 @@ class CropWindows:
             return np.asarray(read(y0, y0 + size, x0, x0 + size))
         out = np.zeros((channels, size, size), dtype=self.dtype)
         cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
-        out[:, cy0 - y0:cy1 - y0, cx0 - x0:cx1 - x0] = read(cy0, cy1, cx0, cx1)
+        out[:, cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0] = read(cy0, cy1, cx0, cx1)
         return out
 
     def cut_array(self, field_pixels: np.ndarray, index: int) -> np.ndarray:
@@ -369,8 +375,10 @@ class DaskPerCrop(PeerDataset):
         return self.windows.cut(lambda a, b, c, d: array[:, a:b, c:d].compute(scheduler=scheduler), y0, x0)
 
     def info(self) -> dict[str, Any]:
-        return {"dask_scheduler": self.scheduler or "dask default (threads)",
-                "dask_scheduler_in_workers": "synchronous"}
+        return {
+            "dask_scheduler": self.scheduler or "dask default (threads)",
+            "dask_scheduler_in_workers": "synchronous",
+        }
 
 
 class SpatialDataTiles(PeerDataset):
@@ -407,8 +415,10 @@ class SpatialDataTiles(PeerDataset):
     name = "spatialdata-tiles"
     description = "spatialdata 0.7.3 ImageTilesDataset (bounding-box query, dask per tile), wrapped"
     extra = "spatialdata"
-    install_hint = ("spatialdata cannot share .venv (its pins conflict with the dev extra): "
-                    "bash scripts/setup_peers.sh, then .venv-peers/bin/python -m cropbench run --plate PLATE --peers")
+    install_hint = (
+        "spatialdata cannot share .venv (its pins conflict with the dev extra): "
+        "bash scripts/setup_peers.sh, then .venv-peers/bin/python -m cropbench run --plate PLATE --peers"
+    )
     modules = ("spatialdata", "spatialdata.dataloader", "dask", "geopandas", "anndata")
 
     def __init__(self, windows: CropWindows, work_dir: Path | None = None, scheduler: str | None = None) -> None:
@@ -436,23 +446,38 @@ class SpatialDataTiles(PeerDataset):
         for field in fields:
             array = da.from_zarr(str(windows.array_paths[field]))
             images[f"field_{field}"] = Image2DModel.parse(
-                array[windows.prefix(array.ndim)], dims=("c", "y", "x"), c_coords=list(windows.channel_names),
+                array[windows.prefix(array.ndim)],
+                dims=("c", "y", "x"),
+                c_coords=list(windows.channel_names),
             )
             members = np.flatnonzero(windows.field_index == field)
             centres = geopandas.points_from_xy(windows.window_x0[members] + half, windows.window_y0[members] + half)
             frame = geopandas.GeoDataFrame({"radius": np.full(len(members), half)}, geometry=centres, index=members)
             shapes[f"cells_{field}"] = ShapesModel.parse(frame)
-            obs = pd.DataFrame({"region": pd.Categorical([f"cells_{field}"] * len(members)),
-                                "instance_id": members, "object_index": members}, index=members.astype(str))
+            obs = pd.DataFrame(
+                {
+                    "region": pd.Categorical([f"cells_{field}"] * len(members)),
+                    "instance_id": members,
+                    "object_index": members,
+                },
+                index=members.astype(str),
+            )
             tables[f"table_{field}"] = TableModel.parse(
-                anndata.AnnData(obs=obs), region=f"cells_{field}", region_key="region", instance_key="instance_id",
+                anndata.AnnData(obs=obs),
+                region=f"cells_{field}",
+                region_key="region",
+                instance_key="instance_id",
             )
         sdata = SpatialData(images=images, shapes=shapes, tables=tables)
         tiles = [
             ImageTilesDataset(
-                sdata, regions_to_images={f"cells_{field}": f"field_{field}"},
-                regions_to_coordinate_systems={f"cells_{field}": "global"}, tile_dim_in_units=float(windows.size),
-                rasterize=False, return_annotations="object_index", table_name=f"table_{field}",
+                sdata,
+                regions_to_images={f"cells_{field}": f"field_{field}"},
+                regions_to_coordinate_systems={f"cells_{field}": "global"},
+                tile_dim_in_units=float(windows.size),
+                rasterize=False,
+                return_annotations="object_index",
+                table_name=f"table_{field}",
             )
             for field in fields
         ]
@@ -473,7 +498,8 @@ class SpatialDataTiles(PeerDataset):
         pixels = np.asarray(tile.data.compute(scheduler=dask_scheduler(self.scheduler)))
         # The query resets the tile's pixel coordinates and records where it lies as a translation.
         matrix = get_transformation(tile, to_coordinate_system="global").to_affine_matrix(
-            input_axes=("y", "x"), output_axes=("y", "x"),
+            input_axes=("y", "x"),
+            output_axes=("y", "x"),
         )
         return pixels, int(round(matrix[0, 2])), int(round(matrix[1, 2]))
 
@@ -487,16 +513,20 @@ class SpatialDataTiles(PeerDataset):
         _, y0, x0 = self.windows.window(index)
         out = np.zeros((pixels.shape[0], size, size), dtype=pixels.dtype)
         top, left = tile_y0 - y0, tile_x0 - x0
-        out[:, top:top + pixels.shape[1], left:left + pixels.shape[2]] = pixels
+        out[:, top : top + pixels.shape[1], left : left + pixels.shape[2]] = pixels
         return out
 
     def info(self) -> dict[str, Any]:
         import spatialdata
 
-        return {"spatialdata_version": spatialdata.__version__, "tiles_read": self.tiles_read,
-                "clipped_tiles": self.clipped_tiles, "clipped_fraction": self.clipped_tiles / max(self.tiles_read, 1),
-                "dask_scheduler": self.scheduler or "dask default (threads)",
-                "dask_scheduler_in_workers": "synchronous"}
+        return {
+            "spatialdata_version": spatialdata.__version__,
+            "tiles_read": self.tiles_read,
+            "clipped_tiles": self.clipped_tiles,
+            "clipped_fraction": self.clipped_tiles / max(self.tiles_read, 1),
+            "dask_scheduler": self.scheduler or "dask default (threads)",
+            "dask_scheduler_in_workers": "synchronous",
+        }
 
 
 def _nested_lists(values: np.ndarray) -> pa.Array:
@@ -575,10 +605,13 @@ class ArrowCropRows(_ArrowRows):
         for field, pixels in self._fields():
             for index in np.flatnonzero(windows.field_index == field).tolist():
                 crops[index] = windows.cut_array(pixels, index)
-        return pa.table({
-            "index": np.arange(len(windows), dtype=np.int64), "field_index": windows.field_index,
-            "pixels": _nested_lists(crops),
-        })
+        return pa.table(
+            {
+                "index": np.arange(len(windows), dtype=np.int64),
+                "field_index": windows.field_index,
+                "pixels": _nested_lists(crops),
+            }
+        )
 
     def read_crop(self, index: int) -> np.ndarray:
         return np.array(self.pixels[index].as_py(), dtype=self.windows.dtype)
@@ -603,9 +636,17 @@ class ArrowFieldRows(_ArrowRows):
 
 #: Every peer, in the order rows are written.
 PEERS: dict[str, type[PeerDataset]] = {
-    peer.name: peer for peer in (
-        ZarrOpenPerCrop, ZarrKeptOpen, ZarrsKeptOpen, TensorStorePerCrop, TensorStoreBatched, DaskPerCrop,
-        SpatialDataTiles, ArrowCropRows, ArrowFieldRows,
+    peer.name: peer
+    for peer in (
+        ZarrOpenPerCrop,
+        ZarrKeptOpen,
+        ZarrsKeptOpen,
+        TensorStorePerCrop,
+        TensorStoreBatched,
+        DaskPerCrop,
+        SpatialDataTiles,
+        ArrowCropRows,
+        ArrowFieldRows,
     )
 }
 
@@ -652,18 +693,20 @@ class PeerComparison:
 
 
 def measure_loader(
-    get: Callable[[Any], Any], indices: Sequence[Any], comparison: PeerComparison,
+    get: Callable[[Any], Any],
+    indices: Sequence[Any],
+    comparison: PeerComparison,
     before_steady: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Warm up, then Track 1's steady state (tight loop + timed loop) within the time budget.
 
     ``before_steady`` runs between the two (a reader resets its read-amplification counters there).
     """
-    warm, steady = list(indices[:comparison.warmup]), list(indices[comparison.warmup:])
+    warm, steady = list(indices[: comparison.warmup]), list(indices[comparison.warmup :])
     # Medians, so a one-off first-call cost does not shrink the sample count of a fast loader.
     first = time_each(get, warm[:3])
     typical_s = max(float(np.median(first)) / 1e9, 1e-7)
-    rest = warm[3:3 + int(comparison.seconds / 4 / typical_s)]
+    rest = warm[3 : 3 + int(comparison.seconds / 4 / typical_s)]
     warmup_latencies = np.concatenate([first, time_each(get, rest)])
     typical_s = max(float(np.median(warmup_latencies)) / 1e9, 1e-7)
     count = min(len(steady), max(MIN_SAMPLES, int(comparison.seconds / 2 / typical_s)))
@@ -671,8 +714,10 @@ def measure_loader(
         before_steady()
     return {
         **steady_state(get, steady[:count]),
-        "warmup_items": len(warmup_latencies), "warmup_mean_ms": float(warmup_latencies.mean() / 1e6),
-        "samples_requested": len(steady), "budget_capped": count < len(steady),
+        "warmup_items": len(warmup_latencies),
+        "warmup_mean_ms": float(warmup_latencies.mean() / 1e6),
+        "samples_requested": len(steady),
+        "budget_capped": count < len(steady),
     }
 
 
@@ -684,7 +729,7 @@ def measure_peer(peer: PeerDataset, indices: Sequence[int], comparison: PeerComp
     batch_size = max(1, min(int(getattr(peer, "batch_size", 1)), steady // MIN_SAMPLES))
     if not hasattr(peer, "__getitems__"):
         return measure_loader(peer.__getitem__, indices, comparison)
-    calls = [list(indices[start:start + batch_size]) for start in range(0, len(indices), batch_size)]
+    calls = [list(indices[start : start + batch_size]) for start in range(0, len(indices), batch_size)]
     batched = dataclasses.replace(comparison, warmup=max(-(-comparison.warmup // batch_size), 1))
     metrics = measure_loader(peer.__getitems__, calls, batched)
     metrics["samples_per_s"] *= batch_size
@@ -745,13 +790,22 @@ class Peers:
             files = reference.reader.files()
             load_into_page_cache(files)
             config = {
-                "crop_size": comparison.crop_size, "channels": "all", "access": "random", "dtype": "uint16",
-                "tier": "none", "samples": comparison.samples, "warmup": comparison.warmup,
-                "seconds": comparison.seconds, "seed": seed,
+                "crop_size": comparison.crop_size,
+                "channels": "all",
+                "access": "random",
+                "dtype": "uint16",
+                "tier": "none",
+                "samples": comparison.samples,
+                "warmup": comparison.warmup,
+                "seconds": comparison.seconds,
+                "seed": seed,
             }
             self.repeats[key] = _Repeat(
-                reference, CropWindows.from_dataset(reference),
-                access_order(reference, "random", comparison.warmup + comparison.samples, seed), files, config,
+                reference,
+                CropWindows.from_dataset(reference),
+                access_order(reference, "random", comparison.warmup + comparison.samples, seed),
+                files,
+                config,
             )
         return self.repeats[key]
 
@@ -780,8 +834,11 @@ class Peers:
                 metrics = {"skipped": True, "skip_reason": str(error)}
             else:
                 setup_seconds = time.perf_counter() - started
-                metrics = {**measure_peer(peer, shared.indices, comparison), **peer.info(),
-                           "setup_seconds": setup_seconds}
+                metrics = {
+                    **measure_peer(peer, shared.indices, comparison),
+                    **peer.info(),
+                    "setup_seconds": setup_seconds,
+                }
         rate = metrics.get("samples_per_s")
         if not metrics.get("skipped"):
             metrics["resident_after"] = resident_fraction(shared.files)
@@ -795,7 +852,23 @@ class Peers:
 
 
 __all__ = [
-    "PEERS", "ArrowCropRows", "ArrowFieldRows", "CropWindows", "DaskPerCrop", "PeerComparison", "PeerDataset",
-    "PeerCase", "Peers", "SpatialDataTiles", "TensorStoreBatched", "TensorStorePerCrop", "ZarrKeptOpen",
-    "ZarrOpenPerCrop", "ZarrsKeptOpen", "dask_scheduler", "measure_loader", "measure_peer", "open_peer",
+    "PEERS",
+    "ArrowCropRows",
+    "ArrowFieldRows",
+    "CropWindows",
+    "DaskPerCrop",
+    "PeerComparison",
+    "PeerDataset",
+    "PeerCase",
+    "Peers",
+    "SpatialDataTiles",
+    "TensorStoreBatched",
+    "TensorStorePerCrop",
+    "ZarrKeptOpen",
+    "ZarrOpenPerCrop",
+    "ZarrsKeptOpen",
+    "dask_scheduler",
+    "measure_loader",
+    "measure_peer",
+    "open_peer",
 ]

@@ -72,7 +72,10 @@ def canonical_config(case: Any) -> dict[str, Any]:
 def case_identity(track: str, case: Any, context: RunContext) -> str:
     """Stable hash of the track, the planned case's canonical config, the plate fingerprint, layout and threads."""
     document = {
-        "track": track, "config": canonical_config(case), "plate": context.fingerprint, "layout": context.layout,
+        "track": track,
+        "config": canonical_config(case),
+        "plate": context.fingerprint,
+        "layout": context.layout,
         "threads": context.thread_settings,
     }
     text = json.dumps(document, sort_keys=True, default=jsonable, allow_nan=True)
@@ -80,8 +83,13 @@ def case_identity(track: str, case: Any, context: RunContext) -> str:
 
 
 def run_tracks(
-    tracks: Sequence[Track], preset: str, context: RunContext, emit: Callable[[Record], None], *,
-    repeats: int = 1, done: Collection[tuple[str, str, int]] = frozenset(),
+    tracks: Sequence[Track],
+    preset: str,
+    context: RunContext,
+    emit: Callable[[Record], None],
+    *,
+    repeats: int = 1,
+    done: Collection[tuple[str, str, int]] = frozenset(),
 ) -> list[Record]:
     """Run every case of every track ``repeats`` times, handing each record to ``emit`` at once.
 
@@ -105,11 +113,23 @@ def run_tracks(
                     case_id = case_identity(track.name, row.case, context)
                     if row.case is not case and (track.name, case_id, repeat) in done:
                         continue
-                    config = {"plate": str(context.plate), "layout": context.layout,
-                              "threads": context.thread_settings, **row.config}
-                    record = Record(track=track.name, case=row.case.label, case_id=case_id, config=config,
-                                    metrics=row.metrics, environment=context.environment, seed=row.seed,
-                                    repeat=repeat, run_id=run_id)
+                    config = {
+                        "plate": str(context.plate),
+                        "layout": context.layout,
+                        "threads": context.thread_settings,
+                        **row.config,
+                    }
+                    record = Record(
+                        track=track.name,
+                        case=row.case.label,
+                        case_id=case_id,
+                        config=config,
+                        metrics=row.metrics,
+                        environment=context.environment,
+                        seed=row.seed,
+                        repeat=repeat,
+                        run_id=run_id,
+                    )
                     emit(record)
                     written.append(record)
     return written

@@ -63,24 +63,37 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
         base = Track1Case(samples=200 if samples is None else samples, warmup=20, cold_samples=40)
         crop = CropConfig(crop_size=96, chunk_cache_bytes=SMOKE_CHUNK_CACHE_BYTES)
         grid = [
-            ("random", crop), ("random", crop.replace(decode="zarr")), ("random", crop.replace(decode="field")),
-            ("grouped-field", crop), ("chunk-aware", crop), ("random", crop.replace(tier="typical")),
+            ("random", crop),
+            ("random", crop.replace(decode="zarr")),
+            ("random", crop.replace(decode="field")),
+            ("grouped-field", crop),
+            ("chunk-aware", crop),
+            ("random", crop.replace(tier="typical")),
             ("paired", crop.replace(tier="typical")),
         ]
-        batched = [dataclasses.replace(base, access=access, crop=crop, batch_size=SMOKE_BATCH)
-                   for access in ("random", "grouped-field")]
+        batched = [
+            dataclasses.replace(base, access=access, crop=crop, batch_size=SMOKE_BATCH)
+            for access in ("random", "grouped-field")
+        ]
         return [dataclasses.replace(base, access=access, crop=c) for access, c in grid] + batched
     if preset == "full":
         base = Track1Case(samples=1000 if samples is None else samples, warmup=50, cold_samples=200)
         cases = []
         for access, size, channels, tier, dtype, decode in itertools.product(
-            ("random", "grouped-field", "paired"), (64, 128), (None, ("DNA", "RNA", "Mito")),
-            ("none", "light", "typical"), ("float32", "bfloat16"), ("direct", "field", "zarr"),
+            ("random", "grouped-field", "paired"),
+            (64, 128),
+            (None, ("DNA", "RNA", "Mito")),
+            ("none", "light", "typical"),
+            ("float32", "bfloat16"),
+            ("direct", "field", "zarr"),
         ):
             crop = CropConfig(crop_size=size, channels=channels, tier=tier, dtype=dtype, decode=decode)
             cases.append(dataclasses.replace(base, access=access, crop=crop))
         for access, size, decode, threads in itertools.product(
-            ("random", "grouped-field"), (64, 128), ("direct", "field", "zarr"), (1, 2),
+            ("random", "grouped-field"),
+            (64, 128),
+            ("direct", "field", "zarr"),
+            (1, 2),
         ):
             if threads == 1 or decode == "direct":
                 crop = CropConfig(crop_size=size, decode=decode, decode_threads=threads)
@@ -106,7 +119,7 @@ def _calls(indices: list[int], batch_size: int) -> list[Any]:
     """The arguments of successive calls: the indices themselves, or batches of ``batch_size``."""
     if batch_size == 1:
         return indices
-    return [indices[start:start + batch_size] for start in range(0, len(indices), batch_size)]
+    return [indices[start : start + batch_size] for start in range(0, len(indices), batch_size)]
 
 
 def _count_items(metrics: dict[str, Any], prefix: str, batch_size: int) -> dict[str, Any]:
@@ -116,7 +129,10 @@ def _count_items(metrics: dict[str, Any], prefix: str, batch_size: int) -> dict[
 
 
 def run_case(
-    plate: str | Path, case: Track1Case, evict_first: bool = True, objects: ObjectTable | str | Path | None = None,
+    plate: str | Path,
+    case: Track1Case,
+    evict_first: bool = True,
+    objects: ObjectTable | str | Path | None = None,
 ) -> dict[str, Any]:
     """Measure one case and return its metrics (the caller wraps them in a record)."""
     rss_start = rss_bytes()
@@ -126,10 +142,14 @@ def run_case(
     indices = _indices(dataset, case, total)
     batch = case.batch_size
     cold = _calls(indices[: case.cold_samples], batch)
-    warm = _calls(indices[case.cold_samples: case.cold_samples + case.warmup], batch)
-    steady = _calls(indices[case.cold_samples + case.warmup:], batch)
-    metrics: dict[str, Any] = {"objects": len(dataset), "cache": case.cache, "items_drawn": total,
-                               "items_per_call": batch}
+    warm = _calls(indices[case.cold_samples : case.cold_samples + case.warmup], batch)
+    steady = _calls(indices[case.cold_samples + case.warmup :], batch)
+    metrics: dict[str, Any] = {
+        "objects": len(dataset),
+        "cache": case.cache,
+        "items_drawn": total,
+        "items_per_call": batch,
+    }
     if cold:
         eviction = evict(dataset.reader.files()) if evict_first else None
         cold_latencies = time_each(get, cold)
@@ -148,9 +168,13 @@ def run_case(
         dataset.reader.close()
         evictions.append(evict(dataset.reader.files()).verified)
 
-    metrics.update(_count_items(
-        steady_state(get, steady, before_block=make_cold if case.cache == "cold" else None), "", batch,
-    ))
+    metrics.update(
+        _count_items(
+            steady_state(get, steady, before_block=make_cold if case.cache == "cold" else None),
+            "",
+            batch,
+        )
+    )
     if evictions:
         metrics["steady_evictions"] = len(evictions)
         metrics["steady_evictions_verified"] = sum(evictions)
@@ -171,8 +195,8 @@ def run_case(
     metrics["fidelity_items"] = FIDELITY_ITEMS
     metrics["fidelity_sha256"] = case_fidelity_hash(plate, case, objects)
     metrics["rss_start_bytes"], metrics["rss_end_bytes"] = rss_start, rss_bytes()
-    metrics["decoded_plate_bytes"] = int(np.prod(dataset.reader.metadata.field_shape)) * 2 * len(
-        dataset.reader.metadata.fields
+    metrics["decoded_plate_bytes"] = (
+        int(np.prod(dataset.reader.metadata.field_shape)) * 2 * len(dataset.reader.metadata.fields)
     )
     metrics["chunk_cache_fraction_of_plate"] = case.crop.chunk_cache_bytes / metrics["decoded_plate_bytes"]
     metrics.update(validity(case, metrics, dataset.reader))
@@ -218,7 +242,8 @@ def validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader) -> 
         "rate!=1/mean": abs(agreement - 1.0) > RATE_AGREEMENT_TOLERANCE,
     }
     return {
-        "cache_fraction_of_plate": fraction, "rate_over_inverse_mean": agreement,
+        "cache_fraction_of_plate": fraction,
+        "rate_over_inverse_mean": agreement,
         "validity_flags": [name for name, raised in flags.items() if raised],
     }
 
@@ -247,7 +272,10 @@ class _TimedPlan:
 
 
 def _stage_split(
-    plate: str | Path, case: Track1Case, indices: list[int], objects: ObjectTable | str | Path | None,
+    plate: str | Path,
+    case: Track1Case,
+    indices: list[int],
+    objects: ObjectTable | str | Path | None,
 ) -> dict[str, Any]:
     """Per-item time in each stage of the fast path: index, fetch, decode, assemble, transform, collate.
 
@@ -291,7 +319,10 @@ def _stage_split(
 
 
 def _io_and_transform_split(
-    plate: str | Path, case: Track1Case, steady: list[Any], metrics: dict[str, Any],
+    plate: str | Path,
+    case: Track1Case,
+    steady: list[Any],
+    metrics: dict[str, Any],
     objects: ObjectTable | str | Path | None = None,
 ) -> dict[str, Any]:
     """Same indices with tier ``none`` (I/O only), and the transform alone on in-memory crops."""
@@ -304,7 +335,8 @@ def _io_and_transform_split(
     items = list(itertools.chain.from_iterable(steady)) if case.batch_size > 1 else steady
     raws = [torch.from_numpy(io_dataset.read_raw(i)) for i in items[:TRANSFORM_ONLY_ITEMS]]
     transform_latencies = time_each(
-        lambda i: [reference.plan.apply(raws[i], i, 0, view) for view in range(views)], range(len(raws)),
+        lambda i: [reference.plan.apply(raws[i], i, 0, view) for view in range(views)],
+        range(len(raws)),
     )
     transform_mean = float(transform_latencies.mean() / 1e6)
     return {

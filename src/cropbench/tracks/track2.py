@@ -162,8 +162,9 @@ def _epoch(loader: Any, sampler: ScheduledSampler, epoch: int, sample_memory: bo
     return timing
 
 
-def crosscheck(reported_samples_per_s: float, delivered: int, independent_seconds: float,
-               expected: int) -> dict[str, Any]:
+def crosscheck(
+    reported_samples_per_s: float, delivered: int, independent_seconds: float, expected: int
+) -> dict[str, Any]:
     """Compare a reported rate with delivered samples over an independently clocked wall time.
 
     The row is trusted only when every expected sample arrived and the two rates agree within
@@ -173,8 +174,10 @@ def crosscheck(reported_samples_per_s: float, delivered: int, independent_second
     independent = delivered / independent_seconds if independent_seconds > 0 else float("inf")
     ratio = reported_samples_per_s / independent if independent > 0 else float("inf")
     return {
-        "delivered_samples": delivered, "expected_samples": expected,
-        "independent_samples_per_s": independent, "crosscheck_ratio": ratio,
+        "delivered_samples": delivered,
+        "expected_samples": expected,
+        "independent_samples_per_s": independent,
+        "crosscheck_ratio": ratio,
         "crosscheck_ok": bool(delivered == expected and abs(ratio - 1.0) <= CROSSCHECK_TOLERANCE),
     }
 
@@ -191,17 +194,21 @@ def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> d
     steady_seconds = sum(steady_waits) / 1e9
     first = epochs[0]
     metrics: dict[str, Any] = {
-        "first_batch_ms": first.first_batch_ns / 1e6, "iter_create_ms": first.iter_ns / 1e6,
-        "samples_per_s": steady_samples / steady_seconds, "run_samples_per_s": run_samples_per_s,
-        "steady_batches": len(steady_waits), "loop_seconds": loop_seconds,
+        "first_batch_ms": first.first_batch_ns / 1e6,
+        "iter_create_ms": first.iter_ns / 1e6,
+        "samples_per_s": steady_samples / steady_seconds,
+        "run_samples_per_s": run_samples_per_s,
+        "steady_batches": len(steady_waits),
+        "loop_seconds": loop_seconds,
         "epoch_seconds": [e.loop_ns / 1e9 for e in epochs],
         "epoch_samples_per_s": [sum(e.delivered) / (e.loop_ns / 1e9) for e in epochs],
         "shutdown_ms": [e.shutdown_ns / 1e6 for e in epochs],
         "batch_mib": batch_bytes / 2**20,
         "steady_mib_per_s": steady_samples * batch_bytes / case.loader.batch_size / steady_seconds / 2**20,
         **summarise_ms(steady_waits, "batch_"),
-        **crosscheck(run_samples_per_s, delivered, sum(e.independent_ns for e in epochs) / 1e9,
-                     case.samples * len(epochs)),
+        **crosscheck(
+            run_samples_per_s, delivered, sum(e.independent_ns for e in epochs) / 1e9, case.samples * len(epochs)
+        ),
         **epochs[-1].memory,
     }
     collate = [ns for e in epochs for ns in e.collate_ns]
@@ -210,10 +217,13 @@ def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> d
         metrics["collate_share"] = sum(collate) / max(sum(e.loop_ns for e in epochs), 1)
     if len(epochs) > 1:
         second = epochs[1]
-        metrics.update({
-            "epoch2_first_batch_ms": second.first_batch_ns / 1e6, "epoch2_iter_create_ms": second.iter_ns / 1e6,
-            "epoch2_speedup": first.loop_ns / second.loop_ns,
-        })
+        metrics.update(
+            {
+                "epoch2_first_batch_ms": second.first_batch_ns / 1e6,
+                "epoch2_iter_create_ms": second.iter_ns / 1e6,
+                "epoch2_speedup": first.loop_ns / second.loop_ns,
+            }
+        )
     return metrics
 
 
@@ -231,10 +241,15 @@ def run_case(plate: str | Path, case: Track2Case, objects: ObjectTable | str | P
     size = case.crop.output_size or case.crop.crop_size
     item_bytes = channels * size * size * TORCH_DTYPES[case.crop.dtype].itemsize
     metrics = _metrics(case, epochs, item_bytes * case.loader.batch_size)
-    metrics.update({
-        "objects": len(base), "dataset_pickle_bytes": pickle_bytes, "pin_memory_effective": pin,
-        "warmup_batches": case.warmup, "batches_per_epoch": len(loader),
-    })
+    metrics.update(
+        {
+            "objects": len(base),
+            "dataset_pickle_bytes": pickle_bytes,
+            "pin_memory_effective": pin,
+            "warmup_batches": case.warmup,
+            "batches_per_epoch": len(loader),
+        }
+    )
     return metrics
 
 
@@ -274,7 +289,9 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track2Case]:
 
     cases = [
         case(LoaderSpec(num_workers=w, batch_size=b), crop.replace(tier=tier))
-        for tier in tiers for b in sizes for w in workers
+        for tier in tiers
+        for b in sizes
+        for w in workers
     ]
     loader = LoaderSpec(num_workers=2, batch_size=64)
     cases += [
@@ -324,8 +341,12 @@ def gpu_cases(samples: int | None = None) -> list[Track2Case]:
     def sized(crop: CropConfig, workers: int, **knobs: Any) -> Track2Case:
         loader = LoaderSpec(num_workers=workers, batch_size=GPU_BATCH, pin_memory=True, **knobs)
         steady = max(2, -(-least // workers)) * workers if workers else least
-        return Track2Case(crop=crop, loader=loader, samples=(max(workers, 1) + steady) * GPU_BATCH,
-                          epochs=2 if workers == counts[-1] else 1)
+        return Track2Case(
+            crop=crop,
+            loader=loader,
+            samples=(max(workers, 1) + steady) * GPU_BATCH,
+            epochs=2 if workers == counts[-1] else 1,
+        )
 
     def sweep(tier: str) -> list[Track2Case]:
         return [sized(crop.replace(decode=decode, tier=tier), w) for decode in ("direct", "zarr") for w in counts]

@@ -108,8 +108,11 @@ class Track3Case:
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
-            ("model", self.model, MODEL_KINDS), ("workload", self.workload, WORKLOADS),
-            ("optimizer", self.optimizer, OPTIMISERS), ("amp", self.amp, AMP_MODES), ("device", self.device, DEVICES),
+            ("model", self.model, MODEL_KINDS),
+            ("workload", self.workload, WORKLOADS),
+            ("optimizer", self.optimizer, OPTIMISERS),
+            ("amp", self.amp, AMP_MODES),
+            ("device", self.device, DEVICES),
         ):
             if value not in allowed:
                 raise ConfigError(f"{name}={value!r} is not one of {', '.join(allowed)}")
@@ -173,8 +176,9 @@ class WorkerSearch:
         case = _workers(self.case, workers)
         if not self.whole_rounds or workers == 0:
             return case
-        return dataclasses.replace(case, warmup_steps=max(case.warmup_steps, workers),
-                                   steps=-(-case.steps // workers) * workers)
+        return dataclasses.replace(
+            case, warmup_steps=max(case.warmup_steps, workers), steps=-(-case.steps // workers) * workers
+        )
 
     @property
     def label(self) -> str:
@@ -202,8 +206,11 @@ class StepCompute:
             model = model.to(memory_format=torch.channels_last)
         if case.workload == "train":
             parameters = model.parameters()
-            self.optimizer = (torch.optim.SGD(parameters, lr=0.01, momentum=0.9) if case.optimizer == "sgd"
-                              else torch.optim.Adam(parameters, lr=1e-3))
+            self.optimizer = (
+                torch.optim.SGD(parameters, lr=0.01, momentum=0.9)
+                if case.optimizer == "sgd"
+                else torch.optim.Adam(parameters, lr=1e-3)
+            )
             self.scaler = grad_scaler(case.amp, device)
         self.model = torch.compile(model) if case.compile else model
 
@@ -238,12 +245,16 @@ class LoopTiming:
     warmup: int
 
     def steady(self, name: str) -> np.ndarray:
-        return getattr(self, name)[self.warmup:]
+        return getattr(self, name)[self.warmup :]
 
 
 def timed_loop(
-    next_batch: Callable[[], Any], prepare: Callable[[Any], Batch],
-    compute: Callable[[torch.Tensor, torch.Tensor], None], steps: int, warmup: int, sync: Callable[[], None],
+    next_batch: Callable[[], Any],
+    prepare: Callable[[Any], Batch],
+    compute: Callable[[torch.Tensor, torch.Tensor], None],
+    steps: int,
+    warmup: int,
+    sync: Callable[[], None],
 ) -> LoopTiming:
     """Run ``warmup + steps`` steps; the device is synchronised before every clock read.
 
@@ -280,7 +291,12 @@ def _preparer(case: Track3Case, device: torch.device, non_blocking: bool) -> Cal
 
 
 def _loader(
-    plate: str | Path, case: Track3Case, spec: LoaderSpec, samples: int, pin: bool, objects: ObjectTable | None,
+    plate: str | Path,
+    case: Track3Case,
+    spec: LoaderSpec,
+    samples: int,
+    pin: bool,
+    objects: ObjectTable | None,
 ) -> tuple[CropDataset, Any]:
     dataset = CropDataset(plate, case.crop, objects=objects, labels=(case.target,) if case.target else ())
     if case.target:
@@ -313,28 +329,41 @@ def compute_only(plate: str | Path, case: Track3Case, objects: ObjectTable | Non
     """The same loop fed from ``BASELINE_BATCHES`` batches already on the device: compute alone."""
     device = resolve_device(case.device)
     batch = case.loader.batch_size
-    dataset, loader = _loader(plate, case, LoaderSpec(batch_size=batch, collate=case.loader.collate),
-                              batch * BASELINE_BATCHES, pin=False, objects=objects)
+    dataset, loader = _loader(
+        plate,
+        case,
+        LoaderSpec(batch_size=batch, collate=case.loader.collate),
+        batch * BASELINE_BATCHES,
+        pin=False,
+        objects=objects,
+    )
     prepare = _preparer(case, device, non_blocking=False)
     prepared = [prepare(b) for b in loader]
     compute = StepCompute(case, device, len(dataset.channel_indices))
     cycle = itertools.cycle(prepared)
-    timing = timed_loop(cycle.__next__, lambda ready: ready, compute, case.steps, case.warmup_steps,
-                        synchroniser(device))
+    timing = timed_loop(
+        cycle.__next__, lambda ready: ready, compute, case.steps, case.warmup_steps, synchroniser(device)
+    )
     return _loop_metrics(timing, batch, "compute_only_")
 
 
 def compute_key(case: Track3Case) -> str:
     """Cases sharing this key share a compute-only baseline (only the loader side differs)."""
     neutral = dataclasses.replace(
-        case, crop=case.crop.replace(decode="direct"), access="random", compute_only=False,
+        case,
+        crop=case.crop.replace(decode="direct"),
+        access="random",
+        compute_only=False,
         loader=LoaderSpec(batch_size=case.loader.batch_size, collate=case.loader.collate),
     )
     return f"{neutral.label}/steps{case.steps}+{case.warmup_steps}/seed{case.seed}"
 
 
 def run_case(
-    plate: str | Path, case: Track3Case, baseline: dict[str, Any] | None = None, objects: ObjectTable | None = None,
+    plate: str | Path,
+    case: Track3Case,
+    baseline: dict[str, Any] | None = None,
+    objects: ObjectTable | None = None,
 ) -> dict[str, Any]:
     """Measure one case (and its compute-only baseline unless one is given)."""
     device = resolve_device(case.device)
@@ -343,29 +372,43 @@ def run_case(
         return {**baseline, **device_info(device)}
     pin = pin_in_effect(case.loader.pin_memory, device)
     batch = case.loader.batch_size
-    dataset, loader = _loader(plate, case, case.loader, batch * (case.steps + case.warmup_steps), pin,
-                                  objects)
+    dataset, loader = _loader(plate, case, case.loader, batch * (case.steps + case.warmup_steps), pin, objects)
     compute = StepCompute(case, device, len(dataset.channel_indices))
     clock = time.perf_counter_ns
     start = clock()
     iterator = iter(loader)
     iter_ns = clock() - start
     with NvmlSampler(device) as nvml, cuda_memory(device) as peak:
-        timing = timed_loop(iterator.__next__, _preparer(case, device, pin), compute, case.steps,
-                            case.warmup_steps, synchroniser(device))
+        timing = timed_loop(
+            iterator.__next__,
+            _preparer(case, device, pin),
+            compute,
+            case.steps,
+            case.warmup_steps,
+            synchroniser(device),
+        )
     workers = memory_of(worker_pids(iterator))
     del iterator
     metrics = _loop_metrics(timing, batch)
     mean_step = metrics["step_mean_ms"]
     stall = (mean_step - baseline["compute_only_step_mean_ms"]) / mean_step
-    metrics.update({
-        **baseline,
-        "stall_crosscheck": stall, "crosscheck_gap": stall - metrics["data_wait_fraction"],
-        "meets_au_threshold": metrics["data_wait_fraction"] < AU_THRESHOLD,
-        "iter_create_ms": iter_ns / 1e6, "first_batch_ms": (iter_ns + int(timing.wait_ns[0])) / 1e6,
-        "pin_memory_effective": pin, "non_blocking": pin, "objects": len(dataset),
-        **device_info(device), **nvml.metrics(), **peak, **workers,
-    })
+    metrics.update(
+        {
+            **baseline,
+            "stall_crosscheck": stall,
+            "crosscheck_gap": stall - metrics["data_wait_fraction"],
+            "meets_au_threshold": metrics["data_wait_fraction"] < AU_THRESHOLD,
+            "iter_create_ms": iter_ns / 1e6,
+            "first_batch_ms": (iter_ns + int(timing.wait_ns[0])) / 1e6,
+            "pin_memory_effective": pin,
+            "non_blocking": pin,
+            "objects": len(dataset),
+            **device_info(device),
+            **nvml.metrics(),
+            **peak,
+            **workers,
+        }
+    )
     if compute.losses:
         metrics["loss_first"] = float(compute.losses[0])
         metrics["loss_last"] = float(compute.losses[-1])
@@ -377,7 +420,9 @@ def search_summary(search: WorkerSearch, results: Sequence[tuple[int, dict[str, 
     fed = [workers for workers, metrics in results if metrics["data_wait_fraction"] < search.threshold]
     tried = max((workers for workers, _ in results), default=0)
     return {
-        "min_workers": fed[0] if fed else None, "reached": bool(fed), "threshold": search.threshold,
+        "min_workers": fed[0] if fed else None,
+        "reached": bool(fed),
+        "threshold": search.threshold,
         "min_workers_answer": str(fed[0]) if fed else f"not reached with <= {tried}",
         "tried_workers": [workers for workers, _ in results],
         "data_wait_fraction_by_workers": [metrics["data_wait_fraction"] for _, metrics in results],
@@ -387,7 +432,8 @@ def search_summary(search: WorkerSearch, results: Sequence[tuple[int, dict[str, 
 
 
 def iter_search(
-    search: WorkerSearch, measure: Callable[[Track3Case], dict[str, Any]],
+    search: WorkerSearch,
+    measure: Callable[[Track3Case], dict[str, Any]],
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(workers, metrics) of each candidate as it is measured: ascending (stopping at the first fed
     one if ``stop_early``), or bisecting."""
@@ -419,7 +465,9 @@ def iter_search(
 
 
 def run_search(
-    plate: str | Path, search: WorkerSearch, measure: Callable[[Track3Case], dict[str, Any]] | None = None,
+    plate: str | Path,
+    search: WorkerSearch,
+    measure: Callable[[Track3Case], dict[str, Any]] | None = None,
 ) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any]]:
     """Every candidate :func:`iter_search` measures, in ascending worker order, and the search's answer."""
     results = sorted(iter_search(search, measure or (lambda case: run_case(plate, case))), key=lambda r: r[0])
@@ -435,36 +483,51 @@ def _workers(case: Track3Case, workers: int) -> Track3Case:
 
 def _smoke_items(crop: CropConfig) -> list[Item]:
     resnet = Track3Case(crop=crop, loader=LoaderSpec(batch_size=16, pin_memory=True), steps=3, warmup_steps=1)
-    small = Track3Case(crop=crop, loader=LoaderSpec(batch_size=64, pin_memory=True), model="smallcnn",
-                       steps=10, warmup_steps=2)
+    small = Track3Case(
+        crop=crop, loader=LoaderSpec(batch_size=64, pin_memory=True), model="smallcnn", steps=10, warmup_steps=2
+    )
     emulated = dataclasses.replace(small, model="emulated", emulated_step_ms=40.0)
     return [
-        resnet, dataclasses.replace(resnet, workload="embed"), dataclasses.replace(resnet, amp="bf16"),
-        small, WorkerSearch(emulated, (0, 1, 2)),
+        resnet,
+        dataclasses.replace(resnet, workload="embed"),
+        dataclasses.replace(resnet, amp="bf16"),
+        small,
+        WorkerSearch(emulated, (0, 1, 2)),
     ]
 
 
 def _full_items(crop: CropConfig) -> list[Item]:
     resnet = Track3Case(crop=crop, loader=LoaderSpec(batch_size=32, pin_memory=True), steps=8, warmup_steps=2)
-    small = Track3Case(crop=crop, loader=LoaderSpec(batch_size=128, pin_memory=True), model="smallcnn",
-                       steps=20, warmup_steps=3)
+    small = Track3Case(
+        crop=crop, loader=LoaderSpec(batch_size=128, pin_memory=True), model="smallcnn", steps=20, warmup_steps=3
+    )
     candidates = tuple(worker_counts())
     items: list[Item] = [
         _workers(dataclasses.replace(resnet, workload=workload, amp=amp), workers)
-        for workload in WORKLOADS for amp in ("off", "bf16") for workers in (0, 2)
+        for workload in WORKLOADS
+        for amp in ("off", "bf16")
+        for workers in (0, 2)
     ]
     items += [dataclasses.replace(small, workload="embed"), WorkerSearch(small, candidates, stop_early=False)]
     for step_ms in (10.0, 40.0):
         emulated = dataclasses.replace(small, model="emulated", emulated_step_ms=step_ms)
-        items += [WorkerSearch(dataclasses.replace(emulated, crop=crop.replace(decode=decode)), candidates)
-                  for decode in ("direct", "zarr")]
+        items += [
+            WorkerSearch(dataclasses.replace(emulated, crop=crop.replace(decode=decode)), candidates)
+            for decode in ("direct", "zarr")
+        ]
     return items
 
 
 def _gpu_base(crop: CropConfig) -> Track3Case:
     """The GPU check's model: ResNet-18, batch 256 of 96 × 96 × 5 crops, bf16, CUDA."""
-    return Track3Case(crop=crop, loader=LoaderSpec(batch_size=256, pin_memory=True), amp="bf16", device="cuda",
-                      steps=32, warmup_steps=4)
+    return Track3Case(
+        crop=crop,
+        loader=LoaderSpec(batch_size=256, pin_memory=True),
+        amp="bf16",
+        device="cuda",
+        steps=32,
+        warmup_steps=4,
+    )
 
 
 def _gpu_demand_items(crop: CropConfig) -> list[Item]:
@@ -487,16 +550,22 @@ def _gpu_items(crop: CropConfig) -> list[Item]:
 
     raw = search(dataclasses.replace(gpu, crop=crop.replace(tier="none")))
     return [
-        search(gpu), search(dataclasses.replace(gpu, crop=crop.replace(decode="zarr"))),
-        search(dataclasses.replace(gpu, workload="embed")), search(dataclasses.replace(gpu, amp="off")),
+        search(gpu),
+        search(dataclasses.replace(gpu, crop=crop.replace(decode="zarr"))),
+        search(dataclasses.replace(gpu, workload="embed")),
+        search(dataclasses.replace(gpu, amp="off")),
         raw.with_workers(candidates[-1]),
-        dataclasses.replace(raw, case=dataclasses.replace(raw.case, crop=raw.case.crop.replace(dtype="uint16")))
-        .with_workers(candidates[-1]),
+        dataclasses.replace(
+            raw, case=dataclasses.replace(raw.case, crop=raw.case.crop.replace(dtype="uint16"))
+        ).with_workers(candidates[-1]),
     ]
 
 
 PRESETS: dict[str, Callable[[CropConfig], list[Item]]] = {
-    "smoke": _smoke_items, "full": _full_items, "gpu": _gpu_items, "gpu-demand": _gpu_demand_items,
+    "smoke": _smoke_items,
+    "full": _full_items,
+    "gpu": _gpu_items,
+    "gpu-demand": _gpu_demand_items,
 }
 
 
@@ -517,8 +586,9 @@ def preset_items(preset: str, samples: int | None = None) -> list[Item]:
     def with_steps(case: Track3Case) -> Track3Case:
         return dataclasses.replace(case, steps=max(1, samples // case.loader.batch_size))
 
-    return [dataclasses.replace(i, case=with_steps(i.case)) if isinstance(i, WorkerSearch) else with_steps(i)
-            for i in items]
+    return [
+        dataclasses.replace(i, case=with_steps(i.case)) if isinstance(i, WorkerSearch) else with_steps(i) for i in items
+    ]
 
 
 class Track3:
