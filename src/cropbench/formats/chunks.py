@@ -28,7 +28,7 @@ import numcodecs.blosc
 import numpy as np
 
 from cropbench.errors import ConfigError, StoreError
-from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader, Regions
+from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, Regions
 from cropbench.formats.ngff import read_array_document
 
 Decoder = Callable[[bytes], bytes]
@@ -235,7 +235,8 @@ class DirectChunkReader(PlateReader):
             )
         self.chunk_cache_bytes = chunk_cache_bytes
         self.decode_threads = decode_threads
-        self._cache = ByteBudgetCache(chunk_cache_bytes)
+        self._cache: LruCache[int, np.ndarray] = LruCache(chunk_cache_bytes)
+        self._missing: set[int] = set()  # keys of chunks the store lacks (read as the fill value)
         self._layouts: dict[int, ChunkLayout] = {}
         self._bases: dict[int, str] = {}
         self._shards: dict[tuple[int, tuple[int, ...]], tuple[int, list[int], list[int]] | None] = {}
@@ -249,6 +250,7 @@ class DirectChunkReader(PlateReader):
 
     def close(self) -> None:
         self._cache.clear()
+        self._missing.clear()
         for entry in self._shards.values():
             if entry is not None:
                 os.close(entry[0])
@@ -286,23 +288,10 @@ class DirectChunkReader(PlateReader):
             self._bases[field_index] = f"{array_dir}{os.sep}"
         return layout
 
-    def read_region(
-        self,
-        field_index: int,
-        y0: int,
-        y1: int,
-        x0: int,
-        x1: int,
-        channels: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        self._check_window(field_index, y0, y1, x0, x1)
-        channel_count = self.metadata.field_shape[0] if channels is None else len(channels)
-        result = self._output(channel_count, y0, y1, x0, x1, out)
-        self._execute(self._plan_region(field_index, y0, y1, x0, x1, channels), result[None])
-        self.stats.regions += 1
-        self.stats.bytes_delivered += result.nbytes
-        return result
+    def _fill(
+        self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
+    ) -> None:
+        self._execute(self._plan_region(field_index, y0, y1, x0, x1, channels), out[None])
 
     def read_regions(self, regions: Regions, out: np.ndarray, channels: np.ndarray | None = None) -> np.ndarray:
         self._check_regions(regions, out)
@@ -446,7 +435,12 @@ class DirectChunkReader(PlateReader):
                     if decoded:
                         self.stats.bytes_decoded += chunk.nbytes
                         self.stats.chunks_decoded += 1
+                    else:
+                        self._missing.add(key)
         self.stats.chunks_touched += len(pieces)
+        if self._missing:
+            absent = self._missing
+            self.stats.missing_chunks += sum(piece[0] in absent for piece in pieces)
         if self.decode_threads > 1 and len(pieces) >= PARALLEL_COPY_PIECES:
             step = -(-len(pieces) // self.decode_threads)
             self._split(
@@ -653,7 +647,9 @@ class StageTimedChunkReader(DirectChunkReader):
 
     ``stage_ns`` accumulates fetch (file reads), decode (codecs) and region (everything in
     ``read_region`` / ``read_regions``: planning, cache lookups, fetch, decode and assembly).
-    With ``decode_threads`` > 1 fetch and decode add up the time of every thread.
+    With ``decode_threads`` > 1 fetch and decode add up the time of every thread. ``decode_calls``
+    and ``decoded_bytes`` count the work the decode step did (every call, its output's bytes),
+    which the stats' per-chunk counters do not see when a chunk is decoded more than once.
     """
 
     def __init__(
@@ -664,6 +660,8 @@ class StageTimedChunkReader(DirectChunkReader):
     ) -> None:
         super().__init__(metadata, chunk_cache_bytes, decode_threads)
         self.stage_ns = {"fetch": 0, "decode": 0, "region": 0}
+        self.decode_calls = 0
+        self.decoded_bytes = 0
 
     def read_region(
         self,
@@ -696,4 +694,6 @@ class StageTimedChunkReader(DirectChunkReader):
         began = time.perf_counter_ns()
         chunk = super()._decode(field_index, layout, key, encoded)
         self.stage_ns["decode"] += time.perf_counter_ns() - began
+        self.decode_calls += 1
+        self.decoded_bytes += chunk.nbytes
         return chunk
