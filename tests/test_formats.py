@@ -11,7 +11,7 @@ import zarr
 
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import open_plate, read_plate_metadata
-from cropbench.formats.base import ByteBudgetCache
+from cropbench.formats.base import LruCache
 
 DECODES = ("zarr", "direct", "field")
 
@@ -98,12 +98,23 @@ def test_missing_and_non_plate_stores_are_named(tmp_path: Path) -> None:
         read_plate_metadata(tmp_path / "empty")
 
 
-def test_byte_budget_cache_evicts_least_recently_used() -> None:
-    cache = ByteBudgetCache(budget_bytes=300)
+def test_lru_cache_evicts_least_recently_used() -> None:
+    cache: LruCache[str, np.ndarray] = LruCache(300)
     for key in "abc":
         cache.put(key, np.zeros(100, np.uint8))
     cache.get("a")
     cache.put("d", np.zeros(100, np.uint8))
-    assert cache.get("b") is None and cache.get("a") is not None and cache.used_bytes == 300
+    assert cache.get("b") is None and cache.get("a") is not None and cache.used == 300
     cache.put("huge", np.zeros(301, np.uint8))
     assert cache.get("huge") is None
+
+
+def test_lru_cache_bounds_a_count_and_can_keep_the_newest() -> None:
+    fields: LruCache[int, str] = LruCache(2, size=lambda _: 1)
+    for key in range(3):
+        fields.put(key, "pixels")
+    assert fields.get(0) is None and len(fields) == 2
+    rows: LruCache[int, np.ndarray] = LruCache(100, keep_newest=True)
+    rows.put(0, np.zeros(60, np.uint8))
+    rows.put(1, np.zeros(500, np.uint8))
+    assert rows.get(0) is None and rows.get(1) is not None and len(rows) == 1

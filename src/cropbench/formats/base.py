@@ -10,10 +10,10 @@ from __future__ import annotations
 import shutil
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -65,6 +65,9 @@ class ReadStats:
     chunks_decoded: int = 0
     #: Read calls (file reads or ``pread``s) for pixels, where a reader counts them.
     reads: int = 0
+    #: Chunks touched that are not in the store (no chunk file, an empty shard-index entry): they
+    #: read as the fill value, as zarr does, so a deleted chunk shows up here and nowhere else.
+    missing_chunks: int = 0
 
     def reset(self) -> None:
         for name in self.__dataclass_fields__:
@@ -110,7 +113,8 @@ class Regions:
 
 
 class PlateReader(ABC):
-    """Reads regions of the fields of one plate. Subclasses implement one decode path."""
+    """Reads regions of the fields of one plate. Subclasses implement one decode path in ``_fill``;
+    ``read_region`` checks the window, provides the output and counts what was delivered."""
 
     decode: str = ""
 
@@ -118,7 +122,6 @@ class PlateReader(ABC):
         self.metadata = metadata
         self.stats = ReadStats()
 
-    @abstractmethod
     def read_region(
         self,
         field_index: int,
@@ -130,6 +133,19 @@ class PlateReader(ABC):
         out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Return pixels (channels, y1-y0, x1-x0); the window must lie inside the field."""
+        self._check_window(field_index, y0, y1, x0, x1)
+        channel_count = self.metadata.field_shape[0] if channels is None else len(channels)
+        result = self._output(channel_count, y0, y1, x0, x1, out)
+        self._fill(result, field_index, y0, y1, x0, x1, channels)
+        self.stats.regions += 1
+        self.stats.bytes_delivered += result.nbytes
+        return result
+
+    @abstractmethod
+    def _fill(
+        self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
+    ) -> None:
+        """Write the window's pixels into ``out`` (channels, y1-y0, x1-x0), already checked and shaped."""
 
     def read_regions(self, regions: Regions, out: np.ndarray, channels: np.ndarray | None = None) -> np.ndarray:
         """Fill ``out`` (B, channels, H, W) with the regions of a batch; pixels outside them are left as they are.
@@ -211,46 +227,68 @@ class PlateReader(ABC):
             )
 
 
-class ByteBudgetCache:
-    """A least-recently-used mapping bounded by the total ``nbytes`` of its numpy values."""
+Key = TypeVar("Key", bound=Hashable)
+Value = TypeVar("Value")
 
-    def __init__(self, budget_bytes: int) -> None:
-        self.budget_bytes = budget_bytes
-        self.used_bytes = 0
-        self._items: OrderedDict[Any, np.ndarray] = OrderedDict()
 
-    def get(self, key: Any) -> np.ndarray | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
+def _nbytes(value: Any) -> int:
+    return int(value.nbytes)
 
-    def get_many(self, keys: Iterator[Any] | Sequence[Any]) -> dict[Any, np.ndarray]:
+
+class LruCache(Generic[Key, Value]):
+    """A least-recently-used mapping bounded by the total ``size`` of its values: every cache of
+    decoded chunks, strips and whole fields in the readers.
+
+    ``size`` weighs a value (its ``nbytes`` unless given; ``lambda _: 1`` bounds a count). A value
+    heavier than the whole budget is not kept, unless ``keep_newest``: then the value just put is
+    never evicted, for callers that must hold the one item in use however large it is.
+    """
+
+    def __init__(self, budget: int, size: Callable[[Value], int] = _nbytes, keep_newest: bool = False) -> None:
+        self.budget = budget
+        self.used = 0
+        self._size = size
+        self._keep_newest = keep_newest
+        self._items: OrderedDict[Key, tuple[Value, int]] = OrderedDict()
+
+    def get(self, key: Key) -> Value | None:
+        entry = self._items.get(key)
+        if entry is None:
+            return None
+        self._items.move_to_end(key)
+        return entry[0]
+
+    def get_many(self, keys: Iterable[Key]) -> dict[Key, Value]:
         """The values held for ``keys`` (absent keys left out), each marked as just used."""
         items, touch = self._items, self._items.move_to_end
-        found = {key: items[key] for key in keys if key in items}
+        found = {key: items[key][0] for key in keys if key in items}
         for key in found:
             touch(key)
         return found
 
-    def put(self, key: Any, value: np.ndarray) -> None:
-        if value.nbytes > self.budget_bytes:
+    def put(self, key: Key, value: Value) -> None:
+        size = self._size(value)
+        if size > self.budget and not self._keep_newest:
             return
         previous = self._items.pop(key, None)
         if previous is not None:
-            self.used_bytes -= previous.nbytes
-        self._items[key] = value
-        self.used_bytes += value.nbytes
-        while self.used_bytes > self.budget_bytes:
-            _, evicted = self._items.popitem(last=False)
-            self.used_bytes -= evicted.nbytes
+            self.used -= previous[1]
+        self._items[key] = (value, size)
+        self.used += size
+        while self.used > self.budget and len(self._items) > 1:
+            _, (_, evicted) = self._items.popitem(last=False)
+            self.used -= evicted
 
     def clear(self) -> None:
         self._items.clear()
-        self.used_bytes = 0
+        self.used = 0
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+#: What reading a whole field costs, carried from the inner reader into the field cache's stats.
+_FORWARDED_STATS = ("bytes_fetched", "bytes_decoded", "chunks_decoded", "missing_chunks")
 
 
 class FieldCacheReader(PlateReader):
@@ -262,40 +300,23 @@ class FieldCacheReader(PlateReader):
         super().__init__(metadata)
         self.inner = inner
         self.max_fields = max_fields
-        self._fields: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._fields: LruCache[int, np.ndarray] = LruCache(max_fields, size=lambda _: 1)
 
     def _config_state(self) -> dict[str, Any]:
         return {"inner": self.inner, "max_fields": self.max_fields}
 
-    def read_region(
-        self,
-        field_index: int,
-        y0: int,
-        y1: int,
-        x0: int,
-        x1: int,
-        channels: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        self._check_window(field_index, y0, y1, x0, x1)
+    def _fill(
+        self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
+    ) -> None:
         pixels = self._fields.get(field_index)
         if pixels is None:
-            before = (self.inner.stats.bytes_fetched, self.inner.stats.bytes_decoded, self.inner.stats.chunks_decoded)
+            inner = self.inner.stats
+            before = [getattr(inner, name) for name in _FORWARDED_STATS]
             pixels = self.inner.read_field(field_index)
-            self.stats.bytes_fetched += self.inner.stats.bytes_fetched - before[0]
-            self.stats.bytes_decoded += self.inner.stats.bytes_decoded - before[1]
-            self.stats.chunks_decoded += self.inner.stats.chunks_decoded - before[2]
-            self._fields[field_index] = pixels
-            while len(self._fields) > self.max_fields:
-                self._fields.popitem(last=False)
-        else:
-            self._fields.move_to_end(field_index)
-        selected = pixels[:, y0:y1, x0:x1] if channels is None else pixels[channels, y0:y1, x0:x1]
-        result = self._output(selected.shape[0], y0, y1, x0, x1, out)
-        result[...] = selected
-        self.stats.regions += 1
-        self.stats.bytes_delivered += result.nbytes
-        return result
+            for name, value in zip(_FORWARDED_STATS, before, strict=True):
+                setattr(self.stats, name, getattr(self.stats, name) + getattr(inner, name) - value)
+            self._fields.put(field_index, pixels)
+        out[...] = pixels[:, y0:y1, x0:x1] if channels is None else pixels[channels, y0:y1, x0:x1]
 
     def files(self) -> list[Path]:
         return self.inner.files()

@@ -84,27 +84,15 @@ class MemmapReader(PlateReader):
     def close(self) -> None:
         self._map = None
 
-    def read_region(
-        self,
-        field_index: int,
-        y0: int,
-        y1: int,
-        x0: int,
-        x1: int,
-        channels: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        self._check_window(field_index, y0, y1, x0, x1)
+    def _fill(
+        self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
+    ) -> None:
         pixels = self._pixels()
-        result = self._output(self.metadata.field_shape[0] if channels is None else len(channels), y0, y1, x0, x1, out)
         if channels is None:
-            result[...] = pixels[field_index, :, y0:y1, x0:x1]
+            out[...] = pixels[field_index, :, y0:y1, x0:x1]
         else:
-            result[...] = pixels[field_index, channels, y0:y1, x0:x1]
-        self.stats.regions += 1
-        self.stats.bytes_delivered += result.nbytes
-        self.stats.bytes_fetched += result.nbytes
-        return result
+            out[...] = pixels[field_index, channels, y0:y1, x0:x1]
+        self.stats.bytes_fetched += out.nbytes
 
     def files(self) -> list[Path]:
         return [self.metadata.path / str(self.metadata.extra.get("pixels", PIXELS_NAME))]

@@ -22,7 +22,6 @@ Decode paths, named for what they do:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cropbench.errors import ConfigError, ObjectTableError, StoreError
-from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
+from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
 from cropbench.formats.marker import write_marker
 from cropbench.objects import ObjectTable
 
@@ -154,9 +153,11 @@ def _objects_type() -> pa.DataType:
 
 
 class _FieldChunks:
-    """Where each chunk of one field lives inside the row group's Arrow buffers (no copies)."""
+    """Where each chunk of one field lives inside the row group's Arrow buffers (no copies);
+    ``nbytes`` is what keeping the field holds in memory."""
 
     def __init__(self, image: pa.StructArray, field_shape: tuple[int, int, int]) -> None:
+        self.nbytes = int(image.nbytes)
         parts = dict(zip([f.name for f in image.type], image.flatten(), strict=True))  # flatten: keeps offsets
         grid_row = parts["chunk_grid"][0].as_py()
         self.chunk_y, self.chunk_x = int(grid_row["chunk_y"]), int(grid_row["chunk_x"])
@@ -190,10 +191,9 @@ class OmeArrowReader(PlateReader):
     def __init__(self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20) -> None:
         super().__init__(metadata)
         self.chunk_cache_bytes = chunk_cache_bytes
-        self._cache = ByteBudgetCache(chunk_cache_bytes)
+        self._cache: LruCache[tuple[int, int], np.ndarray] = LruCache(chunk_cache_bytes)
         self._file: pq.ParquetFile | None = None
-        self._fields: OrderedDict[int, _FieldChunks] = OrderedDict()
-        self._field_bytes: dict[int, int] = {}
+        self._fields: LruCache[int, _FieldChunks] = LruCache(ROW_GROUP_BUDGET_BYTES, keep_newest=True)
         self._codecs: dict[str, pa.Codec] = {}
         self._dtype = np.dtype(metadata.dtype).newbyteorder("<")
 
@@ -203,7 +203,6 @@ class OmeArrowReader(PlateReader):
     def close(self) -> None:
         self._cache.clear()
         self._fields.clear()
-        self._field_bytes.clear()
         if self._file is not None:
             self._file.close()
         self._file = None
@@ -236,17 +235,11 @@ class OmeArrowReader(PlateReader):
     def _field(self, field_index: int) -> _FieldChunks:
         field = self._fields.get(field_index)
         if field is not None:
-            self._fields.move_to_end(field_index)
             return field
         table = self._row(field_index)
-        image = table.column("image").combine_chunks()
-        field = _FieldChunks(image, self.metadata.field_shape)
+        field = _FieldChunks(table.column("image").combine_chunks(), self.metadata.field_shape)
         self.stats.bytes_fetched += table.nbytes
-        self._fields[field_index] = field
-        self._field_bytes[field_index] = table.nbytes
-        while sum(self._field_bytes.values()) > ROW_GROUP_BUDGET_BYTES and len(self._fields) > 1:
-            evicted, _ = self._fields.popitem(last=False)
-            self._field_bytes.pop(evicted)
+        self._fields.put(field_index, field)
         return field
 
     def _chunk(self, field_index: int, field: _FieldChunks, position: int) -> np.ndarray:
@@ -274,20 +267,11 @@ class OmeArrowReader(PlateReader):
         self._cache.put(key, chunk)
         return chunk
 
-    def read_region(
-        self,
-        field_index: int,
-        y0: int,
-        y1: int,
-        x0: int,
-        x1: int,
-        channels: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        self._check_window(field_index, y0, y1, x0, x1)
+    def _fill(
+        self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
+    ) -> None:
         field = self._field(field_index)
         wanted = range(self.metadata.field_shape[0]) if channels is None else [int(c) for c in channels]
-        result = self._output(len(wanted), y0, y1, x0, x1, out)
         step_y, step_x = field.chunk_y, field.chunk_x
         for output, channel in enumerate(wanted):
             for y_index, sy0, sy1 in chunk_spans(y0, y1, step_y):
@@ -300,12 +284,9 @@ class OmeArrowReader(PlateReader):
                             f"field {field_index} has no chunk for channel {channel} at ({y_index}, {x_index})"
                         )
                     chunk = self._chunk(field_index, field, position)
-                    result[output, sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = chunk[
+                    out[output, sy0 - y0 : sy1 - y0, sx0 - x0 : sx1 - x0] = chunk[
                         sy0 - cy0 : sy1 - cy0, sx0 - cx0 : sx1 - cx0
                     ]
-        self.stats.regions += 1
-        self.stats.bytes_delivered += result.nbytes
-        return result
 
 
 class OmeArrowPythonReader(PlateReader):
@@ -324,17 +305,9 @@ class OmeArrowPythonReader(PlateReader):
     def files(self) -> list[Path]:
         return [images_path(self.metadata)]
 
-    def read_region(
-        self,
-        field_index: int,
-        y0: int,
-        y1: int,
-        x0: int,
-        x1: int,
-        channels: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        self._check_window(field_index, y0, y1, x0, x1)
+    def _fill(
+        self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
+    ) -> None:
         if self._column is None:
             try:
                 self._column = pq.read_table(
@@ -345,13 +318,8 @@ class OmeArrowPythonReader(PlateReader):
         record = self._column[field_index].as_py()
         pixels = self._ome_arrow.to_numpy(record, dtype=np.dtype(self.metadata.dtype))
         field = pixels.reshape(self.metadata.field_shape)
-        selected = field[:, y0:y1, x0:x1] if channels is None else field[channels, y0:y1, x0:x1]
-        result = self._output(selected.shape[0], y0, y1, x0, x1, out)
-        result[...] = selected
-        self.stats.regions += 1
-        self.stats.bytes_delivered += result.nbytes
+        out[...] = field[:, y0:y1, x0:x1] if channels is None else field[channels, y0:y1, x0:x1]
         self.stats.bytes_decoded += field.nbytes
-        return result
 
 
 def images_path(metadata: PlateMetadata) -> Path:

@@ -165,17 +165,9 @@ class ZarrPythonReader(PlateReader):
             self._arrays[field_index] = array
         return array
 
-    def read_region(
-        self,
-        field_index: int,
-        y0: int,
-        y1: int,
-        x0: int,
-        x1: int,
-        channels: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        self._check_window(field_index, y0, y1, x0, x1)
+    def _fill(
+        self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
+    ) -> None:
         array = self._array(field_index)
         channel_axis = int(self.metadata.extra.get("channel_axis", array.ndim - 3))
         selection: list[Any] = [0] * array.ndim
@@ -188,8 +180,4 @@ class ZarrPythonReader(PlateReader):
                 f"cannot read y{y0}:{y1} x{x0}:{x1} of {self.metadata.fields[field_index].path} "
                 f"(corrupt or missing chunk?): {error}"
             ) from error
-        result = self._output(pixels.shape[0], y0, y1, x0, x1, out)
-        result[...] = pixels
-        self.stats.regions += 1
-        self.stats.bytes_delivered += result.nbytes
-        return result
+        out[...] = pixels

@@ -28,7 +28,7 @@ import numpy as np
 import tifffile
 
 from cropbench.errors import StoreError
-from cropbench.formats.base import ByteBudgetCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
+from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
 from cropbench.formats.marker import write_marker
 
 IMAGES_DIR = "images"
@@ -143,7 +143,7 @@ class TiffReader(PlateReader):
     def __init__(self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20) -> None:
         super().__init__(metadata)
         self.chunk_cache_bytes = chunk_cache_bytes
-        self._cache = ByteBudgetCache(chunk_cache_bytes)
+        self._cache: LruCache[tuple[int, int, int], np.ndarray] = LruCache(chunk_cache_bytes)
         self._planes: dict[int, list[TiffPlane]] = {}
         self._maps: dict[tuple[int, int], np.memmap] = {}
         self._descriptors: dict[Path, int] = {}
@@ -175,34 +175,22 @@ class TiffReader(PlateReader):
             self._planes[field_index] = planes
         return planes
 
-    def read_region(
-        self,
-        field_index: int,
-        y0: int,
-        y1: int,
-        x0: int,
-        x1: int,
-        channels: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        self._check_window(field_index, y0, y1, x0, x1)
+    def _fill(
+        self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
+    ) -> None:
         planes = self._field_planes(field_index)
         wanted = range(len(planes)) if channels is None else [int(c) for c in channels]
-        result = self._output(len(wanted), y0, y1, x0, x1, out)
         for position, channel in enumerate(wanted):
             plane = planes[channel]
             if plane.contiguous_offset is not None:
-                result[position] = self._map(field_index, channel, plane)[y0:y1, x0:x1]
+                out[position] = self._map(field_index, channel, plane)[y0:y1, x0:x1]
                 self.stats.bytes_fetched += (y1 - y0) * (x1 - x0) * plane.dtype.itemsize
                 continue
             rows = plane.rows_per_strip
             for strip_index, ry0, ry1 in chunk_spans(y0, y1, rows):
                 strip = self._strip(field_index, channel, plane, strip_index)
                 sy0 = strip_index * rows
-                result[position, ry0 - y0 : ry1 - y0] = strip[ry0 - sy0 : ry1 - sy0, x0:x1]
-        self.stats.regions += 1
-        self.stats.bytes_delivered += result.nbytes
-        return result
+                out[position, ry0 - y0 : ry1 - y0] = strip[ry0 - sy0 : ry1 - sy0, x0:x1]
 
     def _map(self, field_index: int, channel: int, plane: TiffPlane) -> np.memmap:
         mapped = self._maps.get((field_index, channel))
@@ -296,29 +284,17 @@ class TiffZarrReader(PlateReader):
             self._arrays[field_index] = arrays
         return arrays
 
-    def read_region(
-        self,
-        field_index: int,
-        y0: int,
-        y1: int,
-        x0: int,
-        x1: int,
-        channels: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        self._check_window(field_index, y0, y1, x0, x1)
+    def _fill(
+        self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
+    ) -> None:
         arrays = self._field_arrays(field_index)
         wanted = range(len(arrays)) if channels is None else [int(c) for c in channels]
-        result = self._output(len(wanted), y0, y1, x0, x1, out)
         for position, channel in enumerate(wanted):
             try:
-                result[position] = arrays[channel][y0:y1, x0:x1]
+                out[position] = arrays[channel][y0:y1, x0:x1]
             except (OSError, ValueError, tifffile.TiffFileError) as error:  # a corrupt or truncated strip
                 path = channel_files(self.metadata, field_index)[channel]
                 raise StoreError(f"TIFF {path} cannot be read: {error}") from error
-        self.stats.regions += 1
-        self.stats.bytes_delivered += result.nbytes
-        return result
 
     def files(self) -> list[Path]:
         return all_files(self.metadata)
