@@ -6,6 +6,7 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 import zarr
@@ -195,6 +196,17 @@ def test_bad_object_tables_are_named(tiny_plate: Path) -> None:
         )
     with pytest.raises(ConfigError, match="larger than the field"):
         CropDataset(tiny_plate, CropConfig(crop_size=512))
+
+
+def test_an_empty_object_table_is_named_as_empty_not_blamed_on_the_border(tiny_plate: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(read_object_table(tiny_plate).to_arrow().slice(0, 0), empty)
+    with pytest.raises(ObjectTableError, match=r"object table .*empty\.parquet is empty") as raised:
+        CropDataset(tiny_plate, objects=empty)
+    assert "border" not in str(raised.value)
+    nothing = np.array([])
+    with pytest.raises(ObjectTableError, match="given as objects= is empty"):
+        CropDataset(tiny_plate, objects=ObjectTable.from_columns(nothing, nothing, nothing, nothing))
 
 
 BATCH_CONFIGS = [

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import torch
 from torch.utils.data import Dataset
@@ -138,6 +142,39 @@ def test_dataset_pickles_small(tiny_plate: Path) -> None:
     assert 0 < pickled_size(CropDataset(tiny_plate, CropConfig(crop_size=32))) < 1_000_000
 
 
+def kill_if_still_running(processes: list[psutil.Process]) -> None:
+    """SIGKILL each process that is still the one seen when its handle was taken.
+
+    A handle remembers its process's start time, so a process that exited, and any other process
+    that reused its pid since, is left alone (a bare ``os.kill(pid)`` after the fact could hit it).
+    """
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.is_running():
+                process.kill()
+
+
+def test_kill_if_still_running_leaves_an_exited_process_pid_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    handle = psutil.Process(child.pid)
+    child.kill()
+    child.wait()  # reaped: its pid is free for any new process
+    signalled: list[int] = []
+    monkeypatch.setattr(os, "kill", lambda pid, number: signalled.append(pid))
+    kill_if_still_running([handle])
+    assert signalled == []
+
+
+def test_kill_if_still_running_ends_a_live_process() -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        kill_if_still_running([psutil.Process(child.pid)])
+        assert child.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        child.kill()
+        child.wait()
+
+
 FROZEN_WORKER = """
 import os, signal, sys, time
 import torch
@@ -172,31 +209,45 @@ except Exception as error:
 def test_a_worker_stopped_mid_epoch_surfaces_as_one_error_within_the_deadline() -> None:
     """SIGSTOP one worker after the queues are full: the main process would block fetching a batch's
     shared-memory descriptor from it, past torch's timeout; the watchdog ends that wait."""
-    import signal
-    import subprocess
-    import sys
-
     from cropbench.data.loader import WATCHDOG_MARGIN_S
 
     timeout_s = 2.0
     process = subprocess.Popen([sys.executable, "-c", FROZEN_WORKER, str(timeout_s)], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
-    pids = [int(pid) for pid in process.stdout.readline().split()]
+    workers = [psutil.Process(int(pid)) for pid in process.stdout.readline().split()]
+    assert all(worker.ppid() == process.pid for worker in workers), "the pids printed are the subprocess's workers"
     try:
         output, _ = process.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         output = "still blocked after 60 s"
     finally:
-        for pid in [process.pid, *pids]:  # never leave a stopped worker behind
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        kill_if_still_running(workers)  # never leave a stopped worker behind
+        process.kill()  # Popen signals only a child it has not reaped yet
         process.wait()
     seconds, _, message = output.strip().partition(" ")
     assert message.startswith("WorkerError:") and "(stopped)" in message and "timeout_s=2" in message, output
     assert float(seconds) < timeout_s + WATCHDOG_MARGIN_S + 10, "ends near the stated deadline, not in a hang"
 
 
-@pytest.mark.parametrize("knobs", [{"timeout_s": float("nan")}, {"timeout_s": float("inf")}, {"timeout_s": "5"}])
-def test_timeout_must_be_a_finite_number(knobs: dict[str, Any]) -> None:
-    with pytest.raises(ConfigError, match="timeout_s"):
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"timeout_s": float("nan")},
+        {"timeout_s": float("inf")},
+        {"timeout_s": "5"},
+        {"timeout_s": True},
+        {"num_workers": True},
+        {"num_workers": 10_000},
+        {"num_workers": 2.0},
+        {"batch_size": True},
+        {"pin_memory": "no"},
+        {"num_workers": 2, "persistent_workers": 1},
+        {"num_workers": 2, "prefetch_factor": 1.5},
+        {"num_workers": 2, "prefetch_factor": True},
+    ],
+)
+def test_loader_spec_refuses_at_construction_in_one_line_naming_the_field(knobs: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as raised:
         LoaderSpec(**knobs)
+    message = str(raised.value)
+    assert message.startswith(list(knobs)[-1]) and "\n" not in message

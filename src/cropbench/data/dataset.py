@@ -61,6 +61,9 @@ class CropDataset(Dataset[dict[str, Any]]):
         metadata = self.reader.metadata
         only_field = (metadata.fields[0].well, metadata.fields[0].field) if len(metadata.fields) == 1 else None
         table = objects if isinstance(objects, ObjectTable) else plate_objects(objects or plate, only_field)
+        if not len(table):
+            named = "given as objects=" if isinstance(objects, ObjectTable) else str(objects or plate)
+            raise ObjectTableError(f"the object table {named} is empty (0 rows): there are no cells to crop")
         self.channel_indices = resolve_channels(self.config.channels, metadata.channel_names)
         self.channel_names = tuple(metadata.channel_names[i] for i in self.channel_indices)
         self._channels_arg = (

@@ -37,6 +37,8 @@ WATCHDOG_MARGIN_S = 2.0
 #: Metadata columns the ``stack`` collate keeps, as numpy arrays (no per-sample strings or dicts).
 STACK_COLUMNS = ("index", "object_id", "field_index")
 MIB = 2**20
+#: More worker processes than this is a typo, not a plan: each one forks the main process.
+MAX_WORKERS = 256
 
 
 @dataclass(frozen=True)
@@ -62,12 +64,18 @@ class LoaderSpec:
     timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.timeout_s, (int, float)) or not math.isfinite(self.timeout_s) or self.timeout_s < 0:
+        if not _is_number(self.timeout_s) or not math.isfinite(self.timeout_s) or self.timeout_s < 0:
             raise ConfigError(f"timeout_s must be a finite number >= 0 (0 = wait forever), got {self.timeout_s!r}")
-        if not isinstance(self.num_workers, int) or self.num_workers < 0:
-            raise ConfigError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+        if not _is_integer(self.num_workers) or not 0 <= self.num_workers <= MAX_WORKERS:
+            raise ConfigError(
+                f"num_workers must be an integer from 0 to {MAX_WORKERS} (each worker is a process), "
+                f"got {self.num_workers!r}"
+            )
+        if not _is_integer(self.batch_size) or self.batch_size < 1:
             raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        for name in ("pin_memory", "persistent_workers"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.collate not in COLLATES:
             raise ConfigError(f"collate={self.collate!r} is not one of {', '.join(COLLATES)}")
         if self.start_method not in START_METHODS:
@@ -77,8 +85,8 @@ class LoaderSpec:
                 "persistent_workers and prefetch_factor only apply with num_workers > 0 "
                 f"(got persistent_workers={self.persistent_workers}, prefetch_factor={self.prefetch_factor})"
             )
-        if self.prefetch_factor is not None and self.prefetch_factor < 1:
-            raise ConfigError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
+        if self.prefetch_factor is not None and (not _is_integer(self.prefetch_factor) or self.prefetch_factor < 1):
+            raise ConfigError(f"prefetch_factor must be an integer >= 1, got {self.prefetch_factor!r}")
 
     @property
     def label(self) -> str:
@@ -89,6 +97,15 @@ class LoaderSpec:
         parts += [f"{self.collate}-collate"] if self.collate != "default" else []
         parts += [self.start_method] if self.start_method != "fork" and self.num_workers else []
         return "/".join(parts)
+
+
+def _is_integer(value: object) -> bool:
+    """An int that is not a bool (``True`` is an int to Python, never a worker count to a user)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def schedule(sampler: EpochSampler, per_epoch: int, epochs: int = 1) -> list[np.ndarray]:
