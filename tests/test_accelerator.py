@@ -31,8 +31,9 @@ def test_auto_picks_what_the_machine_has() -> None:
 
 @no_cuda
 def test_cuda_without_a_gpu_is_an_error_not_a_silent_cpu_run() -> None:
-    with pytest.raises(ConfigError, match="no CUDA device"):
+    with pytest.raises(ConfigError, match="no CUDA device") as raised:
         resolve_device("cuda")
+    assert "--preset smoke" in str(raised.value), "the hint names what a command-line user can do"
 
 
 def test_cpu_fallbacks() -> None:
