@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cropbench import metrics as m
 from cropbench.config import CropConfig, layout_by_name
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec
@@ -31,7 +30,7 @@ from cropbench.data.sampling import access_order
 from cropbench.errors import PeerUnavailableError
 from cropbench.formats import read_plate_metadata
 from cropbench.measure import environment
-from cropbench.measure.protocol import configure_threads, load_into_page_cache
+from cropbench.measure.protocol import configure_threads, interleaved_rates, load_into_page_cache, per_item
 from cropbench.plates.convert import convert_plate
 from cropbench.records import Record, RecordWriter
 from cropbench.tracks import track2
@@ -50,7 +49,7 @@ def readers(plate: Path, memmap: Path, budget: int) -> dict[str, tuple[Reader, A
     crop = CropConfig(crop_size=96, dtype="uint16", chunk_cache_bytes=budget)
 
     def items(dataset: CropDataset) -> Reader:
-        return lambda block: [dataset[i] for i in block]
+        return per_item(dataset.__getitem__)
 
     def batches(get: Callable[[list[int]], Any]) -> Reader:
         return lambda block: [get(block[s : s + BATCH]) for s in range(0, len(block), BATCH)]
@@ -77,29 +76,20 @@ def readers(plate: Path, memmap: Path, budget: int) -> dict[str, tuple[Reader, A
 def interleaved(named: dict[str, tuple[Reader, Any]], order: list[int], rounds: int) -> dict[str, dict[str, Any]]:
     """Each reader's crops/s over the same blocks of ``order``, readers taking turns block by block."""
     blocks = [order[s : s + BLOCK] for s in range(0, len(order), BLOCK)]
-    names = list(named)
     for read, _ in named.values():  # warm-up: the first block, untimed
         read(blocks[0])
     for _, reader in named.values():
         if reader is not None:
             reader.stats.reset()
-    seconds = {name: [0.0] * rounds for name in names}
-    for round_number in range(rounds):
-        for number, block in enumerate(blocks):
-            shift = (round_number * len(blocks) + number) % len(names)
-            for name in names[shift:] + names[:shift]:
-                started = time.perf_counter()
-                named[name][0](block)
-                seconds[name][round_number] += time.perf_counter() - started
+    rates = interleaved_rates({name: read for name, (read, _) in named.items()}, blocks, rounds)
     results = {}
-    for name in names:
-        rates = [len(order) / s for s in seconds[name]]
+    for name, rate in rates.items():
         reader = named[name][1]
         results[name] = {
-            "crops_per_s": len(order) * rounds / sum(seconds[name]),
-            "min": min(rates),
-            "max": max(rates),
-            "median": statistics.median(rates),
+            m.CROPS_PER_S: rate.overall,
+            m.ROUND_MIN: min(rate.per_round),
+            m.ROUND_MAX: max(rate.per_round),
+            m.ROUND_MEDIAN: rate.median,
             **(reader.stats.per_region() if reader is not None else {}),
         }
     return results
@@ -132,7 +122,7 @@ def main() -> None:
             order = access_order(reference, access, args.objects, seed=0)
             results[access] = interleaved(named, order, args.rounds)
             for name, metrics in results[access].items():
-                metrics["chunk_cache_fraction_of_plate"] = budget / decoded_bytes
+                metrics[m.CHUNK_CACHE_FRACTION_OF_PLATE] = budget / decoded_bytes
                 writer.write(
                     Record(
                         track="targets",
@@ -154,8 +144,8 @@ def main() -> None:
                     )
                 )
                 print(
-                    f"{access:14s} {name:36s} {metrics['crops_per_s']:9,.0f} crops/s "
-                    f"(rounds {metrics['min']:,.0f}-{metrics['max']:,.0f})",
+                    f"{access:14s} {name:36s} {metrics[m.CROPS_PER_S]:9,.0f} crops/s "
+                    f"(rounds {metrics[m.ROUND_MIN]:,.0f}-{metrics[m.ROUND_MAX]:,.0f})",
                     flush=True,
                 )
         loader: dict[str, float] = {}
@@ -175,7 +165,7 @@ def main() -> None:
                         epochs=1,
                     )
                     metrics = track2.run_case(plate, case)
-                    loader[f"{tier}/{label}"] = metrics["samples_per_s"]
+                    loader[f"{tier}/{label}"] = metrics[m.SAMPLES_PER_S]
                     writer.write(
                         Record(
                             track="targets",
@@ -185,10 +175,10 @@ def main() -> None:
                             config={"plate": str(plate), "case": case.label, "threads": threads, **loadavg},
                         )
                     )
-                    print(f"loader {tier:8s} {label:28s} {metrics['samples_per_s']:9,.0f} samples/s", flush=True)
+                    print(f"loader {tier:8s} {label:28s} {metrics[m.SAMPLES_PER_S]:9,.0f} samples/s", flush=True)
     print(f"\ntargets (loadavg at start {loadavg['loadavg_start']}, at end {os.getloadavg()})")
     for access in ACCESSES:
-        rates = {name: metrics["crops_per_s"] for name, metrics in results[access].items()}
+        rates = {name: metrics[m.CROPS_PER_S] for name, metrics in results[access].items()}
         batched, threaded = rates["direct, batched"], rates["direct, batched, 2 decode threads"]
         ceiling, item_ceiling = rates["memmap ceiling, batched"], rates["memmap ceiling, per item"]
         print(

@@ -1,4 +1,5 @@
-"""Every metric the summary table and the figures read is produced by the smoke preset's rows."""
+"""Every metric the summary table and the figures read is produced by the smoke preset's rows, and
+every metric a row holds is named in ``cropbench.metrics``."""
 
 from __future__ import annotations
 
@@ -25,3 +26,14 @@ def test_smoke_rows_hold_every_metric_the_summary_and_figures_read(tiny_plate: P
         read = {key for _, key, _ in SUMMARY_COLUMNS.get(track, ())} | set(FIGURE_METRICS.get(track, ()))
         missing = sorted(read - metrics.CONDITIONAL - produced.get(track, set()))
         assert not missing, f"track {track}: the report reads {missing}, which no smoke row holds"
+        unnamed = sorted(key for key in produced.get(track, set()) if not metrics.catalogued(key))
+        assert not unnamed, f"track {track} writes {unnamed}, which cropbench.metrics does not name"
+
+
+def test_the_catalogue_names_families_and_nothing_else() -> None:
+    assert metrics.catalogued(metrics.prefixed(metrics.COMPUTE_ONLY, metrics.prefixed(metrics.WAIT, metrics.P95_MS)))
+    assert metrics.catalogued(metrics.per_crop("grouped", metrics.DECODE_AMPLIFICATION))
+    assert metrics.catalogued(metrics.crops_per_s_spread("random")[1]) and metrics.catalogued(metrics.stage_ms("fetch"))
+    assert not metrics.catalogued("samples_per_second") and not metrics.catalogued("io_samples_per_second")
+    with pytest.raises(KeyError):
+        metrics.stage_ms("unpack")

@@ -11,7 +11,7 @@ from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
 from cropbench.records import Record
 from cropbench.report.plots import plot_results
-from cropbench.tracks import RunContext, run_tracks, track2
+from cropbench.tracks import RunContext, context, run_tracks
 from cropbench.tracks.track2 import (
     GPU_BATCH,
     GPU_STEADY_BATCHES,
@@ -120,7 +120,7 @@ def test_presets_cover_the_required_grid() -> None:
 
 
 def test_gpu_preset_times_whole_rounds_at_the_gpu_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(track2, "usable_cores", lambda: 16)
+    monkeypatch.setattr(context, "usable_cores", lambda: 16)
     cases = preset_cases("gpu")
     sweep = [c for c in cases if not c.loader.persistent_workers]
     assert {(c.crop.decode, c.crop.tier) for c in sweep} == {

@@ -1,69 +1,239 @@
-"""Metric names that tables, figures, asv and tests read: one constant each, so a rename fails loudly.
+"""Metric names: one constant each, so a rename fails loudly instead of leaving a "-" cell or a NaN bar.
 
-Tracks write these keys into ``Record.metrics``; ``report`` reads them. A key spelled once here and
-imported on both sides cannot drift into a "-" cell or a NaN bar. ``SUMMARY_METRICS`` and
-``FIGURE_METRICS`` list, per track, what the summary table and the figures read; a test runs the
-smoke preset and checks the rows hold every one of them (``CONDITIONAL`` ones only appear when
-their condition holds, e.g. a skipped peer or a verified eviction).
+Tracks write these keys into ``Record.metrics``; ``report``, asv, scripts and tests read them. A key
+spelled once here and imported on both sides cannot drift. A family of keys that share a stem (the
+latency summary of a timed loop, say) is built with :func:`prefixed` from a named prefix (``IO``,
+``COLD``, ``BATCH``...) and the stem's constant, never spelled as an f-string at the site.
+``report.summary.SUMMARY_COLUMNS`` and ``report.plots.FIGURE_METRICS`` list, per track, what the
+summary table and the figures read; a test runs the smoke preset and checks the rows hold every one
+of them (``CONDITIONAL`` ones only appear when their condition holds, e.g. a skipped peer or a
+verified eviction).
 """
 
 from __future__ import annotations
 
-# Shared by several tracks.
-SAMPLES_PER_S = "samples_per_s"
+
+def prefixed(prefix: str, name: str) -> str:
+    """``name`` of a family of keys (``prefixed(IO, SAMPLES_PER_S)`` is ``io_samples_per_s``)."""
+    return prefix + name
+
+
+# Prefixes of key families.
+COLD = "cold_"
+FIRST_PASS = "first_pass_"
+IO = "io_"
+BATCH = "batch_"
+STEP = "step_"
+WAIT = "wait_"
+COMPUTE_ONLY = "compute_only_"
+EPOCH2 = "epoch2_"
+STAGE = "stage_"
+
+# A latency summary (``measure.protocol.summarise_ms``): each under a family's prefix.
+COUNT = "count"
 P50_MS = "p50_ms"
 P95_MS = "p95_ms"
 P99_MS = "p99_ms"
-COUNT = "count"
+MEAN_MS = "mean_ms"
+MAX_MS = "max_ms"
+P95_RELIABLE = "p95_reliable"
+P99_RELIABLE = "p99_reliable"
+QUANTILES_MS = "quantiles_ms"
+# A steady state (``measure.protocol.steady_state``): the summary and these.
+SAMPLES_PER_S = "samples_per_s"
+LOOP_SECONDS = "loop_seconds"
+TIMED_LOOP_SECONDS = "timed_loop_seconds"
+HARNESS_OVERHEAD = "harness_overhead"
+# Page-cache eviction (``measure.protocol.Eviction``).
+EVICTED_FILES = "evicted_files"
+EVICTED_BYTES = "evicted_bytes"
+RESIDENT_BEFORE = "resident_before"
+RESIDENT_AFTER = "resident_after"
+EVICTION_VERIFIED = "eviction_verified"
+# Read amplification per crop (the reader's ``ReadStats.per_region``).
+CHUNKS_TOUCHED_PER_CROP = "chunks_touched_per_crop"
+CHUNKS_DECODED_PER_CROP = "chunks_decoded_per_crop"
+READS_PER_CROP = "reads_per_crop"
+BYTES_FETCHED_PER_CROP = "bytes_fetched_per_crop"
+BYTES_DECODED_PER_CROP = "bytes_decoded_per_crop"
+FETCH_AMPLIFICATION = "fetch_amplification"
+DECODE_AMPLIFICATION = "decode_amplification"
+# Process memory (``data.loader.memory_of``).
+MAIN_RSS_MIB = "main_rss_mib"
+WORKER_RSS_MIB = "worker_rss_mib"
+WORKER_RSS_MIB_MAX = "worker_rss_mib_max"
+WORKER_USS_MIB_MAX = "worker_uss_mib_max"
+WORKER_PSS_MIB_SUM = "worker_pss_mib_sum"
+
+# The device a row ran on (``measure.accelerator``).
+DEVICE = "device"
+GPU_NAME = "gpu_name"
+GPU_CAPABILITY = "gpu_capability"
+GPU_MULTIPROCESSORS = "gpu_multiprocessors"
+NVML = "nvml"
+NVML_SAMPLES = "nvml_samples"
+GPU_UTIL_MEAN = "gpu_util_mean"
+GPU_UTIL_P50 = "gpu_util_p50"
+GPU_MEM_USED_MIB_MAX = "gpu_mem_used_mib_max"
+CUDA_MAX_ALLOCATED_MIB = "cuda_max_allocated_mib"
+
+# Shared by several tracks.
 OBJECTS = "objects"
 VALIDITY_FLAGS = "validity_flags"
+ITEMS_PER_CALL = "items_per_call"
+FIRST_BATCH_MS = "first_batch_ms"
+ITER_CREATE_MS = "iter_create_ms"
+PIN_MEMORY_EFFECTIVE = "pin_memory_effective"
+WARMUP_MEAN_MS = "warmup_mean_ms"
 # Track 1.
-COLD_P50_MS = "cold_p50_ms"
-QUANTILES_MS = "quantiles_ms"
+CACHE = "cache"
+ITEMS_DRAWN = "items_drawn"
+COLD_P50_MS = prefixed(COLD, P50_MS)
 WARMUP_MS = "warmup_ms"
 FIRST_PASS_CURVE_MS = "first_pass_curve_ms"
-EVICTION_VERIFIED = "eviction_verified"
+#: Chunks touched in the steady state that the store lacks (read as the fill value); None where not counted.
+MISSING_CHUNKS = "missing_chunks"
+STEADY_EVICTIONS = "steady_evictions"
+STEADY_EVICTIONS_VERIFIED = "steady_evictions_verified"
+CLOCK_OVERHEAD_FRACTION = "clock_overhead_fraction"
+WARMUP_OVER_STEADY = "warmup_over_steady"
+FIDELITY_ITEMS = "fidelity_items"
+FIDELITY_SHA256 = "fidelity_sha256"
+RSS_START_BYTES = "rss_start_bytes"
+RSS_END_BYTES = "rss_end_bytes"
+DECODED_PLATE_BYTES = "decoded_plate_bytes"
+CHUNK_CACHE_FRACTION_OF_PLATE = "chunk_cache_fraction_of_plate"
+CACHE_FRACTION_OF_PLATE = "cache_fraction_of_plate"
+RATE_OVER_INVERSE_MEAN = "rate_over_inverse_mean"
+TRANSFORM_ONLY_MEAN_MS = "transform_only_mean_ms"
+TRANSFORM_SHARE = "transform_share"
+STAGE_ITEMS = "stage_items"
+#: Stages of the stage split, each ``prefixed(STAGE, name + "_ms")``: see :func:`stage_ms`.
+STAGES = ("index", "fetch", "decode", "assemble", "transform", "collate")
+STAGE_SUM_MS = "stage_sum_ms"
+STAGE_TOTAL_MS = "stage_total_ms"
 # Track 2.
 RUN_SAMPLES_PER_S = "run_samples_per_s"
-FIRST_BATCH_MS = "first_batch_ms"
-BATCH_P50_MS = "batch_p50_ms"
-BATCH_P95_MS = "batch_p95_ms"
-EPOCH2_FIRST_BATCH_MS = "epoch2_first_batch_ms"
-PERSISTENT_EPOCH2_GAIN = "persistent_epoch2_gain"
-COLLATE_MS_MEAN = "collate_ms_mean"
-WORKER_USS_MIB_MAX = "worker_uss_mib_max"
+BATCH_P50_MS = prefixed(BATCH, P50_MS)
+BATCH_P95_MS = prefixed(BATCH, P95_MS)
+STEADY_BATCHES = "steady_batches"
+EPOCH_SECONDS = "epoch_seconds"
+EPOCH_SAMPLES_PER_S = "epoch_samples_per_s"
+SHUTDOWN_MS = "shutdown_ms"
+BATCH_MIB = "batch_mib"
+STEADY_MIB_PER_S = "steady_mib_per_s"
+DELIVERED_SAMPLES = "delivered_samples"
+EXPECTED_SAMPLES = "expected_samples"
+INDEPENDENT_SAMPLES_PER_S = "independent_samples_per_s"
 CROSSCHECK_RATIO = "crosscheck_ratio"
-CACHE_FRACTION_OF_PLATE = "cache_fraction_of_plate"
-# Track 3.
+CROSSCHECK_OK = "crosscheck_ok"
+COLLATE_MS_MEAN = "collate_ms_mean"
+COLLATE_SHARE = "collate_share"
+EPOCH2_FIRST_BATCH_MS = prefixed(EPOCH2, FIRST_BATCH_MS)
+EPOCH2_ITER_CREATE_MS = prefixed(EPOCH2, ITER_CREATE_MS)
+EPOCH2_SPEEDUP = "epoch2_speedup"
+PERSISTENT_EPOCH2_GAIN = "persistent_epoch2_gain"
+PERSISTENT_FIRST_BATCH_SAVING_MS = "persistent_first_batch_saving_ms"
+DATASET_PICKLE_BYTES = "dataset_pickle_bytes"
+WARMUP_BATCHES = "warmup_batches"
+BATCHES_PER_EPOCH = "batches_per_epoch"
+# Track 3: a loop's metrics (``_loop_metrics``), also under ``COMPUTE_ONLY`` for the baseline.
 IMAGES_PER_S = "images_per_s"
-STEP_P50_MS = "step_p50_ms"
-STEP_P95_MS = "step_p95_ms"
-COMPUTE_ONLY_STEP_P50_MS = "compute_only_step_p50_ms"
 DATA_WAIT_FRACTION = "data_wait_fraction"
+COMPUTE_P50_MS = "compute_p50_ms"
+ACCELERATOR_BUSY_FRACTION = "accelerator_busy_fraction"
+STEP_P50_MS = prefixed(STEP, P50_MS)
+STEP_P95_MS = prefixed(STEP, P95_MS)
+STEP_MEAN_MS = prefixed(STEP, MEAN_MS)
+COMPUTE_ONLY_STEP_P50_MS = prefixed(COMPUTE_ONLY, STEP_P50_MS)
+COMPUTE_ONLY_STEP_MEAN_MS = prefixed(COMPUTE_ONLY, STEP_MEAN_MS)
+COMPUTE_ONLY_IMAGES_PER_S = prefixed(COMPUTE_ONLY, IMAGES_PER_S)
 STALL_CROSSCHECK = "stall_crosscheck"
+CROSSCHECK_GAP = "crosscheck_gap"
+MEETS_AU_THRESHOLD = "meets_au_threshold"
+NON_BLOCKING = "non_blocking"
+LOSS_FIRST = "loss_first"
 LOSS_LAST = "loss_last"
-MIN_WORKERS_ANSWER = "min_workers_answer"
+# Track 3 worker searches.
 MIN_WORKERS = "min_workers"
+REACHED = "reached"
+THRESHOLD = "threshold"
+MIN_WORKERS_ANSWER = "min_workers_answer"
 TRIED_WORKERS = "tried_workers"
 DATA_WAIT_FRACTION_BY_WORKERS = "data_wait_fraction_by_workers"
 IMAGES_PER_S_BY_WORKERS = "images_per_s_by_workers"
-COMPUTE_ONLY_IMAGES_PER_S = "compute_only_images_per_s"
 # Layouts: per access pattern (``ACCESS_PATTERNS``), ``crops_per_s(access)`` and friends.
 ACCESS_PATTERNS = ("random", "grouped")
+DECODE = "decode"
 STORED_BYTES = "stored_bytes"
 STORED_MIB = "stored_mib"
 RAW_BYTES = "raw_bytes"
 COMPRESSION_RATIO = "compression_ratio"
 WRITE_SECONDS = "write_seconds"
+WRITE_MIB_PER_S = "write_mib_per_s"
+FIELDS = "fields"
+SIZE_RATIO_TO_MEMMAP = "size_ratio_to_memmap"
+AS_PY_RANDOM_CROPS_PER_S = "as_py_random_crops_per_s"
 # Peers.
+SKIPPED = "skipped"
+SKIP_REASON = "skip_reason"
+SETUP_SECONDS = "setup_seconds"
+WARMUP_ITEMS = "warmup_items"
+SAMPLES_REQUESTED = "samples_requested"
+BUDGET_CAPPED = "budget_capped"
 RATIO_TO_DIRECT = "ratio_to_direct"
 DIRECT_SPEEDUP = "direct_speedup"
-SKIP_REASON = "skip_reason"
+# What a peer did besides delivering crops (its ``info()``).
+CACHE_POOL_BYTES = "cache_pool_bytes"
+DASK_SCHEDULER = "dask_scheduler"
+DASK_SCHEDULER_IN_WORKERS = "dask_scheduler_in_workers"
+SPATIALDATA_VERSION = "spatialdata_version"
+TILES_READ = "tiles_read"
+CLIPPED_TILES = "clipped_tiles"
+CLIPPED_FRACTION = "clipped_fraction"
+# The fetch targets (scripts/measure_targets.py): crops/s over all rounds, and the rounds' spread.
+CROPS_PER_S = "crops_per_s"
+ROUND_MEDIAN = "median"
+ROUND_MIN = "min"
+ROUND_MAX = "max"
+
+
+def catalogued(key: str) -> bool:
+    """Whether ``key`` is named here: a constant, a constant under a family's prefix (or two), or a
+    layouts key of an access pattern. A test checks every key the tracks write."""
+    names = {value for name, value in globals().items() if name.isupper() and isinstance(value, str)}
+    prefixes = {value for value in names if value.endswith("_")}
+    stems = names - prefixes
+    for access in ACCESS_PATTERNS:
+        if key.startswith(f"{access}_"):
+            rest = key.removeprefix(f"{access}_")
+            if rest in stems or key in (ratio_to_memmap(access), *crops_per_s_spread(access)):
+                return True
+    if key in {stage_ms(stage) for stage in STAGES}:
+        return True
+    while key not in stems:
+        prefix = next((p for p in prefixes if key.startswith(p)), None)
+        if prefix is None:
+            return False
+        key = key.removeprefix(prefix)
+    return True
+
+
+def stage_ms(stage: str) -> str:
+    """Per-item milliseconds of one stage of Track 1's stage split (one of :data:`STAGES`)."""
+    if stage not in STAGES:
+        raise KeyError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
+    return prefixed(STAGE, f"{stage}_ms")
 
 
 def crops_per_s(access: str) -> str:
     """Median crops/s of one access pattern in a layouts row."""
-    return f"{access}_crops_per_s"
+    return f"{access}_{CROPS_PER_S}"
+
+
+def crops_per_s_spread(access: str) -> tuple[str, str]:
+    """The lowest and highest of that access pattern's timed passes."""
+    return f"{crops_per_s(access)}_min", f"{crops_per_s(access)}_max"
 
 
 def ratio_to_memmap(access: str) -> str:
@@ -72,7 +242,7 @@ def ratio_to_memmap(access: str) -> str:
 
 
 def per_crop(access: str, stat: str) -> str:
-    """A read-amplification statistic per crop (``decode_amplification``, ``chunks_touched_per_crop``)."""
+    """A read-amplification statistic per crop (``DECODE_AMPLIFICATION``, ``CHUNKS_TOUCHED_PER_CROP``)."""
     return f"{access}_{stat}"
 
 
@@ -97,3 +267,19 @@ CONDITIONAL = frozenset(
         RAW_BYTES,
     }
 )
+
+# Distributed runs (``tracks.distributed``): the aggregate row of a case over its ranks.
+RANK = "rank"
+WORLD_SIZE = "world_size"
+TOTAL_SAMPLES_PER_S = "total_samples_per_s"
+RANK_SAMPLES_PER_S = "rank_samples_per_s"
+RANK_DATA_WAIT_SECONDS = "rank_data_wait_seconds"
+DATA_WAIT_SECONDS = "data_wait_seconds"
+STRAGGLER_RATIO = "straggler_ratio"
+BYTES_DECODED = "bytes_decoded"
+BYTES_DELIVERED = "bytes_delivered"
+READ_AMPLIFICATION = "read_amplification"
+COVERED_OBJECTS = "covered_objects"
+DUPLICATE_SAMPLES = "duplicate_samples"
+EXACTLY_ONCE = "exactly_once"
+SPEEDUP_OVER_ONE_RANK = "speedup_over_one_rank"

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cropbench import metrics as m
 from cropbench.errors import ConfigError
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -89,15 +90,15 @@ def device_info(device: torch.device) -> dict[str, Any]:
     from cropbench.measure.environment import gpu_info
 
     if device.type != "cuda":
-        return {"device": "cpu"}
+        return {m.DEVICE: "cpu"}
     index = device.index if device.index is not None else torch.cuda.current_device()
     properties = torch.cuda.get_device_properties(index)
     return {
         **gpu_info(),
-        "device": f"cuda:{index}",
-        "gpu_name": properties.name,
-        "gpu_capability": f"{properties.major}.{properties.minor}",
-        "gpu_multiprocessors": properties.multi_processor_count,
+        m.DEVICE: f"cuda:{index}",
+        m.GPU_NAME: properties.name,
+        m.GPU_CAPABILITY: f"{properties.major}.{properties.minor}",
+        m.GPU_MULTIPROCESSORS: properties.multi_processor_count,
     }
 
 
@@ -161,13 +162,13 @@ class NvmlSampler:
             self._thread.join(timeout=2.0)
 
     def metrics(self) -> dict[str, Any]:
-        result: dict[str, Any] = {"nvml": self.status, "nvml_samples": len(self._utilisation)}
+        result: dict[str, Any] = {m.NVML: self.status, m.NVML_SAMPLES: len(self._utilisation)}
         if self._utilisation:
             result.update(
                 {
-                    "gpu_util_mean": float(np.mean(self._utilisation)),
-                    "gpu_util_p50": float(np.percentile(self._utilisation, 50)),
-                    "gpu_mem_used_mib_max": max(self._memory) / 2**20,
+                    m.GPU_UTIL_MEAN: float(np.mean(self._utilisation)),
+                    m.GPU_UTIL_P50: float(np.percentile(self._utilisation, 50)),
+                    m.GPU_MEM_USED_MIB_MAX: max(self._memory) / 2**20,
                 }
             )
         return result
@@ -181,7 +182,7 @@ def cuda_memory(device: torch.device) -> Iterator[dict[str, Any]]:
         torch.cuda.reset_peak_memory_stats(device)
     yield result
     if device.type == "cuda":
-        result["cuda_max_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        result[m.CUDA_MAX_ALLOCATED_MIB] = torch.cuda.max_memory_allocated(device) / 2**20
 
 
 __all__ = [

@@ -11,14 +11,16 @@ import ctypes.util
 import mmap
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cropbench import metrics as m
 from cropbench.errors import ConfigError
+from cropbench.metrics import prefixed
 
 #: A percentile q rests on enough samples when at least this many observations lie beyond it.
 TAIL_OBSERVATIONS = 10
@@ -33,19 +35,20 @@ def summarise_ms(latencies_ns: Sequence[int] | np.ndarray, prefix: str = "") -> 
     """p50/p95/p99/mean/max in milliseconds, the count, and whether each tail is trustworthy."""
     values = np.asarray(latencies_ns, dtype=np.float64) / 1e6
     if values.size == 0:
-        return {f"{prefix}count": 0}
+        return {prefixed(prefix, m.COUNT): 0}
     p50, p95, p99 = np.percentile(values, [50, 95, 99])
-    return {
-        f"{prefix}count": int(values.size),
-        f"{prefix}p50_ms": float(p50),
-        f"{prefix}p95_ms": float(p95),
-        f"{prefix}p99_ms": float(p99),
-        f"{prefix}mean_ms": float(values.mean()),
-        f"{prefix}max_ms": float(values.max()),
-        f"{prefix}p95_reliable": bool(values.size >= min_samples_for(0.95)),
-        f"{prefix}p99_reliable": bool(values.size >= min_samples_for(0.99)),
-        f"{prefix}quantiles_ms": [round(float(q), 5) for q in np.percentile(values, np.arange(0, 101, 2))],
+    summary = {
+        m.COUNT: int(values.size),
+        m.P50_MS: float(p50),
+        m.P95_MS: float(p95),
+        m.P99_MS: float(p99),
+        m.MEAN_MS: float(values.mean()),
+        m.MAX_MS: float(values.max()),
+        m.P95_RELIABLE: bool(values.size >= min_samples_for(0.95)),
+        m.P99_RELIABLE: bool(values.size >= min_samples_for(0.99)),
+        m.QUANTILES_MS: [round(float(q), 5) for q in np.percentile(values, np.arange(0, 101, 2))],
     }
+    return {prefixed(prefix, key): value for key, value in summary.items()}
 
 
 def time_each(call: Callable[[int], Any], indices: Iterable[int]) -> np.ndarray:
@@ -67,6 +70,82 @@ def time_loop(call: Callable[[int], Any], indices: Sequence[int]) -> float:
     return time.perf_counter() - start
 
 
+def per_item(get: Callable[[Any], Any]) -> Callable[[Sequence[Any]], None]:
+    """A block call for :func:`interleaved_blocks`: ``get`` on each item of the block, no clock reads inside."""
+
+    def read(block: Sequence[Any]) -> None:
+        for item in block:
+            get(item)
+
+    return read
+
+
+def exhaust(iterable: Iterable[Any]) -> Callable[[object], None]:
+    """A block call for :func:`interleaved_blocks` that iterates ``iterable`` once (a DataLoader: one
+    epoch, worker start-up and shutdown included); the block is ignored."""
+
+    def run(_: object) -> None:
+        for _item in iterable:
+            pass
+
+    return run
+
+
+def interleaved_blocks(
+    calls: Mapping[str, Callable[[Any], Any]],
+    blocks: Sequence[Any],
+    rounds: int = 1,
+    before: Callable[[], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """Seconds each call takes over each block, as arrays of shape ``(rounds, len(blocks))``.
+
+    The calls take turns block by block and the turn order rotates by one at every block, so cache
+    reuse and a slowdown of the machine land on all of them alike. ``before`` runs before each
+    call, untimed (cold cache state uses it to evict the page cache and the reader's caches).
+    """
+    names = list(calls)
+    seconds = {name: np.zeros((rounds, len(blocks))) for name in names}
+    turn = 0
+    for round_number in range(rounds):
+        for number, block in enumerate(blocks):
+            shift = turn % len(names)
+            turn += 1
+            for name in names[shift:] + names[:shift]:
+                if before is not None:
+                    before()
+                started = time.perf_counter()
+                calls[name](block)
+                seconds[name][round_number, number] = time.perf_counter() - started
+    return seconds
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Items per second of one call of :func:`interleaved_rates`: over all rounds, and per round."""
+
+    overall: float
+    per_round: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.per_round))
+
+
+def interleaved_rates(
+    calls: Mapping[str, Callable[[Sequence[Any]], Any]],
+    blocks: Sequence[Sequence[Any]],
+    rounds: int = 1,
+) -> dict[str, Rates]:
+    """Each call's items/s over ``rounds`` passes of ``blocks``, the calls taking turns block by block
+    (:func:`interleaved_blocks`): its items over its own summed time, and each round's rate."""
+    items = sum(len(block) for block in blocks)
+    seconds = interleaved_blocks(calls, blocks, rounds)
+    return {
+        name: Rates(items * rounds / float(spent.sum()), tuple(items / float(s) for s in spent.sum(axis=1)))
+        for name, spent in seconds.items()
+    }
+
+
 #: Items per block of :func:`steady_state`: each block is read by both loops in turn.
 STEADY_BLOCK = 50
 
@@ -79,32 +158,39 @@ def steady_state(
 ) -> dict[str, Any]:
     """Steady state: each block of indices is read by a tight loop and by a per-item timed loop.
 
-    The two loops alternate which goes first from block to block, so cache reuse favours neither;
-    the tight loops give samples/s, the timed loops the percentiles, and their ratio the cost of
-    the timing itself (harness overhead). ``before_block`` runs before each loop, untimed (cold
-    cache state uses it to evict the page cache and the reader's caches).
+    The two loops take turns going first from block to block (:func:`interleaved_blocks`), so
+    cache reuse favours neither; the tight loops give samples/s, the timed loops the percentiles,
+    and their ratio the cost of the timing itself (harness overhead). ``before_block`` runs before
+    each loop, untimed (cold cache state uses it to evict the page cache and the reader's caches).
     """
-    loop_seconds = timed_seconds = 0.0
-    latencies = []
-    for block_number, start in enumerate(range(0, len(indices), STEADY_BLOCK)):
-        block = indices[start : start + STEADY_BLOCK]
-        for timed_first in (True, False) if block_number % 2 else (False, True):
-            if before_block is not None:
-                before_block()
-            if timed_first:
-                started = time.perf_counter()
-                latencies.append(time_each(get, block))
-                timed_seconds += time.perf_counter() - started
-            else:
-                loop_seconds += time_loop(get, block)
+    latencies: list[np.ndarray] = []
+    blocks = [indices[start : start + STEADY_BLOCK] for start in range(0, len(indices), STEADY_BLOCK)]
+    seconds = interleaved_blocks(
+        {"loop": per_item(get), "timed": lambda block: latencies.append(time_each(get, block))},
+        blocks,
+        before=before_block,
+    )
+    loop_seconds, timed_seconds = float(seconds["loop"].sum()), float(seconds["timed"].sum())
     summary = summarise_ms(np.concatenate(latencies), prefix)
     return {
         **summary,
-        f"{prefix}samples_per_s": len(indices) / loop_seconds,
-        f"{prefix}loop_seconds": loop_seconds,
-        f"{prefix}timed_loop_seconds": timed_seconds,
-        f"{prefix}harness_overhead": timed_seconds / loop_seconds - 1.0,
+        prefixed(prefix, m.SAMPLES_PER_S): len(indices) / loop_seconds,
+        prefixed(prefix, m.LOOP_SECONDS): loop_seconds,
+        prefixed(prefix, m.TIMED_LOOP_SECONDS): timed_seconds,
+        prefixed(prefix, m.HARNESS_OVERHEAD): timed_seconds / loop_seconds - 1.0,
     }
+
+
+def alternating_ratios(
+    measured: Callable[[Any], Any], reference: Callable[[Any], Any], blocks: Sequence[Any]
+) -> np.ndarray:
+    """Per block, the seconds of ``measured`` over those of ``reference`` timed right beside it.
+
+    The two take turns going first (:func:`interleaved_blocks`), so a machine-wide slowdown cancels.
+    Whole DataLoader epochs compare with :func:`exhaust` calls and one (ignored) block per pair.
+    """
+    seconds = interleaved_blocks({"measured": measured, "reference": reference}, blocks)
+    return seconds["measured"][0] / np.maximum(seconds["reference"][0], 1e-9)
 
 
 def relative_cost(
@@ -116,23 +202,14 @@ def relative_cost(
 ) -> float:
     """Trimmed mean over blocks of (time of ``get`` over a block) / (time of ``reference`` over it).
 
-    Each block's reference is timed right beside it, so a machine-wide slowdown cancels; the two
-    alternate which goes first. The reference reads each block once, as the crop path does
-    (repeated passes would time a hot-cache copy, which proved bimodal). A trimmed mean (not a
-    median) keeps blocks that pay for rarer work, such as loading a field, in the number, while the
-    ``trim`` fraction of most extreme blocks at each end is dropped.
+    Each block's reference is timed right beside it (:func:`alternating_ratios`). The reference
+    reads each block once, as the crop path does (repeated passes would time a hot-cache copy,
+    which proved bimodal). A trimmed mean (not a median) keeps blocks that pay for rarer work,
+    such as loading a field, in the number, while the ``trim`` fraction of most extreme blocks at
+    each end is dropped.
     """
-    ratios = []
-    for number, start in enumerate(range(0, len(indices) - block + 1, block)):
-        items = indices[start : start + block]
-        if number % 2:
-            reference_seconds = time_loop(reference, items)
-            get_seconds = time_loop(get, items)
-        else:
-            get_seconds = time_loop(get, items)
-            reference_seconds = time_loop(reference, items)
-        ratios.append(get_seconds / max(reference_seconds, 1e-9))
-    return trimmed_mean(ratios, trim)
+    blocks = [indices[start : start + block] for start in range(0, len(indices) - block + 1, block)]
+    return trimmed_mean(list(alternating_ratios(per_item(get), per_item(reference), blocks)), trim)
 
 
 def trimmed_mean(values: Sequence[float], trim: float) -> float:
@@ -234,11 +311,11 @@ class Eviction:
 
     def as_metrics(self) -> dict[str, Any]:
         return {
-            "evicted_files": self.files,
-            "evicted_bytes": self.bytes,
-            "resident_before": self.resident_before,
-            "resident_after": self.resident_after,
-            "eviction_verified": self.verified,
+            m.EVICTED_FILES: self.files,
+            m.EVICTED_BYTES: self.bytes,
+            m.RESIDENT_BEFORE: self.resident_before,
+            m.RESIDENT_AFTER: self.resident_after,
+            m.EVICTION_VERIFIED: self.verified,
         }
 
 

@@ -121,7 +121,7 @@ def _log_x(axis: plt.Axes) -> None:
 
 def _per_call(record: Record) -> str:
     """A note for rows whose latencies are per call of several items (the batch access mode)."""
-    calls = int(record.metrics.get("items_per_call") or 1)
+    calls = int(record.metrics.get(m.ITEMS_PER_CALL) or 1)
     return f" [latency per call of {calls}]" if calls > 1 else ""
 
 
@@ -248,7 +248,7 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
         axis.set_title(f"{_label(record)}{_per_call(record)}: {verdict}", fontsize=8)
         axis.set_yscale("log")
         axis.grid(alpha=0.3, which="both")
-        calls = int(record.metrics.get("items_per_call") or 1)
+        calls = int(record.metrics.get(m.ITEMS_PER_CALL) or 1)
         axis.set_xlabel(
             "item number after the page cache was emptied"
             if calls == 1

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cropbench import metrics as m
 from cropbench.records import Record
 
 CV_LIMIT = 0.05
@@ -46,7 +47,7 @@ def bootstrap_median_interval(values: Sequence[float], seed: int = 0) -> tuple[f
 
 def summarise_repeats(
     records: Iterable[Record],
-    metric: str = "samples_per_s",
+    metric: str = m.SAMPLES_PER_S,
     cv_limit: float = CV_LIMIT,
 ) -> list[RepeatSummary]:
     """Group records by (track, case identity) and summarise ``metric`` over the repeats.
@@ -67,9 +68,9 @@ def summarise_repeats(
         warnings = []
         if cv > cv_limit:
             warnings.append(f"CV {cv:.1%} > {cv_limit:.0%}")
-        for tail in ("p95", "p99"):
-            if any(r.metrics.get(f"{tail}_reliable") is False for r in rows):
-                counts = sorted({int(r.metrics.get("count", 0)) for r in rows})
+        for tail, reliable in (("p95", m.P95_RELIABLE), ("p99", m.P99_RELIABLE)):
+            if any(r.metrics.get(reliable) is False for r in rows):
+                counts = sorted({int(r.metrics.get(m.COUNT, 0)) for r in rows})
                 warnings.append(f"{tail} rests on {counts[0]} samples")
         if len(values) < 3:
             warnings.append(f"only {len(values)} repeat(s)")

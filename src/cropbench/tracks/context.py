@@ -1,4 +1,5 @@
-"""The plate a run measures: its metadata, object table and identity, and the datasets built on it.
+"""The plate a run measures: its metadata, object table and identity, and the datasets built on it;
+and the worker counts the machine can run.
 
 Every track gets its datasets from here, so an object table given with ``--objects`` reaches every
 track (none can forget it), and every record names the same plate fingerprint and layout.
@@ -94,3 +95,15 @@ class RunContext:
     def progress(self, message: str) -> None:
         if self.report is not None:
             self.report(message)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity), which is what workers compete for."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def worker_counts(cores: int | None = None) -> list[int]:
+    """DataLoader worker counts a sweep or search tries: 0, 1, 2, then 4, 8, 12, 16 while the machine
+    has that many cores."""
+    available = cores or usable_cores()
+    return [0, 1, 2, *(w for w in (4, 8, 12, 16) if w <= available)]

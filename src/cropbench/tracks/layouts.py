@@ -6,24 +6,24 @@ time (encode + write, not reading the source), random and grouped-by-field crops
 measured right after it is written), read amplification per crop from the reader's
 ``ReadStats``, and each throughput's ratio to the raw memory-mapped layout (the I/O ceiling),
 which is always measured first. Throughputs are medians of ``repeats`` timed passes over the same
-indices after a warm-up pass.
+indices after a warm-up pass (``measure.protocol.interleaved_rates``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
-import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cropbench import metrics as m
 from cropbench.config import DECODE_PATHS, LAYOUT_GRID, OPTIONAL_LAYOUTS, CropConfig, layout_by_name
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
 from cropbench.formats import supported_decodes
-from cropbench.measure.protocol import time_each, time_loop
+from cropbench.measure.protocol import interleaved_rates, per_item, time_each, time_loop
 from cropbench.plates.convert import convert_plate
 from cropbench.plates.generate import GeneratedPlate
 from cropbench.tracks.context import RunContext
@@ -76,7 +76,7 @@ def measure_layout(plate: str | Path, comparison: LayoutComparison, context: Run
     """Random and grouped crops/s and read amplification of ``plate`` (a rewrite of the run's plate)."""
     metrics: dict[str, Any] = {}
     decode = comparison.decode if comparison.decode in supported_decodes(plate) else "field"
-    metrics["decode"] = decode
+    metrics[m.DECODE] = decode
     config = CropConfig(crop_size=comparison.crop_size, dtype="uint16", decode=decode, seed=comparison.seed)
     for label, access in ACCESSES.items():
         dataset = context.dataset(config, plate)
@@ -84,18 +84,17 @@ def measure_layout(plate: str | Path, comparison: LayoutComparison, context: Run
         warm, timed = indices[: comparison.warmup], indices[comparison.warmup :]
         time_each(dataset.__getitem__, warm)
         dataset.reader.stats.reset()
-        seconds = [time_loop(dataset.__getitem__, timed) for _ in range(comparison.repeats)]
-        rates = [len(timed) / s for s in seconds]
-        metrics[f"{label}_crops_per_s"] = statistics.median(rates)
-        metrics[f"{label}_crops_per_s_min"] = min(rates)
-        metrics[f"{label}_crops_per_s_max"] = max(rates)
-        metrics.update({f"{label}_{k}": v for k, v in dataset.reader.stats.per_region().items()})
+        rates = interleaved_rates({label: per_item(dataset.__getitem__)}, [timed], comparison.repeats)[label]
+        lowest, highest = m.crops_per_s_spread(label)
+        metrics[m.crops_per_s(label)] = rates.median
+        metrics[lowest], metrics[highest] = min(rates.per_round), max(rates.per_round)
+        metrics.update({m.per_crop(label, k): v for k, v in dataset.reader.stats.per_region().items()})
         dataset.reader.close()
-    metrics["objects"] = len(dataset)
+    metrics[m.OBJECTS] = len(dataset)
     if "as-py" in supported_decodes(plate):
         dataset = context.dataset(config.replace(decode="as-py"), plate)
         timed = access_order(dataset, "random", AS_PY_SAMPLES, comparison.seed)
-        metrics["as_py_random_crops_per_s"] = len(timed) / time_loop(dataset.__getitem__, timed)
+        metrics[m.AS_PY_RANDOM_CROPS_PER_S] = len(timed) / time_loop(dataset.__getitem__, timed)
     return metrics
 
 
@@ -142,10 +141,8 @@ class Layouts:
             self.ceiling = metrics
         if self.ceiling:
             for label in ACCESSES:
-                metrics[f"{label}_ratio_to_memmap"] = (
-                    metrics[f"{label}_crops_per_s"] / self.ceiling[f"{label}_crops_per_s"]
-                )
-            metrics["size_ratio_to_memmap"] = metrics["stored_bytes"] / self.ceiling["stored_bytes"]
+                metrics[m.ratio_to_memmap(label)] = metrics[m.crops_per_s(label)] / self.ceiling[m.crops_per_s(label)]
+            metrics[m.SIZE_RATIO_TO_MEMMAP] = metrics[m.STORED_BYTES] / self.ceiling[m.STORED_BYTES]
         config = {
             "layout_name": name,
             "layout": dataclasses.asdict(layout),
@@ -160,11 +157,11 @@ class Layouts:
 
 def _size_metrics(converted: GeneratedPlate) -> dict[str, Any]:
     return {
-        "raw_bytes": converted.raw_bytes,
-        "stored_bytes": converted.stored_bytes,
-        "stored_mib": converted.stored_bytes / 2**20,
-        "compression_ratio": converted.compression_ratio,
-        "write_seconds": converted.write_seconds,
-        "write_mib_per_s": converted.raw_bytes / 2**20 / max(converted.write_seconds, 1e-9),
-        "fields": converted.fields,
+        m.RAW_BYTES: converted.raw_bytes,
+        m.STORED_BYTES: converted.stored_bytes,
+        m.STORED_MIB: converted.stored_bytes / 2**20,
+        m.COMPRESSION_RATIO: converted.compression_ratio,
+        m.WRITE_SECONDS: converted.write_seconds,
+        m.WRITE_MIB_PER_S: converted.raw_bytes / 2**20 / max(converted.write_seconds, 1e-9),
+        m.FIELDS: converted.fields,
     }

@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
@@ -303,7 +304,7 @@ class TensorStorePerCrop(PeerDataset):
         return self.windows.cut(lambda a, b, c, d: array[:, a:b, c:d].read().result(), y0, x0)
 
     def info(self) -> dict[str, Any]:
-        return {"cache_pool_bytes": self.cache_bytes}
+        return {m.CACHE_POOL_BYTES: self.cache_bytes}
 
 
 class TensorStoreBatched(TensorStorePerCrop):
@@ -376,8 +377,8 @@ class DaskPerCrop(PeerDataset):
 
     def info(self) -> dict[str, Any]:
         return {
-            "dask_scheduler": self.scheduler or "dask default (threads)",
-            "dask_scheduler_in_workers": "synchronous",
+            m.DASK_SCHEDULER: self.scheduler or "dask default (threads)",
+            m.DASK_SCHEDULER_IN_WORKERS: "synchronous",
         }
 
 
@@ -520,12 +521,12 @@ class SpatialDataTiles(PeerDataset):
         import spatialdata
 
         return {
-            "spatialdata_version": spatialdata.__version__,
-            "tiles_read": self.tiles_read,
-            "clipped_tiles": self.clipped_tiles,
-            "clipped_fraction": self.clipped_tiles / max(self.tiles_read, 1),
-            "dask_scheduler": self.scheduler or "dask default (threads)",
-            "dask_scheduler_in_workers": "synchronous",
+            m.SPATIALDATA_VERSION: spatialdata.__version__,
+            m.TILES_READ: self.tiles_read,
+            m.CLIPPED_TILES: self.clipped_tiles,
+            m.CLIPPED_FRACTION: self.clipped_tiles / max(self.tiles_read, 1),
+            m.DASK_SCHEDULER: self.scheduler or "dask default (threads)",
+            m.DASK_SCHEDULER_IN_WORKERS: "synchronous",
         }
 
 
@@ -714,10 +715,10 @@ def measure_loader(
         before_steady()
     return {
         **steady_state(get, steady[:count]),
-        "warmup_items": len(warmup_latencies),
-        "warmup_mean_ms": float(warmup_latencies.mean() / 1e6),
-        "samples_requested": len(steady),
-        "budget_capped": count < len(steady),
+        m.WARMUP_ITEMS: len(warmup_latencies),
+        m.WARMUP_MEAN_MS: float(warmup_latencies.mean() / 1e6),
+        m.SAMPLES_REQUESTED: len(steady),
+        m.BUDGET_CAPPED: count < len(steady),
     }
 
 
@@ -732,8 +733,8 @@ def measure_peer(peer: PeerDataset, indices: Sequence[int], comparison: PeerComp
     calls = [list(indices[start : start + batch_size]) for start in range(0, len(indices), batch_size)]
     batched = dataclasses.replace(comparison, warmup=max(-(-comparison.warmup // batch_size), 1))
     metrics = measure_loader(peer.__getitems__, calls, batched)
-    metrics["samples_per_s"] *= batch_size
-    return {**metrics, "items_per_call": batch_size}
+    metrics[m.SAMPLES_PER_S] *= batch_size
+    return {**metrics, m.ITEMS_PER_CALL: batch_size}
 
 
 @dataclass(frozen=True)
@@ -818,36 +819,36 @@ class Peers:
             decode = name.removeprefix("cropbench-")
             kind, config = "cropbench", {"decode": decode}
             if decode not in context.decodes:
-                metrics = {"skipped": True, "skip_reason": f"decode {decode} does not apply to {context.layout}"}
+                metrics = {m.SKIPPED: True, m.SKIP_REASON: f"decode {decode} does not apply to {context.layout}"}
             else:
                 started = time.perf_counter()
                 dataset = context.dataset(shared.reference.config.replace(decode=decode))
                 setup_seconds = time.perf_counter() - started
                 metrics = measure_loader(dataset.__getitem__, shared.indices, comparison, dataset.reader.stats.reset)
-                metrics = {**metrics, **dataset.reader.stats.per_region(), "setup_seconds": setup_seconds}
+                metrics = {**metrics, **dataset.reader.stats.per_region(), m.SETUP_SECONDS: setup_seconds}
         else:
             kind, config = "peer", {"extra": PEERS[name].extra, "description": PEERS[name].description}
             started = time.perf_counter()
             try:
                 peer = open_peer(name, shared.windows, self.work_dir)
             except PeerUnavailableError as error:
-                metrics = {"skipped": True, "skip_reason": str(error)}
+                metrics = {m.SKIPPED: True, m.SKIP_REASON: str(error)}
             else:
                 setup_seconds = time.perf_counter() - started
                 metrics = {
                     **measure_peer(peer, shared.indices, comparison),
                     **peer.info(),
-                    "setup_seconds": setup_seconds,
+                    m.SETUP_SECONDS: setup_seconds,
                 }
-        rate = metrics.get("samples_per_s")
-        if not metrics.get("skipped"):
-            metrics["resident_after"] = resident_fraction(shared.files)
+        rate = metrics.get(m.SAMPLES_PER_S)
+        if not metrics.get(m.SKIPPED):
+            metrics[m.RESIDENT_AFTER] = resident_fraction(shared.files)
         if name == "cropbench-direct" and rate:
             shared.direct_samples_per_s = rate
         direct = shared.direct_samples_per_s
         if rate and direct:
-            metrics["ratio_to_direct"] = rate / direct
-            metrics["direct_speedup"] = direct / rate
+            metrics[m.RATIO_TO_DIRECT] = rate / direct
+            metrics[m.DIRECT_SPEEDUP] = direct / rate
         yield Row(case, {**shared.config, "peer": name, "kind": kind, **config}, metrics, shared.config["seed"])
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from cropbench import metrics as m
 from cropbench.config import CropConfig, Track1Case
 from cropbench.data.dataset import CropDataset, PairedViews
 from cropbench.data.sampling import access_order
@@ -38,6 +39,7 @@ from cropbench.measure.protocol import (
     summarise_ms,
     time_each,
 )
+from cropbench.metrics import prefixed
 from cropbench.objects import ObjectTable
 from cropbench.tracks.context import RunContext
 from cropbench.tracks.runner import Row, seeded
@@ -124,7 +126,7 @@ def _calls(indices: list[int], batch_size: int) -> list[Any]:
 
 def _count_items(metrics: dict[str, Any], prefix: str, batch_size: int) -> dict[str, Any]:
     """Rates of a batched loop in items/s (``steady_state`` counts calls)."""
-    metrics[f"{prefix}samples_per_s"] *= batch_size
+    metrics[prefixed(prefix, m.SAMPLES_PER_S)] *= batch_size
     return metrics
 
 
@@ -145,21 +147,21 @@ def run_case(
     warm = _calls(indices[case.cold_samples : case.cold_samples + case.warmup], batch)
     steady = _calls(indices[case.cold_samples + case.warmup :], batch)
     metrics: dict[str, Any] = {
-        "objects": len(dataset),
-        "cache": case.cache,
-        "items_drawn": total,
-        "items_per_call": batch,
+        m.OBJECTS: len(dataset),
+        m.CACHE: case.cache,
+        m.ITEMS_DRAWN: total,
+        m.ITEMS_PER_CALL: batch,
     }
     if cold:
         eviction = evict(dataset.reader.files()) if evict_first else None
         cold_latencies = time_each(get, cold)
         verified = eviction is not None and eviction.verified
-        prefix = "cold_" if verified else "first_pass_"  # an unverified eviction is no cold number
+        prefix = m.COLD if verified else m.FIRST_PASS  # an unverified eviction is no cold number
         metrics.update(summarise_ms(cold_latencies, prefix))
-        metrics[f"{prefix}samples_per_s"] = case.cold_samples / (cold_latencies.sum() / 1e9)
+        metrics[prefixed(prefix, m.SAMPLES_PER_S)] = case.cold_samples / (cold_latencies.sum() / 1e9)
         # Each item of the first pass, so the warm-up figure starts at the case's first item.
-        metrics["first_pass_curve_ms"] = [round(v / 1e6, 4) for v in cold_latencies[:FIRST_PASS_CURVE_POINTS]]
-        metrics.update(eviction.as_metrics() if eviction else {"eviction_verified": False})
+        metrics[m.FIRST_PASS_CURVE_MS] = [round(v / 1e6, 4) for v in cold_latencies[:FIRST_PASS_CURVE_POINTS]]
+        metrics.update(eviction.as_metrics() if eviction else {m.EVICTION_VERIFIED: False})
     warmup_latencies = time_each(get, warm)
     dataset.reader.stats.reset()
     evictions: list[bool] = []
@@ -176,29 +178,29 @@ def run_case(
         )
     )
     if evictions:
-        metrics["steady_evictions"] = len(evictions)
-        metrics["steady_evictions_verified"] = sum(evictions)
+        metrics[m.STEADY_EVICTIONS] = len(evictions)
+        metrics[m.STEADY_EVICTIONS_VERIFIED] = sum(evictions)
     if _instrumented(dataset.reader.stats):
         metrics.update(dataset.reader.stats.per_region())
     overhead_ns = clock_overhead_ns()  # None when it does not resolve: never a clamped 0
-    metrics["clock_overhead_fraction"] = (
-        None if overhead_ns is None else overhead_ns / max(metrics["mean_ms"] * 1e6, 1.0)
+    metrics[m.CLOCK_OVERHEAD_FRACTION] = (
+        None if overhead_ns is None else overhead_ns / max(metrics[m.MEAN_MS] * 1e6, 1.0)
     )
-    metrics["warmup_ms"] = [round(v / 1e6, 4) for v in warmup_latencies[:WARMUP_CURVE_POINTS]]
+    metrics[m.WARMUP_MS] = [round(v / 1e6, 4) for v in warmup_latencies[:WARMUP_CURVE_POINTS]]
     if len(warmup_latencies):
-        metrics["warmup_mean_ms"] = float(warmup_latencies.mean() / 1e6)
-        metrics["warmup_over_steady"] = metrics["warmup_mean_ms"] / max(metrics["p50_ms"], 1e-9)
+        metrics[m.WARMUP_MEAN_MS] = float(warmup_latencies.mean() / 1e6)
+        metrics[m.WARMUP_OVER_STEADY] = metrics[m.WARMUP_MEAN_MS] / max(metrics[m.P50_MS], 1e-9)
     if case.crop.tier != "none":
         metrics.update(_io_and_transform_split(plate, case, steady, metrics, objects))
     if case.crop.decode == "direct" and dataset.reader.metadata.layout == "ome-zarr" and batch == 1:
         metrics.update(_stage_split(plate, case, steady[:STAGE_SPLIT_ITEMS], objects))
-    metrics["fidelity_items"] = FIDELITY_ITEMS
-    metrics["fidelity_sha256"] = case_fidelity_hash(plate, case, objects)
-    metrics["rss_start_bytes"], metrics["rss_end_bytes"] = rss_start, rss_bytes()
-    metrics["decoded_plate_bytes"] = (
+    metrics[m.FIDELITY_ITEMS] = FIDELITY_ITEMS
+    metrics[m.FIDELITY_SHA256] = case_fidelity_hash(plate, case, objects)
+    metrics[m.RSS_START_BYTES], metrics[m.RSS_END_BYTES] = rss_start, rss_bytes()
+    metrics[m.DECODED_PLATE_BYTES] = (
         int(np.prod(dataset.reader.metadata.field_shape)) * 2 * len(dataset.reader.metadata.fields)
     )
-    metrics["chunk_cache_fraction_of_plate"] = case.crop.chunk_cache_bytes / metrics["decoded_plate_bytes"]
+    metrics[m.CHUNK_CACHE_FRACTION_OF_PLATE] = case.crop.chunk_cache_bytes / metrics[m.DECODED_PLATE_BYTES]
     metrics.update(validity(case, metrics, dataset.reader))
     return metrics
 
@@ -233,18 +235,18 @@ def cache_fraction_of_plate(case: Track1Case, reader: PlateReader, decoded_plate
 
 def validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader) -> dict[str, Any]:
     """What a reader of the row must know before trusting it: see :data:`VALIDITY_FLAGS`."""
-    fraction = cache_fraction_of_plate(case, reader, metrics["decoded_plate_bytes"])
-    agreement = metrics["samples_per_s"] / case.batch_size * metrics["mean_ms"] / 1e3
+    fraction = cache_fraction_of_plate(case, reader, metrics[m.DECODED_PLATE_BYTES])
+    agreement = metrics[m.SAMPLES_PER_S] / case.batch_size * metrics[m.MEAN_MS] / 1e3
     flags = {
         "cache>=plate": fraction is not None and fraction >= 1.0,
-        "re-reads": metrics["items_drawn"] > metrics["objects"],
-        "not-evicted": case.cold_samples > 0 and not metrics.get("eviction_verified", False),
+        "re-reads": metrics[m.ITEMS_DRAWN] > metrics[m.OBJECTS],
+        "not-evicted": case.cold_samples > 0 and not metrics.get(m.EVICTION_VERIFIED, False),
         "rate!=1/mean": abs(agreement - 1.0) > RATE_AGREEMENT_TOLERANCE,
     }
     return {
-        "cache_fraction_of_plate": fraction,
-        "rate_over_inverse_mean": agreement,
-        "validity_flags": [name for name, raised in flags.items() if raised],
+        m.CACHE_FRACTION_OF_PLATE: fraction,
+        m.RATE_OVER_INVERSE_MEAN: agreement,
+        m.VALIDITY_FLAGS: [name for name, raised in flags.items() if raised],
     }
 
 
@@ -303,18 +305,18 @@ def _stage_split(
     collate_ns = time_each(lambda _: default_collate(batch), range(5)).min() if batch else 0
     count = max(len(indices), 1)
     stages = {
-        "stage_index_ms": (total - stage["region"] - timed_plan.ns) / count / 1e6,
-        "stage_fetch_ms": stage["fetch"] / count / 1e6,
-        "stage_decode_ms": stage["decode"] / count / 1e6,
-        "stage_assemble_ms": (stage["region"] - stage["fetch"] - stage["decode"]) / count / 1e6,
-        "stage_transform_ms": timed_plan.ns / count / 1e6,
+        m.stage_ms("index"): (total - stage["region"] - timed_plan.ns) / count / 1e6,
+        m.stage_ms("fetch"): stage["fetch"] / count / 1e6,
+        m.stage_ms("decode"): stage["decode"] / count / 1e6,
+        m.stage_ms("assemble"): (stage["region"] - stage["fetch"] - stage["decode"]) / count / 1e6,
+        m.stage_ms("transform"): timed_plan.ns / count / 1e6,
     }
     return {
-        "stage_items": len(indices),
+        m.STAGE_ITEMS: len(indices),
         **stages,
-        "stage_collate_ms": float(collate_ns) / max(len(batch), 1) / 1e6,
-        "stage_sum_ms": sum(stages.values()),
-        "stage_total_ms": total / count / 1e6,
+        m.stage_ms("collate"): float(collate_ns) / max(len(batch), 1) / 1e6,
+        m.STAGE_SUM_MS: sum(stages.values()),
+        m.STAGE_TOTAL_MS: total / count / 1e6,
     }
 
 
@@ -329,7 +331,7 @@ def _io_and_transform_split(
     io_dataset = CropDataset(plate, case.crop.replace(tier="none", dtype="uint16"), objects=objects)
     io_get = _getter(io_dataset, case.access, case.batch_size)
     time_each(io_get, steady[: max(case.warmup // case.batch_size, 1)])
-    io = _count_items(steady_state(io_get, steady, "io_"), "io_", case.batch_size)
+    io = _count_items(steady_state(io_get, steady, m.IO), m.IO, case.batch_size)
     views = 2 if case.access == "paired" else 1
     reference = CropDataset(plate, case.crop, objects=objects)
     items = list(itertools.chain.from_iterable(steady)) if case.batch_size > 1 else steady
@@ -341,8 +343,8 @@ def _io_and_transform_split(
     transform_mean = float(transform_latencies.mean() / 1e6)
     return {
         **io,
-        "transform_only_mean_ms": transform_mean,
-        "transform_share": 1.0 - io["io_mean_ms"] / max(metrics["mean_ms"], 1e-9),
+        m.TRANSFORM_ONLY_MEAN_MS: transform_mean,
+        m.TRANSFORM_SHARE: 1.0 - io[prefixed(m.IO, m.MEAN_MS)] / max(metrics[m.MEAN_MS], 1e-9),
     }
 
 

@@ -16,7 +16,6 @@ the uint16 versus float32 difference.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from cropbench import metrics as m
 from cropbench.config import ACCESS_PATTERNS, CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import (
@@ -43,7 +43,7 @@ from cropbench.data.transforms import TORCH_DTYPES
 from cropbench.errors import ConfigError
 from cropbench.measure.protocol import summarise_ms
 from cropbench.objects import ObjectTable
-from cropbench.tracks.context import RunContext
+from cropbench.tracks.context import RunContext, worker_counts
 from cropbench.tracks.runner import Row, seeded
 
 SOURCES = ("plate", "memory")
@@ -174,11 +174,11 @@ def crosscheck(
     independent = delivered / independent_seconds if independent_seconds > 0 else float("inf")
     ratio = reported_samples_per_s / independent if independent > 0 else float("inf")
     return {
-        "delivered_samples": delivered,
-        "expected_samples": expected,
-        "independent_samples_per_s": independent,
-        "crosscheck_ratio": ratio,
-        "crosscheck_ok": bool(delivered == expected and abs(ratio - 1.0) <= CROSSCHECK_TOLERANCE),
+        m.DELIVERED_SAMPLES: delivered,
+        m.EXPECTED_SAMPLES: expected,
+        m.INDEPENDENT_SAMPLES_PER_S: independent,
+        m.CROSSCHECK_RATIO: ratio,
+        m.CROSSCHECK_OK: bool(delivered == expected and abs(ratio - 1.0) <= CROSSCHECK_TOLERANCE),
     }
 
 
@@ -194,18 +194,18 @@ def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> d
     steady_seconds = sum(steady_waits) / 1e9
     first = epochs[0]
     metrics: dict[str, Any] = {
-        "first_batch_ms": first.first_batch_ns / 1e6,
-        "iter_create_ms": first.iter_ns / 1e6,
-        "samples_per_s": steady_samples / steady_seconds,
-        "run_samples_per_s": run_samples_per_s,
-        "steady_batches": len(steady_waits),
-        "loop_seconds": loop_seconds,
-        "epoch_seconds": [e.loop_ns / 1e9 for e in epochs],
-        "epoch_samples_per_s": [sum(e.delivered) / (e.loop_ns / 1e9) for e in epochs],
-        "shutdown_ms": [e.shutdown_ns / 1e6 for e in epochs],
-        "batch_mib": batch_bytes / 2**20,
-        "steady_mib_per_s": steady_samples * batch_bytes / case.loader.batch_size / steady_seconds / 2**20,
-        **summarise_ms(steady_waits, "batch_"),
+        m.FIRST_BATCH_MS: first.first_batch_ns / 1e6,
+        m.ITER_CREATE_MS: first.iter_ns / 1e6,
+        m.SAMPLES_PER_S: steady_samples / steady_seconds,
+        m.RUN_SAMPLES_PER_S: run_samples_per_s,
+        m.STEADY_BATCHES: len(steady_waits),
+        m.LOOP_SECONDS: loop_seconds,
+        m.EPOCH_SECONDS: [e.loop_ns / 1e9 for e in epochs],
+        m.EPOCH_SAMPLES_PER_S: [sum(e.delivered) / (e.loop_ns / 1e9) for e in epochs],
+        m.SHUTDOWN_MS: [e.shutdown_ns / 1e6 for e in epochs],
+        m.BATCH_MIB: batch_bytes / 2**20,
+        m.STEADY_MIB_PER_S: steady_samples * batch_bytes / case.loader.batch_size / steady_seconds / 2**20,
+        **summarise_ms(steady_waits, m.BATCH),
         **crosscheck(
             run_samples_per_s, delivered, sum(e.independent_ns for e in epochs) / 1e9, case.samples * len(epochs)
         ),
@@ -213,15 +213,15 @@ def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> d
     }
     collate = [ns for e in epochs for ns in e.collate_ns]
     if collate:
-        metrics["collate_ms_mean"] = float(np.mean(collate) / 1e6)
-        metrics["collate_share"] = sum(collate) / max(sum(e.loop_ns for e in epochs), 1)
+        metrics[m.COLLATE_MS_MEAN] = float(np.mean(collate) / 1e6)
+        metrics[m.COLLATE_SHARE] = sum(collate) / max(sum(e.loop_ns for e in epochs), 1)
     if len(epochs) > 1:
         second = epochs[1]
         metrics.update(
             {
-                "epoch2_first_batch_ms": second.first_batch_ns / 1e6,
-                "epoch2_iter_create_ms": second.iter_ns / 1e6,
-                "epoch2_speedup": first.loop_ns / second.loop_ns,
+                m.EPOCH2_FIRST_BATCH_MS: second.first_batch_ns / 1e6,
+                m.EPOCH2_ITER_CREATE_MS: second.iter_ns / 1e6,
+                m.EPOCH2_SPEEDUP: first.loop_ns / second.loop_ns,
             }
         )
     return metrics
@@ -243,25 +243,14 @@ def run_case(plate: str | Path, case: Track2Case, objects: ObjectTable | str | P
     metrics = _metrics(case, epochs, item_bytes * case.loader.batch_size)
     metrics.update(
         {
-            "objects": len(base),
-            "dataset_pickle_bytes": pickle_bytes,
-            "pin_memory_effective": pin,
-            "warmup_batches": case.warmup,
-            "batches_per_epoch": len(loader),
+            m.OBJECTS: len(base),
+            m.DATASET_PICKLE_BYTES: pickle_bytes,
+            m.PIN_MEMORY_EFFECTIVE: pin,
+            m.WARMUP_BATCHES: case.warmup,
+            m.BATCHES_PER_EPOCH: len(loader),
         }
     )
     return metrics
-
-
-def worker_counts(cores: int | None = None) -> list[int]:
-    """0, 1, 2, then 4, 8, 12, 16 while the machine has that many cores."""
-    available = cores or usable_cores()
-    return [0, 1, 2, *(w for w in (4, 8, 12, 16) if w <= available)]
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity), which is what workers compete for."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def preset_cases(preset: str, samples: int | None = None) -> list[Track2Case]:
@@ -362,11 +351,11 @@ def _persistent_twin(case: Track2Case) -> str | None:
 
 def persistent_gain(metrics: dict[str, Any], twin: dict[str, Any]) -> dict[str, Any]:
     """Epoch-2 gain of persistent workers over the otherwise identical non-persistent case."""
-    if "epoch2_first_batch_ms" not in metrics or "epoch2_first_batch_ms" not in twin:
+    if m.EPOCH2_FIRST_BATCH_MS not in metrics or m.EPOCH2_FIRST_BATCH_MS not in twin:
         return {}
     return {
-        "persistent_epoch2_gain": twin["epoch_seconds"][1] / metrics["epoch_seconds"][1] - 1.0,
-        "persistent_first_batch_saving_ms": twin["epoch2_first_batch_ms"] - metrics["epoch2_first_batch_ms"],
+        m.PERSISTENT_EPOCH2_GAIN: twin[m.EPOCH_SECONDS][1] / metrics[m.EPOCH_SECONDS][1] - 1.0,
+        m.PERSISTENT_FIRST_BATCH_SAVING_MS: twin[m.EPOCH2_FIRST_BATCH_MS] - metrics[m.EPOCH2_FIRST_BATCH_MS],
     }
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.nn import functional
 
+from cropbench import metrics as m
 from cropbench.config import ACCESS_PATTERNS, CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader, memory_of, schedule, worker_pids
@@ -52,10 +53,10 @@ from cropbench.measure.accelerator import (
 )
 from cropbench.measure.protocol import summarise_ms
 from cropbench.objects import MISSING_CLASS, ObjectTable
-from cropbench.tracks.context import RunContext
+from cropbench.metrics import prefixed
+from cropbench.tracks.context import RunContext, worker_counts
 from cropbench.tracks.models import MODELS, build_model, embedding_model
 from cropbench.tracks.runner import Row, seeded
-from cropbench.tracks.track2 import worker_counts
 
 MODEL_KINDS = (*MODELS, "emulated")
 WORKLOADS = ("train", "embed")
@@ -314,14 +315,14 @@ def _loop_metrics(timing: LoopTiming, batch_size: int, prefix: str = "") -> dict
     steps, waits, computes = timing.steady("step_ns"), timing.steady("wait_ns"), timing.steady("compute_ns")
     total = int(steps.sum())
     return {
-        **{f"{prefix}{key}": value for key, value in summarise_ms(steps, "step_").items()},
-        f"{prefix}images_per_s": batch_size * len(steps) / (total / 1e9),
-        f"{prefix}data_wait_fraction": int(waits.sum()) / total,
-        f"{prefix}wait_p50_ms": float(np.percentile(waits, 50) / 1e6),
-        f"{prefix}wait_p95_ms": float(np.percentile(waits, 95) / 1e6),
-        f"{prefix}compute_p50_ms": float(np.percentile(computes, 50) / 1e6),
-        f"{prefix}accelerator_busy_fraction": int(computes.sum()) / total,
-        f"{prefix}loop_seconds": total / 1e9,
+        **summarise_ms(steps, prefixed(prefix, m.STEP)),
+        prefixed(prefix, m.IMAGES_PER_S): batch_size * len(steps) / (total / 1e9),
+        prefixed(prefix, m.DATA_WAIT_FRACTION): int(waits.sum()) / total,
+        prefixed(prefix, prefixed(m.WAIT, m.P50_MS)): float(np.percentile(waits, 50) / 1e6),
+        prefixed(prefix, prefixed(m.WAIT, m.P95_MS)): float(np.percentile(waits, 95) / 1e6),
+        prefixed(prefix, m.COMPUTE_P50_MS): float(np.percentile(computes, 50) / 1e6),
+        prefixed(prefix, m.ACCELERATOR_BUSY_FRACTION): int(computes.sum()) / total,
+        prefixed(prefix, m.LOOP_SECONDS): total / 1e9,
     }
 
 
@@ -344,7 +345,7 @@ def compute_only(plate: str | Path, case: Track3Case, objects: ObjectTable | Non
     timing = timed_loop(
         cycle.__next__, lambda ready: ready, compute, case.steps, case.warmup_steps, synchroniser(device)
     )
-    return _loop_metrics(timing, batch, "compute_only_")
+    return _loop_metrics(timing, batch, m.COMPUTE_ONLY)
 
 
 def compute_key(case: Track3Case) -> str:
@@ -390,19 +391,19 @@ def run_case(
     workers = memory_of(worker_pids(iterator))
     del iterator
     metrics = _loop_metrics(timing, batch)
-    mean_step = metrics["step_mean_ms"]
-    stall = (mean_step - baseline["compute_only_step_mean_ms"]) / mean_step
+    mean_step = metrics[m.STEP_MEAN_MS]
+    stall = (mean_step - baseline[m.COMPUTE_ONLY_STEP_MEAN_MS]) / mean_step
     metrics.update(
         {
             **baseline,
-            "stall_crosscheck": stall,
-            "crosscheck_gap": stall - metrics["data_wait_fraction"],
-            "meets_au_threshold": metrics["data_wait_fraction"] < AU_THRESHOLD,
-            "iter_create_ms": iter_ns / 1e6,
-            "first_batch_ms": (iter_ns + int(timing.wait_ns[0])) / 1e6,
-            "pin_memory_effective": pin,
-            "non_blocking": pin,
-            "objects": len(dataset),
+            m.STALL_CROSSCHECK: stall,
+            m.CROSSCHECK_GAP: stall - metrics[m.DATA_WAIT_FRACTION],
+            m.MEETS_AU_THRESHOLD: metrics[m.DATA_WAIT_FRACTION] < AU_THRESHOLD,
+            m.ITER_CREATE_MS: iter_ns / 1e6,
+            m.FIRST_BATCH_MS: (iter_ns + int(timing.wait_ns[0])) / 1e6,
+            m.PIN_MEMORY_EFFECTIVE: pin,
+            m.NON_BLOCKING: pin,
+            m.OBJECTS: len(dataset),
             **device_info(device),
             **nvml.metrics(),
             **peak,
@@ -410,24 +411,24 @@ def run_case(
         }
     )
     if compute.losses:
-        metrics["loss_first"] = float(compute.losses[0])
-        metrics["loss_last"] = float(compute.losses[-1])
+        metrics[m.LOSS_FIRST] = float(compute.losses[0])
+        metrics[m.LOSS_LAST] = float(compute.losses[-1])
     return metrics
 
 
 def search_summary(search: WorkerSearch, results: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     """The search's answer: the smallest worker count under the threshold, or None if none was."""
-    fed = [workers for workers, metrics in results if metrics["data_wait_fraction"] < search.threshold]
+    fed = [workers for workers, metrics in results if metrics[m.DATA_WAIT_FRACTION] < search.threshold]
     tried = max((workers for workers, _ in results), default=0)
     return {
-        "min_workers": fed[0] if fed else None,
-        "reached": bool(fed),
-        "threshold": search.threshold,
-        "min_workers_answer": str(fed[0]) if fed else f"not reached with <= {tried}",
-        "tried_workers": [workers for workers, _ in results],
-        "data_wait_fraction_by_workers": [metrics["data_wait_fraction"] for _, metrics in results],
-        "images_per_s_by_workers": [metrics["images_per_s"] for _, metrics in results],
-        "compute_only_images_per_s": results[0][1]["compute_only_images_per_s"] if results else None,
+        m.MIN_WORKERS: fed[0] if fed else None,
+        m.REACHED: bool(fed),
+        m.THRESHOLD: search.threshold,
+        m.MIN_WORKERS_ANSWER: str(fed[0]) if fed else f"not reached with <= {tried}",
+        m.TRIED_WORKERS: [workers for workers, _ in results],
+        m.DATA_WAIT_FRACTION_BY_WORKERS: [metrics[m.DATA_WAIT_FRACTION] for _, metrics in results],
+        m.IMAGES_PER_S_BY_WORKERS: [metrics[m.IMAGES_PER_S] for _, metrics in results],
+        m.COMPUTE_ONLY_IMAGES_PER_S: results[0][1][m.COMPUTE_ONLY_IMAGES_PER_S] if results else None,
     }
 
 
@@ -440,7 +441,7 @@ def iter_search(
     candidates = search.candidates
 
     def fed(metrics: dict[str, Any]) -> bool:
-        return bool(metrics["data_wait_fraction"] < search.threshold)
+        return bool(metrics[m.DATA_WAIT_FRACTION] < search.threshold)
 
     if search.bisect:
         # Invariant: candidates[high] is fed, every candidate below ``low`` is not.

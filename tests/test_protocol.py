@@ -1,0 +1,104 @@
+"""The shared timing helpers: turn order, shapes and arithmetic, on a fake clock (no real timing)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cropbench import metrics as m
+from cropbench.measure import protocol
+from cropbench.measure.protocol import (
+    alternating_ratios,
+    exhaust,
+    interleaved_blocks,
+    interleaved_rates,
+    per_item,
+    relative_cost,
+    steady_state,
+)
+
+
+class FakeClock:
+    """A clock that moves only when a call says how long it took."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def ns(self) -> int:
+        return int(round(self.now * 1e9))
+
+    def costs(self, seconds_per_item: float) -> Any:
+        def get(item: Any) -> None:
+            self.now += seconds_per_item
+
+        return get
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
+    fake = FakeClock()
+    monkeypatch.setattr(protocol.time, "perf_counter", fake)
+    monkeypatch.setattr(protocol.time, "perf_counter_ns", fake.ns)
+    yield fake
+
+
+def test_calls_take_turns_and_the_order_rotates_every_block() -> None:
+    order: list[tuple[str, int]] = []
+    calls = {name: (lambda block, name=name: order.append((name, block))) for name in ("a", "b", "c")}
+    seconds = interleaved_blocks(calls, [0, 1, 2, 3], rounds=2)
+    assert all(spent.shape == (2, 4) for spent in seconds.values())
+    firsts = [order[i][0] for i in range(0, len(order), 3)]
+    assert firsts == ["a", "b", "c", "a", "b", "c", "a", "b"], "the turn order rotates across rounds too"
+    assert [block for _, block in order[:3]] == [0, 0, 0], "every call reads a block before the next block"
+
+
+def test_before_runs_before_every_call() -> None:
+    events: list[str] = []
+    interleaved_blocks(
+        {"a": lambda _: events.append("a"), "b": lambda _: events.append("b")},
+        [0, 1],
+        before=lambda: events.append("before"),
+    )
+    assert events == ["before", "a", "before", "b", "before", "b", "before", "a"]
+
+
+def test_rates_count_items_over_each_calls_own_time(clock: FakeClock) -> None:
+    rates = interleaved_rates(
+        {"fast": per_item(clock.costs(0.001)), "slow": per_item(clock.costs(0.004))}, [[1, 2], [3, 4, 5]], rounds=3
+    )
+    assert rates["fast"].overall == pytest.approx(1000.0)
+    assert rates["slow"].overall == pytest.approx(250.0)
+    assert rates["slow"].per_round == pytest.approx((250.0,) * 3)
+    assert rates["slow"].median == pytest.approx(250.0)
+
+
+def test_alternating_ratios_and_relative_cost(clock: FakeClock) -> None:
+    ratios = alternating_ratios(per_item(clock.costs(0.003)), per_item(clock.costs(0.001)), [[1], [2, 3]])
+    assert ratios == pytest.approx([3.0, 3.0])
+    assert relative_cost(clock.costs(0.002), clock.costs(0.001), list(range(64)), block=8) == pytest.approx(2.0)
+
+
+def test_exhaust_reads_one_epoch_per_call() -> None:
+    epochs: list[int] = []
+
+    class Loader:
+        def __iter__(self) -> Iterator[int]:
+            epochs.append(1)
+            yield from range(3)
+
+    ratios = alternating_ratios(exhaust(Loader()), exhaust(Loader()), [None] * 3)
+    assert len(ratios) == 3 and len(epochs) == 6
+
+
+def test_steady_state_reports_named_metrics_under_a_prefix(clock: FakeClock) -> None:
+    metrics = steady_state(clock.costs(0.002), list(range(120)), prefix=m.IO)
+    assert metrics[m.prefixed(m.IO, m.SAMPLES_PER_S)] == pytest.approx(500.0)
+    assert metrics[m.prefixed(m.IO, m.COUNT)] == 120
+    assert metrics[m.prefixed(m.IO, m.P50_MS)] == pytest.approx(2.0)
+    assert np.isclose(metrics[m.prefixed(m.IO, m.HARNESS_OVERHEAD)], 0.0)
