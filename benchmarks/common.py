@@ -1,21 +1,28 @@
-"""Shared helpers of the asv suites: plates made once, parameter grids, skips, and the reference.
+"""Shared helpers of the asv suites: plates made once, parameters, skips, and the references.
 
 Benchmark bodies stay one to three lines; what they need is built here. asv imports the suites
 under every commit it measures, so cropbench is imported lazily through :func:`require`: a commit
 that predates a track or a knob turns into a skip (``NotImplementedError`` in ``setup``), not a
 failed import of the whole suite.
 
-Stability on a small, shared machine rests on three choices:
-- ``time_*`` benchmarks time a block of crops per sample (not one crop), many samples per round,
-  two interleaved rounds, so asv's Mann-Whitney test has data to work with;
-- ``track_*`` values of the default grid are normalised or deterministic: the crop path's time
-  over the time of cutting the same crops out of fields already in memory, measured block by
-  block in the same process (a neighbour's job or a clock change slows both and cancels), read
-  amplification, step time over compute-only step time;
-- raw wall-clock ``track_*`` values (p95 in ms, ms per sample, first-batch ms) varied 1.3-1.9x
-  between processes on the 2-core development machine while the normalised cost varied 1.06-1.16x,
-  so they would make ``asv continuous`` flag noise: they live in classes that skip unless
-  ``CROPBENCH_ASV_FULL=1`` (:func:`require_full_grid`).
+The default grid (the classes without ``Full`` or ``Latency`` in their name) reads the smoke
+plate in the default layout. Its Track 1 cases run with the decoded-chunk cache ``bounded``
+(1 MiB, a twelfth of the plate's 11.7 MB of decoded pixels, so nearly every sample decodes its
+chunks) and at cropbench's ``default`` budget (the plate fits: timed samples hit the cache).
+
+asv 0.6 keeps, for a ``track_*`` benchmark, only the value of the last round (``add_result``
+replaces it; there are no samples to pool), so each side of ``asv continuous`` is one call. A
+gated ``track_*`` value is therefore a statistic over many blocks inside that call: the crop
+path's time over the time of cutting the same crops from fields in memory, measured block by
+block, reference and crop path taking turns (:func:`cropbench.measure.protocol.relative_cost`),
+so a neighbour's job slows both and cancels; or a count of work (bytes and calls of the decode
+step), which does not depend on the clock at all.
+
+The full grid is its own classes (``FullFetch``, ``Latency``, ...), with fixed parameters: they
+skip unless ``CROPBENCH_ASV_FULL=1`` is set when they run (:func:`require_full_grid`), so the
+benchmark names and parameters never depend on the environment asv was started in. They hold the
+larger plate, every layout, and raw wall-clock values (p95 ms, ms per sample, first-batch ms),
+which varied 1.3-1.9x between processes on the 2-core development machine.
 """
 
 from __future__ import annotations
@@ -23,14 +30,14 @@ from __future__ import annotations
 import importlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-#: Opt-in switch for the larger grid (``CROPBENCH_ASV_FULL=1 asv run ...``).
-FULL_GRID = os.environ.get("CROPBENCH_ASV_FULL", "") == "1"
+#: Opt-in switch of the full-grid classes, read when a benchmark runs (not at import).
+FULL_GRID_SWITCH = "CROPBENCH_ASV_FULL"
 #: Crops read per ``time_*`` sample and per block of the relative-cost measurement.
 BLOCK = 32
 #: Blocks whose ratios make one ``track_relative_cost`` value (40 blocks varied twice as much).
@@ -39,20 +46,24 @@ RELATIVE_BLOCKS = 120
 TRIM = 0.1
 #: Where ``setup_cache`` writes plates (relative to asv's per-run cache directory).
 PLATE_DIR = "plates"
+#: The decoded-chunk cache of the ``bounded`` cases: 1 MiB, far below the smoke plate (11.7 MB).
+BOUNDED_CACHE_BYTES = 2**20
+#: The ``cache`` parameter: ``bounded`` (every timed sample decodes) or cropbench's ``default``.
+CACHES = ("bounded", "default")
+#: What an installed ome-arrow must offer for cropbench to write its layouts: keyword -> first release.
+OME_ARROW_WRITER_KEYWORDS = {"chunk_shape": "0.0.6", "chunk_encoding": "0.0.10", "chunk_compression": "0.0.10"}
+#: Prefix of a ``make_full_plates`` value that is a reason, not a path.
+UNAVAILABLE = "unavailable: "
 
 
-def grid(default: Sequence[Any], full: Sequence[Any]) -> list[Any]:
-    """A parameter's values: small by default, larger with ``CROPBENCH_ASV_FULL=1``."""
-    return list(full if FULL_GRID else default)
+def full_grid_enabled() -> bool:
+    return os.environ.get(FULL_GRID_SWITCH, "") == "1"
 
 
 def require_full_grid(what: str) -> None:
-    """Skip raw wall-clock values unless the full grid is asked for (see the module docstring)."""
-    if not FULL_GRID:
-        raise NotImplementedError(
-            f"{what} are raw wall-clock values that vary between processes on a shared machine; "
-            "they run with CROPBENCH_ASV_FULL=1"
-        )
+    """Skip a full-grid class unless ``CROPBENCH_ASV_FULL=1`` (see the module docstring)."""
+    if not full_grid_enabled():
+        raise NotImplementedError(f"{what}: full grid, runs with {FULL_GRID_SWITCH}=1")
 
 
 #: Symbols the suites use that older commits lack: ``module.name`` -> the commit it appeared in.
@@ -76,6 +87,8 @@ ADDED_IN: dict[str, str] = {
         "c9c71ed",
     ),
     "cropbench.measure.protocol.relative_cost": "a4c3d6b",
+    "cropbench.formats.read_plate_metadata": "c9c71ed",
+    "cropbench.formats.chunks.StageTimedChunkReader": "c9c71ed",
     "cropbench.tracks.track1.run_case": "4cec727",
     **dict.fromkeys(
         (
@@ -104,33 +117,70 @@ def require(module: str, name: str) -> Any:
         raise NotImplementedError(f"{module}.{name} is not in this commit of cropbench (added in {added})") from error
 
 
-def layouts() -> list[str]:
-    """Named layouts to benchmark: only ``default`` unless the full grid is asked for."""
-    if not FULL_GRID:
+def full_layouts() -> list[str]:
+    """Every named layout of this commit (the full grid's ``layout`` values)."""
+    try:
+        return sorted(require("cropbench.config", "LAYOUTS"))
+    except (LookupError, NotImplementedError):
         return ["default"]
-    return sorted(require("cropbench.config", "LAYOUTS"))
 
 
-def plate_preset() -> str:
-    return "full" if FULL_GRID else "smoke"
+def cache_knobs(cache: str) -> dict[str, int]:
+    """``cache`` parameter -> CropConfig knobs: the ``bounded`` budget, or none (cropbench's default)."""
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
+    return {"chunk_cache_bytes": BOUNDED_CACHE_BYTES} if cache == "bounded" else {}
 
 
-def make_plates() -> dict[str, str]:
-    """``setup_cache`` of every suite: write the plate once per layout, return layout -> path."""
+def missing_writer_feature(layout: Any) -> str | None:
+    """Why the installed format library cannot write ``layout`` (a feature its release lacks), or None."""
+    if getattr(layout, "format", "") != "ome-arrow":
+        return None
+    import inspect
+    from importlib.metadata import version
+
+    try:
+        import ome_arrow
+    except ImportError:
+        return "ome-arrow is not installed"
+    keywords = inspect.signature(ome_arrow.from_numpy).parameters
+    for keyword, since in OME_ARROW_WRITER_KEYWORDS.items():
+        if keyword not in keywords:
+            return f"ome-arrow {version('ome-arrow')}: from_numpy has no {keyword}= (added in {since})"
+    return None
+
+
+def _write_plates(preset: str, names: Sequence[str]) -> dict[str, str]:
     generate_plate = require("cropbench.plates.generate", "generate_plate")
-    spec = require("cropbench.config", "plate_preset")(plate_preset())
+    spec = require("cropbench.config", "plate_preset")(preset)
     layout_by_name = require("cropbench.config", "layout_by_name")
     plates = {}
-    for name in layouts():
-        path = Path(PLATE_DIR, f"{name}.zarr").absolute()
+    for name in names:
+        missing = missing_writer_feature(layout_by_name(name))
+        if missing is not None:
+            plates[name] = UNAVAILABLE + missing
+            continue
+        path = Path(PLATE_DIR, preset, f"{name}.zarr").absolute()
         generate_plate(path, spec, layout_by_name(name), overwrite=True, progress=False)
         plates[name] = str(path)
     return plates
 
 
+def make_plates() -> dict[str, str]:
+    """``setup_cache`` of the default grid: the smoke plate in the default layout."""
+    return _write_plates("smoke", ["default"])
+
+
+def make_full_plates() -> dict[str, str]:
+    """``setup_cache`` of the full grid: the full plate in every layout, or nothing unless asked for."""
+    return _write_plates("full", full_layouts()) if full_grid_enabled() else {}
+
+
 def plate_for(plates: dict[str, str], layout: str) -> str:
     if layout not in plates:
-        raise NotImplementedError(f"layout {layout!r} was not generated (layouts: {', '.join(plates)})")
+        raise NotImplementedError(f"layout {layout!r} was not generated (layouts: {', '.join(plates) or 'none'})")
+    if plates[layout].startswith(UNAVAILABLE):
+        raise NotImplementedError(plates[layout])
     return plates[layout]
 
 
@@ -182,6 +232,12 @@ class Suite:
     setup_cache = staticmethod(make_plates)
 
 
+class FullSuite(Suite):
+    """A full-grid suite: the full plate in every layout, written only with ``CROPBENCH_ASV_FULL=1``."""
+
+    setup_cache = staticmethod(make_full_plates)
+
+
 class CopyCeiling:
     """The same crops cut from fields already in memory, cast like the dataset casts them.
 
@@ -214,3 +270,73 @@ class CopyCeiling:
 def relative_cost(get: Callable[[int], Any], reference: Callable[[int], Any], indices: Sequence[int]) -> float:
     """:func:`cropbench.measure.protocol.relative_cost` over blocks of ``BLOCK`` crops, ``TRIM`` dropped at each end."""
     return float(require("cropbench.measure.protocol", "relative_cost")(get, reference, indices, BLOCK, TRIM))
+
+
+class SamplerStream:
+    """What a training loop does before each crop: take the sampler's next index, epoch after epoch.
+
+    Called with the index the access order expects (and ignoring it), so :func:`relative_cost` can
+    time the sampler and the crop together against a reference that reads the same crop.
+    """
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+        self.epoch = 0
+        self._indices: Iterator[int] = iter(())
+
+    def __call__(self, expected: int) -> int:
+        index = next(self._indices, None)
+        if index is None:
+            self.sampler.set_epoch(self.epoch)
+            self.epoch += 1
+            self._indices = iter(self.sampler)
+            index = next(self._indices)
+        return index
+
+
+def sampled(get: Callable[[int], Any], dataset: Any, access: str) -> Callable[[int], Any]:
+    """``get`` of the index the access pattern's sampler yields next (the same order as :func:`access_order`)."""
+    stream = SamplerStream(require("cropbench.data.sampling", "sampler_for")(dataset, access, 0))
+    return lambda expected: get(stream(expected))
+
+
+def stage_timed_dataset(plate: str, crop: Any) -> Any:
+    """A ``direct`` dataset whose reader clocks fetch, decode and assembly and counts the decode step's work."""
+    metadata = require("cropbench.formats", "read_plate_metadata")(plate)
+    reader = require("cropbench.formats.chunks", "StageTimedChunkReader")(metadata, crop.chunk_cache_bytes)
+    if not hasattr(reader, "decode_calls"):
+        raise NotImplementedError("this commit's stage-timed reader does not count decode calls (added in b4465d5)")
+    return require("cropbench.data.dataset", "CropDataset")(plate, crop, reader=reader)
+
+
+def stage_costs(
+    dataset: Any, get: Callable[[int], Any], reference: Callable[[int], Any], indices: Sequence[int]
+) -> dict[str, float]:
+    """Each stage's part of :func:`relative_cost`: the relative cost times the stage's share of the crop path's time.
+
+    The reader's stage clocks run inside the same calls that :func:`relative_cost` times, so a
+    stage's share and the cost come from one measurement; ``assemble`` is the reader's time outside
+    fetch and decode (planning, cache lookups, copying pieces into the crop).
+    """
+    stage_ns = dataset.reader.stage_ns
+    stage_ns.update(fetch=0, decode=0, region=0)
+    total_ns = [0]
+
+    def clocked(index: int) -> Any:
+        started = time.perf_counter_ns()
+        item = get(index)
+        total_ns[0] += time.perf_counter_ns() - started
+        return item
+
+    cost = relative_cost(clocked, reference, indices) / max(total_ns[0], 1)
+    assemble = stage_ns["region"] - stage_ns["fetch"] - stage_ns["decode"]
+    return {"fetch": cost * stage_ns["fetch"], "decode": cost * stage_ns["decode"], "assemble": cost * assemble}
+
+
+def decode_work(plate: str, crop: Any, access: str, indices: Sequence[int]) -> Any:
+    """The stage-timed reader after one epoch through the access pattern's sampler, from a fresh dataset."""
+    dataset = stage_timed_dataset(plate, crop)
+    get = sampled(getter(dataset, access), dataset, access)
+    for index in indices[: len(dataset)]:
+        get(index)
+    return dataset.reader

@@ -1,57 +1,44 @@
 """Track 2 in asv: DataLoader epochs and what the training loop waits for.
 
-``Loader`` wraps :func:`cropbench.data.loader.build_loader`: ``track_relative_epoch`` is the time of an
-epoch read from the plate over the time of the same loader serving crops already in memory
-(:class:`cropbench.tracks.track2.MemoryCrops`, the ceiling), epochs alternating in one process.
-``LoaderLatency`` holds the raw wall-clock numbers — ``time_epoch`` and what
-:func:`cropbench.tracks.track2.run_case` (the harness ``cropbench run`` uses) reports: first-batch
-latency, steady throughput, batch-wait p95 — and runs with ``CROPBENCH_ASV_FULL=1`` only (see
-benchmarks/common.py for why). asv's ``peakmem_*`` sees only
-the main process, so worker memory is left to ``cropbench run`` (it records every worker's RSS).
+``Loader.track_relative_epoch`` is the time of an epoch read from the plate over the time of the
+same loader serving crops already in memory (:class:`cropbench.tracks.track2.MemoryCrops`), the
+two taking turns epoch by epoch inside one call (:func:`cropbench.measure.protocol.relative_cost`
+with one epoch per block, the extreme pairs trimmed). It is not part of the recommended gate:
+worker start-up dominates a 512-sample epoch and the ratio still moves between processes (see
+README). ``FullLoader`` and ``LoaderLatency`` are the full grid (``CROPBENCH_ASV_FULL=1``), the
+latter with the raw wall-clock numbers of :func:`cropbench.tracks.track2.run_case`. asv's
+``peakmem_*`` sees only the main process, so worker memory is left to ``cropbench run``.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-import numpy as np
-
-from .common import Suite, crop_config, grid, layouts, one_thread, plate_for, require, require_full_grid
+from .common import FullSuite, Suite, crop_config, full_layouts, one_thread, plate_for, require, require_full_grid
 
 #: Samples per epoch: a few dozen batches, so an epoch is short but not one batch.
 EPOCH_SAMPLES = 512
-#: Plate/memory epoch pairs behind one ``track_relative_epoch`` value (their median).
-EPOCH_PAIRS = 3
+#: Plate/memory epoch pairs behind one ``track_relative_epoch`` value.
+EPOCH_PAIRS = 5
+#: Pairs dropped at each end (by ratio) before averaging: 1 of 5.
+EPOCH_TRIM = 0.2
 
 
-def epoch_seconds(loader: Any) -> float:
-    """Wall-clock seconds of one epoch, worker start-up and shutdown included."""
-    start = time.perf_counter()
+def drain(loader: Any) -> None:
+    """One epoch, worker start-up and shutdown included."""
     for _ in loader:
         pass
-    return time.perf_counter() - start
 
 
-class _Loading(Suite):
+class _Loading:
     """One crop configuration served by one DataLoader configuration (random access; no benchmarks)."""
 
-    params = (
-        grid([0, 2], [0, 1, 2, 4]),
-        grid([64], [16, 64, 256]),
-        grid(["direct"], ["direct", "zarr", "field"]),
-        grid(["none"], ["none", "typical"]),
-        layouts(),
-    )
-    param_names = ("num_workers", "batch_size", "decode", "tier", "layout")
     #: An epoch forks workers; fewer, longer samples than Track 1's.
     repeat = (5, 10, 4.0)
 
-    def setup(
-        self, plates: dict[str, str], num_workers: int, batch_size: int, decode: str, tier: str, layout: str
-    ) -> None:
+    def prepare(self, plate: str, num_workers: int, batch_size: int, decode: str, tier: str) -> None:
         one_thread()
-        self.plate = plate_for(plates, layout)
+        self.plate = plate
         loader_spec = require("cropbench.data.loader", "LoaderSpec")(num_workers=num_workers, batch_size=batch_size)
         crop = crop_config(crop_size=96, decode=decode, tier=tier)
         self.case = require("cropbench.tracks.track2", "Track2Case")(
@@ -60,53 +47,79 @@ class _Loading(Suite):
             samples=EPOCH_SAMPLES,
             epochs=2,
         )
-        dataset = require("cropbench.data.dataset", "CropDataset")(self.plate, crop)
+        dataset = require("cropbench.data.dataset", "CropDataset")(plate, crop)
         sampler = require("cropbench.data.sampling", "sampler_for")(dataset, "random", 0)
         orders = require("cropbench.data.loader", "schedule")(sampler, EPOCH_SAMPLES, 1)
         self.dataset, self.loader_spec, self.orders = dataset, loader_spec, orders
-        self.loader = self._build(dataset)
+        self.loader = self.build(dataset)
 
-    def _build(self, dataset: Any) -> Any:
+    def build(self, dataset: Any) -> Any:
         scheduled = require("cropbench.data.loader", "ScheduledSampler")(self.orders)
         return require("cropbench.data.loader", "build_loader")(dataset, self.loader_spec, scheduled, 0)
 
+    def relative_epoch(self) -> float:
+        """Plate epochs over memory epochs, taking turns pair by pair; trimmed mean of the pairs' ratios."""
+        memory_loader = self.build(require("cropbench.tracks.track2", "MemoryCrops")(self.dataset))
+        return float(
+            require("cropbench.measure.protocol", "relative_cost")(
+                lambda _: drain(self.loader), lambda _: drain(memory_loader), range(EPOCH_PAIRS), 1, EPOCH_TRIM
+            )
+        )
 
-class Loader(_Loading):
+
+class _DefaultLoading(_Loading, Suite):
+    """The default grid: 0 and 2 workers, batches of 64, the smoke plate."""
+
+    params = ([0, 2], [64], ["direct"], ["none"])
+    param_names = ("num_workers", "batch_size", "decode", "tier")
+    version = "2"
+
+    def setup(self, plates: dict[str, str], num_workers: int, batch_size: int, decode: str, tier: str) -> None:
+        self.prepare(plate_for(plates, "default"), num_workers, batch_size, decode, tier)
+
+
+class Loader(_DefaultLoading):
     """Whole epochs through the DataLoader, from the plate and from memory."""
 
     def track_relative_epoch(self, *params: Any) -> float:
-        memory_loader = self._build(require("cropbench.tracks.track2", "MemoryCrops")(self.dataset))
-        ratios = []
-        for pair in range(EPOCH_PAIRS):
-            if pair % 2:
-                memory_seconds = epoch_seconds(memory_loader)
-                plate_seconds = epoch_seconds(self.loader)
-            else:
-                plate_seconds = epoch_seconds(self.loader)
-                memory_seconds = epoch_seconds(memory_loader)
-            ratios.append(plate_seconds / memory_seconds)
-        return float(np.median(ratios))
+        return self.relative_epoch()
 
     track_relative_epoch.unit = "x in-memory epoch"  # type: ignore[attr-defined]
 
     def peakmem_epoch(self, *params: Any) -> None:
-        for _ in self.loader:
-            pass
+        drain(self.loader)
 
 
-class LoaderLatency(_Loading):
+class _FullLoading(_Loading, FullSuite):
+    """The full grid: more workers, batch sizes, decode paths and tiers, every layout of the full plate."""
+
+    params = ([0, 1, 2, 4], [16, 64, 256], ["direct", "zarr", "field"], ["none", "typical"], full_layouts())
+    param_names = ("num_workers", "batch_size", "decode", "tier", "layout")
+
+    def setup(
+        self, plates: dict[str, str], num_workers: int, batch_size: int, decode: str, tier: str, layout: str
+    ) -> None:
+        require_full_grid(type(self).__name__)
+        self.prepare(plate_for(plates, layout), num_workers, batch_size, decode, tier)
+
+
+class FullLoader(_FullLoading):
+    """``Loader.track_relative_epoch`` over the full grid."""
+
+    def track_relative_epoch(self, *params: Any) -> float:
+        return self.relative_epoch()
+
+    track_relative_epoch.unit = "x in-memory epoch"  # type: ignore[attr-defined]
+
+
+class LoaderLatency(_FullLoading):
     """Raw milliseconds from ``run_case`` (full grid only)."""
-
-    def setup(self, *args: Any) -> None:
-        require_full_grid("Track 2 first-batch latency, throughput and batch-wait p95 in ms")
-        super().setup(*args)
 
     def _run_case(self) -> dict[str, Any]:
         return require("cropbench.tracks.track2", "run_case")(self.plate, self.case)
 
     def time_epoch(self, *params: Any) -> None:
-        for _ in self.loader:
-            pass
+        drain(self.loader)
 
     def track_first_batch_ms(self, *params: Any) -> float:
         return float(self._run_case()["first_batch_ms"])

@@ -19,9 +19,16 @@ sys.path.insert(0, str(REPO))
 from benchmarks import common, track1, track2, track3  # noqa: E402
 from cropbench.measure import protocol  # noqa: E402
 
-SUITES = [track1.Fetch, track2.Loader, track3.Loop]
-#: Raw wall-clock suites: skipped unless CROPBENCH_ASV_FULL=1.
-RAW_SUITES = [track1.Latency, track2.LoaderLatency, track3.LoopLatency]
+SUITES = [track1.Fetch, track1.Decoding, track1.Stages, track2.Loader, track3.Loop]
+#: The full grid's suites: skipped unless CROPBENCH_ASV_FULL=1.
+FULL_SUITES = [
+    track1.FullFetch,
+    track1.Latency,
+    track2.FullLoader,
+    track2.LoaderLatency,
+    track3.FullLoop,
+    track3.LoopLatency,
+]
 
 
 def _config() -> dict[str, Any]:
@@ -41,17 +48,36 @@ def test_config_installs_each_commit_without_dependencies() -> None:
     assert "sys.path" not in init, "benchmarks/__init__.py must not put src/ on sys.path"
 
 
-def test_grid_is_small_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parameters_do_not_depend_on_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    def parameters() -> dict[str, Any]:
+        modules = [importlib.reload(module) for module in (common, track1, track2, track3)][1:]
+        return {
+            f"{module.__name__}.{name}": suite.params
+            for module in modules
+            for name, suite in vars(module).items()
+            if isinstance(suite, type) and hasattr(suite, "params")
+        }
+
     try:
-        monkeypatch.setenv("CROPBENCH_ASV_FULL", "1")
-        full = importlib.reload(common)
-        assert full.grid([1], [1, 2]) == [1, 2]
-        assert full.layouts() == sorted(full.require("cropbench.config", "LAYOUTS"))
-        monkeypatch.delenv("CROPBENCH_ASV_FULL")
-        small = importlib.reload(common)
-        assert small.grid([1], [1, 2]) == [1] and small.layouts() == ["default"]
+        monkeypatch.delenv(common.FULL_GRID_SWITCH, raising=False)
+        default = parameters()
+        monkeypatch.setenv(common.FULL_GRID_SWITCH, "1")
+        assert parameters() == default
     finally:
-        importlib.reload(common)
+        monkeypatch.delenv(common.FULL_GRID_SWITCH, raising=False)
+        for module in (common, track1, track2, track3):
+            importlib.reload(module)
+
+
+def test_cache_parameter_bounds_the_chunk_cache_far_below_the_smoke_plate() -> None:
+    assert common.cache_knobs("default") == {}
+    assert common.cache_knobs("bounded") == {"chunk_cache_bytes": common.BOUNDED_CACHE_BYTES}
+    smoke = common.require("cropbench.config", "plate_preset")("smoke")
+    fields = smoke.rows * smoke.columns * smoke.fields_per_well
+    decoded_bytes = fields * smoke.channels * smoke.field_height * smoke.field_width * 2
+    assert decoded_bytes > common.BOUNDED_CACHE_BYTES * 8
+    with pytest.raises(ValueError, match="bounded"):
+        common.cache_knobs("tiny")
 
 
 def test_require_skips_only_symbols_listed_as_added_later(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,24 +146,31 @@ def _benchmark_methods(suite: type) -> list[str]:
     return sorted(name for name in vars(suite) if name.split("_", 1)[0] in ("time", "track", "peakmem"))
 
 
-@pytest.mark.parametrize("suite", RAW_SUITES, ids=lambda s: s.__name__)
-def test_raw_wall_clock_suites_skip_unless_the_full_grid_is_asked(suite: Any, tiny_plate: Path) -> None:
+@pytest.mark.parametrize("suite", FULL_SUITES, ids=lambda s: s.__name__)
+def test_full_grid_suites_skip_unless_the_full_grid_is_asked(suite: Any, tiny_plate: Path) -> None:
     first = [values[0] for values in suite.params]
+    assert suite.setup_cache is not common.Suite.setup_cache
     with pytest.raises(NotImplementedError, match="CROPBENCH_ASV_FULL=1"):
-        suite().setup({"default": str(tiny_plate)}, *first)
+        suite().setup({layout: str(tiny_plate) for layout in common.full_layouts()}, *first)
 
 
-@pytest.mark.parametrize("suite", SUITES + RAW_SUITES, ids=lambda s: s.__name__)
+def test_full_plates_are_written_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(common.FULL_GRID_SWITCH, raising=False)
+    assert common.make_full_plates() == {}
+
+
+@pytest.mark.parametrize("suite", SUITES + FULL_SUITES, ids=lambda s: s.__name__)
 def test_every_benchmark_runs_on_the_first_parameters(
     suite: Any,
     tiny_plate: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(common, "FULL_GRID", True)
+    monkeypatch.setenv(common.FULL_GRID_SWITCH, "1")
     assert len(suite.params) == len(suite.param_names)
     first = [values[0] for values in suite.params]
     instance = suite()
-    instance.setup({"default": str(tiny_plate)}, *first)  # on this checkout every symbol must be there
+    plates = {layout: str(tiny_plate) for layout in common.full_layouts()}
+    instance.setup(plates, *first)  # on this checkout every symbol must be there
     for name in _benchmark_methods(suite):
         value = getattr(instance, name)(*first)
         if name.startswith("track_"):
@@ -145,15 +178,61 @@ def test_every_benchmark_runs_on_the_first_parameters(
             assert getattr(suite, name).unit, f"{name} has no unit"
 
 
-def test_cuda_cases_are_skipped_without_a_gpu(tiny_plate: Path) -> None:
+def test_cuda_cases_are_skipped_without_a_gpu(tiny_plate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
+    monkeypatch.setenv(common.FULL_GRID_SWITCH, "1")
     with pytest.raises(NotImplementedError, match="CUDA"):
-        track3.Loop().setup({"default": str(tiny_plate)}, "smallcnn", 0, "cuda", "default")
+        track3.FullLoop().setup({"default": str(tiny_plate)}, "smallcnn", 0, "cuda", "default")
+
+
+@pytest.mark.parametrize("suite", [track1.Decoding, track1.Stages], ids=lambda s: s.__name__)
+def test_uninstrumented_zarr_path_skips_rather_than_reporting_zero(suite: Any, tiny_plate: Path) -> None:
+    with pytest.raises(NotImplementedError, match="only 'direct'"):
+        suite().setup({"default": str(tiny_plate)}, "random", "zarr", "bounded")
+
+
+def test_sampler_stream_yields_the_access_order_across_epochs(tiny_plate: Path) -> None:
+    dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    for access in ("random", "grouped-field"):
+        order = common.access_order(dataset, access, 2 * len(dataset) + 5)
+        seen: list[int] = []
+        get = common.sampled(seen.append, dataset, access)
+        for expected in order:
+            get(expected)
+        assert seen == order
+
+
+def test_decode_work_counts_a_chunk_decoded_twice(tiny_plate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stats count each chunk once however often it is decoded; the decode step's counters count the work."""
+    crop = common.crop_config(crop_size=64, chunk_cache_bytes=0)
+    dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, crop)
+    indices = common.access_order(dataset, "random", len(dataset))
+    once = common.decode_work(str(tiny_plate), crop, "random", indices)
+    chunks = common.require("cropbench.formats.chunks", "DirectChunkReader")
+    load_units = chunks._load_units
+
+    def twice(self: Any, units: Any) -> Any:
+        load_units(self, units)
+        return load_units(self, units)
+
+    monkeypatch.setattr(chunks, "_load_units", twice)
+    doubled = common.decode_work(str(tiny_plate), crop, "random", indices)
+    assert once.decode_calls > 0 and doubled.stats.bytes_decoded == once.stats.bytes_decoded
+    assert (doubled.decode_calls, doubled.decoded_bytes) == (2 * once.decode_calls, 2 * once.decoded_bytes)
+
+
+def test_stage_costs_are_parts_of_the_relative_cost(tiny_plate: Path) -> None:
+    crop = common.crop_config(crop_size=64, chunk_cache_bytes=0)
+    dataset = common.stage_timed_dataset(str(tiny_plate), crop)
+    indices = common.access_order(dataset, "random", common.BLOCK * 10)
+    costs = common.stage_costs(dataset, dataset.__getitem__, common.CopyCeiling(dataset), indices)
+    assert sorted(costs) == ["assemble", "decode", "fetch"]
+    assert all(cost > 0.0 for cost in costs.values()), costs
 
 
 def test_asv_check_finds_no_problems() -> None:
-    environment = {k: v for k, v in os.environ.items() if k != "CROPBENCH_ASV_FULL"}
+    environment = {k: v for k, v in os.environ.items() if k != common.FULL_GRID_SWITCH}
     result = subprocess.run(
         [sys.executable, "-m", "asv", "check", "--python=same"],
         cwd=REPO,
