@@ -4,13 +4,18 @@ thread count."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
+import google_crc32c
 import numpy as np
 import pytest
+import zarr
 
 from cropbench.errors import ConfigError
 from cropbench.formats import DirectChunkReader, Regions, open_plate, read_plate_metadata
+from cropbench.formats.base import warn_missing_chunks
 
 
 def _regions(count: int, seed: int, size: int = 40) -> Regions:
@@ -83,3 +88,37 @@ def test_bad_batches_and_thread_counts_are_refused(tiny_plate: Path) -> None:
         )
     with pytest.raises(ConfigError, match="decode_threads"):
         DirectChunkReader(read_plate_metadata(tiny_plate), decode_threads=0)
+
+
+def _drop_first_chunk(array_dir: Path) -> None:
+    """Delete the array's first chunk file or, when sharded, empty its first shard-index entry."""
+    codecs = json.loads((array_dir / "zarr.json").read_text())["codecs"]
+    first = sorted(path for path in (array_dir / "c").rglob("*") if path.is_file())[0]
+    if codecs[0]["name"] != "sharding_indexed":
+        first.unlink()
+        return
+    data = bytearray(first.read_bytes())
+    shard = json.loads((array_dir / "zarr.json").read_text())["chunk_grid"]["configuration"]["chunk_shape"]
+    inner = codecs[0]["configuration"]["chunk_shape"]
+    entries = int(np.prod([s // i for s, i in zip(shard, inner, strict=True)]))
+    start = len(data) - entries * 16 - 4  # the index (offset, size per entry) and its crc32c, at the end
+    data[start : start + 16] = b"\xff" * 16
+    data[-4:] = google_crc32c.value(bytes(data[start:-4])).to_bytes(4, "little")
+    first.write_bytes(bytes(data))
+
+
+def test_a_missing_chunk_is_counted_and_read_as_the_fill_value(layout_plate: Path, tmp_path: Path) -> None:
+    plate = tmp_path / layout_plate.name
+    shutil.copytree(layout_plate, plate)
+    array_dir = plate / read_plate_metadata(plate).fields[1].path
+    _drop_first_chunk(array_dir)
+    expected = zarr.open_array(str(array_dir), mode="r")[...]
+    assert (expected[0, :16, :16] == 0).all(), "zarr reads a missing chunk as the fill value"
+    for decode in ("direct", "field"):
+        reader = open_plate(plate, decode)
+        np.testing.assert_array_equal(reader.read_field(0), open_plate(layout_plate, decode).read_field(0))
+        assert reader.stats.missing_chunks == 0
+        np.testing.assert_array_equal(reader.read_field(1), expected)
+        assert reader.stats.missing_chunks == 1, decode
+        with pytest.warns(RuntimeWarning, match=f"1 chunk reads of {plate} found no chunk"):
+            assert warn_missing_chunks(reader) == 1

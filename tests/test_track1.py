@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from cropbench.config import CropConfig, Track1Case, plate_preset
 from cropbench.errors import ConfigError
+from cropbench.formats import read_plate_metadata
+from cropbench.metrics import MISSING_CHUNKS
 from cropbench.records import Record
 from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, VALIDITY_FLAGS, Track1, preset_cases, run_case
@@ -122,3 +125,18 @@ def test_batch_access_mode_counts_items_and_hashes_the_same_items(tiny_plate: Pa
     assert metrics["fidelity_sha256"] == run_case(tiny_plate, single)["fidelity_sha256"]
     with pytest.raises(ConfigError, match="batch_size"):
         Track1Case(access="paired", batch_size=4)
+
+
+def test_deleted_chunks_are_counted_in_the_row_with_one_warning(tiny_plate: Path, tmp_path: Path) -> None:
+    plate = tmp_path / "damaged.zarr"
+    shutil.copytree(tiny_plate, plate)
+    for chunk in (plate / read_plate_metadata(plate).fields[0].path / "c").rglob("*"):
+        if chunk.is_file():
+            chunk.unlink()
+    case = Track1Case(crop=CropConfig(crop_size=32), samples=60, warmup=5, cold_samples=0)
+    with pytest.warns(RuntimeWarning, match=f"chunk reads of {plate} found no chunk") as caught:
+        damaged = run_case(plate, case)
+    assert damaged[MISSING_CHUNKS] > 0 and len(caught) == 1
+    assert run_case(tiny_plate, case)[MISSING_CHUNKS] == 0
+    zarr_case = Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=30, warmup=5, cold_samples=0)
+    assert run_case(plate, zarr_case)[MISSING_CHUNKS] is None, "zarr-python fills missing chunks uncounted"

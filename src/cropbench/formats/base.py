@@ -8,6 +8,7 @@ process: ``__getstate__`` drops every handle and cache.
 from __future__ import annotations
 
 import shutil
+import warnings
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
@@ -385,6 +386,21 @@ class PlateWriter(ABC):
     def _check_pixels(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
         if pixels.shape != self.field_shape:
             raise StoreError(f"field {row}{column}/{site} has shape {pixels.shape}, expected {self.field_shape}")
+
+
+def warn_missing_chunks(reader: PlateReader) -> int:
+    """The reader's count of missing chunks touched, with a warning when there are any: a deleted
+    chunk or shard reads as the fill value (zarr's rule), so a damaged plate would otherwise measure
+    and hash like a sound one."""
+    missing = reader.stats.missing_chunks
+    if missing:
+        warnings.warn(
+            f"{missing} chunk reads of {reader.metadata.path} found no chunk and gave the fill value "
+            "(a chunk or shard deleted, or never written because it held only the fill value)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return missing
 
 
 def chunk_spans(start: int, stop: int, step: int) -> list[tuple[int, int, int]]:

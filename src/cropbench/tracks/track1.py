@@ -28,7 +28,7 @@ from cropbench.config import CropConfig, Track1Case
 from cropbench.data.dataset import CropDataset, PairedViews
 from cropbench.data.sampling import access_order
 from cropbench.formats import read_plate_metadata
-from cropbench.formats.base import PlateReader, ReadStats
+from cropbench.formats.base import PlateReader, ReadStats, warn_missing_chunks
 from cropbench.formats.chunks import StageTimedChunkReader
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.protocol import (
@@ -182,6 +182,8 @@ def run_case(
         metrics[m.STEADY_EVICTIONS_VERIFIED] = sum(evictions)
     if _instrumented(dataset.reader.stats):
         metrics.update(dataset.reader.stats.per_region())
+    # Counted where the reader counts (None on zarr-python's path, which fills missing chunks silently).
+    metrics[m.MISSING_CHUNKS] = warn_missing_chunks(dataset.reader) if _instrumented(dataset.reader.stats) else None
     overhead_ns = clock_overhead_ns()  # None when it does not resolve: never a clamped 0
     metrics[m.CLOCK_OVERHEAD_FRACTION] = (
         None if overhead_ns is None else overhead_ns / max(metrics[m.MEAN_MS] * 1e6, 1.0)
