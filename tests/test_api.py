@@ -13,6 +13,7 @@ import pytest
 from conftest import TINY_SPEC
 
 import cropbench
+from cropbench import api
 from cropbench.cli import main
 from cropbench.config import LAYOUTS
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
@@ -115,3 +116,22 @@ def test_objects_reach_tracks_2_and_3_on_a_plate_without_a_bundled_table(tiny_pl
     assert {r.metrics["objects"] for r in records if "objects" in r.metrics} == {len(read_object_table(table))}
     without = ["run", "--plate", str(plate), "--track", "2", "--out", str(tmp_path / "without"), "--no-progress"]
     assert main(without) == 2, "the plate has no table of its own"
+
+
+def test_smoke_generates_its_plate_once_then_runs_every_track(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    generated: list[Path] = []
+    runs: list[tuple[Any, ...]] = []
+
+    def fake_generate(path: Path, *args: Any, **kwargs: Any) -> str:
+        path.mkdir(parents=True, exist_ok=True)
+        generated.append(path)
+        return "plate"
+
+    monkeypatch.setattr(api, "generate_plate", fake_generate)
+    monkeypatch.setattr(api, "run", lambda *args, **kwargs: runs.append(args) or [])
+    first = api.smoke(tmp_path)
+    again = api.smoke(tmp_path)
+    forced = api.smoke(tmp_path, force=True)
+    assert first.generated == "plate" and again.generated is None and forced.generated == "plate"
+    assert generated == [tmp_path / api.SMOKE_PLATE] * 2
+    assert runs == [(tmp_path / api.SMOKE_PLATE, api.SMOKE_TRACKS, "smoke", tmp_path)] * 3

@@ -2,20 +2,25 @@
 
 It checks the request, rewrites the plate into a named layout when asked, pins threads, runs the
 tracks through the one runner, appends each record durably to ``OUT/results.jsonl`` as it finishes
-(with ``out_dir``), and returns this run's records.
+(with ``out_dir``), and returns this run's records. :func:`compare_layouts` and :func:`smoke` are
+the two fixed runs the command line offers besides it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from cropbench.config import LayoutSpec, plate_preset
 from cropbench.errors import ConfigError
 from cropbench.measure import environment
 from cropbench.measure.protocol import configure_threads
 from cropbench.plates.convert import materialize_layout
+from cropbench.plates.generate import GeneratedPlate, generate_plate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, RecordWriter, read_records, write_csv
 from cropbench.tracks import TRACKS, RunContext, Track, run_tracks
+from cropbench.tracks.layouts import LayoutComparison, Layouts
 
 #: Called with a status message, and with the record when one has just been measured.
 Progress = Callable[[str, Record | None], None]
@@ -86,4 +91,52 @@ def run(
     return measured
 
 
-__all__ = ["Progress", "run"]
+def compare_layouts(
+    plate: str | Path,
+    comparison: LayoutComparison,
+    out_dir: str | Path,
+    *,
+    work_dir: str | Path | None = None,
+    keep: bool = False,
+    objects: str | Path | None = None,
+    progress: Progress | None = None,
+) -> list[Record]:
+    """Rewrite ``plate`` in each layout of ``comparison`` (under ``work_dir``, default ``OUT/plates``;
+    removed after measuring unless ``keep``) and measure each: one record per layout (track ``layouts``)."""
+    track = Layouts(comparison, Path(work_dir) if work_dir else Path(out_dir) / "plates", keep=keep)
+    return run(plate, [track], out_dir=out_dir, objects=objects, progress=progress)
+
+
+#: The smoke run's plate, inside its output directory, and the tracks it runs.
+SMOKE_PLATE = "smoke-plate.zarr"
+SMOKE_TRACKS = ("1", "2", "3")
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """What :func:`smoke` did: the plate (``generated`` is None when the output directory had one) and the records."""
+
+    plate: Path
+    generated: GeneratedPlate | None
+    records: list[Record]
+
+
+def smoke(
+    out_dir: str | Path,
+    *,
+    force: bool = False,
+    generation_progress: bool = False,
+    progress: Progress | None = None,
+) -> SmokeRun:
+    """The main job: the smoke plate (generated unless ``out_dir`` has one, or with ``force``), then every
+    track's smoke preset on it, recorded in ``out_dir``."""
+    plate = Path(out_dir) / SMOKE_PLATE
+    generated = None
+    if force or not plate.exists():
+        generated = generate_plate(
+            plate, plate_preset("smoke"), LayoutSpec(), overwrite=True, progress=generation_progress
+        )
+    return SmokeRun(plate, generated, run(plate, SMOKE_TRACKS, "smoke", out_dir, progress=progress))
+
+
+__all__ = ["Progress", "SmokeRun", "compare_layouts", "run", "smoke"]

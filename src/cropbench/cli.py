@@ -162,7 +162,7 @@ class _ProgressBar:
 def cmd_compare_layouts(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.report.summary import summary_table
-    from cropbench.tracks.layouts import LayoutComparison, Layouts, default_layouts
+    from cropbench.tracks.layouts import LayoutComparison, default_layouts
 
     out_dir = Path(args.out)
     comparison = LayoutComparison(
@@ -174,10 +174,11 @@ def cmd_compare_layouts(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         seed=args.seed,
     )
-    track = Layouts(comparison, Path(args.work) if args.work else out_dir / "plates", keep=args.keep)
     bar = _ProgressBar(not args.no_progress, "layouts", len(comparison.ordered()))
     try:
-        records = api.run(args.plate, [track], out_dir=out_dir, objects=args.objects, progress=bar)
+        records = api.compare_layouts(
+            args.plate, comparison, out_dir, work_dir=args.work, keep=args.keep, objects=args.objects, progress=bar
+        )
     finally:
         bar.close()
     print(summary_table(records))
@@ -269,23 +270,20 @@ def cmd_env(args: argparse.Namespace) -> int:
 def cmd_smoke(args: argparse.Namespace) -> int:
     """The main job: a small synthetic plate, every track's smoke preset, summary, CSV and plots."""
     from cropbench import api
-    from cropbench.config import LayoutSpec
-    from cropbench.plates.generate import generate_plate
     from cropbench.report.summary import summary_table
 
     out_dir = Path(args.out)
-    plate = out_dir / "smoke-plate.zarr"
-    if args.force or not plate.exists():
-        generated = generate_plate(
-            plate, plate_preset("smoke"), LayoutSpec(), overwrite=True, progress=not args.no_progress
-        )
-        print(f"generated {plate} ({generated.objects} objects, compression ratio {generated.compression_ratio:.2f})")
     bar = _ProgressBar(not args.no_progress, "cases")
     try:
-        records = api.run(plate, ["1", "2", "3"], "smoke", out_dir, progress=bar)
+        done = api.smoke(out_dir, force=args.force, generation_progress=not args.no_progress, progress=bar)
     finally:
         bar.close()
-    print(summary_table(records))
+    if done.generated is not None:
+        generated = done.generated
+        print(
+            f"generated {done.plate} ({generated.objects} objects, compression ratio {generated.compression_ratio:.2f})"
+        )
+    print(summary_table(done.records))
     _plot(out_dir / RESULTS_NAME, out_dir / "plots")
     print(f"\nrows in {out_dir / RESULTS_NAME} and {out_dir / CSV_NAME}")
     return 0
