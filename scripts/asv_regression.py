@@ -1,19 +1,26 @@
-"""Does ``asv continuous`` catch a slowdown in the crop path, and stay quiet when nothing changed?
+"""Does ``asv continuous`` catch regressions in the crop path, and stay quiet when nothing changed?
 
 In a temporary clone of this repository (with the working tree's benchmarks/ and asv.conf.json
-committed on top), this makes three commits: a base, an identical-code commit (a README line),
-and a commit that makes every ``CropDataset.__getitem__`` take ``--slowdown`` times as long (a
-busy wait appended to src/cropbench/data/dataset.py, no environment variable involved). Then:
+committed on top), this makes a base commit, an identical-code commit (a README line), and one
+commit per injected regression, each a small edit of cropbench's source (see ``INJECTIONS``):
 
-- ``continuous``: ``asv continuous base identical`` and ``asv continuous base slow``, in a real
-  asv virtualenv environment that is reused from ``--env-dir`` (built there on first use, ~2 min);
-- ``same``: ``asv run --python=same --set-commit-hash`` for each commit, importing that commit's
-  ``src`` via ``ASV_PYTHONPATH``, then ``asv compare``; seconds, no environment to build.
+- ``double-decode``: the direct reader decodes every chunk it loads twice, the first result discarded;
+- ``cache``: the default decoded-chunk cache is 16 times smaller (32 MiB -> 2 MiB);
+- ``extra-copy``: assembling a crop copies each whole decoded chunk before cutting its piece out;
+- ``sampler``: the samplers spend 50 microseconds on every index they yield;
+- ``slow-getitem``: every ``CropDataset.__getitem__`` takes ``--slowdown`` times as long (a busy wait).
 
-``--pairs N`` repeats each comparison N times and prints the false-positive rate (identical code
-flagged) and the detection rate (slowdown flagged). The test suite calls the same functions.
+Then either ``asv continuous`` (``continuous``, in a real asv virtualenv environment reused from
+``--env-dir``, built there on first use, ~2 min) or ``asv run --python=same`` per commit and
+``asv compare`` (``same``: seconds, no environment to build), with the gate README recommends
+(``GATE_FACTOR``, ``GATE_BENCH``, ``GATE_ATTRIBUTES``, exit code 1 = flagged) unless told otherwise.
 
-    flock /tmp/cropbench-cpu.lock .venv/bin/python scripts/asv_regression.py --mode continuous --pairs 5
+``--campaign`` runs ``--identical`` identical-code comparisons and ``--per-kind`` comparisons of
+each kind in ``--kinds``, in a seeded random order, records the load average around each, measures
+each regression's real slowdown in crops/s (base and injected commit in alternating processes),
+and writes the table of false-positive and detection rates to ``--out``:
+
+    flock /tmp/cropbench-cpu.lock .venv/bin/python scripts/asv_regression.py --campaign --out results/gate
 """
 
 from __future__ import annotations
@@ -21,18 +28,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 #: The repository's own asv environments (asv.conf.json "env_dir"): reused, not rebuilt.
 DEFAULT_ENV_DIR = Path(os.environ.get("CROPBENCH_ASV_ENV_DIR", REPO / ".asv" / "env"))
 MACHINE = "cropbench-regression"
+#: The gate README recommends: the factor, the benchmarks (random access on the direct reader:
+#: relative cost at both cache sizes, the decode step's work, the stage split) and one round
+#: (asv keeps only the last round's value of a ``track_*`` benchmark, so more rounds add nothing).
+GATE_FACTOR = 1.2
+GATE_BENCH = r"^track1\.(Fetch\.track_relative_cost|Decoding\.track_\w+|Stages\.track_\w+)\('random', 'direct'"
+GATE_ATTRIBUTES = ("rounds=1",)
 SLOWDOWN_PATCH = """
 
 # --- injected by scripts/asv_regression.py: every crop takes {factor} times as long ---
@@ -55,13 +72,63 @@ CropDataset.__getitem__ = _regression_slow_getitem  # type: ignore[method-assign
 
 
 @dataclass(frozen=True)
+class Injection:
+    """A regression as an edit of one source file: ``anchor`` (which must be there once) -> ``replacement``."""
+
+    path: str
+    anchor: str
+    replacement: str
+    description: str
+
+
+INJECTIONS = {
+    "double-decode": Injection(
+        "src/cropbench/formats/chunks.py",
+        "                results.append((key, self._decode(field_index, layout, key, encoded), True))",
+        "                self._decode(field_index, layout, key, encoded)\n"
+        "                results.append((key, self._decode(field_index, layout, key, encoded), True))",
+        "the direct reader decodes every chunk it loads twice (first result discarded)",
+    ),
+    "cache": Injection(
+        "src/cropbench/config.py",
+        "    chunk_cache_bytes: int = 32 * 2**20",
+        "    chunk_cache_bytes: int = 2 * 2**20",
+        "default decoded-chunk cache 16x smaller (32 MiB -> 2 MiB)",
+    ),
+    "extra-copy": Injection(
+        "src/cropbench/formats/chunks.py",
+        "        out[slot, positions, dy0:dy1, dx0:dx1] = chunks[key][offsets, sy0:sy1, sx0:sx1]",
+        "        out[slot, positions, dy0:dy1, dx0:dx1] = chunks[key].copy()[offsets, sy0:sy1, sx0:sx1]",
+        "assembling a crop copies each whole decoded chunk before cutting its piece",
+    ),
+    "sampler": Injection(
+        "src/cropbench/data/sampling.py",
+        "        return iter(self.order().tolist())",
+        "        import time\n\n"
+        "        for index in self.order().tolist():\n"
+        "            deadline = time.perf_counter() + 50e-6\n"
+        "            while time.perf_counter() < deadline:\n"
+        "                pass\n"
+        "            yield index",
+        "the samplers spend 50 us on every index they yield",
+    ),
+}
+#: The kinds a campaign injects by default.
+CAMPAIGN_KINDS = tuple(INJECTIONS)
+
+
+@dataclass(frozen=True)
 class Clone:
-    """A throwaway clone and the hashes of its three commits."""
+    """A throwaway clone and the hashes of its commits: base, identical code, and one per injected kind."""
 
     path: Path
     base: str
     identical: str
-    slow: str
+    injected: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def slow(self) -> str:
+        return self.injected["slow-getitem"]
 
 
 @dataclass(frozen=True)
@@ -99,8 +166,13 @@ def _commit(path: Path, message: str) -> str:
     return _git(path, "rev-parse", "HEAD")
 
 
-def make_clone(destination: Path, slowdown: float = 1.5, env_dir: Path | None = None) -> Clone:
-    """Clone HEAD, put the working tree's suite on top, and add the identical and slow commits."""
+def make_clone(
+    destination: Path,
+    slowdown: float = 1.5,
+    env_dir: Path | None = None,
+    kinds: tuple[str, ...] = ("slow-getitem",),
+) -> Clone:
+    """Clone HEAD, put the working tree's suite on top, add the identical commit and one commit per kind."""
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(destination)], check=True)
     shutil.rmtree(destination / "benchmarks", ignore_errors=True)
     shutil.copytree(REPO / "benchmarks", destination / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
@@ -112,12 +184,24 @@ def make_clone(destination: Path, slowdown: float = 1.5, env_dir: Path | None = 
     readme = destination / "README.md"
     readme.write_text((readme.read_text() if readme.exists() else "") + "\nAn identical-code commit.\n")
     identical = _commit(destination, "identical code: README only")
-    _git(destination, "checkout", "-q", base)
-    dataset = destination / "src" / "cropbench" / "data" / "dataset.py"
-    dataset.write_text(dataset.read_text() + SLOWDOWN_PATCH.format(factor=slowdown))
-    slow = _commit(destination, f"deliberate {slowdown}x slowdown of CropDataset.__getitem__")
-    _git(destination, "checkout", "-q", "-B", "main", slow)
-    return Clone(path=destination, base=base, identical=identical, slow=slow)
+    injected = {}
+    for kind in kinds:
+        _git(destination, "checkout", "-q", base)
+        if kind == "slow-getitem":
+            dataset = destination / "src" / "cropbench" / "data" / "dataset.py"
+            dataset.write_text(dataset.read_text() + SLOWDOWN_PATCH.format(factor=slowdown))
+            message = f"deliberate {slowdown}x slowdown of CropDataset.__getitem__"
+        else:
+            injection = INJECTIONS[kind]
+            source = destination / injection.path
+            text = source.read_text()
+            if text.count(injection.anchor) != 1:
+                raise RuntimeError(f"{injection.path} no longer holds the line the {kind!r} injection edits")
+            source.write_text(text.replace(injection.anchor, injection.replacement))
+            message = f"injected regression ({kind}): {injection.description}"
+        injected[kind] = _commit(destination, message)
+    _git(destination, "checkout", "-q", "-B", "main", identical)
+    return Clone(path=destination, base=base, identical=identical, injected=injected)
 
 
 def _read_config(path: Path) -> dict[str, object]:
@@ -160,8 +244,15 @@ def _selection(bench: str | None) -> list[str]:
     return [] if bench is None else ["-b", bench]
 
 
-def continuous(clone: Clone, home: Path, other: str, bench: str | None = None, factor: float = 1.1) -> Comparison:
-    """``asv continuous base other`` in the (reused) virtualenv environment; all benchmarks by default."""
+def continuous(
+    clone: Clone,
+    home: Path,
+    other: str,
+    bench: str | None = GATE_BENCH,
+    factor: float = GATE_FACTOR,
+    attributes: tuple[str, ...] = GATE_ATTRIBUTES,
+) -> Comparison:
+    """``asv continuous base other`` in the (reused) virtualenv environment, with README's gate by default."""
     result = _asv(
         clone.path,
         home,
@@ -170,6 +261,7 @@ def continuous(clone: Clone, home: Path, other: str, bench: str | None = None, f
         MACHINE,
         "--factor",
         str(factor),
+        *(option for attribute in attributes for option in ("-a", attribute)),
         *_selection(bench),
         clone.base,
         other,
@@ -179,7 +271,7 @@ def continuous(clone: Clone, home: Path, other: str, bench: str | None = None, f
 
 
 def compare_same_python(
-    clone: Clone, home: Path, other: str, bench: str | None = None, factor: float = 1.1
+    clone: Clone, home: Path, other: str, bench: str | None = GATE_BENCH, factor: float = GATE_FACTOR
 ) -> Comparison:
     """Run base and ``other`` with ``--python=same`` (each commit's src via ASV_PYTHONPATH), compare."""
     for commit in (clone.base, other):
@@ -211,50 +303,210 @@ def environment_ready(env_dir: Path) -> bool:
     return any(env_dir.glob("*/lib/python3*/site-packages/torch/__init__.py"))
 
 
+#: The cases whose crops/s ``real_slowdown`` measures: (label, CropConfig knobs).
+SPEED_CASES = (("random, cache bounded", {"chunk_cache_bytes": 2**20}), ("random, default cache", {}))
+#: Crops per speed measurement, and alternating base/injected processes per case.
+SPEED_CROPS = 1500
+SPEED_REPEATS = 3
+SPEED_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from benchmarks import common
+from cropbench.measure.protocol import time_loop
+plate, knobs, count = sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+common.one_thread()
+dataset = common.require("cropbench.data.dataset", "CropDataset")(plate, common.crop_config(**knobs))
+indices = common.access_order(dataset, "random", count)
+get = common.sampled(dataset.__getitem__, dataset, "random")
+time_loop(get, indices[: len(dataset)])
+print(json.dumps({"crops_per_s": count / time_loop(get, indices), "module": common.require("cropbench", "__file__")}))
+"""
+
+
+def _checkout(clone: Clone, commit: str) -> None:
+    _git(clone.path, "checkout", "-q", commit)
+
+
+def crops_per_second(clone: Clone, commit: str, plate: Path, knobs: dict[str, int]) -> float:
+    """Crops/s of ``commit``'s code (its src/ first on the path), random access through the sampler."""
+    _checkout(clone, commit)
+    environment = {**os.environ, "PYTHONPATH": str(clone.path / "src")}
+    command = [sys.executable, "-c", SPEED_SCRIPT, str(clone.path), str(plate), json.dumps(knobs), str(SPEED_CROPS)]
+    result = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
+    measured = json.loads(result.stdout.strip().splitlines()[-1])
+    if not measured["module"].startswith(str(clone.path)):
+        raise RuntimeError(f"the speed measurement imported cropbench from {measured['module']}, not the clone")
+    return float(measured["crops_per_s"])
+
+
+def real_slowdown(clone: Clone, kind: str, plate: Path) -> dict[str, float]:
+    """Base crops/s over injected crops/s per case: medians of processes that alternate base and injected."""
+    slowdowns = {}
+    for label, knobs in SPEED_CASES:
+        base, injected = [], []
+        for _ in range(SPEED_REPEATS):
+            base.append(crops_per_second(clone, clone.base, plate, knobs))
+            injected.append(crops_per_second(clone, clone.injected[kind], plate, knobs))
+        slowdowns[label] = statistics.median(base) / statistics.median(injected)
+        slowdowns[f"{label}, base crops/s"] = statistics.median(base)
+    _checkout(clone, "main")
+    return slowdowns
+
+
+def write_plate(clone: Clone, destination: Path) -> Path:
+    """The smoke plate in the default layout, written by the base commit's code."""
+    _checkout(clone, clone.base)
+    script = (
+        "import sys; from cropbench.config import LAYOUTS, plate_preset; "
+        "from cropbench.plates.generate import generate_plate; "
+        "generate_plate(sys.argv[1], plate_preset('smoke'), LAYOUTS['default'], progress=False)"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(clone.path / "src")}
+    subprocess.run([sys.executable, "-c", script, str(destination)], env=environment, check=True)
+    _checkout(clone, "main")
+    return destination
+
+
+@dataclass
+class Tally:
+    """Comparisons of one kind: how many, how many the gate flagged (exit 1), and what it flagged."""
+
+    runs: int = 0
+    flagged: int = 0
+    worse: dict[str, int] = field(default_factory=dict)
+
+    def add(self, comparison: Comparison) -> None:
+        self.runs += 1
+        self.flagged += comparison.returncode == 1
+        for name in comparison.worse:
+            self.worse[name] = self.worse.get(name, 0) + 1
+
+
+def campaign(
+    clone: Clone,
+    home: Path,
+    plate: Path,
+    identical: int,
+    per_kind: int,
+    kinds: tuple[str, ...],
+    seed: int,
+    out: Path,
+) -> dict[str, Any]:
+    """The gate over identical-code and injected comparisons in a seeded random order; the table to ``out``."""
+    schedule = ["identical"] * identical + [kind for kind in kinds for _ in range(per_kind)]
+    random.Random(seed).shuffle(schedule)
+    out.mkdir(parents=True, exist_ok=True)
+    tallies = {kind: Tally() for kind in ("identical", *kinds)}
+    loads: list[float] = []
+    started = time.time()
+    with (out / "comparisons.jsonl").open("w") as log:
+        for number, kind in enumerate(schedule, 1):
+            commit = clone.identical if kind == "identical" else clone.injected[kind]
+            load_before = os.getloadavg()[0]
+            comparison = continuous(clone, home, commit)
+            load_after = os.getloadavg()[0]
+            loads += [load_before, load_after]
+            tallies[kind].add(comparison)
+            record = {
+                "number": number,
+                "kind": kind,
+                "exit": comparison.returncode,
+                "worse": list(comparison.worse),
+                "loadavg_1min": [load_before, load_after],
+            }
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            (out / f"{number:02d}-{kind}.txt").write_text(comparison.output)
+            print(json.dumps(record), flush=True)
+            shutil.rmtree(clone.path / "results", ignore_errors=True)
+    minutes = (time.time() - started) / 60
+    slowdowns = {kind: real_slowdown(clone, kind, plate) for kind in kinds}
+    summary = {
+        "gate": gate_command(),
+        "order_seed": seed,
+        "minutes": round(minutes, 1),
+        "loadavg_1min": {"min": min(loads), "median": statistics.median(loads), "max": max(loads)},
+        "tallies": {kind: vars(tally) for kind, tally in tallies.items()},
+        "real_slowdown": slowdowns,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "table.md").write_text(table(summary, kinds))
+    return summary
+
+
+def gate_command() -> str:
+    """The gate as a command line (README quotes it)."""
+    attributes = " ".join(f"-a {attribute}" for attribute in GATE_ATTRIBUTES)
+    return f'asv continuous --factor {GATE_FACTOR} {attributes} -b "{GATE_BENCH}" main HEAD'
+
+
+def table(summary: dict[str, Any], kinds: tuple[str, ...]) -> str:
+    """The false-positive and detection table as Markdown."""
+    labels = [label for label, _ in SPEED_CASES]
+    lines = [
+        f"| change | real effect, crops/s ({'; '.join(labels)}) | flagged (exit 1) | benchmarks flagged (times) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for kind in ("identical", *kinds):
+        tally = summary["tallies"][kind]
+        if kind == "identical":
+            change, effect = "identical code (a README line)", "none"
+        else:
+            change = INJECTIONS[kind].description
+            effect = "; ".join(f"x{summary['real_slowdown'][kind][label]:.2f} slower" for label in labels)
+        flagged = ", ".join(f"`{name}` ({count})" for name, count in sorted(tally["worse"].items())) or "none"
+        lines.append(f"| {change} | {effect} | {tally['flagged']}/{tally['runs']} | {flagged} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=("continuous", "same"), default="continuous")
     parser.add_argument("--pairs", type=int, default=1, help="comparisons of each kind (default: %(default)s)")
     parser.add_argument("--slowdown", type=float, default=1.5)
-    parser.add_argument("--factor", type=float, default=1.1, help="asv --factor (default: %(default)s)")
-    parser.add_argument("--bench", help="asv -b regex (default: every benchmark, as `asv continuous` runs)")
+    parser.add_argument("--factor", type=float, default=GATE_FACTOR, help="asv --factor (default: %(default)s)")
+    parser.add_argument("--bench", default=GATE_BENCH, help="asv -b regex (default: the gate's)")
     parser.add_argument("--env-dir", type=Path, default=DEFAULT_ENV_DIR)
     parser.add_argument("--log-dir", type=Path, help="write each comparison's asv output here")
     parser.add_argument(
         "--kinds",
-        choices=("both", "identical", "slow"),
-        default="both",
-        help="which comparisons to make in each pair (default: %(default)s)",
+        default="identical,slow-getitem",
+        help=f"comma-separated: identical, slow-getitem, {', '.join(INJECTIONS)} (default: %(default)s)",
     )
+    parser.add_argument("--campaign", action="store_true", help="the gate's false-positive and detection rates")
+    parser.add_argument("--identical", type=int, default=10, help="campaign: identical-code comparisons")
+    parser.add_argument("--per-kind", type=int, default=5, help="campaign: comparisons per injected kind")
+    parser.add_argument("--seed", type=int, default=0, help="campaign: seed of the random order")
+    parser.add_argument("--out", type=Path, default=Path("gate-campaign"), help="campaign: where the table goes")
     args = parser.parse_args(argv)
+    kinds = tuple(kind for kind in args.kinds.split(",") if kind)
+    injected = tuple(kind for kind in kinds if kind != "identical")
     with tempfile.TemporaryDirectory(prefix="cropbench-regression-") as scratch:
         root = Path(scratch)
         home = root / "home"
         prepare_machine(home)
-        clone = make_clone(root / "clone", args.slowdown, args.env_dir if args.mode == "continuous" else None)
+        if args.campaign:
+            injected = injected or CAMPAIGN_KINDS
+            clone = make_clone(root / "clone", args.slowdown, args.env_dir, injected)
+            plate = write_plate(clone, root / "speed.zarr")
+            summary = campaign(clone, home, plate, args.identical, args.per_kind, injected, args.seed, args.out)
+            print(table(summary, injected), end="")
+            return 0
+        clone = make_clone(root / "clone", args.slowdown, args.env_dir if args.mode == "continuous" else None, injected)
         compare = continuous if args.mode == "continuous" else compare_same_python
-        false_positives = detections = 0
+        tallies = {kind: Tally() for kind in kinds}
         for pair in range(args.pairs):
-            for kind, commit in (("identical", clone.identical), ("slow", clone.slow)):
-                if args.kinds not in ("both", kind):
-                    continue
+            for kind in kinds:
+                commit = clone.identical if kind == "identical" else clone.injected[kind]
                 comparison = compare(clone, home, commit, args.bench, args.factor)
-                flagged = comparison.flagged and comparison.returncode == 1
-                print(
-                    f"pair {pair + 1} {kind:9s} exit={comparison.returncode} worse={list(comparison.worse)}", flush=True
-                )
+                tallies[kind].add(comparison)
+                print(f"pair {pair + 1} {kind:13s} exit={comparison.returncode} worse={list(comparison.worse)}")
                 if args.log_dir is not None:
                     args.log_dir.mkdir(parents=True, exist_ok=True)
                     (args.log_dir / f"pair{pair + 1}-{kind}.txt").write_text(comparison.output)
-                if kind == "identical":
-                    false_positives += flagged
-                else:
-                    detections += flagged
                 shutil.rmtree(clone.path / "results", ignore_errors=True)
-        if args.kinds != "slow":
-            print(f"false positives: {false_positives}/{args.pairs} identical-code comparisons")
-        if args.kinds != "identical":
-            print(f"detections: {detections}/{args.pairs} comparisons with a {args.slowdown}x slowdown")
+        for kind, tally in tallies.items():
+            print(f"{kind}: flagged {tally.flagged}/{tally.runs}")
     return 0
 
 

@@ -8,6 +8,7 @@ reused from .asv/env after that), so it is opt-in: ``CROPBENCH_ASV_REGRESSION=1`
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,7 +35,49 @@ def clone_and_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[r
     root = tmp_path_factory.mktemp("regression")
     home = root / "home"
     regression.prepare_machine(home)
-    yield regression.make_clone(root / "clone", SLOWDOWN, regression.DEFAULT_ENV_DIR), home
+    kinds = ("slow-getitem", *regression.INJECTIONS)
+    yield regression.make_clone(root / "clone", SLOWDOWN, regression.DEFAULT_ENV_DIR, kinds), home
+
+
+@pytest.mark.parametrize("kind", sorted(regression.INJECTIONS))
+def test_each_injection_edits_one_line_that_is_in_the_source(kind: str) -> None:
+    injection = regression.INJECTIONS[kind]
+    assert (REPO / injection.path).read_text().count(injection.anchor) == 1, f"{kind}: fix its anchor"
+
+
+def test_injected_commits_compile_and_touch_only_their_file(clone_and_home: tuple[regression.Clone, Path]) -> None:
+    clone, _ = clone_and_home
+    for kind, injection in regression.INJECTIONS.items():
+        changed = subprocess.run(
+            ["git", "-C", str(clone.path), "diff", "--name-only", clone.base, clone.injected[kind]],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        assert changed == [injection.path], kind
+        source = subprocess.run(
+            ["git", "-C", str(clone.path), "show", f"{clone.injected[kind]}:{injection.path}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        compile(source, injection.path, "exec")
+
+
+def test_gate_selects_the_decode_path_benchmarks() -> None:
+    selected = [
+        "track1.Fetch.track_relative_cost('random', 'direct', 'bounded')",
+        "track1.Decoding.track_decode_calls('random', 'direct', 'default')",
+        "track1.Stages.track_decode('random', 'direct', 'bounded')",
+    ]
+    left_out = [
+        "track1.Fetch.track_relative_cost('random', 'zarr', 'bounded')",
+        "track1.Fetch.peakmem_epoch('random', 'direct', 'bounded')",
+        "track2.Loader.track_relative_epoch(0, 64, 'direct', 'none')",
+    ]
+    assert all(re.search(regression.GATE_BENCH, name) for name in selected)
+    assert not any(re.search(regression.GATE_BENCH, name) for name in left_out)
+    assert regression.gate_command().startswith(f"asv continuous --factor {regression.GATE_FACTOR} ")
 
 
 def test_clone_holds_identical_and_slow_commits(clone_and_home: tuple[regression.Clone, Path]) -> None:
