@@ -129,6 +129,34 @@ def test_figures_are_skipped_without_their_rows(tmp_path: Path) -> None:
         plots.plot_results([], tmp_path)
 
 
+def test_rows_without_metrics_are_left_out_with_a_warning_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unmeasured = [
+        Record(track="1", case="random/direct/none/96px/all/float32", config={}, metrics={}, environment={}),
+        Record(track="1", case="random/zarr/none/96px/all/float32", config={}, metrics={"p95_ms": 1.0}, environment={}),
+        Record(track="3", case="smallcnn/train", config={}, metrics={"objects": 5}, environment={}),
+    ]
+    results = tmp_path / "results.jsonl"
+    with RecordWriter(results) as writer:
+        for record in [*_records(), *unmeasured]:
+            writer.write(record)
+    with pytest.warns(UserWarning) as warned:
+        assert main(["plot", str(results), "--out", str(tmp_path / "figures")]) == 0
+    messages = sorted(str(warning.message) for warning in warned)
+    assert messages[0].startswith("1 track 3 row") and messages[1].startswith("2 track 1 rows"), messages
+    assert (tmp_path / "figures" / "track3_step_and_wait.png").is_file()
+    only_unmeasured = tmp_path / "unmeasured.jsonl"
+    with RecordWriter(only_unmeasured) as writer:
+        for record in unmeasured:
+            writer.write(record)
+    capsys.readouterr()
+    with pytest.warns(UserWarning):
+        assert main(["plot", str(only_unmeasured), "--out", str(tmp_path / "none")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("cropbench: error:") and "\n" not in error, error
+
+
 def test_sweep_key_drops_workers_batch_and_seed_only() -> None:
     config = {
         "source": "plate",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,45 @@ FIGURE_METRICS: dict[str, tuple[str, ...]] = {
     "peers": (m.SAMPLES_PER_S, m.SKIP_REASON, m.COUNT, m.DIRECT_SPEEDUP),
 }
 TAB10 = [plt.get_cmap("tab10")(number) for number in range(10)]
+
+
+def _numbers(metrics: dict[str, Any], *names: str) -> bool:
+    """Whether every named metric is a finite number (not missing, None, NaN, text or a bool)."""
+    values = [metrics.get(name) for name in names]
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+
+
+#: What a row must hold for its track's figures to draw it at all. A row without it (a failed or
+#: interrupted case, a row written by another tool) is left out with a warning, never a traceback.
+DRAWABLE: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "1": lambda metrics: _numbers(metrics, m.P95_MS, m.SAMPLES_PER_S),
+    "2": lambda metrics: _numbers(metrics, m.SAMPLES_PER_S) or _numbers(metrics, m.FIRST_BATCH_MS),
+    "3": lambda metrics: (
+        _numbers(metrics, m.STEP_P50_MS)
+        or all(
+            metrics.get(name) for name in (m.TRIED_WORKERS, m.DATA_WAIT_FRACTION_BY_WORKERS, m.IMAGES_PER_S_BY_WORKERS)
+        )
+    ),
+    "layouts": lambda metrics: any(_numbers(metrics, m.crops_per_s(access)) for access in m.ACCESS_PATTERNS),
+    "peers": lambda metrics: _numbers(metrics, m.SAMPLES_PER_S) or bool(metrics.get(m.SKIP_REASON)),
+}
+
+
+def drawable(records: Sequence[Record]) -> list[Record]:
+    """The rows the figures can draw; one warning per track names how many were left out and why."""
+    kept: list[Record] = []
+    left_out: list[Record] = []
+    for record in records:
+        (kept if DRAWABLE.get(record.track, lambda _: True)(record.metrics) else left_out).append(record)
+    for track in dict.fromkeys(r.track for r in left_out):
+        rows = [r for r in left_out if r.track == track]
+        warnings.warn(
+            f"{len(rows)} track {track} {'row lacks' if len(rows) == 1 else 'rows lack'} the metrics its "
+            "figures draw: left out "
+            f"(first: {_label(rows[0])})",
+            stacklevel=2,
+        )
+    return kept
 
 
 def _by_track(records: Sequence[Record], track: str) -> list[Record]:
@@ -612,5 +653,7 @@ def plot_results(records: Sequence[Record], out_dir: str | Path, all_runs: bool 
         raise OutputError(f"cannot create plot directory {destination}: {error.strerror or error}") from error
     if not records:
         raise OutputError("no records to plot")
-    chosen = label_runs(records) if all_runs else latest_runs(records)
+    chosen = drawable(label_runs(records) if all_runs else latest_runs(records))
+    if not chosen:
+        raise OutputError(f"none of the {len(records)} records holds the metrics a figure draws")
     return [path for maker in FIGURES if (path := maker(chosen, destination)) is not None]
