@@ -297,3 +297,36 @@ PLATE_PRESETS: dict[str, PlateSpec] = {
 def plate_preset(name: str) -> PlateSpec:
     _choice("preset", name, tuple(PLATE_PRESETS))
     return PLATE_PRESETS[name]
+
+
+#: Clients zarr-python reads a remote plate with: its obstore-backed ``ObjectStore`` or ``FsspecStore`` (s3fs).
+ZARR_CLIENTS = ("obstore", "fsspec")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """How a plate in an object store (``s3://``, ``http(s)://``) is read; ignored for local plates.
+
+    ``in_flight`` requests are kept open at once by the direct path; byte ranges of one shard closer
+    than ``coalesce_gap_bytes`` are fetched in one request (the gap is read and dropped: a round
+    trip costs more than a few hundred kB). ``timeout_s`` bounds each request, ``retries`` retries a
+    failed one; ``latency_ms`` is the delay injected per request by a loopback proxy (0: none).
+    """
+
+    in_flight: int = 16
+    coalesce_gap_bytes: int = 1 << 20
+    timeout_s: float = 30.0
+    connect_timeout_s: float = 5.0
+    retries: int = 2
+    latency_ms: float = 0.0
+    zarr_client: str = "obstore"
+    anonymous: bool = False
+
+    def __post_init__(self) -> None:
+        _positive("in_flight", self.in_flight)
+        _require(self.coalesce_gap_bytes >= 0, f"coalesce_gap_bytes must be >= 0, got {self.coalesce_gap_bytes}")
+        _require(self.timeout_s > 0, f"timeout_s must be > 0, got {self.timeout_s}")
+        _require(self.connect_timeout_s > 0, f"connect_timeout_s must be > 0, got {self.connect_timeout_s}")
+        _require(isinstance(self.retries, int) and self.retries >= 0, f"retries must be >= 0, got {self.retries}")
+        _require(self.latency_ms >= 0, f"latency_ms must be >= 0, got {self.latency_ms}")
+        _choice("zarr_client", self.zarr_client, ZARR_CLIENTS)

@@ -43,6 +43,7 @@ from cropbench.formats.omearrow import (
     read_colocated_objects,
 )
 from cropbench.formats.omezarr import OmeZarrPlateWriter, ZarrPythonReader
+from cropbench.formats.sources import read_pointer
 from cropbench.formats.tiff import TiffPlateWriter, TiffReader, TiffZarrReader
 from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable, read_object_table
 
@@ -76,11 +77,21 @@ def read_plate_metadata(path: str | Path) -> PlateMetadata:
     root = Path(path)
     document = read_marker(root) if root.is_dir() else None
     if document is not None:
-        return metadata_from_marker(root, document)
-    try:
-        return ngff.read_plate_metadata(root)
-    except StoreError as error:
-        raise StoreError(f"{error}; nor is there a cropbench layout marker ({LAYOUT_MARKER})") from error
+        metadata = metadata_from_marker(root, document)
+    else:
+        try:
+            metadata = ngff.read_plate_metadata(root)
+        except StoreError as error:
+            raise StoreError(f"{error}; nor is there a cropbench layout marker ({LAYOUT_MARKER})") from error
+    pointer = read_pointer(root) if root.is_dir() else None
+    if pointer is not None:  # a mirror of a plate in an object store: pixels are read from its URL
+        if metadata.layout != "ome-zarr":
+            raise StoreError(
+                f"{pointer['url']} is a {metadata.layout} plate; plates in an object store are read in OME-Zarr "
+                "layouts only (convert it locally with --layout, then upload)"
+            )
+        metadata.extra["remote"] = pointer
+    return metadata
 
 
 def supported_decodes(path_or_metadata: str | Path | PlateMetadata) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ import numpy as np
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, Regions
 from cropbench.formats.ngff import read_array_document
+from cropbench.formats.sources import ByteSource, Request, open_source, remote_of
 
 Decoder = Callable[[bytes], bytes]
 EMPTY_SHARD_ENTRY = 2**64 - 1
@@ -200,9 +201,10 @@ PARALLEL_COPY_PIECES = 64
 _Piece = tuple[int, int, Any, Any, int, int, int, int, int, int, int, int]
 
 
-#: One read: (field, source, start, length, [(key, offset in what was read, size or -1 for all)]).
-#: ``source`` is an open shard descriptor (``os.pread``), a chunk file's path, or None (absent: fill value).
-_Unit = tuple[int, int | str | None, int, int, list[tuple[int, int, int]]]
+#: One read: (field, object, start, length, [(key, offset in what was read, size or -1 for all)]).
+#: ``object`` is a chunk's or shard's key under the plate (``length`` -1: the whole object), or None
+#: (absent: fill value).
+_Unit = tuple[int, str | None, int, int, list[tuple[int, int, int]]]
 
 
 class DirectChunkReader(PlateReader):
@@ -210,10 +212,13 @@ class DirectChunkReader(PlateReader):
 
     Every read, one region or a batch, goes through one planner: list the (crop, chunk) pieces,
     look each needed chunk up once in the cache, read the missing ones with adjacent byte ranges of
-    a shard coalesced into one ``os.pread``, decode each once, then copy every piece into the
-    output. With ``decode_threads`` > 1, reads + decodes and the copies are split over a small
-    thread pool (the codecs and the copies release the GIL); blosc itself runs single-threaded
-    (``numcodecs.blosc.use_threads = False``) so threads never multiply. File descriptors and
+    a shard coalesced into one read, decode each once, then copy every piece into the output.
+    Bytes come from a :class:`~cropbench.formats.sources.ByteSource`: ``os.pread`` on local files,
+    or range GETs on a plate in an object store (ranges closer than the store's
+    ``coalesce_gap_bytes`` merged, the requests of a batch kept ``in_flight`` at once). With
+    ``decode_threads`` > 1, reads + decodes and the copies are split over a small thread pool (the
+    codecs and the copies release the GIL); blosc itself runs single-threaded
+    (``numcodecs.blosc.use_threads = False``) so threads never multiply. The byte source and the
     shard indexes are opened once per process and kept.
     """
 
@@ -239,7 +244,11 @@ class DirectChunkReader(PlateReader):
         self._missing: set[int] = set()  # keys of chunks the store lacks (read as the fill value)
         self._layouts: dict[int, ChunkLayout] = {}
         self._bases: dict[int, str] = {}
-        self._shards: dict[tuple[int, tuple[int, ...]], tuple[int, list[int], list[int]] | None] = {}
+        self._shards: dict[tuple[int, tuple[int, ...]], tuple[str, list[int], list[int]] | None] = {}
+        self._remote = remote_of(metadata.extra)
+        self._coalesce_gap = int(self._remote["store"]["coalesce_gap_bytes"]) if self._remote else 0
+        self._byte_source: ByteSource | None = None
+        self._source_pid = 0
         self._channel_group_cache: dict[tuple[int, tuple[int, ...] | None], list[tuple[int, Any, Any]]] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = 0
@@ -251,10 +260,10 @@ class DirectChunkReader(PlateReader):
     def close(self) -> None:
         self._cache.clear()
         self._missing.clear()
-        for entry in self._shards.values():
-            if entry is not None:
-                os.close(entry[0])
         self._shards.clear()
+        if self._byte_source is not None and self._source_pid == os.getpid():
+            self._byte_source.close()
+        self._byte_source = None
         if self._executor is not None and self._executor_pid == os.getpid():
             self._executor.shutdown(wait=False)
         self._executor = None
@@ -266,6 +275,18 @@ class DirectChunkReader(PlateReader):
     def grain(self) -> tuple[int, int]:
         chunk = self._layout(0).chunk
         return chunk[-2], chunk[-1]
+
+    def files(self) -> list[Path]:
+        return [] if self._remote else super().files()
+
+    @property
+    def source(self) -> ByteSource:
+        """Where the bytes come from, opened once per process (a forked worker opens its own)."""
+        if self._byte_source is None or self._source_pid != os.getpid():
+            self._byte_source = open_source(self.metadata.path, self._remote)
+            self._source_pid = os.getpid()
+            self._shards.clear()
+        return self._byte_source
 
     def _layout(self, field_index: int) -> ChunkLayout:
         layout = self._layouts.get(field_index)
@@ -285,7 +306,7 @@ class DirectChunkReader(PlateReader):
                     f"(at most {2**_C_BITS} channel and {2**_X_BITS} y/x chunks); use decode='zarr'"
                 )
             self._layouts[field_index] = layout
-            self._bases[field_index] = f"{array_dir}{os.sep}"
+            self._bases[field_index] = f"{self.metadata.fields[field_index].path}/"
         return layout
 
     def _fill(
@@ -499,7 +520,7 @@ class DirectChunkReader(PlateReader):
         shard = self._shard(field_index, layout, shard_coords)
         if shard is None:
             return [(field_index, None, 0, 0, [(key, 0, 0) for key, _ in members])]
-        descriptor, offsets, sizes = shard
+        shard_key, offsets, sizes = shard
         ranges = sorted((offsets[inner], sizes[inner], key) for key, inner in members)
         units: list[_Unit] = []
         absent = [(key, 0, 0) for start, _, key in ranges if start == EMPTY_SHARD_ENTRY]
@@ -508,25 +529,27 @@ class DirectChunkReader(PlateReader):
             ranges = ranges[: len(ranges) - len(absent)]  # the empty marker sorts last
         origin = end = -1
         run: list[tuple[int, int, int]] = []
+        gap = self._coalesce_gap
         for start, size, key in ranges:
-            if start != end and run:
-                units.append((field_index, descriptor, origin, end - origin, run))
+            if run and not end <= start <= end + gap:
+                units.append((field_index, shard_key, origin, end - origin, run))
                 run = []
             if not run:
                 origin = start
             run.append((key, start - origin, size))
             end = start + size
         if run:
-            units.append((field_index, descriptor, origin, end - origin, run))
+            units.append((field_index, shard_key, origin, end - origin, run))
         return units
 
     def _load_units(self, units: list[_Unit]) -> tuple[list[tuple[int, np.ndarray, bool]], int, int]:
         """Fetch and decode the chunks of ``units`` (any thread): (key, chunk, decoded?) each, bytes and reads."""
         results: list[tuple[int, np.ndarray, bool]] = []
         fetched = reads = 0
-        for field_index, source, start, length, entries in units:
+        fetches = iter(self._fetch_units([(key, start, length) for _, key, start, length, _ in units if key]))
+        for field_index, source, _, _, entries in units:
             layout = self._layouts[field_index]
-            data = None if source is None else self._fetch(field_index, source, start, length)
+            data = None if source is None else next(fetches)
             reads += source is not None
             if data is None:
                 results.extend(
@@ -541,21 +564,9 @@ class DirectChunkReader(PlateReader):
                 results.append((key, self._decode(field_index, layout, key, encoded), True))
         return results, fetched, reads
 
-    def _fetch(self, field_index: int, source: int | str, start: int, length: int) -> bytes | None:
-        """What one unit reads: a whole chunk file (None when absent), or ``length`` bytes of a shard."""
-        if isinstance(source, str):
-            try:
-                with open(source, "rb", buffering=0) as handle:
-                    return handle.readall()
-            except FileNotFoundError:
-                return None
-        data = os.pread(source, length, start)
-        if len(data) != length:
-            raise StoreError(
-                f"a shard of {self.metadata.fields[field_index].path} is truncated: "
-                f"{len(data)} of {length} bytes at offset {start}"
-            )
-        return data
+    def _fetch_units(self, requests: list[Request]) -> list[bytes | None]:
+        """What the units read: whole chunk objects (None when absent) or byte ranges of shards."""
+        return self.source.get_many(requests)
 
     def _decode(self, field_index: int, layout: ChunkLayout, key: int, encoded: memoryview) -> np.ndarray:
         data: Any = encoded
@@ -580,31 +591,32 @@ class DirectChunkReader(PlateReader):
         field_index: int,
         layout: ChunkLayout,
         shard_coords: tuple[int, ...],
-    ) -> tuple[int, list[int], list[int]] | None:
-        """(open descriptor, inner-chunk offsets, sizes) of one shard file, cached per process."""
+    ) -> tuple[str, list[int], list[int]] | None:
+        """(shard key, inner-chunk offsets, sizes) of one shard, its index fetched once per process."""
         key = (field_index, shard_coords)
         if key in self._shards:
             return self._shards[key]
-        path = self._bases[field_index] + layout.key(shard_coords)
+        source = self.source
+        shard_key = self._bases[field_index] + layout.key(shard_coords)
+        path = f"{source.location.rstrip('/')}/{shard_key}"
         size = layout.shard_entries * 16 + (4 if layout.index_decoders_checksum else 0)
         try:
-            descriptor = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
+            raw = source.get_suffix(shard_key, size) if layout.index_at_end else source.get_range(shard_key, 0, size)
+        except StoreError as error:
+            if "truncated" not in str(error):
+                raise
+            raise StoreError(f"shard {path} is truncated: its index needs {size} bytes") from error
+        if raw is None:
             self._shards[key] = None
             return None
-        offset = os.fstat(descriptor).st_size - size if layout.index_at_end else 0
-        raw = os.pread(descriptor, size, max(offset, 0))
-        if len(raw) != size or offset < 0:
-            os.close(descriptor)
-            raise StoreError(f"shard {path} is truncated: its index needs {size} bytes")
         if layout.index_decoders_checksum:
             if _crc32c(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
-                os.close(descriptor)
                 raise StoreError(f"shard {path} has a corrupt index (crc32c mismatch)")
             raw = raw[:-4]
         self.stats.bytes_fetched += size
+        self.stats.reads += 1
         index = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
-        entry = (descriptor, index[:, 0].tolist(), index[:, 1].tolist())
+        entry = (shard_key, index[:, 0].tolist(), index[:, 1].tolist())
         self._shards[key] = entry
         return entry
 
@@ -684,9 +696,9 @@ class StageTimedChunkReader(DirectChunkReader):
         self.stage_ns["region"] += time.perf_counter_ns() - start
         return result
 
-    def _fetch(self, field_index: int, source: int | str, start: int, length: int) -> bytes | None:
+    def _fetch_units(self, requests: list[Request]) -> list[bytes | None]:
         began = time.perf_counter_ns()
-        data = super()._fetch(field_index, source, start, length)
+        data = super()._fetch_units(requests)
         self.stage_ns["fetch"] += time.perf_counter_ns() - began
         return data
 

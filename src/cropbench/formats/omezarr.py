@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,11 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCname, BloscCodec, BloscShuffle, ZstdCodec
 
-from cropbench.config import LayoutSpec
+from cropbench.config import LayoutSpec, StoreConfig
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, PlateWriter
 from cropbench.formats.ngff import NGFF_VERSION, array_chunk_shape, read_array_document
+from cropbench.formats.sources import remote_of, zarr_store
 
 
 def compressors_for(layout: LayoutSpec) -> list[Any] | None:
@@ -139,29 +141,52 @@ class OmeZarrPlateWriter(PlateWriter):
 
 
 class ZarrPythonReader(PlateReader):
-    """Decode path ``zarr``: plain zarr-python slicing, what users write today."""
+    """Decode path ``zarr``: plain zarr-python slicing, what users write today.
+
+    A plate in an object store is opened on zarr-python's own remote store (``ObjectStore`` or
+    ``FsspecStore``, as the store config's ``zarr_client`` says); every GET it makes is counted in
+    ``stats.reads`` and ``stats.bytes_fetched``.
+    """
 
     decode = "zarr"
 
     def __init__(self, metadata: PlateMetadata) -> None:
         super().__init__(metadata)
         self._arrays: dict[int, Any] = {}
+        self._remote = remote_of(metadata.extra)
+        self._pid = os.getpid()
 
     def close(self) -> None:
         self._arrays.clear()
+
+    def files(self) -> list[Path]:
+        return [] if self._remote else super().files()
+
+    def _count(self, size: int) -> None:
+        self.stats.reads += 1
+        self.stats.bytes_fetched += size
 
     def grain(self) -> tuple[int, int]:
         chunk = array_chunk_shape(read_array_document(self.metadata.path / self.metadata.fields[0].path))
         return chunk[-2], chunk[-1]
 
     def _array(self, field_index: int) -> Any:
+        if self._pid != os.getpid():  # a forked worker opens its own store clients
+            self._arrays.clear()
+            self._pid = os.getpid()
         array = self._arrays.get(field_index)
         if array is None:
-            path = self.metadata.path / self.metadata.fields[field_index].path
+            path: Any = self.metadata.path / self.metadata.fields[field_index].path
             try:
-                array = zarr.open_array(str(path), mode="r")
+                if self._remote is None:
+                    array = zarr.open_array(str(path), mode="r")
+                else:
+                    url, config = self._remote["url"], StoreConfig(**self._remote["store"])
+                    path = f"{url.rstrip('/')}/{self.metadata.fields[field_index].path}"
+                    store = zarr_store(url, config, count=self._count)
+                    array = zarr.open_array(store=store, path=self.metadata.fields[field_index].path, mode="r")
             except Exception as error:  # zarr raises several unrelated types for a bad store
-                raise StoreError(f"cannot open zarr array {path}: {error}") from error
+                raise StoreError(f"cannot open zarr array {path}: {' '.join(str(error).split())[:300]}") from error
             self._arrays[field_index] = array
         return array
 
@@ -176,8 +201,11 @@ class ZarrPythonReader(PlateReader):
         try:
             pixels = array[tuple(selection)] if channels is None else array.get_orthogonal_selection(tuple(selection))
         except Exception as error:  # zarr surfaces codec failures as many exception types
+            where = self.metadata.fields[field_index].path
+            if self._remote is not None:
+                where = f"{self._remote['url'].rstrip('/')}/{where}"
             raise StoreError(
-                f"cannot read y{y0}:{y1} x{x0}:{x1} of {self.metadata.fields[field_index].path} "
-                f"(corrupt or missing chunk?): {error}"
+                f"cannot read y{y0}:{y1} x{x0}:{x1} of {where} "
+                f"(corrupt or missing chunk?): {' '.join(str(error).split())[:300]}"
             ) from error
         out[...] = pixels

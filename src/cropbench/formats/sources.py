@@ -1,0 +1,494 @@
+"""Byte sources: where the direct reader's bytes come from, a local file or an object in a store.
+
+The chunk math of the direct reader is the same whether a shard lies on disk or in a bucket; what
+differs is how a byte range is fetched (``os.pread`` vs. an HTTP range GET) and what a fetch
+costs (a syscall vs. a round trip). :class:`ByteSource` is that one difference: a local
+:class:`FileSource`, and a :class:`RemoteSource` on obstore for ``s3://`` and ``http(s)://``
+URLs, which keeps up to ``in_flight`` requests open at once and counts requests and bytes.
+
+Remote plates are opened through a local *mirror*: their small metadata documents (``zarr.json``,
+``.zattrs``, the layout marker, the object table) are downloaded once into a cache folder with a
+pointer file naming the URL, so every metadata reader works unchanged and only pixels travel
+per crop. Endpoint, region and credentials come from the standard AWS environment variables
+(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``); with no
+credentials set, requests are unsigned (public buckets such as the Cell Painting Gallery).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from cropbench.config import StoreConfig
+from cropbench.errors import ConfigError, StoreError
+
+#: URL schemes a plate may be given as.
+REMOTE_SCHEMES = ("s3", "http", "https")
+#: The pointer file of a mirror: the URL, the store settings, and the plate's stored bytes.
+REMOTE_POINTER = "cropbench_remote.json"
+#: Keys a mirror downloads (metadata and tables); chunk and shard objects stay in the store.
+_MIRRORED_SUFFIXES = ("zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata", ".json", ".parquet", ".csv")
+#: One byte range to fetch: (key, start, length); ``length`` -1 is the whole object (None if absent).
+Request = tuple[str, int, int]
+
+
+def is_url(plate: str | Path) -> bool:
+    """Whether ``plate`` names an object-store location rather than a local path."""
+    return isinstance(plate, str) and urlsplit(plate).scheme in REMOTE_SCHEMES
+
+
+def split_url(url: str) -> tuple[str, str, str]:
+    """(scheme, bucket or host, prefix without slashes) of a plate URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in REMOTE_SCHEMES or not parts.netloc:
+        raise ConfigError(f"plate URL {url!r} is not s3://bucket/prefix or http(s)://host/path")
+    return parts.scheme, parts.netloc, parts.path.strip("/")
+
+
+def _client_options(url: str, config: StoreConfig) -> dict[str, Any]:
+    options: dict[str, Any] = {"timeout": f"{config.timeout_s}s", "connect_timeout": f"{config.connect_timeout_s}s"}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "") if url.startswith("s3://") else url
+    if endpoint.startswith("http://"):
+        options["allow_http"] = True
+    # Requests of one plate share a connection pool as large as the in-flight limit.
+    options["pool_max_idle_per_host"] = str(max(config.in_flight, 1))
+    return options
+
+
+def object_store(url: str, config: StoreConfig) -> Any:
+    """An obstore store rooted at the plate URL's prefix, with the config's timeouts and retries."""
+    from obstore.store import HTTPStore, S3Store
+
+    scheme, netloc, prefix = split_url(url)
+    retry: Any = {"max_retries": config.retries, "retry_timeout": _duration(config.timeout_s * (config.retries + 1))}
+    client: Any = _client_options(url, config)
+    if scheme == "s3":
+        signed = bool(os.environ.get("AWS_ACCESS_KEY_ID")) and not config.anonymous
+        extra: dict[str, Any] = {} if signed else {"skip_signature": True}
+        if "AWS_REGION" not in os.environ and "AWS_DEFAULT_REGION" not in os.environ:
+            extra["region"] = "us-east-1"
+        return S3Store(netloc, prefix=prefix or None, client_options=client, retry_config=retry, **extra)
+    return HTTPStore.from_url(f"{scheme}://{netloc}/{prefix}", client_options=client, retry_config=retry)
+
+
+def _duration(seconds: float) -> Any:
+    import datetime
+
+    return datetime.timedelta(seconds=seconds)
+
+
+def store_error(url: str, key: str, error: BaseException) -> StoreError:
+    """One line naming the object's URL and what went wrong, from any obstore or fsspec error."""
+    location = f"{url.rstrip('/')}/{key}" if key else url
+    kind = type(error).__name__
+    text = " ".join(str(error).split())
+    hints = {
+        "NotFoundError": "no such bucket or key",
+        "FileNotFoundError": "no such bucket or key",
+        "PermissionDeniedError": "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+        "PermissionError": "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+        "UnauthenticatedError": "not authenticated: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+    }
+    hint = hints.get(kind)
+    if hint is None:
+        lowered = text.lower()
+        if "connect" in lowered or "connection" in lowered or "dns" in lowered:
+            hint = "cannot connect: is the endpoint up (AWS_ENDPOINT_URL)?"
+        elif "timed out" in lowered or "timeout" in lowered:
+            hint = "timed out (StoreConfig.timeout_s)"
+        elif "access denied" in lowered or "signature" in lowered or "forbidden" in lowered or "403" in lowered:
+            hint = "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
+        elif "nosuchbucket" in lowered or "not found" in lowered or "404" in lowered:
+            hint = "no such bucket or key"
+        else:
+            hint = "store request failed"
+    return StoreError(f"{location}: {hint} ({kind}: {text[:200]})")
+
+
+class ByteSource(ABC):
+    """Byte ranges of the objects (files) under one plate root; keys are relative to the root.
+
+    ``requests`` and ``bytes_transferred`` count what crossed the wire (or the syscall boundary).
+    """
+
+    location: str = ""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.bytes_transferred = 0
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def get(self, key: str) -> bytes | None:
+        """The whole object, or None when it does not exist (an absent chunk is its fill value)."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start``; a short object is a :class:`StoreError`."""
+
+    @abstractmethod
+    def get_suffix(self, key: str, length: int) -> bytes | None:
+        """The last ``length`` bytes (a shard index at the end), or None when the object does not exist."""
+
+    def get_many(self, requests: Sequence[Request]) -> list[bytes | None]:
+        """Every request, in order; a remote source keeps several in flight."""
+        return [self.get(key) if length < 0 else self.get_range(key, start, length) for key, start, length in requests]
+
+    def close(self) -> None:  # noqa: B027 - a source with nothing open has nothing to release
+        """Release handles and connections."""
+
+    def _count(self, data: bytes | None) -> None:
+        with self._lock:
+            self.requests += 1
+            self.bytes_transferred += 0 if data is None else len(data)
+
+    def _short(self, key: str, data: bytes, start: int, length: int) -> StoreError:
+        return StoreError(
+            f"{self.location.rstrip('/')}/{key} is truncated: {len(data)} of {length} bytes at offset {start}"
+        )
+
+
+class FileSource(ByteSource):
+    """Objects as files under a local folder: ``os.pread`` on descriptors opened once per process."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.location = str(root)
+        self._prefix = f"{root}{os.sep}"
+        self._descriptors: dict[str, int] = {}
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            with open(self._prefix + key, "rb", buffering=0) as handle:
+                data = handle.readall()
+        except FileNotFoundError:
+            return None
+        self._count(data)
+        return data
+
+    def _descriptor(self, key: str) -> int | None:
+        descriptor = self._descriptors.get(key)
+        if descriptor is None:
+            try:
+                descriptor = os.open(self._prefix + key, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            self._descriptors[key] = descriptor
+        return descriptor
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        descriptor = self._descriptor(key)
+        if descriptor is None:
+            raise StoreError(f"{self._prefix}{key} does not exist")
+        data = os.pread(descriptor, length, start)
+        self._count(data)
+        if len(data) != length:
+            raise self._short(key, data, start, length)
+        return data
+
+    def get_suffix(self, key: str, length: int) -> bytes | None:
+        descriptor = self._descriptor(key)
+        if descriptor is None:
+            return None
+        start = os.fstat(descriptor).st_size - length
+        if start < 0:
+            raise self._short(key, b"", 0, length)
+        return self.get_range(key, start, length)
+
+    def close(self) -> None:
+        for descriptor in self._descriptors.values():
+            os.close(descriptor)
+        self._descriptors.clear()
+
+
+class RemoteSource(ByteSource):
+    """Objects under a plate URL, read with range GETs through obstore; ``in_flight`` at once.
+
+    Built lazily in each process (a forked DataLoader worker must not reuse its parent's client).
+    """
+
+    def __init__(self, url: str, config: StoreConfig) -> None:
+        super().__init__()
+        self.location = url
+        self.config = config
+        self._store: Any = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = 0
+
+    def _client(self) -> Any:
+        if self._store is None or self._pid != os.getpid():
+            self._store = object_store(self.location, self.config)
+            self._pool = None
+            self._pid = os.getpid()
+        return self._store
+
+    def _call(self, key: str, action: Callable[[Any], Any]) -> Any:
+        try:
+            return action(self._client())
+        except StoreError:
+            raise
+        except Exception as error:  # obstore raises its own hierarchy plus builtins (FileNotFoundError, ...)
+            raise store_error(self.location, key, error) from error
+
+    def get(self, key: str) -> bytes | None:
+        import obstore
+
+        try:
+            data = bytes(obstore.get(self._client(), key).bytes())
+        except Exception as error:
+            if not _not_found(error):
+                raise store_error(self.location, key, error) from error
+            self._count(None)
+            return None
+        self._count(data)
+        return data
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        import obstore
+
+        data = bytes(self._call(key, lambda store: obstore.get_range(store, key, start=start, length=length)))
+        self._count(data)
+        if len(data) != length:
+            raise self._short(key, data, start, length)
+        return data
+
+    def get_suffix(self, key: str, length: int) -> bytes | None:
+        import obstore
+
+        try:
+            result = obstore.get(self._client(), key, options={"range": {"suffix": length}})
+            data = bytes(result.bytes())
+        except Exception as error:
+            if not _not_found(error):
+                raise store_error(self.location, key, error) from error
+            self._count(None)
+            return None
+        self._count(data)
+        if len(data) != length:
+            raise self._short(key, data, -1, length)
+        return data
+
+    def get_many(self, requests: Sequence[Request]) -> list[bytes | None]:
+        if len(requests) <= 1 or self.config.in_flight <= 1:
+            return super().get_many(requests)
+        self._client()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.config.in_flight, thread_name_prefix="cropbench-fetch")
+        one = ByteSource.get_many.__get__(self)
+        return [data for part in self._pool.map(lambda request: one([request]), requests) for data in part]
+
+    def close(self) -> None:
+        if self._pool is not None and self._pid == os.getpid():
+            self._pool.shutdown(wait=False)
+        self._pool = None
+        self._store = None
+
+
+def _not_found(error: BaseException) -> bool:
+    return isinstance(error, FileNotFoundError) or type(error).__name__ == "NotFoundError"
+
+
+def open_source(root: Path, remote: dict[str, Any] | None) -> ByteSource:
+    """The byte source of a plate: its files, or (for a mirror) the objects under its URL."""
+    if remote is None:
+        return FileSource(root)
+    return RemoteSource(remote["url"], StoreConfig(**remote["store"]))
+
+
+def remote_of(extra: dict[str, Any]) -> dict[str, Any] | None:
+    """The pointer document of a mirrored plate's metadata (``PlateMetadata.extra``), or None if local."""
+    remote = extra.get("remote")
+    return remote if isinstance(remote, dict) else None
+
+
+def _mirrored(key: str) -> bool:
+    parts = key.split("/")
+    if "c" in parts[:-1]:  # zarr v3 chunk keys: .../c/0/1/2
+        return False
+    return parts[-1].endswith(_MIRRORED_SUFFIXES)
+
+
+def _listing(url: str, config: StoreConfig) -> Iterator[tuple[str, int]]:
+    """(key relative to the plate, size) of every object under the URL (S3), or of its mirror documents (HTTP)."""
+    import obstore
+
+    store = object_store(url, config)
+    try:
+        for batch in obstore.list(store):
+            for entry in batch:
+                yield str(entry["path"]), int(entry["size"])
+    except Exception as error:
+        raise store_error(url, "", error) from error
+
+
+def mirror_metadata(url: str, config: StoreConfig | None = None, cache_dir: Path | None = None) -> Path:
+    """Download a plate's metadata documents and tables into a cache folder; returns that folder.
+
+    The folder holds a pointer file (:data:`REMOTE_POINTER`) naming the URL and the store settings;
+    readers opened on it fetch pixels from the store. HTTP servers cannot list, so an HTTP plate
+    needs an index (``cropbench_index.json``, written by :func:`upload_plate` and by
+    :func:`write_index`) listing its keys.
+    """
+    config = config or StoreConfig()
+    split_url(url)
+    root = (cache_dir or default_cache_dir()) / hashlib.sha256(url.encode()).hexdigest()[:16]
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    source = RemoteSource(url, dataclasses.replace(config, retries=min(config.retries, 1)))
+    if url.startswith("s3://"):
+        entries = list(_listing(url, config))
+    else:
+        index = source.get(INDEX_NAME)
+        if index is None:
+            raise StoreError(
+                f"{url.rstrip('/')}/{INDEX_NAME} not found: an HTTP plate needs the key index that "
+                "`cropbench upload` writes (HTTP servers cannot list a folder)"
+            )
+        entries = [(str(key), int(size)) for key, size in json.loads(index)["objects"]]
+    if not entries:
+        raise StoreError(f"{url}: no objects under this prefix (no such plate)")
+    wanted = [key for key, _ in entries if _mirrored(key)]
+    for key, data in zip(wanted, source.get_many([(key, 0, -1) for key in wanted]), strict=True):
+        if data is None:
+            raise StoreError(f"{url.rstrip('/')}/{key}: listed but not found")
+        target = root / key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    source.close()
+    pointer = {"url": url, "store": dataclasses.asdict(config), "stored_bytes": sum(size for _, size in entries)}
+    (root / REMOTE_POINTER).write_text(json.dumps(pointer, indent=1))
+    return root
+
+
+def read_pointer(root: Path) -> dict[str, Any] | None:
+    """The pointer document of a mirror folder, or None for a plain local plate."""
+    path = root / REMOTE_POINTER
+    if not path.is_file():
+        return None
+    document = json.loads(path.read_text())
+    return document if isinstance(document, dict) else None
+
+
+def default_cache_dir() -> Path:
+    """Where mirrors of remote plates live: ``$XDG_CACHE_HOME/cropbench/remote`` (``~/.cache`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cropbench" / "remote"
+
+
+#: The key index an upload leaves at the plate's root, so HTTP (which cannot list) finds the documents.
+INDEX_NAME = "cropbench_index.json"
+
+
+def upload_plate(plate: Path, url: str, config: StoreConfig | None = None) -> int:
+    """Put every file of a local plate folder under ``url`` (any layout); returns the bytes uploaded.
+
+    Writes :data:`INDEX_NAME` last, so a reader never sees a half-uploaded plate as complete.
+    """
+    import obstore
+
+    config = config or StoreConfig()
+    scheme, _, _ = split_url(url)
+    if scheme != "s3":
+        raise ConfigError(f"upload writes to s3:// URLs only (HTTP servers are read-only here), got {url!r}")
+    if not plate.is_dir():
+        raise StoreError(f"plate {plate} is not a folder")
+    store = object_store(url, config)
+    files = sorted(p for p in plate.rglob("*") if p.is_file() and p.name != REMOTE_POINTER)
+    objects: list[tuple[str, int]] = []
+    total = 0
+    for path in files:
+        key = path.relative_to(plate).as_posix()
+        data = path.read_bytes()
+        try:
+            obstore.put(store, key, data)
+        except Exception as error:
+            raise store_error(url, key, error) from error
+        objects.append((key, len(data)))
+        total += len(data)
+    index = json.dumps({"objects": objects}).encode()
+    with contextlib.suppress(Exception):
+        obstore.put(store, INDEX_NAME, index)
+    return total
+
+
+def write_index(plate: Path) -> Path:
+    """Write :data:`INDEX_NAME` into a local plate folder (for serving it over HTTP as it is)."""
+    files = sorted(p for p in plate.rglob("*") if p.is_file() and p.name not in (INDEX_NAME, REMOTE_POINTER))
+    objects = [(p.relative_to(plate).as_posix(), p.stat().st_size) for p in files]
+    path = plate / INDEX_NAME
+    path.write_text(json.dumps({"objects": objects}))
+    return path
+
+
+def zarr_store(url: str, config: StoreConfig, count: Callable[[int], None] | None = None) -> Any:
+    """zarr-python's own remote store for a plate URL: ``ObjectStore`` (obstore) or ``FsspecStore`` (s3fs,
+    aiohttp), as ``config.zarr_client`` says; ``count`` is called with the bytes of every GET."""
+    from zarr.storage import FsspecStore, ObjectStore
+
+    if config.zarr_client == "obstore":
+        store: Any = ObjectStore(object_store(url, config), read_only=True)
+    else:
+        scheme, netloc, prefix = split_url(url)
+        if scheme == "s3":
+            options: dict[str, Any] = {
+                "anon": not os.environ.get("AWS_ACCESS_KEY_ID") or config.anonymous,
+                "asynchronous": True,
+                "config_kwargs": {
+                    "connect_timeout": config.connect_timeout_s,
+                    "read_timeout": config.timeout_s,
+                    "retries": {"max_attempts": config.retries + 1},
+                    "max_pool_connections": max(config.in_flight, 10),
+                },
+            }
+            if os.environ.get("AWS_ENDPOINT_URL"):
+                options["endpoint_url"] = os.environ["AWS_ENDPOINT_URL"]
+        else:
+            options = {"asynchronous": True}
+        store = FsspecStore.from_url(url, storage_options=options, read_only=True)
+    return store if count is None else _counting(store, count)
+
+
+def _counting(store: Any, count: Callable[[int], None]) -> Any:
+    """``store`` wrapped so that every ``get`` (one request) reports the bytes it returned."""
+    from zarr.storage import WrapperStore
+
+    class CountingStore(WrapperStore[Any]):
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            result = await self._store.get(key, prototype, byte_range)
+            count(0 if result is None else len(result))
+            return result
+
+    return CountingStore(store)
+
+
+__all__ = [
+    "INDEX_NAME",
+    "REMOTE_POINTER",
+    "REMOTE_SCHEMES",
+    "ByteSource",
+    "FileSource",
+    "RemoteSource",
+    "is_url",
+    "mirror_metadata",
+    "object_store",
+    "open_source",
+    "read_pointer",
+    "remote_of",
+    "split_url",
+    "store_error",
+    "upload_plate",
+    "write_index",
+    "zarr_store",
+]

@@ -1,0 +1,284 @@
+"""Object-store endpoints on loopback for tests and the remote benchmark: an S3 server, an HTTP
+server with Range support, and a proxy that delays every request.
+
+- :func:`s3_server`: moto's server mode (``moto[server]``, what zarr-python and s3fs test with),
+  one subprocess on 127.0.0.1 and a free port; it sets nothing globally, it returns the endpoint.
+- :func:`http_server`: nginx serving a folder (``apt-get install nginx``), its own config and
+  logs in a temporary folder, Range requests on (nginx's default for static files).
+- :func:`delay_proxy`: an asyncio TCP proxy that holds each chunk the client sends for
+  ``latency_ms`` before forwarding it (order kept, many connections at once), so every request
+  pays one injected round trip; ``tc netem`` needs privileges this does not.
+
+Each is a context manager that stops its process on exit, also on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from cropbench.errors import ConfigError
+
+#: Test credentials of the loopback S3 server (moto accepts any; these make requests signed).
+S3_ACCESS_KEY = "cropbench"
+S3_SECRET_KEY = "cropbench-secret"
+#: Seconds a server may take to answer its first request.
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_until_up(url: str, process: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {process.returncode} before answering on {url}")
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except urllib.error.HTTPError:
+            return  # it answers (an error status is an answer)
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not answer on {url} within {START_TIMEOUT_S:.0f} s")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+def moto_available() -> bool:
+    """Whether moto's server mode is installed (``pip install 'cropbench[remote]'``)."""
+    try:
+        import flask  # noqa: F401 - moto's server mode needs it
+        import moto.server  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def nginx_binary() -> str | None:
+    """nginx's path, or None when it is not installed (``apt-get install -y nginx``)."""
+    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
+
+
+@contextlib.contextmanager
+def s3_server(port: int | None = None) -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1; yields its endpoint URL (``http://127.0.0.1:PORT``)."""
+    port = port or free_port()
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        _wait_until_up(f"{endpoint}/moto-api/", process, "moto server")
+        yield endpoint
+    finally:
+        _stop(process)
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` on a loopback S3 endpoint (with the test credentials)."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY,
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket=bucket)
+
+
+_NGINX_CONFIG = """
+{user}
+worker_processes 2;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    keepalive_requests 100000;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location / {{ autoindex off; }}
+    }}
+}}
+"""
+
+
+@contextlib.contextmanager
+def http_server(root: Path, port: int | None = None) -> Iterator[str]:
+    """nginx serving ``root`` on 127.0.0.1 (byte ranges supported); yields ``http://127.0.0.1:PORT``."""
+    binary = nginx_binary()
+    if binary is None:
+        raise ConfigError("nginx is not installed: apt-get install -y nginx")
+    port = port or free_port()
+    with tempfile.TemporaryDirectory(prefix="cropbench-nginx-") as tmp:
+        config = Path(tmp) / "nginx.conf"
+        # Started as root, nginx's workers would drop to "nobody" and be refused the (private) folder.
+        user = "user root;" if os.geteuid() == 0 else ""
+        config.write_text(_NGINX_CONFIG.format(user=user, tmp=tmp, port=port, root=Path(root).resolve()))
+        command = [binary, "-c", str(config), "-p", tmp, "-e", f"{tmp}/error.log"]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            endpoint = f"http://127.0.0.1:{port}"
+            _wait_until_up(f"{endpoint}/", process, "nginx")
+            yield endpoint
+        finally:
+            _stop(process)
+
+
+@contextlib.contextmanager
+def delay_proxy(target: str, latency_ms: float, port: int | None = None) -> Iterator[str]:
+    """A loopback proxy to ``target`` (``http://host:port``) delaying each request by ``latency_ms``;
+    yields the proxy's URL. Runs in its own process so it never competes with the measured one for the GIL."""
+    host, _, target_port = target.removeprefix("http://").rstrip("/").partition(":")
+    port = port or free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "cropbench.measure.endpoints",
+        "--listen",
+        str(port),
+        "--target",
+        f"{host}:{target_port or 80}",
+        "--latency-ms",
+        str(latency_ms),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"delay proxy exited with code {process.returncode}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"delay proxy did not listen on {endpoint}")
+            time.sleep(0.05)
+        yield endpoint
+    finally:
+        _stop(process)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
+    """Forward what ``reader`` receives to ``writer``, each chunk ``delay_s`` after it arrived (order kept)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+    async def receive() -> None:
+        while data := await reader.read(1 << 16):
+            queue.put_nowait((loop.time() + delay_s, data))
+        queue.put_nowait((0.0, b""))
+
+    receiving = asyncio.create_task(receive())
+    try:
+        while True:
+            due, data = await queue.get()
+            if not data:
+                break
+            wait = due - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        receiving.cancel()
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+async def _serve(listen: int, target: tuple[str, int], latency_ms: float) -> None:
+    delay = latency_ms / 1e3
+
+    async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        try:
+            server_reader, server_writer = await asyncio.open_connection(*target)
+        except OSError:
+            client_writer.close()
+            return
+        await asyncio.gather(
+            _pipe(client_reader, server_writer, delay),  # requests wait: one injected round trip each
+            _pipe(server_reader, client_writer, 0.0),
+            return_exceptions=True,
+        )
+
+    server = await asyncio.start_server(handle, "127.0.0.1", listen, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
+def request_ceiling(url: str, seconds: float = 2.0, threads: int = 8) -> float:
+    """Requests/s a trivial client gets from ``url`` (a small object) with ``threads`` keep-alive clients:
+    the server's own ceiling, to tell whether a row was bound by the client or the server."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    deadline = time.monotonic() + seconds
+
+    def client() -> int:
+        connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=10)
+        done = 0
+        while time.monotonic() < deadline:
+            connection.request("GET", parts.path or "/", headers={"Range": "bytes=0-0"})
+            connection.getresponse().read()
+            done += 1
+        connection.close()
+        return done
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        total = sum(pool.map(lambda _: client(), range(threads)))
+    return total / (time.monotonic() - started)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m cropbench.measure.endpoints --listen PORT --target HOST:PORT --latency-ms MS``: the delay proxy."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--listen", type=int, required=True)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    host, _, port = args.target.rpartition(":")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args.listen, (host, int(port)), args.latency_ms))
+
+
+if __name__ == "__main__":
+    main()
