@@ -8,18 +8,22 @@ the two fixed runs the command line offers besides it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cropbench.config import LayoutSpec, plate_preset
+from cropbench.config import LayoutSpec, StoreConfig, plate_preset
 from cropbench.errors import ConfigError
+from cropbench.formats.sources import is_url
 from cropbench.measure import environment
+from cropbench.measure.endpoints import remote_plate
 from cropbench.measure.protocol import configure_threads
 from cropbench.plates.convert import materialize_layout
 from cropbench.plates.generate import GeneratedPlate, generate_plate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, RecordWriter, read_records, write_csv
 from cropbench.tracks import TRACKS, RunContext, Track, run_tracks
+from cropbench.tracks.distributed import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
 from cropbench.tracks.layouts import LayoutComparison, Layouts
 
 #: Called with a status message, and with the record when one has just been measured.
@@ -38,8 +42,10 @@ def run(
     torch_threads: int = 1,
     layout: str | None = None,
     layout_dir: str | Path | None = None,
+    store: StoreConfig | None = None,
     objects: str | Path | None = None,
     progress: Progress | None = None,
+    rank_timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[Record]:
     """Measure ``tracks`` (names in ``TRACKS``, or track objects) on ``plate``; returns this run's records.
 
@@ -48,6 +54,14 @@ def run(
     (every track uses it). With ``out_dir``, each record is appended to ``out_dir/results.jsonl``
     as it finishes and ``results.csv`` is rewritten at the end; ``resume`` skips cases already there
     (same case identity: same config, plate and layout).
+
+    ``plate`` may be a URL (``s3://bucket/prefix/plate.zarr``, ``https://host/path/plate.zarr``): its
+    metadata is mirrored locally and its pixels are read from the store as ``store`` says (in-flight
+    requests, timeouts, retries, injected latency; see :class:`~cropbench.config.StoreConfig`).
+
+    Started by ``torchrun``, each rank calls this: tracks 2 and 3 run across the ranks (see
+    :mod:`cropbench.tracks.distributed`), rank 0 alone writes and returns the records, and a rank that
+    dies or hangs fails the others within ``rank_timeout_s``.
     """
     unknown = [t for t in tracks if isinstance(t, str) and t not in TRACKS]
     if unknown:
@@ -56,11 +70,24 @@ def run(
         raise ConfigError(f"repeats must be >= 1, got {repeats}")
     if samples is not None and samples < 1:
         raise ConfigError(f"samples must be >= 1, got {samples}")
-    source = Path(plate)
+    remote = contextlib.ExitStack()  # a remote plate's delay proxy, stopped when the run ends
+    if is_url(plate):
+        if layout is not None:
+            raise ConfigError(f"--layout rewrites a local plate; {plate} is in a store (convert locally, then upload)")
+        source = remote.enter_context(remote_plate(str(plate), store or StoreConfig()))
+    else:
+        source = Path(plate)
+    cluster = Cluster(rank_timeout_s) if launched() else None
+    writes = cluster is None or cluster.rank == 0
     if layout is not None:
-        source = materialize_layout(
-            source, layout, Path(layout_dir) if layout_dir else None, progress=progress is not None
-        )
+        name = layout
+
+        def convert() -> Path:
+            return materialize_layout(
+                source, name, Path(layout_dir) if layout_dir else None, progress=progress is not None
+            )
+
+        source = cluster.first(convert, "layout conversion") if cluster is not None else convert()
     context = RunContext(
         plate=source,
         environment=environment.collect(source),
@@ -70,9 +97,11 @@ def run(
         report=(lambda message: progress(message, None)) if progress else None,
     )
     chosen = [TRACKS[t]() if isinstance(t, str) else t for t in tracks]
+    chosen = distribute(chosen, cluster) if cluster is not None else chosen
     results = Path(out_dir) / RESULTS_NAME if out_dir is not None else None
-    writer = RecordWriter(results) if results is not None else None
+    writer = RecordWriter(results) if results is not None and writes else None
     done = frozenset(r.key for r in read_records(results)) if resume and results and results.exists() else frozenset()
+    done = cluster.broadcast(done, "resume") if cluster is not None else done
     measured: list[Record] = []
 
     def emit(record: Record) -> None:
@@ -86,7 +115,10 @@ def run(
     finally:
         if writer is not None:
             writer.close()
-    if results is not None:
+        remote.close()
+        if cluster is not None:
+            cluster.close()
+    if results is not None and writes:
         write_csv(read_records(results), results.with_name(CSV_NAME))
     return measured
 

@@ -13,7 +13,16 @@ from typing import NoReturn
 
 from tqdm import tqdm
 
-from cropbench.config import FORMAT_CODECS, LAYOUTS, LayoutSpec, PlateSpec, layout_by_name, plate_preset
+from cropbench.config import (
+    FORMAT_CODECS,
+    LAYOUTS,
+    ZARR_CLIENTS,
+    LayoutSpec,
+    PlateSpec,
+    StoreConfig,
+    layout_by_name,
+    plate_preset,
+)
 from cropbench.errors import CropbenchError
 from cropbench.plates.generate import GeneratedPlate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, read_records, write_csv
@@ -189,10 +198,12 @@ def cmd_compare_layouts(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.report.summary import summary_table
+    from cropbench.tracks.distributed import launch_rank
 
     out_dir = Path(args.out)
     tracks = [*(args.track or ([] if args.peers else ["1"])), *(["peers"] if args.peers else [])]
-    bar = _ProgressBar(not args.no_progress, "cases")
+    leader = launch_rank() == 0  # under torchrun only rank 0 reports (and writes)
+    bar = _ProgressBar(not args.no_progress and leader, "cases")
     try:
         records = api.run(
             args.plate,
@@ -205,11 +216,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             torch_threads=args.torch_threads,
             layout=args.layout,
             layout_dir=args.layout_dir,
+            store=_store_config(args),
             objects=args.objects,
             progress=bar,
+            **({"rank_timeout_s": args.rank_timeout} if args.rank_timeout is not None else {}),
         )
     finally:
         bar.close()
+    if not leader:
+        return 0
     print(summary_table(records))
     if args.repeats > 1:
         from cropbench.report.stability import format_repeat_summary, summarise_repeats
@@ -218,6 +233,70 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"\n{len(records)} rows appended to {out_dir / RESULTS_NAME}; CSV at {out_dir / CSV_NAME}")
     if args.plot:
         _plot(out_dir / RESULTS_NAME, out_dir / "plots")
+    return 0
+
+
+def _add_store_knobs(parser: argparse.ArgumentParser) -> None:
+    """How a plate in an object store is read (ignored for a local plate); defaults as StoreConfig's."""
+    defaults = StoreConfig()
+    group = parser.add_argument_group(
+        "plates in an object store (s3:// with AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...; http(s)://)"
+    )
+    group.add_argument(
+        "--in-flight", type=int, default=defaults.in_flight, help="requests kept open at once (%(default)s)"
+    )
+    group.add_argument(
+        "--coalesce-gap",
+        type=int,
+        default=defaults.coalesce_gap_bytes,
+        metavar="BYTES",
+        help="byte ranges of a shard closer than this are one request (default: %(default)s)",
+    )
+    group.add_argument(
+        "--timeout", type=float, default=defaults.timeout_s, help="seconds per request (default: %(default)s)"
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=defaults.connect_timeout_s,
+        help="seconds to connect (default: %(default)s)",
+    )
+    group.add_argument(
+        "--retries", type=int, default=defaults.retries, help="retries of a failed request (default: %(default)s)"
+    )
+    group.add_argument(
+        "--latency-ms",
+        type=float,
+        default=defaults.latency_ms,
+        help="inject this delay per request with a loopback proxy (http:// endpoints; default: %(default)s)",
+    )
+    group.add_argument(
+        "--zarr-client",
+        choices=ZARR_CLIENTS,
+        default=defaults.zarr_client,
+        help="zarr-python's store for decode 'zarr' (default: %(default)s)",
+    )
+    group.add_argument("--anonymous", action="store_true", help="unsigned requests even with credentials set")
+
+
+def _store_config(args: argparse.Namespace) -> StoreConfig:
+    return StoreConfig(
+        in_flight=args.in_flight,
+        coalesce_gap_bytes=args.coalesce_gap,
+        timeout_s=args.timeout,
+        connect_timeout_s=args.connect_timeout,
+        retries=args.retries,
+        latency_ms=args.latency_ms,
+        zarr_client=args.zarr_client,
+        anonymous=args.anonymous,
+    )
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from cropbench.formats.sources import upload_plate
+
+    total = upload_plate(Path(args.plate), args.url, _store_config(args))
+    print(f"uploaded {args.plate} to {args.url} ({total / 2**20:.1f} MiB)")
     return 0
 
 
@@ -327,7 +406,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run benchmark tracks on a plate",
         description="Run tracks on a plate; rows are appended to OUT/results.jsonl.",
     )
-    run.add_argument("--plate", required=True, help="plate directory")
+    run.add_argument(
+        "--plate",
+        required=True,
+        help="plate directory, or URL of a plate in a store (s3://bucket/prefix/plate.zarr, https://host/plate.zarr)",
+    )
     run.add_argument(
         "--track",
         action="append",
@@ -365,7 +448,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="also measure peer loaders (naive zarr, dask, spatialdata, Arrow rows) beside cropbench's "
         "zarr/direct/field on the same crops (track 'peers'; only them unless --track is given)",
     )
+    run.add_argument(
+        "--rank-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="under torchrun: how long a rank waits for the others at a barrier; a rank that died or hung "
+        "fails the run after this long (each case must fit in it; default: 600)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_store_knobs(run)
     run.set_defaults(handler=cmd_run)
 
     importer = commands.add_parser(
@@ -439,6 +530,17 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--objects", help="object table (Parquet/CSV) for plates without cropbench's table")
     compare.add_argument("--no-progress", action="store_true", help="no progress bar")
     compare.set_defaults(handler=cmd_compare_layouts)
+
+    upload = commands.add_parser(
+        "upload",
+        help="put a plate (any layout folder) into an S3 bucket",
+        description="Upload every file of PLATE under URL (s3://bucket/prefix/plate.zarr), with a key index "
+        "last; endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY.",
+    )
+    upload.add_argument("plate", help="local plate folder")
+    upload.add_argument("url", help="s3://bucket/prefix/plate.zarr")
+    _add_store_knobs(upload)
+    upload.set_defaults(handler=cmd_upload)
 
     plot = commands.add_parser("plot", help="draw figures from a results file")
     plot.add_argument("results", help="results.jsonl")

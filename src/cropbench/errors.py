@@ -37,3 +37,7 @@ class WorkerError(CropbenchError):
 
 class PeerUnavailableError(CropbenchError):
     """A peer loader cannot run here: its optional extra is not installed, or the layout does not suit it."""
+
+
+class DistributedError(CropbenchError):
+    """A rank of a distributed run died, hung or could not join; the message names the rank and the timeout."""

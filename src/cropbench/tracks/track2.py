@@ -29,6 +29,7 @@ from torch.utils.data import Dataset
 from cropbench import metrics as m
 from cropbench.config import ACCESS_PATTERNS, CropConfig
 from cropbench.data.dataset import CropDataset
+from cropbench.data.distributed import SamplerFactory
 from cropbench.data.loader import (
     LoaderSpec,
     ScheduledSampler,
@@ -227,11 +228,21 @@ def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> d
     return metrics
 
 
-def run_case(plate: str | Path, case: Track2Case, objects: ObjectTable | str | Path | None = None) -> dict[str, Any]:
-    """Measure one case; a fresh dataset each time so no cache warmed by an earlier case leaks in."""
+def run_case(
+    plate: str | Path,
+    case: Track2Case,
+    objects: ObjectTable | str | Path | None = None,
+    *,
+    shard: SamplerFactory | None = None,
+) -> dict[str, Any]:
+    """Measure one case; a fresh dataset each time so no cache warmed by an earlier case leaks in.
+
+    ``shard`` builds the sampler instead of the case's access pattern (one rank's share of a distributed epoch).
+    """
     base = CropDataset(plate, case.crop, objects=objects)
     dataset: Dataset[dict[str, Any]] = MemoryCrops(base) if case.source == "memory" else base
-    orders = schedule(sampler_for(base, case.access, case.seed), case.samples, case.epochs)
+    order = shard(base) if shard is not None else sampler_for(base, case.access, case.seed)
+    orders = schedule(order, case.samples, case.epochs)
     sampler = ScheduledSampler(orders)
     pin = case.loader.pin_memory and torch.cuda.is_available()
     loader = build_loader(dataset, case.loader, sampler, case.seed, timed_collate=True, pin_memory=pin)

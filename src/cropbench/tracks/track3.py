@@ -34,6 +34,7 @@ from torch.nn import functional
 from cropbench import metrics as m
 from cropbench.config import ACCESS_PATTERNS, CropConfig
 from cropbench.data.dataset import CropDataset
+from cropbench.data.distributed import SamplerFactory
 from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader, memory_of, schedule, worker_pids
 from cropbench.data.sampling import sampler_for
 from cropbench.errors import ConfigError
@@ -52,8 +53,8 @@ from cropbench.measure.accelerator import (
     to_device,
 )
 from cropbench.measure.protocol import summarise_ms
-from cropbench.objects import MISSING_CLASS, ObjectTable
 from cropbench.metrics import prefixed
+from cropbench.objects import MISSING_CLASS, ObjectTable
 from cropbench.tracks.context import RunContext, worker_counts
 from cropbench.tracks.models import MODELS, build_model, embedding_model
 from cropbench.tracks.runner import Row, seeded
@@ -67,6 +68,8 @@ AU_THRESHOLD = 0.10
 BASELINE_BATCHES = 2
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+#: Wraps the model before the loop (``DistributedDataParallel`` under a distributed run).
+ModelWrap = Callable[[torch.nn.Module], torch.nn.Module]
 
 
 def _default_crop() -> CropConfig:
@@ -188,9 +191,12 @@ class WorkerSearch:
 
 
 class StepCompute:
-    """One step of the workload on a batch already on the device; a fixed seed gives fixed weights."""
+    """One step of the workload on a batch already on the device; a fixed seed gives fixed weights.
 
-    def __init__(self, case: Track3Case, device: torch.device, channels: int) -> None:
+    ``wrap`` wraps a training model once it is on the device (gradients then synchronise across ranks).
+    """
+
+    def __init__(self, case: Track3Case, device: torch.device, channels: int, wrap: ModelWrap | None = None) -> None:
         check_amp(case.amp, device)
         self.case = case
         self.device = device
@@ -205,6 +211,8 @@ class StepCompute:
         model = model.to(device)
         if case.channels_last:
             model = model.to(memory_format=torch.channels_last)
+        if wrap is not None and case.workload == "train":
+            model = wrap(model)
         if case.workload == "train":
             parameters = model.parameters()
             self.optimizer = (
@@ -298,6 +306,7 @@ def _loader(
     samples: int,
     pin: bool,
     objects: ObjectTable | None,
+    shard: SamplerFactory | None = None,
 ) -> tuple[CropDataset, Any]:
     dataset = CropDataset(plate, case.crop, objects=objects, labels=(case.target,) if case.target else ())
     if case.target:
@@ -307,7 +316,8 @@ def _loader(
                 f"target {case.target!r} must be a column of string classes, at most classes={case.classes} of them; "
                 f"it has {'numbers' if classes is None else f'{len(classes)} classes: set classes={len(classes)}'}"
             )
-    sampler = ScheduledSampler(schedule(sampler_for(dataset, case.access, case.seed), samples, 1))
+    order = shard(dataset) if shard is not None else sampler_for(dataset, case.access, case.seed)
+    sampler = ScheduledSampler(schedule(order, samples, 1))
     return dataset, build_loader(dataset, spec, sampler, case.seed, pin_memory=pin)
 
 
@@ -326,7 +336,14 @@ def _loop_metrics(timing: LoopTiming, batch_size: int, prefix: str = "") -> dict
     }
 
 
-def compute_only(plate: str | Path, case: Track3Case, objects: ObjectTable | None = None) -> dict[str, Any]:
+def compute_only(
+    plate: str | Path,
+    case: Track3Case,
+    objects: ObjectTable | None = None,
+    *,
+    shard: SamplerFactory | None = None,
+    wrap: ModelWrap | None = None,
+) -> dict[str, Any]:
     """The same loop fed from ``BASELINE_BATCHES`` batches already on the device: compute alone."""
     device = resolve_device(case.device)
     batch = case.loader.batch_size
@@ -337,10 +354,11 @@ def compute_only(plate: str | Path, case: Track3Case, objects: ObjectTable | Non
         batch * BASELINE_BATCHES,
         pin=False,
         objects=objects,
+        shard=shard,
     )
     prepare = _preparer(case, device, non_blocking=False)
     prepared = [prepare(b) for b in loader]
-    compute = StepCompute(case, device, len(dataset.channel_indices))
+    compute = StepCompute(case, device, len(dataset.channel_indices), wrap)
     cycle = itertools.cycle(prepared)
     timing = timed_loop(
         cycle.__next__, lambda ready: ready, compute, case.steps, case.warmup_steps, synchroniser(device)
@@ -365,16 +383,22 @@ def run_case(
     case: Track3Case,
     baseline: dict[str, Any] | None = None,
     objects: ObjectTable | None = None,
+    *,
+    shard: SamplerFactory | None = None,
+    wrap: ModelWrap | None = None,
 ) -> dict[str, Any]:
-    """Measure one case (and its compute-only baseline unless one is given)."""
+    """Measure one case (and its compute-only baseline unless one is given).
+
+    ``shard`` builds the sampler (one rank's share) and ``wrap`` wraps the model, in both loops.
+    """
     device = resolve_device(case.device)
-    baseline = baseline if baseline is not None else compute_only(plate, case, objects)
+    baseline = baseline if baseline is not None else compute_only(plate, case, objects, shard=shard, wrap=wrap)
     if case.compute_only:
         return {**baseline, **device_info(device)}
     pin = pin_in_effect(case.loader.pin_memory, device)
     batch = case.loader.batch_size
-    dataset, loader = _loader(plate, case, case.loader, batch * (case.steps + case.warmup_steps), pin, objects)
-    compute = StepCompute(case, device, len(dataset.channel_indices))
+    dataset, loader = _loader(plate, case, case.loader, batch * (case.steps + case.warmup_steps), pin, objects, shard)
+    compute = StepCompute(case, device, len(dataset.channel_indices), wrap)
     clock = time.perf_counter_ns
     start = clock()
     iterator = iter(loader)

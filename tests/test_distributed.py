@@ -1,0 +1,206 @@
+"""Many ranks: the samplers split an epoch exactly once, the aggregate row's arithmetic, and real
+2-rank gloo jobs started by torch's launcher (Tracks 2 and 3, one writer, a rank that hangs or dies)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cropbench.config import CropConfig
+from cropbench.data.dataset import CropDataset
+from cropbench.data.distributed import ChunkLocalSampler, TorchDistributedSampler, per_rank, rank_sampler
+from cropbench.errors import ConfigError
+from cropbench.records import read_records
+from cropbench.tracks.distributed import RankReport, aggregate, distributed_cases
+
+#: Seconds the fault tests give a rank before the others give up on it.
+RANK_TIMEOUT_S = 5
+#: Whole-launch limit of a test job: generous, so only a hang (never a slow machine) reaches it.
+JOB_LIMIT_S = 300
+
+
+def _indices(sampler_of: object, world: int) -> list[np.ndarray]:
+    """Each rank's epoch order, as every rank would send it to rank 0."""
+    return [sampler_of(rank).order() for rank in range(world)]  # type: ignore[operator]
+
+
+def _samplers(count: int, world: int, balance: str, epoch: int = 0) -> dict[str, list[np.ndarray]]:
+    keys = np.repeat(np.arange(count // 3 + 1), 3)[:count]  # regions of 3 objects
+    made = {
+        "distributed": [TorchDistributedSampler(count, rank, world, seed=3, balance=balance) for rank in range(world)],
+        "chunk-local": [ChunkLocalSampler(keys, rank, world, seed=3, balance=balance) for rank in range(world)],
+    }
+    for samplers in made.values():
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+    return {name: [s.order() for s in samplers] for name, samplers in made.items()}
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("count", [24, 25, 31])
+@pytest.mark.parametrize("balance", ["pad", "drop"])
+def test_every_object_once_per_epoch_across_ranks(world: int, count: int, balance: str) -> None:
+    for name, orders in _samplers(count, world, balance).items():
+        share = per_rank(count, world, balance)
+        assert [len(order) for order in orders] == [share] * world, name  # balanced
+        seen = Counter(np.concatenate(orders).tolist())
+        if balance == "pad":
+            assert set(seen) == set(range(count)), name  # every object
+            assert sum(seen.values()) - count == share * world - count, name  # only the stated padding repeats
+        else:
+            assert all(times == 1 for times in seen.values()), name  # none twice
+            assert len(seen) == share * world, name  # only the stated remainder left out
+
+
+def test_set_epoch_reshuffles_but_chunk_local_keeps_each_ranks_regions() -> None:
+    first, second = _samplers(60, 2, "pad", epoch=0), _samplers(60, 2, "pad", epoch=1)
+    for name in first:
+        assert all(not np.array_equal(a, b) for a, b in zip(first[name], second[name], strict=True)), name
+    for a, b in zip(first["chunk-local"], second["chunk-local"], strict=True):
+        assert set(a.tolist()) == set(b.tolist())  # the same regions every epoch: its cache stays useful
+
+
+def test_chunk_local_ranks_share_at_most_the_regions_at_their_cuts(tiny_plate: Path) -> None:
+    dataset = CropDataset(tiny_plate, CropConfig(crop_size=32))
+    keys = dataset.group_keys("chunk")
+    for world in (2, 3):
+        regions = [set(keys[rank_sampler(dataset, "chunk-local", r, world).order()].tolist()) for r in range(world)]
+        shared = sum(len(a & b) for i, a in enumerate(regions) for b in regions[i + 1 :])
+        assert shared <= world - 1
+        torch_split = [set(keys[rank_sampler(dataset, "distributed", r, world).order()].tolist()) for r in range(world)]
+        assert sum(len(a & b) for i, a in enumerate(torch_split) for b in torch_split[i + 1 :]) > shared
+
+
+def test_sampler_arguments_are_checked() -> None:
+    with pytest.raises(ConfigError, match="rank=2"):
+        TorchDistributedSampler(10, rank=2, world=2)
+    with pytest.raises(ConfigError, match="balance"):
+        ChunkLocalSampler(np.zeros(10), 0, 2, balance="even")
+    with pytest.raises(ConfigError, match="cannot give each of 4 ranks"):
+        per_rank(3, 4, "drop")
+
+
+def _report(
+    rank: int, samples: int, seconds: float, wait: float, decoded: int | None, indices: list[int]
+) -> RankReport:
+    return RankReport(rank, "host", {}, {}, samples, seconds, wait, decoded, 100, np.array(indices), True)
+
+
+def test_aggregate_row() -> None:
+    reports = [
+        _report(0, 10, 1.0, 1.0, 150, [0, 1, 2]),
+        _report(1, 10, 2.0, 2.0, 250, [3, 4, 5]),
+        _report(2, 10, 1.0, 1.5, 100, [6, 7, 7]),
+    ]
+    row = aggregate(reports, objects=8, balance="pad")
+    assert row["total_samples_per_s"] == 30 / 2.0  # all samples over the slowest rank's loop
+    assert (row["rank_samples_per_s_min"], row["rank_samples_per_s_max"]) == (5.0, 10.0)
+    assert row["straggler_ratio"] == 2.0 / 1.5
+    assert row["read_amplification"] == 500 / 300
+    assert (row["covered_objects"], row["duplicate_samples"], row["padded_samples"]) == (8, 1, 1)
+    assert row["exactly_once"] is False
+    without_counters = aggregate([*reports[:2], _report(2, 10, 1.0, 1.5, None, [6, 7])], 8, "pad")
+    assert without_counters["read_amplification"] is None and without_counters["exactly_once"] is True
+
+
+def test_cases_plan_one_rank_then_all_for_the_speed_up() -> None:
+    cases = distributed_cases("2", world=4, objects=1000)
+    assert [(c.sampler, c.ranks) for c in cases] == [("distributed", 1), ("distributed", 4)] + [
+        ("chunk-local", 1),
+        ("chunk-local", 4),
+    ]
+    assert all(c.case.samples == 1000 and c.case.loader.num_workers == 0 for c in cases)
+    assert {c.ranks for c in distributed_cases("3", world=2, objects=1000)} == {2}
+
+
+# Real jobs: torch's launcher, 2 ranks on gloo, a free rendezvous port each (--standalone).
+
+
+def _launch(tmp_path: Path, script: str, ranks: int = 2) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(script))
+    environment = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    environment["OMP_NUM_THREADS"] = "1"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", str(path)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=JOB_LIMIT_S, env=environment, cwd=tmp_path)
+
+
+def _job(plate: Path, out: Path, tracks: str, extra: str = "", before: str = "") -> str:
+    return f"""
+        import os, sys, time
+        import cropbench.tracks.track2 as track2
+        from cropbench.cli import main
+        {before}
+        sys.exit(main(["run", "--plate", {str(plate)!r}, "--out", {str(out)!r}, {tracks}, "--no-progress"{extra}]))
+    """
+
+
+def _lines(path: Path) -> list[dict[str, object]]:
+    text = path.read_text()
+    assert text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.mark.slow
+def test_two_ranks_run_tracks_2_and_3_with_one_writer(tiny_plate: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = _launch(tmp_path, _job(tiny_plate, out, '"--track", "2", "--track", "3", "--samples", "128"'))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = _lines(out / "results.jsonl")  # every line whole: one writer
+    keys = [(row["track"], row["case_id"], row["repeat"]) for row in lines]
+    assert len(keys) == len(set(keys))  # and none twice
+    # Track 2: per sampler, 1 rank (its row + aggregate) then 2 ranks (2 rows + aggregate); Track 3: 2 + 1 each.
+    assert Counter(row["track"] for row in lines) == {"2": 10, "3": 6}
+    records = read_records(out / "results.jsonl")
+    aggregates = [r for r in records if "rank" not in r.config]
+    ranks = [r for r in records if "rank" in r.config]
+    assert {(r.config["rank"], r.config["backend"]) for r in ranks} == {(0, "gloo"), (1, "gloo")}
+    assert all(r.config["host"] and r.config["world_size"] in (1, 2) for r in ranks)
+    for row in aggregates:
+        metrics = row.metrics
+        assert metrics["covered_objects"] == metrics["objects"] > 0  # gathered indices of every rank
+        if row.track == "2":  # one epoch: every object exactly once, padding stated
+            assert metrics["exactly_once"] is (metrics["padded_samples"] == 0)
+            assert metrics["duplicate_samples"] == metrics["padded_samples"]
+        assert metrics["read_amplification"] > 0 and metrics["straggler_ratio"] >= 1.0
+        assert len(metrics["rank_samples_per_s"]) == row.config["world_size"]
+    two_ranks = [r for r in aggregates if r.track == "2" and r.config["world_size"] == 2]
+    assert len(two_ranks) == 2 and all(r.metrics["speedup_over_one_rank"] > 0 for r in two_ranks)
+    assert all(r.metrics["loss_last"] > 0 for r in ranks if r.track == "3")  # DDP trained on both ranks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["hang", "die"])
+def test_a_rank_that_hangs_or_dies_fails_the_job_and_finished_rows_stay(
+    tiny_plate: Path, tmp_path: Path, fault: str
+) -> None:
+    # Rank 1 measures first in the second case (the first runs on rank 0 alone): it hangs or dies there.
+    act = "time.sleep(3600)" if fault == "hang" else "os._exit(7)"
+    before = f"""
+        real = track2.run_case
+        def faulty(*args, **kwargs):
+            if os.environ["RANK"] == "1":
+                {act}
+            return real(*args, **kwargs)
+        track2.run_case = faulty
+    """
+    before = textwrap.indent(textwrap.dedent(before), " " * 8).strip()
+    out = tmp_path / "out"
+    script = _job(tiny_plate, out, '"--track", "2"', f', "--rank-timeout", "{RANK_TIMEOUT_S}"', before)
+    done = _launch(tmp_path, script)
+    assert done.returncode != 0
+    lines = _lines(out / "results.jsonl")
+    assert [row["config"]["world_size"] for row in lines] == [1, 1]  # the first case's rows, whole
+    if fault == "hang":  # the others name the rank that did not arrive, and the timeout
+        assert "cropbench: error: rank 0 of 2" in done.stderr and f"timeout_s={RANK_TIMEOUT_S}" in done.stderr
+        assert "1" in done.stderr.split("cropbench: error:")[1]
+    else:
+        assert "exitcode" in done.stderr and "7" in done.stderr
