@@ -452,7 +452,7 @@ def table(summary: dict[str, Any], kinds: tuple[str, ...]) -> str:
         if kind == "identical":
             change, effect = "identical code (a README line)", "none"
         else:
-            change = INJECTIONS[kind].description
+            change = INJECTIONS[kind].description if kind in INJECTIONS else "every crop takes longer (a busy wait)"
             effect = "; ".join(f"x{summary['real_slowdown'][kind][label]:.2f} slower" for label in labels)
         flagged = ", ".join(f"`{name}` ({count})" for name, count in sorted(tally["worse"].items())) or "none"
         lines.append(f"| {change} | {effect} | {tally['flagged']}/{tally['runs']} | {flagged} |")
@@ -470,8 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-dir", type=Path, help="write each comparison's asv output here")
     parser.add_argument(
         "--kinds",
-        default="identical,slow-getitem",
-        help=f"comma-separated: identical, slow-getitem, {', '.join(INJECTIONS)} (default: %(default)s)",
+        help=f"comma-separated: identical, slow-getitem, {', '.join(INJECTIONS)} "
+        f"(default: identical,slow-getitem; with --campaign: {','.join(CAMPAIGN_KINDS)})",
     )
     parser.add_argument("--campaign", action="store_true", help="the gate's false-positive and detection rates")
     parser.add_argument("--identical", type=int, default=10, help="campaign: identical-code comparisons")
@@ -479,14 +479,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="campaign: seed of the random order")
     parser.add_argument("--out", type=Path, default=Path("gate-campaign"), help="campaign: where the table goes")
     args = parser.parse_args(argv)
-    kinds = tuple(kind for kind in args.kinds.split(",") if kind)
+    default_kinds = ",".join(CAMPAIGN_KINDS) if args.campaign else "identical,slow-getitem"
+    kinds = tuple(kind for kind in (args.kinds or default_kinds).split(",") if kind)
     injected = tuple(kind for kind in kinds if kind != "identical")
     with tempfile.TemporaryDirectory(prefix="cropbench-regression-") as scratch:
         root = Path(scratch)
         home = root / "home"
         prepare_machine(home)
         if args.campaign:
-            injected = injected or CAMPAIGN_KINDS
             clone = make_clone(root / "clone", args.slowdown, args.env_dir, injected)
             plate = write_plate(clone, root / "speed.zarr")
             summary = campaign(clone, home, plate, args.identical, args.per_kind, injected, args.seed, args.out)
