@@ -84,6 +84,40 @@ def test_alternating_ratios_and_relative_cost(clock: FakeClock) -> None:
     assert relative_cost(clock.costs(0.002), clock.costs(0.001), list(range(64)), block=8) == pytest.approx(2.0)
 
 
+def test_relative_cost_of_identical_paths_is_one_when_the_first_reader_of_a_block_pays_more(
+    clock: FakeClock,
+) -> None:
+    """The turn order rotates, so per-block ratios alternate 2 and 1/2: their arithmetic mean read 1.33."""
+    seen: set[int] = set()
+
+    def get(item: int) -> None:
+        clock.now += 0.001 if item in seen else 0.002
+        seen.add(item)
+
+    assert relative_cost(get, get, list(range(72)), block=8) == pytest.approx(1.0)
+
+
+def test_relative_cost_leaves_the_first_call_out(clock: FakeClock) -> None:
+    calls = 0
+
+    def get(item: int) -> None:
+        nonlocal calls
+        calls += 1
+        clock.now += 1.0 if calls == 1 else 0.001  # the first call opens a store, say
+
+    assert relative_cost(get, clock.costs(0.001), list(range(64)), block=8) == pytest.approx(1.0)
+
+
+def test_relative_cost_of_identical_real_work_is_near_one() -> None:
+    """Real clocks: a wide band, so a loaded machine cannot fail it (the ratios are symmetric around 1)."""
+    source = np.arange(64 * 1024, dtype=np.float32)
+
+    def copy(item: int) -> None:
+        source.copy()
+
+    assert 0.5 < relative_cost(copy, copy, list(range(32 * 40)), block=32) < 2.0
+
+
 def test_exhaust_reads_one_epoch_per_call() -> None:
     epochs: list[int] = []
 
