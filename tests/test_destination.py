@@ -4,14 +4,17 @@ copy: of the same source, in the same layout)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cropbench.config import LAYOUTS, PlateSpec
 from cropbench.errors import OutputError
+from cropbench.formats import create_plate_writer, read_plate_metadata
 from cropbench.plates import generate as generate_module
 from cropbench.plates.convert import convert_plate, materialize_layout
 from cropbench.plates.generate import generate_plate
@@ -153,3 +156,29 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytes
     with pytest.raises(OutputError):
         generate_plate(tmp_path / "new.zarr", SMALL, LAYOUTS["default"], progress=False)
     assert _siblings(plate) == ["p.zarr"], "no partial plate"
+
+
+@pytest.mark.parametrize("layout", ["default", "tiff", "memmap"])
+def test_a_writer_told_to_overwrite_replaces_only_a_plate_cropbench_wrote(layout: str, tmp_path: Path) -> None:
+    spec = LAYOUTS[layout]
+
+    def write(path: Path) -> None:
+        attributes = {"layout_label": spec.label}
+        writer = create_plate_writer(path, "p", ["a"], (1, 8, 8), spec, [("A", "1")], 1, None, attributes, True)
+        writer.write_field("A", "1", 0, np.zeros((1, 8, 8), np.uint16))
+        writer.close()
+
+    user_file = _user_folder(tmp_path / "users")
+    with pytest.raises(OutputError, match=f"^refusing to replace {re.escape(str(user_file.parent))}: "):
+        write(user_file.parent)
+    assert user_file.read_bytes() == b"the user's own image"
+    with pytest.raises(OutputError, match="refusing to replace"):
+        write(user_file)  # a file, not a folder
+    (tmp_path / "link").symlink_to(user_file.parent)
+    with pytest.raises(OutputError, match="refusing to replace"):
+        write(tmp_path / "link")
+    assert user_file.read_bytes() == b"the user's own image"
+    (tmp_path / "empty").mkdir()
+    write(tmp_path / "empty")
+    write(tmp_path / "empty")  # cropbench's own plate is replaced
+    assert read_plate_metadata(tmp_path / "empty").layout == spec.format

@@ -7,6 +7,8 @@ process: ``__getstate__`` drops every handle and cache.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import warnings
 from abc import ABC, abstractmethod
@@ -412,11 +414,38 @@ def chunk_spans(start: int, stop: int, step: int) -> list[tuple[int, int, int]]:
     ]
 
 
+#: The file that makes a folder of non-zarr pixels a cropbench plate (written by ``marker``).
+LAYOUT_MARKER = "cropbench_layout.json"
+
+
+def cropbench_attributes(path: Path) -> dict[str, Any] | None:
+    """The ``cropbench`` block a cropbench writer left in the plate at ``path`` (in its layout marker
+    or its root NGFF attributes), or None: what marks a folder as cropbench's own to replace."""
+    for name in (LAYOUT_MARKER, "zarr.json", ".zattrs"):
+        document_path = path / name
+        if not document_path.is_file():
+            continue
+        try:
+            document = json.loads(document_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        if name == "zarr.json" and isinstance(document, dict):
+            document = document.get("attributes")
+        block = document.get("cropbench") if isinstance(document, dict) else None
+        return block if isinstance(block, dict) and "layout_label" in block else None
+    return None
+
+
 def prepare_destination(path: Path, overwrite: bool) -> None:
-    """Refuse to replace an existing output unless asked; create the parent folder."""
-    if path.exists():
+    """Refuse to replace an existing output unless asked and it is a plate cropbench wrote (an
+    empty folder counts as free); create the parent folder."""
+    if os.path.lexists(path):
         if not overwrite:
             raise OutputError(f"{path} already exists; pass overwrite (--force) to replace it")
+        if path.is_symlink() or not path.is_dir():
+            raise OutputError(f"refusing to replace {path}: it is not a folder cropbench wrote")
+        if any(path.iterdir()) and cropbench_attributes(path) is None:
+            raise OutputError(f"refusing to replace {path}: it is not a plate cropbench wrote; remove it yourself")
         shutil.rmtree(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from cropbench.errors import StoreError
-from cropbench.formats.base import FieldInfo, PlateMetadata, PlateWriter
+from cropbench.formats.base import LAYOUT_MARKER, FieldInfo, PlateMetadata, PlateWriter
 
-LAYOUT_MARKER = "cropbench_layout.json"
 MARKER_VERSION = 1
 
 

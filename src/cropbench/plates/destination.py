@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cropbench.errors import OutputError, StoreError
-from cropbench.formats import read_plate_metadata
+from cropbench.errors import OutputError
+from cropbench.formats.base import cropbench_attributes
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,8 @@ def check_replaceable(path: Path, overwrite: bool, origin: Origin | None = None)
 def _not_ours(path: Path, origin: Origin | None) -> str | None:
     if path.is_symlink() or not path.is_dir():
         return "it is not a folder cropbench wrote"
-    try:
-        attributes = read_plate_metadata(path).extra.get("cropbench") or {}
-    except (StoreError, OSError):
-        return "it is not a cropbench plate"
-    if not isinstance(attributes, dict) or "layout_label" not in attributes:
+    attributes = cropbench_attributes(path)
+    if attributes is None:
         return "it is not a plate cropbench wrote"
     if origin is None:
         return None
