@@ -311,6 +311,7 @@ class StoreConfig:
     than ``coalesce_gap_bytes`` are fetched in one request (the gap is read and dropped: a round
     trip costs more than a few hundred kB). ``timeout_s`` bounds each request, ``retries`` retries a
     failed one; ``latency_ms`` is the delay injected per request by a loopback proxy (0: none).
+    ``endpoint`` overrides ``AWS_ENDPOINT_URL`` (S3) or the URL's scheme and host (HTTP); empty: as given.
     """
 
     in_flight: int = 16
@@ -321,6 +322,7 @@ class StoreConfig:
     latency_ms: float = 0.0
     zarr_client: str = "obstore"
     anonymous: bool = False
+    endpoint: str = ""
 
     def __post_init__(self) -> None:
         _positive("in_flight", self.in_flight)
@@ -330,3 +332,7 @@ class StoreConfig:
         _require(isinstance(self.retries, int) and self.retries >= 0, f"retries must be >= 0, got {self.retries}")
         _require(self.latency_ms >= 0, f"latency_ms must be >= 0, got {self.latency_ms}")
         _choice("zarr_client", self.zarr_client, ZARR_CLIENTS)
+        _require(
+            not self.endpoint or self.endpoint.startswith(("http://", "https://")),
+            f"endpoint must be an http(s):// URL, got {self.endpoint!r}",
+        )

@@ -196,6 +196,16 @@ CROPS_PER_S = "crops_per_s"
 ROUND_MEDIAN = "median"
 ROUND_MIN = "min"
 ROUND_MAX = "max"
+# Plates in an object store (``tracks.runner.store_metrics``): what crossed the wire per crop (the
+# reader's requests and bytes), the row's store settings, the rate beside the same plate read locally
+# in the same run, and the server's own ceiling (requests/s with a trivial client).
+REQUESTS_PER_CROP = "requests_per_crop"
+BYTES_TRANSFERRED_PER_CROP = "bytes_transferred_per_crop"
+BYTES_TRANSFERRED_PER_DELIVERED_BYTE = "bytes_transferred_per_delivered_byte"
+IN_FLIGHT = "in_flight"
+INJECTED_LATENCY_MS = "injected_latency_ms"
+RATIO_TO_LOCAL = "ratio_to_local"
+SERVER_REQUESTS_PER_S = "server_requests_per_s"
 
 
 def catalogued(key: str) -> bool:

@@ -56,9 +56,22 @@ def split_url(url: str) -> tuple[str, str, str]:
     return parts.scheme, parts.netloc, parts.path.strip("/")
 
 
+def s3_endpoint(config: StoreConfig) -> str:
+    """The S3 endpoint requests go to: the config's, else ``AWS_ENDPOINT_URL``, else AWS ("")."""
+    return config.endpoint or os.environ.get("AWS_ENDPOINT_URL", "")
+
+
+def http_url(url: str, config: StoreConfig) -> str:
+    """An HTTP plate URL with the config's endpoint (scheme and host) in place of its own."""
+    if not config.endpoint:
+        return url
+    _, _, prefix = split_url(url)
+    return f"{config.endpoint.rstrip('/')}/{prefix}"
+
+
 def _client_options(url: str, config: StoreConfig) -> dict[str, Any]:
     options: dict[str, Any] = {"timeout": f"{config.timeout_s}s", "connect_timeout": f"{config.connect_timeout_s}s"}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL", "") if url.startswith("s3://") else url
+    endpoint = s3_endpoint(config) if url.startswith("s3://") else http_url(url, config)
     if endpoint.startswith("http://"):
         options["allow_http"] = True
     # Requests of one plate share a connection pool as large as the in-flight limit.
@@ -78,8 +91,10 @@ def object_store(url: str, config: StoreConfig) -> Any:
         extra: dict[str, Any] = {} if signed else {"skip_signature": True}
         if "AWS_REGION" not in os.environ and "AWS_DEFAULT_REGION" not in os.environ:
             extra["region"] = "us-east-1"
+        if config.endpoint:
+            extra["endpoint"] = config.endpoint
         return S3Store(netloc, prefix=prefix or None, client_options=client, retry_config=retry, **extra)
-    return HTTPStore.from_url(f"{scheme}://{netloc}/{prefix}", client_options=client, retry_config=retry)
+    return HTTPStore.from_url(http_url(url, config), client_options=client, retry_config=retry)
 
 
 def _duration(seconds: float) -> Any:
@@ -92,7 +107,8 @@ def store_error(url: str, key: str, error: BaseException) -> StoreError:
     """One line naming the object's URL and what went wrong, from any obstore or fsspec error."""
     location = f"{url.rstrip('/')}/{key}" if key else url
     kind = type(error).__name__
-    text = " ".join(str(error).split())
+    full = str(error)
+    text = " ".join(full.split("Debug source")[0].split())  # obstore appends a multi-line debug dump
     hints = {
         "NotFoundError": "no such bucket or key",
         "FileNotFoundError": "no such bucket or key",
@@ -101,19 +117,24 @@ def store_error(url: str, key: str, error: BaseException) -> StoreError:
         "UnauthenticatedError": "not authenticated: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
     }
     hint = hints.get(kind)
-    if hint is None:
-        lowered = text.lower()
-        if "connect" in lowered or "connection" in lowered or "dns" in lowered:
-            hint = "cannot connect: is the endpoint up (AWS_ENDPOINT_URL)?"
-        elif "timed out" in lowered or "timeout" in lowered:
-            hint = "timed out (StoreConfig.timeout_s)"
-        elif "access denied" in lowered or "signature" in lowered or "forbidden" in lowered or "403" in lowered:
-            hint = "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
-        elif "nosuchbucket" in lowered or "not found" in lowered or "404" in lowered:
-            hint = "no such bucket or key"
-        else:
-            hint = "store request failed"
-    return StoreError(f"{location}: {hint} ({kind}: {text[:200]})")
+    lowered, details = text.lower(), " ".join(full.split()).lower()
+    if hint is not None:
+        pass
+    elif "nosuchbucket" in lowered or "not found" in lowered or " 404" in lowered:
+        hint = "no such bucket or key"
+    elif any(word in lowered for word in ("access denied", "accessdenied", "signature", "forbidden", " 403")):
+        hint = "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
+    elif "invalidaccesskeyid" in lowered or " 401" in lowered:
+        hint = "not authenticated: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
+    elif "kind: connect" in details or "connection refused" in details or "dns error" in details:
+        hint = "cannot connect: is the endpoint up (AWS_ENDPOINT_URL)?"
+    elif "kind: timeout" in details or "timed out" in details or isinstance(error, TimeoutError):
+        hint = "timed out (timeout_s, --timeout)"
+    elif "connection" in details or "error sending request" in lowered:
+        hint = "the connection failed (server gone?)"
+    else:
+        hint = "store request failed"
+    return StoreError(f"{location}: {hint} ({kind}: {text[:160]})")
 
 
 class ByteSource(ABC):
@@ -452,12 +473,19 @@ def zarr_store(url: str, config: StoreConfig, count: Callable[[int], None] | Non
                     "max_pool_connections": max(config.in_flight, 10),
                 },
             }
-            if os.environ.get("AWS_ENDPOINT_URL"):
-                options["endpoint_url"] = os.environ["AWS_ENDPOINT_URL"]
+            if s3_endpoint(config):
+                options["endpoint_url"] = s3_endpoint(config)
         else:
-            options = {"asynchronous": True}
+            options = {"asynchronous": True, "client_kwargs": {"timeout": _aiohttp_timeout(config)}}
+            url = http_url(url, config)
         store = FsspecStore.from_url(url, storage_options=options, read_only=True)
     return store if count is None else _counting(store, count)
+
+
+def _aiohttp_timeout(config: StoreConfig) -> Any:
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=config.timeout_s, connect=config.connect_timeout_s)
 
 
 def _counting(store: Any, count: Callable[[int], None]) -> Any:

@@ -8,6 +8,8 @@ server with Range support, and a proxy that delays every request.
 - :func:`delay_proxy`: an asyncio TCP proxy that holds each chunk the client sends for
   ``latency_ms`` before forwarding it (order kept, many connections at once), so every request
   pays one injected round trip; ``tc netem`` needs privileges this does not.
+- :func:`remote_plate`: a plate URL opened for a run (metadata mirrored, behind the delay proxy
+  when the store config asks for latency).
 
 Each is a context manager that stops its process on exit, also on error.
 """
@@ -16,7 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
+import dataclasses
+import functools
 import os
 import shutil
 import socket
@@ -30,7 +35,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from cropbench.config import StoreConfig
 from cropbench.errors import ConfigError
+from cropbench.formats.sources import mirror_metadata, s3_endpoint, split_url
 
 #: Test credentials of the loopback S3 server (moto accepts any; these make requests signed).
 S3_ACCESS_KEY = "cropbench"
@@ -178,6 +185,8 @@ def delay_proxy(target: str, latency_ms: float, port: int | None = None) -> Iter
         str(latency_ms),
     ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stopper = functools.partial(_stop, process)
+    atexit.register(stopper)  # also when the caller's cleanup never runs
     try:
         endpoint = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -192,6 +201,25 @@ def delay_proxy(target: str, latency_ms: float, port: int | None = None) -> Iter
         yield endpoint
     finally:
         _stop(process)
+        atexit.unregister(stopper)
+
+
+@contextlib.contextmanager
+def remote_plate(url: str, store: StoreConfig, cache_dir: Path | None = None) -> Iterator[Path]:
+    """Open the plate at ``url``: its metadata mirrored locally (see :func:`mirror_metadata`), behind a
+    delay proxy when ``store.latency_ms`` > 0; yields the mirror folder. The proxy stops on exit."""
+    with contextlib.ExitStack() as stack:
+        if store.latency_ms > 0:
+            scheme, netloc, _ = split_url(url)
+            target = s3_endpoint(store) if scheme == "s3" else f"{scheme}://{netloc}"
+            if not target.startswith("http://"):
+                raise ConfigError(
+                    f"latency_ms={store.latency_ms} injects delay on a loopback http:// endpoint; {url} is served by "
+                    f"{target or 'AWS'} (set AWS_ENDPOINT_URL to a local server, or latency_ms=0)"
+                )
+            proxy = stack.enter_context(delay_proxy(target, store.latency_ms))
+            store = dataclasses.replace(store, endpoint=proxy)
+        yield mirror_metadata(url, store, cache_dir)
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:

@@ -20,6 +20,7 @@ from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.formats import PlateReader, layout_label, plate_objects, read_plate_metadata, supported_decodes
 from cropbench.formats.base import PlateMetadata
+from cropbench.formats.sources import remote_of
 from cropbench.objects import ObjectTable
 
 
@@ -52,6 +53,16 @@ class RunContext:
         return layout_label(self.metadata)
 
     @property
+    def remote(self) -> dict[str, Any] | None:
+        """Where a plate in an object store lives (``url``) and how it is read (``store``); None if local."""
+        return remote_of(self.metadata.extra)
+
+    @property
+    def location(self) -> str:
+        """The plate as the user named it: its URL when in a store, else its path."""
+        return str(self.remote["url"]) if self.remote is not None else str(self.plate)
+
+    @property
     def decodes(self) -> tuple[str, ...]:
         return supported_decodes(self.metadata)
 
@@ -72,11 +83,12 @@ class RunContext:
         regenerated or re-imported one differs in its bytes on disk or its table.
         """
         metadata = self.metadata
-        stored = (
-            sum(os.path.getsize(Path(root) / name) for root, _, names in os.walk(self.plate) for name in names)
-            if self.plate.is_dir()
-            else self.plate.stat().st_size
-        )
+        if self.remote is not None:  # a mirror of metadata: the store's listing counted the plate's bytes
+            stored = int(self.remote["stored_bytes"])
+        elif self.plate.is_dir():
+            stored = sum(os.path.getsize(Path(root) / name) for root, _, names in os.walk(self.plate) for name in names)
+        else:
+            stored = self.plate.stat().st_size
         document = {
             "name": metadata.name,
             "format": metadata.layout,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cropbench import metrics as m
 from cropbench.records import Record, jsonable
 from cropbench.tracks.context import RunContext
 
@@ -82,6 +83,23 @@ def case_identity(track: str, case: Any, context: RunContext) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def store_metrics(remote: dict[str, Any] | None, measured: dict[str, Any]) -> dict[str, Any]:
+    """A remote plate's row: the reader's reads and fetched bytes per crop as requests and bytes
+    transferred, with the in-flight limit and injected latency it ran under; nothing for a local plate."""
+    if remote is None:
+        return {}
+    store = remote["store"]
+    metrics: dict[str, Any] = {m.IN_FLIGHT: store["in_flight"], m.INJECTED_LATENCY_MS: store["latency_ms"]}
+    for source, name in (
+        (m.READS_PER_CROP, m.REQUESTS_PER_CROP),
+        (m.BYTES_FETCHED_PER_CROP, m.BYTES_TRANSFERRED_PER_CROP),
+        (m.FETCH_AMPLIFICATION, m.BYTES_TRANSFERRED_PER_DELIVERED_BYTE),
+    ):
+        if source in measured:
+            metrics[name] = measured[source]
+    return metrics
+
+
 def run_tracks(
     tracks: Sequence[Track],
     preset: str,
@@ -114,9 +132,10 @@ def run_tracks(
                     if row.case is not case and (track.name, case_id, repeat) in done:
                         continue
                     config = {
-                        "plate": str(context.plate),
+                        "plate": context.location,
                         "layout": context.layout,
                         "threads": context.thread_settings,
+                        **({"store": context.remote["store"]} if context.remote is not None else {}),
                         **row.config,
                     }
                     record = Record(
@@ -124,7 +143,7 @@ def run_tracks(
                         case=row.case.label,
                         case_id=case_id,
                         config=config,
-                        metrics=row.metrics,
+                        metrics={**row.metrics, **store_metrics(context.remote, row.metrics)},
                         environment=context.environment,
                         seed=row.seed,
                         repeat=repeat,
