@@ -18,7 +18,7 @@
 # GPU_CHECK_BUDGET_S, default 390 s), and every row is written as soon as it is measured, so a cut-short
 # run still returns what it measured. Elapsed seconds are printed per step.
 #
-# Files in OUT_DIR: results.jsonl (every row, the record of every track), results.csv, summary.txt,
+# Files in the output folder (OUT_DIR, below): results.jsonl (every row, the record of every track), results.csv, summary.txt,
 # gpu_check.log. No figures are drawn there: draw them from the rows with `python -m cropbench plot`.
 #
 # Assumptions, stated because the machine cannot be inspected beforehand:
@@ -30,7 +30,8 @@
 #       bash scripts/gpu_check.sh --fetch-wheels
 #   and are installed with --no-index into /tmp/cropbench-site. Set PYTHON to use another interpreter.
 # - cropbench runs from src/ through PYTHONPATH, not pip install (that would try to fetch the pinned torch).
-# - OUT_DIR defaults to $OUT if set, else out/gpu-check. PLATE_DIR (default /tmp/cropbench-gpu) holds the plates.
+# - Rows go to the folder named by the first argument (`bash scripts/gpu_check.sh results/gpu/my-run`), else
+#   OUT_DIR if set, else results/gpu/check. PLATE_DIR (default /tmp/cropbench-gpu) holds the plates.
 # - With no CUDA device it stops with exit code 2, unless GPU_CHECK_ALLOW_CPU=1: then it is a dry run of the
 #   same steps with smoke plates, few samples, and Track 3's smoke preset instead of the CUDA presets.
 # Duration: 376 s on one H200 with 16 cores (2026-11-30, docs/gpu.md), where the 390 s budget cut the last
@@ -55,7 +56,7 @@ if [ "${1:-}" = "--fetch-wheels" ]; then
   exit 0
 fi
 
-OUT_DIR=${OUT_DIR:-${OUT:-out/gpu-check}}
+OUT_DIR=${1:-${OUT_DIR:-results/gpu/check}}
 PLATE_DIR=${PLATE_DIR:-/tmp/cropbench-gpu}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-390}
 mkdir -p "$OUT_DIR" "$PLATE_DIR"
