@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,11 +18,17 @@ import numpy as np
 import pytest
 from conftest import TEST_LAYOUTS, TINY_SPEC
 
-from cropbench.config import LAYOUTS, StoreConfig
-from cropbench.formats import open_plate, read_plate_metadata
-from cropbench.formats.sources import mirror_metadata, upload_plate, write_index
+from cropbench import api
+from cropbench import metrics as m
+from cropbench.cli import main
+from cropbench.config import LAYOUTS, CropConfig, StoreConfig, Track1Case
+from cropbench.errors import StoreError
+from cropbench.formats import DirectChunkReader, open_plate, read_plate_metadata
+from cropbench.formats.sources import mirror_metadata, object_store, upload_plate, write_index
 from cropbench.measure import endpoints
 from cropbench.plates.generate import generate_plate
+from cropbench.records import RESULTS_NAME, read_records
+from cropbench.tracks import TRACKS, RunContext
 
 pytestmark = pytest.mark.skipif(
     not endpoints.moto_available(), reason="moto's server mode is missing: pip install -e '.[remote]'"
@@ -122,3 +132,183 @@ def test_a_mirror_holds_metadata_only_and_points_at_its_url(
     assert "zarr.json" in names and "cropbench_objects.parquet" in names
     assert not any("/c/" in path.as_posix() for path in mirror.rglob("*")), "no chunk or shard is downloaded"
     assert open_plate(mirror, "direct").files() == [], "nothing local to evict"
+
+
+class _TwoCases(TRACKS["1"]):  # type: ignore[misc, valid-type]
+    """Track 1 with one small random case per read path, so a run over the store takes seconds."""
+
+    def cases(self, preset: str, context: RunContext) -> list[Track1Case]:
+        crop = CropConfig(chunk_cache_bytes=0)
+        return [
+            Track1Case(crop=crop.replace(decode=decode), samples=12, warmup=2, cold_samples=2)
+            for decode in ("direct", "zarr")
+        ]
+
+
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Mirrors under the test's folder, not the user's cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg"
+
+
+@pytest.mark.slow
+def test_upload_then_run_by_url_with_injected_latency(
+    s3_endpoint: str, tiny_plate: Path, tmp_path: Path, cache_home: Path
+) -> None:
+    url = f"s3://{BUCKET}/cli/tiny.zarr"
+    assert main(["upload", str(tiny_plate), url]) == 0
+    store = StoreConfig(latency_ms=5, in_flight=4)
+    records = api.run(url, [_TwoCases()], out_dir=tmp_path / "out", store=store)
+    assert [r.config["crop"]["decode"] for r in records] == ["direct", "zarr"]
+    for record in records:
+        assert record.config["plate"] == url
+        assert record.config["store"]["latency_ms"] == 5 and record.config["store"]["in_flight"] == 4
+        assert record.metrics[m.INJECTED_LATENCY_MS] == 5 and record.metrics[m.IN_FLIGHT] == 4
+        assert record.metrics[m.REQUESTS_PER_CROP] > 0 and record.metrics[m.BYTES_TRANSFERRED_PER_CROP] > 0
+        assert not record.metrics[m.EVICTION_VERIFIED], "nothing local to evict"
+        assert "not-evicted" not in record.metrics[m.VALIDITY_FLAGS]
+    local = api.run(tiny_plate, [_TwoCases()])
+    assert [r.metrics["fidelity_sha256"] for r in records] == [r.metrics["fidelity_sha256"] for r in local]
+
+
+def test_the_delay_proxy_adds_its_latency_to_every_request(served: Path, http_endpoint: str) -> None:
+    import http.client
+
+    (served / "probe.bin").write_bytes(bytes(range(64)))
+    with endpoints.delay_proxy(http_endpoint, latency_ms=40) as proxy:
+        host, port = proxy.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port))
+        for _ in range(3):
+            began = time.perf_counter()
+            connection.request("GET", "/probe.bin", headers={"Range": "bytes=8-17"})
+            response = connection.getresponse()
+            assert response.status == 206 and response.read() == bytes(range(8, 18)), "nginx serves byte ranges"
+            assert time.perf_counter() - began >= 0.04
+        connection.close()
+    assert endpoints.request_ceiling(f"{http_endpoint}/probe.bin", seconds=0.3, threads=2) > 0
+
+
+def test_direct_reads_a_crop_in_one_coalesced_request_and_each_shard_index_once(
+    s3_endpoint: str, tiny_plate: Path, tmp_path: Path
+) -> None:
+    url = f"s3://{BUCKET}/requests/tiny.zarr"
+    upload_plate(tiny_plate, url)
+    windows = [(field, y, y + 96, x, x + 96) for field in range(4) for y, x in ((0, 0), (50, 70), (104, 144))]
+    counts = {}
+    for gap in (0, StoreConfig().coalesce_gap_bytes):
+        reader = DirectChunkReader(read_plate_metadata(_mirror(url, tmp_path, coalesce_gap_bytes=gap)), 0)
+        for window in windows:
+            reader.read_region(*window)
+        counts[gap] = reader.source.requests
+        assert reader.stats.reads == reader.source.requests
+    shards = 4  # one per field in the default layout: each index fetched once
+    assert counts[StoreConfig().coalesce_gap_bytes] == len(windows) + shards
+    assert counts[0] > counts[StoreConfig().coalesce_gap_bytes], "without coalescing a crop needs several requests"
+
+
+# Bad input: one line naming the URL, exit 2, no hang.
+
+
+def _run_cli(*args: str) -> tuple[int, str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "cropbench", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    return result.returncode, result.stderr
+
+
+def _one_line_error(code: int, stderr: str, *expected: str) -> None:
+    assert code == 2, stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert stderr.startswith("cropbench: error:")
+    for text in expected:
+        assert text in stderr, stderr
+
+
+@pytest.mark.slow
+def test_unreachable_and_silent_endpoints_fail_in_one_line_within_the_timeout(
+    s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"s3://{BUCKET}/tiny.zarr"
+    knobs = ["--retries", "0", "--timeout", "1", "--connect-timeout", "1", "--no-progress", "--out", str(tmp_path)]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{endpoints.free_port()}")
+    _one_line_error(*_run_cli("run", "--plate", url, *knobs), url, "cannot connect")
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        _one_line_error(*_run_cli("run", "--plate", url, *knobs), url, "timed out")
+
+
+@pytest.mark.slow
+def test_missing_bucket_key_and_plate_fail_in_one_line(
+    s3_endpoint: str, http_endpoint: str, tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    out = ["--no-progress", "--out", str(tmp_path)]
+    _one_line_error(*_run_cli("run", "--plate", "s3://no-such-bucket/p.zarr", *out), "no-such-bucket", "no such")
+    _one_line_error(*_run_cli("run", "--plate", f"s3://{BUCKET}/absent.zarr", *out), "absent.zarr", "no objects")
+    _one_line_error(*_run_cli("run", "--plate", f"{http_endpoint}/absent.zarr", *out), "absent.zarr", "not found")
+    _one_line_error(*_run_cli("upload", str(tiny_plate), "s3://no-such-bucket/p.zarr"), "no-such-bucket", "no such")
+
+
+@pytest.mark.slow
+def test_wrong_credentials_fail_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server that checks signatures: after its first unauthenticated action (creating the bucket),
+    # every request needs a known key.
+    with endpoints.s3_server(environment={"INITIAL_NO_AUTH_ACTION_COUNT": "1"}) as endpoint:
+        endpoints.create_bucket(endpoint, BUCKET)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG1")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+        url = f"s3://{BUCKET}/tiny.zarr"
+        code, stderr = _run_cli("run", "--plate", url, "--retries", "0", "--no-progress", "--out", str(tmp_path))
+        _one_line_error(code, stderr, url)
+        assert "AWS_ACCESS_KEY_ID" in stderr
+
+
+@pytest.mark.parametrize("decode", ["direct", "zarr"])
+def test_a_truncated_shard_is_an_error_naming_its_url(
+    s3_endpoint: str, tiny_plate: Path, tmp_path: Path, decode: str
+) -> None:
+    import obstore
+
+    url = f"s3://{BUCKET}/truncated-{decode}/tiny.zarr"
+    upload_plate(tiny_plate, url)
+    metadata = read_plate_metadata(_mirror(url, tmp_path, retries=0))
+    shard = f"{metadata.fields[0].path}/c/0/0/0"
+    store = object_store(url, StoreConfig())
+    whole = bytes(obstore.get(store, shard).bytes())
+    obstore.put(store, shard, whole[: len(whole) // 3])  # the index at the end is gone
+    with pytest.raises(StoreError) as error:
+        open_plate(_mirror(url, tmp_path, retries=0), decode).read_region(0, 0, 96, 0, 96)
+    assert f"{url}/{metadata.fields[0].path}" in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.slow
+def test_a_server_that_stops_mid_run_keeps_the_finished_rows(
+    tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    with endpoints.s3_server() as endpoint, endpoints.delay_proxy(endpoint, 0) as proxy:
+        endpoints.create_bucket(endpoint, BUCKET)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", endpoints.S3_ACCESS_KEY)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", endpoints.S3_SECRET_KEY)
+        url = f"s3://{BUCKET}/stops/tiny.zarr"
+        upload_plate(tiny_plate, url)
+        stopped = []
+
+        def stop_after_first_row(message: str, record: object) -> None:
+            if record is not None and not stopped:
+                stopped.append(record)
+                endpoints.stop_server(endpoint)
+
+        store = StoreConfig(retries=0, timeout_s=2, connect_timeout_s=1, endpoint=proxy)
+        with pytest.raises(StoreError) as error:
+            api.run(url, [_TwoCases()], out_dir=tmp_path / "out", store=store, progress=stop_after_first_row)
+    assert url in str(error.value) and "\n" not in str(error.value)
+    kept = read_records(tmp_path / "out" / RESULTS_NAME)
+    assert len(kept) == 1 and kept[0].config["crop"]["decode"] == "direct"

@@ -74,6 +74,8 @@ def run(
     if is_url(plate):
         if layout is not None:
             raise ConfigError(f"--layout rewrites a local plate; {plate} is in a store (convert locally, then upload)")
+        if "peers" in tracks:
+            raise ConfigError(f"peers read local plates only; {plate} is in a store (drop --peers)")
         source = remote.enter_context(remote_plate(str(plate), store or StoreConfig()))
     else:
         source = Path(plate)

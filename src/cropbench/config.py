@@ -320,7 +320,7 @@ class StoreConfig:
     connect_timeout_s: float = 5.0
     retries: int = 2
     latency_ms: float = 0.0
-    zarr_client: str = "obstore"
+    zarr_client: str = "fsspec"
     anonymous: bool = False
     endpoint: str = ""
 

@@ -3,8 +3,9 @@
 The chunk math of the direct reader is the same whether a shard lies on disk or in a bucket; what
 differs is how a byte range is fetched (``os.pread`` vs. an HTTP range GET) and what a fetch
 costs (a syscall vs. a round trip). :class:`ByteSource` is that one difference: a local
-:class:`FileSource`, and a :class:`RemoteSource` on obstore for ``s3://`` and ``http(s)://``
-URLs, which keeps up to ``in_flight`` requests open at once and counts requests and bytes.
+:class:`FileSource`, and a :class:`RemoteSource` for ``s3://`` and ``http(s)://`` URLs (HTTP range
+GETs, SigV4-signed for S3), which keeps up to ``in_flight`` requests open at once and counts
+requests and bytes.
 
 Remote plates are opened through a local *mirror*: their small metadata documents (``zarr.json``,
 ``.zattrs``, the layout marker, the object table) are downloaded once into a cache folder with a
@@ -28,7 +29,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
+from xml.etree import ElementTree
 
 from cropbench.config import StoreConfig
 from cropbench.errors import ConfigError, StoreError
@@ -234,71 +236,130 @@ class FileSource(ByteSource):
 
 
 class RemoteSource(ByteSource):
-    """Objects under a plate URL, read with range GETs through obstore; ``in_flight`` at once.
+    """Objects under a plate URL, read with HTTP range GETs (S3 requests signed with SigV4 from the
+    AWS environment variables, unsigned without them); ``in_flight`` requests at once.
 
-    Built lazily in each process (a forked DataLoader worker must not reuse its parent's client).
+    Plain urllib3 connections rather than obstore's: a tokio runtime started in the parent hangs in
+    a forked DataLoader worker, and the pool here is rebuilt in each process.
     """
 
     def __init__(self, url: str, config: StoreConfig) -> None:
         super().__init__()
         self.location = url
         self.config = config
-        self._store: Any = None
+        self._scheme, self._bucket, self._prefix = split_url(url)
+        self._http: Any = None
+        self._credentials: Any = None
         self._pool: ThreadPoolExecutor | None = None
         self._pid = 0
 
     def _client(self) -> Any:
-        if self._store is None or self._pid != os.getpid():
-            self._store = object_store(self.location, self.config)
+        if self._http is None or self._pid != os.getpid():
+            import urllib3
+
+            config = self.config
+            retry = urllib3.Retry(
+                total=config.retries,
+                backoff_factor=0.05,
+                status_forcelist=(500, 502, 503, 504),
+                allowed_methods=None,
+                raise_on_status=False,
+            )
+            timeout = urllib3.Timeout(connect=config.connect_timeout_s, read=config.timeout_s)
+            self._http = urllib3.PoolManager(maxsize=max(config.in_flight, 1), retries=retry, timeout=timeout)
+            self._credentials = _credentials(config) if self._scheme == "s3" else None
             self._pool = None
             self._pid = os.getpid()
-        return self._store
+        return self._http
 
-    def _call(self, key: str, action: Callable[[Any], Any]) -> Any:
+    def object_url(self, key: str = "", query: str = "") -> str:
+        """Where an object (or, with ``query``, the bucket's listing) is requested."""
+        path = "/".join(part for part in (self._prefix, key) if part)
+        if self._scheme != "s3":
+            base = http_url(f"{self._scheme}://{self._bucket}", self.config).rstrip("/")
+            return f"{base}/{quote(path)}" + (f"?{query}" if query else "")
+        endpoint = s3_endpoint(self.config).rstrip("/")
+        if query:  # the bucket's listing: path-style on an S3-compatible server, virtual-hosted on AWS
+            return f"{endpoint}/{self._bucket}?{query}" if endpoint else f"{_aws_host(self._bucket)}/?{query}"
+        base = f"{endpoint}/{self._bucket}" if endpoint else _aws_host(self._bucket)
+        return f"{base}/{quote(path)}"
+
+    def request(
+        self, method: str, key: str, headers: dict[str, str] | None = None, body: bytes = b"", query: str = ""
+    ) -> tuple[int, bytes]:
+        """(status, body) of one request; connection failures and timeouts are one-line StoreErrors."""
+        http = self._client()
+        url = self.object_url(key, query)
+        headers = dict(headers or {})
+        if self._credentials is not None:
+            headers = _signed(method, url, headers, body, self._credentials)
         try:
-            return action(self._client())
-        except StoreError:
-            raise
-        except Exception as error:  # obstore raises its own hierarchy plus builtins (FileNotFoundError, ...)
+            response = http.request(method, url, headers=headers, body=body or None, preload_content=True)
+        except Exception as error:  # urllib3: MaxRetryError, timeouts, protocol errors
             raise store_error(self.location, key, error) from error
+        return response.status, response.data
+
+    def _checked(self, key: str, status: int, data: bytes) -> bytes | None:
+        if status in (200, 206):
+            return data
+        if status == 404:
+            return None
+        raise _status_error(self.location, key, status, data)
 
     def get(self, key: str) -> bytes | None:
-        import obstore
-
-        try:
-            data = bytes(obstore.get(self._client(), key).bytes())
-        except Exception as error:
-            if not _not_found(error):
-                raise store_error(self.location, key, error) from error
-            self._count(None)
-            return None
-        self._count(data)
-        return data
+        status, data = self.request("GET", key)
+        result = self._checked(key, status, data)
+        self._count(result)
+        return result
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        import obstore
-
-        data = bytes(self._call(key, lambda store: obstore.get_range(store, key, start=start, length=length)))
+        status, data = self.request("GET", key, {"Range": f"bytes={start}-{start + length - 1}"})
+        if status == 416:
+            data = b""
+        else:
+            checked = self._checked(key, status, data)
+            if checked is None:
+                raise StoreError(f"{self.location.rstrip('/')}/{key}: no such bucket or key")
+            data = checked[start : start + length] if status == 200 else checked  # 200: the server sent all
         self._count(data)
         if len(data) != length:
             raise self._short(key, data, start, length)
         return data
 
     def get_suffix(self, key: str, length: int) -> bytes | None:
-        import obstore
+        status, data = self.request("GET", key, {"Range": f"bytes=-{length}"})
+        result = b"" if status == 416 else self._checked(key, status, data)
+        if result is not None and status == 200:
+            result = result[-length:]
+        self._count(result)
+        if result is not None and len(result) != length:
+            raise self._short(key, result, -1, length)
+        return result
 
-        try:
-            result = obstore.get(self._client(), key, options={"range": {"suffix": length}})
-            data = bytes(result.bytes())
-        except Exception as error:
-            if not _not_found(error):
-                raise store_error(self.location, key, error) from error
-            self._count(None)
-            return None
-        self._count(data)
-        if len(data) != length:
-            raise self._short(key, data, -1, length)
-        return data
+    def put(self, key: str, data: bytes) -> None:
+        status, body = self.request("PUT", key, {"Content-Length": str(len(data))}, data)
+        if status not in (200, 201, 204):
+            raise _status_error(self.location, key, status, body)
+
+    def listing(self) -> Iterator[tuple[str, int]]:
+        """(key relative to the plate, size) of every object under an S3 plate URL (ListObjectsV2)."""
+        token = ""
+        prefix = f"{self._prefix}/" if self._prefix else ""
+        while True:
+            query = f"list-type=2&prefix={quote(prefix, safe='')}"
+            if token:
+                query += f"&continuation-token={quote(token, safe='')}"
+            status, body = self.request("GET", "", query=query)
+            if status != 200:
+                raise _status_error(self.location, "", status, body)
+            root = ElementTree.fromstring(body)
+            namespace = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+            for entry in root.iter(f"{namespace}Contents"):
+                key = entry.findtext(f"{namespace}Key", "")
+                yield key[len(prefix) :], int(entry.findtext(f"{namespace}Size", "0"))
+            token = root.findtext(f"{namespace}NextContinuationToken", "") or ""
+            if root.findtext(f"{namespace}IsTruncated", "false") != "true" or not token:
+                return
 
     def get_many(self, requests: Sequence[Request]) -> list[bytes | None]:
         if len(requests) <= 1 or self.config.in_flight <= 1:
@@ -312,12 +373,55 @@ class RemoteSource(ByteSource):
     def close(self) -> None:
         if self._pool is not None and self._pid == os.getpid():
             self._pool.shutdown(wait=False)
+        if self._http is not None and self._pid == os.getpid():
+            self._http.clear()
         self._pool = None
-        self._store = None
+        self._http = None
 
 
-def _not_found(error: BaseException) -> bool:
-    return isinstance(error, FileNotFoundError) or type(error).__name__ == "NotFoundError"
+def _aws_host(bucket: str) -> str:
+    return f"https://{bucket}.s3.{_region()}.amazonaws.com"
+
+
+def _region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def _credentials(config: StoreConfig) -> Any:
+    """SigV4 credentials from the AWS environment variables, or None (unsigned: public buckets)."""
+    access = os.environ.get("AWS_ACCESS_KEY_ID")
+    if config.anonymous or not access:
+        return None
+    from botocore.credentials import Credentials
+
+    return Credentials(access, os.environ.get("AWS_SECRET_ACCESS_KEY", ""), os.environ.get("AWS_SESSION_TOKEN"))
+
+
+def _signed(method: str, url: str, headers: dict[str, str], body: bytes, credentials: Any) -> dict[str, str]:
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    request = AWSRequest(method=method, url=url, headers=headers, data=body)
+    S3SigV4Auth(credentials, "s3", _region()).add_auth(request)
+    return dict(request.headers.items())
+
+
+def _status_error(url: str, key: str, status: int, body: bytes) -> StoreError:
+    """A non-success HTTP status as one line: the URL, what it means, and the server's error code."""
+    location = f"{url.rstrip('/')}/{key}" if key else url
+    code = ""
+    with contextlib.suppress(ElementTree.ParseError, ValueError):
+        code = ElementTree.fromstring(body).findtext("Code") or "" if body.startswith(b"<") else ""
+    meaning = {
+        403: "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+        401: "not authenticated: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+        404: "no such bucket or key",
+    }.get(status, "store request failed")
+    if code == "NoSuchBucket":
+        meaning = "no such bucket"
+    elif code in ("InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        meaning = "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
+    return StoreError(f"{location}: {meaning} (HTTP {status}{' ' + code if code else ''})")
 
 
 def open_source(root: Path, remote: dict[str, Any] | None) -> ByteSource:
@@ -340,19 +444,6 @@ def _mirrored(key: str) -> bool:
     return parts[-1].endswith(_MIRRORED_SUFFIXES)
 
 
-def _listing(url: str, config: StoreConfig) -> Iterator[tuple[str, int]]:
-    """(key relative to the plate, size) of every object under the URL (S3), or of its mirror documents (HTTP)."""
-    import obstore
-
-    store = object_store(url, config)
-    try:
-        for batch in obstore.list(store):
-            for entry in batch:
-                yield str(entry["path"]), int(entry["size"])
-    except Exception as error:
-        raise store_error(url, "", error) from error
-
-
 def mirror_metadata(url: str, config: StoreConfig | None = None, cache_dir: Path | None = None) -> Path:
     """Download a plate's metadata documents and tables into a cache folder; returns that folder.
 
@@ -369,7 +460,7 @@ def mirror_metadata(url: str, config: StoreConfig | None = None, cache_dir: Path
     root.mkdir(parents=True)
     source = RemoteSource(url, dataclasses.replace(config, retries=min(config.retries, 1)))
     if url.startswith("s3://"):
-        entries = list(_listing(url, config))
+        entries = list(source.listing())
     else:
         index = source.get(INDEX_NAME)
         if index is None:
@@ -417,31 +508,27 @@ def upload_plate(plate: Path, url: str, config: StoreConfig | None = None) -> in
 
     Writes :data:`INDEX_NAME` last, so a reader never sees a half-uploaded plate as complete.
     """
-    import obstore
-
     config = config or StoreConfig()
     scheme, _, _ = split_url(url)
     if scheme != "s3":
         raise ConfigError(f"upload writes to s3:// URLs only (HTTP servers are read-only here), got {url!r}")
     if not plate.is_dir():
         raise StoreError(f"plate {plate} is not a folder")
-    store = object_store(url, config)
-    files = sorted(p for p in plate.rglob("*") if p.is_file() and p.name != REMOTE_POINTER)
+    target = RemoteSource(url, config)
+    files = sorted(p for p in plate.rglob("*") if p.is_file() and p.name not in (REMOTE_POINTER, INDEX_NAME))
     objects: list[tuple[str, int]] = []
-    total = 0
-    for path in files:
+
+    def put(path: Path) -> None:
         key = path.relative_to(plate).as_posix()
         data = path.read_bytes()
-        try:
-            obstore.put(store, key, data)
-        except Exception as error:
-            raise store_error(url, key, error) from error
+        target.put(key, data)
         objects.append((key, len(data)))
-        total += len(data)
-    index = json.dumps({"objects": objects}).encode()
-    with contextlib.suppress(Exception):
-        obstore.put(store, INDEX_NAME, index)
-    return total
+
+    with ThreadPoolExecutor(config.in_flight) as pool:
+        list(pool.map(put, files))
+    target.put(INDEX_NAME, json.dumps({"objects": sorted(objects)}).encode())
+    target.close()
+    return sum(size for _, size in objects)
 
 
 def write_index(plate: Path) -> Path:
@@ -453,12 +540,22 @@ def write_index(plate: Path) -> Path:
     return path
 
 
+#: The process that started obstore's runtime (a tokio runtime does not survive fork).
+_OBSTORE_PID: list[int] = []
+
+
 def zarr_store(url: str, config: StoreConfig, count: Callable[[int], None] | None = None) -> Any:
     """zarr-python's own remote store for a plate URL: ``ObjectStore`` (obstore) or ``FsspecStore`` (s3fs,
     aiohttp), as ``config.zarr_client`` says; ``count`` is called with the bytes of every GET."""
     from zarr.storage import FsspecStore, ObjectStore
 
     if config.zarr_client == "obstore":
+        if _OBSTORE_PID and _OBSTORE_PID[0] != os.getpid():
+            raise StoreError(
+                f"{url}: zarr-python's ObjectStore (obstore) hangs in a forked DataLoader worker once the parent "
+                "used it; use --zarr-client fsspec, or workers started with forkserver or spawn"
+            )
+        _OBSTORE_PID[:] = [os.getpid()]
         store: Any = ObjectStore(object_store(url, config), read_only=True)
     else:
         scheme, netloc, prefix = split_url(url)

@@ -46,6 +46,17 @@ S3_SECRET_KEY = "cropbench-secret"
 START_TIMEOUT_S = 30.0
 
 
+#: The server processes started here and still running, by endpoint URL (for :func:`stop_server`).
+_RUNNING: dict[str, subprocess.Popen[bytes]] = {}
+
+
+def stop_server(endpoint: str) -> None:
+    """Stop a server started here before its context ends (a server that goes away mid-run)."""
+    process = _RUNNING.get(endpoint)
+    if process is not None:
+        _stop(process)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as probe:
@@ -94,17 +105,23 @@ def nginx_binary() -> str | None:
 
 
 @contextlib.contextmanager
-def s3_server(port: int | None = None) -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1; yields its endpoint URL (``http://127.0.0.1:PORT``)."""
+def s3_server(port: int | None = None, environment: dict[str, str] | None = None) -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1; yields its endpoint URL (``http://127.0.0.1:PORT``).
+
+    ``environment`` adds moto settings (``INITIAL_NO_AUTH_ACTION_COUNT=1`` makes it check credentials).
+    """
     port = port or free_port()
     command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, **(environment or {})}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    endpoint = f"http://127.0.0.1:{port}"
+    _RUNNING[endpoint] = process
     try:
-        endpoint = f"http://127.0.0.1:{port}"
         _wait_until_up(f"{endpoint}/moto-api/", process, "moto server")
         yield endpoint
     finally:
         _stop(process)
+        _RUNNING.pop(endpoint, None)
 
 
 def create_bucket(endpoint: str, bucket: str) -> None:

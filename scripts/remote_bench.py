@@ -1,0 +1,257 @@
+"""Remote plates measured end to end: start a loopback S3 server (moto) and a delay proxy, upload a
+plate, measure, stop everything.
+
+1. Requests per random crop (no injected latency, one process): the direct path with coalescing and
+   a cached shard index, the direct path without coalescing, and zarr-python on its ObjectStore and
+   FsspecStore, counted by each reader (every GET).
+2. Random crops/s at ``--latency-ms`` through the proxy, per read path x DataLoader workers x
+   in-flight limit (direct), each beside the same plate read locally in the same run
+   (``ratio_to_local``), with batch p50/p95/p99 and the server's own ceiling (requests/s of a
+   trivial client, direct and through the proxy).
+
+Rows go to ``--out`` (JSON lines, metric names from ``cropbench.metrics``) and a table to stdout.
+
+    python scripts/remote_bench.py --plate data/full-default.zarr --latency-ms 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from cropbench import metrics as m
+from cropbench.config import CropConfig, StoreConfig
+from cropbench.data.dataset import CropDataset
+from cropbench.data.loader import batch_collate
+from cropbench.formats.sources import mirror_metadata, upload_plate, write_index
+from cropbench.measure import endpoints
+from cropbench.measure.protocol import summarise_ms
+
+BUCKET = "bench"
+
+
+def _dataset(plate: Path, decode: str, crop_size: int, cache_bytes: int | None = None) -> CropDataset:
+    config = CropConfig(crop_size=crop_size, decode=decode, dtype="uint16")
+    return CropDataset(plate, config if cache_bytes is None else config.replace(chunk_cache_bytes=cache_bytes))
+
+
+def _order(dataset: CropDataset, count: int, seed: int) -> list[int]:
+    """Distinct objects in a seeded random order (random access, no crop read twice)."""
+    return np.random.default_rng(seed).permutation(len(dataset))[:count].tolist()
+
+
+def requests_per_crop(
+    plate: Path, decode: str, crops: int, warmup: int, crop_size: int, cache_bytes: int | None = None
+) -> dict[str, Any]:
+    """Requests and bytes per random crop read one at a time, after ``warmup`` crops (shard indexes
+    cached); ``cache_bytes`` 0 turns the decoded-chunk cache off, so every crop fetches what it needs."""
+    dataset = _dataset(plate, decode, crop_size, cache_bytes)
+    order = _order(dataset, warmup + crops, seed=1)
+    for index in order[:warmup]:
+        dataset[index]
+    stats = dataset.reader.stats
+    first_reads, first_bytes = stats.reads, stats.bytes_fetched
+    stats.reset()
+    for index in order[warmup:]:
+        dataset[index]
+    per = stats.per_region()
+    return {
+        m.REQUESTS_PER_CROP: stats.reads / crops,
+        m.BYTES_TRANSFERRED_PER_CROP: stats.bytes_fetched / crops,
+        m.BYTES_TRANSFERRED_PER_DELIVERED_BYTE: per[m.FETCH_AMPLIFICATION],
+        "warmup_requests_per_crop": first_reads / max(warmup, 1),
+        "warmup_bytes_per_crop": first_bytes / max(warmup, 1),
+    }
+
+
+class _Order:
+    """A sampler whose indices change between epochs (warm-up epoch, then the timed one)."""
+
+    def __init__(self) -> None:
+        self.indices: list[int] = []
+
+    def __iter__(self) -> Any:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def crops_per_s(plate: Path, decode: str, workers: int, crops: int, batch_size: int, crop_size: int) -> dict[str, Any]:
+    """Random crops/s through a DataLoader (batches of ``batch_size``): a warm-up epoch starts the
+    workers and opens the readers (persistent workers), then an epoch of ``crops`` other crops is
+    timed from ``iter()`` to its last batch."""
+    dataset = _dataset(plate, decode, crop_size)
+    order = _order(dataset, crops + batch_size * max(workers, 1), seed=2)
+    sampler = _Order()
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=workers,
+        collate_fn=batch_collate,
+        persistent_workers=workers > 0,
+        multiprocessing_context="forkserver" if workers else None,  # obstore (zarr path) does not survive fork
+        prefetch_factor=2 if workers else None,
+    )
+    sampler.indices = order[crops:]
+    for _ in loader:  # every worker has read a batch
+        pass
+    sampler.indices = order[:crops]
+    began = time.perf_counter()
+    stamps, delivered = [], 0
+    for batch in loader:
+        delivered += len(batch["image"])
+        stamps.append(time.perf_counter())
+    elapsed = stamps[-1] - began
+    summary = summarise_ms(np.diff([began, *stamps]) * 1e9)
+    return {
+        m.SAMPLES_PER_S: delivered / elapsed,
+        m.BATCH_P50_MS: summary[m.P50_MS],
+        m.BATCH_P95_MS: summary[m.P95_MS],
+        "batch_p99_ms": summary[m.P99_MS],
+    }
+
+
+def _mirror(url: str, store: StoreConfig, cache: Path) -> Path:
+    return mirror_metadata(url, store, cache)
+
+
+@contextlib.contextmanager
+def _serve(server: str, plate: Path) -> Iterator[tuple[str, str, str]]:
+    """The plate in a loopback store: (endpoint, plate URL, path of a small object for the ceiling)."""
+    if server == "s3":
+        with endpoints.s3_server() as endpoint:
+            os.environ.update(
+                AWS_ENDPOINT_URL=endpoint,
+                AWS_ACCESS_KEY_ID=endpoints.S3_ACCESS_KEY,
+                AWS_SECRET_ACCESS_KEY=endpoints.S3_SECRET_KEY,
+                AWS_REGION="us-east-1",
+            )
+            endpoints.create_bucket(endpoint, BUCKET)
+            url = f"s3://{BUCKET}/{plate.name}"
+            began = time.perf_counter()
+            uploaded = upload_plate(plate, url)
+            print(f"uploaded {uploaded / 2**20:.1f} MiB in {time.perf_counter() - began:.1f} s", flush=True)
+            yield endpoint, url, f"/{BUCKET}/{plate.name}/zarr.json"
+        return
+    with tempfile.TemporaryDirectory(prefix="cropbench-www-") as www:
+        shutil.copytree(plate, Path(www) / plate.name)
+        write_index(Path(www) / plate.name)
+        with endpoints.http_server(Path(www)) as endpoint:
+            yield endpoint, f"{endpoint}/{plate.name}", f"/{plate.name}/zarr.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plate", required=True, help="local plate (OME-Zarr, any layout) to upload and measure")
+    parser.add_argument("--server", choices=("s3", "http"), default="s3", help="moto's S3 server or nginx")
+    parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2, 8])
+    parser.add_argument("--in-flight", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--crops", type=int, default=256, help="timed crops per rate (default: %(default)s)")
+    parser.add_argument("--zarr-crops", type=int, default=96, help="timed crops per zarr-python rate")
+    parser.add_argument("--count-crops", type=int, default=200, help="crops for the request counts")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--crop-size", type=int, default=96)
+    parser.add_argument("--out", default="out/remote/remote_bench.jsonl")
+    parser.add_argument("--cache", default="out/remote/mirrors")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    plate, out, cache = Path(args.plate), Path(args.out), Path(args.cache)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+
+    def emit(row: dict[str, Any]) -> None:
+        rows.append(row)
+        with out.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+
+    with _serve(args.server, plate) as (endpoint, url, probe):
+        server = {m.SERVER_REQUESTS_PER_S: endpoints.request_ceiling(endpoint + probe, seconds=2.0, threads=8)}
+        with endpoints.delay_proxy(endpoint, args.latency_ms) as proxy:
+            server["proxied_requests_per_s"] = endpoints.request_ceiling(proxy + probe, seconds=2.0, threads=8)
+        emit({"kind": "server", "server": args.server, "url": url, "latency_ms": args.latency_ms, **server})
+
+        # 1. Requests per crop, no injected latency.
+        for label, decode, store, cache_bytes in (
+            ("direct", "direct", StoreConfig(), None),
+            ("direct-no-chunk-cache", "direct", StoreConfig(), 0),
+            ("direct-no-coalescing", "direct", StoreConfig(coalesce_gap_bytes=0), 0),
+            ("zarr-obstore", "zarr", StoreConfig(zarr_client="obstore"), None),
+            ("zarr-fsspec", "zarr", StoreConfig(zarr_client="fsspec"), None),
+        ):
+            mirror = _mirror(url, store, cache)
+            counts = requests_per_crop(mirror, decode, args.count_crops, 32, args.crop_size, cache_bytes)
+            emit({"kind": "requests", "path": label, "store": dataclasses.asdict(store), **counts})
+
+        # 2. Rates at the injected latency, beside the local plate.
+        local_rates: dict[tuple[str, int], float] = {}
+        with endpoints.delay_proxy(endpoint, args.latency_ms) as proxy:
+            cases: list[tuple[str, str, StoreConfig, int]] = []
+            for workers in args.workers:
+                for client in ("obstore", "fsspec"):
+                    store = StoreConfig(zarr_client=client, latency_ms=args.latency_ms, endpoint=proxy)
+                    cases.append((f"zarr-{client}", "zarr", store, workers))
+                for in_flight in args.in_flight:
+                    store = StoreConfig(in_flight=in_flight, latency_ms=args.latency_ms, endpoint=proxy)
+                    cases.append(("direct", "direct", store, workers))
+            for label, decode, store, workers in cases:
+                crops = args.zarr_crops if decode == "zarr" else args.crops
+                key = (decode, workers)
+                if key not in local_rates:
+                    local = crops_per_s(plate, decode, workers, crops, args.batch_size, args.crop_size)
+                    local_rates[key] = local[m.SAMPLES_PER_S]
+                    emit({"kind": "rate", "path": f"{decode}-local", "workers": workers, **local})
+                mirror = _mirror(url, store, cache)
+                rate = crops_per_s(mirror, decode, workers, crops, args.batch_size, args.crop_size)
+                emit(
+                    {
+                        "kind": "rate",
+                        "path": label,
+                        "workers": workers,
+                        m.IN_FLIGHT: store.in_flight if decode == "direct" else None,
+                        m.INJECTED_LATENCY_MS: store.latency_ms,
+                        **rate,
+                        m.RATIO_TO_LOCAL: rate[m.SAMPLES_PER_S] / local_rates[key],
+                        **server,
+                    }
+                )
+    _print_table(rows)
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    print("\nrequests per random crop (no injected latency)")
+    for row in rows:
+        if row["kind"] == "requests":
+            print(
+                f"  {row['path']:<22} {row[m.REQUESTS_PER_CROP]:6.2f} req/crop  "
+                f"{row[m.BYTES_TRANSFERRED_PER_CROP] / 1024:8.1f} KiB/crop  "
+                f"{row[m.BYTES_TRANSFERRED_PER_DELIVERED_BYTE]:5.2f} B/B delivered"
+            )
+    print("\nrandom crops/s")
+    for row in rows:
+        if row["kind"] == "rate":
+            extra = f"  in-flight {row[m.IN_FLIGHT]}" if row.get(m.IN_FLIGHT) else ""
+            ratio = f"  {row[m.RATIO_TO_LOCAL]:.3f} of local" if m.RATIO_TO_LOCAL in row else ""
+            print(f"  {row['path']:<14} workers {row['workers']}{extra:<14} {row[m.SAMPLES_PER_S]:9.1f}/s{ratio}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
