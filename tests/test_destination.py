@@ -14,7 +14,7 @@ import pytest
 
 from cropbench.config import LAYOUTS, PlateSpec
 from cropbench.errors import OutputError
-from cropbench.formats import create_plate_writer, read_plate_metadata
+from cropbench.formats import PlateGeometry, create_plate_writer, read_plate_metadata
 from cropbench.plates import generate as generate_module
 from cropbench.plates.convert import convert_plate, materialize_layout
 from cropbench.plates.generate import generate_plate
@@ -163,8 +163,8 @@ def test_a_writer_told_to_overwrite_replaces_only_a_plate_cropbench_wrote(layout
     spec = LAYOUTS[layout]
 
     def write(path: Path) -> None:
-        attributes = {"layout_label": spec.label}
-        writer = create_plate_writer(path, "p", ["a"], (1, 8, 8), spec, [("A", "1")], 1, None, attributes, True)
+        geometry = PlateGeometry("p", ("a",), (1, 8, 8), (("A", "1"),))
+        writer = create_plate_writer(path, geometry, spec, overwrite=True)
         writer.write_field("A", "1", 0, np.zeros((1, 8, 8), np.uint16))
         writer.close()
 

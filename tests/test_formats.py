@@ -11,7 +11,7 @@ import zarr
 
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import open_plate, read_plate_metadata
-from cropbench.formats.base import LruCache
+from cropbench.formats.base import LruCache, PlateGeometry
 
 DECODES = ("zarr", "direct", "field")
 
@@ -118,3 +118,16 @@ def test_lru_cache_bounds_a_count_and_can_keep_the_newest() -> None:
     rows.put(0, np.zeros(60, np.uint8))
     rows.put(1, np.zeros(500, np.uint8))
     assert rows.get(0) is None and rows.get(1) is not None and len(rows) == 1
+
+
+def test_plate_geometry_is_normalised_and_checked_once() -> None:
+    geometry = PlateGeometry("p", ["a", "b"], [2, 8, 8], [("A", 1), ("B", 2)], [1, 3])  # type: ignore[arg-type]
+    assert geometry.channel_names == ("a", "b") and geometry.wells == (("A", "1"), ("B", "2"))
+    assert geometry.field_slots() == [("A", "1", 0), ("B", "2", 0), ("B", "2", 1), ("B", "2", 2)]
+    assert geometry.display_ranges == ((0.0, 65535.0),) * 2
+    with pytest.raises(ConfigError, match="fields_per_well must be >= 1 for each of the 2 wells"):
+        PlateGeometry("p", ("a", "b"), (2, 8, 8), (("A", "1"), ("B", "2")), (1,))
+    with pytest.raises(ConfigError, match="1 display ranges for 2 channels"):
+        PlateGeometry("p", ("a", "b"), (2, 8, 8), (("A", "1"),), display_ranges=((0, 1),))
+    with pytest.raises(StoreError, match="1 channel names for 2 channels"):
+        PlateGeometry("p", ("a",), (2, 8, 8), (("A", "1"),))

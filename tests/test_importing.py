@@ -443,7 +443,7 @@ def test_a_failure_on_the_last_field_leaves_no_plate_and_keeps_the_old_one(
     write_field = OmeZarrPlateWriter.write_field
 
     def fails_on_the_last_field(self: OmeZarrPlateWriter, row: str, column: str, site: int, pixels: Any) -> None:
-        if (row, column, site) == self.field_slots()[-1]:
+        if (row, column, site) == self.geometry.field_slots()[-1]:
             raise OSError(28, "No space left on device")
         write_field(self, row, column, site, pixels)
 
@@ -664,7 +664,7 @@ def test_conversion_keeps_identity_labels_and_pixel_size_and_a_failed_one_leaves
     write_field = TiffPlateWriter.write_field
 
     def fails_on_the_last_field(self: TiffPlateWriter, row: str, column: str, site: int, pixels: Any) -> None:
-        if (row, column, site) == self.field_slots()[-1]:
+        if (row, column, site) == self.geometry.field_slots()[-1]:
             raise OSError(28, "No space left on device")
         write_field(self, row, column, site, pixels)
 

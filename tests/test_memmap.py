@@ -11,7 +11,7 @@ import pytest
 
 from cropbench.config import layout_by_name
 from cropbench.errors import ConfigError, StoreError
-from cropbench.formats import open_plate, read_plate_metadata
+from cropbench.formats import PlateGeometry, open_plate, read_plate_metadata
 from cropbench.formats.marker import LAYOUT_MARKER
 from cropbench.formats.memmap import PIXELS_NAME, MemmapPlateWriter, MemmapReader
 from cropbench.plates.convert import convert_plate
@@ -59,7 +59,8 @@ def test_truncated_pixels_and_interrupted_writes_are_refused(memmap_plate: Path,
         handle.truncate(1000)
     with pytest.raises(StoreError, match="should hold"):
         open_plate(broken, "direct").read_region(0, 0, 5, 0, 5)
-    writer = MemmapPlateWriter(tmp_path / "partial", "p", ["a"], (1, 8, 8), layout_by_name("memmap"), [("A", "1")], 2)
+    geometry = PlateGeometry("p", ("a",), (1, 8, 8), (("A", "1"),), 2)
+    writer = MemmapPlateWriter(tmp_path / "partial", geometry, layout_by_name("memmap"))
     writer.write_field("A", "1", 0, np.ones((1, 8, 8), np.uint16))
     with pytest.raises(StoreError, match="not a zarr group|layout marker"):
         read_plate_metadata(tmp_path / "partial")  # no marker until close()

@@ -17,7 +17,6 @@ reference script's way), to show what zero-copy access saves.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from cropbench.formats import ngff
 from cropbench.formats.base import (
     FieldCacheReader,
     FieldInfo,
+    PlateGeometry,
     PlateMetadata,
     PlateReader,
     PlateWriter,
@@ -157,20 +157,16 @@ def plate_objects(plate: str | Path, location: tuple[str, int] | None = None) ->
 
 def create_plate_writer(
     path: str | Path,
-    name: str,
-    channel_names: Sequence[str],
-    field_shape: tuple[int, int, int],
+    geometry: PlateGeometry,
     layout: LayoutSpec,
-    wells: Sequence[tuple[str, str]],
-    fields_per_well: int | Sequence[int],
-    windows: Sequence[tuple[float, float]] | None = None,
-    extra_attributes: dict[str, Any] | None = None,
+    attributes: dict[str, Any] | None = None,
     overwrite: bool = False,
 ) -> PlateWriter:
-    """The writer of ``layout.format``; call ``write_field`` per field, then ``close``."""
-    return WRITERS[layout.format](
-        path, name, channel_names, field_shape, layout, wells, fields_per_well, windows, extra_attributes, overwrite
-    )
+    """The writer of ``layout.format``; call ``write_field`` per field, then ``close``.
+
+    ``overwrite`` replaces an existing plate only if cropbench wrote it; anything else is refused.
+    """
+    return WRITERS[layout.format](path, geometry, layout, attributes, overwrite)
 
 
 __all__ = [
@@ -184,6 +180,7 @@ __all__ = [
     "OmeArrowPythonReader",
     "OmeArrowReader",
     "OmeZarrPlateWriter",
+    "PlateGeometry",
     "PlateMetadata",
     "PlateReader",
     "PlateWriter",

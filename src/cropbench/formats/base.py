@@ -7,19 +7,21 @@ process: ``__getstate__`` drops every handle and cache.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import warnings
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from cropbench.config import LayoutSpec
 from cropbench.errors import ConfigError, OutputError, StoreError
 
 
@@ -329,45 +331,46 @@ class FieldCacheReader(PlateReader):
         self.inner.close()
 
 
-class PlateWriter(ABC):
-    """Writes the fields of one plate in one storage layout; every layout's writer takes the same
-    arguments, so generation, import and conversion write any layout.
+#: The display range of a channel without one: the whole uint16 range.
+FULL_DISPLAY_RANGE = (0.0, 65535.0)
 
-    ``fields_per_well`` is one count for every well or one count per well (real plates are not
-    always complete). Call :meth:`close` after the last field: some layouts write their metadata
-    only then, so an interrupted write never looks like a finished plate.
-    """
 
-    def __init__(
-        self,
-        path: str | Path,
-        name: str,
-        channel_names: Sequence[str],
-        field_shape: tuple[int, int, int],
-        layout: Any,
-        wells: Sequence[tuple[str, str]],
-        fields_per_well: int | Sequence[int],
-        windows: Sequence[tuple[float, float]] | None = None,
-        extra_attributes: dict[str, Any] | None = None,
-        overwrite: bool = False,
-    ) -> None:
-        self.path = Path(path)
-        self.name = name
-        self.layout = layout
-        self.field_shape = tuple(int(s) for s in field_shape)
-        self.channel_names = tuple(channel_names)
-        self.wells = [(str(row), str(column)) for row, column in wells]
-        counts = [fields_per_well] * len(self.wells) if isinstance(fields_per_well, int) else list(fields_per_well)
+@dataclass(frozen=True)
+class PlateGeometry:
+    """What a writer must know of a plate before its first pixel: name, channels, field shape,
+    wells, sites per well and each channel's display range (NGFF ``omero`` window, for viewers)."""
+
+    name: str
+    channel_names: tuple[str, ...]
+    field_shape: tuple[int, int, int]
+    wells: tuple[tuple[str, str], ...]
+    #: Sites per well: one count for every well, or one count per well (real plates are not always complete).
+    fields_per_well: int | tuple[int, ...] = 1
+    #: (start, end) per channel; empty means the whole uint16 range for every channel.
+    display_ranges: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        set_field = object.__setattr__  # normalised once here, so every writer sees plain tuples
+        set_field(self, "channel_names", tuple(str(name) for name in self.channel_names))
+        set_field(self, "field_shape", tuple(int(size) for size in self.field_shape))
+        set_field(self, "wells", tuple((str(row), str(column)) for row, column in self.wells))
+        counts = self.field_counts
         if len(counts) != len(self.wells) or any(count < 1 for count in counts):
             raise ConfigError(
-                f"fields_per_well must be >= 1 for each of the {len(self.wells)} wells, got {fields_per_well}"
+                f"fields_per_well must be >= 1 for each of the {len(self.wells)} wells, got {self.fields_per_well}"
             )
-        self.field_counts = [int(count) for count in counts]
-        self.windows = list(windows) if windows is not None else [(0.0, 65535.0)] * len(self.channel_names)
-        self.extra_attributes = dict(extra_attributes or {})
         if len(self.channel_names) != self.field_shape[0]:
             raise StoreError(f"{len(self.channel_names)} channel names for {self.field_shape[0]} channels")
-        prepare_destination(self.path, overwrite)
+        ranges = tuple((float(start), float(end)) for start, end in self.display_ranges)
+        if ranges and len(ranges) != len(self.channel_names):
+            raise ConfigError(f"{len(ranges)} display ranges for {len(self.channel_names)} channels")
+        set_field(self, "display_ranges", ranges or (FULL_DISPLAY_RANGE,) * len(self.channel_names))
+
+    @property
+    def field_counts(self) -> tuple[int, ...]:
+        """Sites of each well."""
+        counts = self.fields_per_well
+        return (int(counts),) * len(self.wells) if isinstance(counts, int) else tuple(int(c) for c in counts)
 
     def field_slots(self) -> list[tuple[str, str, int]]:
         """(row, column, site) of every field, in plate order."""
@@ -376,6 +379,35 @@ class PlateWriter(ABC):
             for (row, column), count in zip(self.wells, self.field_counts, strict=True)
             for site in range(count)
         ]
+
+
+class PlateWriter(ABC):
+    """Writes the fields of one plate in one storage layout; every layout's writer takes the same
+    arguments, so generation, import and conversion write any layout.
+
+    ``attributes`` is cropbench's block in the plate's metadata (provenance, pixel size); the
+    writer adds the layout and its label, which marks the plate as cropbench's own to replace later.
+    Call :meth:`close` after the last field: some layouts write their metadata only then, so an
+    interrupted write never looks like a finished plate.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        geometry: PlateGeometry,
+        layout: LayoutSpec,
+        attributes: dict[str, Any] | None = None,
+        overwrite: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.geometry = geometry
+        self.layout = layout
+        self.attributes = {**(attributes or {}), "layout": dataclasses.asdict(layout), "layout_label": layout.label}
+        prepare_destination(self.path, overwrite)
+        self._begin()
+
+    def _begin(self) -> None:  # noqa: B027 - optional hook
+        """Create what the layout needs before the first field (the destination is free by now)."""
 
     @abstractmethod
     def write_field(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
@@ -386,8 +418,10 @@ class PlateWriter(ABC):
         return None
 
     def _check_pixels(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
-        if pixels.shape != self.field_shape:
-            raise StoreError(f"field {row}{column}/{site} has shape {pixels.shape}, expected {self.field_shape}")
+        if pixels.shape != self.geometry.field_shape:
+            raise StoreError(
+                f"field {row}{column}/{site} has shape {pixels.shape}, expected {self.geometry.field_shape}"
+            )
 
 
 def warn_missing_chunks(reader: PlateReader) -> int:

@@ -22,21 +22,22 @@ MARKER_VERSION = 1
 
 def write_marker(writer: PlateWriter, dtype: str, field_paths: list[str], **extra: Any) -> Path:
     """Describe what ``writer`` wrote; ``field_paths[i]`` locates field i relative to the plate."""
-    slots = writer.field_slots()
+    geometry = writer.geometry
+    slots = geometry.field_slots()
     document = {
         "cropbench_layout": MARKER_VERSION,
         "format": writer.layout.format,
         "layout": dataclasses.asdict(writer.layout),
-        "name": writer.name,
-        "channel_names": list(writer.channel_names),
-        "field_shape": list(writer.field_shape),
+        "name": geometry.name,
+        "channel_names": list(geometry.channel_names),
+        "field_shape": list(geometry.field_shape),
         "dtype": dtype,
-        "windows": [{"start": float(lo), "end": float(hi)} for lo, hi in writer.windows],
+        "windows": [{"start": lo, "end": hi} for lo, hi in geometry.display_ranges],
         "fields": [
             {"well": f"{row}{column}", "row": row, "column": column, "field": site, "path": path}
             for (row, column, site), path in zip(slots, field_paths, strict=True)
         ],
-        "cropbench": writer.extra_attributes,
+        "cropbench": writer.attributes,
         **extra,
     }
     path = writer.path / LAYOUT_MARKER

@@ -9,7 +9,6 @@ the field cache first); ``zarr`` does not apply (there is no zarr store).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -23,10 +22,9 @@ PIXELS_NAME = "pixels.raw"
 class MemmapPlateWriter(PlateWriter):
     """Writes every field into one raw file; the dtype is that of the first field written."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _begin(self) -> None:
         self.path.mkdir(parents=True)
-        self._slots = {slot: i for i, slot in enumerate(self.field_slots())}
+        self._slots = {slot: i for i, slot in enumerate(self.geometry.field_slots())}
         self._map: np.memmap | None = None
         self._dtype: np.dtype | None = None
 
@@ -34,7 +32,7 @@ class MemmapPlateWriter(PlateWriter):
         self._check_pixels(row, column, site, pixels)
         if self._map is None:
             self._dtype = pixels.dtype
-            shape = (len(self._slots), *self.field_shape)
+            shape = (len(self._slots), *self.geometry.field_shape)
             self._map = np.memmap(
                 self.path / PIXELS_NAME,
                 dtype=pixels.dtype.newbyteorder("<"),

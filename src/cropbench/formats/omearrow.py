@@ -63,8 +63,7 @@ def ome_arrow_available() -> bool:
 class OmeArrowPlateWriter(PlateWriter):
     """Writes one Parquet row (and row group) per field with ``ome_arrow.from_numpy``."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _begin(self) -> None:
         self._ome_arrow = require_ome_arrow()
         self.path.mkdir(parents=True)
         self._writer: pq.ParquetWriter | None = None
@@ -98,13 +97,13 @@ class OmeArrowPlateWriter(PlateWriter):
     def write_field(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
         self._check_pixels(row, column, site, pixels)
         self._dtype = pixels.dtype
-        chunk = self.layout.chunk_yx or max(self.field_shape[1:])
+        chunk = self.layout.chunk_yx or max(self.geometry.field_shape[1:])
         image = self._ome_arrow.from_numpy(
             pixels,
             dim_order="CYX",
             image_id=f"{row}{column}/{site}",
-            name=f"{self.name} {row}{column}/{site}",
-            channel_names=list(self.channel_names),
+            name=f"{self.geometry.name} {row}{column}/{site}",
+            channel_names=list(self.geometry.channel_names),
             clamp_to_uint16=False,
             chunk_shape=(1, chunk, chunk),
             chunk_encoding="bytes",
@@ -112,7 +111,7 @@ class OmeArrowPlateWriter(PlateWriter):
             chunk_compression_level=self.layout.clevel if self.layout.codec == "zstd" else None,
         )
         columns: dict[str, pa.Array] = {
-            "plate": pa.array([self.name]),
+            "plate": pa.array([self.geometry.name]),
             "well": pa.array([f"{row}{column}"]),
             "row": pa.array([row]),
             "column": pa.array([column]),
@@ -131,7 +130,7 @@ class OmeArrowPlateWriter(PlateWriter):
         if self._writer is None or self._dtype is None:
             raise StoreError(f"no field was written to {self.path}")
         self._writer.close()
-        slots = self.field_slots()
+        slots = self.geometry.field_slots()
         write_marker(
             self,
             np.dtype(self._dtype).name,

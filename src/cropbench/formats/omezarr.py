@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,49 +38,33 @@ def row_name(row: int) -> str:
 class OmeZarrPlateWriter(PlateWriter):
     """Writes an NGFF 0.5 HCS plate (plate → row/column wells → fields) field by field."""
 
-    def __init__(
-        self,
-        path: str | Path,
-        name: str,
-        channel_names: Sequence[str],
-        field_shape: tuple[int, int, int],
-        layout: LayoutSpec,
-        wells: Sequence[tuple[str, str]],
-        fields_per_well: int | Sequence[int],
-        windows: Sequence[tuple[float, float]] | None = None,
-        extra_attributes: dict[str, Any] | None = None,
-        overwrite: bool = False,
-    ) -> None:
-        super().__init__(
-            path, name, channel_names, field_shape, layout, wells, fields_per_well, windows, extra_attributes, overwrite
-        )
-        self._windows = self.windows
-        chunks, shards = layout.chunk_shape(*self.field_shape), layout.shard_shape(*self.field_shape)
+    def _begin(self) -> None:
+        geometry, layout = self.geometry, self.layout
+        chunks, shards = layout.chunk_shape(*geometry.field_shape), layout.shard_shape(*geometry.field_shape)
         if shards is not None and any(s % c for s, c in zip(shards, chunks, strict=True)):
             raise ConfigError(
                 f"layout {layout.label}: a shard {tuple(shards)} must hold whole chunks {tuple(chunks)} "
-                f"(channels_per_chunk={layout.channels_per_chunk} must divide the {self.field_shape[0]} channels)"
+                f"(channels_per_chunk={layout.channels_per_chunk} must divide the {geometry.field_shape[0]} channels)"
             )
         self.root = zarr.open_group(str(self.path), mode="w", zarr_format=3)
-        rows = sorted({row for row, _ in self.wells})
-        columns = sorted({column for _, column in self.wells}, key=lambda c: (len(c), c))
+        rows = sorted({row for row, _ in geometry.wells})
+        columns = sorted({column for _, column in geometry.wells}, key=lambda c: (len(c), c))
         self.root.attrs["ome"] = {
             "version": NGFF_VERSION,
             "plate": {
-                "name": name,
+                "name": geometry.name,
                 "version": NGFF_VERSION,
-                "field_count": max(self.field_counts),
+                "field_count": max(geometry.field_counts),
                 "rows": [{"name": r} for r in rows],
                 "columns": [{"name": c} for c in columns],
                 "wells": [
                     {"path": f"{r}/{c}", "rowIndex": rows.index(r), "columnIndex": columns.index(c)}
-                    for r, c in self.wells
+                    for r, c in geometry.wells
                 ],
             },
         }
-        if self.extra_attributes:
-            self.root.attrs["cropbench"] = self.extra_attributes
-        for (row, column), count in zip(self.wells, self.field_counts, strict=True):
+        self.root.attrs["cropbench"] = self.attributes
+        for (row, column), count in zip(geometry.wells, geometry.field_counts, strict=True):
             well = self.root.require_group(f"{row}/{column}")
             well.attrs["ome"] = {
                 "version": NGFF_VERSION,
@@ -92,7 +75,7 @@ class OmeZarrPlateWriter(PlateWriter):
         self._check_pixels(row, column, site, pixels)
         image = self.root.require_group(f"{row}/{column}/{site}")
         # The cropbench block's pixel_size_um: (y, x) µm; None means unknown (unit-less pixel scale).
-        pixel_size = self.extra_attributes.get("pixel_size_um", DEFAULT_PIXEL_SIZE_UM)
+        pixel_size = self.attributes.get("pixel_size_um", DEFAULT_PIXEL_SIZE_UM)
         unit = {"unit": "micrometer"} if pixel_size else {}
         image.attrs["ome"] = {
             "version": NGFF_VERSION,
@@ -122,14 +105,14 @@ class OmeZarrPlateWriter(PlateWriter):
                         "color": "FFFFFF",
                         "window": {"start": lo, "end": hi, "min": 0, "max": 65535},
                     }
-                    for label, (lo, hi) in zip(self.channel_names, self._windows, strict=True)
+                    for label, (lo, hi) in zip(self.geometry.channel_names, self.geometry.display_ranges, strict=True)
                 ],
             },
         }
-        channels, height, width = self.field_shape
+        channels, height, width = self.geometry.field_shape
         array = image.create_array(
             "0",
-            shape=self.field_shape,
+            shape=self.geometry.field_shape,
             dtype=pixels.dtype,
             chunks=self.layout.chunk_shape(channels, height, width),
             shards=self.layout.shard_shape(channels, height, width),

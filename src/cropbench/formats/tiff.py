@@ -48,8 +48,7 @@ def field_file_names(row: str, column: str, site: int, channel_names: Sequence[s
 class TiffPlateWriter(PlateWriter):
     """Writes one 2-D TIFF per field and channel with tifffile (``codec`` none or zlib)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _begin(self) -> None:
         (self.path / IMAGES_DIR).mkdir(parents=True)
         self._dtype: np.dtype | None = None
 
@@ -61,7 +60,7 @@ class TiffPlateWriter(PlateWriter):
             if self.layout.codec == "zlib"
             else {}
         )
-        for name, plane in zip(field_file_names(row, column, site, self.channel_names), pixels, strict=True):
+        for name, plane in zip(field_file_names(row, column, site, self.geometry.channel_names), pixels, strict=True):
             tifffile.imwrite(
                 self.path / IMAGES_DIR / name, plane, photometric="minisblack", metadata=None, **compression
             )
@@ -69,9 +68,9 @@ class TiffPlateWriter(PlateWriter):
     def close(self) -> None:
         if self._dtype is None:
             raise StoreError(f"no field was written to {self.path}")
-        slots = self.field_slots()
+        slots = self.geometry.field_slots()
         files = [
-            [f"{IMAGES_DIR}/{name}" for name in field_file_names(row, column, site, self.channel_names)]
+            [f"{IMAGES_DIR}/{name}" for name in field_file_names(row, column, site, self.geometry.channel_names)]
             for row, column, site in slots
         ]
         write_marker(

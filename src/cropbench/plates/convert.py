@@ -7,7 +7,6 @@ layout's writer; the object table travels along. ``materialize_layout`` does the
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import time
 from pathlib import Path
@@ -18,7 +17,14 @@ from tqdm import tqdm
 
 from cropbench.config import LayoutSpec, layout_by_name
 from cropbench.errors import StoreError
-from cropbench.formats import PlateMetadata, PlateReader, create_plate_writer, open_plate, read_plate_metadata
+from cropbench.formats import (
+    PlateGeometry,
+    PlateMetadata,
+    PlateReader,
+    create_plate_writer,
+    open_plate,
+    read_plate_metadata,
+)
 from cropbench.formats.marker import LAYOUT_MARKER
 from cropbench.formats.omearrow import require_ome_arrow
 from cropbench.objects import LABEL_CLASSES_NAME, OBJECT_TABLE_NAME, ObjectTable, read_object_table
@@ -52,8 +58,6 @@ def convert_plate(
     windows = [(float(w.get("start", 0.0)), float(w.get("end", 65535.0))) for w in metadata.extra.get("windows") or []]
     attributes = {
         **metadata.extra.get("cropbench", {}),
-        "layout": dataclasses.asdict(layout),
-        "layout_label": layout.label,
         "converted_from": {"path": str(source_path.resolve()), "fingerprint": _fingerprint(source_path)},
     }
     if layout.format == "ome-arrow":
@@ -87,17 +91,15 @@ def _write_copy(
     for info in metadata.fields:
         wells[(info.row, info.column)] = wells.get((info.row, info.column), 0) + 1
     started = time.perf_counter()
-    writer = create_plate_writer(
-        destination_path,
+    geometry = PlateGeometry(
         metadata.name,
         metadata.channel_names,
         metadata.field_shape,
-        layout,
-        list(wells),
-        list(wells.values()),
-        windows=windows if len(windows) == len(metadata.channel_names) else None,
-        extra_attributes=attributes,
+        tuple(wells),
+        tuple(wells.values()),
+        display_ranges=tuple(windows) if len(windows) == len(metadata.channel_names) else (),
     )
+    writer = create_plate_writer(destination_path, geometry, layout, attributes)
     writing = time.perf_counter() - started
     table = source_path / OBJECT_TABLE_NAME
     objects = read_object_table(source_path) if table.is_file() else None

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from cropbench.config import LayoutSpec, PlateSpec
 from cropbench.errors import ConfigError
-from cropbench.formats import create_plate_writer
+from cropbench.formats import PlateGeometry, create_plate_writer
 from cropbench.formats.omezarr import row_name
 from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable
 from cropbench.plates.destination import staged
@@ -46,8 +46,8 @@ def spec_for_ram_fraction(spec: PlateSpec, fraction: float) -> PlateSpec:
     return dataclasses.replace(spec, fields_per_well=fields_per_well)
 
 
-def display_windows(pixels: np.ndarray) -> list[tuple[float, float]]:
-    """Per-channel (0.5, 99.9) percentile display window of one (c, y, x) field (omero metadata)."""
+def display_ranges(pixels: np.ndarray) -> list[tuple[float, float]]:
+    """Per-channel (0.5, 99.9) percentile display range of one (c, y, x) field (omero window metadata)."""
     return [(float(np.percentile(channel, 0.5)), float(np.percentile(channel, 99.9))) for channel in pixels]
 
 
@@ -86,23 +86,16 @@ def _write_plate(
     """Render and write every field and the object table at ``destination``; returns the table and start time."""
     wells = [(row_name(r), str(c + 1)) for r in range(spec.rows) for c in range(spec.columns)]
     first = render_field(spec, 0)
-    windows = display_windows(first.pixels)
     started = time.perf_counter()
-    writer = create_plate_writer(
-        destination,
+    geometry = PlateGeometry(
         spec.name,
-        spec.channel_names,
+        tuple(spec.channel_names),
         (spec.channels, spec.field_height, spec.field_width),
-        layout,
-        wells,
+        tuple(wells),
         spec.fields_per_well,
-        windows=windows,
-        extra_attributes={
-            "plate_spec": dataclasses.asdict(spec),
-            "layout": dataclasses.asdict(layout),
-            "layout_label": layout.label,
-        },
+        display_ranges=tuple(display_ranges(first.pixels)),
     )
+    writer = create_plate_writer(destination, geometry, layout, {"plate_spec": dataclasses.asdict(spec)})
     columns: dict[str, list[np.ndarray]] = {"well": [], "field": [], "centers": [], "boxes": []}
     jobs = [(row, column, site) for row, column in wells for site in range(spec.fields_per_well)]
     for field_seed, (row, column, site) in enumerate(tqdm(jobs, desc="fields", unit="field", disable=not progress)):

@@ -31,7 +31,6 @@ file. A file that only fails while its pixels are decoded stops the import with 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from collections.abc import Sequence
@@ -46,10 +45,10 @@ from tqdm import tqdm
 
 from cropbench.config import LayoutSpec
 from cropbench.errors import ImportInputError
-from cropbench.formats import create_plate_writer
+from cropbench.formats import PlateGeometry, create_plate_writer
 from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable, column_values, label_classes, write_label_classes
 from cropbench.plates.destination import check_replaceable, staged
-from cropbench.plates.generate import GeneratedPlate, display_windows, stored_size
+from cropbench.plates.generate import GeneratedPlate, display_ranges, stored_size
 
 MERGE_SUFFIXES = ("", "_x", "_y")
 PLATE_COLUMNS = ("Metadata_Plate", "Image_Metadata_Plate")
@@ -752,22 +751,15 @@ def import_plate(
     pixel_size = {"pixel_size_um": list(plan.pixel_size_um) if plan.pixel_size_um else None}
     started = time.perf_counter()
     with staged(destination, overwrite) as scratch:  # a failed import leaves no partial plate
-        writer = create_plate_writer(
-            scratch,
+        geometry = PlateGeometry(
             plan.name,
-            plan.channel_names,
+            tuple(plan.channel_names),
             plan.field_shape,
-            layout,
-            wells,
-            counts,
-            windows=display_windows(first),
-            extra_attributes={
-                "import": provenance,
-                "layout": dataclasses.asdict(layout),
-                "layout_label": layout.label,
-                **pixel_size,
-            },
+            tuple(wells),
+            tuple(counts),
+            display_ranges=tuple(display_ranges(first)),
         )
+        writer = create_plate_writer(scratch, geometry, layout, {"import": provenance, **pixel_size})
         for number, field in tqdm(_field_numbers(plan.fields), desc="fields", unit="field", disable=not progress):
             pixels = first if field is plan.fields[0] else _read_field(field, plan.channel_names, plan.field_shape)
             writer.write_field(field.row, field.column, number, pixels)
