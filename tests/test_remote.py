@@ -16,12 +16,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import TEST_LAYOUTS, TINY_SPEC
+from torch.utils.data import DataLoader
 
 from cropbench import api
 from cropbench import metrics as m
 from cropbench.cli import main
 from cropbench.config import LAYOUTS, CropConfig, StoreConfig, Track1Case
+from cropbench.data.dataset import CropDataset
+from cropbench.data.loader import batch_collate
 from cropbench.errors import StoreError
 from cropbench.formats import DirectChunkReader, open_plate, read_plate_metadata
 from cropbench.formats.sources import mirror_metadata, object_store, upload_plate, write_index
@@ -127,7 +131,7 @@ def test_a_mirror_holds_metadata_only_and_points_at_its_url(
 ) -> None:
     mirror = _mirror(str(stored_plate["s3"]), tmp_path)
     metadata = read_plate_metadata(mirror)
-    assert metadata.extra["remote"]["url"] == stored_plate["s3"]
+    assert metadata.remote is not None and metadata.remote["url"] == stored_plate["s3"]
     names = {path.name for path in mirror.rglob("*") if path.is_file()}
     assert "zarr.json" in names and "cropbench_objects.parquet" in names
     assert not any("/c/" in path.as_posix() for path in mirror.rglob("*")), "no chunk or shard is downloaded"
@@ -312,3 +316,37 @@ def test_a_server_that_stops_mid_run_keeps_the_finished_rows(
     assert url in str(error.value) and "\n" not in str(error.value)
     kept = read_records(tmp_path / "out" / RESULTS_NAME)
     assert len(kept) == 1 and kept[0].config["crop"]["decode"] == "direct"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["direct", "zarr-fsspec", "zarr-obstore"])
+def test_forked_dataloader_workers_read_a_plate_in_a_store(
+    s3_endpoint: str, tiny_plate: Path, tmp_path: Path, path: str
+) -> None:
+    decode, _, client = path.partition("-")
+    url = f"s3://{BUCKET}/workers-{path}/tiny.zarr"
+    upload_plate(tiny_plate, url)
+    mirror = _mirror(url, tmp_path, zarr_client=client or "fsspec", retries=0, timeout_s=5)
+    config = CropConfig(decode=decode, dtype="uint16")
+    remote, local = CropDataset(mirror, config), CropDataset(tiny_plate, config)
+    remote[0]  # the parent reads first, as Track 1 does before Track 2 forks its workers
+    order = list(range(0, len(local), 3))
+
+    def batches(dataset: CropDataset) -> list[torch.Tensor]:
+        loader = DataLoader(
+            dataset,
+            batch_size=8,
+            sampler=order,
+            num_workers=2,
+            collate_fn=batch_collate,
+            multiprocessing_context="fork",
+            timeout=60,
+        )
+        return [batch["image"] for batch in loader]
+
+    if client == "obstore":  # its runtime does not survive fork: an error that says so, not a hang
+        with pytest.raises(Exception, match="forked DataLoader worker"):
+            batches(remote)
+        return
+    for got, want in zip(batches(remote), batches(local), strict=True):
+        assert torch.equal(got, want)
