@@ -9,6 +9,9 @@ plate, measure, stop everything.
    (``ratio_to_local``), with batch p50/p95/p99 and the server's own ceiling (requests/s of a
    trivial client, direct and through the proxy).
 
+3. With ``--layouts``, instead: each named layout (converted once) in the store next to on disk,
+   requests per crop and crops/s per read path, so a user sees which layout to publish.
+
 Rows go to ``--out`` (JSON lines, metric names from ``cropbench.metrics``) and a table to stdout.
 
     python scripts/remote_bench.py --plate data/full-default.zarr --latency-ms 20
@@ -40,6 +43,7 @@ from cropbench.data.loader import batch_collate
 from cropbench.formats.sources import mirror_metadata, upload_plate, write_index
 from cropbench.measure import endpoints
 from cropbench.measure.protocol import summarise_ms
+from cropbench.plates.convert import materialize_layout
 
 BUCKET = "bench"
 
@@ -170,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crop-size", type=int, default=96)
     parser.add_argument("--out", default="out/remote/remote_bench.jsonl")
     parser.add_argument("--cache", default="out/remote/mirrors")
+    parser.add_argument(
+        "--layouts", nargs="+", metavar="NAME", help="instead: each named layout in the store next to on disk"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     plate, out, cache = Path(args.plate), Path(args.out), Path(args.cache)
@@ -182,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
             handle.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
 
+    if args.layouts:
+        for name in args.layouts:
+            _layout_rows(materialize_layout(plate, name, cache / "layouts"), name, args, emit)
+        _print_layouts(rows)
+        return 0
     with _serve(args.server, plate) as (endpoint, url, probe):
         server = {m.SERVER_REQUESTS_PER_S: endpoints.request_ceiling(endpoint + probe, seconds=2.0, threads=8)}
         with endpoints.delay_proxy(endpoint, args.latency_ms) as proxy:
@@ -234,6 +246,38 @@ def main(argv: list[str] | None = None) -> int:
                 )
     _print_table(rows)
     return 0
+
+
+def _layout_rows(plate: Path, name: str, args: argparse.Namespace, emit: Any) -> None:
+    """One layout in the store next to the same layout on disk: requests per crop, then random
+    crops/s (no workers; direct with the largest in-flight limit) at the injected latency."""
+    with _serve(args.server, plate) as (endpoint, url, _):
+        stored = sum(path.stat().st_size for path in plate.rglob("*") if path.is_file())
+        row: dict[str, Any] = {"kind": "layout", "layout": name, "stored_mib": stored / 2**20}
+        for decode in ("direct", "zarr"):
+            counts = requests_per_crop(_mirror(url, StoreConfig(), Path(args.cache)), decode, args.count_crops, 32, 96)
+            row[f"{decode}_{m.REQUESTS_PER_CROP}"] = counts[m.REQUESTS_PER_CROP]
+            row[f"{decode}_{m.BYTES_TRANSFERRED_PER_CROP}"] = counts[m.BYTES_TRANSFERRED_PER_CROP]
+        with endpoints.delay_proxy(endpoint, args.latency_ms) as proxy:
+            for decode, crops in (("direct", args.crops), ("zarr", args.zarr_crops)):
+                store = StoreConfig(in_flight=max(args.in_flight), latency_ms=args.latency_ms, endpoint=proxy)
+                remote = crops_per_s(_mirror(url, store, Path(args.cache)), decode, 0, crops, args.batch_size, 96)
+                local = crops_per_s(plate, decode, 0, crops, args.batch_size, 96)
+                row[f"{decode}_{m.SAMPLES_PER_S}"] = remote[m.SAMPLES_PER_S]
+                row[f"{decode}_local_{m.SAMPLES_PER_S}"] = local[m.SAMPLES_PER_S]
+        emit({**row, m.INJECTED_LATENCY_MS: args.latency_ms, m.IN_FLIGHT: max(args.in_flight)})
+
+
+def _print_layouts(rows: list[dict[str, Any]]) -> None:
+    print("\nlayouts in the store (requests per random 96 px crop; crops/s at the injected latency, workers 0)")
+    for row in rows:
+        print(
+            f"  {row['layout']:<22} {row['stored_mib']:7.1f} MiB  "
+            f"direct {row['direct_requests_per_crop']:5.2f} req/crop {row['direct_samples_per_s']:7.1f}/s "
+            f"(local {row['direct_local_samples_per_s']:7.1f}/s)  "
+            f"zarr {row['zarr_requests_per_crop']:5.2f} req/crop {row['zarr_samples_per_s']:6.1f}/s "
+            f"(local {row['zarr_local_samples_per_s']:6.1f}/s)"
+        )
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
