@@ -11,7 +11,7 @@ import pytest
 from cropbench.config import LAYOUTS, OPTIONAL_LAYOUTS, CropConfig, PlateSpec, layout_by_name
 from cropbench.data.dataset import CropDataset
 from cropbench.errors import StoreError
-from cropbench.formats import layout_label, open_plate, read_plate_metadata, supported_decodes
+from cropbench.formats import open_plate, read_plate_metadata, supported_decodes
 from cropbench.formats.omearrow import ome_arrow_available
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
 from cropbench.plates.convert import convert_plate, materialize_layout, pixel_bytes
@@ -52,7 +52,7 @@ def test_every_layout_and_decode_path_returns_identical_bytes(
     converted = convert_plate(tiny_plate, tmp_path / name, layout_by_name(name))
     metadata = read_plate_metadata(converted.path)
     assert metadata.layout == layout_by_name(name).format
-    assert layout_label(metadata) == layout_by_name(name).label
+    assert metadata.layout_label == layout_by_name(name).label
     assert metadata.channel_names == ("DNA", "ER", "RNA", "AGP", "Mito")
     assert [(f.well, f.field) for f in metadata.fields] == [("A1", 0), ("A1", 1), ("A2", 0), ("A2", 1)]
     assert converted.raw_bytes == 4 * 5 * 200 * 240 * 2 and converted.stored_bytes > 0
@@ -82,7 +82,7 @@ def test_every_crop_of_the_dataset_is_identical_across_layouts(tiny_plate: Path,
 def test_layouts_convert_into_each_other_and_track_their_origin(tiny_plate: Path, tmp_path: Path) -> None:
     tiff = convert_plate(tiny_plate, tmp_path / "tiff", layout_by_name("tiff-zlib"))
     back = convert_plate(tiff.path, tmp_path / "zarr", layout_by_name("channel-tiles-zstd"))
-    origin = read_plate_metadata(back.path).extra["cropbench"]["converted_from"]
+    origin = read_plate_metadata(back.path).attributes["converted_from"]
     assert origin["path"] == str(tiff.path.resolve())
     first, second = open_plate(tiny_plate, "field"), open_plate(back.path, "direct")
     for index in range(4):

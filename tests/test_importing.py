@@ -578,7 +578,7 @@ def test_jump_like_plate_imports_exactly_with_identity_labels_and_pixel_size(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cells.parquet", "images", "plate"]
     metadata = read_plate_metadata(plate)
     assert metadata.channel_names == JUMP_PRESENT and metadata.name == "BR00117035"
-    assert metadata.extra["cropbench"]["pixel_size_um"] == [0.598, 0.598]
+    assert metadata.attributes["pixel_size_um"] == [0.598, 0.598]
 
     objects = read_object_table(plate)
     cells = len(JUMP_CELLS)
@@ -635,7 +635,7 @@ def test_pixel_size_reaches_the_ngff_scale_or_stays_unknown(jump: tuple[Path, Pa
     assert image["axes"][1]["unit"] == "micrometer"
     flagged = dataclasses.replace(options, pixel_size_um=0.325)
     given = import_plate(table, folder, tmp_path / "b", layout_by_name("default"), flagged, progress=False).path
-    assert read_plate_metadata(given).extra["cropbench"]["pixel_size_um"] == [0.325, 0.325]
+    assert read_plate_metadata(given).attributes["pixel_size_um"] == [0.325, 0.325]
     columns = pq.read_table(table)
     pq.write_table(columns.drop(["Image_Metadata_ImageResolutionX"]), tmp_path / "plain.parquet")
     unknown = import_plate(
@@ -658,7 +658,7 @@ def test_conversion_keeps_identity_labels_and_pixel_size_and_a_failed_one_leaves
     options = ImportOptions(channels=(("DNA", "DNA"), ("RNA", "RNA")), labels=("Metadata_pert_iname",))
     source = import_plate(table, folder, tmp_path / "plate", layout_by_name("default"), options, progress=False).path
     copy = convert_plate(source, tmp_path / "copy", layout_by_name("tiff")).path
-    assert read_plate_metadata(copy).extra["cropbench"]["pixel_size_um"] == [0.598, 0.598]
+    assert read_plate_metadata(copy).attributes["pixel_size_um"] == [0.598, 0.598]
     assert (copy / "cropbench_labels.json").read_text() == (source / "cropbench_labels.json").read_text()
     assert list(read_object_table(copy).extra) == list(read_object_table(source).extra)
     write_field = TiffPlateWriter.write_field

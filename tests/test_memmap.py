@@ -30,9 +30,8 @@ def test_one_raw_file_holds_every_field_in_plate_order(memmap_plate: Path, tiny_
     marker = json.loads((memmap_plate / LAYOUT_MARKER).read_text())
     assert marker["format"] == "memmap" and marker["dtype"] == "uint16" and marker["field_shape"] == [5, 200, 240]
     metadata = read_plate_metadata(memmap_plate)
-    source_windows = read_plate_metadata(tiny_plate).extra["windows"]
-    windows = [(w["start"], w["end"]) for w in metadata.extra["windows"]]
-    assert windows == [(w["start"], w["end"]) for w in source_windows]
+    assert metadata.display_ranges == read_plate_metadata(tiny_plate).display_ranges
+    assert metadata.display_ranges != ((0.0, 65535.0),) * 5, "the source's ranges, not the default"
 
 
 def test_zarr_decode_does_not_apply_and_says_what_does(memmap_plate: Path) -> None:

@@ -72,16 +72,10 @@ class CropDataset(Dataset[dict[str, Any]]):
             else np.array(self.channel_indices)
         )
         self._index_objects(table, read_label_classes(plate) if Path(plate).is_dir() else {})
-        windows = metadata.extra.get("windows") or []
-        window_pairs = [
-            (float(w.get("start", 0.0)), float(w.get("end", 65535.0))) if w else (0.0, 65535.0) for w in windows
-        ] or [(0.0, 65535.0)] * len(metadata.channel_names)
-        if len(window_pairs) != len(metadata.channel_names):
-            window_pairs = [(0.0, 65535.0)] * len(metadata.channel_names)
         self.plan = TransformPlan.for_windows(
             self.config.tier,
             self.config.dtype,
-            [window_pairs[i] for i in self.channel_indices],
+            [metadata.display_ranges[i] for i in self.channel_indices],
             self.config.output_size,
             self.config.seed,
         )

@@ -17,6 +17,7 @@ reference script's way), to show what zero-copy access saves.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ def read_plate_metadata(path: str | Path) -> PlateMetadata:
                 f"{pointer['url']} is a {metadata.layout} plate; plates in an object store are read in OME-Zarr "
                 "layouts only (convert it locally with --layout, then upload)"
             )
-        metadata.extra["remote"] = pointer
+        metadata = dataclasses.replace(metadata, remote=pointer)
     return metadata
 
 
@@ -100,12 +101,6 @@ def supported_decodes(path_or_metadata: str | Path | PlateMetadata) -> tuple[str
         path_or_metadata if isinstance(path_or_metadata, PlateMetadata) else read_plate_metadata(path_or_metadata)
     )
     return DECODES_BY_FORMAT.get(metadata.layout, ("field",))
-
-
-def layout_label(metadata: PlateMetadata) -> str:
-    """The layout a plate was written in (its writer's label), or its format when unknown."""
-    label = metadata.extra.get("cropbench", {}).get("layout_label")
-    return str(label) if label else metadata.layout
 
 
 def open_plate(
@@ -191,7 +186,6 @@ __all__ = [
     "TiffZarrReader",
     "ZarrPythonReader",
     "create_plate_writer",
-    "layout_label",
     "open_plate",
     "plate_objects",
     "read_plate_metadata",

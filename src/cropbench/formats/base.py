@@ -24,6 +24,9 @@ import numpy as np
 from cropbench.config import LayoutSpec
 from cropbench.errors import ConfigError, OutputError, StoreError
 
+#: The display range of a channel without one: the whole uint16 range.
+FULL_DISPLAY_RANGE = (0.0, 65535.0)
+
 
 @dataclass(frozen=True)
 class FieldInfo:
@@ -49,7 +52,33 @@ class PlateMetadata:
     field_shape: tuple[int, int, int]
     dtype: str
     layout: str
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: Each channel's display range (start, end): viewers' window and the intensity scaling of crops;
+    #: the whole uint16 range for a channel the plate records none for.
+    display_ranges: tuple[tuple[float, float], ...] = ()
+    #: cropbench's block in the plate (layout label, provenance, pixel size); empty for other tools' plates.
+    attributes: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: Axis of the channels in the stored field arrays (NGFF orders t, c, z, y, x); None: the one before y, x.
+    channel_axis: int | None = None
+    #: The one file holding every field's pixels (memmap, OME-Arrow), relative to the plate.
+    pixels_file: str = ""
+    #: Each field's files, one per channel (TIFF), relative to the plate.
+    channel_files: tuple[tuple[str, ...], ...] = ()
+    #: The object table is kept inline beside the pixels (OME-Arrow ``colocate_objects``).
+    objects_inline: bool = False
+    #: The pointer (URL and store config) of a plate mirrored from an object store; None for a local plate.
+    remote: dict[str, Any] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        ranges = tuple((float(start), float(end)) for start, end in self.display_ranges)
+        if len(ranges) != len(self.channel_names):
+            ranges = (FULL_DISPLAY_RANGE,) * len(self.channel_names)
+        object.__setattr__(self, "display_ranges", ranges)
+
+    @property
+    def layout_label(self) -> str:
+        """The layout the plate was written in (its writer's label), or its format when unknown."""
+        label = self.attributes.get("layout_label")
+        return str(label) if label else self.layout
 
     def field_index(self, well: str, site: int) -> int:
         for info in self.fields:
@@ -329,10 +358,6 @@ class FieldCacheReader(PlateReader):
     def close(self) -> None:
         self._fields.clear()
         self.inner.close()
-
-
-#: The display range of a channel without one: the whole uint16 range.
-FULL_DISPLAY_RANGE = (0.0, 65535.0)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import numpy as np
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, Regions
 from cropbench.formats.ngff import read_array_document
-from cropbench.formats.sources import ByteSource, Request, open_source, remote_of
+from cropbench.formats.sources import ByteSource, Request, open_source
 
 Decoder = Callable[[bytes], bytes]
 EMPTY_SHARD_ENTRY = 2**64 - 1
@@ -245,7 +245,7 @@ class DirectChunkReader(PlateReader):
         self._layouts: dict[int, ChunkLayout] = {}
         self._bases: dict[int, str] = {}
         self._shards: dict[tuple[int, tuple[int, ...]], tuple[str, list[int], list[int]] | None] = {}
-        self._remote = remote_of(metadata.extra)
+        self._remote = metadata.remote
         self._coalesce_gap = int(self._remote["store"]["coalesce_gap_bytes"]) if self._remote else 0
         self._byte_source: ByteSource | None = None
         self._source_pid = 0
@@ -293,7 +293,7 @@ class DirectChunkReader(PlateReader):
         if layout is None:
             array_dir = self.metadata.path / self.metadata.fields[field_index].path
             layout = read_chunk_layout(array_dir)
-            channel_axis = int(self.metadata.extra.get("channel_axis", len(layout.shape) - 3))
+            channel_axis = len(layout.shape) - 3 if self.metadata.channel_axis is None else self.metadata.channel_axis
             spare = [c for i, c in enumerate(layout.chunk[:-2]) if i != channel_axis]
             if any(c != 1 for c in spare):
                 raise StoreError(f"{array_dir}: chunks {layout.chunk} span more than one t/z plane")

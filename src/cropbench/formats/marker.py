@@ -64,7 +64,7 @@ def read_marker(root: Path) -> dict[str, Any] | None:
 
 
 def metadata_from_marker(root: Path, document: dict[str, Any]) -> PlateMetadata:
-    """PlateMetadata of a marked plate; format-specific entries travel in ``extra``."""
+    """PlateMetadata of a marked plate, with its format's own entries (pixel files, objects inline)."""
     try:
         fields = tuple(
             FieldInfo(
@@ -79,7 +79,7 @@ def metadata_from_marker(root: Path, document: dict[str, Any]) -> PlateMetadata:
             for i, f in enumerate(document["fields"])
         )
         shape = tuple(int(s) for s in document["field_shape"])
-        known = {"cropbench_layout", "format", "name", "channel_names", "field_shape", "dtype", "fields", "windows"}
+        windows = document.get("windows") or []
         return PlateMetadata(
             path=root,
             name=document["name"],
@@ -88,7 +88,11 @@ def metadata_from_marker(root: Path, document: dict[str, Any]) -> PlateMetadata:
             field_shape=(shape[0], shape[1], shape[2]),
             dtype=document["dtype"],
             layout=document["format"],
-            extra={"windows": document.get("windows", []), **{k: v for k, v in document.items() if k not in known}},
+            display_ranges=tuple((float(w.get("start", 0.0)), float(w.get("end", 65535.0))) for w in windows),
+            attributes=dict(document.get("cropbench") or {}),
+            pixels_file=str(document.get("pixels") or document.get("images") or ""),
+            channel_files=tuple(tuple(str(name) for name in names) for names in document.get("channel_files", [])),
+            objects_inline=bool(document.get("objects_inline")),
         )
     except (KeyError, TypeError, ValueError, IndexError) as error:
         raise StoreError(f"layout marker of {root} is incomplete or malformed: {error!r}") from error

@@ -70,7 +70,7 @@ class MemmapReader(PlateReader):
 
     def _pixels(self) -> np.memmap:
         if self._map is None:
-            path = self.metadata.path / str(self.metadata.extra.get("pixels", PIXELS_NAME))
+            path = self.metadata.path / (self.metadata.pixels_file or PIXELS_NAME)
             shape = (len(self.metadata.fields), *self.metadata.field_shape)
             expected = int(np.prod(shape)) * np.dtype(self.metadata.dtype).itemsize
             if not path.is_file() or path.stat().st_size != expected:
@@ -93,4 +93,4 @@ class MemmapReader(PlateReader):
         self.stats.bytes_fetched += out.nbytes
 
     def files(self) -> list[Path]:
-        return [self.metadata.path / str(self.metadata.extra.get("pixels", PIXELS_NAME))]
+        return [self.metadata.path / (self.metadata.pixels_file or PIXELS_NAME)]

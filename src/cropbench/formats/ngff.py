@@ -165,7 +165,8 @@ def _metadata(
     dtype = str(array.get("data_type") or array.get("dtype"))
     dtype = {"<u2": "uint16", "|u1": "uint8", "<u1": "uint8", "<f4": "float32"}.get(dtype, dtype)
     channel_names = tuple(labels) if labels and len(labels) == shape[0] else tuple(f"c{i}" for i in range(shape[0]))
-    windows = [channel.get("window", {}) for channel in omero.get("channels", [])]
+    windows = [channel.get("window") or {} for channel in omero.get("channels", [])]
+    display_ranges = tuple((float(w.get("start", 0.0)), float(w.get("end", 65535.0))) for w in windows)
     return PlateMetadata(
         path=root,
         name=name,
@@ -174,12 +175,9 @@ def _metadata(
         field_shape=(shape[0], shape[1], shape[2]),
         dtype=dtype,
         layout=layout,
-        extra={
-            "windows": windows,
-            "cropbench": attributes.get("cropbench", {}),
-            "channel_axis": channel_axis,
-            "array_ndim": len(full_shape),
-        },
+        display_ranges=display_ranges,
+        attributes=dict(attributes.get("cropbench") or {}),
+        channel_axis=channel_axis,
     )
 
 

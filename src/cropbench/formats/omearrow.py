@@ -322,12 +322,12 @@ class OmeArrowPythonReader(PlateReader):
 
 
 def images_path(metadata: PlateMetadata) -> Path:
-    return metadata.path / str(metadata.extra.get("images", IMAGES_NAME))
+    return metadata.path / (metadata.pixels_file or IMAGES_NAME)
 
 
 def read_colocated_objects(plate: Path, metadata: PlateMetadata) -> ObjectTable:
     """The object table kept inline (``objects`` column) of an OME-Arrow plate."""
-    if not metadata.extra.get("objects_inline"):
+    if not metadata.objects_inline:
         raise ObjectTableError(f"{plate} keeps no objects inline")
     table = pq.read_table(str(images_path(metadata)), columns=["well", "field", "objects"])
     counts = pc_list_lengths(table.column("objects"))

@@ -14,7 +14,7 @@ from cropbench.config import LayoutSpec, StoreConfig
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, PlateWriter
 from cropbench.formats.ngff import NGFF_VERSION, array_chunk_shape, read_array_document
-from cropbench.formats.sources import remote_of, zarr_store
+from cropbench.formats.sources import zarr_store
 
 
 def compressors_for(layout: LayoutSpec) -> list[Any] | None:
@@ -136,7 +136,7 @@ class ZarrPythonReader(PlateReader):
     def __init__(self, metadata: PlateMetadata) -> None:
         super().__init__(metadata)
         self._arrays: dict[int, Any] = {}
-        self._remote = remote_of(metadata.extra)
+        self._remote = metadata.remote
         self._pid = os.getpid()
 
     def close(self) -> None:
@@ -177,7 +177,7 @@ class ZarrPythonReader(PlateReader):
         self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
     ) -> None:
         array = self._array(field_index)
-        channel_axis = int(self.metadata.extra.get("channel_axis", array.ndim - 3))
+        channel_axis = array.ndim - 3 if self.metadata.channel_axis is None else self.metadata.channel_axis
         selection: list[Any] = [0] * array.ndim
         selection[channel_axis] = slice(None) if channels is None else np.asarray(channels)
         selection[-2:] = [slice(y0, y1), slice(x0, x1)]

@@ -431,12 +431,6 @@ def open_source(root: Path, remote: dict[str, Any] | None) -> ByteSource:
     return RemoteSource(remote["url"], StoreConfig(**remote["store"]))
 
 
-def remote_of(extra: dict[str, Any]) -> dict[str, Any] | None:
-    """The pointer document of a mirrored plate's metadata (``PlateMetadata.extra``), or None if local."""
-    remote = extra.get("remote")
-    return remote if isinstance(remote, dict) else None
-
-
 def _mirrored(key: str) -> bool:
     parts = key.split("/")
     if "c" in parts[:-1]:  # zarr v3 chunk keys: .../c/0/1/2
@@ -610,7 +604,6 @@ __all__ = [
     "object_store",
     "open_source",
     "read_pointer",
-    "remote_of",
     "split_url",
     "store_error",
     "upload_plate",

@@ -128,8 +128,8 @@ class TiffPlane:
 
 def channel_files(metadata: PlateMetadata, field_index: int) -> list[Path]:
     try:
-        names = metadata.extra["channel_files"][field_index]
-    except (KeyError, IndexError) as error:
+        names = metadata.channel_files[field_index]
+    except IndexError as error:
         raise StoreError(f"layout marker of {metadata.path} lists no files for field {field_index}") from error
     return [metadata.path / name for name in names]
 

@@ -55,15 +55,14 @@ def convert_plate(
         raise StoreError(f"cannot convert {source_path} onto itself")
     metadata = read_plate_metadata(source_path)
     reader = open_plate(source_path, source_decode, field_cache_fields=1, metadata=metadata)
-    windows = [(float(w.get("start", 0.0)), float(w.get("end", 65535.0))) for w in metadata.extra.get("windows") or []]
     attributes = {
-        **metadata.extra.get("cropbench", {}),
+        **metadata.attributes,
         "converted_from": {"path": str(source_path.resolve()), "fingerprint": _fingerprint(source_path)},
     }
     if layout.format == "ome-arrow":
         require_ome_arrow()  # a heavy first import: keep it off the write clock
     with staged(destination_path, overwrite, Origin(source_path, layout.label)) as scratch:
-        writing, objects = _write_copy(scratch, metadata, reader, layout, windows, attributes, progress)
+        writing, objects = _write_copy(scratch, metadata, reader, layout, attributes, progress)
     reader.close()
     raw = len(metadata.fields) * int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize
     return GeneratedPlate(
@@ -81,7 +80,6 @@ def _write_copy(
     metadata: PlateMetadata,
     reader: PlateReader,
     layout: LayoutSpec,
-    windows: list[tuple[float, float]],
     attributes: dict[str, Any],
     progress: bool,
 ) -> tuple[float, ObjectTable | None]:
@@ -97,7 +95,7 @@ def _write_copy(
         metadata.field_shape,
         tuple(wells),
         tuple(wells.values()),
-        display_ranges=tuple(windows) if len(windows) == len(metadata.channel_names) else (),
+        display_ranges=metadata.display_ranges,
     )
     writer = create_plate_writer(destination_path, geometry, layout, attributes)
     writing = time.perf_counter() - started
@@ -140,7 +138,7 @@ def materialize_layout(source: str | Path, layout: str, root: str | Path | None 
     destination = destination / layout
     if destination.exists():
         try:
-            existing = read_plate_metadata(destination).extra.get("cropbench", {})
+            existing = read_plate_metadata(destination).attributes
         except StoreError:
             existing = {}
         origin = existing.get("converted_from", {})

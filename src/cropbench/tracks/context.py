@@ -18,9 +18,8 @@ from typing import Any
 
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
-from cropbench.formats import PlateReader, layout_label, plate_objects, read_plate_metadata, supported_decodes
+from cropbench.formats import PlateReader, plate_objects, read_plate_metadata, supported_decodes
 from cropbench.formats.base import PlateMetadata
-from cropbench.formats.sources import remote_of
 from cropbench.objects import ObjectTable
 
 
@@ -50,12 +49,12 @@ class RunContext:
     @property
     def layout(self) -> str:
         """The layout the plate was written in (its writer's label), or its format."""
-        return layout_label(self.metadata)
+        return self.metadata.layout_label
 
     @property
     def remote(self) -> dict[str, Any] | None:
         """Where a plate in an object store lives (``url``) and how it is read (``store``); None if local."""
-        return remote_of(self.metadata.extra)
+        return self.metadata.remote
 
     @property
     def location(self) -> str:

@@ -95,7 +95,7 @@ class CropWindows:
             raise ConfigError(f"peers read all channels; the dataset selects {dataset.channel_names}")
         if dataset.config.border != "pad":
             raise ConfigError(f"peers cut border='pad' windows; the dataset uses border={dataset.config.border!r}")
-        channel_axis = metadata.extra.get("channel_axis")
+        channel_axis = metadata.channel_axis
         return cls(
             plate=Path(metadata.path),
             array_paths=tuple(Path(metadata.path) / info.path for info in metadata.fields),

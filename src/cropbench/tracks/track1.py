@@ -30,7 +30,6 @@ from cropbench.data.sampling import access_order
 from cropbench.formats import read_plate_metadata
 from cropbench.formats.base import PlateReader, ReadStats, warn_missing_chunks
 from cropbench.formats.chunks import StageTimedChunkReader
-from cropbench.formats.sources import remote_of
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.protocol import (
     clock_overhead_ns,
@@ -155,7 +154,7 @@ def run_case(
     }
     # A plate in an object store has no page cache here to evict: its first pass starts with the
     # reader's caches empty and is kept as first_pass_* (the server's own cache may be warm).
-    remote = remote_of(dataset.reader.metadata.extra) is not None
+    remote = dataset.reader.metadata.remote is not None
     if cold:
         eviction = evict(dataset.reader.files()) if evict_first and not remote else None
         cold_latencies = time_each(get, cold)
@@ -249,7 +248,7 @@ def validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader) -> 
         "re-reads": metrics[m.ITEMS_DRAWN] > metrics[m.OBJECTS],
         "not-evicted": case.cold_samples > 0
         and not metrics.get(m.EVICTION_VERIFIED, False)
-        and remote_of(reader.metadata.extra) is None,
+        and reader.metadata.remote is None,
         "rate!=1/mean": abs(agreement - 1.0) > RATE_AGREEMENT_TOLERANCE,
     }
     return {
