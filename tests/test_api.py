@@ -14,6 +14,7 @@ from conftest import TINY_SPEC
 
 import cropbench
 from cropbench import api
+from cropbench import metrics as m
 from cropbench.cli import main
 from cropbench.config import LAYOUTS
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
@@ -48,7 +49,7 @@ class Counting:
 
     def measure(self, case: CountCase, repeat: int, context: RunContext) -> Iterator[Row]:
         self.measured.append((context.plate, repeat))
-        yield Row(case, dataclasses.asdict(case), {"samples_per_s": 1.0}, case.seed + repeat)
+        yield Row(case, dataclasses.asdict(case), {m.SAMPLES_PER_S: 1.0}, case.seed + repeat)
 
 
 def _count(plate: Path, out: Path, **options: Any) -> int:
@@ -80,9 +81,9 @@ def test_resume_skips_the_same_case_and_measures_another_plate_layout_or_sample_
 
 def test_progress_callback_sees_messages_and_each_record(tiny_plate: Path) -> None:
     seen: list[tuple[str, Record | None]] = []
-    records = cropbench.run(tiny_plate, [Counting()], repeats=2, progress=lambda m, r: seen.append((m, r)))
+    records = cropbench.run(tiny_plate, [Counting()], repeats=2, progress=lambda message, r: seen.append((message, r)))
     assert [r for _, r in seen if r is not None] == records and len(records) == 2
-    assert any(r is None and "repeat 1" in m for m, r in seen)
+    assert any(r is None and "repeat 1" in message for message, r in seen)
 
 
 @pytest.mark.slow
@@ -113,7 +114,7 @@ def test_objects_reach_tracks_2_and_3_on_a_plate_without_a_bundled_table(tiny_pl
     assert code == 0
     records = read_records(out / "results.jsonl")
     assert {r.track for r in records} == {"2", "3"}
-    assert {r.metrics["objects"] for r in records if "objects" in r.metrics} == {len(read_object_table(table))}
+    assert {r.metrics[m.OBJECTS] for r in records if m.OBJECTS in r.metrics} == {len(read_object_table(table))}
     without = ["run", "--plate", str(plate), "--track", "2", "--out", str(tmp_path / "without"), "--no-progress"]
     assert main(without) == 2, "the plate has no table of its own"
 

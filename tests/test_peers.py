@@ -14,6 +14,7 @@ import torch
 from conftest import TINY_SPEC
 from torch.utils.data import DataLoader
 
+from cropbench import metrics as m
 from cropbench.cli import main
 from cropbench.config import LAYOUTS, CropConfig
 from cropbench.data.dataset import CropDataset
@@ -147,8 +148,8 @@ def test_spatialdata_wrapper_counts_clipped_tiles(windows: CropWindows, referenc
     interior = next(i for i in range(len(reference)) if i not in set(_border_indices(reference).tolist()))
     peer[interior]
     info = peer.info()
-    assert (info["clipped_tiles"], info["tiles_read"]) == (len(border), len(border) + 1)
-    assert info["clipped_fraction"] == pytest.approx(len(border) / (len(border) + 1))
+    assert (info[m.CLIPPED_TILES], info[m.TILES_READ]) == (len(border), len(border) + 1)
+    assert info[m.CLIPPED_FRACTION] == pytest.approx(len(border) / (len(border) + 1))
 
 
 def test_raw_spatialdata_items_do_not_collate_but_the_wrapper_does(spatialdata_peer: SpatialDataTiles) -> None:
@@ -251,11 +252,11 @@ def test_arrow_tables_are_written_once_and_rebuilt_when_the_windows_change(
 def test_measure_loader_caps_slow_loaders_at_the_budget_but_not_below_the_floor() -> None:
     comparison = PeerComparison(samples=200, warmup=5, seconds=0.05)
     metrics = measure_loader(lambda index: time.sleep(0.002), list(range(205)), comparison)
-    assert metrics["count"] == MIN_SAMPLES
-    assert metrics["budget_capped"] is True
-    assert metrics["samples_requested"] == 200
+    assert metrics[m.COUNT] == MIN_SAMPLES
+    assert metrics[m.BUDGET_CAPPED] is True
+    assert metrics[m.SAMPLES_REQUESTED] == 200
     fast = measure_loader(lambda index: index, list(range(205)), PeerComparison(samples=200, warmup=5))
-    assert fast["count"] == 200 and fast["budget_capped"] is False
+    assert fast[m.COUNT] == 200 and fast[m.BUDGET_CAPPED] is False
 
 
 def _run(plate: Path, comparison: PeerComparison, work_dir: Path) -> list[Record]:
@@ -270,16 +271,16 @@ def test_run_peers_writes_one_row_per_loader_with_ratios_to_direct(tiny_plate: P
     by_peer = {r.config["peer"]: r for r in records}
     assert list(by_peer)[:3] == ["cropbench-direct", "cropbench-zarr", "cropbench-field"]
     assert set(by_peer) == {"cropbench-direct", "cropbench-zarr", "cropbench-field", *PEERS}
-    direct = by_peer["cropbench-direct"].metrics["samples_per_s"]
+    direct = by_peer["cropbench-direct"].metrics[m.SAMPLES_PER_S]
     for record in records:
         assert record.track == "peers"
         assert record.config["crop_size"] == 64 and record.config["access"] == "random"
-        if record.metrics.get("skipped"):
-            assert record.config["kind"] == "peer" and record.metrics["skip_reason"]
+        if record.metrics.get(m.SKIPPED):
+            assert record.config["kind"] == "peer" and record.metrics[m.SKIP_REASON]
             continue
-        assert record.metrics["count"] >= MIN_SAMPLES
+        assert record.metrics[m.COUNT] >= MIN_SAMPLES
         if record.config["peer"] != "cropbench-direct":
-            assert record.metrics["ratio_to_direct"] == pytest.approx(record.metrics["samples_per_s"] / direct)
+            assert record.metrics[m.RATIO_TO_DIRECT] == pytest.approx(record.metrics[m.SAMPLES_PER_S] / direct)
 
 
 def test_run_peers_records_a_missing_extra_as_a_skipped_row(
@@ -292,8 +293,8 @@ def test_run_peers_records_a_missing_extra_as_a_skipped_row(
     records = _run(tiny_plate, comparison, tmp_path)
     row = records[-1]
     assert row.config["peer"] == "dask-per-crop"
-    assert row.metrics["skipped"] is True
-    assert ".venv/bin/pip install -e '.[dask]'" in row.metrics["skip_reason"]
+    assert row.metrics[m.SKIPPED] is True
+    assert ".venv/bin/pip install -e '.[dask]'" in row.metrics[m.SKIP_REASON]
     assert "scripts/setup_peers.sh" in PEERS["spatialdata-tiles"].install_hint, "spatialdata cannot share .venv"
 
 
@@ -333,9 +334,9 @@ def test_peers_figure_draws_measured_and_skipped_rows(tmp_path: Path) -> None:
         )
 
     records = [
-        row("cropbench-direct", "cropbench", {"samples_per_s": 5000.0}),
-        row("dask-per-crop", "peer", {"samples_per_s": 50.0, "direct_speedup": 100.0}),
-        row("spatialdata-tiles", "peer", {"skipped": True, "skip_reason": "spatialdata cannot be imported"}),
+        row("cropbench-direct", "cropbench", {m.SAMPLES_PER_S: 5000.0}),
+        row("dask-per-crop", "peer", {m.SAMPLES_PER_S: 50.0, m.DIRECT_SPEEDUP: 100.0}),
+        row("spatialdata-tiles", "peer", {m.SKIPPED: True, m.SKIP_REASON: "spatialdata cannot be imported"}),
     ]
     path = peers_comparison(records, tmp_path)
     assert path is not None and path.name == "peers_comparison.png" and path.stat().st_size > 0

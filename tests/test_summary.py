@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from cropbench import metrics as m
 from cropbench.records import Record
 from cropbench.report.summary import summary_table
 
 
 def row(case: str, run_id: str, flags: list[str] | None) -> Record:
-    metrics = {"samples_per_s": 1000.0, "p50_ms": 0.5, "count": 200, "objects": 320}
+    metrics = {m.SAMPLES_PER_S: 1000.0, m.P50_MS: 0.5, m.COUNT: 200, m.OBJECTS: 320}
     if flags is not None:
-        metrics["validity_flags"] = flags
+        metrics[m.VALIDITY_FLAGS] = flags
     return Record(track="1", case=case, config={}, metrics=metrics, environment={}, run_id=run_id)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cropbench import metrics as m
 from cropbench.config import CropConfig, Track1Case, plate_preset
 from cropbench.errors import ConfigError
 from cropbench.formats import read_plate_metadata
@@ -19,13 +20,13 @@ from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, VALIDITY_FLAGS, Track1,
 def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> None:
     case = Track1Case(crop=CropConfig(crop_size=32), samples=120, warmup=10, cold_samples=20)
     metrics = run_case(tiny_plate, case)
-    assert metrics["count"] == 120
-    assert metrics["samples_per_s"] == pytest.approx(120 / metrics["loop_seconds"])
-    assert metrics["cold_count"] == 20 and metrics["eviction_verified"] in (True, False)
-    assert len(metrics["warmup_ms"]) == 10 and len(metrics["first_pass_curve_ms"]) == 20
-    assert metrics["p50_ms"] <= metrics["p95_ms"] <= metrics["p99_ms"] <= metrics["max_ms"]
-    assert metrics["p99_reliable"] is False, "120 samples cannot support a p99"
-    assert metrics["chunks_touched_per_crop"] >= 1
+    assert metrics[m.COUNT] == 120
+    assert metrics[m.SAMPLES_PER_S] == pytest.approx(120 / metrics[m.LOOP_SECONDS])
+    assert metrics[m.prefixed(m.COLD, m.COUNT)] == 20 and metrics[m.EVICTION_VERIFIED] in (True, False)
+    assert len(metrics[m.WARMUP_MS]) == 10 and len(metrics[m.FIRST_PASS_CURVE_MS]) == 20
+    assert metrics[m.P50_MS] <= metrics[m.P95_MS] <= metrics[m.P99_MS] <= metrics[m.MAX_MS]
+    assert metrics[m.P99_RELIABLE] is False, "120 samples cannot support a p99"
+    assert metrics[m.CHUNKS_TOUCHED_PER_CROP] >= 1
 
 
 def test_transform_tiers_record_the_io_split(tiny_plate: Path) -> None:
@@ -33,8 +34,8 @@ def test_transform_tiers_record_the_io_split(tiny_plate: Path) -> None:
         crop=CropConfig(crop_size=32, tier="typical"), access="paired", samples=60, warmup=5, cold_samples=0
     )
     metrics = run_case(tiny_plate, case)
-    assert metrics["io_count"] == 60 and metrics["transform_only_mean_ms"] > 0
-    assert metrics["transform_share"] < 1.0
+    assert metrics[m.prefixed(m.IO, m.COUNT)] == 60 and metrics[m.TRANSFORM_ONLY_MEAN_MS] > 0
+    assert metrics[m.TRANSFORM_SHARE] < 1.0
 
 
 def test_runner_emits_one_complete_record_per_case_and_resume_skips(tiny_plate: Path) -> None:
@@ -62,32 +63,32 @@ def test_full_preset_covers_the_required_grid() -> None:
 def test_cold_cache_state_evicts_before_every_steady_block(tiny_plate: Path) -> None:
     case = Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=5, cold_samples=0, cache="cold")
     metrics = run_case(tiny_plate, case)
-    assert metrics["cache"] == "cold" and case.label.endswith("/cold")
-    assert metrics["steady_evictions"] == 4, "two blocks of 50, each read by both loops"
-    assert metrics["chunks_decoded_per_crop"] > 0
+    assert metrics[m.CACHE] == "cold" and case.label.endswith("/cold")
+    assert metrics[m.STEADY_EVICTIONS] == 4, "two blocks of 50, each read by both loops"
+    assert metrics[m.CHUNKS_DECODED_PER_CROP] > 0
 
 
 def test_rows_carry_validity_flags(tiny_plate: Path) -> None:
     # The tiny plate: ~100 objects, 4 fields; a 32 MiB cache holds all of it, 160 items re-read crops.
     flagged = run_case(tiny_plate, Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=10, cold_samples=50))
-    assert {"cache>=plate", "re-reads"} <= set(flagged["validity_flags"])
-    assert set(flagged["validity_flags"]) <= set(VALIDITY_FLAGS)
-    assert flagged["cache_fraction_of_plate"] > 1 and flagged["items_drawn"] == 160 > flagged["objects"]
-    assert ("cold_p50_ms" in flagged) == flagged["eviction_verified"] != ("first_pass_p50_ms" in flagged)
+    assert {"cache>=plate", "re-reads"} <= set(flagged[m.VALIDITY_FLAGS])
+    assert set(flagged[m.VALIDITY_FLAGS]) <= set(VALIDITY_FLAGS)
+    assert flagged[m.CACHE_FRACTION_OF_PLATE] > 1 and flagged[m.ITEMS_DRAWN] == 160 > flagged[m.OBJECTS]
+    assert (m.COLD_P50_MS in flagged) == flagged[m.EVICTION_VERIFIED] != (m.prefixed(m.FIRST_PASS, m.P50_MS) in flagged)
     honest = run_case(
         tiny_plate,
         Track1Case(crop=CropConfig(crop_size=32, chunk_cache_bytes=2**16), samples=50, warmup=5, cold_samples=0),
     )
-    assert not {"cache>=plate", "re-reads", "not-evicted"} & set(honest["validity_flags"])
-    assert honest["rate_over_inverse_mean"] > 0
+    assert not {"cache>=plate", "re-reads", "not-evicted"} & set(honest[m.VALIDITY_FLAGS])
+    assert honest[m.RATE_OVER_INVERSE_MEAN] > 0
 
 
 def test_uninstrumented_read_counters_are_absent_not_zero(tiny_plate: Path) -> None:
     zarr = run_case(
         tiny_plate, Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=50, warmup=5, cold_samples=0)
     )
-    assert "decode_amplification" not in zarr and "chunks_touched_per_crop" not in zarr
-    assert zarr["cache_fraction_of_plate"] is None and "cache>=plate" not in zarr["validity_flags"]
+    assert m.DECODE_AMPLIFICATION not in zarr and m.CHUNKS_TOUCHED_PER_CROP not in zarr
+    assert zarr[m.CACHE_FRACTION_OF_PLATE] is None and "cache>=plate" not in zarr[m.VALIDITY_FLAGS]
 
 
 def test_smoke_cases_fit_the_smoke_plate() -> None:
@@ -104,12 +105,12 @@ def test_smoke_cases_fit_the_smoke_plate() -> None:
 def test_direct_rows_carry_a_stage_split_that_adds_up(tiny_plate: Path) -> None:
     case = Track1Case(crop=CropConfig(crop_size=32, tier="light"), samples=100, warmup=5, cold_samples=0)
     metrics = run_case(tiny_plate, case)
-    stages = [metrics[f"stage_{name}_ms"] for name in ("index", "fetch", "decode", "assemble", "transform")]
+    stages = [metrics[m.stage_ms(name)] for name in ("index", "fetch", "decode", "assemble", "transform")]
     assert all(value >= 0 for value in stages)
-    assert metrics["stage_sum_ms"] == pytest.approx(sum(stages))
-    assert metrics["stage_sum_ms"] == pytest.approx(metrics["stage_total_ms"], rel=STAGE_SUM_TOLERANCE)
-    assert metrics["stage_collate_ms"] > 0 and metrics["fidelity_sha256"]
-    overhead = metrics["clock_overhead_fraction"]
+    assert metrics[m.STAGE_SUM_MS] == pytest.approx(sum(stages))
+    assert metrics[m.STAGE_SUM_MS] == pytest.approx(metrics[m.STAGE_TOTAL_MS], rel=STAGE_SUM_TOLERANCE)
+    assert metrics[m.stage_ms("collate")] > 0 and metrics[m.FIDELITY_SHA256]
+    overhead = metrics[m.CLOCK_OVERHEAD_FRACTION]
     assert overhead is None or overhead > 0, "a clock overhead that does not resolve is absent, never 0"
 
 
@@ -119,10 +120,10 @@ def test_batch_access_mode_counts_items_and_hashes_the_same_items(tiny_plate: Pa
     batched = Track1Case(crop=crop, samples=96, warmup=16, cold_samples=16, batch_size=16)
     assert batched.label == single.label.replace("/threads2", "/batch16/threads2")
     metrics = run_case(tiny_plate, batched)
-    assert metrics["items_per_call"] == 16 and metrics["count"] == 96 // 16, "latencies are per call"
-    assert metrics["samples_per_s"] == pytest.approx(96 / metrics["loop_seconds"])
-    assert metrics["io_samples_per_s"] > 0 and metrics["chunks_touched_per_crop"] >= 1
-    assert metrics["fidelity_sha256"] == run_case(tiny_plate, single)["fidelity_sha256"]
+    assert metrics[m.ITEMS_PER_CALL] == 16 and metrics[m.COUNT] == 96 // 16, "latencies are per call"
+    assert metrics[m.SAMPLES_PER_S] == pytest.approx(96 / metrics[m.LOOP_SECONDS])
+    assert metrics[m.prefixed(m.IO, m.SAMPLES_PER_S)] > 0 and metrics[m.CHUNKS_TOUCHED_PER_CROP] >= 1
+    assert metrics[m.FIDELITY_SHA256] == run_case(tiny_plate, single)[m.FIDELITY_SHA256]
     with pytest.raises(ConfigError, match="batch_size"):
         Track1Case(access="paired", batch_size=4)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
@@ -27,21 +28,21 @@ CROP = CropConfig(crop_size=32)
 
 
 def _assert_consistent(metrics: dict[str, object], case: Track2Case) -> None:
-    assert metrics["crosscheck_ok"] is True, metrics["crosscheck_ratio"]
-    assert metrics["delivered_samples"] == metrics["expected_samples"] == case.samples * case.epochs
-    assert metrics["first_batch_ms"] >= metrics["iter_create_ms"] > 0
-    assert metrics["batch_p50_ms"] <= metrics["batch_p95_ms"] <= metrics["batch_max_ms"]
-    assert metrics["samples_per_s"] > 0 and metrics["run_samples_per_s"] > 0
-    assert len(metrics["epoch_seconds"]) == case.epochs and metrics["dataset_pickle_bytes"] > 0
+    assert metrics[m.CROSSCHECK_OK] is True, metrics[m.CROSSCHECK_RATIO]
+    assert metrics[m.DELIVERED_SAMPLES] == metrics[m.EXPECTED_SAMPLES] == case.samples * case.epochs
+    assert metrics[m.FIRST_BATCH_MS] >= metrics[m.ITER_CREATE_MS] > 0
+    assert metrics[m.BATCH_P50_MS] <= metrics[m.BATCH_P95_MS] <= metrics[m.prefixed(m.BATCH, m.MAX_MS)]
+    assert metrics[m.SAMPLES_PER_S] > 0 and metrics[m.RUN_SAMPLES_PER_S] > 0
+    assert len(metrics[m.EPOCH_SECONDS]) == case.epochs and metrics[m.DATASET_PICKLE_BYTES] > 0
 
 
 def test_main_process_case_is_consistent(tiny_plate: Path) -> None:
     case = Track2Case(crop=CROP, loader=LoaderSpec(batch_size=8), samples=48)
     metrics = run_case(tiny_plate, case)
     _assert_consistent(metrics, case)
-    assert metrics["warmup_batches"] == 1 and metrics["batches_per_epoch"] == 6
-    assert "worker_rss_mib_max" not in metrics and metrics["main_rss_mib"] > 0
-    assert metrics["epoch2_first_batch_ms"] > 0 and metrics["collate_ms_mean"] > 0
+    assert metrics[m.WARMUP_BATCHES] == 1 and metrics[m.BATCHES_PER_EPOCH] == 6
+    assert m.WORKER_RSS_MIB_MAX not in metrics and metrics[m.MAIN_RSS_MIB] > 0
+    assert metrics[m.EPOCH2_FIRST_BATCH_MS] > 0 and metrics[m.COLLATE_MS_MEAN] > 0
 
 
 @pytest.mark.slow
@@ -56,9 +57,9 @@ def test_worker_cases_are_consistent_and_record_worker_memory(tiny_plate: Path, 
     case = Track2Case(crop=CROP, loader=loader, samples=64)
     metrics = run_case(tiny_plate, case)
     _assert_consistent(metrics, case)
-    assert len(metrics["worker_rss_mib"]) == loader.num_workers
-    assert 0 < metrics["worker_uss_mib_max"] <= metrics["worker_rss_mib_max"]
-    assert metrics["warmup_batches"] == loader.num_workers
+    assert len(metrics[m.WORKER_RSS_MIB]) == loader.num_workers
+    assert 0 < metrics[m.WORKER_USS_MIB_MAX] <= metrics[m.WORKER_RSS_MIB_MAX]
+    assert metrics[m.WARMUP_BATCHES] == loader.num_workers
 
 
 def test_memory_source_isolates_the_transfer_and_counts_bytes(tiny_plate: Path) -> None:
@@ -67,27 +68,27 @@ def test_memory_source_isolates_the_transfer_and_counts_bytes(tiny_plate: Path) 
         Track2Case(crop=CROP.replace(dtype="uint16"), source="memory", samples=32, loader=LoaderSpec(batch_size=16)),
     )
     wide = run_case(tiny_plate, Track2Case(crop=CROP, source="memory", samples=32, loader=LoaderSpec(batch_size=16)))
-    assert narrow["crosscheck_ok"] and wide["crosscheck_ok"]
-    assert wide["batch_mib"] == pytest.approx(2 * narrow["batch_mib"])
-    assert narrow["dataset_pickle_bytes"] > 5 * 32 * 32 * 2, "the crops travel with the dataset"
+    assert narrow[m.CROSSCHECK_OK] and wide[m.CROSSCHECK_OK]
+    assert wide[m.BATCH_MIB] == pytest.approx(2 * narrow[m.BATCH_MIB])
+    assert narrow[m.DATASET_PICKLE_BYTES] > 5 * 32 * 32 * 2, "the crops travel with the dataset"
 
 
 def test_crosscheck_catches_a_rate_timed_over_the_wrong_region() -> None:
     honest = crosscheck(2000.0, delivered=1000, independent_seconds=0.5, expected=1000)
-    assert honest["crosscheck_ok"] and honest["crosscheck_ratio"] == pytest.approx(1.0)
+    assert honest[m.CROSSCHECK_OK] and honest[m.CROSSCHECK_RATIO] == pytest.approx(1.0)
     # The reference script timed `batch.shape` after the batch had arrived: 1.6e7 samples/s.
     shape_timed = crosscheck(1.6e7, delivered=1000, independent_seconds=0.5, expected=1000)
-    assert not shape_timed["crosscheck_ok"]
-    assert not crosscheck(2000.0, delivered=990, independent_seconds=0.495, expected=1000)["crosscheck_ok"]
+    assert not shape_timed[m.CROSSCHECK_OK]
+    assert not crosscheck(2000.0, delivered=990, independent_seconds=0.495, expected=1000)[m.CROSSCHECK_OK]
 
 
 def test_persistent_gain_compares_epoch_two_with_the_twin() -> None:
-    persistent = {"epoch_seconds": [1.0, 0.5], "epoch2_first_batch_ms": 10.0}
-    twin = {"epoch_seconds": [1.0, 1.0], "epoch2_first_batch_ms": 110.0}
+    persistent = {m.EPOCH_SECONDS: [1.0, 0.5], m.EPOCH2_FIRST_BATCH_MS: 10.0}
+    twin = {m.EPOCH_SECONDS: [1.0, 1.0], m.EPOCH2_FIRST_BATCH_MS: 110.0}
     gain = persistent_gain(persistent, twin)
-    assert gain["persistent_epoch2_gain"] == pytest.approx(1.0)
-    assert gain["persistent_first_batch_saving_ms"] == pytest.approx(100.0)
-    assert persistent_gain({"epoch_seconds": [1.0]}, twin) == {}
+    assert gain[m.PERSISTENT_EPOCH2_GAIN] == pytest.approx(1.0)
+    assert gain[m.PERSISTENT_FIRST_BATCH_SAVING_MS] == pytest.approx(100.0)
+    assert persistent_gain({m.EPOCH_SECONDS: [1.0]}, twin) == {}
 
 
 def test_case_validation() -> None:
@@ -148,10 +149,10 @@ def test_runner_every_row_passes_the_crosscheck_and_plots(tiny_plate: Path, tmp_
     assert len(run_tracks([Track2()], "smoke", context, emitted.append)) == len(cases)
     assert [r.case for r in emitted] == [c.label for c in cases]
     for record in emitted:
-        assert record.metrics["crosscheck_ok"] is True, (record.case, record.metrics["crosscheck_ratio"])
+        assert record.metrics[m.CROSSCHECK_OK] is True, (record.case, record.metrics[m.CROSSCHECK_RATIO])
         assert record.config["loader"]["batch_size"] > 0 and record.config["threads"]["torch_threads"] == 1
     persistent = next(r for r in emitted if r.config["loader"]["persistent_workers"])
-    assert "persistent_epoch2_gain" in persistent.metrics
+    assert m.PERSISTENT_EPOCH2_GAIN in persistent.metrics
     paths = plot_results(emitted, tmp_path)
     assert {p.name for p in paths} >= {"track2_workers_scaling.png", "track2_first_batch.png"}
     again: list[Record] = []

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
@@ -35,34 +36,34 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def _assert_loop_adds_up(metrics: dict[str, Any], case: Track3Case) -> None:
-    assert metrics["step_count"] == case.steps
-    assert 0 <= metrics["data_wait_fraction"] <= 1
-    assert metrics["data_wait_fraction"] + metrics["accelerator_busy_fraction"] == pytest.approx(1.0, abs=1e-6)
-    assert metrics["images_per_s"] == pytest.approx(case.loader.batch_size * case.steps / metrics["loop_seconds"])
-    assert metrics["step_p50_ms"] <= metrics["step_p95_ms"]
-    assert metrics["compute_only_step_count"] == case.steps and metrics["compute_only_images_per_s"] > 0
-    assert metrics["stall_crosscheck"] == pytest.approx(
-        1 - metrics["compute_only_step_mean_ms"] / metrics["step_mean_ms"]
+    assert metrics[m.STEP_COUNT] == case.steps
+    assert 0 <= metrics[m.DATA_WAIT_FRACTION] <= 1
+    assert metrics[m.DATA_WAIT_FRACTION] + metrics[m.ACCELERATOR_BUSY_FRACTION] == pytest.approx(1.0, abs=1e-6)
+    assert metrics[m.IMAGES_PER_S] == pytest.approx(case.loader.batch_size * case.steps / metrics[m.LOOP_SECONDS])
+    assert metrics[m.STEP_P50_MS] <= metrics[m.STEP_P95_MS]
+    assert metrics[m.COMPUTE_ONLY_STEP_COUNT] == case.steps and metrics[m.COMPUTE_ONLY_IMAGES_PER_S] > 0
+    assert metrics[m.STALL_CROSSCHECK] == pytest.approx(
+        1 - metrics[m.COMPUTE_ONLY_STEP_MEAN_MS] / metrics[m.STEP_MEAN_MS]
     )
-    assert metrics["first_batch_ms"] >= metrics["iter_create_ms"]
+    assert metrics[m.FIRST_BATCH_MS] >= metrics[m.ITER_CREATE_MS]
 
 
 def test_cpu_fallback_training_loop(tiny_plate: Path) -> None:
     metrics = run_case(tiny_plate, SMALL)
     _assert_loop_adds_up(metrics, SMALL)
-    assert metrics["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert metrics[m.DEVICE] == ("cuda:0" if torch.cuda.is_available() else "cpu")
     if not torch.cuda.is_available():
-        assert metrics["pin_memory_effective"] is False and metrics["non_blocking"] is False
-        assert metrics["nvml"].startswith("skipped") and "cuda_max_allocated_mib" not in metrics
-    assert math.isfinite(metrics["loss_first"]) and math.isfinite(metrics["loss_last"])
+        assert metrics[m.PIN_MEMORY_EFFECTIVE] is False and metrics[m.NON_BLOCKING] is False
+        assert metrics[m.NVML].startswith("skipped") and m.CUDA_MAX_ALLOCATED_MIB not in metrics
+    assert math.isfinite(metrics[m.LOSS_FIRST]) and math.isfinite(metrics[m.LOSS_LAST])
 
 
 def test_fixed_seed_gives_identical_losses(tiny_plate: Path) -> None:
     case = dataclasses.replace(SMALL, device="cpu", optimizer="adam")
     first, second = run_case(tiny_plate, case), run_case(tiny_plate, case)
-    assert first["loss_first"] == second["loss_first"] and first["loss_last"] == second["loss_last"]
+    assert first[m.LOSS_FIRST] == second[m.LOSS_FIRST] and first[m.LOSS_LAST] == second[m.LOSS_LAST]
     other = run_case(tiny_plate, dataclasses.replace(case, seed=1))
-    assert other["loss_first"] != first["loss_first"]
+    assert other[m.LOSS_FIRST] != first[m.LOSS_FIRST]
 
 
 @pytest.mark.parametrize(
@@ -79,16 +80,16 @@ def test_knobs_run_on_the_cpu(tiny_plate: Path, changes: dict[str, Any]) -> None
     case = dataclasses.replace(SMALL, device="cpu", **changes)
     metrics = run_case(tiny_plate, case)
     _assert_loop_adds_up(metrics, case)
-    assert ("loss_last" in metrics) == (case.workload == "train")
+    assert (m.LOSS_LAST in metrics) == (case.workload == "train")
 
 
 def test_emulated_compute_takes_the_set_time_and_the_crosscheck_agrees(tiny_plate: Path) -> None:
     case = dataclasses.replace(SMALL, model="emulated", emulated_step_ms=20.0, steps=6)
     metrics = run_case(tiny_plate, case)
     _assert_loop_adds_up(metrics, case)
-    assert metrics["compute_p50_ms"] >= 20.0 and metrics["compute_only_step_p50_ms"] >= 20.0
-    assert abs(metrics["crosscheck_gap"]) < 0.1, "a sleep's duration does not depend on the loader"
-    assert "loss_last" not in metrics
+    assert metrics[m.COMPUTE_P50_MS] >= 20.0 and metrics[m.COMPUTE_ONLY_STEP_P50_MS] >= 20.0
+    assert abs(metrics[m.CROSSCHECK_GAP]) < 0.1, "a sleep's duration does not depend on the loader"
+    assert m.LOSS_LAST not in metrics
 
 
 @pytest.mark.slow
@@ -96,7 +97,7 @@ def test_workers_feed_the_loop_and_report_their_memory(tiny_plate: Path) -> None
     case = dataclasses.replace(SMALL, loader=dataclasses.replace(SMALL.loader, num_workers=2))
     metrics = run_case(tiny_plate, case)
     _assert_loop_adds_up(metrics, case)
-    assert len(metrics["worker_rss_mib"]) == 2
+    assert len(metrics[m.WORKER_RSS_MIB]) == 2
 
 
 def test_cpu_rejects_what_needs_cuda(tiny_plate: Path) -> None:
@@ -133,19 +134,19 @@ def test_search_stops_at_the_first_fed_worker_count() -> None:
     def fake(case: Track3Case) -> dict[str, Any]:
         measured.append(case.loader.num_workers)
         return {
-            "data_wait_fraction": waits[case.loader.num_workers],
-            "images_per_s": 100.0,
-            "compute_only_images_per_s": 120.0,
+            m.DATA_WAIT_FRACTION: waits[case.loader.num_workers],
+            m.IMAGES_PER_S: 100.0,
+            m.COMPUTE_ONLY_IMAGES_PER_S: 120.0,
         }
 
     results, summary = run_search("unused", WorkerSearch(SMALL, (0, 1, 2, 4)), fake)
-    assert measured == [0, 1, 2] and summary["min_workers"] == 2 and summary["reached"]
-    assert summary["tried_workers"] == [0, 1, 2] and summary["threshold"] == AU_THRESHOLD
+    assert measured == [0, 1, 2] and summary[m.MIN_WORKERS] == 2 and summary[m.REACHED]
+    assert summary[m.TRIED_WORKERS] == [0, 1, 2] and summary[m.THRESHOLD] == AU_THRESHOLD
     measured.clear()
     _, everything = run_search("unused", WorkerSearch(SMALL, (0, 1, 2, 4), stop_early=False), fake)
-    assert measured == [0, 1, 2, 4] and everything["min_workers"] == 2
+    assert measured == [0, 1, 2, 4] and everything[m.MIN_WORKERS] == 2
     _, starved = run_search("unused", WorkerSearch(SMALL, (0, 1)), fake)
-    assert starved["min_workers"] is None and not starved["reached"]
+    assert starved[m.MIN_WORKERS] is None and not starved[m.REACHED]
     with pytest.raises(ConfigError):
         WorkerSearch(SMALL, (2, 1))
     assert WorkerSearch(SMALL, (0, 1)).label.split("/")[5] == "w*"
@@ -155,9 +156,9 @@ def _fake_waits(waits: dict[int, float], measured: list[int]) -> Any:
     def fake(case: Track3Case) -> dict[str, Any]:
         measured.append(case.loader.num_workers)
         return {
-            "data_wait_fraction": waits[case.loader.num_workers],
-            "images_per_s": 100.0,
-            "compute_only_images_per_s": 120.0,
+            m.DATA_WAIT_FRACTION: waits[case.loader.num_workers],
+            m.IMAGES_PER_S: 100.0,
+            m.COMPUTE_ONLY_IMAGES_PER_S: 120.0,
         }
 
     return fake
@@ -168,19 +169,19 @@ def test_bisected_search_measures_few_candidates_and_finds_the_same_answer() -> 
     waits = {0: 0.9, 1: 0.8, 2: 0.5, 4: 0.2, 8: 0.05, 12: 0.02, 16: 0.01}
     measured: list[int] = []
     results, summary = run_search("unused", WorkerSearch(SMALL, candidates, bisect=True), _fake_waits(waits, measured))
-    assert measured == [16, 4, 12, 8] and summary["min_workers"] == 8
-    assert summary["tried_workers"] == [4, 8, 12, 16] == [w for w, _ in results]
+    assert measured == [16, 4, 12, 8] and summary[m.MIN_WORKERS] == 8
+    assert summary[m.TRIED_WORKERS] == [4, 8, 12, 16] == [w for w, _ in results]
     _, linear = run_search("unused", WorkerSearch(SMALL, candidates), _fake_waits(waits, []))
-    assert linear["min_workers"] == summary["min_workers"]
+    assert linear[m.MIN_WORKERS] == summary[m.MIN_WORKERS]
     measured.clear()
     starved = {w: 0.5 for w in candidates}
     _, none = run_search("unused", WorkerSearch(SMALL, candidates, bisect=True), _fake_waits(starved, measured))
-    assert measured == [16] and none["min_workers"] is None and none["min_workers_answer"] == "not reached with <= 16"
+    assert measured == [16] and none[m.MIN_WORKERS] is None and none[m.MIN_WORKERS_ANSWER] == "not reached with <= 16"
     measured.clear()
     _, all_fed = run_search(
         "unused", WorkerSearch(SMALL, candidates, bisect=True), _fake_waits(dict.fromkeys(candidates, 0.0), measured)
     )
-    assert measured == [16, 4, 1, 0] and all_fed["min_workers"] == 0
+    assert measured == [16, 4, 1, 0] and all_fed[m.MIN_WORKERS] == 0
     with pytest.raises(ConfigError):
         WorkerSearch(SMALL, candidates, bisect=True, stop_early=False)
 
@@ -197,8 +198,8 @@ def test_whole_rounds_warm_up_one_step_per_worker_and_time_whole_rounds() -> Non
 def test_compute_only_case_measures_the_baseline_alone(tiny_plate: Path) -> None:
     case = dataclasses.replace(SMALL, compute_only=True)
     metrics = run_case(tiny_plate, case)
-    assert metrics["compute_only_step_count"] == case.steps and metrics["compute_only_images_per_s"] > 0
-    assert "data_wait_fraction" not in metrics and "device" in metrics
+    assert metrics[m.COMPUTE_ONLY_STEP_COUNT] == case.steps and metrics[m.COMPUTE_ONLY_IMAGES_PER_S] > 0
+    assert m.DATA_WAIT_FRACTION not in metrics and m.DEVICE in metrics
     assert case.label.endswith("/compute-only") and compute_key(case) == compute_key(SMALL)
 
 
@@ -243,9 +244,9 @@ def test_runner_emits_rows_and_search_summaries_that_plot(tiny_plate: Path, tmp_
     written = run_tracks([Track3()], "smoke", context, emitted.append)
     assert written == emitted and len(emitted) >= len(preset_items("smoke"))
     summaries = [r for r in emitted if r.case.endswith("/min-workers")]
-    assert len(summaries) == 1 and summaries[0].metrics["tried_workers"][0] == 0
+    assert len(summaries) == 1 and summaries[0].metrics[m.TRIED_WORKERS][0] == 0
     rows = [r for r in emitted if not r.case.endswith("/min-workers")]
-    assert all(0 <= r.metrics["data_wait_fraction"] <= 1 for r in rows)
+    assert all(0 <= r.metrics[m.DATA_WAIT_FRACTION] <= 1 for r in rows)
     names = {p.name for p in plot_results(emitted, tmp_path)}
     assert {"track3_step_and_wait.png", "track3_workers.png"} <= names
     again: list[Record] = []
@@ -269,9 +270,9 @@ def test_cuda_loop(tiny_plate: Path, changes: dict[str, Any]) -> None:
     case = dataclasses.replace(SMALL, device="cuda", **changes)
     metrics = run_case(tiny_plate, case)
     _assert_loop_adds_up(metrics, case)
-    assert metrics["device"].startswith("cuda") and metrics["gpu_name"]
-    assert metrics["pin_memory_effective"] is True and metrics["cuda_max_allocated_mib"] > 0
-    assert metrics["nvml"] == "sampled" or metrics["nvml"].startswith("skipped")
+    assert metrics[m.DEVICE].startswith("cuda") and metrics[m.GPU_NAME]
+    assert metrics[m.PIN_MEMORY_EFFECTIVE] is True and metrics[m.CUDA_MAX_ALLOCATED_MIB] > 0
+    assert metrics[m.NVML] == "sampled" or metrics[m.NVML].startswith("skipped")
 
 
 @pytest.mark.gpu
@@ -308,7 +309,7 @@ def test_training_on_a_real_label_of_the_object_table(tiny_plate: Path) -> None:
         expected = [{"DMSO": 0, "aspirin": 1, "taxol": 2, None: -1}[treatments[i]] for i in batch["index"].tolist()]
         assert targets.tolist() == expected and dataset.label_classes["treatment"] == ("DMSO", "aspirin", "taxol")
     metrics = run_case(tiny_plate, case, objects=labelled)
-    assert math.isfinite(metrics["loss_first"]) and math.isfinite(metrics["loss_last"])
+    assert math.isfinite(metrics[m.LOSS_FIRST]) and math.isfinite(metrics[m.LOSS_LAST])
     with pytest.raises(ConfigError, match="3 classes: set classes=3"):
         run_case(tiny_plate, dataclasses.replace(case, classes=2), objects=labelled)
     with pytest.raises(ConfigError, match="needs workload='train'"):

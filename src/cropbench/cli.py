@@ -24,6 +24,7 @@ from cropbench.config import (
     plate_preset,
 )
 from cropbench.errors import CropbenchError
+from cropbench.metrics import SAMPLES_PER_S
 from cropbench.plates.generate import GeneratedPlate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, read_records, write_csv
 
@@ -561,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("results", help="results.jsonl")
     summary.add_argument(
         "--metric",
-        default="samples_per_s",
+        default=SAMPLES_PER_S,
         help="numeric metric to summarise, e.g. samples_per_s, p95_ms, images_per_s, "
         "data_wait_fraction (default: %(default)s)",
     )

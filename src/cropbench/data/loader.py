@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
+from cropbench import metrics as m
 from cropbench.data.dataset import CropBatch, batch_tensor
 from cropbench.data.sampling import EpochSampler, continued_order
 from cropbench.errors import ConfigError, WorkerError
@@ -341,7 +342,7 @@ def memory_of(pids: Sequence[int]) -> dict[str, Any]:
     what each extra worker really costs, PSS the fair share summed over workers.
     """
     main = psutil.Process().memory_info().rss
-    metrics: dict[str, Any] = {"main_rss_mib": main / MIB}
+    metrics: dict[str, Any] = {m.MAIN_RSS_MIB: main / MIB}
     rss, uss, pss = [], [], []
     for pid in pids:
         try:
@@ -354,10 +355,10 @@ def memory_of(pids: Sequence[int]) -> dict[str, Any]:
     if rss:
         metrics.update(
             {
-                "worker_rss_mib": [round(v / MIB, 2) for v in rss],
-                "worker_rss_mib_max": max(rss) / MIB,
-                "worker_uss_mib_max": max(uss) / MIB,
-                "worker_pss_mib_sum": sum(pss) / MIB,
+                m.WORKER_RSS_MIB: [round(v / MIB, 2) for v in rss],
+                m.WORKER_RSS_MIB_MAX: max(rss) / MIB,
+                m.WORKER_USS_MIB_MAX: max(uss) / MIB,
+                m.WORKER_PSS_MIB_SUM: sum(pss) / MIB,
             }
         )
     return metrics

@@ -1,7 +1,11 @@
-"""Clocks, percentiles, thread settings and page-cache control: the parts of a honest number.
+"""Clocks, interleaved timing, percentiles, thread settings and page-cache control: the parts of a
+honest number.
 
-All timings use ``time.perf_counter_ns`` (wall clock, monotonic): worker processes and I/O make
-CPU-time clocks meaningless here.
+All timings use ``time.perf_counter`` / ``perf_counter_ns`` (wall clock, monotonic): worker
+processes and I/O make CPU-time clocks meaningless here. Whatever compares two or more ways of
+reading (a tight loop and a timed one, a crop path and its reference, readers side by side) runs
+them through :func:`interleaved_blocks`, taking turns block by block, so a slowdown of the machine
+lands on all of them alike.
 """
 
 from __future__ import annotations
