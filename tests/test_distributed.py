@@ -127,10 +127,14 @@ def test_cases_plan_one_rank_then_all_for_the_speed_up() -> None:
 def _launch(tmp_path: Path, script: str, ranks: int = 2) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "job.py"
     path.write_text(textwrap.dedent(script))
-    environment = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    environment["OMP_NUM_THREADS"] = "1"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", str(path)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=JOB_LIMIT_S, env=environment, cwd=tmp_path)
+    return subprocess.run(command, capture_output=True, text=True, timeout=JOB_LIMIT_S, env=_environment())
+
+
+def _environment() -> dict[str, str]:
+    """This environment without a launcher's (the job's ranks get their own), one thread per rank."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return {**environment, "OMP_NUM_THREADS": "1"}
 
 
 def _job(plate: Path, out: Path, tracks: str, extra: str = "", before: str = "") -> str:
@@ -152,7 +156,10 @@ def _lines(path: Path) -> list[dict[str, object]]:
 @pytest.mark.slow
 def test_two_ranks_run_tracks_2_and_3_with_one_writer(tiny_plate: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = _launch(tmp_path, _job(tiny_plate, out, '"--track", "2", "--track", "3", "--samples", "128"'))
+    # --ranks 2: torch's elastic launcher, as torchrun --standalone --nproc-per-node 2.
+    command = [sys.executable, "-m", "cropbench", "run", "--plate", str(tiny_plate), "--out", str(out), "--ranks", "2"]
+    command += ["--track", "2", "--track", "3", "--samples", "128", "--no-progress"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=JOB_LIMIT_S, env=_environment())
     assert done.returncode == 0, done.stderr[-3000:]
     lines = _lines(out / "results.jsonl")  # every line whole: one writer
     keys = [(row["track"], row["case_id"], row["repeat"]) for row in lines]

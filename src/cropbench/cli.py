@@ -201,6 +201,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from cropbench.report.summary import summary_table
     from cropbench.tracks.distributed import launch_rank
 
+    if args.ranks is not None:
+        from cropbench.tracks.distributed import launch_local
+
+        launch_local(args.ranks, _without_ranks(args.argv))
+        return 0
     out_dir = Path(args.out)
     tracks = [*(args.track or ([] if args.peers else ["1"])), *(["peers"] if args.peers else [])]
     leader = launch_rank() == 0  # under torchrun only rank 0 reports (and writes)
@@ -299,6 +304,20 @@ def cmd_upload(args: argparse.Namespace) -> int:
     total = upload_plate(Path(args.plate), args.url, _store_config(args))
     print(f"uploaded {args.plate} to {args.url} ({total / 2**20:.1f} MiB)")
     return 0
+
+
+def _without_ranks(argv: Sequence[str]) -> list[str]:
+    """``argv`` less ``--ranks N`` / ``--ranks=N`` (each rank runs the rest)."""
+    kept: list[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--ranks":
+            skip = True
+        elif not item.startswith("--ranks="):
+            kept.append(item)
+    return kept
 
 
 def _plot(results: Path, out_dir: Path, all_runs: bool = False) -> None:
@@ -448,6 +467,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also measure peer loaders (naive zarr, dask, spatialdata, Arrow rows) beside cropbench's "
         "zarr/direct/field on the same crops (track 'peers'; only them unless --track is given)",
+    )
+    run.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="run as N ranks on this machine through torch's launcher (as torchrun --standalone "
+        "--nproc-per-node N -m cropbench run ...; tracks 2 and 3)",
     )
     run.add_argument(
         "--rank-timeout",
@@ -618,6 +644,7 @@ def _format_warning(message: Warning | str, category: type[Warning], *_: object,
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what --ranks hands on to each rank
     warnings.formatwarning = _format_warning
     try:
         return int(args.handler(args))

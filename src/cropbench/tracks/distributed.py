@@ -23,6 +23,7 @@ import datetime
 import os
 import socket
 import statistics
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -184,7 +185,10 @@ class DistributedCase:
 
     @property
     def label(self) -> str:
-        return f"{self.case.label}/{self.sampler}/{self.balance}/ranks{self.ranks}"
+        inner = self.case.label
+        if isinstance(self.case, track2.Track2Case):  # the sampler replaces the access pattern
+            inner = inner.replace(f"/{self.case.access}/", "/", 1)
+        return f"{inner}/{self.sampler}/{self.balance}/ranks{self.ranks}"
 
 
 @dataclass(frozen=True)
@@ -333,7 +337,8 @@ class DistributedTrack:
             raise ConfigError(f"track {inner.name!r} does not run across ranks; run tracks 2 and 3 under torchrun")
         self.name = inner.name
         self.cluster = cluster
-        self.totals: dict[tuple[str, int], float] = {}
+        #: Aggregate rows of this run by (label, repeat): a case on all ranks is compared with its one-rank twin.
+        self.aggregates: dict[tuple[str, int], dict[str, Any]] = {}
 
     def cases(self, preset: str, context: RunContext) -> list[DistributedCase]:
         objects = len(context.dataset(CropConfig(crop_size=96)))
@@ -363,10 +368,12 @@ class DistributedTrack:
         metrics[_rate_key(case)] = metrics[m.TOTAL_SAMPLES_PER_S]
         if isinstance(case.case, track3.Track3Case):
             metrics[m.DATA_WAIT_FRACTION] = sum(r.data_wait_seconds for r in reports) / sum(r.seconds for r in reports)
-        key = (dataclasses.replace(case, ranks=1).label, repeat)
-        self.totals[(case.label, repeat)] = metrics[m.TOTAL_SAMPLES_PER_S]
-        if case.ranks > 1 and key in self.totals:
-            metrics[m.SPEEDUP_OVER_ONE_RANK] = metrics[m.TOTAL_SAMPLES_PER_S] / self.totals[key]
+        self.aggregates[(case.label, repeat)] = metrics
+        one = self.aggregates.get((dataclasses.replace(case, ranks=1).label, repeat))
+        if case.ranks > 1 and one is not None:
+            metrics[m.SPEEDUP_OVER_ONE_RANK] = metrics[m.TOTAL_SAMPLES_PER_S] / one[m.TOTAL_SAMPLES_PER_S]
+            if metrics[m.BYTES_DECODED] is not None and one[m.BYTES_DECODED]:
+                metrics[m.DECODED_OVER_ONE_RANK] = metrics[m.BYTES_DECODED] / one[m.BYTES_DECODED]
         config = {
             **reports[0].config,
             **place,
@@ -398,6 +405,33 @@ def distributed_cases(track: str, world: int, objects: int, samples: int | None 
     return [DistributedCase(base3, sampler, "pad", world) for sampler in RANK_SAMPLERS]
 
 
+def launch_local(ranks: int, argv: Sequence[str]) -> None:
+    """Run ``python -m cropbench ARGV`` as ``ranks`` ranks on this machine through torch's elastic
+    launcher (what ``torchrun --standalone --nproc-per-node RANKS`` does: a free rendezvous port, no
+    restarts); a rank that fails fails the launch with the launcher's summary of which and why."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    if ranks < 1:
+        raise ConfigError(f"--ranks must be >= 1, got {ranks}")
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=ranks,
+        run_id=f"cropbench-{os.getpid()}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+    )
+    try:
+        elastic_launch(config, sys.executable)("-m", "cropbench", *argv)
+    except ChildFailedError as error:
+        failures = "; ".join(f"rank {rank}: exit code {failure.exitcode}" for rank, failure in error.failures.items())
+        raise DistributedError(
+            f"{ranks} local ranks failed ({failures}); the failing rank's error is printed above"
+        ) from error
+
+
 def distribute(tracks: Sequence[Track], cluster: Cluster) -> list[Track]:
     """Each of ``tracks`` across the job's ranks."""
     return [DistributedTrack(track, cluster) for track in tracks]
@@ -414,6 +448,7 @@ __all__ = [
     "aggregate",
     "distribute",
     "distributed_cases",
+    "launch_local",
     "launch_rank",
     "launched",
     "rank_metrics",
