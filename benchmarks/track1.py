@@ -21,6 +21,7 @@ from .common import (
     BLOCK,
     CACHES,
     RELATIVE_BLOCKS,
+    ArrowSuite,
     CopyCeiling,
     FullSuite,
     Suite,
@@ -139,6 +140,25 @@ class Stages(_DefaultCrops):
         return self._stage("assemble")
 
     track_fetch.unit = track_decode.unit = track_assemble.unit = "x in-memory copy"  # type: ignore[attr-defined]
+
+
+class ArrowFetch(_Crops, ArrowSuite):
+    """``Fetch.track_relative_cost`` on the OME-Arrow layout: zero-copy ``direct`` and the reference script's ``as-py``.
+
+    The plate is written by the installed ome-arrow (``asv.ome-arrow.conf.json`` measures its
+    releases); where it is missing or lacks a writer feature, the cases skip and say why.
+    """
+
+    params = (["random"], ["direct", "as-py"])
+    param_names = ("access", "decode")
+
+    def setup(self, plates: dict[str, str], access: str, decode: str) -> None:
+        self.prepare(plate_for(plates, "ome-arrow"), access, crop_config(decode=decode))
+
+    def track_relative_cost(self, *params: Any) -> float:
+        return self.relative_cost()
+
+    track_relative_cost.unit = "x in-memory copy"  # type: ignore[attr-defined]
 
 
 class _FullCrops(_Crops, FullSuite):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -243,3 +244,12 @@ def test_asv_check_finds_no_problems() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "No problems found" in result.stdout
+
+
+def test_arrow_cases_skip_and_say_why_without_ome_arrow() -> None:
+    if importlib.util.find_spec("ome_arrow") is not None:
+        pytest.skip("ome-arrow is installed here")
+    plates = common.make_arrow_plates()
+    assert plates["ome-arrow"].startswith(common.UNAVAILABLE)
+    with pytest.raises(NotImplementedError, match="ome-arrow is not installed"):
+        track1.ArrowFetch().setup(plates, "random", "direct")

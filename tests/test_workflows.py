@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +43,19 @@ def test_actionlint_finds_nothing_in_the_workflows() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_pull_request_gate_uses_the_factor_readme_recommends() -> None:
+def test_the_pull_request_gate_is_the_one_readme_recommends() -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    import asv_regression
+
     readme = (REPO / "README.md").read_text()
-    recommended = re.search(r"asv continuous --factor ([0-9.]+)", readme)
-    assert recommended is not None, "README no longer recommends an `asv continuous --factor` gate"
+    assert asv_regression.gate_command() in readme, "README no longer quotes the gate scripts/asv_regression.py runs"
     workflow = _asv_workflow()
-    assert workflow["env"]["ASV_FACTOR"] == recommended.group(1)
+    assert workflow["env"]["ASV_FACTOR"] == str(asv_regression.GATE_FACTOR)
+    assert workflow["env"]["ASV_BENCH"] == asv_regression.GATE_BENCH
+    assert workflow["env"]["ASV_ATTRIBUTES"] == " ".join(asv_regression.GATE_ATTRIBUTES)
     gate = " ".join(step.get("run", "") for step in workflow["jobs"]["gate"]["steps"])
     assert "asv continuous" in gate and '--factor "$ASV_FACTOR"' in gate
+    assert '-b "$ASV_BENCH"' in gate and '-a "$ASV_ATTRIBUTES"' in gate
 
 
 def test_main_measures_new_commits_and_publishes_the_site_with_vendored_assets() -> None:
