@@ -14,7 +14,8 @@ from cropbench.formats import read_plate_metadata
 from cropbench.metrics import MISSING_CHUNKS
 from cropbench.records import Record
 from cropbench.tracks import RunContext, run_tracks
-from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, VALIDITY_FLAGS, Track1, preset_cases, run_case
+from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, Track1, preset_cases, run_case
+from cropbench.tracks.validity import VALIDITY_FLAGS
 
 
 def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from cropbench import metrics as m
 from cropbench.records import Record
-from cropbench.tracks.track1 import VALIDITY_FLAGS
+from cropbench.tracks.validity import VALIDITY_FLAGS
 
 #: Columns shown per track: (header, metric key, format).
 SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
@@ -35,6 +35,7 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
         ("collate ms", m.COLLATE_MS_MEAN, "{:.2f}"),
         ("worker USS MiB", m.WORKER_USS_MIB_MAX, "{:.0f}"),
         ("xcheck", m.CROSSCHECK_RATIO, "{:.3f}"),
+        ("flags", m.VALIDITY_FLAGS, "{}"),
     ),
     "3": (
         ("images/s", m.IMAGES_PER_S, "{:,.0f}"),
@@ -45,6 +46,7 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
         ("stall xcheck", m.STALL_CROSSCHECK, "{:.1%}"),
         ("loss", m.LOSS_LAST, "{:.3f}"),
         ("min workers", m.MIN_WORKERS_ANSWER, "{}"),
+        ("flags", m.VALIDITY_FLAGS, "{}"),
     ),
     "layouts": (
         ("random/s", m.crops_per_s("random"), "{:,.0f}"),

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import default_collate
 
@@ -43,6 +42,7 @@ from cropbench.metrics import prefixed
 from cropbench.objects import ObjectTable
 from cropbench.tracks.context import RunContext
 from cropbench.tracks.runner import Row, seeded
+from cropbench.tracks.validity import decoded_plate_bytes, validity
 
 WARMUP_CURVE_POINTS = 50
 FIRST_PASS_CURVE_POINTS = 200
@@ -203,25 +203,10 @@ def run_case(
     metrics[m.FIDELITY_ITEMS] = FIDELITY_ITEMS
     metrics[m.FIDELITY_SHA256] = case_fidelity_hash(plate, case, objects)
     metrics[m.RSS_START_BYTES], metrics[m.RSS_END_BYTES] = rss_start, rss_bytes()
-    metrics[m.DECODED_PLATE_BYTES] = (
-        int(np.prod(dataset.reader.metadata.field_shape)) * 2 * len(dataset.reader.metadata.fields)
-    )
+    metrics[m.DECODED_PLATE_BYTES] = decoded_plate_bytes(dataset.reader)
     metrics[m.CHUNK_CACHE_FRACTION_OF_PLATE] = case.crop.chunk_cache_bytes / metrics[m.DECODED_PLATE_BYTES]
-    metrics.update(validity(case, metrics, dataset.reader))
+    metrics.update(row_validity(case, metrics, dataset.reader))
     return metrics
-
-
-#: samples/s (tight loop) and 1 / mean latency (timed loop) read the same items; beyond this
-#: relative gap the two loops did not see the same conditions (cache state, collections, preemption).
-RATE_AGREEMENT_TOLERANCE = 0.25
-
-#: Flag → what it means; a row carries the names of the flags that apply (``validity_flags``).
-VALIDITY_FLAGS: dict[str, str] = {
-    "cache>=plate": "the reader's cache holds the whole decoded plate: steady state measures cache hits",
-    "re-reads": "more items drawn (cold + warm-up + steady) than the plate has objects: crops are read again",
-    "not-evicted": "page-cache eviction not verified: no cold numbers (the first pass is kept as first_pass_*)",
-    "rate!=1/mean": f"samples/s and 1 / mean latency differ by more than {RATE_AGREEMENT_TOLERANCE:.0%}",
-}
 
 
 def _instrumented(stats: ReadStats) -> bool:
@@ -229,32 +214,25 @@ def _instrumented(stats: ReadStats) -> bool:
     return stats.regions == 0 or bool(stats.chunks_touched or stats.bytes_fetched or stats.bytes_decoded)
 
 
-def cache_fraction_of_plate(case: Track1Case, reader: PlateReader, decoded_plate_bytes: int) -> float | None:
-    """Bytes the reader's own cache may hold over the decoded plate; None when it keeps no cache."""
-    if case.crop.decode == "field":
-        field_bytes = decoded_plate_bytes / max(len(reader.metadata.fields), 1)
-        return case.crop.field_cache_fields * field_bytes / decoded_plate_bytes
-    if case.crop.decode == "direct" and reader.metadata.layout != "memmap":
-        return case.crop.chunk_cache_bytes / decoded_plate_bytes
-    return None
+def row_validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader) -> dict[str, Any]:
+    """The row's validity flags (:mod:`cropbench.tracks.validity`), with the rate agreement they check.
 
-
-def validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader) -> dict[str, Any]:
-    """What a reader of the row must know before trusting it: see :data:`VALIDITY_FLAGS`."""
-    fraction = cache_fraction_of_plate(case, reader, metrics[m.DECODED_PLATE_BYTES])
+    A plate in an object store has no page cache to evict, so its first pass is not flagged.
+    """
     agreement = metrics[m.SAMPLES_PER_S] / case.batch_size * metrics[m.MEAN_MS] / 1e3
-    flags = {
-        "cache>=plate": fraction is not None and fraction >= 1.0,
-        "re-reads": metrics[m.ITEMS_DRAWN] > metrics[m.OBJECTS],
-        "not-evicted": case.cold_samples > 0
-        and not metrics.get(m.EVICTION_VERIFIED, False)
-        and reader.metadata.remote is None,
-        "rate!=1/mean": abs(agreement - 1.0) > RATE_AGREEMENT_TOLERANCE,
-    }
     return {
-        m.CACHE_FRACTION_OF_PLATE: fraction,
         m.RATE_OVER_INVERSE_MEAN: agreement,
-        m.VALIDITY_FLAGS: [name for name, raised in flags.items() if raised],
+        **validity(
+            case.crop,
+            reader,
+            items_drawn=metrics[m.ITEMS_DRAWN],
+            objects=metrics[m.OBJECTS],
+            p95_reliable=metrics[m.P95_RELIABLE],
+            eviction_unverified=case.cold_samples > 0
+            and not metrics.get(m.EVICTION_VERIFIED, False)
+            and reader.metadata.remote is None,
+            rate_over_inverse_mean=agreement,
+        ),
     }
 
 

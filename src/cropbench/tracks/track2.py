@@ -46,6 +46,7 @@ from cropbench.measure.protocol import summarise_ms
 from cropbench.objects import ObjectTable
 from cropbench.tracks.context import RunContext, worker_counts
 from cropbench.tracks.runner import Row, seeded
+from cropbench.tracks.validity import validity
 
 SOURCES = ("plate", "memory")
 #: Largest relative gap allowed between reported and independently measured samples/s.
@@ -259,6 +260,13 @@ def run_case(
             m.PIN_MEMORY_EFFECTIVE: pin,
             m.WARMUP_BATCHES: case.warmup,
             m.BATCHES_PER_EPOCH: len(loader),
+            **validity(
+                case.crop,
+                None if case.source == "memory" else base.reader,  # crops held in memory: no reader cache in play
+                items_drawn=case.samples * case.epochs,
+                objects=len(base),
+                p95_reliable=metrics[m.prefixed(m.BATCH, m.P95_RELIABLE)],
+            ),
         }
     )
     return metrics

@@ -58,6 +58,7 @@ from cropbench.objects import MISSING_CLASS, ObjectTable
 from cropbench.tracks.context import RunContext, worker_counts
 from cropbench.tracks.models import MODELS, build_model, embedding_model
 from cropbench.tracks.runner import Row, seeded
+from cropbench.tracks.validity import validity
 
 MODEL_KINDS = (*MODELS, "emulated")
 WORKLOADS = ("train", "embed")
@@ -428,6 +429,13 @@ def run_case(
             m.PIN_MEMORY_EFFECTIVE: pin,
             m.NON_BLOCKING: pin,
             m.OBJECTS: len(dataset),
+            **validity(
+                case.crop,
+                dataset.reader,
+                items_drawn=batch * (case.steps + case.warmup_steps),
+                objects=len(dataset),
+                p95_reliable=metrics[prefixed(m.STEP, m.P95_RELIABLE)],
+            ),
             **device_info(device),
             **nvml.metrics(),
             **peak,

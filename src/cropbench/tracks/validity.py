@@ -1,0 +1,75 @@
+"""Validity flags: what a reader of a row must know before quoting its numbers, the same on every track.
+
+A row carries the names of the flags that apply (``validity_flags``); the summary table prints them
+and explains each under the table. A flagged row checks the wiring; it is not a measurement.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cropbench import metrics as m
+from cropbench.config import CropConfig
+from cropbench.formats import PlateReader
+from cropbench.measure.protocol import TAIL_OBSERVATIONS, min_samples_for
+
+#: samples/s (tight loop) and 1 / mean latency (timed loop) read the same items; beyond this
+#: relative gap the two loops did not see the same conditions (cache state, collections, preemption).
+RATE_AGREEMENT_TOLERANCE = 0.25
+
+#: Flag → what it means.
+VALIDITY_FLAGS: dict[str, str] = {
+    "cache>=plate": "the reader's cache holds the whole decoded plate: steady state measures cache hits",
+    "re-reads": "more items drawn (cold + warm-up + steady) than the plate has objects: crops are read again",
+    "not-evicted": "page-cache eviction not verified: no cold numbers (the first pass is kept as first_pass_*)",
+    "rate!=1/mean": f"samples/s and 1 / mean latency differ by more than {RATE_AGREEMENT_TOLERANCE:.0%}",
+    "few-samples": f"the p95 rests on fewer than {min_samples_for(0.95)} timings "
+    f"(fewer than {TAIL_OBSERVATIONS} beyond it): a tail estimate from too few samples",
+}
+
+
+def decoded_plate_bytes(reader: PlateReader) -> int:
+    """Bytes of every field of the plate once decoded."""
+    metadata = reader.metadata
+    return int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize * len(metadata.fields)
+
+
+def cache_fraction_of_plate(crop: CropConfig, reader: PlateReader | None) -> float | None:
+    """Bytes the reader's own cache may hold over the decoded plate; None when it keeps no cache
+    (``reader`` None: the crops come from elsewhere, e.g. held in memory)."""
+    if reader is None:
+        return None
+    if crop.decode == "field":
+        return crop.field_cache_fields / max(len(reader.metadata.fields), 1)
+    if crop.decode == "direct" and reader.metadata.layout != "memmap":
+        return crop.chunk_cache_bytes / decoded_plate_bytes(reader)
+    return None
+
+
+def validity(
+    crop: CropConfig,
+    reader: PlateReader | None,
+    items_drawn: int,
+    objects: int,
+    p95_reliable: bool,
+    eviction_unverified: bool = False,
+    rate_over_inverse_mean: float | None = None,
+) -> dict[str, object]:
+    """The row's cache fraction and the names of the flags in :data:`VALIDITY_FLAGS` that apply.
+
+    ``items_drawn`` counts every item the case reads (cold, warm-up and steady), ``objects`` those
+    the plate holds; ``p95_reliable`` says whether the p95 the row reports rests on enough timings.
+    """
+    fraction = cache_fraction_of_plate(crop, reader)
+    flags = {
+        "cache>=plate": fraction is not None and fraction >= 1.0,
+        "re-reads": items_drawn > objects,
+        "not-evicted": eviction_unverified,
+        "rate!=1/mean": rate_over_inverse_mean is not None
+        and abs(rate_over_inverse_mean - 1.0) > RATE_AGREEMENT_TOLERANCE,
+        "few-samples": not p95_reliable,
+    }
+    return {
+        m.CACHE_FRACTION_OF_PLATE: fraction,
+        m.VALIDITY_FLAGS: [name for name, raised in flags.items() if raised],
+    }

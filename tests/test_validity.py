@@ -1,0 +1,62 @@
+"""Validity flags: every track's rows carry the same flags, computed by one function, and the summary prints them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cropbench import metrics as m
+from cropbench.config import CropConfig, Track1Case
+from cropbench.data.loader import LoaderSpec
+from cropbench.records import Record
+from cropbench.report.summary import summary_table
+from cropbench.tracks import track1, track2, track3
+from cropbench.tracks.validity import VALIDITY_FLAGS
+
+#: The tiny plate decodes to about 1.9 MiB and holds about 100 objects: the default 32 MiB cache holds
+#: all of it, 64 KiB does not.
+SMALL_CACHE = CropConfig(crop_size=32, chunk_cache_bytes=2**16)
+BIG_CACHE = CropConfig(crop_size=32)
+
+
+def test_track2_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
+    flagged = track2.run_case(
+        tiny_plate, track2.Track2Case(crop=BIG_CACHE, loader=LoaderSpec(batch_size=16), samples=160)
+    )
+    assert {"cache>=plate", "re-reads", "few-samples"} <= set(flagged[m.VALIDITY_FLAGS]) <= set(VALIDITY_FLAGS)
+    assert flagged[m.CACHE_FRACTION_OF_PLATE] > 1
+    honest = track2.run_case(
+        tiny_plate, track2.Track2Case(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=8), samples=48)
+    )
+    assert not {"cache>=plate", "re-reads"} & set(honest[m.VALIDITY_FLAGS])
+    memory = track2.run_case(
+        tiny_plate, track2.Track2Case(crop=BIG_CACHE, source="memory", loader=LoaderSpec(batch_size=8), samples=48)
+    )
+    assert memory[m.CACHE_FRACTION_OF_PLATE] is None, "crops held in memory: no reader cache to flag"
+
+
+def test_track3_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
+    case = track3.Track3Case(
+        crop=CropConfig(crop_size=32, tier="light"),
+        loader=LoaderSpec(batch_size=32),
+        model="smallcnn",
+        steps=4,
+        warmup_steps=1,
+    )
+    metrics = track3.run_case(tiny_plate, case)
+    assert {"cache>=plate", "re-reads", "few-samples"} <= set(metrics[m.VALIDITY_FLAGS]), "160 items, 4 steps"
+
+
+def test_a_batched_track1_case_with_few_calls_is_flagged_as_too_few_samples(tiny_plate: Path) -> None:
+    case = Track1Case(crop=SMALL_CACHE, samples=64, warmup=8, cold_samples=0, batch_size=8)
+    metrics = track1.run_case(tiny_plate, case)
+    assert metrics[m.COUNT] == 8 and "few-samples" in metrics[m.VALIDITY_FLAGS]
+
+
+def test_the_summary_prints_track2_and_track3_flags_and_explains_them() -> None:
+    rows = [
+        Record(track=track, case="case", config={}, metrics={m.VALIDITY_FLAGS: ["few-samples"]}, environment={})
+        for track in ("2", "3")
+    ]
+    table = summary_table(rows)
+    assert table.count("few-samples") == 4, "in each track's row and under each track's table"
+    assert VALIDITY_FLAGS["few-samples"] in table
