@@ -212,7 +212,7 @@ def test_baselines_are_shared_only_across_loader_knobs() -> None:
     assert compute_key(dataclasses.replace(SMALL, seed=1)) != compute_key(SMALL)
 
 
-def test_presets_answer_the_questions_of_the_issues() -> None:
+def test_presets_answer_the_benchmark_questions() -> None:
     smoke = preset_items("smoke")
     models = {(i.case if isinstance(i, WorkerSearch) else i).model for i in smoke}
     assert models == {"resnet18", "smallcnn", "emulated"}

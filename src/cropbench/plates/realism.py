@@ -1,6 +1,6 @@
 """Does synthetic data behave like real Cell Painting? Compare compressibility and intensity stats.
 
-zlib level 1 is the yardstick: it is what the issue tracker and the literature quote, and it moves
+zlib level 1 is the yardstick: it is the ratio Cell Painting storage discussions and the literature quote, and it moves
 with the same things that move blosc and zstd (noise floor, background share, texture).
 """
 

@@ -340,7 +340,7 @@ def gpu_cases(samples: int | None = None) -> list[Track2Case]:
     (at least two rounds and :data:`GPU_STEADY_BATCHES` batches, or ``samples`` worth). Workers that start
     together deliver in lockstep, so a steady window of part of a round would miscount them. The most
     workers also run a second epoch (epoch-2 start-up), and once more persistent. Sizes stay small: the
-    whole grid must fit a few minutes of a lent GPU machine.
+    whole grid must fit a few minutes of GPU time (about 170 s on one H200 with 16 cores).
     """
     least = -(-samples // GPU_BATCH) if samples else GPU_STEADY_BATCHES
     counts = worker_counts()
