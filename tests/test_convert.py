@@ -51,14 +51,14 @@ def test_every_layout_and_decode_path_returns_identical_bytes(
         pytest.skip(f"layout {name} needs the optional extra [arrow]: .venv/bin/pip install -e '.[arrow]'")
     converted = convert_plate(tiny_plate, tmp_path / name, layout_by_name(name))
     metadata = read_plate_metadata(converted.path)
-    assert metadata.layout == layout_by_name(name).format
+    assert metadata.format == layout_by_name(name).format
     assert metadata.layout_label == layout_by_name(name).label
     assert metadata.channel_names == ("DNA", "ER", "RNA", "AGP", "Mito")
     assert [(f.well, f.field) for f in metadata.fields] == [("A1", 0), ("A1", 1), ("A2", 0), ("A2", 1)]
     assert converted.raw_bytes == 4 * 5 * 200 * 240 * 2 and converted.stored_bytes > 0
     decodes = supported_decodes(metadata)
     assert "field" in decodes and "direct" in decodes
-    assert ("as-py" in decodes) == (metadata.layout == "ome-arrow")
+    assert ("as-py" in decodes) == (metadata.format == "ome-arrow")
     for decode in decodes:
         reader = open_plate(converted.path, decode)
         for (f, y0, y1, x0, x1, c), expected in zip(_regions(), reference, strict=True):
@@ -114,7 +114,7 @@ def test_materialized_layouts_are_reused_until_the_source_changes(tmp_path: Path
     materialize_layout(source, "memmap")
     assert (path / "cropbench_layout.json").stat().st_mtime_ns != marker_time
     other = materialize_layout(source, "tiff", root=tmp_path / "elsewhere")
-    assert other == tmp_path / "elsewhere" / "tiff" and read_plate_metadata(other).layout == "tiff"
+    assert other == tmp_path / "elsewhere" / "tiff" and read_plate_metadata(other).format == "tiff"
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))

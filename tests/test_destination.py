@@ -181,4 +181,4 @@ def test_a_writer_told_to_overwrite_replaces_only_a_plate_cropbench_wrote(layout
     (tmp_path / "empty").mkdir()
     write(tmp_path / "empty")
     write(tmp_path / "empty")  # cropbench's own plate is replaced
-    assert read_plate_metadata(tmp_path / "empty").layout == spec.format
+    assert read_plate_metadata(tmp_path / "empty").format == spec.format

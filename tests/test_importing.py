@@ -169,7 +169,7 @@ def test_orig_channels_pathnames_csv_and_image_metadata_prefix(tmp_path: Path) -
         tmp_path / "cells.csv", empty, tmp_path / "p", layout_by_name("tiff-zlib"), progress=False
     ).path
     _check_plate(plate)
-    assert read_plate_metadata(plate).layout == "tiff"
+    assert read_plate_metadata(plate).format == "tiff"
 
 
 def test_merge_suffixes_and_compartment_choice_with_boxes(images: tuple[Path, Any], tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def their_plate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 def test_ome_zarr_py_plates_read_with_names_shapes_and_pixels(their_plate: Path) -> None:
     metadata = read_plate_metadata(their_plate)
-    assert metadata.name == "theirs" and metadata.layout == "ome-zarr"
+    assert metadata.name == "theirs" and metadata.format == "ome-zarr"
     assert metadata.channel_names == CHANNELS
     assert metadata.field_shape == SHAPE and metadata.dtype == "uint16"
     assert [(f.well, f.field) for f in metadata.fields] == [("A1", 0), ("A1", 1), ("B3", 0), ("B3", 1)]

@@ -97,4 +97,4 @@ def test_missing_or_foreign_tiffs_raise_store_errors(tiff_plates: dict[str, Path
     )
     with pytest.raises(StoreError, match="predictor"):
         open_plate(broken, "direct").read_region(0, 0, 10, 0, 10)
-    assert read_plate_metadata(broken).layout == "tiff"
+    assert read_plate_metadata(broken).format == "tiff"

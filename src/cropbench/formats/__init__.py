@@ -86,9 +86,9 @@ def read_plate_metadata(path: str | Path) -> PlateMetadata:
             raise StoreError(f"{error}; nor is there a cropbench layout marker ({LAYOUT_MARKER})") from error
     pointer = read_pointer(root) if root.is_dir() else None
     if pointer is not None:  # a mirror of a plate in an object store: pixels are read from its URL
-        if metadata.layout != "ome-zarr":
+        if metadata.format != "ome-zarr":
             raise StoreError(
-                f"{pointer['url']} is a {metadata.layout} plate; plates in an object store are read in OME-Zarr "
+                f"{pointer['url']} is a {metadata.format} plate; plates in an object store are read in OME-Zarr "
                 "layouts only (convert it locally with --layout, then upload)"
             )
         metadata = dataclasses.replace(metadata, remote=pointer)
@@ -100,7 +100,7 @@ def supported_decodes(path_or_metadata: str | Path | PlateMetadata) -> tuple[str
     metadata = (
         path_or_metadata if isinstance(path_or_metadata, PlateMetadata) else read_plate_metadata(path_or_metadata)
     )
-    return DECODES_BY_FORMAT.get(metadata.layout, ("field",))
+    return DECODES_BY_FORMAT.get(metadata.format, ("field",))
 
 
 def open_plate(
@@ -121,18 +121,18 @@ def open_plate(
     metadata = metadata or read_plate_metadata(path)
     if decode not in supported_decodes(metadata):
         raise ConfigError(
-            f"decode={decode!r} does not apply to the {metadata.layout} layout of {metadata.path}; "
+            f"decode={decode!r} does not apply to the {metadata.format} layout of {metadata.path}; "
             f"it supports {', '.join(supported_decodes(metadata))}"
         )
     if decode == "field":
         return FieldCacheReader(metadata, _direct_reader(metadata, 0, decode_threads), field_cache_fields)
     if decode == "direct":
         return _direct_reader(metadata, chunk_cache_bytes, decode_threads)
-    return LIBRARY_READERS[metadata.layout][1](metadata)
+    return LIBRARY_READERS[metadata.format][1](metadata)
 
 
 def _direct_reader(metadata: PlateMetadata, chunk_cache_bytes: int, decode_threads: int = 1) -> PlateReader:
-    reader_class = DIRECT_READERS[metadata.layout]
+    reader_class = DIRECT_READERS[metadata.format]
     if reader_class is MemmapReader:  # nothing to decode, nothing to cache
         return MemmapReader(metadata)
     if reader_class is DirectChunkReader:

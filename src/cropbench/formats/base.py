@@ -51,7 +51,8 @@ class PlateMetadata:
     channel_names: tuple[str, ...]
     field_shape: tuple[int, int, int]
     dtype: str
-    layout: str
+    #: The storage format (``ome-zarr``, ``tiff``, ``memmap``, ``ome-arrow``); ``layout_label`` names the layout.
+    format: str
     #: Each channel's display range (start, end): viewers' window and the intensity scaling of crops;
     #: the whole uint16 range for a channel the plate records none for.
     display_ranges: tuple[tuple[float, float], ...] = ()
@@ -78,7 +79,7 @@ class PlateMetadata:
     def layout_label(self) -> str:
         """The layout the plate was written in (its writer's label), or its format when unknown."""
         label = self.attributes.get("layout_label")
-        return str(label) if label else self.layout
+        return str(label) if label else self.format
 
     def field_index(self, well: str, site: int) -> int:
         for info in self.fields:

@@ -87,7 +87,7 @@ def metadata_from_marker(root: Path, document: dict[str, Any]) -> PlateMetadata:
             channel_names=tuple(document["channel_names"]),
             field_shape=(shape[0], shape[1], shape[2]),
             dtype=document["dtype"],
-            layout=document["format"],
+            format=document["format"],
             display_ranges=tuple((float(w.get("start", 0.0)), float(w.get("end", 65535.0))) for w in windows),
             attributes=dict(document.get("cropbench") or {}),
             pixels_file=str(document.get("pixels") or document.get("images") or ""),

@@ -72,7 +72,7 @@ def _image_array(image_dir: Path) -> tuple[str, list[str] | None, dict[str, Any]
     return str(datasets[0]["path"]), labels, omero, names
 
 
-def read_plate_metadata(path: str | Path, layout: str = "ome-zarr") -> PlateMetadata:
+def read_plate_metadata(path: str | Path, format: str = "ome-zarr") -> PlateMetadata:
     """Parse an NGFF HCS plate, or a single NGFF image treated as a one-field plate."""
     root = Path(path)
     if not root.exists():
@@ -82,15 +82,15 @@ def read_plate_metadata(path: str | Path, layout: str = "ome-zarr") -> PlateMeta
         raise StoreError(f"{root} is not a zarr group (no zarr.json, .zattrs or .zgroup)")
     try:
         if "plate" in attributes:
-            return _plate_from_hcs(root, attributes, layout)
+            return _plate_from_hcs(root, attributes, format)
         if "multiscales" in attributes:
-            return _plate_from_image(root, layout)
+            return _plate_from_image(root, format)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
         raise StoreError(f"plate metadata of {root} is malformed: {type(error).__name__} {error}") from error
     raise StoreError(f"{root} is neither an OME-NGFF plate nor an image (no 'plate' or 'multiscales' metadata)")
 
 
-def _plate_from_hcs(root: Path, attributes: dict[str, Any], layout: str) -> PlateMetadata:
+def _plate_from_hcs(root: Path, attributes: dict[str, Any], format: str) -> PlateMetadata:
     plate = attributes["plate"]
     name = str(plate.get("name", root.stem))
     fields: list[FieldInfo] = []
@@ -126,18 +126,18 @@ def _plate_from_hcs(root: Path, attributes: dict[str, Any], layout: str) -> Plat
     if first is None:
         raise StoreError(f"plate {root} lists no wells with fields")
     labels, omero, array, axes = first
-    return _metadata(root, name, fields, labels, omero, array, layout, attributes, axes)
+    return _metadata(root, name, fields, labels, omero, array, format, attributes, axes)
 
 
 def _shape_and_type(document: dict[str, Any]) -> tuple[list[int], str]:
     return [int(s) for s in document["shape"]], str(document.get("data_type") or document.get("dtype"))
 
 
-def _plate_from_image(root: Path, layout: str) -> PlateMetadata:
+def _plate_from_image(root: Path, format: str) -> PlateMetadata:
     array_path, labels, omero, axes = _image_array(root)
     array = read_array_document(root / array_path)
     info = FieldInfo(index=0, plate=root.stem, well="A1", row="A", column="1", field=0, path=array_path)
-    return _metadata(root, root.stem, [info], labels, omero, array, layout, {}, axes)
+    return _metadata(root, root.stem, [info], labels, omero, array, format, {}, axes)
 
 
 def _metadata(
@@ -147,7 +147,7 @@ def _metadata(
     labels: list[str] | None,
     omero: dict[str, Any],
     array: dict[str, Any],
-    layout: str,
+    format: str,
     attributes: dict[str, Any],
     axes: list[str] | None = None,
 ) -> PlateMetadata:
@@ -174,7 +174,7 @@ def _metadata(
         channel_names=channel_names,
         field_shape=(shape[0], shape[1], shape[2]),
         dtype=dtype,
-        layout=layout,
+        format=format,
         display_ranges=display_ranges,
         attributes=dict(attributes.get("cropbench") or {}),
         channel_axis=channel_axis,

@@ -90,7 +90,7 @@ class RunContext:
             stored = self.plate.stat().st_size
         document = {
             "name": metadata.name,
-            "format": metadata.layout,
+            "format": metadata.format,
             "layout": self.layout,
             "dtype": metadata.dtype,
             "field_shape": list(metadata.field_shape),

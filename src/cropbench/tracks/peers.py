@@ -101,7 +101,7 @@ class CropWindows:
             array_paths=tuple(Path(metadata.path) / info.path for info in metadata.fields),
             field_shape=metadata.field_shape,
             dtype=metadata.dtype,
-            layout=metadata.layout,
+            layout=metadata.format,
             channel_names=metadata.channel_names,
             channel_axis=None if channel_axis is None else int(channel_axis),
             size=dataset.config.crop_size,

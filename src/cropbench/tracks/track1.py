@@ -198,7 +198,7 @@ def run_case(
         metrics[m.WARMUP_OVER_STEADY] = metrics[m.WARMUP_MEAN_MS] / max(metrics[m.P50_MS], 1e-9)
     if case.crop.tier != "none":
         metrics.update(_io_and_transform_split(plate, case, steady, metrics, objects))
-    if case.crop.decode == "direct" and dataset.reader.metadata.layout == "ome-zarr" and batch == 1:
+    if case.crop.decode == "direct" and dataset.reader.metadata.format == "ome-zarr" and batch == 1:
         metrics.update(_stage_split(plate, case, steady[:STAGE_SPLIT_ITEMS], objects))
     metrics[m.FIDELITY_ITEMS] = FIDELITY_ITEMS
     metrics[m.FIDELITY_SHA256] = case_fidelity_hash(plate, case, objects)

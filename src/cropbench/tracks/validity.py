@@ -41,7 +41,7 @@ def cache_fraction_of_plate(crop: CropConfig, reader: PlateReader | None) -> flo
         return None
     if crop.decode == "field":
         return crop.field_cache_fields / max(len(reader.metadata.fields), 1)
-    if crop.decode == "direct" and reader.metadata.layout != "memmap":
+    if crop.decode == "direct" and reader.metadata.format != "memmap":
         return crop.chunk_cache_bytes / decoded_plate_bytes(reader)
     return None
 
