@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from cropbench import metrics as m
 from cropbench.config import LayoutSpec
 from cropbench.errors import ConfigError, OutputError, StoreError
 
@@ -112,13 +113,13 @@ class ReadStats:
         regions = max(self.regions, 1)
         delivered = max(self.bytes_delivered, 1)
         return {
-            "chunks_touched_per_crop": self.chunks_touched / regions,
-            "chunks_decoded_per_crop": self.chunks_decoded / regions,
-            "reads_per_crop": self.reads / regions,
-            "bytes_fetched_per_crop": self.bytes_fetched / regions,
-            "bytes_decoded_per_crop": self.bytes_decoded / regions,
-            "fetch_amplification": self.bytes_fetched / delivered,
-            "decode_amplification": self.bytes_decoded / delivered,
+            m.CHUNKS_TOUCHED_PER_CROP: self.chunks_touched / regions,
+            m.CHUNKS_DECODED_PER_CROP: self.chunks_decoded / regions,
+            m.READS_PER_CROP: self.reads / regions,
+            m.BYTES_FETCHED_PER_CROP: self.bytes_fetched / regions,
+            m.BYTES_DECODED_PER_CROP: self.bytes_decoded / regions,
+            m.FETCH_AMPLIFICATION: self.bytes_fetched / delivered,
+            m.DECODE_AMPLIFICATION: self.bytes_decoded / delivered,
         }
 
 
