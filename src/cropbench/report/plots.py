@@ -283,13 +283,16 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
             items, rolling_median(curve), color="tab:red", linewidth=2, label=f"rolling median of {ROLLING_ITEMS}"
         )
         axis.axhline(steady, color="black", linestyle=":", linewidth=1, label="steady-state p50")
+        calls = int(record.metrics.get(m.ITEMS_PER_CALL) or 1)
+        unit = "item" if calls == 1 else "call"
         if settles:
-            axis.axvline(settles, color="tab:green", linestyle="--", linewidth=1.5, label=f"steady from item {settles}")
-        verdict = f"steady from item {settles}" if settles else f"not steady within {len(curve)} items"
+            axis.axvline(
+                settles, color="tab:green", linestyle="--", linewidth=1.5, label=f"steady from {unit} {settles}"
+            )
+        verdict = f"steady from {unit} {settles}" if settles else f"not steady within {len(curve)} {unit}s"
         axis.set_title(f"{_label(record)}{_per_call(record)}: {verdict}", fontsize=8)
         axis.set_yscale("log")
         axis.grid(alpha=0.3, which="both")
-        calls = int(record.metrics.get(m.ITEMS_PER_CALL) or 1)
         axis.set_xlabel(
             "item number after the page cache was emptied"
             if calls == 1
