@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +180,19 @@ def test_a_worker_error_is_unwrapped_to_its_cause() -> None:
     assert one_line(raised.value) == (
         "chunk c/0/1/1 of A/1/0/0 cannot be decoded (corrupt chunk): crc32c checksum mismatch"
     )
+
+
+def test_an_interrupt_dropped_by_a_destructor_still_stops_the_run_at_the_next_case() -> None:
+    """Python reports and drops an exception raised in a destructor or callback; Ctrl-C landing there
+    must not be lost (the run would finish with exit 0)."""
+    from cropbench import cli
+
+    bar = cli._ProgressBar(False, "cases")
+    cli._INTERRUPTED.clear()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # where a destructor would drop it
+            cli._on_interrupt(signal.SIGINT, None)
+        with pytest.raises(KeyboardInterrupt):
+            bar("track 1 next case", None)
+    finally:
+        cli._INTERRUPTED.clear()

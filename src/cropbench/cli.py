@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -146,6 +148,16 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+_INTERRUPTED = threading.Event()
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C raises KeyboardInterrupt as usual and is remembered: one that lands in a destructor or a
+    callback (where Python reports and drops exceptions) still stops the run at the next case."""
+    _INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
 class _ProgressBar:
     """The API's progress callback as a tqdm bar (messages as postfix, a tick per record), opened on first use
     so a request rejected before anything runs prints only its error."""
@@ -155,6 +167,8 @@ class _ProgressBar:
         self.bar: tqdm | None = None
 
     def __call__(self, message: str, record: Record | None) -> None:
+        if _INTERRUPTED.is_set():
+            raise KeyboardInterrupt
         if not self.enabled:
             return
         if self.bar is None:
@@ -646,14 +660,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what --ranks hands on to each rank
     warnings.formatwarning = _format_warning
+    _INTERRUPTED.clear()
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _on_interrupt) if on_main_thread else None
     try:
-        return int(args.handler(args))
+        status = int(args.handler(args))
+        if _INTERRUPTED.is_set():
+            raise KeyboardInterrupt
+        return status
     except (CropbenchError, OSError) as error:  # OSError: a user's path (missing, read-only, disk full)
         print(f"cropbench: error: {one_line(error)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("cropbench: interrupted; every finished row is kept", file=sys.stderr)
         return 130
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGINT, previous)
 
 
 __all__ = ["build_parser", "main"]
