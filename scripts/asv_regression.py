@@ -20,7 +20,7 @@ each kind in ``--kinds``, in a seeded random order, records the load average aro
 each regression's real slowdown in crops/s (base and injected commit in alternating processes),
 and writes the table of false-positive and detection rates to ``--out``:
 
-    flock /tmp/cropbench-cpu.lock .venv/bin/python scripts/asv_regression.py --campaign --out results/gate
+    .venv/bin/python scripts/asv_regression.py --campaign --out results/gate
 """
 
 from __future__ import annotations
