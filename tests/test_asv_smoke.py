@@ -54,3 +54,26 @@ def test_a_failed_benchmark_makes_the_last_line_failed(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "failed:  1 benchmarks: track1.Latency.time_fetch" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith("asv smoke: FAILED")
+
+
+def test_the_run_leaves_out_exactly_the_full_grid_classes() -> None:
+    import re
+    import sys
+
+    sys.path.insert(0, str(SCRIPT.parents[1]))
+    from benchmarks import common, track1, track2, track3
+
+    pattern = re.search(r"^DEFAULT_GRID='(.*)'$", SCRIPT.read_text(), re.MULTILINE)
+    assert pattern is not None
+    names = {
+        f"{module.__name__.split('.')[-1]}.{name}.{method}": isinstance(suite, type)
+        and issubclass(suite, common.FullSuite)
+        for module in (track1, track2, track3)
+        for name, suite in vars(module).items()
+        if isinstance(suite, type) and not name.startswith("_") and hasattr(suite, "params")
+        for method in vars(suite)
+        if method.split("_", 1)[0] in ("time", "track", "peakmem")
+    }
+    full = {name for name, is_full in names.items() if is_full}
+    assert full and len(full) < len(names)
+    assert {name for name in names if not re.search(pattern.group(1), name)} == full
