@@ -168,3 +168,21 @@ def test_sweep_key_drops_workers_batch_and_seed_only() -> None:
     assert plots.sweep_key(config) == plots.sweep_key(other)
     assert plots.sweep_key(config) != plots.sweep_key({**config, "crop": {"decode": "zarr"}})
     assert plots.describe_loading(config) == "plate/direct/persistent_workers=True"
+
+
+def test_the_cdf_marks_batch_rows_as_latency_per_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def row(case: str, calls: int) -> Record:
+        metrics = {"quantiles_ms": [0.1, 0.2, 0.4, 0.9], "items_per_call": calls}
+        return Record(track="1", case=case, config={}, metrics=metrics, environment={})
+
+    styles: dict[str, str] = {}
+    save = plots._save
+
+    def keep_styles(figure: plt.Figure, target: Path) -> Path:
+        styles.update({line.get_label(): line.get_linestyle() for line in figure.axes[0].get_lines()})
+        return save(figure, target)
+
+    monkeypatch.setattr(plots, "_save", keep_styles)
+    path = plots.track1_cdf([row("random/direct", 1), row("batch/direct", 32)], tmp_path)
+    assert path is not None and path.is_file()
+    assert styles == {"random/direct": "-", "batch/direct [latency per call of 32]": "--"}
