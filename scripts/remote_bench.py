@@ -24,111 +24,22 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, StoreConfig
-from cropbench.data.dataset import CropDataset
-from cropbench.data.loader import batch_collate
-from cropbench.formats.sources import mirror_metadata, upload_plate, write_index
+from cropbench.config import StoreConfig
+from cropbench.formats.sources import mirror_metadata, upload_plate
 from cropbench.measure import endpoints
-from cropbench.measure.protocol import summarise_ms
+from cropbench.measure.remote import crops_per_s, requests_per_crop
 from cropbench.plates.convert import materialize_layout
 
 BUCKET = "bench"
-
-
-def _dataset(plate: Path, decode: str, crop_size: int, cache_bytes: int | None = None) -> CropDataset:
-    config = CropConfig(crop_size=crop_size, decode=decode, dtype="uint16")
-    return CropDataset(plate, config if cache_bytes is None else config.replace(chunk_cache_bytes=cache_bytes))
-
-
-def _order(dataset: CropDataset, count: int, seed: int) -> list[int]:
-    """Distinct objects in a seeded random order (random access, no crop read twice)."""
-    return np.random.default_rng(seed).permutation(len(dataset))[:count].tolist()
-
-
-def requests_per_crop(
-    plate: Path, decode: str, crops: int, warmup: int, crop_size: int, cache_bytes: int | None = None
-) -> dict[str, Any]:
-    """Requests and bytes per random crop read one at a time, after ``warmup`` crops (shard indexes
-    cached); ``cache_bytes`` 0 turns the decoded-chunk cache off, so every crop fetches what it needs."""
-    dataset = _dataset(plate, decode, crop_size, cache_bytes)
-    order = _order(dataset, warmup + crops, seed=1)
-    for index in order[:warmup]:
-        dataset[index]
-    stats = dataset.reader.stats
-    first_reads, first_bytes = stats.reads, stats.bytes_fetched
-    stats.reset()
-    for index in order[warmup:]:
-        dataset[index]
-    per = stats.per_region()
-    return {
-        m.REQUESTS_PER_CROP: stats.reads / crops,
-        m.BYTES_TRANSFERRED_PER_CROP: stats.bytes_fetched / crops,
-        m.BYTES_TRANSFERRED_PER_DELIVERED_BYTE: per[m.FETCH_AMPLIFICATION],
-        "warmup_requests_per_crop": first_reads / max(warmup, 1),
-        "warmup_bytes_per_crop": first_bytes / max(warmup, 1),
-    }
-
-
-class _Order:
-    """A sampler whose indices change between epochs (warm-up epoch, then the timed one)."""
-
-    def __init__(self) -> None:
-        self.indices: list[int] = []
-
-    def __iter__(self) -> Any:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
-def crops_per_s(plate: Path, decode: str, workers: int, crops: int, batch_size: int, crop_size: int) -> dict[str, Any]:
-    """Random crops/s through a DataLoader (batches of ``batch_size``): a warm-up epoch starts the
-    workers and opens the readers (persistent workers), then an epoch of ``crops`` other crops is
-    timed from ``iter()`` to its last batch."""
-    dataset = _dataset(plate, decode, crop_size)
-    order = _order(dataset, crops + batch_size * max(workers, 1), seed=2)
-    sampler = _Order()
-    loader = DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        num_workers=workers,
-        collate_fn=batch_collate,
-        persistent_workers=workers > 0,
-        multiprocessing_context="forkserver" if workers else None,  # obstore (zarr path) does not survive fork
-        prefetch_factor=2 if workers else None,
-    )
-    sampler.indices = order[crops:]
-    for _ in loader:  # every worker has read a batch
-        pass
-    sampler.indices = order[:crops]
-    began = time.perf_counter()
-    stamps, delivered = [], 0
-    for batch in loader:
-        delivered += len(batch["image"])
-        stamps.append(time.perf_counter())
-    elapsed = stamps[-1] - began
-    summary = summarise_ms(np.diff([began, *stamps]) * 1e9)
-    return {
-        m.SAMPLES_PER_S: delivered / elapsed,
-        m.BATCH_P50_MS: summary[m.P50_MS],
-        m.BATCH_P95_MS: summary[m.P95_MS],
-        "batch_p99_ms": summary[m.P99_MS],
-    }
 
 
 def _mirror(url: str, store: StoreConfig, cache: Path) -> Path:
@@ -153,11 +64,9 @@ def _serve(server: str, plate: Path) -> Iterator[tuple[str, str, str]]:
             print(f"uploaded {uploaded / 2**20:.1f} MiB in {time.perf_counter() - began:.1f} s", flush=True)
             yield endpoint, url, f"/{BUCKET}/{plate.name}/zarr.json"
         return
-    with tempfile.TemporaryDirectory(prefix="cropbench-www-") as www:
-        shutil.copytree(plate, Path(www) / plate.name)
-        write_index(Path(www) / plate.name)
-        with endpoints.http_server(Path(www)) as endpoint:
-            yield endpoint, f"{endpoint}/{plate.name}", f"/{plate.name}/zarr.json"
+    with endpoints.http_plate(plate) as url:
+        endpoint = url.removesuffix(f"/{plate.name}")
+        yield endpoint, url, f"/{plate.name}/zarr.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             ("zarr-fsspec", "zarr", StoreConfig(zarr_client="fsspec"), None),
         ):
             mirror = _mirror(url, store, cache)
-            counts = requests_per_crop(mirror, decode, args.count_crops, 32, args.crop_size, cache_bytes)
+            counts = requests_per_crop(mirror, decode, args.count_crops, args.crop_size, cache_bytes)
             emit({"kind": "requests", "path": label, "store": dataclasses.asdict(store), **counts})
 
         # 2. Rates at the injected latency, beside the local plate.
@@ -255,7 +164,7 @@ def _layout_rows(plate: Path, name: str, args: argparse.Namespace, emit: Any) ->
         stored = sum(path.stat().st_size for path in plate.rglob("*") if path.is_file())
         row: dict[str, Any] = {"kind": "layout", "layout": name, "stored_mib": stored / 2**20}
         for decode in ("direct", "zarr"):
-            counts = requests_per_crop(_mirror(url, StoreConfig(), Path(args.cache)), decode, args.count_crops, 32, 96)
+            counts = requests_per_crop(_mirror(url, StoreConfig(), Path(args.cache)), decode, args.count_crops)
             row[f"{decode}_{m.REQUESTS_PER_CROP}"] = counts[m.REQUESTS_PER_CROP]
             row[f"{decode}_{m.BYTES_TRANSFERRED_PER_CROP}"] = counts[m.BYTES_TRANSFERRED_PER_CROP]
         with endpoints.delay_proxy(endpoint, args.latency_ms) as proxy:

@@ -116,6 +116,7 @@ STAGE_TOTAL_MS = "stage_total_ms"
 RUN_SAMPLES_PER_S = "run_samples_per_s"
 BATCH_P50_MS = prefixed(BATCH, P50_MS)
 BATCH_P95_MS = prefixed(BATCH, P95_MS)
+BATCH_P99_MS = prefixed(BATCH, P99_MS)
 STEADY_BATCHES = "steady_batches"
 EPOCH_SECONDS = "epoch_seconds"
 EPOCH_SAMPLES_PER_S = "epoch_samples_per_s"
@@ -208,6 +209,9 @@ IN_FLIGHT = "in_flight"
 INJECTED_LATENCY_MS = "injected_latency_ms"
 RATIO_TO_LOCAL = "ratio_to_local"
 SERVER_REQUESTS_PER_S = "server_requests_per_s"
+# The first crops of a count (``measure.remote.requests_per_crop``): each shard index fetched once.
+WARMUP_REQUESTS_PER_CROP = "warmup_requests_per_crop"
+WARMUP_BYTES_PER_CROP = "warmup_bytes_per_crop"
 
 
 def catalogued(key: str) -> bool:

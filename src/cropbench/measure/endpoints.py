@@ -5,6 +5,7 @@ server with Range support, and a proxy that delays every request.
   one subprocess on 127.0.0.1 and a free port; it sets nothing globally, it returns the endpoint.
 - :func:`http_server`: nginx serving a folder (``apt-get install nginx``), its own config and
   logs in a temporary folder, Range requests on (nginx's default for static files).
+- :func:`http_plate`: a local plate served by nginx from a temporary copy, by URL.
 - :func:`delay_proxy`: an asyncio TCP proxy that holds each chunk the client sends for
   ``latency_ms`` before forwarding it (order kept, many connections at once), so every request
   pays one injected round trip; ``tc netem`` needs privileges this does not.
@@ -37,7 +38,7 @@ from pathlib import Path
 
 from cropbench.config import StoreConfig
 from cropbench.errors import ConfigError
-from cropbench.formats.sources import mirror_metadata, s3_endpoint, split_url
+from cropbench.formats.sources import mirror_metadata, s3_endpoint, split_url, write_index
 
 #: Test credentials of the loopback S3 server (moto accepts any; these make requests signed).
 S3_ACCESS_KEY = "cropbench"
@@ -182,6 +183,17 @@ def http_server(root: Path, port: int | None = None) -> Iterator[str]:
             yield endpoint
         finally:
             _stop(process)
+
+
+@contextlib.contextmanager
+def http_plate(plate: Path) -> Iterator[str]:
+    """A local plate served over HTTP by nginx from a temporary copy with its key index (HTTP cannot
+    list; the plate folder itself is left untouched); yields the plate's URL. Stops nginx on exit."""
+    with tempfile.TemporaryDirectory(prefix="cropbench-www-") as www:
+        shutil.copytree(plate, Path(www) / plate.name)
+        write_index(Path(www) / plate.name)
+        with http_server(Path(www)) as endpoint:
+            yield f"{endpoint}/{plate.name}"
 
 
 @contextlib.contextmanager
