@@ -90,6 +90,13 @@ ADDED_IN: dict[str, str] = {
     "cropbench.formats.read_plate_metadata": "c9c71ed",
     "cropbench.formats.chunks.StageTimedChunkReader": "c9c71ed",
     "cropbench.tracks.track1.run_case": "4cec727",
+    "cropbench.config.StoreConfig": "2f18851",
+    "cropbench.formats.sources.mirror_metadata": "2f18851",
+    "cropbench.measure.endpoints.nginx_binary": "2f18851",
+    "cropbench.measure.endpoints.http_plate": "cf64caa",
+    "cropbench.measure.remote.requests_per_crop": "cf64caa",
+    "cropbench.metrics.REQUESTS_PER_CROP": "e583338",
+    "cropbench.metrics.BYTES_TRANSFERRED_PER_CROP": "e583338",
     **dict.fromkeys(
         (
             "cropbench.tracks.track2.MemoryCrops",

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -350,3 +351,42 @@ def test_forked_dataloader_workers_read_a_plate_in_a_store(
         return
     for got, want in zip(batches(remote), batches(local), strict=True):
         assert torch.equal(got, want)
+
+
+# The asv suite over a loopback HTTP server (benchmarks/remote.py).
+
+
+def _store_suite() -> type:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks import remote as remote_suite
+
+    return remote_suite.Store
+
+
+def test_the_asv_store_suite_counts_the_same_requests_each_call_and_stops_its_server(tiny_plate: Path) -> None:
+    if endpoints.nginx_binary() is None:
+        pytest.skip("nginx is not installed: apt-get install -y nginx")
+    suite = _store_suite()()
+    plates = {"default": str(tiny_plate)}
+    suite.setup(plates, "direct")
+    try:
+        url = read_plate_metadata(suite.mirror).remote["url"]  # type: ignore[index]
+        requests = suite.track_requests_per_crop(plates, "direct")
+        assert requests == suite.track_requests_per_crop(plates, "direct"), "a count, not a time"
+        assert 0 < requests <= 1.5, "coalesced ranges and a cached shard index: about one request per crop"
+        assert suite.track_bytes_per_crop(plates, "direct") == suite.track_bytes_per_crop(plates, "direct") > 0
+        assert suite.track_relative_cost(plates, "direct") > 0
+    finally:
+        suite.teardown(plates, "direct")
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{url}/zarr.json", timeout=2)
+
+
+def test_the_asv_store_suite_skips_naming_what_is_missing(tiny_plate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    suite = _store_suite()
+    monkeypatch.setattr(endpoints, "nginx_binary", lambda: None)
+    with pytest.raises(NotImplementedError, match="nginx is not installed"):
+        suite().setup({"default": str(tiny_plate)}, "direct")
+    monkeypatch.setitem(sys.modules["benchmarks.remote"].CLIENT_PACKAGES, "direct", ("no_such_http_client",))
+    with pytest.raises(NotImplementedError, match="needs no_such_http_client"):
+        suite().setup({"default": str(tiny_plate)}, "direct")

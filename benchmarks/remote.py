@@ -1,0 +1,83 @@
+"""A plate in a store in asv: the smoke plate served over HTTP on loopback and read by its URL.
+
+On a store a crop is paid for in requests, so the gate here is what the reader counts, which is
+the same on every run of the same code: requests and bytes transferred per random 96 px crop
+(decoded-chunk cache off, so every crop fetches what it needs; shard indexes fetched once in a
+warm-up). Beside them, ``track_relative_cost`` times the crop path over the store against the
+same crops read from the local plate, block by block in one call, so a slower machine moves both.
+
+nginx serves a copy of the plate on 127.0.0.1 from ``setup`` to ``teardown`` (a range-capable
+server that needs no Python package). Where nginx or the read path's HTTP client is missing, the
+cases skip and name it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .common import BLOCK, Suite, access_order, crop_config, one_thread, plate_for, relative_cost, require
+
+#: Random crops counted per ``track_requests_per_crop`` / ``track_bytes_per_crop`` value.
+COUNTED_CROPS = 64
+#: Blocks of ``BLOCK`` crops in one ``track_relative_cost`` value (fewer than Track 1's: a request each).
+REMOTE_BLOCKS = 12
+#: The Python packages each read path's HTTP client needs.
+CLIENT_PACKAGES = {"direct": ("urllib3",), "zarr": ("fsspec", "aiohttp")}
+
+
+class Store(Suite):
+    """The smoke plate by URL from a loopback nginx: requests, bytes and time per crop (``direct`` and ``zarr``)."""
+
+    params = (["direct", "zarr"],)
+    param_names = ("decode",)
+
+    def setup(self, plates: dict[str, str], decode: str) -> None:
+        missing = [name for name in CLIENT_PACKAGES[decode] if importlib.util.find_spec(name) is None]
+        if missing:
+            raise NotImplementedError(f"the {decode} path over HTTP needs {', '.join(missing)} (not installed)")
+        if require("cropbench.measure.endpoints", "nginx_binary")() is None:
+            raise NotImplementedError("nginx is not installed (apt-get install -y nginx): no HTTP server to read from")
+        one_thread()
+        self.decode = decode
+        self.local = Path(plate_for(plates, "default"))
+        self._stack = contextlib.ExitStack()
+        try:
+            url = self._stack.enter_context(require("cropbench.measure.endpoints", "http_plate")(self.local))
+            cache = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="cropbench-mirrors-")))
+            store = require("cropbench.config", "StoreConfig")()
+            self.mirror = require("cropbench.formats.sources", "mirror_metadata")(url, store, cache)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def teardown(self, plates: dict[str, str], decode: str) -> None:
+        self._stack.close()
+
+    def _counts(self) -> dict[str, float]:
+        counted: dict[str, float] = require("cropbench.measure.remote", "requests_per_crop")(
+            self.mirror, self.decode, COUNTED_CROPS, cache_bytes=0
+        )
+        return counted
+
+    def track_requests_per_crop(self, *params: Any) -> float:
+        return float(self._counts()[require("cropbench.metrics", "REQUESTS_PER_CROP")])
+
+    track_requests_per_crop.unit = "requests/crop"  # type: ignore[attr-defined]
+
+    def track_bytes_per_crop(self, *params: Any) -> float:
+        return float(self._counts()[require("cropbench.metrics", "BYTES_TRANSFERRED_PER_CROP")])
+
+    track_bytes_per_crop.unit = "bytes/crop"  # type: ignore[attr-defined]
+
+    def track_relative_cost(self, *params: Any) -> float:
+        dataset_class = require("cropbench.data.dataset", "CropDataset")
+        crop = crop_config(decode=self.decode, chunk_cache_bytes=0)
+        remote, local = dataset_class(self.mirror, crop), dataset_class(self.local, crop)
+        indices = access_order(local, "random", BLOCK * REMOTE_BLOCKS)
+        return relative_cost(remote.__getitem__, local.__getitem__, indices)
+
+    track_relative_cost.unit = "x local read"  # type: ignore[attr-defined]
