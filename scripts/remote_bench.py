@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -36,7 +37,7 @@ from cropbench import metrics as m
 from cropbench.config import StoreConfig
 from cropbench.formats.sources import mirror_metadata, upload_plate
 from cropbench.measure import endpoints
-from cropbench.measure.remote import crops_per_s, requests_per_crop
+from cropbench.measure.remote import StoreLayouts, crops_per_s, layout_over_store, layouts_table, requests_per_crop
 from cropbench.plates.convert import materialize_layout
 
 BUCKET = "bench"
@@ -99,9 +100,20 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
 
     if args.layouts:
+        settings = StoreLayouts(
+            latency_ms=args.latency_ms,
+            in_flight=max(args.in_flight),
+            count_crops=args.count_crops,
+            crops=args.crops,
+            zarr_crops=args.zarr_crops,
+            batch_size=args.batch_size,
+            crop_size=args.crop_size,
+        )
+        serve = functools.partial(_served_url, args.server)
         for name in args.layouts:
-            _layout_rows(materialize_layout(plate, name, cache / "layouts"), name, args, emit)
-        _print_layouts(rows)
+            layout = materialize_layout(plate, name, cache / "layouts")
+            emit({"kind": "layout", **layout_over_store(layout, name, serve, settings, cache)})
+        print("\n" + layouts_table(rows))
         return 0
     with _serve(args.server, plate) as (endpoint, url, probe):
         server = {m.SERVER_REQUESTS_PER_S: endpoints.request_ceiling(endpoint + probe, seconds=2.0, threads=8)}
@@ -157,36 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _layout_rows(plate: Path, name: str, args: argparse.Namespace, emit: Any) -> None:
-    """One layout in the store next to the same layout on disk: requests per crop, then random
-    crops/s (no workers; direct with the largest in-flight limit) at the injected latency."""
-    with _serve(args.server, plate) as (endpoint, url, _):
-        stored = sum(path.stat().st_size for path in plate.rglob("*") if path.is_file())
-        row: dict[str, Any] = {"kind": "layout", "layout": name, "stored_mib": stored / 2**20}
-        for decode in ("direct", "zarr"):
-            counts = requests_per_crop(_mirror(url, StoreConfig(), Path(args.cache)), decode, args.count_crops)
-            row[f"{decode}_{m.REQUESTS_PER_CROP}"] = counts[m.REQUESTS_PER_CROP]
-            row[f"{decode}_{m.BYTES_TRANSFERRED_PER_CROP}"] = counts[m.BYTES_TRANSFERRED_PER_CROP]
-        with endpoints.delay_proxy(endpoint, args.latency_ms) as proxy:
-            for decode, crops in (("direct", args.crops), ("zarr", args.zarr_crops)):
-                store = StoreConfig(in_flight=max(args.in_flight), latency_ms=args.latency_ms, endpoint=proxy)
-                remote = crops_per_s(_mirror(url, store, Path(args.cache)), decode, 0, crops, args.batch_size, 96)
-                local = crops_per_s(plate, decode, 0, crops, args.batch_size, 96)
-                row[f"{decode}_{m.SAMPLES_PER_S}"] = remote[m.SAMPLES_PER_S]
-                row[f"{decode}_local_{m.SAMPLES_PER_S}"] = local[m.SAMPLES_PER_S]
-        emit({**row, m.INJECTED_LATENCY_MS: args.latency_ms, m.IN_FLIGHT: max(args.in_flight)})
-
-
-def _print_layouts(rows: list[dict[str, Any]]) -> None:
-    print("\nlayouts in the store (requests per random 96 px crop; crops/s at the injected latency, workers 0)")
-    for row in rows:
-        print(
-            f"  {row['layout']:<22} {row['stored_mib']:7.1f} MiB  "
-            f"direct {row['direct_requests_per_crop']:5.2f} req/crop {row['direct_samples_per_s']:7.1f}/s "
-            f"(local {row['direct_local_samples_per_s']:7.1f}/s)  "
-            f"zarr {row['zarr_requests_per_crop']:5.2f} req/crop {row['zarr_samples_per_s']:6.1f}/s "
-            f"(local {row['zarr_local_samples_per_s']:6.1f}/s)"
-        )
+@contextlib.contextmanager
+def _served_url(server: str, plate: Path) -> Iterator[str]:
+    with _serve(server, plate) as (_, url, _):
+        yield url
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:

@@ -5,6 +5,7 @@ line naming the URL."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -390,3 +391,50 @@ def test_the_asv_store_suite_skips_naming_what_is_missing(tiny_plate: Path, monk
     monkeypatch.setitem(sys.modules["benchmarks.remote"].CLIENT_PACKAGES, "direct", ("no_such_http_client",))
     with pytest.raises(NotImplementedError, match="needs no_such_http_client"):
         suite().setup({"default": str(tiny_plate)}, "direct")
+
+
+# compare-layouts --plate URL: each layout served on loopback, requests/crop and crops/s.
+
+
+@pytest.mark.slow
+def test_compare_layouts_by_url_reports_requests_and_crops_per_s_per_layout(
+    s3_endpoint: str,
+    http_endpoint: str,
+    served: Path,
+    tiny_plate: Path,
+    tmp_path: Path,
+    cache_home: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    shutil.copytree(tiny_plate, served / "compare.zarr")
+    write_index(served / "compare.zarr")
+    s3_url = f"s3://{BUCKET}/compare/tiny.zarr"
+    upload_plate(tiny_plate, s3_url)
+    for url, layouts in ((f"{http_endpoint}/compare.zarr", ["default", "tiles"]), (s3_url, ["tiles"])):
+        out = tmp_path / url.split(":")[0]
+        args = ["compare-layouts", "--plate", url, "--samples", "40", "--latency-ms", "1", "--out", str(out)]
+        assert main([*args, *(f"--layout={name}" for name in layouts), "--no-progress"]) == 0
+        rows = [json.loads(line) for line in (out / "store_layouts.jsonl").read_text().splitlines()]
+        assert [row[m.LAYOUT] for row in rows] == layouts
+        for row in rows:
+            assert row["plate"] == url and row[m.INJECTED_LATENCY_MS] == 1
+            assert all(m.catalogued(key) for key in row if key != "plate")
+            for prefix in (m.DIRECT_, m.ZARR_):
+                assert row[prefix + m.REQUESTS_PER_CROP] > 0 and row[prefix + m.BYTES_TRANSFERRED_PER_CROP] > 0
+                assert row[prefix + m.SAMPLES_PER_S] > 0 and row[prefix + m.LOCAL_SAMPLES_PER_S] > 0
+        assert not (out / "plates").exists(), "converted layouts are removed unless --keep"
+        assert "req/crop" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_compare_layouts_with_a_bad_url_fails_in_one_line(
+    s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    out = ["--no-progress", "--out", str(tmp_path), "--retries", "0", "--connect-timeout", "1"]
+    for url, why in (
+        ("s3://no-such-bucket/p.zarr", "no such"),
+        (f"s3://{BUCKET}/absent.zarr", "no objects"),
+        (f"http://127.0.0.1:{endpoints.free_port()}/p.zarr", "cannot connect"),
+    ):
+        _one_line_error(*_run_cli("compare-layouts", "--plate", url, *out), url.split("/")[2], why)

@@ -185,6 +185,10 @@ class _ProgressBar:
 
 def cmd_compare_layouts(args: argparse.Namespace) -> int:
     from cropbench import api
+    from cropbench.formats.sources import is_url
+
+    if is_url(args.plate):
+        return _compare_layouts_in_store(args)
     from cropbench.report.summary import summary_table
     from cropbench.tracks.layouts import LayoutComparison, default_layouts
 
@@ -207,6 +211,39 @@ def cmd_compare_layouts(args: argparse.Namespace) -> int:
         bar.close()
     print(summary_table(records))
     _plot(out_dir / RESULTS_NAME, out_dir / "plots")
+    return 0
+
+
+def _compare_layouts_in_store(args: argparse.Namespace) -> int:
+    """compare-layouts --plate URL: requests/crop and crops/s per layout, each served on loopback behind
+    --latency-ms (rows in OUT/store_layouts.jsonl, a table on stdout)."""
+    import contextlib
+    import shutil
+
+    from cropbench.measure.remote import STORE_LAYOUTS, StoreLayouts, compare_layouts_in_store, layouts_table
+
+    out_dir = Path(args.out)
+    settings = StoreLayouts(
+        latency_ms=args.latency_ms,
+        in_flight=args.in_flight,
+        count_crops=args.samples,
+        crops=args.samples,
+        zarr_crops=max(args.samples // 8, 1),  # zarr-python pays several round trips per crop
+        crop_size=args.crop_size,
+    )
+    work = Path(args.work) if args.work else out_dir / "plates"
+    layouts = args.layout or STORE_LAYOUTS
+    rows = compare_layouts_in_store(args.plate, layouts, work, settings, _store_config(args))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / "store_layouts.jsonl").open("a") as handle:
+        for row in rows:
+            handle.write(json.dumps({"plate": args.plate, **row}) + "\n")
+    if not args.keep:  # the converted layouts only: --work may be a folder of the user's
+        for name in layouts:
+            shutil.rmtree(work / name, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            work.rmdir()
+    print(layouts_table(rows))
     return 0
 
 
@@ -545,7 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="rewrite a plate in each layout and measure size, write time and crops/s",
         description="One record per layout (track 'layouts') in OUT/results.jsonl, a summary and a figure.",
     )
-    compare.add_argument("--plate", required=True, help="source plate (any layout)")
+    compare.add_argument(
+        "--plate",
+        required=True,
+        help="source plate (any layout), or a URL (s3://, http(s)://): each layout is then served on loopback "
+        "behind --latency-ms and measured in requests/crop and crops/s (direct and zarr)",
+    )
     compare.add_argument(
         "--layout",
         action="append",
@@ -570,6 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--seed", type=int, default=0, help="sampling seed")
     compare.add_argument("--objects", help="object table (Parquet/CSV) for plates without cropbench's table")
     compare.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_store_knobs(compare)
     compare.set_defaults(handler=cmd_compare_layouts)
 
     upload = commands.add_parser(

@@ -9,14 +9,18 @@ call these functions, so their numbers mean the same thing.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig
+from cropbench.config import CropConfig, StoreConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.measure.protocol import summarise_ms
 
@@ -93,7 +97,9 @@ def crops_per_s(
     from cropbench.data.loader import batch_collate
 
     dataset = crop_dataset(plate, decode, crop_size)
-    order = random_order(dataset, crops + batch_size * max(workers, 1), seed=2)
+    warm = batch_size * max(workers, 1)
+    crops = max(min(crops, len(dataset) - warm), 1)  # a small plate: fewer timed crops, the warm-up kept
+    order = random_order(dataset, crops + warm, seed=2)
     sampler = _Order()
     loader = DataLoader(
         dataset,
@@ -124,3 +130,97 @@ def crops_per_s(
         m.BATCH_P95_MS: summary[m.P95_MS],
         m.BATCH_P99_MS: summary[m.P99_MS],
     }
+
+
+#: The key prefix of each read path's numbers in a layout row.
+_PREFIX = {"direct": m.DIRECT_, "zarr": m.ZARR_}
+#: Serves a local plate folder in a store for as long as the context is open; yields its URL.
+Serve = Callable[[Path], AbstractContextManager[str]]
+
+
+@dataclass(frozen=True)
+class StoreLayouts:
+    """How each layout is measured over a store: counts without injected latency (they do not depend
+    on it), then random crops/s with no workers at ``latency_ms``, the direct path with ``in_flight``
+    requests open, beside the same layout on local disk."""
+
+    latency_ms: float = 20.0
+    in_flight: int = 16
+    count_crops: int = 200
+    crops: int = 256
+    zarr_crops: int = 64
+    batch_size: int = 32
+    crop_size: int = 96
+
+
+def layout_over_store(plate: Path, name: str, serve: Serve, settings: StoreLayouts, cache: Path) -> dict[str, Any]:
+    """One row: the plate ``plate`` (written in layout ``name``) put in a store by ``serve``, requests
+    and bytes per random crop (decoded-chunk cache off: what a crop needs, not what a small plate
+    left cached) and crops/s per read path, each rate next to the local one."""
+    from cropbench.formats.sources import mirror_metadata
+    from cropbench.measure.endpoints import remote_plate
+
+    stored = sum(path.stat().st_size for path in plate.rglob("*") if path.is_file())
+    row: dict[str, Any] = {m.LAYOUT: name, m.STORED_MIB: stored / 2**20}
+    with serve(plate) as url:
+        for decode in ("direct", "zarr"):
+            mirror = mirror_metadata(url, StoreConfig(), cache)
+            counts = requests_per_crop(mirror, decode, settings.count_crops, settings.crop_size, cache_bytes=0)
+            row[m.prefixed(_PREFIX[decode], m.REQUESTS_PER_CROP)] = counts[m.REQUESTS_PER_CROP]
+            row[m.prefixed(_PREFIX[decode], m.BYTES_TRANSFERRED_PER_CROP)] = counts[m.BYTES_TRANSFERRED_PER_CROP]
+        store = StoreConfig(in_flight=settings.in_flight, latency_ms=settings.latency_ms)
+        for decode, crops in (("direct", settings.crops), ("zarr", settings.zarr_crops)):
+            with remote_plate(url, store, cache) as mirror:
+                remote = crops_per_s(mirror, decode, 0, crops, settings.batch_size, settings.crop_size)
+            local = crops_per_s(plate, decode, 0, crops, settings.batch_size, settings.crop_size)
+            row[m.prefixed(_PREFIX[decode], m.SAMPLES_PER_S)] = remote[m.SAMPLES_PER_S]
+            row[m.prefixed(_PREFIX[decode], m.LOCAL_SAMPLES_PER_S)] = local[m.SAMPLES_PER_S]
+    return {**row, m.INJECTED_LATENCY_MS: settings.latency_ms, m.IN_FLIGHT: settings.in_flight}
+
+
+#: Layouts compared over a store when none are named: sharded small chunks, unsharded tiles, planes.
+STORE_LAYOUTS = ("default", "tiles", "planes")
+
+
+def compare_layouts_in_store(
+    url: str,
+    layouts: Sequence[str],
+    work: Path,
+    settings: StoreLayouts,
+    store: StoreConfig | None = None,
+    cache: Path | None = None,
+) -> list[dict[str, Any]]:
+    """Which layout to publish: the plate at ``url`` rewritten in each layout under ``work`` (its pixels
+    read from the store once), each served by nginx on loopback behind ``settings.latency_ms`` and
+    measured by :func:`layout_over_store`. A loopback copy, not the user's bucket: nothing is written
+    to the store, and every layout pays the same injected round trip."""
+    from cropbench.config import layout_by_name
+    from cropbench.errors import ConfigError
+    from cropbench.formats.sources import mirror_metadata
+    from cropbench.measure.endpoints import http_plate
+    from cropbench.plates.convert import materialize_layout
+
+    for name in layouts:
+        if layout_by_name(name).format != "ome-zarr":
+            raise ConfigError(f"layout {name!r} is not OME-Zarr: only OME-Zarr layouts are read from a store")
+    source = mirror_metadata(url, dataclasses.replace(store or StoreConfig(), latency_ms=0.0), cache)
+    rows = []
+    for name in layouts:
+        plate = materialize_layout(source, name, work)
+        rows.append(layout_over_store(plate, name, http_plate, settings, source.parent))
+    return rows
+
+
+def layouts_table(rows: list[dict[str, Any]]) -> str:
+    """The layout rows as a table: requests per crop and crops/s (local in parentheses) per read path."""
+    lines = ["layouts in the store (requests per random crop; crops/s at the injected latency, no workers)"]
+    for row in rows:
+        cells = [f"  {row[m.LAYOUT]:<22} {row[m.STORED_MIB]:7.1f} MiB"]
+        for decode in ("direct", "zarr"):
+            key = _PREFIX[decode]
+            cells.append(
+                f"{decode} {row[key + m.REQUESTS_PER_CROP]:5.2f} req/crop {row[key + m.SAMPLES_PER_S]:7.1f}/s "
+                f"(local {row[key + m.LOCAL_SAMPLES_PER_S]:7.1f}/s)"
+            )
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
