@@ -28,7 +28,7 @@ from cropbench.cli import main
 from cropbench.config import LAYOUTS, CropConfig, StoreConfig, Track1Case
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import batch_collate
-from cropbench.errors import StoreError
+from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import DirectChunkReader, open_plate, read_plate_metadata
 from cropbench.formats.sources import mirror_metadata, object_store, upload_plate, write_index
 from cropbench.measure import endpoints
@@ -438,3 +438,20 @@ def test_compare_layouts_with_a_bad_url_fails_in_one_line(
         (f"http://127.0.0.1:{endpoints.free_port()}/p.zarr", "cannot connect"),
     ):
         _one_line_error(*_run_cli("compare-layouts", "--plate", url, *out), url.split("/")[2], why)
+
+
+@pytest.mark.slow
+def test_a_run_by_url_beside_its_local_plate_carries_the_ratio_to_local(
+    s3_endpoint: str, tiny_plate: Path, cache_home: Path
+) -> None:
+    url = f"s3://{BUCKET}/ratio/tiny.zarr"
+    upload_plate(tiny_plate, url)
+    records = api.run(url, [_TwoCases()], local_plate=tiny_plate)
+    assert [r.config["crop"]["decode"] for r in records] == ["direct", "zarr"]
+    for record in records:
+        local = record.metrics[m.LOCAL_SAMPLES_PER_S]
+        assert local > 0
+        assert record.metrics[m.RATIO_TO_LOCAL] == pytest.approx(record.metrics[m.SAMPLES_PER_S] / local)
+    assert m.RATIO_TO_LOCAL not in api.run(url, [_TwoCases()])[0].metrics, "no local plate, no ratio"
+    with pytest.raises(ConfigError, match="already local"):
+        api.run(tiny_plate, [_TwoCases()], local_plate=tiny_plate)

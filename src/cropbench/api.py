@@ -46,6 +46,7 @@ def run(
     objects: str | Path | None = None,
     progress: Progress | None = None,
     rank_timeout_s: float = DEFAULT_TIMEOUT_S,
+    local_plate: str | Path | None = None,
 ) -> list[Record]:
     """Measure ``tracks`` (names in ``TRACKS``, or track objects) on ``plate``; returns this run's records.
 
@@ -58,6 +59,8 @@ def run(
     ``plate`` may be a URL (``s3://bucket/prefix/plate.zarr``, ``https://host/path/plate.zarr``): its
     metadata is mirrored locally and its pixels are read from the store as ``store`` says (in-flight
     requests, timeouts, retries, injected latency; see :class:`~cropbench.config.StoreConfig`).
+    ``local_plate`` is the same plate on local disk: each Track 1 case is then measured on it too,
+    just before the store, and the store's rows carry ``ratio_to_local``.
 
     Started by ``torchrun``, each rank calls this: tracks 2 and 3 run across the ranks (see
     :mod:`cropbench.tracks.distributed`), rank 0 alone writes and returns the records, and a rank that
@@ -70,6 +73,8 @@ def run(
         raise ConfigError(f"repeats must be >= 1, got {repeats}")
     if samples is not None and samples < 1:
         raise ConfigError(f"samples must be >= 1, got {samples}")
+    if local_plate is not None and not is_url(plate):
+        raise ConfigError(f"--local-plate is the local copy of a plate in a store; {plate} is already local")
     remote = contextlib.ExitStack()  # a remote plate's delay proxy, stopped when the run ends
     if is_url(plate):
         if layout is not None:
@@ -97,7 +102,10 @@ def run(
         objects=Path(objects) if objects is not None else None,
         samples=samples,
         report=(lambda message: progress(message, None)) if progress else None,
+        local=_local_context(local_plate, objects, samples) if local_plate is not None else None,
     )
+    if context.local is not None and context.local.metadata.fields != context.metadata.fields:
+        raise ConfigError(f"--local-plate {local_plate} is not the plate at {plate} (their fields differ)")
     chosen = [TRACKS[t]() if isinstance(t, str) else t for t in tracks]
     chosen = distribute(chosen, cluster) if cluster is not None else chosen
     results = Path(out_dir) / RESULTS_NAME if out_dir is not None else None
@@ -139,6 +147,11 @@ def compare_layouts(
     removed after measuring unless ``keep``) and measure each: one record per layout (track ``layouts``)."""
     track = Layouts(comparison, Path(work_dir) if work_dir else Path(out_dir) / "plates", keep=keep)
     return run(plate, [track], out_dir=out_dir, objects=objects, progress=progress)
+
+
+def _local_context(plate: str | Path, objects: str | Path | None, samples: int | None) -> RunContext:
+    """The run's plate on local disk, the reference of a plate in a store (same object table and samples)."""
+    return RunContext(plate=Path(plate), objects=Path(objects) if objects is not None else None, samples=samples)
 
 
 #: The smoke run's plate, inside its output directory, and the tracks it runs.

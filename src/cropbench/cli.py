@@ -274,6 +274,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             layout=args.layout,
             layout_dir=args.layout_dir,
             store=_store_config(args),
+            local_plate=args.local_plate,
             objects=args.objects,
             progress=bar,
             **({"rank_timeout_s": args.rank_timeout} if args.rank_timeout is not None else {}),
@@ -535,6 +536,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_store_knobs(run)
+    run.add_argument(
+        "--local-plate",
+        metavar="PATH",
+        help="the same plate on local disk, beside a plate URL: Track 1 measures each case on it too and "
+        "the store's rows carry ratio_to_local",
+    )
     run.set_defaults(handler=cmd_run)
 
     importer = commands.add_parser(

@@ -28,7 +28,9 @@ class RunContext:
     """Shared by all tracks of one run.
 
     ``objects`` is an object table file to use instead of the plate's bundled one; ``samples``
-    overrides each preset's sample count; ``report`` receives progress messages.
+    overrides each preset's sample count; ``report`` receives progress messages. ``local`` is the
+    same plate on local disk beside a plate in a store: Track 1 measures each case on it too, so a
+    row over the store carries its ratio to the local read of the same run.
     """
 
     plate: Path
@@ -37,6 +39,7 @@ class RunContext:
     objects: Path | None = None
     samples: int | None = None
     report: Callable[[str], None] | None = None
+    local: RunContext | None = None
 
     def __post_init__(self) -> None:
         self.plate = Path(self.plate)

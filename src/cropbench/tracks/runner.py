@@ -100,6 +100,33 @@ def store_metrics(remote: dict[str, Any] | None, measured: dict[str, Any]) -> di
     return metrics
 
 
+#: Tracks whose cases are also measured on the local plate beside a plate in a store.
+LOCAL_REFERENCE_TRACKS = ("1",)
+
+
+def local_rates(track: Track, case: Any, repeat: int, context: RunContext) -> dict[str, float]:
+    """samples/s of ``case`` on the same plate on local disk (``context.local``), by row label, measured
+    just before the store's rows so both see the same machine; empty when there is nothing to compare."""
+    if context.local is None or context.remote is None or track.name not in LOCAL_REFERENCE_TRACKS:
+        return {}
+    context.progress(f"track {track.name} {case.label} (repeat {repeat}, local plate)")
+    return {
+        row.case.label: float(row.metrics[m.SAMPLES_PER_S])
+        for row in track.measure(case, repeat, context.local)
+        if m.SAMPLES_PER_S in row.metrics
+    }
+
+
+def ratio_to_local(local_samples_per_s: float | None, measured: dict[str, Any]) -> dict[str, Any]:
+    """A store row's samples/s over the local plate's for the same case; nothing without a local rate."""
+    if not local_samples_per_s or m.SAMPLES_PER_S not in measured:
+        return {}
+    return {
+        m.LOCAL_SAMPLES_PER_S: local_samples_per_s,
+        m.RATIO_TO_LOCAL: float(measured[m.SAMPLES_PER_S]) / local_samples_per_s,
+    }
+
+
 def run_tracks(
     tracks: Sequence[Track],
     preset: str,
@@ -126,6 +153,7 @@ def run_tracks(
             for repeat in range(repeats):
                 if (track.name, case_identity(track.name, case, context), repeat) in done:
                     continue
+                local = local_rates(track, case, repeat, context)
                 context.progress(f"track {track.name} {case.label} (repeat {repeat})")
                 for row in track.measure(case, repeat, context):
                     case_id = case_identity(track.name, row.case, context)
@@ -143,7 +171,11 @@ def run_tracks(
                         case=row.case.label,
                         case_id=case_id,
                         config=config,
-                        metrics={**row.metrics, **store_metrics(context.remote, row.metrics)},
+                        metrics={
+                            **row.metrics,
+                            **store_metrics(context.remote, row.metrics),
+                            **ratio_to_local(local.get(row.case.label), row.metrics),
+                        },
                         environment=context.environment,
                         seed=row.seed,
                         repeat=repeat,
