@@ -172,6 +172,7 @@ def test_upload_then_run_by_url_with_injected_latency(
         assert record.config["store"]["latency_ms"] == 5 and record.config["store"]["in_flight"] == 4
         assert record.metrics[m.INJECTED_LATENCY_MS] == 5 and record.metrics[m.IN_FLIGHT] == 4
         assert record.metrics[m.REQUESTS_PER_CROP] > 0 and record.metrics[m.BYTES_TRANSFERRED_PER_CROP] > 0
+        assert record.metrics[m.SERVER_REQUESTS_PER_S] > 0, "a loopback server's own ceiling, once per run"
         assert not record.metrics[m.EVICTION_VERIFIED], "nothing local to evict"
         assert "not-evicted" not in record.metrics[m.VALIDITY_FLAGS]
     local = api.run(tiny_plate, [_TwoCases()])
@@ -452,6 +453,8 @@ def test_a_run_by_url_beside_its_local_plate_carries_the_ratio_to_local(
         local = record.metrics[m.LOCAL_SAMPLES_PER_S]
         assert local > 0
         assert record.metrics[m.RATIO_TO_LOCAL] == pytest.approx(record.metrics[m.SAMPLES_PER_S] / local)
-    assert m.RATIO_TO_LOCAL not in api.run(url, [_TwoCases()])[0].metrics, "no local plate, no ratio"
+    alone = api.run(url, [_TwoCases()])[0].metrics
+    assert m.RATIO_TO_LOCAL not in alone, "no local plate, no ratio"
+    assert m.SERVER_REQUESTS_PER_S not in alone, "no injected latency: the endpoint may be a real store"
     with pytest.raises(ConfigError, match="already local"):
         api.run(tiny_plate, [_TwoCases()], local_plate=tiny_plate)

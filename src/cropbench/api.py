@@ -17,7 +17,7 @@ from cropbench.config import LayoutSpec, StoreConfig, plate_preset
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import is_url
 from cropbench.measure import environment
-from cropbench.measure.endpoints import remote_plate
+from cropbench.measure.endpoints import remote_plate, server_ceiling
 from cropbench.measure.protocol import configure_threads
 from cropbench.plates.convert import materialize_layout
 from cropbench.plates.generate import GeneratedPlate, generate_plate
@@ -103,6 +103,7 @@ def run(
         samples=samples,
         report=(lambda message: progress(message, None)) if progress else None,
         local=_local_context(local_plate, objects, samples) if local_plate is not None else None,
+        server_requests_per_s=server_ceiling(str(plate), store or StoreConfig()) if is_url(plate) else None,
     )
     if context.local is not None and context.local.metadata.fields != context.metadata.fields:
         raise ConfigError(f"--local-plate {local_plate} is not the plate at {plate} (their fields differ)")

@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import dataclasses
 import functools
+import http.client
 import os
 import shutil
 import socket
@@ -38,7 +39,7 @@ from pathlib import Path
 
 from cropbench.config import StoreConfig
 from cropbench.errors import ConfigError
-from cropbench.formats.sources import mirror_metadata, s3_endpoint, split_url, write_index
+from cropbench.formats.sources import RemoteSource, mirror_metadata, s3_endpoint, split_url, write_index
 
 #: Test credentials of the loopback S3 server (moto accepts any; these make requests signed).
 S3_ACCESS_KEY = "cropbench"
@@ -251,6 +252,23 @@ def remote_plate(url: str, store: StoreConfig, cache_dir: Path | None = None) ->
         yield mirror_metadata(url, store, cache_dir)
 
 
+#: Seconds :func:`server_ceiling` spends measuring a run's server.
+CEILING_SECONDS = 1.0
+
+
+def server_ceiling(url: str, store: StoreConfig) -> float | None:
+    """Requests/s a trivial client gets from the loopback server behind a plate URL (no injected delay),
+    measured once per run so its rows say whether the reader or the server was the bound; None when
+    no delay is injected (the endpoint may be a real store, where hammering it is not ours to do)."""
+    if store.latency_ms <= 0:
+        return None
+    probe = RemoteSource(url, dataclasses.replace(store, latency_ms=0.0)).object_url("zarr.json")
+    try:
+        return request_ceiling(probe, seconds=CEILING_SECONDS, threads=8)
+    except (OSError, http.client.HTTPException):  # the run's own requests will report the failure
+        return None
+
+
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
     """Forward what ``reader`` receives to ``writer``, each chunk ``delay_s`` after it arrived (order kept)."""
     loop = asyncio.get_running_loop()
@@ -303,7 +321,6 @@ async def _serve(listen: int, target: tuple[str, int], latency_ms: float) -> Non
 def request_ceiling(url: str, seconds: float = 2.0, threads: int = 8) -> float:
     """Requests/s a trivial client gets from ``url`` (a small object) with ``threads`` keep-alive clients:
     the server's own ceiling, to tell whether a row was bound by the client or the server."""
-    import http.client
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)

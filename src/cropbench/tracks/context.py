@@ -30,7 +30,8 @@ class RunContext:
     ``objects`` is an object table file to use instead of the plate's bundled one; ``samples``
     overrides each preset's sample count; ``report`` receives progress messages. ``local`` is the
     same plate on local disk beside a plate in a store: Track 1 measures each case on it too, so a
-    row over the store carries its ratio to the local read of the same run.
+    row over the store carries its ratio to the local read of the same run. ``server_requests_per_s``
+    is the store's own ceiling (a trivial client), measured once where the server is on loopback.
     """
 
     plate: Path
@@ -40,6 +41,7 @@ class RunContext:
     samples: int | None = None
     report: Callable[[str], None] | None = None
     local: RunContext | None = None
+    server_requests_per_s: float | None = None
 
     def __post_init__(self) -> None:
         self.plate = Path(self.plate)

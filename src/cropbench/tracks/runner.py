@@ -83,13 +83,18 @@ def case_identity(track: str, case: Any, context: RunContext) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def store_metrics(remote: dict[str, Any] | None, measured: dict[str, Any]) -> dict[str, Any]:
+def store_metrics(
+    remote: dict[str, Any] | None, measured: dict[str, Any], server_requests_per_s: float | None = None
+) -> dict[str, Any]:
     """A remote plate's row: the reader's reads and fetched bytes per crop as requests and bytes
-    transferred, with the in-flight limit and injected latency it ran under; nothing for a local plate."""
+    transferred, with the in-flight limit and injected latency it ran under (and the server's ceiling
+    where it was measured); nothing for a local plate."""
     if remote is None:
         return {}
     store = remote["store"]
     metrics: dict[str, Any] = {m.IN_FLIGHT: store["in_flight"], m.INJECTED_LATENCY_MS: store["latency_ms"]}
+    if server_requests_per_s is not None:
+        metrics[m.SERVER_REQUESTS_PER_S] = server_requests_per_s
     for source, name in (
         (m.READS_PER_CROP, m.REQUESTS_PER_CROP),
         (m.BYTES_FETCHED_PER_CROP, m.BYTES_TRANSFERRED_PER_CROP),
@@ -173,7 +178,7 @@ def run_tracks(
                         config=config,
                         metrics={
                             **row.metrics,
-                            **store_metrics(context.remote, row.metrics),
+                            **store_metrics(context.remote, row.metrics, context.server_requests_per_s),
                             **ratio_to_local(local.get(row.case.label), row.metrics),
                         },
                         environment=context.environment,
