@@ -441,6 +441,34 @@ def test_compare_layouts_with_a_bad_url_fails_in_one_line(
         _one_line_error(*_run_cli("compare-layouts", "--plate", url, *out), url.split("/")[2], why)
 
 
+def test_compare_layouts_by_url_refuses_options_it_would_ignore(tmp_path: Path) -> None:
+    for flag, value in (("--decode", "zarr"), ("--repeats", "5"), ("--objects", "objects.csv")):
+        args = ("compare-layouts", "--plate", "s3://bucket/p.zarr", flag, value, "--out", str(tmp_path))
+        _one_line_error(*_run_cli(*args), "s3://bucket/p.zarr", flag, "local plate only")
+    assert not any(tmp_path.iterdir()), "nothing is written before the error"
+
+
+def test_compare_layouts_by_url_keeps_plates_it_did_not_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cropbench.measure import remote
+
+    work = tmp_path / "work"
+    kept = work / "tiles" / "mine.txt"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("a user's file")
+
+    def write_layouts(url: str, layouts: list[str], root: Path, *_: object) -> list[dict[str, object]]:
+        for name in layouts:
+            (root / name).mkdir(parents=True, exist_ok=True)
+        return []
+
+    monkeypatch.setattr(remote, "compare_layouts_in_store", write_layouts)
+    monkeypatch.setattr(remote, "layouts_table", lambda rows: "")
+    args = ["compare-layouts", "--plate", "s3://bucket/p.zarr", "--work", str(work), "--out", str(tmp_path / "out")]
+    assert main([*args, "--layout=default", "--layout=tiles"]) == 0
+    assert kept.read_text() == "a user's file", "a folder that was there before is left alone"
+    assert not (work / "default").exists(), "what the run wrote is removed without --keep"
+
+
 @pytest.mark.slow
 def test_a_run_by_url_beside_its_local_plate_carries_the_ratio_to_local(
     s3_endpoint: str, tiny_plate: Path, cache_home: Path

@@ -25,7 +25,7 @@ from cropbench.config import (
     layout_by_name,
     plate_preset,
 )
-from cropbench.errors import CropbenchError
+from cropbench.errors import ConfigError, CropbenchError
 from cropbench.metrics import SAMPLES_PER_S
 from cropbench.plates.generate import GeneratedPlate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, read_records, write_csv
@@ -222,6 +222,23 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
 
     from cropbench.measure.remote import STORE_LAYOUTS, StoreLayouts, compare_layouts_in_store, layouts_table
 
+    ignored = [
+        flag
+        for flag, value, default in (
+            ("--decode", args.decode, "direct"),
+            ("--warmup", args.warmup, 200),
+            ("--repeats", args.repeats, 3),
+            ("--seed", args.seed, 0),
+            ("--objects", args.objects, None),
+        )
+        if value != default
+    ]
+    if ignored:
+        raise ConfigError(
+            f"compare-layouts --plate {args.plate}: {', '.join(ignored)} apply to a local plate only; "
+            "over a store every layout is measured with direct and zarr (--samples, --crop-size, --layout, "
+            "--latency-ms, --in-flight set the run)"
+        )
     out_dir = Path(args.out)
     settings = StoreLayouts(
         latency_ms=args.latency_ms,
@@ -233,16 +250,19 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
     )
     work = Path(args.work) if args.work else out_dir / "plates"
     layouts = args.layout or STORE_LAYOUTS
+    work_existed = work.exists()
+    created = [name for name in layouts if not (work / name).exists()]  # removed afterwards unless --keep
     rows = compare_layouts_in_store(args.plate, layouts, work, settings, _store_config(args))
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / "store_layouts.jsonl").open("a") as handle:
         for row in rows:
             handle.write(json.dumps({"plate": args.plate, **row}) + "\n")
-    if not args.keep:  # the converted layouts only: --work may be a folder of the user's
-        for name in layouts:
+    if not args.keep:  # only the layouts this run wrote: --work may hold plates kept earlier, or be the user's
+        for name in created:
             shutil.rmtree(work / name, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            work.rmdir()
+        if not work_existed:
+            with contextlib.suppress(OSError):
+                work.rmdir()
     print(layouts_table(rows))
     return 0
 
@@ -396,7 +416,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from cropbench.errors import ConfigError
     from cropbench.report.stability import format_repeat_summary, numeric_metrics, summarise_repeats
 
     records = read_records(args.results)
