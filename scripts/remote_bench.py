@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import functools
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -43,22 +42,11 @@ from cropbench.plates.convert import materialize_layout
 BUCKET = "bench"
 
 
-def _mirror(url: str, store: StoreConfig, cache: Path) -> Path:
-    return mirror_metadata(url, store, cache)
-
-
 @contextlib.contextmanager
 def _serve(server: str, plate: Path) -> Iterator[tuple[str, str, str]]:
     """The plate in a loopback store: (endpoint, plate URL, path of a small object for the ceiling)."""
     if server == "s3":
-        with endpoints.s3_server() as endpoint:
-            os.environ.update(
-                AWS_ENDPOINT_URL=endpoint,
-                AWS_ACCESS_KEY_ID=endpoints.S3_ACCESS_KEY,
-                AWS_SECRET_ACCESS_KEY=endpoints.S3_SECRET_KEY,
-                AWS_REGION="us-east-1",
-            )
-            endpoints.create_bucket(endpoint, BUCKET)
+        with endpoints.loopback_s3(BUCKET) as endpoint:
             url = f"s3://{BUCKET}/{plate.name}"
             began = time.perf_counter()
             uploaded = upload_plate(plate, url)
@@ -129,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             ("zarr-obstore", "zarr", StoreConfig(zarr_client="obstore"), None),
             ("zarr-fsspec", "zarr", StoreConfig(zarr_client="fsspec"), None),
         ):
-            mirror = _mirror(url, store, cache)
+            mirror = mirror_metadata(url, store, cache)
             counts = requests_per_crop(mirror, decode, args.count_crops, args.crop_size, cache_bytes)
             emit({"kind": "requests", "path": label, "store": dataclasses.asdict(store), **counts})
 
@@ -151,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                     local = crops_per_s(plate, decode, workers, crops, args.batch_size, args.crop_size)
                     local_rates[key] = local[m.SAMPLES_PER_S]
                     emit({"kind": "rate", "path": f"{decode}-local", "workers": workers, **local})
-                mirror = _mirror(url, store, cache)
+                mirror = mirror_metadata(url, store, cache)
                 rate = crops_per_s(mirror, decode, workers, crops, args.batch_size, args.crop_size)
                 emit(
                     {

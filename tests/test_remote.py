@@ -6,7 +6,6 @@ line naming the URL."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -50,24 +49,8 @@ WINDOWS = [(0, 0, 96, 0, 96), (1, 40, 136, 100, 196), (3, 104, 200, 144, 240), (
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
     """moto's S3 server on loopback, with the standard AWS variables pointing at it while the module runs."""
-    names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
-    saved = {name: os.environ.get(name) for name in names}
-    with endpoints.s3_server() as endpoint:
-        os.environ.update(
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_ACCESS_KEY_ID=endpoints.S3_ACCESS_KEY,
-            AWS_SECRET_ACCESS_KEY=endpoints.S3_SECRET_KEY,
-            AWS_REGION="us-east-1",
-        )
-        endpoints.create_bucket(endpoint, BUCKET)
-        try:
-            yield endpoint
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with endpoints.loopback_s3(BUCKET) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="module")
@@ -299,11 +282,7 @@ def test_a_server_that_stops_mid_run_keeps_the_finished_rows(
     tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    with endpoints.s3_server() as endpoint, endpoints.delay_proxy(endpoint, 0) as proxy:
-        endpoints.create_bucket(endpoint, BUCKET)
-        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", endpoints.S3_ACCESS_KEY)
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", endpoints.S3_SECRET_KEY)
+    with endpoints.loopback_s3(BUCKET) as endpoint, endpoints.delay_proxy(endpoint, 0) as proxy:
         url = f"s3://{BUCKET}/stops/tiny.zarr"
         upload_plate(tiny_plate, url)
         stopped = []

@@ -3,6 +3,7 @@ server with Range support, and a proxy that delays every request.
 
 - :func:`s3_server`: moto's server mode (``moto[server]``, what zarr-python and s3fs test with),
   one subprocess on 127.0.0.1 and a free port; it sets nothing globally, it returns the endpoint.
+- :func:`loopback_s3`: that server with a bucket, and the AWS variables pointing at it meanwhile.
 - :func:`http_server`: nginx serving a folder (``apt-get install nginx``), its own config and
   logs in a temporary folder, Range requests on (nginx's default for static files).
 - :func:`http_plate`: a local plate served by nginx from a temporary copy, by URL.
@@ -44,6 +45,8 @@ from cropbench.formats.sources import RemoteSource, mirror_metadata, s3_endpoint
 #: Test credentials of the loopback S3 server (moto accepts any; these make requests signed).
 S3_ACCESS_KEY = "cropbench"
 S3_SECRET_KEY = "cropbench-secret"
+#: The region clients of the loopback S3 server name (moto accepts any).
+S3_REGION = "us-east-1"
 #: Seconds a server may take to answer its first request.
 START_TIMEOUT_S = 30.0
 
@@ -135,9 +138,34 @@ def create_bucket(endpoint: str, bucket: str) -> None:
         endpoint_url=endpoint,
         aws_access_key_id=S3_ACCESS_KEY,
         aws_secret_access_key=S3_SECRET_KEY,
-        region_name="us-east-1",
+        region_name=S3_REGION,
     )
     client.create_bucket(Bucket=bucket)
+
+
+@contextlib.contextmanager
+def loopback_s3(bucket: str, environment: dict[str, str] | None = None) -> Iterator[str]:
+    """:func:`s3_server` holding an empty ``bucket``, with the standard AWS variables pointing every
+    S3 client of this process (and its children) at it while it runs; yields the endpoint. The
+    variables are restored on exit, so a user's own AWS settings survive."""
+    names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
+    saved = {name: os.environ.get(name) for name in names}
+    with s3_server(environment=environment) as endpoint:
+        os.environ.update(
+            AWS_ENDPOINT_URL=endpoint,
+            AWS_ACCESS_KEY_ID=S3_ACCESS_KEY,
+            AWS_SECRET_ACCESS_KEY=S3_SECRET_KEY,
+            AWS_REGION=S3_REGION,
+        )
+        try:
+            create_bucket(endpoint, bucket)
+            yield endpoint
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 _NGINX_CONFIG = """

@@ -73,19 +73,6 @@ def requests_per_crop(
     }
 
 
-class _Order:
-    """A sampler whose indices change between epochs (warm-up epoch, then the timed one)."""
-
-    def __init__(self) -> None:
-        self.indices: list[int] = []
-
-    def __iter__(self) -> Any:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
 def crops_per_s(
     plate: Path, decode: str, workers: int, crops: int, batch_size: int, crop_size: int = 96
 ) -> dict[str, float]:
@@ -94,13 +81,14 @@ def crops_per_s(
     timed from ``iter()`` to its last batch."""
     from torch.utils.data import DataLoader
 
-    from cropbench.data.loader import batch_collate
+    from cropbench.data.loader import ScheduledSampler, batch_collate
 
     dataset = crop_dataset(plate, decode, crop_size)
     warm = batch_size * max(workers, 1)
     crops = max(min(crops, len(dataset) - warm), 1)  # a small plate: fewer timed crops, the warm-up kept
     order = random_order(dataset, crops + warm, seed=2)
-    sampler = _Order()
+    # epoch 0 warms up (starts the workers, opens the readers), epoch 1 is timed
+    sampler = ScheduledSampler([np.asarray(order[crops:]), np.asarray(order[:crops])])
     loader = DataLoader(
         dataset,
         batch_size=batch_size,
@@ -111,10 +99,9 @@ def crops_per_s(
         multiprocessing_context="forkserver" if workers else None,  # obstore (zarr path) does not survive fork
         prefetch_factor=2 if workers else None,
     )
-    sampler.indices = order[crops:]
     for _ in loader:  # every worker has read a batch
         pass
-    sampler.indices = order[:crops]
+    sampler.set_epoch(1)
     began = time.perf_counter()
     stamps, delivered = [], 0
     for batch in loader:
@@ -163,18 +150,18 @@ def layout_over_store(plate: Path, name: str, serve: Serve, settings: StoreLayou
     stored = sum(path.stat().st_size for path in plate.rglob("*") if path.is_file())
     row: dict[str, Any] = {m.LAYOUT: name, m.STORED_MIB: stored / 2**20}
     with serve(plate) as url:
+        mirror = mirror_metadata(url, StoreConfig(), cache)
         for decode in ("direct", "zarr"):
-            mirror = mirror_metadata(url, StoreConfig(), cache)
             counts = requests_per_crop(mirror, decode, settings.count_crops, settings.crop_size, cache_bytes=0)
             row[m.prefixed(_PREFIX[decode], m.REQUESTS_PER_CROP)] = counts[m.REQUESTS_PER_CROP]
             row[m.prefixed(_PREFIX[decode], m.BYTES_TRANSFERRED_PER_CROP)] = counts[m.BYTES_TRANSFERRED_PER_CROP]
         store = StoreConfig(in_flight=settings.in_flight, latency_ms=settings.latency_ms)
-        for decode, crops in (("direct", settings.crops), ("zarr", settings.zarr_crops)):
-            with remote_plate(url, store, cache) as mirror:
-                remote = crops_per_s(mirror, decode, 0, crops, settings.batch_size, settings.crop_size)
-            local = crops_per_s(plate, decode, 0, crops, settings.batch_size, settings.crop_size)
-            row[m.prefixed(_PREFIX[decode], m.SAMPLES_PER_S)] = remote[m.SAMPLES_PER_S]
-            row[m.prefixed(_PREFIX[decode], m.LOCAL_SAMPLES_PER_S)] = local[m.SAMPLES_PER_S]
+        with remote_plate(url, store, cache) as delayed:  # one proxy and one mirror for both read paths
+            for decode, crops in (("direct", settings.crops), ("zarr", settings.zarr_crops)):
+                remote = crops_per_s(delayed, decode, 0, crops, settings.batch_size, settings.crop_size)
+                local = crops_per_s(plate, decode, 0, crops, settings.batch_size, settings.crop_size)
+                row[m.prefixed(_PREFIX[decode], m.SAMPLES_PER_S)] = remote[m.SAMPLES_PER_S]
+                row[m.prefixed(_PREFIX[decode], m.LOCAL_SAMPLES_PER_S)] = local[m.SAMPLES_PER_S]
     return {**row, m.INJECTED_LATENCY_MS: settings.latency_ms, m.IN_FLIGHT: settings.in_flight}
 
 
