@@ -11,7 +11,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tqdm import tqdm
 
@@ -214,6 +214,11 @@ def cmd_compare_layouts(args: argparse.Namespace) -> int:
     return 0
 
 
+#: compare-layouts options that apply to a local plate only, with their defaults (the parser's too):
+#: over a store, a value other than the default is an error rather than silently ignored.
+COMPARE_LOCAL_DEFAULTS: dict[str, Any] = {"decode": "direct", "warmup": 200, "repeats": 3, "seed": 0, "objects": None}
+
+
 def _compare_layouts_in_store(args: argparse.Namespace) -> int:
     """compare-layouts --plate URL: requests/crop and crops/s per layout, each served on loopback behind
     --latency-ms (rows in OUT/store_layouts.jsonl, a table on stdout)."""
@@ -222,17 +227,7 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
 
     from cropbench.measure.remote import STORE_LAYOUTS, StoreLayouts, compare_layouts_in_store, layouts_table
 
-    ignored = [
-        flag
-        for flag, value, default in (
-            ("--decode", args.decode, "direct"),
-            ("--warmup", args.warmup, 200),
-            ("--repeats", args.repeats, 3),
-            ("--seed", args.seed, 0),
-            ("--objects", args.objects, None),
-        )
-        if value != default
-    ]
+    ignored = [f"--{name}" for name, default in COMPARE_LOCAL_DEFAULTS.items() if getattr(args, name) != default]
     if ignored:
         raise ConfigError(
             f"compare-layouts --plate {args.plate}: {', '.join(ignored)} apply to a local plate only; "
@@ -628,15 +623,29 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--crop-size", type=int, default=96, help="crop edge in pixels (default: %(default)s)")
     compare.add_argument(
         "--decode",
-        default="direct",
+        default=COMPARE_LOCAL_DEFAULTS["decode"],
         choices=("zarr", "direct", "field"),
         help="decode path (default: %(default)s; layouts without it use field)",
     )
     compare.add_argument("--samples", type=int, default=2000, help="timed crops per pattern (default: %(default)s)")
-    compare.add_argument("--warmup", type=int, default=200, help="untimed crops first (default: %(default)s)")
-    compare.add_argument("--repeats", type=int, default=3, help="timed passes, median kept (default: %(default)s)")
-    compare.add_argument("--seed", type=int, default=0, help="sampling seed")
-    compare.add_argument("--objects", help="object table (Parquet/CSV) for plates without cropbench's table")
+    compare.add_argument(
+        "--warmup",
+        type=int,
+        default=COMPARE_LOCAL_DEFAULTS["warmup"],
+        help="untimed crops first (default: %(default)s)",
+    )
+    compare.add_argument(
+        "--repeats",
+        type=int,
+        default=COMPARE_LOCAL_DEFAULTS["repeats"],
+        help="timed passes, median kept (default: %(default)s)",
+    )
+    compare.add_argument("--seed", type=int, default=COMPARE_LOCAL_DEFAULTS["seed"], help="sampling seed")
+    compare.add_argument(
+        "--objects",
+        default=COMPARE_LOCAL_DEFAULTS["objects"],
+        help="object table (Parquet/CSV) for plates without cropbench's table",
+    )
     compare.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_store_knobs(compare)
     compare.set_defaults(handler=cmd_compare_layouts)
