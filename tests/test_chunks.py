@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import google_crc32c
@@ -16,6 +17,7 @@ import zarr
 from cropbench.errors import ConfigError
 from cropbench.formats import DirectChunkReader, Regions, open_plate, read_plate_metadata
 from cropbench.formats.base import warn_missing_chunks
+from cropbench.formats.chunks import THREADED_SWITCH_INTERVAL_S, _quick_gil_handover, _share_out
 
 
 def _regions(count: int, seed: int, size: int = 40) -> Regions:
@@ -46,6 +48,52 @@ def test_a_batch_gives_the_bytes_of_single_regions(
         reader.read_regions(regions, out, channels)  # again, from whatever the cache kept
         np.testing.assert_array_equal(out, expected)
         assert reader.stats.regions == 2 * len(regions)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_run_cut_between_threads_gives_the_same_bytes(layout_plate: Path, threads: int) -> None:
+    metadata = read_plate_metadata(layout_plate)
+    regions = _regions(24, seed=5)
+    regions.field[:] = 1  # one field: in a sharded layout the batch's chunks coalesce into one long run
+    expected = _one_by_one(DirectChunkReader(metadata, chunk_cache_bytes=0), regions, None)
+    single = DirectChunkReader(metadata, chunk_cache_bytes=0)
+    threaded = DirectChunkReader(metadata, chunk_cache_bytes=0, decode_threads=threads)
+    for reader in (single, threaded):
+        out = np.zeros(expected.shape, dtype=expected.dtype)
+        reader.read_regions(regions, out)
+        np.testing.assert_array_equal(out, expected)
+    assert threaded.stats.chunks_decoded == single.stats.chunks_decoded
+    if "sharded" in layout_plate.name:  # the run was cut: one read per thread instead of one in all
+        assert single.stats.reads < threaded.stats.reads <= single.stats.reads + threads - 1
+
+
+def test_threads_get_equal_shares_of_chunks_and_a_long_run_is_cut_between_chunks() -> None:
+    run = (0, "shard", 1000, 70, [(key, key * 10, 8) for key in range(7)])  # 7 chunks, 2 bytes apart
+    whole = (1, "c/0/0", 0, -1, [(7, 0, -1)])
+    absent = (1, None, 0, 0, [(8, 0, 0)])
+    dealt = _share_out([run, whole, absent], 2)
+    assert sorted(sum(len(unit[4]) for unit in part) for part in dealt) == [4, 5]
+    pieces = sorted((unit for part in dealt for unit in part if unit[1] == "shard"), key=lambda unit: unit[2])
+    assert [(unit[2], unit[3]) for unit in pieces] == [(1000, 50), (1050, 20)]  # cut where chunk 5 starts
+    assert pieces[1][4] == [(5, 0, 8), (6, 10, 8)]  # offsets now count from the cut
+    assert [key for unit in pieces for key, _, _ in unit[4]] == list(range(7))
+
+
+def test_decode_threads_lower_the_switch_interval_only_while_they_run(layout_plate: Path) -> None:
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.003)
+        with _quick_gil_handover():
+            with _quick_gil_handover():  # overlapping users: the last one out restores
+                assert sys.getswitchinterval() == pytest.approx(THREADED_SWITCH_INTERVAL_S)
+            assert sys.getswitchinterval() == pytest.approx(THREADED_SWITCH_INTERVAL_S)
+        assert sys.getswitchinterval() == pytest.approx(0.003)
+        reader = DirectChunkReader(read_plate_metadata(layout_plate), chunk_cache_bytes=0, decode_threads=2)
+        regions = _regions(32, seed=4)
+        reader.read_regions(regions, np.zeros((32, 5, 40, 40), dtype=np.uint16))
+        assert sys.getswitchinterval() == pytest.approx(0.003)
+    finally:
+        sys.setswitchinterval(before)
 
 
 def test_regions_land_at_their_offsets_and_leave_the_rest_alone(tiny_plate: Path) -> None:
