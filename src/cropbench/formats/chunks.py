@@ -224,9 +224,10 @@ class DirectChunkReader(PlateReader):
     Bytes come from a :class:`~cropbench.formats.sources.ByteSource`: ``os.pread`` on local files,
     or range GETs on a plate in an object store (ranges closer than the store's
     ``coalesce_gap_bytes`` merged, the requests of a batch kept ``in_flight`` at once). With
-    ``decode_threads`` > 1, reads + decodes and the copies are split over a small thread pool (the
-    codecs and the copies release the GIL); blosc itself runs single-threaded
-    (``numcodecs.blosc.use_threads = False``) so threads never multiply. The byte source and the
+    ``decode_threads`` > 1, a batch's reads are dealt to a small thread pool, each thread
+    decoding its share and copying the pieces of the chunks it decoded (the codecs and the copies
+    release the GIL); blosc itself runs single-threaded (``numcodecs.blosc.use_threads = False``)
+    so threads never multiply. The byte source and the
     shard indexes are opened once per process and kept.
     """
 
