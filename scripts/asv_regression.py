@@ -97,8 +97,8 @@ INJECTIONS = {
     ),
     "extra-copy": Injection(
         "src/cropbench/formats/chunks.py",
-        "        out[slot, positions, dy0:dy1, dx0:dx1] = chunks[key][offsets, sy0:sy1, sx0:sx1]",
-        "        out[slot, positions, dy0:dy1, dx0:dx1] = chunks[key].copy()[offsets, sy0:sy1, sx0:sx1]",
+        "            _copy_pieces_native(pieces, chunks, out)",
+        "            _copy_pieces_native(pieces, {key: chunks[key].copy() for key, *_ in pieces}, out)",
         "assembling a crop copies each whole decoded chunk before cutting its piece",
     ),
     "sampler": Injection(

@@ -17,7 +17,19 @@ import zarr
 from cropbench.errors import ConfigError
 from cropbench.formats import DirectChunkReader, Regions, open_plate, read_plate_metadata
 from cropbench.formats.base import warn_missing_chunks
-from cropbench.formats.chunks import THREADED_SWITCH_INTERVAL_S, _quick_gil_handover, _share_out
+from cropbench.formats.chunks import (
+    THREADED_SWITCH_INTERVAL_S,
+    _copy_pieces,
+    _copy_pieces_native,
+    _copy_pieces_python,
+    _quick_gil_handover,
+    _share_out,
+)
+
+needs_native_copies = pytest.mark.skipif(
+    _copy_pieces_native is None,
+    reason="the C piece copies are not built: install a C compiler and Python's headers, then pip install -e .",
+)
 
 
 def _regions(count: int, seed: int, size: int = 40) -> Regions:
@@ -65,6 +77,61 @@ def test_a_run_cut_between_threads_gives_the_same_bytes(layout_plate: Path, thre
     assert threaded.stats.chunks_decoded == single.stats.chunks_decoded
     if "sharded" in layout_plate.name:  # the run was cut: one read per thread instead of one in all
         assert single.stats.reads < threaded.stats.reads <= single.stats.reads + threads - 1
+
+
+def _random_pieces(rng: np.random.Generator, count: int) -> tuple[list, dict[int, np.ndarray], tuple[int, ...]]:
+    """Pieces over 6 chunks of (4, 20, 24) into 5 slots of (4, 30, 30), every channel or a few."""
+    chunks = {key: rng.integers(0, 60_000, (4, 20, 24), dtype=np.uint16) for key in range(6)}
+    pieces = []
+    for _ in range(count):
+        h, w = int(rng.integers(1, 21)), int(rng.integers(1, 25))
+        sy0, sx0 = int(rng.integers(0, 21 - h)), int(rng.integers(0, 25 - w))
+        dy0, dx0 = int(rng.integers(0, 31 - h)), int(rng.integers(0, 31 - w))
+        if rng.random() < 0.5:
+            positions: object = slice(None)
+            offsets: object = slice(None)
+        else:
+            positions = np.sort(rng.choice(4, 2, replace=False)).astype(np.int64)
+            offsets = rng.choice(4, 2, replace=False).astype(np.int64)
+        slot, key = int(rng.integers(0, 5)), int(rng.integers(0, 6))
+        pieces.append((key, slot, positions, offsets, sy0, sy0 + h, sx0, sx0 + w, dy0, dy0 + h, dx0, dx0 + w))
+    return pieces, chunks, (5, 4, 30, 30)
+
+
+@needs_native_copies
+def test_the_c_copies_give_the_bytes_of_numpy_assignment() -> None:
+    pieces, chunks, shape = _random_pieces(np.random.default_rng(7), 400)
+    expected, copied = np.zeros(shape, dtype=np.uint16), np.zeros(shape, dtype=np.uint16)
+    _copy_pieces_python(pieces, chunks, expected)
+    _copy_pieces_native(pieces, chunks, copied)
+    np.testing.assert_array_equal(copied, expected)
+    strided = np.zeros((5, 4, 30, 40), dtype=np.uint16)[..., 5:35]  # rows contiguous, the slot is not
+    _copy_pieces_native(pieces, chunks, strided)
+    np.testing.assert_array_equal(strided, expected)
+
+
+@needs_native_copies
+def test_the_c_copies_refuse_a_piece_outside_its_chunk_or_slot_and_leave_odd_arrays_to_numpy() -> None:
+    pieces, chunks, shape = _random_pieces(np.random.default_rng(8), 20)
+    out = np.zeros(shape, dtype=np.uint16)
+    key, slot, positions, offsets, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1 = pieces[0]
+    for bad in (
+        (key, 5, positions, offsets, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1),  # no slot 5
+        (key, slot, positions, offsets, 0, 21, sx0, sx1, 0, 21, dx0, dx1),  # past the chunk's 20 rows
+        (key, slot, positions, offsets, sy0, sy1, sx0, sx1, dy0, dy1 + 1, dx0, dx1),  # sizes differ
+        (key, slot, np.array([0, 4]), np.array([0, 1]), sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1),  # no channel 4
+    ):
+        with pytest.raises(ValueError):
+            _copy_pieces_native([*pieces, bad], chunks, out)
+    with pytest.raises(KeyError):
+        _copy_pieces_native([(99, *pieces[0][1:])], chunks, out)
+    as_float = np.zeros(shape, dtype=np.float32)  # a dtype change: numpy casts, the C copies do not
+    with pytest.raises(TypeError):
+        _copy_pieces_native(pieces, chunks, as_float)
+    expected = np.zeros(shape, dtype=np.float32)
+    _copy_pieces_python(pieces, chunks, expected)
+    _copy_pieces(pieces, chunks, as_float)
+    np.testing.assert_array_equal(as_float, expected)
 
 
 def test_threads_get_equal_shares_of_chunks_and_a_long_run_is_cut_between_chunks() -> None:

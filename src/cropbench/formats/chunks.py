@@ -34,6 +34,11 @@ from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, Regions
 from cropbench.formats.ngff import read_array_document
 from cropbench.formats.sources import ByteSource, Request, open_source
 
+try:
+    from cropbench.formats._copy import copy_pieces as _copy_pieces_native
+except ImportError:  # built without a C compiler: the same copies run in Python
+    _copy_pieces_native = None
+
 Decoder = Callable[[bytes], bytes]
 EMPTY_SHARD_ENTRY = 2**64 - 1
 
@@ -703,7 +708,19 @@ def _quick_gil_handover() -> Iterator[None]:
 
 
 def _copy_pieces(pieces: list[_Piece], chunks: dict[int, np.ndarray], out: np.ndarray) -> None:
-    """Copy each piece from its decoded chunk into ``out`` (B, C, H, W)."""
+    """Copy each piece from its decoded chunk into ``out`` (B, C, H, W): in C with the GIL released
+    for the whole call where the extension is built and the arrays suit it, else in Python."""
+    if _copy_pieces_native is not None:
+        try:
+            _copy_pieces_native(pieces, chunks, out)
+            return
+        except TypeError:  # a dtype change, rows that are not contiguous, ...: checked before copying anything
+            pass
+    _copy_pieces_python(pieces, chunks, out)
+
+
+def _copy_pieces_python(pieces: list[_Piece], chunks: dict[int, np.ndarray], out: np.ndarray) -> None:
+    """:func:`_copy_pieces` in Python: one numpy assignment per piece."""
     for key, slot, positions, offsets, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1 in pieces:
         out[slot, positions, dy0:dy1, dx0:dx1] = chunks[key][offsets, sy0:sy1, sx0:sx1]
 
