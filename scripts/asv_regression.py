@@ -4,7 +4,7 @@ In a temporary clone of this repository (with the working tree's benchmarks/ and
 committed on top), this makes a base commit, an identical-code commit (a README line), and one
 commit per injected regression, each a small edit of cropbench's source (see ``INJECTIONS``):
 
-- ``double-decode``: the direct reader decodes every chunk it loads twice, the first result discarded;
+- ``double-decode``: the direct reader reads and decodes every chunk it loads twice, the first result discarded;
 - ``cache``: the default decoded-chunk cache is 16 times smaller (32 MiB -> 2 MiB);
 - ``extra-copy``: assembling a crop copies each whole decoded chunk before cutting its piece out;
 - ``sampler``: the samplers spend 50 microseconds on every index they yield;
@@ -84,10 +84,9 @@ class Injection:
 INJECTIONS = {
     "double-decode": Injection(
         "src/cropbench/formats/chunks.py",
-        "                results.append((key, self._decode(field_index, layout, key, encoded), True))",
-        "                self._decode(field_index, layout, key, encoded)\n"
-        "                results.append((key, self._decode(field_index, layout, key, encoded), True))",
-        "the direct reader decodes every chunk it loads twice (first result discarded)",
+        "        outcome = self._native_load(reads, targets)",
+        "        self._native_load(reads, targets)\n        outcome = self._native_load(reads, targets)",
+        "the direct reader reads and decodes every chunk it loads twice (first result discarded)",
     ),
     "cache": Injection(
         "src/cropbench/config.py",

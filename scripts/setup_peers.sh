@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 stamp=.venv-peers/.cropbench-setup
-want=$(cat pyproject.toml setup.py src/cropbench/formats/_copy.c | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml setup.py src/cropbench/formats/_native.c | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi

@@ -13,23 +13,29 @@ import google_crc32c
 import numpy as np
 import pytest
 import zarr
+from conftest import TEST_LAYOUTS, TINY_SPEC
 
-from cropbench.errors import ConfigError
+from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import DirectChunkReader, Regions, open_plate, read_plate_metadata
+from cropbench.formats import chunks as chunks_module
 from cropbench.formats.base import warn_missing_chunks
 from cropbench.formats.chunks import (
     THREADED_SWITCH_INTERVAL_S,
+    StageTimedChunkReader,
     _copy_pieces,
     _copy_pieces_native,
     _copy_pieces_python,
+    _load_chunks_native,
     _quick_gil_handover,
     _share_out,
 )
+from cropbench.plates.generate import generate_plate
 
-needs_native_copies = pytest.mark.skipif(
-    _copy_pieces_native is None,
-    reason="the C piece copies are not built: install a C compiler and Python's headers, then pip install -e .",
-)
+NOT_BUILT = "the C extension is not built: install a C compiler and Python's headers, then pip install -e ."
+needs_native_copies = pytest.mark.skipif(_copy_pieces_native is None, reason=NOT_BUILT)
+needs_native_loads = pytest.mark.skipif(_load_chunks_native is None, reason=NOT_BUILT)
+#: The test layouts whose chunks the native loads decode (the zstd one stays on the Python path).
+NATIVE_LAYOUTS = ("planes-raw", "sharded", "tiles")
 
 
 def _regions(count: int, seed: int, size: int = 40) -> Regions:
@@ -237,3 +243,114 @@ def test_a_missing_chunk_is_counted_and_read_as_the_fill_value(layout_plate: Pat
         assert reader.stats.missing_chunks == 1, decode
         with pytest.warns(RuntimeWarning, match=f"1 chunk reads of {plate} found no chunk"):
             assert warn_missing_chunks(reader) == 1
+
+
+def _counting_native_loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the native load calls that decoded (did not decline)."""
+    calls: list[int] = []
+
+    def counted(reads: list, targets: list) -> object:
+        outcome = _load_chunks_native(reads, targets)  # type: ignore[misc]
+        calls.append(outcome is not None)
+        return outcome
+
+    monkeypatch.setattr(chunks_module, "_load_chunks_native", counted)
+    return calls
+
+
+def _python_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunks_module, "_load_chunks_native", None)
+
+
+def _read_everything(plate: Path, threads: int = 1) -> tuple[list[np.ndarray], np.ndarray, DirectChunkReader]:
+    metadata = read_plate_metadata(plate)
+    reader = DirectChunkReader(metadata, chunk_cache_bytes=50_000, decode_threads=threads)
+    fields = [reader.read_field(index) for index in range(len(metadata.fields))]
+    regions = _regions(48, seed=11)
+    out = np.zeros((len(regions), metadata.field_shape[0], 40, 40), dtype=metadata.dtype)
+    reader.read_regions(regions, out)
+    return fields, out, reader
+
+
+@needs_native_loads
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_loads_give_the_bytes_and_counts_of_the_python_path(
+    layout_plate: Path, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _counting_native_loads(monkeypatch)
+    fields, batch, native = _read_everything(layout_plate, threads)
+    assert (sum(calls) > 0) == (layout_plate.stem in NATIVE_LAYOUTS)
+    assert all(calls), "a native load declined on a sound plate"
+    _python_only(monkeypatch)
+    expected_fields, expected_batch, python = _read_everything(layout_plate, threads)
+    for field, expected in zip(fields, expected_fields, strict=True):
+        np.testing.assert_array_equal(field, expected)
+    np.testing.assert_array_equal(batch, expected_batch)
+    if threads > 1:  # which chunks the cache keeps depends on which thread finishes first
+        return
+    assert native.stats == python.stats
+    assert (native.source.requests, native.source.bytes_transferred) == (
+        python.source.requests,
+        python.source.bytes_transferred,
+    )
+
+
+@needs_native_loads
+def test_native_loads_keep_the_stage_clocks(tiny_plate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _counting_native_loads(monkeypatch)
+    reader = StageTimedChunkReader(read_plate_metadata(tiny_plate), chunk_cache_bytes=0)
+    reader.read_field(0)
+    assert calls and all(calls)
+    assert reader.decode_calls == reader.stats.chunks_decoded > 0
+    assert reader.decoded_bytes == reader.stats.bytes_decoded
+    assert 0 < reader.stage_ns["fetch"] + reader.stage_ns["decode"] <= reader.stage_ns["region"]
+
+
+def _damage_first_chunk(plate: Path, tmp_path: Path, damage: str) -> tuple[Path, Path]:
+    """A copy of the plate (a layout with a file per chunk) with its first chunk damaged."""
+    copy = tmp_path / plate.name
+    shutil.copytree(plate, copy)
+    array_dir = copy / read_plate_metadata(copy).fields[0].path
+    first = sorted(path for path in (array_dir / "c").rglob("*") if path.is_file())[0]
+    data = first.read_bytes()
+    first.write_bytes(
+        {
+            "truncated": data[: len(data) // 2],
+            "flipped header": data[:12] + bytes(b ^ 0xFF for b in data[12:16]) + data[16:],
+            "trailing bytes": data + b"\0" * 7,
+            "empty": b"",
+        }[damage]
+    )
+    return copy, first
+
+
+@pytest.fixture(scope="module")
+def tiles_plate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tiles") / "tiles.zarr"
+    generate_plate(path, TINY_SPEC, TEST_LAYOUTS["tiles"], progress=False)
+    return path
+
+
+@needs_native_loads
+@pytest.mark.parametrize("damage", ["truncated", "flipped header", "trailing bytes", "empty"])
+def test_a_chunk_the_native_loads_decline_gets_the_python_paths_answer(
+    tiles_plate: Path, tmp_path: Path, damage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plate, _ = _damage_first_chunk(tiles_plate, tmp_path, damage)
+    answers = []
+    for native in (True, False):
+        if not native:
+            _python_only(monkeypatch)
+        reader = DirectChunkReader(read_plate_metadata(plate), chunk_cache_bytes=0)
+        try:
+            answers.append(reader.read_region(0, 0, 8, 0, 8))
+        except StoreError as error:
+            answers.append(str(error))
+    if damage == "trailing bytes":  # bytes after what the blosc header counts are not read
+        np.testing.assert_array_equal(answers[0], open_plate(tiles_plate, "direct").read_region(0, 0, 8, 0, 8))
+        np.testing.assert_array_equal(answers[1], answers[0])
+    else:
+        assert answers[0] == answers[1]
+        assert "cannot be decoded (corrupt chunk)" in answers[0]
+        if damage == "truncated":  # c-blosc alone would read past the end and decode the rest of memory
+            assert "truncated: the blosc header counts" in answers[0]

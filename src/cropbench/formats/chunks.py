@@ -32,15 +32,22 @@ import numpy as np
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, Regions
 from cropbench.formats.ngff import read_array_document
-from cropbench.formats.sources import ByteSource, Request, open_source
+from cropbench.formats.sources import ByteSource, FileSource, Request, open_source
 
 try:
-    from cropbench.formats._copy import copy_pieces as _copy_pieces_native
-except ImportError:  # built without a C compiler: the same copies run in Python
-    _copy_pieces_native = None
+    import cropbench.formats._native as _native
+except ImportError:  # built without a C compiler: the same loads and copies run in Python
+    _native = None
+_copy_pieces_native = None if _native is None else _native.copy_pieces
+_load_chunks_native = None if _native is None else _native.load_chunks
+#: Whether the native loads can decode blosc: they call numcodecs' own c-blosc, found in its module.
+_NATIVE_BLOSC = _native is not None and _native.bind_blosc(numcodecs.blosc.__file__)
+#: The codecs the native loads handle, as they name them: none (raw bytes), and blosc.
+_NATIVE_RAW, _NATIVE_BLOSC_CODE = 0, 1
 
 Decoder = Callable[[bytes], bytes]
 EMPTY_SHARD_ENTRY = 2**64 - 1
+BLOSC_HEADER_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,7 @@ def _bytes_decoder(codec: dict[str, Any]) -> Decoder | None:
     name = codec["name"]
     config = codec.get("configuration", {})
     if name == "blosc":
-        return numcodecs.blosc.decompress
+        return _blosc_decompress
     if name == "zstd":
         return numcodecs.Zstd(level=config.get("level", 0)).decode
     if name == "gzip":
@@ -117,6 +124,18 @@ def _bytes_decoder(codec: dict[str, Any]) -> Decoder | None:
     if name == "crc32c":
         return _checked_crc32c  # type: ignore[return-value]
     raise StoreError(f"codec {name!r} is not supported by the direct decode path; use decode='zarr'")
+
+
+def _blosc_decompress(data: Any) -> bytes:
+    """numcodecs' blosc decompression, once the chunk holds every byte its header counts: c-blosc
+    does not know the buffer's length and would read past a truncated chunk's end."""
+    view = memoryview(data)
+    if len(view) < BLOSC_HEADER_BYTES:
+        raise ValueError(f"truncated: {len(view)} bytes, less than a blosc header")
+    compressed = int.from_bytes(view[12:16], "little")
+    if compressed > len(view):
+        raise ValueError(f"truncated: the blosc header counts {compressed} bytes, the chunk has {len(view)}")
+    return numcodecs.blosc.decompress(view)
 
 
 def _checked_crc32c(data: Any) -> memoryview:
@@ -132,7 +151,7 @@ def _v2_decoder(compressor: dict[str, Any] | None) -> tuple[Decoder, ...]:
         return ()
     codec_id = compressor.get("id")
     if codec_id == "blosc":
-        return (numcodecs.blosc.decompress,)
+        return (_blosc_decompress,)
     if codec_id in ("zstd", "gzip", "zlib"):
         return (numcodecs.get_codec(compressor).decode,)
     raise StoreError(f"v2 compressor {codec_id!r} is not supported by the direct decode path; use decode='zarr'")
@@ -257,6 +276,7 @@ class DirectChunkReader(PlateReader):
         self._cache: LruCache[int, np.ndarray] = LruCache(chunk_cache_bytes)
         self._missing: set[int] = set()  # keys of chunks the store lacks (read as the fill value)
         self._layouts: dict[int, ChunkLayout] = {}
+        self._native_codecs: dict[int, int | None] = {}  # per field: what load_chunks calls its codec, or None
         self._bases: dict[int, str] = {}
         self._shards: dict[tuple[int, tuple[int, ...]], tuple[str, list[int], list[int]] | None] = {}
         self._remote = metadata.remote
@@ -322,6 +342,7 @@ class DirectChunkReader(PlateReader):
                 )
             self._layouts[field_index] = layout
             self._bases[field_index] = f"{self.metadata.fields[field_index].path}/"
+            self._native_codecs[field_index] = _native_codec(layout) if self._remote is None else None
         return layout
 
     def _fill(
@@ -580,7 +601,83 @@ class DirectChunkReader(PlateReader):
         return units
 
     def _load_units(self, units: list[_Unit]) -> tuple[list[tuple[int, np.ndarray, bool]], int, int]:
-        """Fetch and decode the chunks of ``units`` (any thread): (key, chunk, decoded?) each, bytes and reads."""
+        """Fetch and decode the chunks of ``units`` (any thread): (key, chunk, decoded?) each, bytes and reads.
+
+        Natively, in one call without the GIL, when the plate is local, the codec is one the native
+        loads know and the extension is built; in Python otherwise, and whenever the native call
+        declines (a short read, a chunk that does not validate): the Python path then decodes those
+        chunks or raises what it always raised.
+        """
+        if _load_chunks_native is not None and units:
+            loaded = self._load_units_native(units)
+            if loaded is not None:
+                return loaded
+        return self._load_units_python(units)
+
+    def _load_units_native(self, units: list[_Unit]) -> tuple[list[tuple[int, np.ndarray, bool]], int, int] | None:
+        """:meth:`_load_units` in C (the reads, the decodes); None when the Python path must do it."""
+        source = self.source
+        if not isinstance(source, FileSource):
+            return None
+        results: list[tuple[int, np.ndarray, bool]] = []
+        reads: list[tuple[int, bytes | None, int, int, int, int, int]] = []
+        targets: list[tuple[int, int, np.ndarray]] = []
+        read_results: list[tuple[int, int]] = []  # per read: its field, where its chunks start in results
+        for field_index, key, start, length, entries in units:
+            layout = self._layouts[field_index]
+            codec = self._native_codecs[field_index]
+            if codec is None:
+                return None
+            if key is None:
+                results.extend(
+                    (chunk_key, np.full(layout.chunk_cyx, layout.fill_value, dtype=layout.dtype), False)
+                    for chunk_key, _, _ in entries
+                )
+                continue
+            if length < 0:
+                descriptor, path = -1, os.fsencode(source.path(key))
+            else:
+                opened, path = source.descriptor(key), None
+                if opened is None:  # a shard that vanished since its index was read: the Python path says so
+                    return None
+                descriptor = opened
+            read_results.append((field_index, len(results)))
+            first = len(targets)
+            for chunk_key, offset, size in entries:
+                chunk = np.empty(layout.chunk_cyx, dtype=layout.dtype)
+                targets.append((offset, size, chunk))
+                results.append((chunk_key, chunk, True))
+            reads.append((descriptor, path, start, length, codec, first, len(targets)))
+        outcome = self._native_load(reads, targets)
+        if outcome is None:
+            return None
+        fetched, absent = outcome
+        for read_index in absent:  # whole chunk files that do not exist: the fill value
+            field_index, first = read_results[read_index]
+            fill_value = self._layouts[field_index].fill_value
+            for index in range(first, first + reads[read_index][6] - reads[read_index][5]):
+                chunk_key, chunk, _ = results[index]
+                chunk.fill(fill_value)
+                results[index] = (chunk_key, chunk, False)
+        source.count(len(reads) - len(absent), fetched)
+        return results, fetched, len(reads)
+
+    def _native_load(
+        self, reads: list[tuple[int, bytes | None, int, int, int, int, int]], targets: list[tuple[int, int, np.ndarray]]
+    ) -> tuple[int, list[int]] | None:
+        """One native call: (bytes read, reads that found no file), or None when it declined."""
+        outcome = _load_chunks_native(reads, targets)  # type: ignore[misc]
+        if outcome is None:
+            return None
+        fetched, absent, *work = outcome
+        self._native_loaded(*work)
+        return fetched, absent
+
+    def _native_loaded(self, fetch_ns: int, decode_ns: int, chunks: int, nbytes: int) -> None:
+        """What a native call measured (ns reading, ns decoding) and decoded, for readers with stage clocks."""
+
+    def _load_units_python(self, units: list[_Unit]) -> tuple[list[tuple[int, np.ndarray, bool]], int, int]:
+        """:meth:`_load_units` in Python: one read call per unit, one codec call per chunk."""
         results: list[tuple[int, np.ndarray, bool]] = []
         fetched = reads = 0
         fetches = iter(self._fetch_units([(key, start, length) for _, key, start, length, _ in units if key]))
@@ -656,6 +753,15 @@ class DirectChunkReader(PlateReader):
         entry = (shard_key, index[:, 0].tolist(), index[:, 1].tolist())
         self._shards[key] = entry
         return entry
+
+
+def _native_codec(layout: ChunkLayout) -> int | None:
+    """What the native loads call the layout's codec, or None when they cannot decode it."""
+    if not layout.decoders:
+        return _NATIVE_RAW
+    if layout.decoders == (_blosc_decompress,) and _NATIVE_BLOSC:
+        return _NATIVE_BLOSC_CODE
+    return None
 
 
 def _share_out(units: list[_Unit], parts: int) -> list[list[_Unit]]:
@@ -757,7 +863,9 @@ class StageTimedChunkReader(DirectChunkReader):
 
     ``stage_ns`` accumulates fetch (file reads), decode (codecs) and region (everything in
     ``read_region`` / ``read_regions``: planning, cache lookups, fetch, decode and assembly).
-    With ``decode_threads`` > 1 fetch and decode add up the time of every thread. ``decode_calls``
+    With ``decode_threads`` > 1 fetch and decode add up the time of every thread. On the native
+    loads the extension keeps the two clocks (per read, per run of decodes) and counts the decodes.
+    ``decode_calls``
     and ``decoded_bytes`` count the work the decode step did (every call, its output's bytes),
     which the stats' per-chunk counters do not see when a chunk is decoded more than once.
     """
@@ -793,6 +901,12 @@ class StageTimedChunkReader(DirectChunkReader):
         result = super().read_regions(regions, out, channels)
         self.stage_ns["region"] += time.perf_counter_ns() - start
         return result
+
+    def _native_loaded(self, fetch_ns: int, decode_ns: int, chunks: int, nbytes: int) -> None:
+        self.stage_ns["fetch"] += fetch_ns
+        self.stage_ns["decode"] += decode_ns
+        self.decode_calls += chunks
+        self.decoded_bytes += nbytes
 
     def _fetch_units(self, requests: list[Request]) -> list[bytes | None]:
         began = time.perf_counter_ns()

@@ -172,9 +172,13 @@ class ByteSource(ABC):
         """Release handles and connections."""
 
     def _count(self, data: bytes | None) -> None:
+        self.count(1, 0 if data is None else len(data))
+
+    def count(self, requests: int, nbytes: int) -> None:
+        """Add reads made elsewhere (the direct reader's native loads) to ``requests`` and ``bytes_transferred``."""
         with self._lock:
-            self.requests += 1
-            self.bytes_transferred += 0 if data is None else len(data)
+            self.requests += requests
+            self.bytes_transferred += nbytes
 
     def _short(self, key: str, data: bytes, start: int, length: int) -> StoreError:
         return StoreError(
@@ -200,18 +204,26 @@ class FileSource(ByteSource):
         self._count(data)
         return data
 
-    def _descriptor(self, key: str) -> int | None:
+    def path(self, key: str) -> str:
+        """The file that holds object ``key``."""
+        return self._prefix + key
+
+    def descriptor(self, key: str) -> int | None:
+        """A descriptor of object ``key``'s file, opened once per process and kept; None when it does not exist."""
         descriptor = self._descriptors.get(key)
         if descriptor is None:
-            try:
-                descriptor = os.open(self._prefix + key, os.O_RDONLY)
-            except FileNotFoundError:
-                return None
-            self._descriptors[key] = descriptor
+            with self._lock:  # decode threads may ask for the same new shard at once: open it once
+                descriptor = self._descriptors.get(key)
+                if descriptor is None:
+                    try:
+                        descriptor = os.open(self._prefix + key, os.O_RDONLY)
+                    except FileNotFoundError:
+                        return None
+                    self._descriptors[key] = descriptor
         return descriptor
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        descriptor = self._descriptor(key)
+        descriptor = self.descriptor(key)
         if descriptor is None:
             raise StoreError(f"{self._prefix}{key} does not exist")
         data = os.pread(descriptor, length, start)
@@ -221,7 +233,7 @@ class FileSource(ByteSource):
         return data
 
     def get_suffix(self, key: str, length: int) -> bytes | None:
-        descriptor = self._descriptor(key)
+        descriptor = self.descriptor(key)
         if descriptor is None:
             return None
         start = os.fstat(descriptor).st_size - length
