@@ -120,6 +120,22 @@ def test_lru_cache_bounds_a_count_and_can_keep_the_newest() -> None:
     assert rows.get(0) is None and rows.get(1) is not None and len(rows) == 1
 
 
+def test_lru_cache_put_many_keeps_what_put_one_by_one_keeps() -> None:
+    rng = np.random.default_rng(4)
+    for trial in range(50):
+        one, many = LruCache[int, np.ndarray](500), LruCache[int, np.ndarray](500)
+        for _ in range(6):
+            batch = [(int(key), np.zeros(int(rng.integers(1, 260)), np.uint8)) for key in rng.integers(0, 12, 7)]
+            for key, value in batch:
+                one.put(key, value)
+            many.put_many(batch)
+            assert list(one._items) == list(many._items), trial
+            assert one.used == many.used <= 500
+            touched = [int(key) for key in rng.integers(0, 12, 3)]
+            one.get_many(touched)
+            many.get_many(touched)
+
+
 def test_plate_geometry_is_normalised_and_checked_once() -> None:
     geometry = PlateGeometry("p", ["a", "b"], [2, 8, 8], [("A", 1), ("B", 2)], [1, 3])  # type: ignore[arg-type]
     assert geometry.channel_names == ("a", "b") and geometry.wells == (("A", "1"), ("B", "2"))

@@ -315,6 +315,23 @@ class LruCache(Generic[Key, Value]):
             _, (_, evicted) = self._items.popitem(last=False)
             self.used -= evicted
 
+    def put_many(self, items: Iterable[tuple[Key, Value]]) -> None:
+        """:meth:`put` each (key, value) in turn, without a method call per item."""
+        entries, size_of, budget, keep_newest = self._items, self._size, self.budget, self._keep_newest
+        used = self.used
+        for key, value in items:
+            size = size_of(value)
+            if size > budget and not keep_newest:
+                continue
+            previous = entries.pop(key, None)
+            if previous is not None:
+                used -= previous[1]
+            entries[key] = (value, size)
+            used += size
+            while used > budget and len(entries) > 1:
+                used -= entries.popitem(last=False)[1][1]
+        self.used = used
+
     def clear(self) -> None:
         self._items.clear()
         self.used = 0

@@ -46,7 +46,6 @@ _NATIVE_BLOSC = _native is not None and _native.bind_blosc(numcodecs.blosc.__fil
 _NATIVE_RAW, _NATIVE_BLOSC_CODE = 0, 1
 
 Decoder = Callable[[bytes], bytes]
-EMPTY_SHARD_ENTRY = 2**64 - 1
 BLOSC_HEADER_BYTES = 16
 
 
@@ -278,7 +277,9 @@ class DirectChunkReader(PlateReader):
         self._layouts: dict[int, ChunkLayout] = {}
         self._native_codecs: dict[int, int | None] = {}  # per field: what load_chunks calls its codec, or None
         self._bases: dict[int, str] = {}
-        self._shards: dict[tuple[int, tuple[int, ...]], tuple[str, list[int], list[int]] | None] = {}
+        self._shards: dict[int, tuple[str, int] | None] = {}  # shard id -> (key, first row in the index table)
+        self._index_table = np.empty((0, 2), dtype=np.int64)
+        self._index_pending: list[np.ndarray] = []
         self._remote = metadata.remote
         self._coalesce_gap = int(self._remote["store"]["coalesce_gap_bytes"]) if self._remote else 0
         self._byte_source: ByteSource | None = None
@@ -295,7 +296,7 @@ class DirectChunkReader(PlateReader):
     def close(self) -> None:
         self._cache.clear()
         self._missing.clear()
-        self._shards.clear()
+        self._forget_shards()
         if self._byte_source is not None and self._source_pid == os.getpid():
             self._byte_source.close()
         self._byte_source = None
@@ -306,6 +307,11 @@ class DirectChunkReader(PlateReader):
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: os may already be gone
             self.close()
+
+    def _forget_shards(self) -> None:
+        self._shards.clear()
+        self._index_table = np.empty((0, 2), dtype=np.int64)
+        self._index_pending = []
 
     def grain(self) -> tuple[int, int]:
         chunk = self._layout(0).chunk
@@ -320,7 +326,7 @@ class DirectChunkReader(PlateReader):
         if self._byte_source is None or self._source_pid != os.getpid():
             self._byte_source = open_source(self.metadata.path, self._remote)
             self._source_pid = os.getpid()
-            self._shards.clear()
+            self._forget_shards()
         return self._byte_source
 
     def _layout(self, field_index: int) -> ChunkLayout:
@@ -516,16 +522,15 @@ class DirectChunkReader(PlateReader):
 
     def _keep(self, results: list[tuple[int, np.ndarray, bool]], fetched: int, reads: int) -> None:
         """Cache the chunks loaded and count the reads and decodes."""
-        stats, put = self.stats, self._cache.put
+        stats = self.stats
         stats.bytes_fetched += fetched
         stats.reads += reads
-        for key, chunk, decoded in results:
-            put(key, chunk)
-            if decoded:
-                stats.bytes_decoded += chunk.nbytes
-                stats.chunks_decoded += 1
-            else:
-                self._missing.add(key)
+        self._cache.put_many([(key, chunk) for key, chunk, _ in results])
+        decoded = [chunk.nbytes for _, chunk, was_decoded in results if was_decoded]
+        stats.bytes_decoded += sum(decoded)
+        stats.chunks_decoded += len(decoded)
+        if len(decoded) < len(results):
+            self._missing.update(key for key, _, was_decoded in results if not was_decoded)
 
     def _count_touches(self, pieces: list[_Piece]) -> None:
         self.stats.chunks_touched += len(pieces)
@@ -543,62 +548,97 @@ class DirectChunkReader(PlateReader):
             return [work(0), *(future.result() for future in futures)]
 
     def _units(self, keys: list[int]) -> list[_Unit]:
-        """The reads that fetch ``keys``: one per chunk file, or per run of adjacent chunks in a shard.
-
-        Plain integer arithmetic per key: a batch misses a few hundred chunks at most, and array
-        calls on that few cost more than they save.
-        """
+        """The reads that fetch ``keys``: one per chunk file, or per run of adjacent chunks in a shard."""
         units: list[_Unit] = []
-        by_shard: dict[tuple[int, int, int, int], list[tuple[int, int]]] = {}
+        array = np.array(keys, dtype=np.int64)
+        fields = array >> _FIELD_SHIFT
+        groups: dict[Any, list[int]] = {}
+        for field_index in np.unique(fields).tolist():
+            layout = self._layouts[field_index]
+            groups.setdefault(layout.shard_cyx if layout.inner_chunk else None, []).append(field_index)
+        for geometry, members in groups.items():
+            chosen = slice(None) if len(groups) == 1 else np.isin(fields, members)
+            if geometry is None:
+                units.extend(self._file_units(array[chosen].tolist()))
+            else:
+                units.extend(self._shard_units(array[chosen], fields[chosen], geometry))
+        return units
+
+    def _file_units(self, keys: list[int]) -> list[_Unit]:
+        """One read of a whole chunk file per key (layouts without shards)."""
+        units: list[_Unit] = []
         for key in keys:
             field_index = key >> _FIELD_SHIFT
-            c_index, y_index, x_index = _chunk_name(key)
             layout = self._layouts[field_index]
-            if layout.inner_chunk is None:
-                path = self._bases[field_index] + layout.key(layout.coords(c_index, y_index, x_index))
-                units.append((field_index, path, 0, -1, [(key, 0, -1)]))
-                continue
-            (per_c, per_y, per_x), (stride_c, stride_y, stride_x) = layout.shard_cyx
-            inner = c_index % per_c * stride_c + y_index % per_y * stride_y + x_index % per_x * stride_x
-            shard = (field_index, c_index // per_c, y_index // per_y, x_index // per_x)
-            by_shard.setdefault(shard, []).append((key, inner))
-        for (field_index, *shard_cyx), members in by_shard.items():
-            layout = self._layouts[field_index]
-            units.extend(self._shard_units(field_index, layout, layout.coords(*shard_cyx), members))
+            path = self._bases[field_index] + layout.key(layout.coords(*_chunk_name(key)))
+            units.append((field_index, path, 0, -1, [(key, 0, -1)]))
         return units
 
     def _shard_units(
-        self,
-        field_index: int,
-        layout: ChunkLayout,
-        shard_coords: tuple[int, ...],
-        members: list[tuple[int, int]],
+        self, keys: np.ndarray, fields: np.ndarray, geometry: tuple[tuple[int, int, int], tuple[int, int, int]]
     ) -> list[_Unit]:
-        """Reads of some inner chunks (key, inner index) of one shard: byte ranges that touch are read as one."""
-        shard = self._shard(field_index, layout, shard_coords)
-        if shard is None:
-            return [(field_index, None, 0, 0, [(key, 0, 0) for key, _ in members])]
-        shard_key, offsets, sizes = shard
-        ranges = sorted((offsets[inner], sizes[inner], key) for key, inner in members)
+        """Reads of inner chunks of shards that share a geometry: in each shard, byte ranges that touch
+        (or lie within the coalescing gap) are read as one. Array arithmetic over the batch; Python
+        per shard touched and per read."""
+        (per_c, per_y, per_x), (stride_c, stride_y, stride_x) = geometry
+        c_index = keys >> _C_SHIFT & (2**_C_BITS - 1)
+        y_index = keys >> _X_BITS & (2**_Y_BITS - 1)
+        x_index = keys & (2**_X_BITS - 1)
+        inner = c_index % per_c * stride_c + y_index % per_y * stride_y + x_index % per_x * stride_x
+        shard_ids = (
+            fields << _FIELD_SHIFT | c_index // per_c << _C_SHIFT | y_index // per_y << _X_BITS | x_index // per_x
+        )
+        shards, which = np.unique(shard_ids, return_inverse=True)
+        _ = self.source  # a forked worker forgets the parent's shard rows here, before any is looked up
+        found = [self._shard(shard_id) for shard_id in shards.tolist()]
+        shard_keys = [None if entry is None else entry[0] for entry in found]
+        rows = np.array([-1 if entry is None else entry[1] for entry in found], dtype=np.int64)[which]
+        offsets, sizes = self._shard_index_table()
+        at = rows + inner
+        starts = np.full(len(keys), -1, dtype=np.int64)  # a missing shard; an empty entry's offset is -1 too
+        present = rows >= 0
+        starts[present] = offsets[at[present]]
         units: list[_Unit] = []
-        absent = [(key, 0, 0) for start, _, key in ranges if start == EMPTY_SHARD_ENTRY]
-        if absent:
-            units.append((field_index, None, 0, 0, absent))
-            ranges = ranges[: len(ranges) - len(absent)]  # the empty marker sorts last
-        origin = end = -1
-        run: list[tuple[int, int, int]] = []
-        gap = self._coalesce_gap
-        for start, size, key in ranges:
-            if run and not end <= start <= end + gap:
-                units.append((field_index, shard_key, origin, end - origin, run))
-                run = []
-            if not run:
-                origin = start
-            run.append((key, start - origin, size))
-            end = start + size
-        if run:
-            units.append((field_index, shard_key, origin, end - origin, run))
+        absent = starts < 0
+        if absent.any():  # the fill value, per field
+            for field_index in np.unique(fields[absent]).tolist():
+                missing = keys[absent & (fields == field_index)].tolist()
+                units.append((field_index, None, 0, 0, [(key, 0, 0) for key in missing]))
+            kept = ~absent
+            keys, fields, which, starts, at = keys[kept], fields[kept], which[kept], starts[kept], at[kept]
+        if len(keys) == 0:
+            return units
+        order = np.lexsort((starts, which))
+        keys, fields, which, starts = keys[order], fields[order], which[order], starts[order]
+        lengths = sizes[at[order]]
+        ends = starts + lengths
+        new_run = np.ones(len(keys), dtype=bool)
+        new_run[1:] = (
+            (which[1:] != which[:-1]) | (starts[1:] < ends[:-1]) | (starts[1:] > ends[:-1] + self._coalesce_gap)
+        )
+        bounds = [*np.flatnonzero(new_run).tolist(), len(keys)]
+        key_list, field_list, which_list = keys.tolist(), fields.tolist(), which.tolist()
+        start_list, length_list = starts.tolist(), lengths.tolist()
+        for first, end in zip(bounds[:-1], bounds[1:], strict=False):
+            origin = start_list[first]
+            units.append(
+                (
+                    field_list[first],
+                    shard_keys[which_list[first]],
+                    origin,
+                    start_list[end - 1] + length_list[end - 1] - origin,
+                    [(key_list[i], start_list[i] - origin, length_list[i]) for i in range(first, end)],
+                )
+            )
         return units
+
+    def _shard_index_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every shard index read so far, end to end: (offset, size) of each inner chunk as int64, a
+        shard's entries from the row :meth:`_shard` gave it; -1 marks an empty entry."""
+        if self._index_pending:
+            table = np.concatenate([self._index_table, *self._index_pending])
+            self._index_table, self._index_pending = table, []
+        return self._index_table[:, 0], self._index_table[:, 1]
 
     def _load_units(self, units: list[_Unit]) -> tuple[list[tuple[int, np.ndarray, bool]], int, int]:
         """Fetch and decode the chunks of ``units`` (any thread): (key, chunk, decoded?) each, bytes and reads.
@@ -720,18 +760,16 @@ class DirectChunkReader(PlateReader):
             )
         return chunk.reshape(layout.chunk_cyx)
 
-    def _shard(
-        self,
-        field_index: int,
-        layout: ChunkLayout,
-        shard_coords: tuple[int, ...],
-    ) -> tuple[str, list[int], list[int]] | None:
-        """(shard key, inner-chunk offsets, sizes) of one shard, its index fetched once per process."""
-        key = (field_index, shard_coords)
-        if key in self._shards:
-            return self._shards[key]
+    def _shard(self, shard_id: int) -> tuple[str, int] | None:
+        """(shard key, its first row in :meth:`_shard_index_table`) of one shard (``shard_id`` packs its
+        field and grid coordinates as a chunk key does), its index fetched once per process; None when
+        the shard does not exist."""
+        if shard_id in self._shards:
+            return self._shards[shard_id]
+        field_index = shard_id >> _FIELD_SHIFT
+        layout = self._layouts[field_index]
         source = self.source
-        shard_key = self._bases[field_index] + layout.key(shard_coords)
+        shard_key = self._bases[field_index] + layout.key(layout.coords(*_chunk_name(shard_id)))
         path = f"{source.location.rstrip('/')}/{shard_key}"
         size = layout.shard_entries * 16 + (4 if layout.index_decoders_checksum else 0)
         try:
@@ -741,7 +779,7 @@ class DirectChunkReader(PlateReader):
                 raise
             raise StoreError(f"shard {path} is truncated: its index needs {size} bytes") from error
         if raw is None:
-            self._shards[key] = None
+            self._shards[shard_id] = None
             return None
         if layout.index_decoders_checksum:
             if _crc32c(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
@@ -749,9 +787,11 @@ class DirectChunkReader(PlateReader):
             raw = raw[:-4]
         self.stats.bytes_fetched += size
         self.stats.reads += 1
-        index = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
-        entry = (shard_key, index[:, 0].tolist(), index[:, 1].tolist())
-        self._shards[key] = entry
+        index = np.frombuffer(raw, dtype="<u8").reshape(-1, 2).astype(np.int64)  # the empty marker becomes -1
+        row = len(self._index_table) + sum(len(pending) for pending in self._index_pending)
+        self._index_pending.append(index)
+        entry = (shard_key, row)
+        self._shards[shard_id] = entry
         return entry
 
 
