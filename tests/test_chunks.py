@@ -27,7 +27,6 @@ from cropbench.formats.chunks import (
     _copy_pieces_python,
     _load_chunks_native,
     _quick_gil_handover,
-    _share_out,
 )
 from cropbench.plates.generate import generate_plate
 
@@ -140,16 +139,32 @@ def test_the_c_copies_refuse_a_piece_outside_its_chunk_or_slot_and_leave_odd_arr
     np.testing.assert_array_equal(as_float, expected)
 
 
-def test_threads_get_equal_shares_of_chunks_and_a_long_run_is_cut_between_chunks() -> None:
-    run = (0, "shard", 1000, 70, [(key, key * 10, 8) for key in range(7)])  # 7 chunks, 2 bytes apart
-    whole = (1, "c/0/0", 0, -1, [(7, 0, -1)])
-    absent = (1, None, 0, 0, [(8, 0, 0)])
-    dealt = _share_out([run, whole, absent], 2)
-    assert sorted(sum(len(unit[4]) for unit in part) for part in dealt) == [4, 5]
-    pieces = sorted((unit for part in dealt for unit in part if unit[1] == "shard"), key=lambda unit: unit[2])
-    assert [(unit[2], unit[3]) for unit in pieces] == [(1000, 50), (1050, 20)]  # cut where chunk 5 starts
-    assert pieces[1][4] == [(5, 0, 8), (6, 10, 8)]  # offsets now count from the cut
-    assert [key for unit in pieces for key, _, _ in unit[4]] == list(range(7))
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_reads_are_dealt_to_threads_in_stretches_of_as_many_chunks(layout_plate: Path, parts: int) -> None:
+    reader = DirectChunkReader(read_plate_metadata(layout_plate), chunk_cache_bytes=0)
+    regions = _regions(24, seed=5)
+    regions.field[:] = 1  # one field: in a sharded layout its chunks coalesce into one long run
+    keys = list(dict.fromkeys(piece[0] for piece in reader._plan_regions(regions, None)))
+    dealt = reader._units(keys, parts)
+    assert len(dealt) == parts
+    dealt_keys = [key for share in dealt for unit in share for key, _, _ in unit[4]]
+    assert sorted(dealt_keys) == sorted(keys)
+    counts = [sum(len(unit[4]) for unit in share) for share in dealt]
+    assert max(counts) - min(counts) <= 1, counts
+    whole = reader._units(keys, 1)[0]
+    for share in dealt:
+        for _, source, start, length, entries in share:
+            assert source is not None
+            if length >= 0:  # a byte range of a shard: every chunk inside it, the first at its start
+                assert entries[0][1] == 0 and all(
+                    offset >= 0 and offset + size <= length for _, offset, size in entries
+                )
+                assert start >= 0
+    if "sharded" in layout_plate.name:
+        assert len(whole) < len(keys)  # coalesced
+        assert len(whole) <= sum(len(share) for share in dealt) <= len(whole) + parts - 1  # cut once per stretch
+    else:
+        assert sum(len(share) for share in dealt) == len(whole) == len(keys)
 
 
 def test_decode_threads_lower_the_switch_interval_only_while_they_run(layout_plate: Path) -> None:

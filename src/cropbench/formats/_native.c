@@ -198,6 +198,12 @@ static blosc_decompress_ctx_fn blosc_decompress_ctx = NULL;
 
 enum { CODEC_RAW = 0, CODEC_BLOSC = 1 };
 
+/* Each thread reads into its own buffer, kept between calls up to this size, rather than asking the
+ * allocator (and, for a long run, the kernel: fresh pages) for one per call. */
+#define SCRATCH_KEPT_BYTES (16 << 20)
+static _Thread_local char *thread_scratch = NULL;
+static _Thread_local Py_ssize_t thread_scratch_capacity = 0;
+
 typedef struct {
     int descriptor;       /* an open file, or -1: open path and read it whole */
     const char *path;     /* with descriptor -1 */
@@ -359,8 +365,8 @@ static PyObject *load_chunks(PyObject *module, PyObject *args) {
     int64_t fetch_ns = 0, decode_ns = 0;
     Py_ssize_t bytes_read = 0, decoded_chunks = 0, decoded_bytes = 0;
     Py_BEGIN_ALLOW_THREADS
-    char *scratch = NULL;
-    Py_ssize_t capacity = 0;
+    char *scratch = thread_scratch;
+    Py_ssize_t capacity = thread_scratch_capacity;
     for (Py_ssize_t r = 0; r < read_count && failed_read < 0; r++) {
         Read *read = &reads[r];
         Py_ssize_t length = 0;
@@ -386,7 +392,13 @@ static PyObject *load_chunks(PyObject *module, PyObject *args) {
         }
         decode_ns += now_ns() - fetched;
     }
-    free(scratch);
+    if (capacity > SCRATCH_KEPT_BYTES) { /* a long run read once: give its memory back */
+        free(scratch);
+        scratch = NULL;
+        capacity = 0;
+    }
+    thread_scratch = scratch;
+    thread_scratch_capacity = capacity;
     Py_END_ALLOW_THREADS
     if (failed_read >= 0) {
         result = Py_NewRef(Py_None);

@@ -490,9 +490,11 @@ class DirectChunkReader(PlateReader):
         """
         needed = list(dict.fromkeys([piece[0] for piece in pieces]))
         chunks = self._cache.get_many(needed)
-        units = self._units([key for key in needed if key not in chunks]) if len(chunks) < len(needed) else []
-        threads = self.decode_threads if len(units) > 1 or len(pieces) >= PARALLEL_COPY_PIECES else 1
+        missing = [key for key in needed if key not in chunks] if len(chunks) < len(needed) else []
+        threads = self.decode_threads if len(missing) > 1 or len(pieces) >= PARALLEL_COPY_PIECES else 1
+        unit_parts = self._units(missing, threads) if missing else [[] for _ in range(threads)]
         if threads == 1:
+            units = unit_parts[0]
             if units:
                 results, fetched, reads = self._load_units(units)
                 self._keep(results, fetched, reads)
@@ -500,7 +502,6 @@ class DirectChunkReader(PlateReader):
             self._count_touches(pieces)
             _copy_pieces(pieces, chunks, out)
             return
-        unit_parts = _share_out(units, threads)
         owner = {key: part for part, share in enumerate(unit_parts) for unit in share for key, _, _ in unit[4]}
         piece_parts: list[list[_Piece]] = [[] for _ in range(threads)]
         for index, piece in enumerate(pieces):
@@ -547,9 +548,12 @@ class DirectChunkReader(PlateReader):
             futures = [self._executor.submit(work, part) for part in range(1, parts)]
             return [work(0), *(future.result() for future in futures)]
 
-    def _units(self, keys: list[int]) -> list[_Unit]:
-        """The reads that fetch ``keys``: one per chunk file, or per run of adjacent chunks in a shard."""
-        units: list[_Unit] = []
+    def _units(self, keys: list[int], parts: int = 1) -> list[list[_Unit]]:
+        """The reads that fetch ``keys`` (one per chunk file, or per run of adjacent chunks in a shard),
+        dealt to ``parts`` decode threads with as many chunks each (give or take one): the chunks in
+        the order they lie on disk, cut into ``parts`` stretches, so a long run (grouped access) is cut
+        between its chunks and every thread reads one stretch."""
+        dealt: list[list[_Unit]] = [[] for _ in range(parts)]
         array = np.array(keys, dtype=np.int64)
         fields = array >> _FIELD_SHIFT
         groups: dict[Any, list[int]] = {}
@@ -559,27 +563,30 @@ class DirectChunkReader(PlateReader):
         for geometry, members in groups.items():
             chosen = slice(None) if len(groups) == 1 else np.isin(fields, members)
             if geometry is None:
-                units.extend(self._file_units(array[chosen].tolist()))
+                self._file_units(array[chosen].tolist(), dealt)
             else:
-                units.extend(self._shard_units(array[chosen], fields[chosen], geometry))
-        return units
+                self._shard_units(array[chosen], fields[chosen], geometry, dealt)
+        return dealt
 
-    def _file_units(self, keys: list[int]) -> list[_Unit]:
-        """One read of a whole chunk file per key (layouts without shards)."""
-        units: list[_Unit] = []
-        for key in keys:
+    def _file_units(self, keys: list[int], dealt: list[list[_Unit]]) -> None:
+        """One read of a whole chunk file per key (layouts without shards), in stretches to ``dealt``."""
+        parts = len(dealt)
+        for index, key in enumerate(keys):
             field_index = key >> _FIELD_SHIFT
             layout = self._layouts[field_index]
             path = self._bases[field_index] + layout.key(layout.coords(*_chunk_name(key)))
-            units.append((field_index, path, 0, -1, [(key, 0, -1)]))
-        return units
+            dealt[index * parts // len(keys)].append((field_index, path, 0, -1, [(key, 0, -1)]))
 
     def _shard_units(
-        self, keys: np.ndarray, fields: np.ndarray, geometry: tuple[tuple[int, int, int], tuple[int, int, int]]
-    ) -> list[_Unit]:
+        self,
+        keys: np.ndarray,
+        fields: np.ndarray,
+        geometry: tuple[tuple[int, int, int], tuple[int, int, int]],
+        dealt: list[list[_Unit]],
+    ) -> None:
         """Reads of inner chunks of shards that share a geometry: in each shard, byte ranges that touch
-        (or lie within the coalescing gap) are read as one. Array arithmetic over the batch; Python
-        per shard touched and per read."""
+        (or lie within the coalescing gap) are read as one, unless a stretch of ``dealt`` ends between
+        them. Array arithmetic over the batch; Python per shard touched and per read."""
         (per_c, per_y, per_x), (stride_c, stride_y, stride_x) = geometry
         c_index = keys >> _C_SHIFT & (2**_C_BITS - 1)
         y_index = keys >> _X_BITS & (2**_Y_BITS - 1)
@@ -598,30 +605,30 @@ class DirectChunkReader(PlateReader):
         starts = np.full(len(keys), -1, dtype=np.int64)  # a missing shard; an empty entry's offset is -1 too
         present = rows >= 0
         starts[present] = offsets[at[present]]
-        units: list[_Unit] = []
         absent = starts < 0
-        if absent.any():  # the fill value, per field
+        if absent.any():  # the fill value, per field, to the thread that runs no Python before the batch
             for field_index in np.unique(fields[absent]).tolist():
                 missing = keys[absent & (fields == field_index)].tolist()
-                units.append((field_index, None, 0, 0, [(key, 0, 0) for key in missing]))
+                dealt[-1].append((field_index, None, 0, 0, [(key, 0, 0) for key in missing]))
             kept = ~absent
             keys, fields, which, starts, at = keys[kept], fields[kept], which[kept], starts[kept], at[kept]
         if len(keys) == 0:
-            return units
+            return
         order = np.lexsort((starts, which))
         keys, fields, which, starts = keys[order], fields[order], which[order], starts[order]
         lengths = sizes[at[order]]
         ends = starts + lengths
+        stretch = np.arange(len(keys)) * len(dealt) // len(keys)
         new_run = np.ones(len(keys), dtype=bool)
-        new_run[1:] = (
-            (which[1:] != which[:-1]) | (starts[1:] < ends[:-1]) | (starts[1:] > ends[:-1] + self._coalesce_gap)
-        )
+        gap = self._coalesce_gap
+        new_run[1:] = (which[1:] != which[:-1]) | (starts[1:] < ends[:-1]) | (starts[1:] > ends[:-1] + gap)
+        new_run[1:] |= stretch[1:] != stretch[:-1]
         bounds = [*np.flatnonzero(new_run).tolist(), len(keys)]
         key_list, field_list, which_list = keys.tolist(), fields.tolist(), which.tolist()
-        start_list, length_list = starts.tolist(), lengths.tolist()
+        start_list, length_list, stretch_list = starts.tolist(), lengths.tolist(), stretch.tolist()
         for first, end in zip(bounds[:-1], bounds[1:], strict=False):
             origin = start_list[first]
-            units.append(
+            dealt[stretch_list[first]].append(
                 (
                     field_list[first],
                     shard_keys[which_list[first]],
@@ -630,7 +637,6 @@ class DirectChunkReader(PlateReader):
                     [(key_list[i], start_list[i] - origin, length_list[i]) for i in range(first, end)],
                 )
             )
-        return units
 
     def _shard_index_table(self) -> tuple[np.ndarray, np.ndarray]:
         """Every shard index read so far, end to end: (offset, size) of each inner chunk as int64, a
@@ -802,28 +808,6 @@ def _native_codec(layout: ChunkLayout) -> int | None:
     if layout.decoders == (_blosc_decompress,) and _NATIVE_BLOSC:
         return _NATIVE_BLOSC_CODE
     return None
-
-
-def _share_out(units: list[_Unit], parts: int) -> list[list[_Unit]]:
-    """``units`` dealt to ``parts`` threads with about as many chunks each (largest first, to the least
-    loaded); a run of a shard longer than one share is cut between its chunks, so a batch whose
-    chunks coalesce into one read (grouped access) still splits."""
-    share = max(1, -(-sum(len(unit[4]) for unit in units) // parts))
-    cut_units: list[_Unit] = []
-    for field_index, source, start, length, entries in units:
-        while source is not None and length >= 0 and len(entries) > share:
-            cut = entries[share][1]
-            cut_units.append((field_index, source, start, cut, entries[:share]))
-            entries = [(key, offset - cut, size) for key, offset, size in entries[share:]]
-            start, length = start + cut, length - cut
-        cut_units.append((field_index, source, start, length, entries))
-    loads = [0] * parts
-    dealt: list[list[_Unit]] = [[] for _ in range(parts)]
-    for unit in sorted(cut_units, key=lambda unit: -len(unit[4])):
-        part = loads.index(min(loads))
-        dealt[part].append(unit)
-        loads[part] += len(unit[4])
-    return dealt
 
 
 _handover_lock = threading.Lock()
