@@ -275,6 +275,7 @@ class DirectChunkReader(PlateReader):
         self._cache: LruCache[int, np.ndarray] = LruCache(chunk_cache_bytes)
         self._missing: set[int] = set()  # keys of chunks the store lacks (read as the fill value)
         self._layouts: dict[int, ChunkLayout] = {}
+        self._geometries: set[Any] = set()  # of the fields' layouts read so far
         self._native_codecs: dict[int, int | None] = {}  # per field: what load_chunks calls its codec, or None
         self._bases: dict[int, str] = {}
         self._shards: dict[int, tuple[str, int] | None] = {}  # shard id -> (key, first row in the index table)
@@ -349,6 +350,7 @@ class DirectChunkReader(PlateReader):
             self._layouts[field_index] = layout
             self._bases[field_index] = f"{self.metadata.fields[field_index].path}/"
             self._native_codecs[field_index] = _native_codec(layout) if self._remote is None else None
+            self._geometries.add(self._geometry(layout))
         return layout
 
     def _fill(
@@ -557,9 +559,11 @@ class DirectChunkReader(PlateReader):
         array = np.array(keys, dtype=np.int64)
         fields = array >> _FIELD_SHIFT
         groups: dict[Any, list[int]] = {}
-        for field_index in np.unique(fields).tolist():
-            layout = self._layouts[field_index]
-            groups.setdefault(layout.shard_cyx if layout.inner_chunk else None, []).append(field_index)
+        if len(self._geometries) == 1:  # every field read so far is chunked alike
+            groups[next(iter(self._geometries))] = []
+        else:
+            for field_index in np.unique(fields).tolist():
+                groups.setdefault(self._geometry(self._layouts[field_index]), []).append(field_index)
         for geometry, members in groups.items():
             chosen = slice(None) if len(groups) == 1 else np.isin(fields, members)
             if geometry is None:
@@ -567,6 +571,11 @@ class DirectChunkReader(PlateReader):
             else:
                 self._shard_units(array[chosen], fields[chosen], geometry, dealt)
         return dealt
+
+    @staticmethod
+    def _geometry(layout: ChunkLayout) -> Any:
+        """What planning reads depends on: the shard geometry, or None without shards."""
+        return layout.shard_cyx if layout.inner_chunk else None
 
     def _file_units(self, keys: list[int], dealt: list[list[_Unit]]) -> None:
         """One read of a whole chunk file per key (layouts without shards), in stretches to ``dealt``."""
@@ -595,7 +604,14 @@ class DirectChunkReader(PlateReader):
         shard_ids = (
             fields << _FIELD_SHIFT | c_index // per_c << _C_SHIFT | y_index // per_y << _X_BITS | x_index // per_x
         )
-        shards, which = np.unique(shard_ids, return_inverse=True)
+        by_shard = np.argsort(shard_ids)  # np.unique(..., return_inverse=True) in fewer steps
+        in_order = shard_ids[by_shard]
+        first_of_shard = np.empty(len(keys), dtype=bool)
+        first_of_shard[0] = True
+        np.not_equal(in_order[1:], in_order[:-1], out=first_of_shard[1:])
+        shards = in_order[first_of_shard]
+        which = np.empty(len(keys), dtype=np.int64)
+        which[by_shard] = np.cumsum(first_of_shard) - 1
         _ = self.source  # a forked worker forgets the parent's shard rows here, before any is looked up
         found = [self._shard(shard_id) for shard_id in shards.tolist()]
         shard_keys = [None if entry is None else entry[0] for entry in found]
@@ -623,20 +639,23 @@ class DirectChunkReader(PlateReader):
         gap = self._coalesce_gap
         new_run[1:] = (which[1:] != which[:-1]) | (starts[1:] < ends[:-1]) | (starts[1:] > ends[:-1] + gap)
         new_run[1:] |= stretch[1:] != stretch[:-1]
-        bounds = [*np.flatnonzero(new_run).tolist(), len(keys)]
-        key_list, field_list, which_list = keys.tolist(), fields.tolist(), which.tolist()
-        start_list, length_list, stretch_list = starts.tolist(), lengths.tolist(), stretch.tolist()
-        for first, end in zip(bounds[:-1], bounds[1:], strict=False):
-            origin = start_list[first]
-            dealt[stretch_list[first]].append(
-                (
-                    field_list[first],
-                    shard_keys[which_list[first]],
-                    origin,
-                    start_list[end - 1] + length_list[end - 1] - origin,
-                    [(key_list[i], start_list[i] - origin, length_list[i]) for i in range(first, end)],
-                )
-            )
+        firsts = np.flatnonzero(new_run)
+        ends_at = np.append(firsts[1:], len(keys))
+        origins = starts[firsts]
+        relative = starts - np.repeat(origins, ends_at - firsts)
+        entries = list(zip(keys.tolist(), relative.tolist(), lengths.tolist(), strict=True))
+        runs = zip(
+            firsts.tolist(),
+            ends_at.tolist(),
+            fields[firsts].tolist(),
+            which[firsts].tolist(),
+            origins.tolist(),
+            (ends[ends_at - 1] - origins).tolist(),
+            stretch[firsts].tolist(),
+            strict=True,
+        )
+        for first, end, field_index, shard, origin, length, part in runs:
+            dealt[part].append((field_index, shard_keys[shard], origin, length, entries[first:end]))
 
     def _shard_index_table(self) -> tuple[np.ndarray, np.ndarray]:
         """Every shard index read so far, end to end: (offset, size) of each inner chunk as int64, a
