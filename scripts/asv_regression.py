@@ -84,8 +84,9 @@ class Injection:
 INJECTIONS = {
     "double-decode": Injection(
         "src/cropbench/formats/chunks.py",
-        "        outcome = self._native_load(reads, targets)",
-        "        self._native_load(reads, targets)\n        outcome = self._native_load(reads, targets)",
+        "            outcome = self._native_load(reads, targets, *copies)",
+        "            self._native_load(reads, targets, *copies)\n"
+        "            outcome = self._native_load(reads, targets, *copies)",
         "the direct reader reads and decodes every chunk it loads twice (first result discarded)",
     ),
     "cache": Injection(

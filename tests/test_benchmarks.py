@@ -213,9 +213,9 @@ def test_decode_work_counts_a_chunk_decoded_twice(tiny_plate: Path, monkeypatch:
     chunks = common.require("cropbench.formats.chunks", "DirectChunkReader")
     load_units = chunks._load_units
 
-    def twice(self: Any, units: Any) -> Any:
-        load_units(self, units)
-        return load_units(self, units)
+    def twice(self: Any, units: Any, *copies: Any) -> Any:
+        load_units(self, units, *copies)
+        return load_units(self, units, *copies)
 
     monkeypatch.setattr(chunks, "_load_units", twice)
     doubled = common.decode_work(str(tiny_plate), crop, "random", indices)

@@ -311,6 +311,48 @@ def test_native_loads_give_the_bytes_and_counts_of_the_python_path(
 
 
 @needs_native_loads
+@pytest.mark.parametrize("channels", [np.array([4, 0, 2]), np.array([3, 1], dtype=np.int32)])
+def test_copies_made_while_loading_give_the_bytes_of_the_python_path(
+    tiny_plate: Path, channels: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Channel indices the C copies do not take (int32) send the pieces to numpy, the loads staying native."""
+    calls = _counting_native_loads(monkeypatch)
+    metadata = read_plate_metadata(tiny_plate)
+    regions = _regions(40, seed=8)
+    out = np.zeros((len(regions), len(channels), 40, 40), dtype=metadata.dtype)
+    for threads in (1, 2):
+        DirectChunkReader(metadata, chunk_cache_bytes=50_000, decode_threads=threads).read_regions(
+            regions, out, channels
+        )
+        assert calls and all(calls)
+        _python_only(monkeypatch)
+        expected = np.zeros_like(out)
+        DirectChunkReader(metadata, chunk_cache_bytes=50_000, decode_threads=threads).read_regions(
+            regions, expected, channels
+        )
+        np.testing.assert_array_equal(out, expected)
+        monkeypatch.undo()
+        calls = _counting_native_loads(monkeypatch)
+
+
+@needs_native_loads
+def test_native_loads_refuse_pieces_outside_the_pieces_given(tiny_plate: Path) -> None:
+    chunk = np.empty((5, 8, 8), dtype=np.uint16)
+    out = np.zeros((1, 5, 8, 8), dtype=np.uint16)
+    piece = (0, 0, slice(None), slice(None), 0, 8, 0, 8, 0, 8, 0, 8)
+    read = (-1, bytes(tiny_plate / "nothing"), 0, -1, 0, 0, 1)
+    with pytest.raises(ValueError, match="pieces are not a range"):
+        _load_chunks_native([read], [(0, -1, chunk, 0, 2)], [piece], out)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="pieces and out come together"):
+        _load_chunks_native([read], [(0, -1, chunk, 0, 1)], [piece])  # type: ignore[misc]
+    with pytest.raises(ValueError, match="outside its chunk"):
+        _load_chunks_native([read], [(0, -1, chunk, 0, 1)], [(*piece[:5], 9, *piece[6:])], out)  # type: ignore[misc]
+    fetched, absent, *_ = _load_chunks_native([read], [(0, -1, chunk, 0, 1)], [piece], out)  # type: ignore[misc]
+    assert (fetched, absent) == (0, [0])  # no such file: nothing read, nothing copied
+    assert not out.any()
+
+
+@needs_native_loads
 def test_native_loads_keep_the_stage_clocks(tiny_plate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _counting_native_loads(monkeypatch)
     reader = StageTimedChunkReader(read_plate_metadata(tiny_plate), chunk_cache_bytes=0)

@@ -1,7 +1,8 @@
 /* The direct reader's hot loops in C, each with the GIL released for a whole batch:
  *
- * load_chunks: read the byte ranges (or whole chunk files) of a thread's share of a batch and
- * decode every chunk in them into arrays given by the caller. The Python loop this replaces spent
+ * load_chunks: read the byte ranges (or whole chunk files) of a thread's share of a batch, decode
+ * every chunk in them into arrays given by the caller, and copy the pieces of each chunk into the
+ * output right after decoding it, while it is in the CPU's cache. The Python loop this replaces spent
  * about 15 microseconds of interpreter time per chunk (numcodecs' wrapper, frombuffer, reshape,
  * the read call) around a decode of about 20; with decode threads that time ran one thread at a
  * time. The codec is numcodecs' own c-blosc, looked up in its extension module (bind_blosc), so
@@ -87,86 +88,62 @@ static int as_index(PyObject *item, Py_ssize_t *value) {
     return (*value == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static PyObject *copy_pieces(PyObject *module, PyObject *args) {
-    (void)module;
-    PyObject *pieces, *chunks, *out_object;
-    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &pieces, &PyDict_Type, &chunks, &out_object)) return NULL;
-    Py_buffer out;
-    if (PyObject_GetBuffer(out_object, &out, PyBUF_RECORDS) < 0) return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(pieces);
-    Copy *copies = PyMem_Calloc(count ? count : 1, sizeof(Copy));
-    /* every buffer taken: chunks and channel selections, released once the copies are done */
-    Py_buffer *views = PyMem_Calloc(count ? 3 * count : 1, sizeof(Py_buffer));
-    Py_ssize_t held = 0;
-    PyObject *result = NULL;
-    if (copies == NULL || views == NULL) {
-        PyErr_NoMemory();
-        goto done;
+/* Check one piece (a 12-tuple) against its chunk (source) and the output, and fill in its Copy.
+ * Channel selections given as arrays are held in views[*held...]; -1 with an exception set. */
+static int parse_piece(PyObject *piece, Py_ssize_t index, const Py_buffer *source, const Py_buffer *out, Copy *copy,
+                       Py_buffer *views, Py_ssize_t *held) {
+    if (!PyTuple_Check(piece) || PyTuple_GET_SIZE(piece) != 12) {
+        PyErr_SetString(PyExc_TypeError, "a piece is not a 12-tuple");
+        return -1;
     }
-    if (out.ndim != 4 || out.strides[3] != out.itemsize) {
-        PyErr_SetString(PyExc_TypeError, "output is not a (B, C, H, W) array with contiguous rows");
-        goto done;
+    Py_ssize_t at[12];
+    for (int i = 4; i < 12; i++)
+        if (as_index(PyTuple_GET_ITEM(piece, i), &at[i]) < 0) return -1;
+    if (as_index(PyTuple_GET_ITEM(piece, 1), &at[1]) < 0) return -1;
+    if (source->ndim != 3 || source->strides[2] != source->itemsize || source->itemsize != out->itemsize ||
+        !same_format(source->format, out->format)) {
+        PyErr_SetString(PyExc_TypeError, "a chunk is not a (C, H, W) array of the output's type with contiguous rows");
+        return -1;
     }
-    for (Py_ssize_t p = 0; p < count; p++) {
-        PyObject *piece = PyList_GET_ITEM(pieces, p);
-        if (!PyTuple_Check(piece) || PyTuple_GET_SIZE(piece) != 12) {
-            PyErr_SetString(PyExc_TypeError, "a piece is not a 12-tuple");
-            goto done;
-        }
-        Py_ssize_t at[12];
-        for (int i = 4; i < 12; i++)
-            if (as_index(PyTuple_GET_ITEM(piece, i), &at[i]) < 0) goto done;
-        if (as_index(PyTuple_GET_ITEM(piece, 1), &at[1]) < 0) goto done;
-        PyObject *chunk = PyDict_GetItemWithError(chunks, PyTuple_GET_ITEM(piece, 0));
-        if (chunk == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a piece's chunk is not among the chunks given");
-            goto done;
-        }
-        Py_buffer *source = &views[held];
-        if (PyObject_GetBuffer(chunk, source, PyBUF_RECORDS_RO) < 0) goto done;
-        held++;
-        if (source->ndim != 3 || source->strides[2] != source->itemsize || source->itemsize != out.itemsize ||
-            !same_format(source->format, out.format)) {
-            PyErr_SetString(PyExc_TypeError, "a chunk is not a (C, H, W) array of the output's type with contiguous rows");
-            goto done;
-        }
-        Py_ssize_t slot = at[1], sy0 = at[4], sy1 = at[5], sx0 = at[6], sx1 = at[7];
-        Py_ssize_t dy0 = at[8], dy1 = at[9], dx0 = at[10], dx1 = at[11];
-        if (slot < 0 || slot >= out.shape[0] || sy0 < 0 || sy1 > source->shape[1] || sy0 > sy1 || sx0 < 0 ||
-            sx1 > source->shape[2] || sx0 > sx1 || dy0 < 0 || dy1 > out.shape[2] || dx0 < 0 ||
-            dx1 > out.shape[3] || dy1 - dy0 != sy1 - sy0 || dx1 - dx0 != sx1 - sx0) {
-            PyErr_Format(PyExc_ValueError, "piece %zd lies outside its chunk or its output slot", p);
-            goto done;
-        }
-        Copy *copy = &copies[p];
-        Py_ssize_t positions_count, offsets_count;
-        if (channel_indices(PyTuple_GET_ITEM(piece, 2), &views[held], &copy->positions, &positions_count,
-                            out.shape[1]) < 0)
-            goto done;
-        if (copy->positions != NULL) held++;
-        if (channel_indices(PyTuple_GET_ITEM(piece, 3), &views[held], &copy->offsets, &offsets_count,
-                            source->shape[0]) < 0)
-            goto done;
-        if (copy->offsets != NULL) held++;
-        Py_ssize_t channels = positions_count >= 0 ? positions_count : offsets_count >= 0 ? offsets_count : out.shape[1];
-        if ((positions_count >= 0 && positions_count != channels) || (offsets_count >= 0 && offsets_count != channels) ||
-            (positions_count < 0 && channels > out.shape[1]) || (offsets_count < 0 && channels > source->shape[0]) ||
-            (positions_count < 0 && offsets_count < 0 && source->shape[0] != out.shape[1])) {
-            PyErr_Format(PyExc_ValueError, "piece %zd selects different channel counts in its chunk and the output", p);
-            goto done;
-        }
-        copy->channels = channels;
-        copy->rows = sy1 - sy0;
-        copy->row_bytes = (sx1 - sx0) * out.itemsize;
-        copy->source = (const char *)source->buf + sy0 * source->strides[1] + sx0 * source->strides[2];
-        copy->target = (char *)out.buf + slot * out.strides[0] + dy0 * out.strides[2] + dx0 * out.strides[3];
-        copy->source_channel_stride = source->strides[0];
-        copy->source_row_stride = source->strides[1];
-        copy->target_channel_stride = out.strides[1];
-        copy->target_row_stride = out.strides[2];
+    Py_ssize_t slot = at[1], sy0 = at[4], sy1 = at[5], sx0 = at[6], sx1 = at[7];
+    Py_ssize_t dy0 = at[8], dy1 = at[9], dx0 = at[10], dx1 = at[11];
+    if (slot < 0 || slot >= out->shape[0] || sy0 < 0 || sy1 > source->shape[1] || sy0 > sy1 || sx0 < 0 ||
+        sx1 > source->shape[2] || sx0 > sx1 || dy0 < 0 || dy1 > out->shape[2] || dx0 < 0 || dx1 > out->shape[3] ||
+        dy1 - dy0 != sy1 - sy0 || dx1 - dx0 != sx1 - sx0) {
+        PyErr_Format(PyExc_ValueError, "piece %zd lies outside its chunk or its output slot", index);
+        return -1;
     }
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t p = 0; p < count; p++) {
+    Py_ssize_t positions_count, offsets_count;
+    if (channel_indices(PyTuple_GET_ITEM(piece, 2), &views[*held], &copy->positions, &positions_count,
+                        out->shape[1]) < 0)
+        return -1;
+    if (copy->positions != NULL) (*held)++;
+    if (channel_indices(PyTuple_GET_ITEM(piece, 3), &views[*held], &copy->offsets, &offsets_count,
+                        source->shape[0]) < 0)
+        return -1;
+    if (copy->offsets != NULL) (*held)++;
+    Py_ssize_t channels = positions_count >= 0 ? positions_count : offsets_count >= 0 ? offsets_count : out->shape[1];
+    if ((positions_count >= 0 && positions_count != channels) || (offsets_count >= 0 && offsets_count != channels) ||
+        (positions_count < 0 && channels > out->shape[1]) || (offsets_count < 0 && channels > source->shape[0]) ||
+        (positions_count < 0 && offsets_count < 0 && source->shape[0] != out->shape[1])) {
+        PyErr_Format(PyExc_ValueError, "piece %zd selects different channel counts in its chunk and the output", index);
+        return -1;
+    }
+    copy->channels = channels;
+    copy->rows = sy1 - sy0;
+    copy->row_bytes = (sx1 - sx0) * out->itemsize;
+    copy->source = (const char *)source->buf + sy0 * source->strides[1] + sx0 * source->strides[2];
+    copy->target = (char *)out->buf + slot * out->strides[0] + dy0 * out->strides[2] + dx0 * out->strides[3];
+    copy->source_channel_stride = source->strides[0];
+    copy->source_row_stride = source->strides[1];
+    copy->target_channel_stride = out->strides[1];
+    copy->target_row_stride = out->strides[2];
+    return 0;
+}
+
+/* The copies [begin, end); no Python object is touched (the GIL may be released). */
+static void run_copies(const Copy *copies, Py_ssize_t begin, Py_ssize_t end) {
+    for (Py_ssize_t p = begin; p < end; p++) {
         const Copy *copy = &copies[p];
         for (Py_ssize_t c = 0; c < copy->channels; c++) {
             const char *from = copy->source + (copy->offsets ? copy->offsets[c] : c) * copy->source_channel_stride;
@@ -178,6 +155,52 @@ static PyObject *copy_pieces(PyObject *module, PyObject *args) {
             }
         }
     }
+}
+
+static int output_buffer(PyObject *object, Py_buffer *out) {
+    if (PyObject_GetBuffer(object, out, PyBUF_RECORDS) < 0) return -1;
+    if (out->ndim != 4 || out->strides[3] != out->itemsize) {
+        PyBuffer_Release(out);
+        PyErr_SetString(PyExc_TypeError, "output is not a (B, C, H, W) array with contiguous rows");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *copy_pieces(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *pieces, *chunks, *out_object;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &pieces, &PyDict_Type, &chunks, &out_object)) return NULL;
+    Py_buffer out;
+    if (output_buffer(out_object, &out) < 0) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(pieces);
+    Copy *copies = PyMem_Calloc(count ? count : 1, sizeof(Copy));
+    /* every buffer taken: chunks and channel selections, released once the copies are done */
+    Py_buffer *views = PyMem_Calloc(count ? 3 * count : 1, sizeof(Py_buffer));
+    Py_ssize_t held = 0;
+    PyObject *result = NULL;
+    if (copies == NULL || views == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t p = 0; p < count; p++) {
+        PyObject *piece = PyList_GET_ITEM(pieces, p);
+        if (!PyTuple_Check(piece) || PyTuple_GET_SIZE(piece) != 12) {
+            PyErr_SetString(PyExc_TypeError, "a piece is not a 12-tuple");
+            goto done;
+        }
+        PyObject *chunk = PyDict_GetItemWithError(chunks, PyTuple_GET_ITEM(piece, 0));
+        if (chunk == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a piece's chunk is not among the chunks given");
+            goto done;
+        }
+        Py_buffer *source = &views[held];
+        if (PyObject_GetBuffer(chunk, source, PyBUF_RECORDS_RO) < 0) goto done;
+        held++;
+        if (parse_piece(piece, p, source, &out, &copies[p], views, &held) < 0) goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    run_copies(copies, 0, count);
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
@@ -217,6 +240,7 @@ typedef struct {
 typedef struct {
     Py_ssize_t offset, size; /* inside what the read returned; size -1: all of it */
     Py_buffer target;
+    Py_ssize_t first_piece, end_piece; /* its pieces: copies[first_piece:end_piece] */
 } Chunk;
 
 static PyObject *bind_blosc(PyObject *module, PyObject *args) {
@@ -307,16 +331,31 @@ static int decode(int codec, const char *source, Py_ssize_t size, Py_buffer *tar
 
 static PyObject *load_chunks(PyObject *module, PyObject *args) {
     (void)module;
-    PyObject *read_list, *chunk_list;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &read_list, &PyList_Type, &chunk_list)) return NULL;
+    PyObject *read_list, *chunk_list, *piece_list = NULL, *out_object = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!|O!O", &PyList_Type, &read_list, &PyList_Type, &chunk_list, &PyList_Type,
+                          &piece_list, &out_object))
+        return NULL;
+    if ((piece_list == NULL) != (out_object == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "pieces and out come together");
+        return NULL;
+    }
     Py_ssize_t read_count = PyList_GET_SIZE(read_list), chunk_count = PyList_GET_SIZE(chunk_list);
+    Py_ssize_t piece_count = piece_list == NULL ? 0 : PyList_GET_SIZE(piece_list);
     Read *reads = PyMem_Calloc(read_count ? read_count : 1, sizeof(Read));
     Chunk *chunks = PyMem_Calloc(chunk_count ? chunk_count : 1, sizeof(Chunk));
-    Py_ssize_t held = 0, failed_read = -1;
+    Copy *copies = PyMem_Calloc(piece_count ? piece_count : 1, sizeof(Copy));
+    Py_buffer *views = PyMem_Calloc(piece_count ? 2 * piece_count : 1, sizeof(Py_buffer)); /* channel selections */
+    Py_buffer out = {0};
+    int have_out = 0;
+    Py_ssize_t held = 0, held_views = 0, failed_read = -1;
     PyObject *result = NULL;
-    if (reads == NULL || chunks == NULL) {
+    if (reads == NULL || chunks == NULL || copies == NULL || views == NULL) {
         PyErr_NoMemory();
         goto done;
+    }
+    if (out_object != NULL) {
+        if (output_buffer(out_object, &out) < 0) goto done;
+        have_out = 1;
     }
     for (Py_ssize_t r = 0; r < read_count; r++) {
         PyObject *item = PyList_GET_ITEM(read_list, r);
@@ -351,18 +390,32 @@ static PyObject *load_chunks(PyObject *module, PyObject *args) {
     for (Py_ssize_t c = 0; c < chunk_count; c++) {
         PyObject *item = PyList_GET_ITEM(chunk_list, c), *target;
         Chunk *chunk = &chunks[c];
-        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "nnO", &chunk->offset, &chunk->size, &target)) {
-            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "chunk %zd is not (offset, size, array)", c);
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "nnO|nn", &chunk->offset, &chunk->size, &target,
+                                                      &chunk->first_piece, &chunk->end_piece)) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "chunk %zd is not (offset, size, array[, first piece, end piece])", c);
             goto done;
         }
-        if (PyObject_GetBuffer(target, &chunk->target, PyBUF_CONTIG) < 0) goto done;
+        if (PyObject_GetBuffer(target, &chunk->target, PyBUF_RECORDS) < 0) goto done;
         held = c + 1;
+        if (!PyBuffer_IsContiguous(&chunk->target, 'C')) {
+            PyErr_Format(PyExc_ValueError, "chunk %zd's array is not C-contiguous", c);
+            goto done;
+        }
         if (chunk->offset < 0 || chunk->size < -1) {
             PyErr_Format(PyExc_ValueError, "chunk %zd has a negative offset or size", c);
             goto done;
         }
+        if (!have_out) chunk->first_piece = chunk->end_piece = 0; /* nothing to copy */
+        if (chunk->first_piece < 0 || chunk->end_piece < chunk->first_piece || chunk->end_piece > piece_count) {
+            PyErr_Format(PyExc_ValueError, "chunk %zd's pieces are not a range of the pieces given", c);
+            goto done;
+        }
+        for (Py_ssize_t p = chunk->first_piece; p < chunk->end_piece; p++)
+            if (parse_piece(PyList_GET_ITEM(piece_list, p), p, &chunk->target, &out, &copies[p], views, &held_views) < 0)
+                goto done;
     }
-    int64_t fetch_ns = 0, decode_ns = 0;
+    int64_t fetch_ns = 0, decode_ns = 0, copy_ns = 0;
     Py_ssize_t bytes_read = 0, decoded_chunks = 0, decoded_bytes = 0;
     Py_BEGIN_ALLOW_THREADS
     char *scratch = thread_scratch;
@@ -389,9 +442,15 @@ static PyObject *load_chunks(PyObject *module, PyObject *args) {
             }
             decoded_chunks++;
             decoded_bytes += chunk->target.len;
+            if (chunk->end_piece > chunk->first_piece) { /* while the chunk is in the CPU's cache */
+                int64_t decoded = now_ns();
+                run_copies(copies, chunk->first_piece, chunk->end_piece);
+                copy_ns += now_ns() - decoded;
+            }
         }
         decode_ns += now_ns() - fetched;
     }
+    decode_ns -= copy_ns; /* the copies are assembly, not decoding */
     if (capacity > SCRATCH_KEPT_BYTES) { /* a long run read once: give its memory back */
         free(scratch);
         scratch = NULL;
@@ -419,7 +478,11 @@ static PyObject *load_chunks(PyObject *module, PyObject *args) {
     result = Py_BuildValue("(nNLLnn)", bytes_read, absent, (long long)fetch_ns, (long long)decode_ns, decoded_chunks,
                            decoded_bytes);
 done:
+    for (Py_ssize_t v = 0; v < held_views; v++) PyBuffer_Release(&views[v]);
     for (Py_ssize_t c = 0; c < held; c++) PyBuffer_Release(&chunks[c].target);
+    if (have_out) PyBuffer_Release(&out);
+    PyMem_Free(views);
+    PyMem_Free(copies);
     PyMem_Free(chunks);
     PyMem_Free(reads);
     return result;
@@ -431,8 +494,9 @@ static PyMethodDef methods[] = {
     {"bind_blosc", bind_blosc, METH_VARARGS,
      "bind_blosc(path): find c-blosc in numcodecs' loaded blosc module at path; False when it is not there."},
     {"load_chunks", load_chunks, METH_VARARGS,
-     "load_chunks(reads, chunks): read and decode every chunk; (bytes read, absent reads, fetch ns, decode ns, "
-     "chunks decoded, bytes decoded), or None when the Python path must read them."},
+     "load_chunks(reads, chunks[, pieces, out]): read and decode every chunk, and copy its pieces into out right "
+     "after; (bytes read, absent reads, fetch ns, decode ns, chunks decoded, bytes decoded), or None when the "
+     "Python path must read them."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -232,6 +232,9 @@ THREADED_SWITCH_INTERVAL_S = 1e-4
 _Piece = tuple[int, int, Any, Any, int, int, int, int, int, int, int, int]
 
 
+#: What loading some units gives: (key, chunk, decoded?) each, bytes read, reads, the pieces left to copy.
+_Loaded = tuple[list[tuple[int, np.ndarray, bool]], int, int, list[_Piece]]
+
 #: One read: (field, object, start, length, [(key, offset in what was read, size or -1 for all)]).
 #: ``object`` is a chunk's or shard's key under the plate (``length`` -1: the whole object), or None
 #: (absent: fill value).
@@ -496,13 +499,13 @@ class DirectChunkReader(PlateReader):
         threads = self.decode_threads if len(missing) > 1 or len(pieces) >= PARALLEL_COPY_PIECES else 1
         unit_parts = self._units(missing, threads) if missing else [[] for _ in range(threads)]
         if threads == 1:
-            units = unit_parts[0]
-            if units:
-                results, fetched, reads = self._load_units(units)
+            left = pieces
+            if unit_parts[0]:
+                results, fetched, reads, left = self._load_units(unit_parts[0], pieces, out)
                 self._keep(results, fetched, reads)
                 chunks.update((key, chunk) for key, chunk, _ in results)
             self._count_touches(pieces)
-            _copy_pieces(pieces, chunks, out)
+            _copy_pieces(left, chunks, out)
             return
         owner = {key: part for part, share in enumerate(unit_parts) for unit in share for key, _, _ in unit[4]}
         piece_parts: list[list[_Piece]] = [[] for _ in range(threads)]
@@ -516,10 +519,10 @@ class DirectChunkReader(PlateReader):
     ) -> None:
         """One decode thread's share: load ``units``, copy ``pieces`` (their chunks cached or loaded
         here), then cache what it loaded, so its bookkeeping overlaps the other threads' decoding."""
-        results, fetched, reads = self._load_units(units)
+        results, fetched, reads, left = self._load_units(units, pieces, out)
         chunks = dict(cached)
         chunks.update((key, chunk) for key, chunk, _ in results)
-        _copy_pieces(pieces, chunks, out)
+        _copy_pieces(left, chunks, out)
         with self._keep_lock:
             self._keep(results, fetched, reads)
 
@@ -665,29 +668,38 @@ class DirectChunkReader(PlateReader):
             self._index_table, self._index_pending = table, []
         return self._index_table[:, 0], self._index_table[:, 1]
 
-    def _load_units(self, units: list[_Unit]) -> tuple[list[tuple[int, np.ndarray, bool]], int, int]:
-        """Fetch and decode the chunks of ``units`` (any thread): (key, chunk, decoded?) each, bytes and reads.
+    def _load_units(
+        self, units: list[_Unit], pieces: list[_Piece] | None = None, out: np.ndarray | None = None
+    ) -> _Loaded:
+        """Fetch and decode the chunks of ``units`` (any thread): (key, chunk, decoded?) each, bytes,
+        reads, and which of ``pieces`` are left to copy into ``out``.
 
         Natively, in one call without the GIL, when the plate is local, the codec is one the native
-        loads know and the extension is built; in Python otherwise, and whenever the native call
-        declines (a short read, a chunk that does not validate): the Python path then decodes those
-        chunks or raises what it always raised.
+        loads know and the extension is built; there the pieces of each chunk are copied right after
+        it is decoded, while it is in the CPU's cache, and only the others are left. In Python
+        otherwise, and whenever the native call declines (a short read, a chunk that does not
+        validate): the Python path then decodes those chunks or raises what it always raised.
         """
         if _load_chunks_native is not None and units:
-            loaded = self._load_units_native(units)
+            loaded = self._load_units_native(units, pieces or [], out)
             if loaded is not None:
                 return loaded
-        return self._load_units_python(units)
+        return (*self._load_units_python(units), pieces or [])
 
-    def _load_units_native(self, units: list[_Unit]) -> tuple[list[tuple[int, np.ndarray, bool]], int, int] | None:
-        """:meth:`_load_units` in C (the reads, the decodes); None when the Python path must do it."""
+    def _load_units_native(self, units: list[_Unit], pieces: list[_Piece], out: np.ndarray | None) -> _Loaded | None:
+        """:meth:`_load_units` in C (the reads, the decodes, the copies); None when the Python path must do it."""
         source = self.source
         if not isinstance(source, FileSource):
             return None
         results: list[tuple[int, np.ndarray, bool]] = []
         reads: list[tuple[int, bytes | None, int, int, int, int, int]] = []
-        targets: list[tuple[int, int, np.ndarray]] = []
+        targets: list[tuple[int, int, np.ndarray, int, int]] = []
         read_results: list[tuple[int, int]] = []  # per read: its field, where its chunks start in results
+        by_chunk: dict[int, list[_Piece]] = {}
+        if out is not None:
+            for piece in pieces:
+                by_chunk.setdefault(piece[0], []).append(piece)
+        ordered: list[_Piece] = []  # the pieces of the chunks read here, chunk by chunk
         for field_index, key, start, length, entries in units:
             layout = self._layouts[field_index]
             codec = self._native_codecs[field_index]
@@ -710,28 +722,42 @@ class DirectChunkReader(PlateReader):
             first = len(targets)
             for chunk_key, offset, size in entries:
                 chunk = np.empty(layout.chunk_cyx, dtype=layout.dtype)
-                targets.append((offset, size, chunk))
+                first_piece = len(ordered)
+                ordered.extend(by_chunk.pop(chunk_key, ()))
+                targets.append((offset, size, chunk, first_piece, len(ordered)))
                 results.append((chunk_key, chunk, True))
             reads.append((descriptor, path, start, length, codec, first, len(targets)))
-        outcome = self._native_load(reads, targets)
+        left = [piece for chunk_pieces in by_chunk.values() for piece in chunk_pieces]  # of chunks not read here
+        copies = (ordered, out) if out is not None else ()
+        try:
+            outcome = self._native_load(reads, targets, *copies)
+        except TypeError:  # arrays the C copies leave to numpy (a dtype change, ...): found before anything ran
+            copies, left = (), pieces
+            outcome = self._native_load(reads, targets)
         if outcome is None:
             return None
         fetched, absent = outcome
-        for read_index in absent:  # whole chunk files that do not exist: the fill value
+        for read_index in absent:  # whole chunk files that do not exist: the fill value, copied in Python
             field_index, first = read_results[read_index]
             fill_value = self._layouts[field_index].fill_value
             for index in range(first, first + reads[read_index][6] - reads[read_index][5]):
                 chunk_key, chunk, _ = results[index]
                 chunk.fill(fill_value)
                 results[index] = (chunk_key, chunk, False)
+            if copies:
+                left.extend(ordered[targets[reads[read_index][5]][3] : targets[reads[read_index][6] - 1][4]])
         source.count(len(reads) - len(absent), fetched)
-        return results, fetched, len(reads)
+        return results, fetched, len(reads), left
 
     def _native_load(
-        self, reads: list[tuple[int, bytes | None, int, int, int, int, int]], targets: list[tuple[int, int, np.ndarray]]
+        self,
+        reads: list[tuple[int, bytes | None, int, int, int, int, int]],
+        targets: list[tuple[int, int, np.ndarray, int, int]],
+        pieces: list[_Piece] | None = None,
+        out: np.ndarray | None = None,
     ) -> tuple[int, list[int]] | None:
         """One native call: (bytes read, reads that found no file), or None when it declined."""
-        outcome = _load_chunks_native(reads, targets)  # type: ignore[misc]
+        outcome = _load_chunks_native(reads, targets, *(() if out is None else (pieces, out)))  # type: ignore[misc]
         if outcome is None:
             return None
         fetched, absent, *work = outcome
