@@ -22,11 +22,11 @@ from cropbench.formats.base import warn_missing_chunks
 from cropbench.formats.chunks import (
     THREADED_SWITCH_INTERVAL_S,
     StageTimedChunkReader,
-    _copy_pieces,
     _copy_pieces_native,
     _copy_pieces_python,
     _load_chunks_native,
     _quick_gil_handover,
+    copy_pieces,
 )
 from cropbench.plates.generate import generate_plate
 
@@ -135,7 +135,7 @@ def test_the_c_copies_refuse_a_piece_outside_its_chunk_or_slot_and_leave_odd_arr
         _copy_pieces_native(pieces, chunks, as_float)
     expected = np.zeros(shape, dtype=np.float32)
     _copy_pieces_python(pieces, chunks, expected)
-    _copy_pieces(pieces, chunks, as_float)
+    copy_pieces(pieces, chunks, as_float)
     np.testing.assert_array_equal(as_float, expected)
 
 

@@ -505,7 +505,7 @@ class DirectChunkReader(PlateReader):
                 self._keep(results, fetched, reads)
                 chunks.update((key, chunk) for key, chunk, _ in results)
             self._count_touches(pieces)
-            _copy_pieces(left, chunks, out)
+            copy_pieces(left, chunks, out)
             return
         owner = {key: part for part, share in enumerate(unit_parts) for unit in share for key, _, _ in unit[4]}
         piece_parts: list[list[_Piece]] = [[] for _ in range(threads)]
@@ -522,7 +522,7 @@ class DirectChunkReader(PlateReader):
         results, fetched, reads, left = self._load_units(units, pieces, out)
         chunks = dict(cached)
         chunks.update((key, chunk) for key, chunk, _ in results)
-        _copy_pieces(left, chunks, out)
+        copy_pieces(left, chunks, out)
         with self._keep_lock:
             self._keep(results, fetched, reads)
 
@@ -882,7 +882,7 @@ def _quick_gil_handover() -> Iterator[None]:
                 sys.setswitchinterval(_handover_saved)
 
 
-def _copy_pieces(pieces: list[_Piece], chunks: dict[int, np.ndarray], out: np.ndarray) -> None:
+def copy_pieces(pieces: list[_Piece], chunks: dict[int, np.ndarray], out: np.ndarray) -> None:
     """Copy each piece from its decoded chunk into ``out`` (B, C, H, W): in C with the GIL released
     for the whole call where the extension is built and the arrays suit it, else in Python."""
     if _copy_pieces_native is not None:
@@ -895,7 +895,7 @@ def _copy_pieces(pieces: list[_Piece], chunks: dict[int, np.ndarray], out: np.nd
 
 
 def _copy_pieces_python(pieces: list[_Piece], chunks: dict[int, np.ndarray], out: np.ndarray) -> None:
-    """:func:`_copy_pieces` in Python: one numpy assignment per piece."""
+    """:func:`copy_pieces` in Python: one numpy assignment per piece."""
     for key, slot, positions, offsets, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1 in pieces:
         out[slot, positions, dy0:dy1, dx0:dx1] = chunks[key][offsets, sy0:sy1, sx0:sx1]
 

@@ -68,7 +68,8 @@ class MemmapReader(PlateReader):
         super().__init__(metadata)
         self._map: np.memmap | None = None
 
-    def _pixels(self) -> np.memmap:
+    def pixels(self) -> np.memmap:
+        """The whole plate as one (fields, C, H, W) memory map, mapped once."""
         if self._map is None:
             path = self.metadata.path / (self.metadata.pixels_file or PIXELS_NAME)
             shape = (len(self.metadata.fields), *self.metadata.field_shape)
@@ -85,7 +86,7 @@ class MemmapReader(PlateReader):
     def _fill(
         self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
     ) -> None:
-        pixels = self._pixels()
+        pixels = self.pixels()
         if channels is None:
             out[...] = pixels[field_index, :, y0:y1, x0:x1]
         else:
