@@ -493,38 +493,47 @@ class DirectChunkReader(PlateReader):
         pieces of the chunks it decoded and a share of those of cached chunks: one thread's copies
         (which release the GIL) overlap another's decoding, with one hand-over per batch.
         """
-        needed = list(dict.fromkeys([piece[0] for piece in pieces]))
-        chunks = self._cache.get_many(needed)
-        missing = [key for key in needed if key not in chunks] if len(chunks) < len(needed) else []
+        by_chunk: dict[int, list[_Piece]] = {}
+        for piece in pieces:
+            by_chunk.setdefault(piece[0], []).append(piece)
+        chunks = self._cache.get_many(by_chunk)
+        missing = [key for key in by_chunk if key not in chunks] if len(chunks) < len(by_chunk) else []
         threads = self.decode_threads if len(missing) > 1 or len(pieces) >= PARALLEL_COPY_PIECES else 1
         unit_parts = self._units(missing, threads) if missing else [[] for _ in range(threads)]
+        cached = list(chunks)
         if threads == 1:
-            left = pieces
-            if unit_parts[0]:
-                results, fetched, reads, left = self._load_units(unit_parts[0], pieces, out)
-                self._keep(results, fetched, reads)
-                chunks.update((key, chunk) for key, chunk, _ in results)
-            self._count_touches(pieces)
-            copy_pieces(left, chunks, out)
-            return
-        owner = {key: part for part, share in enumerate(unit_parts) for unit in share for key, _, _ in unit[4]}
-        piece_parts: list[list[_Piece]] = [[] for _ in range(threads)]
-        for index, piece in enumerate(pieces):
-            piece_parts[owner.get(piece[0], index % threads)].append(piece)
-        self._in_threads(lambda part: self._load_and_copy(unit_parts[part], piece_parts[part], chunks, out), threads)
+            self._load_and_copy(unit_parts[0], by_chunk, cached, chunks, out)
+        else:
+            self._in_threads(
+                lambda part: self._load_and_copy(unit_parts[part], by_chunk, cached[part::threads], chunks, out),
+                threads,
+            )
         self._count_touches(pieces)
 
     def _load_and_copy(
-        self, units: list[_Unit], pieces: list[_Piece], cached: dict[int, np.ndarray], out: np.ndarray
+        self,
+        units: list[_Unit],
+        by_chunk: dict[int, list[_Piece]],
+        cached_keys: list[int],
+        cached: dict[int, np.ndarray],
+        out: np.ndarray,
     ) -> None:
-        """One decode thread's share: load ``units``, copy ``pieces`` (their chunks cached or loaded
-        here), then cache what it loaded, so its bookkeeping overlaps the other threads' decoding."""
-        results, fetched, reads, left = self._load_units(units, pieces, out)
-        chunks = dict(cached)
-        chunks.update((key, chunk) for key, chunk, _ in results)
+        """One decode thread's share of a batch: load ``units`` (copying their chunks' pieces as
+        each is decoded), copy the pieces of the cached chunks ``cached_keys``, then cache what it
+        loaded, so its bookkeeping overlaps the other threads' decoding."""
+        results: list[tuple[int, np.ndarray, bool]] = []
+        left = [piece for key in cached_keys for piece in by_chunk[key]]
+        chunks = cached
+        if units:
+            results, fetched, reads, loaded_left = self._load_units(units, by_chunk, out)
+            left.extend(loaded_left)
+            if loaded_left:
+                chunks = dict(cached)
+                chunks.update((key, chunk) for key, chunk, _ in results)
         copy_pieces(left, chunks, out)
-        with self._keep_lock:
-            self._keep(results, fetched, reads)
+        if units:
+            with self._keep_lock:
+                self._keep(results, fetched, reads)
 
     def _keep(self, results: list[tuple[int, np.ndarray, bool]], fetched: int, reads: int) -> None:
         """Cache the chunks loaded and count the reads and decodes."""
@@ -669,10 +678,10 @@ class DirectChunkReader(PlateReader):
         return self._index_table[:, 0], self._index_table[:, 1]
 
     def _load_units(
-        self, units: list[_Unit], pieces: list[_Piece] | None = None, out: np.ndarray | None = None
+        self, units: list[_Unit], by_chunk: dict[int, list[_Piece]] | None = None, out: np.ndarray | None = None
     ) -> _Loaded:
         """Fetch and decode the chunks of ``units`` (any thread): (key, chunk, decoded?) each, bytes,
-        reads, and which of ``pieces`` are left to copy into ``out``.
+        reads, and which pieces of those chunks (``by_chunk``, by chunk key) are left to copy into ``out``.
 
         Natively, in one call without the GIL, when the plate is local, the codec is one the native
         loads know and the extension is built; there the pieces of each chunk are copied right after
@@ -680,13 +689,16 @@ class DirectChunkReader(PlateReader):
         otherwise, and whenever the native call declines (a short read, a chunk that does not
         validate): the Python path then decodes those chunks or raises what it always raised.
         """
+        by_chunk = by_chunk or {}
         if _load_chunks_native is not None and units:
-            loaded = self._load_units_native(units, pieces or [], out)
+            loaded = self._load_units_native(units, by_chunk, out)
             if loaded is not None:
                 return loaded
-        return (*self._load_units_python(units), pieces or [])
+        return (*self._load_units_python(units), _pieces_of(units, by_chunk))
 
-    def _load_units_native(self, units: list[_Unit], pieces: list[_Piece], out: np.ndarray | None) -> _Loaded | None:
+    def _load_units_native(
+        self, units: list[_Unit], by_chunk: dict[int, list[_Piece]], out: np.ndarray | None
+    ) -> _Loaded | None:
         """:meth:`_load_units` in C (the reads, the decodes, the copies); None when the Python path must do it."""
         source = self.source
         if not isinstance(source, FileSource):
@@ -695,12 +707,11 @@ class DirectChunkReader(PlateReader):
         reads: list[tuple[int, bytes | None, int, int, int, int, int]] = []
         targets: list[tuple[int, int, np.ndarray, int, int]] = []
         read_results: list[tuple[int, int]] = []  # per read: its field, where its chunks start in results
-        by_chunk: dict[int, list[_Piece]] = {}
-        if out is not None:
-            for piece in pieces:
-                by_chunk.setdefault(piece[0], []).append(piece)
         ordered: list[_Piece] = []  # the pieces of the chunks read here, chunk by chunk
-        for field_index, key, start, length, entries in units:
+        left: list[_Piece] = []  # the pieces of absent chunks (the fill value), copied afterwards
+        no_pieces: list[_Piece] = []
+        for unit in units:
+            field_index, key, start, length, entries = unit
             layout = self._layouts[field_index]
             codec = self._native_codecs[field_index]
             if codec is None:
@@ -710,6 +721,7 @@ class DirectChunkReader(PlateReader):
                     (chunk_key, np.full(layout.chunk_cyx, layout.fill_value, dtype=layout.dtype), False)
                     for chunk_key, _, _ in entries
                 )
+                left.extend(_pieces_of([unit], by_chunk))
                 continue
             if length < 0:
                 descriptor, path = -1, os.fsencode(source.path(key))
@@ -723,16 +735,16 @@ class DirectChunkReader(PlateReader):
             for chunk_key, offset, size in entries:
                 chunk = np.empty(layout.chunk_cyx, dtype=layout.dtype)
                 first_piece = len(ordered)
-                ordered.extend(by_chunk.pop(chunk_key, ()))
+                ordered.extend(by_chunk.get(chunk_key, no_pieces))
                 targets.append((offset, size, chunk, first_piece, len(ordered)))
                 results.append((chunk_key, chunk, True))
             reads.append((descriptor, path, start, length, codec, first, len(targets)))
-        left = [piece for chunk_pieces in by_chunk.values() for piece in chunk_pieces]  # of chunks not read here
         copies = (ordered, out) if out is not None else ()
         try:
             outcome = self._native_load(reads, targets, *copies)
         except TypeError:  # arrays the C copies leave to numpy (a dtype change, ...): found before anything ran
-            copies, left = (), pieces
+            copies = ()
+            left.extend(ordered)
             outcome = self._native_load(reads, targets)
         if outcome is None:
             return None
@@ -880,6 +892,11 @@ def _quick_gil_handover() -> Iterator[None]:
             _handover_users -= 1
             if _handover_users == 0:
                 sys.setswitchinterval(_handover_saved)
+
+
+def _pieces_of(units: list[_Unit], by_chunk: dict[int, list[_Piece]]) -> list[_Piece]:
+    """The pieces (``by_chunk``, by chunk key) of the chunks ``units`` read."""
+    return [piece for unit in units for key, _, _ in unit[4] for piece in by_chunk.get(key, ())]
 
 
 def copy_pieces(pieces: list[_Piece], chunks: dict[int, np.ndarray], out: np.ndarray) -> None:
