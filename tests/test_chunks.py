@@ -20,6 +20,7 @@ from cropbench.formats import DirectChunkReader, Regions, open_plate, read_plate
 from cropbench.formats import chunks as chunks_module
 from cropbench.formats.base import warn_missing_chunks
 from cropbench.formats.chunks import (
+    _FIELD_SHIFT,
     THREADED_SWITCH_INTERVAL_S,
     StageTimedChunkReader,
     _copy_pieces_native,
@@ -165,6 +166,29 @@ def test_reads_are_dealt_to_threads_in_stretches_of_as_many_chunks(layout_plate:
         assert len(whole) <= sum(len(share) for share in dealt) <= len(whole) + parts - 1  # cut once per stretch
     else:
         assert sum(len(share) for share in dealt) == len(whole) == len(keys)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_few_chunks_are_planned_per_key_into_the_same_reads(tmp_path: Path, parts: int) -> None:
+    """The per-key planner (a single crop's few chunks) and the array one (a batch's) agree, empty
+    shard entries included."""
+    plate = tmp_path / "sharded.zarr"
+    generate_plate(plate, TINY_SPEC, TEST_LAYOUTS["sharded"], progress=False)
+    _drop_first_chunk(plate / read_plate_metadata(plate).fields[2].path)
+    reader = DirectChunkReader(read_plate_metadata(plate), chunk_cache_bytes=0)
+    regions = _regions(30, seed=9)
+    every = list(dict.fromkeys(piece[0] for piece in reader._plan_regions(regions, None)))
+    rng = np.random.default_rng(parts)
+    for count in (1, 2, 5, 17, 40):
+        keys = [every[i] for i in rng.choice(len(every), count, replace=False)]
+        keys += [] if 2 << _FIELD_SHIFT in keys else [2 << _FIELD_SHIFT]  # field 2's first chunk: an empty entry
+        per_key: list[list] = [[] for _ in range(parts)]
+        reader._shard_units_few(keys, reader._layouts[0].shard_cyx, per_key)
+        by_array: list[list] = [[] for _ in range(parts)]
+        array = np.array(keys, dtype=np.int64)
+        reader._shard_units(array, array >> _FIELD_SHIFT, reader._layouts[0].shard_cyx, by_array)
+        assert per_key == by_array, count
+        assert (2, None, 0, 0, [(2 << _FIELD_SHIFT, 0, 0)]) in per_key[-1]
 
 
 def test_decode_threads_lower_the_switch_interval_only_while_they_run(layout_plate: Path) -> None:

@@ -215,6 +215,9 @@ _C_BITS = 12
 _C_SHIFT = _X_BITS + _Y_BITS
 _FIELD_SHIFT = _C_SHIFT + _C_BITS
 _MAX_FIELDS = 2 ** (63 - _FIELD_SHIFT)
+#: Below this many chunks to read, a read plan is made with integer arithmetic per chunk rather than
+#: array calls over them (each array call costs a few microseconds however small the array).
+FEW_KEYS = 48
 #: Fewest (crop, chunk) pieces before copying them is split over the decode threads (below it,
 #: handing work to a thread costs more than the copies).
 PARALLEL_COPY_PIECES = 64
@@ -568,14 +571,21 @@ class DirectChunkReader(PlateReader):
         the order they lie on disk, cut into ``parts`` stretches, so a long run (grouped access) is cut
         between its chunks and every thread reads one stretch."""
         dealt: list[list[_Unit]] = [[] for _ in range(parts)]
+        if len(self._geometries) == 1:  # every field read so far is chunked alike
+            geometry = next(iter(self._geometries))
+            if geometry is None:
+                self._file_units(keys, dealt)
+            elif len(keys) < FEW_KEYS:
+                self._shard_units_few(keys, geometry, dealt)
+            else:
+                array = np.array(keys, dtype=np.int64)
+                self._shard_units(array, array >> _FIELD_SHIFT, geometry, dealt)
+            return dealt
         array = np.array(keys, dtype=np.int64)
         fields = array >> _FIELD_SHIFT
         groups: dict[Any, list[int]] = {}
-        if len(self._geometries) == 1:  # every field read so far is chunked alike
-            groups[next(iter(self._geometries))] = []
-        else:
-            for field_index in np.unique(fields).tolist():
-                groups.setdefault(self._geometry(self._layouts[field_index]), []).append(field_index)
+        for field_index in np.unique(fields).tolist():
+            groups.setdefault(self._geometry(self._layouts[field_index]), []).append(field_index)
         for geometry, members in groups.items():
             chosen = slice(None) if len(groups) == 1 else np.isin(fields, members)
             if geometry is None:
@@ -668,6 +678,56 @@ class DirectChunkReader(PlateReader):
         )
         for first, end, field_index, shard, origin, length, part in runs:
             dealt[part].append((field_index, shard_keys[shard], origin, length, entries[first:end]))
+
+    def _shard_units_few(
+        self, keys: list[int], geometry: tuple[tuple[int, int, int], tuple[int, int, int]], dealt: list[list[_Unit]]
+    ) -> None:
+        """:meth:`_shard_units` with integer arithmetic per key, for the few keys of a single crop,
+        where each array call costs more than the loop it replaces; the same reads, in the same order."""
+        (per_c, per_y, per_x), (stride_c, stride_y, stride_x) = geometry
+        by_shard: dict[int, list[tuple[int, int]]] = {}
+        for key in keys:
+            c_index, y_index, x_index = _chunk_name(key)
+            shard_id = key >> _FIELD_SHIFT << _FIELD_SHIFT | c_index // per_c << _C_SHIFT
+            shard_id |= y_index // per_y << _X_BITS | x_index // per_x
+            inner = c_index % per_c * stride_c + y_index % per_y * stride_y + x_index % per_x * stride_x
+            by_shard.setdefault(shard_id, []).append((key, inner))
+        _ = self.source  # a forked worker forgets the parent's shard rows here, before any is looked up
+        found = {shard_id: self._shard(shard_id) for shard_id in sorted(by_shard)}
+        offsets, sizes = self._shard_index_table()
+        shard_keys = {shard_id: entry[0] for shard_id, entry in found.items() if entry is not None}
+        present: list[tuple[int, int, int, int]] = []  # (shard, start, size, key)
+        absent: set[int] = set()
+        for shard_id, entry in found.items():
+            row = -1 if entry is None else entry[1]
+            for key, inner in by_shard[shard_id]:
+                start = -1 if row < 0 else int(offsets[row + inner])
+                if start < 0:
+                    absent.add(key)
+                else:
+                    present.append((shard_id, start, int(sizes[row + inner]), key))
+        if absent:  # the fill value, per field, in the order asked
+            by_field: dict[int, list[int]] = {}
+            for key in keys:
+                if key in absent:
+                    by_field.setdefault(key >> _FIELD_SHIFT, []).append(key)
+            for field_index in sorted(by_field):
+                dealt[-1].append((field_index, None, 0, 0, [(key, 0, 0) for key in by_field[field_index]]))
+        present.sort()
+        parts, gap = len(dealt), self._coalesce_gap
+        run: list[tuple[int, int, int]] = []
+        run_shard = run_stretch = origin = end = 0
+        for index, (shard_id, start, size, key) in enumerate(present):
+            stretch = index * parts // len(present)
+            if run and (shard_id != run_shard or start < end or start > end + gap or stretch != run_stretch):
+                dealt[run_stretch].append((run_shard >> _FIELD_SHIFT, shard_keys[run_shard], origin, end - origin, run))
+                run = []
+            if not run:
+                run_shard, run_stretch, origin = shard_id, stretch, start
+            run.append((key, start - origin, size))
+            end = start + size
+        if run:
+            dealt[run_stretch].append((run_shard >> _FIELD_SHIFT, shard_keys[run_shard], origin, end - origin, run))
 
     def _shard_index_table(self) -> tuple[np.ndarray, np.ndarray]:
         """Every shard index read so far, end to end: (offset, size) of each inner chunk as int64, a
