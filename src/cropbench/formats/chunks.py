@@ -2,8 +2,9 @@
 
 zarr-python spends ~0.2–0.4 ms of Python and asyncio machinery per slicing call, which dominates
 random single-cell access. This module reads the same chunk files with the store's own codecs
-(numcodecs' Blosc and Zstd), keeps decoded chunks in a per-process LRU bounded in bytes, and
-copies the intersection of each chunk into a preallocated output. It supports the layouts
+(numcodecs' Blosc and Zstd; on a local plate, blosc and raw chunks are read and decoded by the C
+extension ``_native`` with numcodecs' own c-blosc), keeps decoded chunks in a per-process LRU
+bounded in bytes, and copies the intersection of each chunk into a preallocated output. It supports the layouts
 zarr-python writes for (c, y, x) or singleton-(t, z) uint arrays: zarr v3 with ``bytes`` +
 ``blosc``/``zstd``/``gzip``/``crc32c`` codecs, optionally inside ``sharding_indexed``, and zarr
 v2 with a Blosc/Zstd/GZip/Zlib compressor and no filters.
@@ -252,12 +253,13 @@ class DirectChunkReader(PlateReader):
     a shard coalesced into one read, decode each once, then copy every piece into the output.
     Bytes come from a :class:`~cropbench.formats.sources.ByteSource`: ``os.pread`` on local files,
     or range GETs on a plate in an object store (ranges closer than the store's
-    ``coalesce_gap_bytes`` merged, the requests of a batch kept ``in_flight`` at once). With
-    ``decode_threads`` > 1, a batch's reads are dealt to a small thread pool, each thread
-    decoding its share and copying the pieces of the chunks it decoded (the codecs and the copies
-    release the GIL); blosc itself runs single-threaded (``numcodecs.blosc.use_threads = False``)
-    so threads never multiply. The byte source and the
-    shard indexes are opened once per process and kept.
+    ``coalesce_gap_bytes`` merged, the requests of a batch kept ``in_flight`` at once). On a local
+    plate the reads, decodes and copies of a batch run in C without the GIL, each chunk's pieces
+    copied right after its decode. With ``decode_threads`` > 1, the batch's chunks in disk order
+    are cut into one stretch per thread of a small pool, each thread reading and decoding its
+    stretch and copying the pieces of those chunks and of a share of the cached ones; blosc itself
+    runs single-threaded (``numcodecs.blosc.use_threads = False``) so threads never multiply. The
+    byte source and the shard indexes are opened once per process and kept.
     """
 
     decode = "direct"
