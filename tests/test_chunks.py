@@ -367,6 +367,9 @@ def test_native_loads_refuse_pieces_outside_the_pieces_given(tiny_plate: Path) -
     read = (-1, bytes(tiny_plate / "nothing"), 0, -1, 0, 0, 1)
     with pytest.raises(ValueError, match="pieces are not a range"):
         _load_chunks_native([read], [(0, -1, chunk, 0, 2)], [piece], out)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="chunk 1's pieces are not a range"):  # overlapping ranges
+        two = (-1, bytes(tiny_plate / "nothing"), 0, -1, 0, 0, 2)
+        _load_chunks_native([two], [(0, -1, chunk, 0, 1), (0, -1, chunk, 0, 1)], [piece], out)  # type: ignore[misc]
     with pytest.raises(TypeError, match="pieces and out come together"):
         _load_chunks_native([read], [(0, -1, chunk, 0, 1)], [piece])  # type: ignore[misc]
     with pytest.raises(ValueError, match="outside its chunk"):

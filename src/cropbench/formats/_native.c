@@ -407,7 +407,10 @@ static PyObject *load_chunks(PyObject *module, PyObject *args) {
             goto done;
         }
         if (!have_out) chunk->first_piece = chunk->end_piece = 0; /* nothing to copy */
-        if (chunk->first_piece < 0 || chunk->end_piece < chunk->first_piece || chunk->end_piece > piece_count) {
+        /* each piece parsed once: the ranges follow one another (views holds two per piece) */
+        Py_ssize_t previous_end = c > 0 ? chunks[c - 1].end_piece : 0;
+        if (chunk->first_piece < previous_end || chunk->end_piece < chunk->first_piece ||
+            chunk->end_piece > piece_count) {
             PyErr_Format(PyExc_ValueError, "chunk %zd's pieces are not a range of the pieces given", c);
             goto done;
         }
