@@ -76,6 +76,10 @@ class ChunkLayout:
     def chunk_items(self) -> int:
         return int(np.prod(self.chunk))
 
+    def filled_chunk(self) -> np.ndarray:
+        """A decoded chunk that holds only the fill value: what an absent chunk reads as."""
+        return np.full(self.chunk_cyx, self.fill_value, dtype=self.dtype)
+
     @functools.cached_property
     def chunk_cyx(self) -> tuple[int, int, int]:
         """A decoded chunk as (c, y, x): singleton t/z axes (NGFF t, c, z, y, x) dropped."""
@@ -573,6 +577,7 @@ class DirectChunkReader(PlateReader):
         the order they lie on disk, cut into ``parts`` stretches, so a long run (grouped access) is cut
         between its chunks and every thread reads one stretch."""
         dealt: list[list[_Unit]] = [[] for _ in range(parts)]
+        _ = self.source  # a forked worker forgets the parent's shard rows here, before any is looked up
         if len(self._geometries) == 1:  # every field read so far is chunked alike
             geometry = next(iter(self._geometries))
             if geometry is None:
@@ -636,7 +641,6 @@ class DirectChunkReader(PlateReader):
         shards = in_order[first_of_shard]
         which = np.empty(len(keys), dtype=np.int64)
         which[by_shard] = np.cumsum(first_of_shard) - 1
-        _ = self.source  # a forked worker forgets the parent's shard rows here, before any is looked up
         found = [self._shard(shard_id) for shard_id in shards.tolist()]
         shard_keys = [None if entry is None else entry[0] for entry in found]
         rows = np.array([-1 if entry is None else entry[1] for entry in found], dtype=np.int64)[which]
@@ -694,7 +698,6 @@ class DirectChunkReader(PlateReader):
             shard_id |= y_index // per_y << _X_BITS | x_index // per_x
             inner = c_index % per_c * stride_c + y_index % per_y * stride_y + x_index % per_x * stride_x
             by_shard.setdefault(shard_id, []).append((key, inner))
-        _ = self.source  # a forked worker forgets the parent's shard rows here, before any is looked up
         found = {shard_id: self._shard(shard_id) for shard_id in sorted(by_shard)}
         offsets, sizes = self._shard_index_table()
         shard_keys = {shard_id: entry[0] for shard_id, entry in found.items() if entry is not None}
@@ -779,10 +782,7 @@ class DirectChunkReader(PlateReader):
             if codec is None:
                 return None
             if key is None:
-                results.extend(
-                    (chunk_key, np.full(layout.chunk_cyx, layout.fill_value, dtype=layout.dtype), False)
-                    for chunk_key, _, _ in entries
-                )
+                results.extend((chunk_key, layout.filled_chunk(), False) for chunk_key, _, _ in entries)
                 left.extend(_pieces_of([unit], by_chunk))
                 continue
             if length < 0:
@@ -851,10 +851,7 @@ class DirectChunkReader(PlateReader):
             data = None if source is None else next(fetches)
             reads += source is not None
             if data is None:
-                results.extend(
-                    (key, np.full(layout.chunk_cyx, layout.fill_value, dtype=layout.dtype), False)
-                    for key, _, _ in entries
-                )
+                results.extend((key, layout.filled_chunk(), False) for key, _, _ in entries)
                 continue
             fetched += len(data)
             view = memoryview(data)
