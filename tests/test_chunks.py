@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import google_crc32c
@@ -21,12 +20,10 @@ from cropbench.formats import chunks as chunks_module
 from cropbench.formats.base import warn_missing_chunks
 from cropbench.formats.chunks import (
     _FIELD_SHIFT,
-    THREADED_SWITCH_INTERVAL_S,
     StageTimedChunkReader,
     _copy_pieces_native,
     _copy_pieces_python,
     _load_chunks_native,
-    _quick_gil_handover,
     copy_pieces,
 )
 from cropbench.plates.generate import generate_plate
@@ -114,6 +111,11 @@ def test_the_c_copies_give_the_bytes_of_numpy_assignment() -> None:
     strided = np.zeros((5, 4, 30, 40), dtype=np.uint16)[..., 5:35]  # rows contiguous, the slot is not
     _copy_pieces_native(pieces, chunks, strided)
     np.testing.assert_array_equal(strided, expected)
+    by_chunk = sorted(pieces, key=lambda piece: piece[0])  # runs of one chunk's pieces share its buffer
+    expected[:], copied[:] = 0, 0
+    _copy_pieces_python(by_chunk, chunks, expected)
+    _copy_pieces_native(by_chunk, chunks, copied)
+    np.testing.assert_array_equal(copied, expected)
 
 
 @needs_native_copies
@@ -189,23 +191,6 @@ def test_few_chunks_are_planned_per_key_into_the_same_reads(tmp_path: Path, part
         reader._shard_units(array, array >> _FIELD_SHIFT, reader._layouts[0].shard_cyx, by_array)
         assert per_key == by_array, count
         assert (2, None, 0, 0, [(2 << _FIELD_SHIFT, 0, 0)]) in per_key[-1]
-
-
-def test_decode_threads_lower_the_switch_interval_only_while_they_run(layout_plate: Path) -> None:
-    before = sys.getswitchinterval()
-    try:
-        sys.setswitchinterval(0.003)
-        with _quick_gil_handover():
-            with _quick_gil_handover():  # overlapping users: the last one out restores
-                assert sys.getswitchinterval() == pytest.approx(THREADED_SWITCH_INTERVAL_S)
-            assert sys.getswitchinterval() == pytest.approx(THREADED_SWITCH_INTERVAL_S)
-        assert sys.getswitchinterval() == pytest.approx(0.003)
-        reader = DirectChunkReader(read_plate_metadata(layout_plate), chunk_cache_bytes=0, decode_threads=2)
-        regions = _regions(32, seed=4)
-        reader.read_regions(regions, np.zeros((32, 5, 40, 40), dtype=np.uint16))
-        assert sys.getswitchinterval() == pytest.approx(0.003)
-    finally:
-        sys.setswitchinterval(before)
 
 
 def test_regions_land_at_their_offsets_and_leave_the_rest_alone(tiny_plate: Path) -> None:

@@ -178,7 +178,8 @@ static PyObject *copy_pieces(PyObject *module, PyObject *args) {
     /* every buffer taken: chunks and channel selections, released once the copies are done */
     Py_buffer *views = PyMem_Calloc(count ? 3 * count : 1, sizeof(Py_buffer));
     Py_ssize_t held = 0;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *last_chunk = NULL;
+    Py_buffer *source = NULL;
     if (copies == NULL || views == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -194,9 +195,12 @@ static PyObject *copy_pieces(PyObject *module, PyObject *args) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a piece's chunk is not among the chunks given");
             goto done;
         }
-        Py_buffer *source = &views[held];
-        if (PyObject_GetBuffer(chunk, source, PyBUF_RECORDS_RO) < 0) goto done;
-        held++;
+        if (chunk != last_chunk) { /* pieces come chunk by chunk: one buffer per run of a chunk's pieces */
+            source = &views[held];
+            if (PyObject_GetBuffer(chunk, source, PyBUF_RECORDS_RO) < 0) goto done;
+            held++;
+            last_chunk = chunk;
+        }
         if (parse_piece(piece, p, source, &out, &copies[p], views, &held) < 0) goto done;
     }
     Py_BEGIN_ALLOW_THREADS
