@@ -17,10 +17,9 @@ import dataclasses
 import functools
 import itertools
 import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,12 +225,6 @@ FEW_KEYS = 48
 #: Fewest (crop, chunk) pieces before copying them is split over the decode threads (below it,
 #: handing work to a thread costs more than the copies).
 PARALLEL_COPY_PIECES = 64
-#: How often the interpreter hands the GIL over while decode threads share a batch (CPython's
-#: default is every 5 ms). A thread back from a codec, which releases the GIL, otherwise waits up
-#: to the whole interval for the thread running Python; on 2 cores that waiting cost most of what
-#: the second thread gained (random batches of 64 crops, full plate: 1.29x over one thread at
-#: 5 ms, 1.42x at 0.1 ms).
-THREADED_SWITCH_INTERVAL_S = 1e-4
 
 
 #: One (crop, chunk) intersection: the chunk's key, the crop's slot in the output, the channels
@@ -567,9 +560,8 @@ class DirectChunkReader(PlateReader):
         if self._executor is None or self._executor_pid != os.getpid():  # a forked worker has no threads
             self._executor = ThreadPoolExecutor(self.decode_threads - 1, thread_name_prefix="cropbench-decode")
             self._executor_pid = os.getpid()
-        with _quick_gil_handover():
-            futures = [self._executor.submit(work, part) for part in range(1, parts)]
-            return [work(0), *(future.result() for future in futures)]
+        futures = [self._executor.submit(work, part) for part in range(1, parts)]
+        return [work(0), *(future.result() for future in futures)]
 
     def _units(self, keys: list[int], parts: int = 1) -> list[list[_Unit]]:
         """The reads that fetch ``keys`` (one per chunk file, or per run of adjacent chunks in a shard),
@@ -924,33 +916,6 @@ def _native_codec(layout: ChunkLayout) -> int | None:
     if layout.decoders == (_blosc_decompress,) and _NATIVE_BLOSC:
         return _NATIVE_BLOSC_CODE
     return None
-
-
-_handover_lock = threading.Lock()
-_handover_users = 0
-_handover_saved = 0.0
-
-
-@contextlib.contextmanager
-def _quick_gil_handover() -> Iterator[None]:
-    """Lower the interpreter's switch interval to :data:`THREADED_SWITCH_INTERVAL_S` while threads decode.
-
-    Process-wide, as the interval is: the first of overlapping users lowers it (never raises it),
-    the last one restores what was set before.
-    """
-    global _handover_users, _handover_saved
-    with _handover_lock:
-        if _handover_users == 0:
-            _handover_saved = sys.getswitchinterval()
-            sys.setswitchinterval(min(_handover_saved, THREADED_SWITCH_INTERVAL_S))
-        _handover_users += 1
-    try:
-        yield
-    finally:
-        with _handover_lock:
-            _handover_users -= 1
-            if _handover_users == 0:
-                sys.setswitchinterval(_handover_saved)
 
 
 def _pieces_of(units: list[_Unit], by_chunk: dict[int, list[_Piece]]) -> list[_Piece]:
