@@ -65,6 +65,28 @@ def test_a_batch_gives_the_bytes_of_single_regions(
         assert reader.stats.regions == 2 * len(regions)
 
 
+@needs_native_loads
+@pytest.mark.parametrize("threads", [1, 2])
+def test_evicted_chunks_are_decoded_into_again_only_when_nothing_else_holds_them(
+    layout_plate: Path, threads: int
+) -> None:
+    metadata = read_plate_metadata(layout_plate)
+    batches = [_regions(16, seed=seed) for seed in range(6)]
+    expected = [_one_by_one(DirectChunkReader(metadata), regions, None) for regions in batches]
+    reader = DirectChunkReader(metadata, chunk_cache_bytes=60_000, decode_threads=threads)  # evicts every batch
+    out = np.zeros(expected[0].shape, dtype=expected[0].dtype)
+    reader.read_regions(batches[0], out)
+    held = list(reader._spare)  # someone else now holds these: they must not be decoded into
+    assert bool(held) == (layout_plate.stem in NATIVE_LAYOUTS)  # the Python path decodes into new arrays
+    snapshots = [chunk.copy() for chunk in held]
+    for regions, want in zip(batches, expected, strict=True):
+        reader.read_regions(regions, out)
+        np.testing.assert_array_equal(out, want)
+    for chunk, snapshot in zip(held, snapshots, strict=True):
+        np.testing.assert_array_equal(chunk, snapshot)
+    assert len(reader._spare) <= 2 * reader.stats.chunks_decoded
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 def test_a_run_cut_between_threads_gives_the_same_bytes(layout_plate: Path, threads: int) -> None:
     metadata = read_plate_metadata(layout_plate)

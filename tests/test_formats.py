@@ -128,8 +128,12 @@ def test_lru_cache_put_many_keeps_what_put_one_by_one_keeps() -> None:
             batch = [(int(key), np.zeros(int(rng.integers(1, 260)), np.uint8)) for key in rng.integers(0, 12, 7)]
             for key, value in batch:
                 one.put(key, value)
-            many.put_many(batch)
+            held = {id(value) for value, _ in many._items.values()}
+            dropped = many.put_many(batch)
             assert list(one._items) == list(many._items), trial
+            kept = {id(value) for value, _ in many._items.values()}
+            let_go = [id(value) for value in dropped]  # evicted, replaced or too heavy: every value exactly once
+            assert sorted([*kept, *let_go]) == sorted(held | {id(value) for _, value in batch})
             assert one.used == many.used <= 500
             touched = [int(key) for key in rng.integers(0, 12, 3)]
             one.get_many(touched)

@@ -315,22 +315,29 @@ class LruCache(Generic[Key, Value]):
             _, (_, evicted) = self._items.popitem(last=False)
             self.used -= evicted
 
-    def put_many(self, items: Iterable[tuple[Key, Value]]) -> None:
-        """:meth:`put` each (key, value) in turn, without a method call per item."""
+    def put_many(self, items: Iterable[tuple[Key, Value]]) -> list[Value]:
+        """:meth:`put` each (key, value) in turn, without a method call per item; the values let go
+        (evicted, replaced, or heavier than the budget), for a caller that recycles them."""
         entries, size_of, budget, keep_newest = self._items, self._size, self.budget, self._keep_newest
         used = self.used
+        dropped: list[Value] = []
         for key, value in items:
             size = size_of(value)
             if size > budget and not keep_newest:
+                dropped.append(value)
                 continue
             previous = entries.pop(key, None)
             if previous is not None:
                 used -= previous[1]
+                dropped.append(previous[0])
             entries[key] = (value, size)
             used += size
             while used > budget and len(entries) > 1:
-                used -= entries.popitem(last=False)[1][1]
+                evicted, evicted_size = entries.popitem(last=False)[1]
+                used -= evicted_size
+                dropped.append(evicted)
         self.used = used
+        return dropped
 
     def clear(self) -> None:
         self._items.clear()

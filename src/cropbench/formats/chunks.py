@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import itertools
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -256,7 +257,9 @@ class DirectChunkReader(PlateReader):
     are cut into one stretch per thread of a small pool, each thread reading and decoding its
     stretch and copying the pieces of those chunks and of a share of the cached ones; blosc itself
     runs single-threaded (``numcodecs.blosc.use_threads = False``) so threads never multiply. The
-    byte source and the shard indexes are opened once per process and kept.
+    byte source and the shard indexes are opened once per process and kept. The native loads decode
+    into arrays the cache evicted (about a batch's worth is set aside, and one is reused only when
+    nothing else holds it) rather than allocating and freeing one per chunk.
     """
 
     decode = "direct"
@@ -278,6 +281,10 @@ class DirectChunkReader(PlateReader):
         self.chunk_cache_bytes = chunk_cache_bytes
         self.decode_threads = decode_threads
         self._cache: LruCache[int, np.ndarray] = LruCache(chunk_cache_bytes)
+        #: Chunk arrays the cache let go, to decode into again instead of allocating (and freeing) one per
+        #: chunk: of the one (shape, dtype) in ``_spare_kind``, about as many as a batch loads.
+        self._spare: list[np.ndarray] = []
+        self._spare_kind: tuple[tuple[int, int, int], np.dtype] | None = None
         self._missing: set[int] = set()  # keys of chunks the store lacks (read as the fill value)
         self._layouts: dict[int, ChunkLayout] = {}
         self._geometries: set[Any] = set()  # of the fields' layouts read so far
@@ -301,6 +308,7 @@ class DirectChunkReader(PlateReader):
 
     def close(self) -> None:
         self._cache.clear()
+        self._spare.clear()
         self._missing.clear()
         self._forget_shards()
         if self._byte_source is not None and self._source_pid == os.getpid():
@@ -542,12 +550,23 @@ class DirectChunkReader(PlateReader):
         stats = self.stats
         stats.bytes_fetched += fetched
         stats.reads += reads
-        self._cache.put_many([(key, chunk) for key, chunk, _ in results])
+        dropped = self._cache.put_many([(key, chunk) for key, chunk, _ in results])
+        if dropped and self._spare_kind is not None:
+            self._recycle(dropped, 2 * len(results))
         decoded = [chunk.nbytes for _, chunk, was_decoded in results if was_decoded]
         stats.bytes_decoded += sum(decoded)
         stats.chunks_decoded += len(decoded)
         if len(decoded) < len(results):
             self._missing.update(key for key, _, was_decoded in results if not was_decoded)
+
+    def _recycle(self, dropped: list[np.ndarray], limit: int) -> None:
+        """Set aside the chunk arrays of :attr:`_spare_kind` that numpy owns among ``dropped``, keeping
+        at most ``limit``. :meth:`_load_units_native` decodes into one only when nothing else holds it."""
+        shape, dtype = self._spare_kind  # type: ignore[misc]
+        spare = self._spare
+        spare.extend(chunk for chunk in dropped if chunk.base is None and chunk.shape == shape and chunk.dtype == dtype)
+        if len(spare) > limit:
+            del spare[: len(spare) - limit]
 
     def _count_touches(self, pieces: list[_Piece]) -> None:
         self.stats.chunks_touched += len(pieces)
@@ -767,6 +786,7 @@ class DirectChunkReader(PlateReader):
         ordered: list[_Piece] = []  # the pieces of the chunks read here, chunk by chunk
         left: list[_Piece] = []  # the pieces of absent chunks (the fill value), copied afterwards
         no_pieces: list[_Piece] = []
+        spare, getrefcount = self._spare, sys.getrefcount
         for unit in units:
             field_index, key, start, length, entries = unit
             layout = self._layouts[field_index]
@@ -786,8 +806,22 @@ class DirectChunkReader(PlateReader):
                 descriptor = opened
             read_results.append((field_index, len(results)))
             first = len(targets)
+            shape, dtype = layout.chunk_cyx, layout.dtype
+            if self._spare_kind is None:
+                self._spare_kind = shape, dtype
+            reuse = spare if self._spare_kind == (shape, dtype) else None
             for chunk_key, offset, size in entries:
-                chunk = np.empty(layout.chunk_cyx, dtype=layout.dtype)
+                chunk = None
+                if reuse:
+                    try:
+                        chunk = reuse.pop()
+                    except IndexError:  # another thread took the last one
+                        pass
+                    else:
+                        if getrefcount(chunk) > 2:  # still held elsewhere (a thread copying from it)
+                            chunk = None
+                if chunk is None:
+                    chunk = np.empty(shape, dtype=dtype)
                 first_piece = len(ordered)
                 ordered.extend(by_chunk.get(chunk_key, no_pieces))
                 targets.append((offset, size, chunk, first_piece, len(ordered)))
