@@ -20,6 +20,7 @@ from cropbench.formats import chunks as chunks_module
 from cropbench.formats.base import warn_missing_chunks
 from cropbench.formats.chunks import (
     _FIELD_SHIFT,
+    SHARES_PER_THREAD,
     StageTimedChunkReader,
     _copy_pieces_native,
     _copy_pieces_python,
@@ -88,6 +89,15 @@ def test_evicted_chunks_are_decoded_into_again_only_when_nothing_else_holds_them
 
 
 @pytest.mark.parametrize("threads", [2, 3])
+def test_decode_threads_run_every_part_once(layout_plate: Path, threads: int) -> None:
+    reader = DirectChunkReader(read_plate_metadata(layout_plate), decode_threads=threads)
+    for parts in (1, 2, 5, 12):
+        done: list[int] = []
+        reader._in_threads(done.append, parts)
+        assert sorted(done) == list(range(parts))
+
+
+@pytest.mark.parametrize("threads", [2, 3])
 def test_a_run_cut_between_threads_gives_the_same_bytes(layout_plate: Path, threads: int) -> None:
     metadata = read_plate_metadata(layout_plate)
     regions = _regions(24, seed=5)
@@ -100,8 +110,8 @@ def test_a_run_cut_between_threads_gives_the_same_bytes(layout_plate: Path, thre
         reader.read_regions(regions, out)
         np.testing.assert_array_equal(out, expected)
     assert threaded.stats.chunks_decoded == single.stats.chunks_decoded
-    if "sharded" in layout_plate.name:  # the run was cut: one read per thread instead of one in all
-        assert single.stats.reads < threaded.stats.reads <= single.stats.reads + threads - 1
+    if "sharded" in layout_plate.name:  # the run was cut: one read per part instead of one in all
+        assert single.stats.reads < threaded.stats.reads <= single.stats.reads + threads * SHARES_PER_THREAD - 1
 
 
 def _random_pieces(rng: np.random.Generator, count: int) -> tuple[list, dict[int, np.ndarray], tuple[int, ...]]:
