@@ -4,6 +4,7 @@ thread count."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -131,6 +132,34 @@ def _random_pieces(rng: np.random.Generator, count: int) -> tuple[list, dict[int
         slot, key = int(rng.integers(0, 5)), int(rng.integers(0, 6))
         pieces.append((key, slot, positions, offsets, sy0, sy0 + h, sx0, sx0 + w, dy0, dy0 + h, dx0, dx0 + w))
     return pieces, chunks, (5, 4, 30, 30)
+
+
+@needs_native_copies
+@pytest.mark.parametrize("channels", [None, np.array([4, 0, 2])])
+def test_the_c_planner_gives_the_pieces_of_the_array_planner(
+    layout_plate: Path, channels: np.ndarray | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader = DirectChunkReader(read_plate_metadata(layout_plate))
+    regions = _regions(40, seed=9)
+    regions.out_y0[::3] = 7  # some regions land off their slot's origin
+    for field_index in range(4):
+        reader._layout(field_index)
+    odd = reader._layouts[2]  # one field chunked otherwise: a second pass with its own chunk shape
+    reader._layouts[2] = dataclasses.replace(odd, inner_chunk=None, read_unit=(*odd.chunk[:-2], 17, 23))
+    planned: dict[int, list] = {}
+    pieces = reader._plan_regions(regions, channels, planned)
+    monkeypatch.setattr(chunks_module, "_plan_pieces_native", None)
+    expected: dict[int, list] = {}
+    assert pieces == reader._plan_regions(regions, channels, expected)
+    assert planned == expected
+    assert {piece[0] >> _FIELD_SHIFT for piece in pieces} == set(regions.field.tolist())
+    table = np.stack(regions.columns())
+    with pytest.raises(ValueError, match="region 0 is empty"):
+        bad = table.copy()
+        bad[2, 0] = bad[1, 0]  # y1 == y0
+        chunks_module._native.plan_pieces([], {}, bad, None, 8, 8, [(0, slice(None), slice(None))], 44, 32, 16)
+    with pytest.raises(TypeError, match="int64"):
+        chunks_module._native.plan_pieces([], {}, table.astype(np.int32), None, 8, 8, [], 44, 32, 16)
 
 
 @needs_native_copies

@@ -11,6 +11,10 @@
  * nothing: the caller reads those chunks again on the Python path, which decodes them or raises
  * the error it always raised.
  *
+ * plan_pieces: the (crop, chunk) pieces of a batch's regions as the tuples copy_pieces and
+ * load_chunks take, grouped by chunk key as they are made; the same integer arithmetic as the
+ * reader's numpy planner, without its dozens of array calls and per-piece Python on small batches.
+ *
  * copy_pieces: copy every (crop, chunk) piece of a batch from its decoded chunk into the output.
  * The pieces are read and checked with the GIL held, then copied row by row with memcpy without
  * it. Anything this code does not handle (a dtype change, rows that are not contiguous, channel
@@ -212,6 +216,122 @@ done:
     PyMem_Free(views);
     PyMem_Free(copies);
     PyBuffer_Release(&out);
+    return result;
+}
+
+/* ---- plan_pieces ---------------------------------------------------------------------------- */
+
+static int int64_buffer(PyObject *object, Py_buffer *view, int ndim, const char *name) {
+    if (PyObject_GetBuffer(object, view, PyBUF_RECORDS_RO) < 0) return -1;
+    if (view->ndim != ndim || view->itemsize != 8 || !(same_format(view->format, "q") || same_format(view->format, "l")) ||
+        !PyBuffer_IsContiguous(view, 'C')) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s is not a C-contiguous %d-D int64 array", name, ndim);
+        return -1;
+    }
+    return 0;
+}
+
+/* Append the piece to the pieces list and to its chunk's list in by_chunk; -1 with an exception set. */
+static int add_piece(PyObject *pieces, PyObject *by_chunk, long long key, Py_ssize_t slot, PyObject *positions,
+                     PyObject *offsets, const Py_ssize_t numbers[8]) {
+    PyObject *piece = PyTuple_New(12), *key_object = PyLong_FromLongLong(key), *slot_object = PyLong_FromSsize_t(slot);
+    if (piece == NULL || key_object == NULL || slot_object == NULL) goto fail;
+    PyTuple_SET_ITEM(piece, 0, key_object);
+    PyTuple_SET_ITEM(piece, 1, slot_object);
+    key_object = slot_object = NULL; /* the tuple owns them now */
+    PyTuple_SET_ITEM(piece, 2, Py_NewRef(positions));
+    PyTuple_SET_ITEM(piece, 3, Py_NewRef(offsets));
+    for (int i = 0; i < 8; i++) {
+        PyObject *number = PyLong_FromSsize_t(numbers[i]);
+        if (number == NULL) goto fail;
+        PyTuple_SET_ITEM(piece, 4 + i, number);
+    }
+    if (PyList_Append(pieces, piece) < 0) goto fail;
+    PyObject *listed = PyDict_GetItemWithError(by_chunk, PyTuple_GET_ITEM(piece, 0));
+    if (listed == NULL) {
+        if (PyErr_Occurred()) goto fail;
+        listed = PyList_New(0);
+        if (listed == NULL) goto fail;
+        int stored = PyDict_SetItem(by_chunk, PyTuple_GET_ITEM(piece, 0), listed);
+        Py_DECREF(listed); /* the dict holds it */
+        if (stored < 0) goto fail;
+    }
+    if (PyList_Append(listed, piece) < 0) goto fail;
+    Py_DECREF(piece);
+    return 0;
+fail:
+    Py_XDECREF(piece);
+    Py_XDECREF(key_object);
+    Py_XDECREF(slot_object);
+    return -1;
+}
+
+static PyObject *plan_pieces(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *pieces, *regions_object, *slots_object, *groups, *by_chunk;
+    Py_ssize_t chunk_y, chunk_x;
+    int field_shift, c_shift, x_bits;
+    if (!PyArg_ParseTuple(args, "O!O!OOnnO!iii", &PyList_Type, &pieces, &PyDict_Type, &by_chunk, &regions_object,
+                          &slots_object, &chunk_y, &chunk_x, &PyList_Type, &groups, &field_shift, &c_shift, &x_bits))
+        return NULL;
+    if (chunk_y <= 0 || chunk_x <= 0) {
+        PyErr_SetString(PyExc_ValueError, "chunk sizes must be positive");
+        return NULL;
+    }
+    Py_buffer regions = {0}, slots = {0};
+    int have_slots = 0;
+    PyObject *result = NULL;
+    if (int64_buffer(regions_object, &regions, 2, "regions") < 0) return NULL;
+    if (regions.shape[0] != 7) {
+        PyErr_SetString(PyExc_ValueError, "regions are not 7 columns (field, y0, y1, x0, x1, out_y0, out_x0)");
+        goto done;
+    }
+    Py_ssize_t count = regions.shape[1];
+    if (slots_object != Py_None) {
+        if (int64_buffer(slots_object, &slots, 1, "slots") < 0) goto done;
+        have_slots = 1;
+        if (slots.shape[0] != count) {
+            PyErr_SetString(PyExc_ValueError, "slots and regions differ in length");
+            goto done;
+        }
+    }
+    const int64_t *field = regions.buf, *y0 = field + count, *y1 = y0 + count, *x0 = y1 + count, *x1 = x0 + count;
+    const int64_t *out_y0 = x1 + count, *out_x0 = out_y0 + count;
+    for (Py_ssize_t g = 0; g < PyList_GET_SIZE(groups); g++) {
+        PyObject *group = PyList_GET_ITEM(groups, g), *positions, *offsets;
+        long long c_index;
+        if (!PyTuple_Check(group) || !PyArg_ParseTuple(group, "LOO", &c_index, &positions, &offsets)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a channel group is not (chunk, positions, offsets)");
+            goto done;
+        }
+        for (Py_ssize_t r = 0; r < count; r++) {
+            if (y0[r] < 0 || x0[r] < 0 || y1[r] <= y0[r] || x1[r] <= x0[r] || field[r] < 0) {
+                PyErr_Format(PyExc_ValueError, "region %zd is empty or starts before its field", r);
+                goto done;
+            }
+            Py_ssize_t slot = have_slots ? (Py_ssize_t)((const int64_t *)slots.buf)[r] : r;
+            long long base = (long long)field[r] << field_shift | c_index << c_shift;
+            for (int64_t iy = y0[r] / chunk_y; iy <= (y1[r] - 1) / chunk_y; iy++) {
+                int64_t top = iy * chunk_y;
+                int64_t sy0 = (y0[r] > top ? y0[r] : top) - top, sy1 = (y1[r] < top + chunk_y ? y1[r] : top + chunk_y) - top;
+                int64_t dy0 = top + sy0 - y0[r] + out_y0[r];
+                for (int64_t ix = x0[r] / chunk_x; ix <= (x1[r] - 1) / chunk_x; ix++) {
+                    int64_t left = ix * chunk_x;
+                    int64_t sx0 = (x0[r] > left ? x0[r] : left) - left;
+                    int64_t sx1 = (x1[r] < left + chunk_x ? x1[r] : left + chunk_x) - left;
+                    int64_t dx0 = left + sx0 - x0[r] + out_x0[r];
+                    Py_ssize_t numbers[8] = {sy0, sy1, sx0, sx1, dy0, dy0 + sy1 - sy0, dx0, dx0 + sx1 - sx0};
+                    if (add_piece(pieces, by_chunk, base | iy << x_bits | ix, slot, positions, offsets, numbers) < 0)
+                        goto done;
+                }
+            }
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    if (have_slots) PyBuffer_Release(&slots);
+    PyBuffer_Release(&regions);
     return result;
 }
 
@@ -498,6 +618,9 @@ done:
 static PyMethodDef methods[] = {
     {"copy_pieces", copy_pieces, METH_VARARGS,
      "copy_pieces(pieces, chunks, out): copy each (crop, chunk) piece from its chunk into out (B, C, H, W)."},
+    {"plan_pieces", plan_pieces, METH_VARARGS,
+     "plan_pieces(pieces, by_chunk, regions, slots, chunk_y, chunk_x, groups, field_shift, c_shift, x_bits): append "
+     "the (crop, chunk) pieces of regions (7 x n int64) to pieces and to by_chunk[key]."},
     {"bind_blosc", bind_blosc, METH_VARARGS,
      "bind_blosc(path): find c-blosc in numcodecs' loaded blosc module at path; False when it is not there."},
     {"load_chunks", load_chunks, METH_VARARGS,

@@ -142,10 +142,13 @@ class Regions:
     def __len__(self) -> int:
         return len(self.field)
 
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """(field, y0, y1, x0, x1, out_y0, out_x0)."""
+        return self.field, self.y0, self.y1, self.x0, self.x1, self.out_y0, self.out_x0
+
     def rows(self) -> Iterator[tuple[int, int, int, int, int, int, int]]:
         """(field, y0, y1, x0, x1, out_y0, out_x0) of each region, as Python ints."""
-        columns = (self.field, self.y0, self.y1, self.x0, self.x1, self.out_y0, self.out_x0)
-        return zip(*(column.tolist() for column in columns), strict=True)
+        return zip(*(column.tolist() for column in self.columns()), strict=True)
 
 
 class PlateReader(ABC):

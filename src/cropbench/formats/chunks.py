@@ -41,6 +41,7 @@ except ImportError:  # built without a C compiler: the same loads and copies run
     _native = None
 _copy_pieces_native = None if _native is None else _native.copy_pieces
 _load_chunks_native = None if _native is None else _native.load_chunks
+_plan_pieces_native = None if _native is None else _native.plan_pieces
 #: Whether the native loads can decode blosc: they call numcodecs' own c-blosc, found in its module.
 _NATIVE_BLOSC = _native is not None and _native.bind_blosc(numcodecs.blosc.__file__)
 #: The codecs the native loads handle, as they name them: none (raw bytes), and blosc.
@@ -380,7 +381,8 @@ class DirectChunkReader(PlateReader):
 
     def read_regions(self, regions: Regions, out: np.ndarray, channels: np.ndarray | None = None) -> np.ndarray:
         self._check_regions(regions, out)
-        self._execute(self._plan_regions(regions, channels), out)
+        by_chunk: dict[int, list[_Piece]] = {}
+        self._execute(self._plan_regions(regions, channels, by_chunk), out, by_chunk)
         self.stats.regions += len(regions)
         areas = (regions.y1 - regions.y0) * (regions.x1 - regions.x0)
         self.stats.bytes_delivered += int(areas.sum()) * out.shape[1] * out.itemsize
@@ -449,16 +451,35 @@ class DirectChunkReader(PlateReader):
             for ix, sx0, sx1, dx0 in x_spans
         ]
 
-    def _plan_regions(self, regions: Regions, channels: np.ndarray | None) -> list[_Piece]:
-        """The pieces of a whole batch with array arithmetic, one pass per chunk shape among its fields."""
+    def _plan_regions(
+        self, regions: Regions, channels: np.ndarray | None, by_chunk: dict[int, list[_Piece]] | None = None
+    ) -> list[_Piece]:
+        """The pieces of a whole batch, one pass per chunk shape among its fields, also grouped by chunk
+        key into ``by_chunk`` when given: in C where the extension is built, else with array arithmetic."""
         pieces: list[_Piece] = []
-        by_chunk: dict[tuple[int, int, int], list[int]] = {}
+        by_shape: dict[tuple[int, int, int], list[int]] = {}
         for field_index in np.unique(regions.field).tolist():
-            by_chunk.setdefault(self._layout(field_index).chunk_cyx, []).append(field_index)
-        for members in by_chunk.values():
+            by_shape.setdefault(self._layout(field_index).chunk_cyx, []).append(field_index)
+        for members in by_shape.values():
             layout = self._layouts[members[0]]
             _, chunk_y, chunk_x = layout.chunk_cyx
-            slots = np.arange(len(regions)) if len(by_chunk) == 1 else np.flatnonzero(np.isin(regions.field, members))
+            if _plan_pieces_native is not None:
+                table = np.stack(regions.columns()).astype(np.int64, copy=False)
+                chosen = None if len(by_shape) == 1 else np.flatnonzero(np.isin(regions.field, members))
+                _plan_pieces_native(
+                    pieces,
+                    {} if by_chunk is None else by_chunk,
+                    table if chosen is None else np.ascontiguousarray(table[:, chosen]),
+                    chosen,
+                    chunk_y,
+                    chunk_x,
+                    self._channel_groups(layout, channels),
+                    _FIELD_SHIFT,
+                    _C_SHIFT,
+                    _X_BITS,
+                )
+                continue
+            slots = np.arange(len(regions)) if len(by_shape) == 1 else np.flatnonzero(np.isin(regions.field, members))
             field, y0, y1, x0, x1, out_y0, out_x0 = (
                 column[slots]
                 for column in (
@@ -501,9 +522,12 @@ class DirectChunkReader(PlateReader):
                         strict=False,
                     )
                 )
+        if by_chunk is not None and _plan_pieces_native is None:
+            for piece in pieces:
+                by_chunk.setdefault(piece[0], []).append(piece)
         return pieces
 
-    def _execute(self, pieces: list[_Piece], out: np.ndarray) -> None:
+    def _execute(self, pieces: list[_Piece], out: np.ndarray, by_chunk: dict[int, list[_Piece]] | None = None) -> None:
         """Read and decode each chunk the pieces need once, then copy every piece into ``out`` (B, C, H, W).
 
         With decode threads, the reads are cut into parts (see :data:`SHARES_PER_THREAD`); each part
@@ -511,9 +535,10 @@ class DirectChunkReader(PlateReader):
         cached ones, and caches what it loaded, the threads taking parts until none is left: one
         thread's Python overlaps another's decoding and copying (which release the GIL).
         """
-        by_chunk: dict[int, list[_Piece]] = {}
-        for piece in pieces:
-            by_chunk.setdefault(piece[0], []).append(piece)
+        if by_chunk is None:
+            by_chunk = {}
+            for piece in pieces:
+                by_chunk.setdefault(piece[0], []).append(piece)
         chunks = self._cache.get_many(by_chunk)
         missing = [key for key in by_chunk if key not in chunks] if len(chunks) < len(by_chunk) else []
         threaded = self.decode_threads > 1 and (len(missing) > 1 or len(pieces) >= PARALLEL_COPY_PIECES)
