@@ -241,6 +241,18 @@ def test_a_crop_batch_is_a_sequence_of_items_for_any_collate(tiny_plate: Path) -
         dataset.__getitems__([len(dataset)])
 
 
+def test_a_batch_of_border_crops_sets_every_pixel_of_its_output(tiny_plate: Path) -> None:
+    dataset = CropDataset(tiny_plate, CropConfig(crop_size=96, dtype="uint16", border="pad"))
+    _, height, width = dataset.reader.metadata.field_shape
+    inside = (dataset.window_y0 >= 0) & (dataset.window_x0 >= 0)
+    inside &= (dataset.window_y0 + 96 <= height) & (dataset.window_x0 + 96 <= width)
+    indices = np.arange(len(dataset))
+    assert 0 < inside.sum() < len(indices), "the tiny plate should give crops inside and crops over the border"
+    out = np.full((len(indices), len(dataset.channel_indices), 96, 96), 0xFFFF, dtype=np.uint16)  # not zeroed
+    dataset.read_raw_batch(indices, out)
+    np.testing.assert_array_equal(out, np.stack([dataset.read_raw(int(index)) for index in indices]))
+
+
 @pytest.mark.parametrize("threads", [2, 4])
 def test_decode_threads_do_not_change_the_bytes(layout_plate: Path, threads: int) -> None:
     config = CropConfig(crop_size=48, dtype="uint16", chunk_cache_bytes=100_000)
