@@ -263,11 +263,11 @@ class DirectChunkReader(PlateReader):
     copied right after its decode. With ``decode_threads`` > 1, the batch's chunks in disk order
     are cut into stretches (a few per thread of a small pool), each thread taking the next stretch
     when done with one, reading and decoding it and copying the pieces of those chunks and of a
-    share of the cached ones; blosc itself
-    runs single-threaded (``numcodecs.blosc.use_threads = False``) so threads never multiply. The
-    byte source and the shard indexes are opened once per process and kept. The native loads decode
-    into arrays the cache evicted (about a batch's worth is set aside, and one is reused only when
-    nothing else holds it) rather than allocating and freeing one per chunk.
+    share of the cached ones; blosc itself runs single-threaded (``numcodecs.blosc.use_threads =
+    False``) so threads never multiply. The byte source and the shard indexes are opened once per
+    process and kept. The native loads decode into arrays the cache evicted (about a batch's worth
+    is set aside, and one is reused only when nothing else holds it) rather than allocating and
+    freeing one per chunk.
     """
 
     decode = "direct"
@@ -460,13 +460,15 @@ class DirectChunkReader(PlateReader):
         by_shape: dict[tuple[int, int, int], list[int]] = {}
         for field_index in np.unique(regions.field).tolist():
             by_shape.setdefault(self._layout(field_index).chunk_cyx, []).append(field_index)
+        planner = _plan_pieces_native
+        if planner is not None:  # the regions as one (7, n) int64 table, for every chunk shape's pass
+            table = np.stack(regions.columns()).astype(np.int64, copy=False)
         for members in by_shape.values():
             layout = self._layouts[members[0]]
             _, chunk_y, chunk_x = layout.chunk_cyx
-            if _plan_pieces_native is not None:
-                table = np.stack(regions.columns()).astype(np.int64, copy=False)
+            if planner is not None:
                 chosen = None if len(by_shape) == 1 else np.flatnonzero(np.isin(regions.field, members))
-                _plan_pieces_native(
+                planner(
                     pieces,
                     {} if by_chunk is None else by_chunk,
                     table if chosen is None else np.ascontiguousarray(table[:, chosen]),
@@ -522,9 +524,8 @@ class DirectChunkReader(PlateReader):
                         strict=False,
                     )
                 )
-        if by_chunk is not None and _plan_pieces_native is None:
-            for piece in pieces:
-                by_chunk.setdefault(piece[0], []).append(piece)
+        if by_chunk is not None and planner is None:
+            _group_by_chunk(pieces, by_chunk)
         return pieces
 
     def _execute(self, pieces: list[_Piece], out: np.ndarray, by_chunk: dict[int, list[_Piece]] | None = None) -> None:
@@ -536,9 +537,7 @@ class DirectChunkReader(PlateReader):
         thread's Python overlaps another's decoding and copying (which release the GIL).
         """
         if by_chunk is None:
-            by_chunk = {}
-            for piece in pieces:
-                by_chunk.setdefault(piece[0], []).append(piece)
+            by_chunk = _group_by_chunk(pieces, {})
         chunks = self._cache.get_many(by_chunk)
         missing = [key for key in by_chunk if key not in chunks] if len(chunks) < len(by_chunk) else []
         threaded = self.decode_threads > 1 and (len(missing) > 1 or len(pieces) >= PARALLEL_COPY_PIECES)
@@ -993,6 +992,13 @@ def _native_codec(layout: ChunkLayout) -> int | None:
     if layout.decoders == (_blosc_decompress,) and _NATIVE_BLOSC:
         return _NATIVE_BLOSC_CODE
     return None
+
+
+def _group_by_chunk(pieces: list[_Piece], by_chunk: dict[int, list[_Piece]]) -> dict[int, list[_Piece]]:
+    """``by_chunk`` with each piece appended to its chunk key's list."""
+    for piece in pieces:
+        by_chunk.setdefault(piece[0], []).append(piece)
+    return by_chunk
 
 
 def _pieces_of(units: list[_Unit], by_chunk: dict[int, list[_Piece]]) -> list[_Piece]:
