@@ -52,6 +52,22 @@ static int same_format(const char *a, const char *b) {
     return strcmp(a, b) == 0;
 }
 
+/* A view of a C-contiguous int64 array of ndim dimensions; TypeError naming it otherwise. */
+static int int64_buffer(PyObject *object, Py_buffer *view, int ndim, const char *name) {
+    if (PyObject_GetBuffer(object, view, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s is not an array", name);
+        return -1;
+    }
+    if (view->ndim != ndim || view->itemsize != 8 || !(same_format(view->format, "q") || same_format(view->format, "l")) ||
+        !PyBuffer_IsContiguous(view, 'C')) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s is not a C-contiguous %d-D int64 array", name, ndim);
+        return -1;
+    }
+    return 0;
+}
+
 /* The channel selection of a piece: slice(None) (all channels) or a 1-D int64 array. */
 static int channel_indices(PyObject *selection, Py_buffer *view, const int64_t **indices,
                            Py_ssize_t *count, Py_ssize_t limit) {
@@ -65,16 +81,7 @@ static int channel_indices(PyObject *selection, Py_buffer *view, const int64_t *
         *count = -1; /* all */
         return 0;
     }
-    if (PyObject_GetBuffer(selection, view, PyBUF_FORMAT | PyBUF_ND) < 0) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "channel selection is not an array");
-        return -1;
-    }
-    if (view->ndim != 1 || view->itemsize != 8 || !(same_format(view->format, "q") || same_format(view->format, "l"))) {
-        PyBuffer_Release(view);
-        PyErr_SetString(PyExc_TypeError, "channel selection is not a 1-D int64 array");
-        return -1;
-    }
+    if (int64_buffer(selection, view, 1, "channel selection") < 0) return -1;
     *indices = (const int64_t *)view->buf;
     *count = view->shape[0];
     for (Py_ssize_t i = 0; i < *count; i++) {
@@ -220,17 +227,6 @@ done:
 }
 
 /* ---- plan_pieces ---------------------------------------------------------------------------- */
-
-static int int64_buffer(PyObject *object, Py_buffer *view, int ndim, const char *name) {
-    if (PyObject_GetBuffer(object, view, PyBUF_RECORDS_RO) < 0) return -1;
-    if (view->ndim != ndim || view->itemsize != 8 || !(same_format(view->format, "q") || same_format(view->format, "l")) ||
-        !PyBuffer_IsContiguous(view, 'C')) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_TypeError, "%s is not a C-contiguous %d-D int64 array", name, ndim);
-        return -1;
-    }
-    return 0;
-}
 
 /* Append the piece to the pieces list and to its chunk's list in by_chunk; -1 with an exception set. */
 static int add_piece(PyObject *pieces, PyObject *by_chunk, long long key, Py_ssize_t slot, PyObject *positions,
