@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import google_crc32c
@@ -96,6 +98,50 @@ def test_decode_threads_run_every_part_once(layout_plate: Path, threads: int) ->
         done: list[int] = []
         reader._in_threads(done.append, parts)
         assert sorted(done) == list(range(parts))
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_decode_threads_prepare_on_a_pool_thread_before_any_part(layout_plate: Path, threads: int) -> None:
+    reader = DirectChunkReader(read_plate_metadata(layout_plate), decode_threads=threads)
+    caller = threading.get_ident()
+    events: list[tuple[str, int]] = []
+    ready: list[int] = []
+
+    def prepare() -> None:
+        time.sleep(0.05)  # parts that did not wait for it would come first
+        ready.extend(range(7))
+        events.append(("prepare", threading.get_ident()))
+
+    def work(part: int) -> None:
+        events.append(("part", ready[part]))
+
+    reader._in_threads(work, 7, prepare=prepare, meanwhile=lambda: events.append(("meanwhile", threading.get_ident())))
+    prepared = events.index(next(event for event in events if event[0] == "prepare"))
+    assert events[prepared][1] != caller
+    assert ("meanwhile", caller) in events
+    assert sorted(part for name, part in events if name == "part") == list(range(7))
+    assert all(name != "part" for name, _ in events[:prepared])
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_decode_threads_raise_what_prepare_or_meanwhile_raised(layout_plate: Path, threads: int) -> None:
+    reader = DirectChunkReader(read_plate_metadata(layout_plate), decode_threads=threads)
+    done: list[int] = []
+
+    def broken() -> None:
+        raise StoreError("shard index unreadable")
+
+    with pytest.raises(StoreError, match="shard index unreadable"):
+        reader._in_threads(done.append, 5, prepare=broken, meanwhile=lambda: None)
+    assert done == []  # no part ran on a plan that failed
+
+    def slow_part(part: int) -> None:
+        time.sleep(0.01)
+        done.append(part)
+
+    with pytest.raises(ValueError, match="copy failed"):
+        reader._in_threads(slow_part, 5, prepare=lambda: None, meanwhile=lambda: int("copy failed"))
+    assert sorted(done) == list(range(5))  # the pool's parts all ended before the error came back
 
 
 @pytest.mark.parametrize("threads", [2, 3])

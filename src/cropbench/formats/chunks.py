@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,9 +262,10 @@ class DirectChunkReader(PlateReader):
     plate the reads, decodes and copies of a batch run in C without the GIL, each chunk's pieces
     copied right after its decode. With ``decode_threads`` > 1, the batch's chunks in disk order
     are cut into stretches (a few per thread of a small pool), each thread taking the next stretch
-    when done with one, reading and decoding it and copying the pieces of those chunks and of a
-    share of the cached ones; blosc itself runs single-threaded (``numcodecs.blosc.use_threads =
-    False``) so threads never multiply. The byte source and the shard indexes are opened once per
+    when done with one, reading and decoding it and copying the pieces of those chunks (before
+    that, a pool thread plans the reads while the calling thread copies the cached chunks' pieces);
+    blosc itself runs single-threaded (``numcodecs.blosc.use_threads = False``) so threads never
+    multiply. The byte source and the shard indexes are opened once per
     process and kept. The native loads decode into arrays the cache evicted (about a batch's worth
     is set aside, and one is reused only when nothing else holds it) rather than allocating and
     freeing one per chunk.
@@ -532,24 +533,33 @@ class DirectChunkReader(PlateReader):
         """Read and decode each chunk the pieces need once, then copy every piece into ``out`` (B, C, H, W).
 
         With decode threads, the reads are cut into parts (see :data:`SHARES_PER_THREAD`); each part
-        reads and decodes its share, copies the pieces of the chunks it decoded and of a share of the
-        cached ones, and caches what it loaded, the threads taking parts until none is left: one
-        thread's Python overlaps another's decoding and copying (which release the GIL).
+        reads and decodes its share, copies the pieces of the chunks it decoded, and caches what it
+        loaded, the threads taking parts until none is left: one thread's Python overlaps another's
+        decoding and copying (which release the GIL). Before the parts, a pool thread plans the reads
+        while this thread copies the pieces of the cached chunks, so that planning (Python) overlaps
+        copying (C) too.
         """
         if by_chunk is None:
             by_chunk = _group_by_chunk(pieces, {})
         chunks = self._cache.get_many(by_chunk)
-        missing = [key for key in by_chunk if key not in chunks] if len(chunks) < len(by_chunk) else []
-        threaded = self.decode_threads > 1 and (len(missing) > 1 or len(pieces) >= PARALLEL_COPY_PIECES)
-        parts = 1 if not threaded else self.decode_threads * (SHARES_PER_THREAD if len(missing) >= FEW_KEYS else 1)
-        unit_parts = self._units(missing, parts) if missing else [[] for _ in range(parts)]
-        cached = list(chunks)
-        if parts == 1:
-            self._load_and_copy(unit_parts[0], by_chunk, cached, chunks, out)
-        else:
+        missing = len(by_chunk) - len(chunks)
+        threads = self.decode_threads
+        if threads == 1 or (missing < 2 and len(pieces) < PARALLEL_COPY_PIECES):
+            units = self._units([key for key in by_chunk if key not in chunks]) if missing else [[]]
+            self._load_and_copy(units[0], by_chunk, list(chunks), chunks, out)
+        elif not missing:
+            cached = list(chunks)
             self._in_threads(
-                lambda part: self._load_and_copy(unit_parts[part], by_chunk, cached[part::parts], chunks, out),
+                lambda part: self._load_and_copy([], by_chunk, cached[part::threads], chunks, out), threads
+            )
+        else:
+            parts = threads * (SHARES_PER_THREAD if missing >= FEW_KEYS else 1)
+            planned: list[list[_Unit]] = []
+            self._in_threads(
+                lambda part: self._load_and_copy(planned[part], by_chunk, [], chunks, out),
                 parts,
+                prepare=lambda: planned.extend(self._units([key for key in by_chunk if key not in chunks], parts)),
+                meanwhile=lambda: copy_pieces([piece for key in chunks for piece in by_chunk[key]], chunks, out),
             )
         self._count_touches(pieces)
 
@@ -607,20 +617,49 @@ class DirectChunkReader(PlateReader):
             absent = self._missing
             self.stats.missing_chunks += sum(piece[0] in absent for piece in pieces)
 
-    def _in_threads(self, work: Callable[[int], Any], parts: int) -> None:
+    def _in_threads(
+        self,
+        work: Callable[[int], Any],
+        parts: int,
+        prepare: Callable[[], Any] | None = None,
+        meanwhile: Callable[[], Any] | None = None,
+    ) -> None:
         """``work(part)`` for ``part`` in 0..parts-1, shared by this thread and the pool: each thread
-        takes the next part when it is done with one, so a thread that starts late takes fewer."""
+        takes the next part when it is done with one, so a thread that starts late takes fewer.
+
+        ``prepare`` runs first, on a pool thread, while this thread runs ``meanwhile``; no part starts
+        before ``prepare`` has returned, and none at all when it raised (its error is raised here)."""
         if self._executor is None or self._executor_pid != os.getpid():  # a forked worker has no threads
             self._executor = ThreadPoolExecutor(self.decode_threads - 1, thread_name_prefix="cropbench-decode")
             self._executor_pid = os.getpid()
         taken = itertools.count()
+        prepared = threading.Event()
+        failed: list[BaseException] = []
 
-        def take_parts() -> None:
+        def take_parts(prepares: bool) -> None:
+            if prepare is not None:
+                if prepares:
+                    try:
+                        prepare()
+                    except BaseException as error:
+                        failed.append(error)
+                        raise
+                    finally:
+                        prepared.set()
+                else:
+                    prepared.wait()
+                if failed:
+                    return
             while (part := next(taken)) < parts:
                 work(part)
 
-        helpers = [self._executor.submit(take_parts) for _ in range(self.decode_threads - 1)]
-        take_parts()
+        helpers = [self._executor.submit(take_parts, index == 0) for index in range(self.decode_threads - 1)]
+        try:
+            if meanwhile is not None:
+                meanwhile()
+            take_parts(False)
+        finally:
+            wait(helpers)  # no thread may still write into the output once this returns
         for helper in helpers:
             helper.result()
 
