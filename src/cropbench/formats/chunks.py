@@ -263,12 +263,12 @@ class DirectChunkReader(PlateReader):
     copied right after its decode. With ``decode_threads`` > 1, the batch's chunks in disk order
     are cut into stretches (a few per thread of a small pool), each thread taking the next stretch
     when done with one, reading and decoding it and copying the pieces of those chunks (before
-    that, a pool thread plans the reads while the calling thread copies the cached chunks' pieces);
-    blosc itself runs single-threaded (``numcodecs.blosc.use_threads = False``) so threads never
-    multiply. The byte source and the shard indexes are opened once per
-    process and kept. The native loads decode into arrays the cache evicted (about a batch's worth
-    is set aside, and one is reused only when nothing else holds it) rather than allocating and
-    freeing one per chunk.
+    that, a pool thread plans the reads while the calling thread copies half the cached chunks'
+    pieces; the other half comes last); blosc itself runs single-threaded
+    (``numcodecs.blosc.use_threads = False``) so threads never multiply. The byte source and the
+    shard indexes are opened once per process and kept. The native loads decode into arrays the
+    cache evicted (about a batch's worth is set aside, and one is reused only when nothing else
+    holds it) rather than allocating and freeing one per chunk.
     """
 
     decode = "direct"
@@ -536,8 +536,10 @@ class DirectChunkReader(PlateReader):
         reads and decodes its share, copies the pieces of the chunks it decoded, and caches what it
         loaded, the threads taking parts until none is left: one thread's Python overlaps another's
         decoding and copying (which release the GIL). Before the parts, a pool thread plans the reads
-        while this thread copies the pieces of the cached chunks, so that planning (Python) overlaps
-        copying (C) too.
+        while this thread copies the pieces of half the cached chunks, so that planning (Python)
+        overlaps copying (C) too; the other half is the last part, taken by the thread that runs out
+        of reads first. Interleaved in one process, grouped batches (3/4 of their chunks cached) ran
+        1.42-1.43x over one thread with half left to the last part, 1.34-1.36x with none.
         """
         if by_chunk is None:
             by_chunk = _group_by_chunk(pieces, {})
@@ -553,13 +555,22 @@ class DirectChunkReader(PlateReader):
                 lambda part: self._load_and_copy([], by_chunk, cached[part::threads], chunks, out), threads
             )
         else:
-            parts = threads * (SHARES_PER_THREAD if missing >= FEW_KEYS else 1)
+            loads = threads * (SHARES_PER_THREAD if missing >= FEW_KEYS else 1)
             planned: list[list[_Unit]] = []
+            cached = list(chunks)
+            first, last = cached[: len(cached) // 2], cached[len(cached) // 2 :]
+
+            def work(part: int) -> None:
+                if part < loads:
+                    self._load_and_copy(planned[part], by_chunk, [], chunks, out)
+                else:  # the last part: the other half of the cached chunks
+                    self._load_and_copy([], by_chunk, last, chunks, out)
+
             self._in_threads(
-                lambda part: self._load_and_copy(planned[part], by_chunk, [], chunks, out),
-                parts,
-                prepare=lambda: planned.extend(self._units([key for key in by_chunk if key not in chunks], parts)),
-                meanwhile=lambda: copy_pieces([piece for key in chunks for piece in by_chunk[key]], chunks, out),
+                work,
+                loads + 1,
+                prepare=lambda: planned.extend(self._units([key for key in by_chunk if key not in chunks], loads)),
+                meanwhile=lambda: self._load_and_copy([], by_chunk, first, chunks, out),
             )
         self._count_touches(pieces)
 
