@@ -482,6 +482,17 @@ def test_native_loads_keep_the_stage_clocks(tiny_plate: Path, monkeypatch: pytes
     assert 0 < reader.stage_ns["fetch"] + reader.stage_ns["decode"] <= reader.stage_ns["region"]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stage_counters_count_every_decode_thread(layout_plate: Path, threads: int) -> None:
+    metadata = read_plate_metadata(layout_plate)
+    reader = StageTimedChunkReader(metadata, chunk_cache_bytes=0, decode_threads=threads)
+    for seed in range(3):
+        regions = _regions(32, seed=seed)
+        reader.read_regions(regions, np.zeros((32, 5, 40, 40), dtype=np.uint16))
+    assert reader.decode_calls == reader.stats.chunks_decoded > 0
+    assert reader.decoded_bytes == reader.stats.bytes_decoded
+
+
 def _damage_first_chunk(plate: Path, tmp_path: Path, damage: str) -> tuple[Path, Path]:
     """A copy of the plate (a layout with a file per chunk) with its first chunk damaged."""
     copy = tmp_path / plate.name

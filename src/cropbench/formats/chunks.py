@@ -1106,11 +1106,11 @@ class StageTimedChunkReader(DirectChunkReader):
 
     ``stage_ns`` accumulates fetch (file reads), decode (codecs) and region (everything in
     ``read_region`` / ``read_regions``: planning, cache lookups, fetch, decode and assembly).
-    With ``decode_threads`` > 1 fetch and decode add up the time of every thread. On the native
-    loads the extension keeps the two clocks (per read, per run of decodes) and counts the decodes.
-    ``decode_calls``
-    and ``decoded_bytes`` count the work the decode step did (every call, its output's bytes),
-    which the stats' per-chunk counters do not see when a chunk is decoded more than once.
+    With ``decode_threads`` > 1 fetch and decode add up the time of every thread (each adds under a
+    lock). On the native loads the extension keeps the two clocks (per read, per run of decodes)
+    and counts the decodes. ``decode_calls`` and ``decoded_bytes`` count the work the decode step
+    did (every call, its output's bytes), which the stats' per-chunk counters do not see when a
+    chunk is decoded more than once.
     """
 
     def __init__(
@@ -1123,6 +1123,7 @@ class StageTimedChunkReader(DirectChunkReader):
         self.stage_ns = {"fetch": 0, "decode": 0, "region": 0}
         self.decode_calls = 0
         self.decoded_bytes = 0
+        self._stage_lock = threading.Lock()
 
     def read_region(
         self,
@@ -1146,21 +1147,24 @@ class StageTimedChunkReader(DirectChunkReader):
         return result
 
     def _native_loaded(self, fetch_ns: int, decode_ns: int, chunks: int, nbytes: int) -> None:
-        self.stage_ns["fetch"] += fetch_ns
-        self.stage_ns["decode"] += decode_ns
-        self.decode_calls += chunks
-        self.decoded_bytes += nbytes
+        self._add(fetch_ns, decode_ns, chunks, nbytes)
 
     def _fetch_units(self, requests: list[Request]) -> list[bytes | None]:
         began = time.perf_counter_ns()
         data = super()._fetch_units(requests)
-        self.stage_ns["fetch"] += time.perf_counter_ns() - began
+        self._add(fetch_ns=time.perf_counter_ns() - began)
         return data
 
     def _decode(self, field_index: int, layout: ChunkLayout, key: int, encoded: memoryview) -> np.ndarray:
         began = time.perf_counter_ns()
         chunk = super()._decode(field_index, layout, key, encoded)
-        self.stage_ns["decode"] += time.perf_counter_ns() - began
-        self.decode_calls += 1
-        self.decoded_bytes += chunk.nbytes
+        self._add(decode_ns=time.perf_counter_ns() - began, chunks=1, nbytes=chunk.nbytes)
         return chunk
+
+    def _add(self, fetch_ns: int = 0, decode_ns: int = 0, chunks: int = 0, nbytes: int = 0) -> None:
+        """Add to the fetch and decode clocks and counters, from any decode thread."""
+        with self._stage_lock:
+            self.stage_ns["fetch"] += fetch_ns
+            self.stage_ns["decode"] += decode_ns
+            self.decode_calls += chunks
+            self.decoded_bytes += nbytes
