@@ -545,19 +545,22 @@ class DirectChunkReader(PlateReader):
             by_chunk = _group_by_chunk(pieces, {})
         chunks = self._cache.get_many(by_chunk)
         missing = len(by_chunk) - len(chunks)
+        cached = list(chunks)
         threads = self.decode_threads
+
+        def missing_keys() -> list[int]:
+            return [key for key in by_chunk if key not in chunks]
+
         if threads == 1 or (missing < 2 and len(pieces) < PARALLEL_COPY_PIECES):
-            units = self._units([key for key in by_chunk if key not in chunks]) if missing else [[]]
-            self._load_and_copy(units[0], by_chunk, list(chunks), chunks, out)
+            units = self._units(missing_keys()) if missing else [[]]
+            self._load_and_copy(units[0], by_chunk, cached, chunks, out)
         elif not missing:
-            cached = list(chunks)
             self._in_threads(
                 lambda part: self._load_and_copy([], by_chunk, cached[part::threads], chunks, out), threads
             )
         else:
             loads = threads * (SHARES_PER_THREAD if missing >= FEW_KEYS else 1)
             planned: list[list[_Unit]] = []
-            cached = list(chunks)
             first, last = cached[: len(cached) // 2], cached[len(cached) // 2 :]
 
             def work(part: int) -> None:
@@ -569,7 +572,7 @@ class DirectChunkReader(PlateReader):
             self._in_threads(
                 work,
                 loads + 1,
-                prepare=lambda: planned.extend(self._units([key for key in by_chunk if key not in chunks], loads)),
+                prepare=lambda: planned.extend(self._units(missing_keys(), loads)),
                 meanwhile=lambda: self._load_and_copy([], by_chunk, first, chunks, out),
             )
         self._count_touches(pieces)
