@@ -144,6 +144,24 @@ def test_decode_threads_raise_what_prepare_or_meanwhile_raised(layout_plate: Pat
     assert sorted(done) == list(range(5))  # the pool's parts all ended before the error came back
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_batch_runs_the_callers_meanwhile_once_on_the_calling_thread(layout_plate: Path, threads: int) -> None:
+    metadata = read_plate_metadata(layout_plate)
+    regions = _regions(32, seed=8)
+    expected = _one_by_one(DirectChunkReader(metadata), regions, None)
+    readers = [
+        DirectChunkReader(metadata, chunk_cache_bytes=cache_bytes, decode_threads=threads)
+        for cache_bytes in (0, 50_000, 2**30)  # nothing cached, some chunks cached, all cached the second time
+    ]
+    for reader in [*readers, open_plate(layout_plate, decode="zarr")]:
+        for _ in range(2):
+            calls: list[int] = []
+            out = np.zeros(expected.shape, dtype=expected.dtype)
+            reader.read_regions(regions, out, meanwhile=lambda calls=calls: calls.append(threading.get_ident()))
+            assert calls == [threading.get_ident()]
+            np.testing.assert_array_equal(out, expected)
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 def test_a_run_cut_between_threads_gives_the_same_bytes(layout_plate: Path, threads: int) -> None:
     metadata = read_plate_metadata(layout_plate)

@@ -213,10 +213,11 @@ BATCH_CONFIGS = [
     CropConfig(crop_size=48, dtype="uint16"),
     CropConfig(crop_size=48, dtype="bfloat16", channels=("Mito", "DNA"), chunk_cache_bytes=60_000),
     CropConfig(crop_size=40, tier="typical", output_size=32, seed=3, chunk_cache_bytes=0),
+    CropConfig(crop_size=48, dtype="uint16", chunk_cache_bytes=60_000, decode_threads=2),
 ]
 
 
-@pytest.mark.parametrize("config", BATCH_CONFIGS, ids=["uint16", "bfloat16-channels", "typical"])
+@pytest.mark.parametrize("config", BATCH_CONFIGS, ids=["uint16", "bfloat16-channels", "typical", "2-threads"])
 def test_a_batch_equals_default_collate_of_its_items(layout_plate: Path, config: CropConfig) -> None:
     batched, single = CropDataset(layout_plate, config), CropDataset(layout_plate, config)
     indices = [*np.random.default_rng(4).permutation(len(single))[:30].tolist(), -1, 0, 0]

@@ -21,7 +21,7 @@ numbers as numbers, strings as integer class ids (``dataset.label_classes`` maps
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -200,16 +200,20 @@ class CropDataset(Dataset[dict[str, Any]]):
                 dtype=torch.uint16,
             )
         )
-        self.read_raw_batch(positions, raw.numpy())
+        columns: dict[str, Any] = {}
+        self.read_raw_batch(positions, raw.numpy(), meanwhile=lambda: columns.update(self.metadata_columns(positions)))
         if plan.tier == "none":
             image = raw if plan.dtype == "uint16" else batch_tensor(shape, TORCH_DTYPES[plan.dtype]).copy_(raw)
         else:
             views = [plan.apply(raw[slot], index, self.epoch) for slot, index in enumerate(positions.tolist())]
             image = torch.stack(views, out=batch_tensor((len(views), *views[0].shape), views[0].dtype))
-        return CropBatch(image, self.metadata_columns(positions))
+        return CropBatch(image, columns)
 
-    def read_raw_batch(self, indices: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """The raw crops (B, C, H, W) of objects ``indices`` in one reader call, border policy applied."""
+    def read_raw_batch(
+        self, indices: np.ndarray, out: np.ndarray | None = None, meanwhile: Callable[[], Any] | None = None
+    ) -> np.ndarray:
+        """The raw crops (B, C, H, W) of objects ``indices`` in one reader call, border policy applied;
+        ``meanwhile`` goes to the reader (:meth:`~cropbench.formats.base.PlateReader.read_regions`)."""
         size = self.config.crop_size
         _, height, width = self.reader.metadata.field_shape
         y0, x0 = self.window_y0[indices], self.window_x0[indices]
@@ -223,7 +227,7 @@ class CropDataset(Dataset[dict[str, Any]]):
         regions = Regions(
             self.field_index[indices], clipped_y0, clipped_y1, clipped_x0, clipped_x1, clipped_y0 - y0, clipped_x0 - x0
         )
-        return self.reader.read_regions(regions, out, self._channels_arg)
+        return self.reader.read_regions(regions, out, self._channels_arg, meanwhile)
 
     def metadata_columns(self, indices: np.ndarray) -> dict[str, Any]:
         """:meth:`metadata_of` of many objects, batched as ``default_collate`` batches it
