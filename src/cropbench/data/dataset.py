@@ -221,13 +221,17 @@ class CropDataset(Dataset[dict[str, Any]]):
             out = np.empty((len(indices), len(self.channel_indices), size, size), dtype=self.reader.metadata.dtype)
         clipped_y0, clipped_x0 = np.maximum(y0, 0), np.maximum(x0, 0)
         clipped_y1, clipped_x1 = np.minimum(y0 + size, height), np.minimum(x0 + size, width)
-        padded = (clipped_y0 != y0) | (clipped_x0 != x0) | (clipped_y1 != y0 + size) | (clipped_x1 != x0 + size)
-        if padded.any():
-            out[padded] = 0
-        regions = Regions(
-            self.field_index[indices], clipped_y0, clipped_y1, clipped_x0, clipped_x1, clipped_y0 - y0, clipped_x0 - x0
-        )
-        return self.reader.read_regions(regions, out, self._channels_arg, meanwhile)
+        top, left = clipped_y0 - y0, clipped_x0 - x0
+        bottom, right = clipped_y1 - y0, clipped_x1 - x0
+        padded = np.flatnonzero((top != 0) | (left != 0) | (bottom != size) | (right != size))
+        regions = Regions(self.field_index[indices], clipped_y0, clipped_y1, clipped_x0, clipped_x1, top, left)
+
+        def pad_then_meanwhile() -> None:  # the padding lies outside every region: no read writes there
+            zero_outside(out, padded, top, bottom, left, right)
+            if meanwhile is not None:
+                meanwhile()
+
+        return self.reader.read_regions(regions, out, self._channels_arg, pad_then_meanwhile)
 
     def metadata_columns(self, indices: np.ndarray) -> dict[str, Any]:
         """:meth:`metadata_of` of many objects, batched as ``default_collate`` batches it
@@ -271,6 +275,26 @@ class CropDataset(Dataset[dict[str, Any]]):
             per_field = per_row * -(-height // grain_y)
             return self.field_index * per_field + (centre_y // grain_y) * per_row + centre_x // grain_x
         raise ConfigError(f"group_keys(by={by!r}) must be one of {', '.join(GROUPINGS)}")
+
+
+def zero_outside(
+    out: np.ndarray, slots: np.ndarray, top: np.ndarray, bottom: np.ndarray, left: np.ndarray, right: np.ndarray
+) -> None:
+    """Zero the pixels of each crop ``out[slot]`` (C, H, W) outside its rows ``top:bottom`` and columns
+    ``left:right`` (``top`` etc. indexed by slot): the padding of crops over a field's border."""
+    for slot, y0, y1, x0, x1 in zip(
+        slots.tolist(),
+        top[slots].tolist(),
+        bottom[slots].tolist(),
+        left[slots].tolist(),
+        right[slots].tolist(),
+        strict=True,
+    ):
+        crop = out[slot]
+        crop[:, :y0] = 0
+        crop[:, y1:] = 0
+        crop[:, y0:y1, :x0] = 0
+        crop[:, y0:y1, x1:] = 0
 
 
 def batch_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

@@ -195,9 +195,10 @@ class PlateReader(ABC):
     ) -> np.ndarray:
         """Fill ``out`` (B, channels, H, W) with the regions of a batch; pixels outside them are left as they are.
 
-        ``meanwhile`` is the caller's own work for the batch (it must not touch ``out``): a reader
-        with decode threads runs it on the calling thread while its threads decode, others after
-        the reads. This default reads region by region; a reader with a batch planner overrides it.
+        ``meanwhile`` is the caller's own work for the batch, which may write into ``out`` only outside
+        the regions (a crop's padding): a reader with decode threads runs it on the calling thread
+        while its threads decode, others after the reads. This default reads region by region; a
+        reader with a batch planner overrides it.
         """
         self._check_regions(regions, out)
         for slot, (field_index, y0, y1, x0, x1, out_y0, out_x0) in enumerate(regions.rows()):
