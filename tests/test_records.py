@@ -193,3 +193,50 @@ def test_one_cli_run_has_one_run_id_and_a_second_writer_is_refused(tiny_plate: P
     with RecordWriter(out / "results.jsonl"):
         result = _cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20", "--no-progress")
     assert result.returncode == 2 and "another cropbench run" in result.stderr, result.stderr
+
+
+def test_a_foreign_results_file_is_refused_untouched_torn_tail_and_all(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"event": "epoch", "loss": 0.5}\n{"event": "epo')
+    before = path.read_bytes()
+    with pytest.raises(OutputError, match=r"results\.jsonl:1"):
+        RecordWriter(path)
+    assert path.read_bytes() == before
+    assert not list(tmp_path.glob("*.torn-*")), "nothing is moved aside from a file that is refused"
+
+
+def test_a_full_disk_during_the_csv_export_leaves_no_csv_cut_mid_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import csv
+
+    destination = tmp_path / "r.csv"
+    write_csv([make_record("old")], destination)
+    before = destination.read_bytes()
+    real_writerows = csv.DictWriter.writerows
+
+    def disk_full(self: csv.DictWriter[str], rows: object) -> None:
+        real_writerows(self, list(rows)[:1])  # type: ignore[call-overload]
+        self.writer.writerow(["half"])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(csv.DictWriter, "writerows", disk_full)
+    with pytest.raises(OutputError, match=r"r\.csv.*No space left"):
+        write_csv([make_record("a"), make_record("b")], destination)
+    assert destination.read_bytes() == before, "the previous export stays whole"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.csv"], "no temporary file is left behind"
+
+
+def test_a_last_line_torn_inside_a_utf8_character_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    torn = make_record("b", **{"µ": 1.0}).to_json().replace("\\u00b5", "µ").encode()
+    cut = torn.index("µ".encode()) + 1  # inside the two bytes of µ
+    path.write_bytes(make_record("a").to_json().encode() + b"\n" + torn[:cut])
+    with pytest.warns(RuntimeWarning, match="torn"):
+        assert [r.case for r in read_records(path)] == ["a"]
+    with pytest.warns(RuntimeWarning, match="torn"), RecordWriter(path) as writer:
+        writer.write(make_record("c"))
+    assert [r.case for r in read_records(path)] == ["a", "c"]
+    path.write_bytes(path.read_bytes() + b"\xff\xfe\n")
+    with pytest.raises(OutputError, match=r"r\.jsonl:3"):
+        read_records(path)

@@ -18,6 +18,7 @@ import errno
 import fcntl
 import json
 import os
+import tempfile
 import uuid
 import warnings
 from collections.abc import Iterable, Iterator
@@ -130,9 +131,10 @@ class RecordWriter:
                 f"{self.path} is being written by another cropbench run; wait for it to finish or choose another --out"
             ) from error
         try:
-            self._repair_tail()
-            for _ in iter_records(self.path):
+            # Every whole line first: a file that is not ours is refused before its tail is touched.
+            for _ in _iter_records(self.path, with_tail=False):
                 pass
+            self._repair_tail()
         except BaseException:
             os.close(self._fd)
             raise
@@ -246,25 +248,40 @@ def _parse_line(line: str, where: str) -> Record:
 
 def iter_records(path: str | Path) -> Iterator[Record]:
     """Records of a JSON Lines file; a torn final line (no newline after it) is skipped with a warning."""
-    source = Path(path)
+    return _iter_records(Path(path), with_tail=True)
+
+
+def _iter_records(source: Path, with_tail: bool) -> Iterator[Record]:
+    """Records of the whole lines, each decoded on its own (a write cut inside a UTF-8 character
+    tears only the last line), then, ``with_tail``, the last line if it parses."""
     if not source.is_file():
         raise OutputError(f"results file {source} does not exist")
     try:
-        text = source.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise OutputError(f"cannot read results file {source}: {error}") from error
-    lines = text.split("\n")
-    torn = lines.pop()  # "" when the file ends with a newline
+        data = source.read_bytes()
+    except OSError as error:
+        raise OutputError(f"cannot read results file {source}: {error.strerror or error}") from error
+    lines = data.split(b"\n")
+    torn = lines.pop()  # b"" when the file ends with a newline
     for number, line in enumerate(lines, start=1):
         if line.strip():
-            yield _parse_line(line, f"{source}:{number}")
-    if torn.strip():
+            yield _parse_line(_decoded(line, f"{source}:{number}"), f"{source}:{number}")
+    if with_tail and torn.strip():
+        where = f"{source}:{len(lines) + 1}"
         try:
-            record = _parse_line(torn, f"{source}:{len(lines) + 1}")
+            record = _parse_line(_decoded(torn, where), where)
         except OutputError:
-            warnings.warn(f"{source}:{len(lines) + 1}: skipping a torn last line", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"{where}: skipping a torn last line", RuntimeWarning, stacklevel=3)
             return
         yield record
+
+
+def _decoded(line: bytes, where: str) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise OutputError(
+            f"{where} is not a valid record: not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
 
 
 def read_records(path: str | Path) -> list[Record]:
@@ -278,11 +295,30 @@ def write_csv(records: Iterable[Record], path: str | Path) -> Path:
     for row in rows:
         columns.update(dict.fromkeys(row))
     destination = Path(path)
+    # A temporary sibling renamed over the destination: a full disk leaves the old file whole, never half a row.
+    temporary: Path | None = None
     try:
-        with open(destination, "w", newline="", encoding="utf-8") as handle:
+        with tempfile.NamedTemporaryFile(
+            "w",
+            dir=destination.parent,
+            prefix=f".{destination.name}.",
+            suffix=".tmp",
+            delete=False,
+            newline="",
+            encoding="utf-8",
+        ) as handle:
+            temporary = Path(handle.name)
+            # The mode an ordinary open would give (a temporary file is private to its owner).
+            os.fchmod(handle.fileno(), destination.stat().st_mode & 0o777 if destination.is_file() else 0o644)
             writer = csv.DictWriter(handle, fieldnames=list(columns))
             writer.writeheader()
             writer.writerows(rows)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, destination)
     except OSError as error:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
         raise OutputError(f"cannot write CSV {destination}: {error.strerror or error}") from error
     return destination
