@@ -26,6 +26,7 @@ from cropbench.tracks.track3 import (
     preset_items,
     run_case,
     run_search,
+    stall_crosscheck,
 )
 
 CROP = CropConfig(crop_size=32, tier="light")
@@ -42,9 +43,9 @@ def _assert_loop_adds_up(metrics: dict[str, Any], case: Track3Case) -> None:
     assert metrics[m.IMAGES_PER_S] == pytest.approx(case.loader.batch_size * case.steps / metrics[m.LOOP_SECONDS])
     assert metrics[m.STEP_P50_MS] <= metrics[m.STEP_P95_MS]
     assert metrics[m.COMPUTE_ONLY_STEP_COUNT] == case.steps and metrics[m.COMPUTE_ONLY_IMAGES_PER_S] > 0
-    assert metrics[m.STALL_CROSSCHECK] == pytest.approx(
-        1 - metrics[m.COMPUTE_ONLY_STEP_MEAN_MS] / metrics[m.STEP_MEAN_MS]
-    )
+    raw = 1 - metrics[m.COMPUTE_ONLY_STEP_MEAN_MS] / metrics[m.STEP_MEAN_MS]
+    assert metrics[m.STALL_CROSSCHECK] == pytest.approx(max(raw, metrics[m.DATA_WAIT_FRACTION]), abs=1e-6)
+    assert metrics[m.DATA_WAIT_FRACTION] - 1e-9 <= metrics[m.STALL_CROSSCHECK] <= 1
     assert metrics[m.FIRST_BATCH_MS] >= metrics[m.ITER_CREATE_MS]
 
 
@@ -90,6 +91,28 @@ def test_emulated_compute_takes_the_set_time_and_the_crosscheck_agrees(tiny_plat
     assert metrics[m.COMPUTE_P50_MS] >= 20.0 and metrics[m.COMPUTE_ONLY_STEP_P50_MS] >= 20.0
     assert abs(metrics[m.CROSSCHECK_GAP]) < 0.1, "a sleep's duration does not depend on the loader"
     assert m.LOSS_LAST not in metrics
+
+
+def test_stall_is_never_negative_and_a_baseline_longer_than_the_step_is_flagged_impossible() -> None:
+    # As measured on a loaded machine: compute-only 1,701 ms against a whole loaded step of 1,356 ms.
+    stall, impossible = stall_crosscheck(1356.0, 1701.0, busy_fraction=0.97)
+    assert stall == pytest.approx(0.03) and impossible, "the loop's own compute part stands in for the baseline"
+    stall, impossible = stall_crosscheck(100.0, 60.0, busy_fraction=0.8)
+    assert stall == pytest.approx(0.4) and not impossible, "a fair baseline: the stall is (step - compute) / step"
+    stall, impossible = stall_crosscheck(100.0, 102.0, busy_fraction=1.0)
+    assert stall == 0.0 and not impossible, "2% over the step is noise, not a contradiction"
+
+
+def test_a_row_whose_baseline_outlasts_the_step_reads_no_negative_stall_and_is_flagged(tiny_plate: Path) -> None:
+    measured = run_case(tiny_plate, SMALL)
+    baseline = {key: value for key, value in measured.items() if key.startswith(m.COMPUTE_ONLY)}
+    fast = run_case(tiny_plate, SMALL, baseline={**baseline, m.COMPUTE_ONLY_STEP_MEAN_MS: 1e-6})
+    assert "impossible" not in fast[m.VALIDITY_FLAGS] and fast[m.STALL_CROSSCHECK] == pytest.approx(1.0)
+    slow = {**baseline, m.COMPUTE_ONLY_STEP_MEAN_MS: 100 * measured[m.STEP_MEAN_MS]}
+    metrics = run_case(tiny_plate, SMALL, baseline=slow)
+    assert "impossible" in metrics[m.VALIDITY_FLAGS]
+    assert metrics[m.STALL_CROSSCHECK] == pytest.approx(metrics[m.DATA_WAIT_FRACTION], abs=1e-6)
+    assert metrics[m.CROSSCHECK_GAP] >= -1e-6
 
 
 @pytest.mark.slow

@@ -5,7 +5,10 @@ wait (blocking ``next()`` on the DataLoader plus the host-to-device copy) and th
 or forward, backward and optimiser step). The data-wait fraction is the summed wait over the summed
 step time. A compute-only baseline runs the same loop on batches already on the device; the stall
 it implies, (step − compute-only) / step, must agree with the measured data-wait fraction, and a
-gap says the compute itself slowed down beside the loader (CPU contention).
+gap says the compute itself slowed down beside the loader (CPU contention). The compute-only time
+that stall uses is never longer than the loop's own compute parts (see :func:`stall_crosscheck`),
+so the stall is never negative; a baseline longer than the whole loaded step flags the row
+``impossible``.
 
 Three model kinds answer different questions (see docs/tracks.md):
 - ``resnet18``: does this loader starve a standard model on this machine? (on CPU: never)
@@ -58,7 +61,7 @@ from cropbench.objects import MISSING_CLASS, ObjectTable
 from cropbench.tracks.context import RunContext, worker_counts
 from cropbench.tracks.models import MODELS, build_model, embedding_model
 from cropbench.tracks.runner import Row, seeded
-from cropbench.tracks.validity import validity
+from cropbench.tracks.validity import IMPOSSIBLE_TOLERANCE, validity
 
 MODEL_KINDS = (*MODELS, "emulated")
 WORKLOADS = ("train", "embed")
@@ -367,6 +370,22 @@ def compute_only(
     return _loop_metrics(timing, batch, m.COMPUTE_ONLY)
 
 
+def stall_crosscheck(step_mean_ms: float, compute_only_mean_ms: float, busy_fraction: float) -> tuple[float, bool]:
+    """(stall, impossible): the share of the mean loaded step that compute alone does not explain.
+
+    The compute-only time is the smaller of the baseline's mean step and the loaded loop's own mean
+    compute part (``busy_fraction`` of its mean step: the same work on a batch already on the device,
+    timed in the same steps). So the stall lies between the data-wait fraction and 1 by construction.
+    The baseline is measured in a loop of its own: running it between the loaded steps instead would
+    hand the workers free time to fill their queue and shrink the very wait being measured.
+    ``impossible``: the baseline took longer than the whole loaded step, beyond
+    :data:`~cropbench.tracks.validity.IMPOSSIBLE_TOLERANCE`, so the machine's speed changed between the two.
+    """
+    loop_compute_ms = busy_fraction * step_mean_ms
+    stall = 1.0 - min(compute_only_mean_ms, loop_compute_ms) / step_mean_ms
+    return max(stall, 0.0), compute_only_mean_ms > (1.0 + IMPOSSIBLE_TOLERANCE) * step_mean_ms
+
+
 def compute_key(case: Track3Case) -> str:
     """Cases sharing this key share a compute-only baseline (only the loader side differs)."""
     neutral = dataclasses.replace(
@@ -416,8 +435,9 @@ def run_case(
     workers = memory_of(worker_pids(iterator))
     del iterator
     metrics = _loop_metrics(timing, batch)
-    mean_step = metrics[m.STEP_MEAN_MS]
-    stall = (mean_step - baseline[m.COMPUTE_ONLY_STEP_MEAN_MS]) / mean_step
+    stall, impossible = stall_crosscheck(
+        metrics[m.STEP_MEAN_MS], baseline[m.COMPUTE_ONLY_STEP_MEAN_MS], metrics[m.ACCELERATOR_BUSY_FRACTION]
+    )
     metrics.update(
         {
             **baseline,
@@ -435,6 +455,7 @@ def run_case(
                 items_drawn=batch * (case.steps + case.warmup_steps),
                 objects=len(dataset),
                 p95_reliable=metrics[prefixed(m.STEP, m.P95_RELIABLE)],
+                impossible=impossible,
             ),
             **device_info(device),
             **nvml.metrics(),

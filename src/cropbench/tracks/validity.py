@@ -16,6 +16,9 @@ from cropbench.measure.protocol import TAIL_OBSERVATIONS, min_samples_for
 #: samples/s (tight loop) and 1 / mean latency (timed loop) read the same items; beyond this
 #: relative gap the two loops did not see the same conditions (cache state, collections, preemption).
 RATE_AGREEMENT_TOLERANCE = 0.25
+#: Track 3: a compute-only baseline this much longer than the whole loaded step (data wait
+#: included) is not noise: the machine ran at another speed while one of the two was measured.
+IMPOSSIBLE_TOLERANCE = 0.05
 
 #: Flag → what it means.
 VALIDITY_FLAGS: dict[str, str] = {
@@ -25,6 +28,8 @@ VALIDITY_FLAGS: dict[str, str] = {
     "rate!=1/mean": f"samples/s and 1 / mean latency differ by more than {RATE_AGREEMENT_TOLERANCE:.0%}",
     "few-samples": f"the p95 rests on fewer than {min_samples_for(0.95)} timings "
     f"(fewer than {TAIL_OBSERVATIONS} beyond it): a tail estimate from too few samples",
+    "impossible": f"the compute-only baseline, measured apart, took over {IMPOSSIBLE_TOLERANCE:.0%} longer than the "
+    "whole loaded step: the machine's speed changed between the two (the stall uses the loop's own compute time)",
 }
 
 
@@ -54,11 +59,13 @@ def validity(
     p95_reliable: bool,
     eviction_unverified: bool = False,
     rate_over_inverse_mean: float | None = None,
+    impossible: bool = False,
 ) -> dict[str, object]:
     """The row's cache fraction and the names of the flags in :data:`VALIDITY_FLAGS` that apply.
 
     ``items_drawn`` counts every item the case reads (cold, warm-up and steady), ``objects`` those
-    the plate holds; ``p95_reliable`` says whether the p95 the row reports rests on enough timings.
+    the plate holds; ``p95_reliable`` says whether the p95 the row reports rests on enough timings;
+    ``impossible`` says that two of the row's numbers contradict each other (see :data:`VALIDITY_FLAGS`).
     """
     fraction = cache_fraction_of_plate(crop, reader)
     flags = {
@@ -68,6 +75,7 @@ def validity(
         "rate!=1/mean": rate_over_inverse_mean is not None
         and abs(rate_over_inverse_mean - 1.0) > RATE_AGREEMENT_TOLERANCE,
         "few-samples": not p95_reliable,
+        "impossible": impossible,
     }
     return {
         m.CACHE_FRACTION_OF_PLATE: fraction,
