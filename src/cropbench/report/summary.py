@@ -84,7 +84,7 @@ def summary_table(records: Iterable[Record]) -> str:
             [
                 row.case + (f" #{row.repeat}" if row.repeat else ""),
                 row.run_id,
-                *(_format(row.metrics.get(key), fmt) for _, key, fmt in columns),
+                *(format_cell(row.metrics.get(key), fmt) for _, key, fmt in columns),
             ]
             for row in rows
         ]
@@ -112,7 +112,8 @@ def flag_legend(rows: Sequence[Record]) -> list[str]:
     return lines
 
 
-def _format(value: object, fmt: str) -> str:
+def format_cell(value: object, fmt: str) -> str:
+    """A table cell: ``-`` for a missing value, a list (of flags) comma-joined or ``ok`` when empty."""
     if value is None:
         return "-"
     if isinstance(value, list):

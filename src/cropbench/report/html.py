@@ -1,0 +1,193 @@
+"""One self-contained HTML page per run: the verdict, the figures, every row and the environment.
+
+The page loads nothing: figures are embedded as base64 PNG, the style is inline, and there are no
+links or scripts, so it opens the same from a laptop, a mail attachment or a CI artefact. Every
+string that reaches the page (case labels, config values, flags, paths) is escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+from collections.abc import Iterable, Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from cropbench import metrics as m
+from cropbench.errors import OutputError
+from cropbench.records import Record
+from cropbench.report.summary import SUMMARY_COLUMNS, format_cell
+from cropbench.report.verdict import HEADING, SMOKE_NOTE, Verdict, plain_reason, track_lines, verdict
+from cropbench.tracks.validity import VALIDITY_FLAGS
+
+#: The report's file name, beside results.jsonl.
+REPORT_NAME = "report.html"
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1200px;
+       padding: 0 1em; color: #222; line-height: 1.4; }
+h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 2em; }
+.meta { color: #555; margin-top: 0; }
+.verdict { background: #f4f8fb; border-left: 4px solid #1f77b4; padding: 0.6em 1.2em; }
+.verdict h3 { font-size: 1em; margin: 0.9em 0 0.2em; }
+.verdict ul { margin: 0.2em 0; } .verdict .note { font-weight: 600; }
+table { border-collapse: collapse; font-size: 0.82em; margin: 0.5em 0 1em; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
+th { background: #f0f0f0; } td.case, th.case { text-align: left; white-space: normal; }
+tr.flagged td { color: #888; background: repeating-linear-gradient(135deg, #f7f7f7 0 6px, #efefef 6px 12px); }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; }
+.legend { font-size: 0.85em; color: #555; } code { font-size: 0.95em; }
+"""
+
+
+def render_report(
+    records: Sequence[Record],
+    figures: Iterable[str | Path] = (),
+    preset: str | None = None,
+    answer: Verdict | None = None,
+) -> str:
+    """The page as a string: verdict (``answer``, else computed from ``records``), figures, rows, environment."""
+    answer = answer if answer is not None else verdict(records, preset)
+    runs = list(dict.fromkeys(r.run_id for r in records))
+    stamps = sorted(r.timestamp for r in records)
+    when = f"{stamps[0]} to {stamps[-1]}" if stamps else "no rows"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        "<title>cropbench report</title>",
+        f"<style>{STYLE}</style></head><body>",
+        "<h1>cropbench report</h1>",
+        f'<p class="meta">{len(records)} rows, run {_text(", ".join(runs) or "-")}, {_text(when)}</p>',
+        _verdict_section(answer),
+        _figures_section(figures),
+        _rows_section(records),
+        _environment_section(records),
+        f'<p class="meta">written {_text(_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))}</p>',
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def write_report(
+    records: Sequence[Record],
+    out_dir: str | Path,
+    figures: Iterable[str | Path] = (),
+    preset: str | None = None,
+    answer: Verdict | None = None,
+) -> Path:
+    """Write ``OUT/report.html`` (see :func:`render_report`); returns its path."""
+    path = Path(out_dir) / REPORT_NAME
+    page = render_report(records, figures, preset, answer)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+    except OSError as error:
+        raise OutputError(f"cannot write the report {path}: {error.strerror or error}") from error
+    return path
+
+
+def _text(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _verdict_section(answer: Verdict) -> str:
+    parts = [f'<h2>{_text(HEADING)}</h2><div class="verdict">']
+    if answer.preset == "smoke":
+        parts.append(f'<p class="note">{_text(SMOKE_NOTE)}</p>')
+    for track in answer.tracks:
+        head, *rest = track_lines(track)
+        reasons = [line for line in rest if line.startswith("  - ")]
+        others = [line for line in rest if not line.startswith("  - ")]
+        parts.append(f"<h3>{_text(head)}</h3><ul>")
+        parts += [f"<li>{_text(line)}</li>" for line in others]
+        parts.append("</ul>")
+        if reasons:
+            parts.append("<ul>" + "".join(f"<li>{_text(line[4:])}</li>" for line in reasons) + "</ul>")
+    if not answer.tracks:
+        parts.append("<p>no rows</p>")
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+def _figures_section(figures: Iterable[str | Path]) -> str:
+    parts = ["<h2>Figures</h2>"]
+    shown = 0
+    for figure in figures:
+        path = Path(figure)
+        try:
+            data = base64.b64encode(path.read_bytes()).decode("ascii")
+        except OSError as error:
+            raise OutputError(f"cannot read the figure {path}: {error.strerror or error}") from error
+        name = _text(path.name)
+        parts.append(
+            f'<figure><img alt="{name}" src="data:image/png;base64,{data}"><figcaption>{name}</figcaption></figure>'
+        )
+        shown += 1
+    if not shown:
+        parts.append("<p>no figures were drawn for these rows</p>")
+    return "\n".join(parts)
+
+
+def _rows_section(records: Sequence[Record]) -> str:
+    parts = [
+        "<h2>Rows</h2>",
+        '<p class="legend">Hatched grey rows carry validity flags: they check the wiring and are not measurements '
+        "to quote. Every metric of every row is in results.jsonl beside this page.</p>",
+    ]
+    by_track: dict[str, list[Record]] = {}
+    for record in records:
+        by_track.setdefault(record.track, []).append(record)
+    for track, rows in by_track.items():
+        columns = SUMMARY_COLUMNS.get(track, ())
+        header = "".join(f"<th>{_text(title)}</th>" for title, _, _ in columns)
+        parts.append(f'<h3>track {_text(track)}</h3><table><tr><th class="case">case</th><th>run</th>{header}</tr>')
+        for row in rows:
+            flagged = bool(row.metrics.get(m.VALIDITY_FLAGS))
+            label = row.case + (f" #{row.repeat}" if row.repeat else "")
+            cells = "".join(f"<td>{_text(format_cell(row.metrics.get(key), fmt))}</td>" for _, key, fmt in columns)
+            style = ' class="flagged"' if flagged else ""
+            parts.append(f'<tr{style}><td class="case">{_text(label)}</td><td>{_text(row.run_id)}</td>{cells}</tr>')
+        parts.append("</table>")
+        raised = sorted({flag for row in rows for flag in row.metrics.get(m.VALIDITY_FLAGS) or ()})
+        if raised:
+            items = "".join(
+                f"<li><code>{_text(flag)}</code>: {_text(VALIDITY_FLAGS.get(flag, flag))}; "
+                f"{_text(plain_reason(flag))}</li>"
+                for flag in raised
+            )
+            parts.append(f'<ul class="legend">{items}</ul>')
+    if not by_track:
+        parts.append("<p>no rows</p>")
+    return "\n".join(parts)
+
+
+def _environment_section(records: Sequence[Record]) -> str:
+    values: dict[str, list[str]] = {}
+    for record in records:
+        for key, value in _flatten(record.environment).items():
+            seen = values.setdefault(key, [])
+            if value not in seen:
+                seen.append(value)
+    rows = "".join(
+        f'<tr><td class="case">{_text(key)}</td><td class="case">{_text(" | ".join(shown))}</td></tr>'
+        for key, shown in values.items()
+    )
+    table = f"<table>{rows}</table>" if rows else "<p>the rows carry no environment</p>"
+    return f"<h2>Environment</h2>\n{table}"
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value if isinstance(value, str) else json.dumps(value, default=str)
+    return flat
+
+
+__all__ = ["REPORT_NAME", "render_report", "write_report"]

@@ -1,0 +1,99 @@
+"""The HTML report: one self-contained page (nothing loaded from elsewhere) with the verdict, figures, rows and
+environment, every string escaped."""
+
+from __future__ import annotations
+
+import base64
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from cropbench import metrics as m
+from cropbench.errors import OutputError
+from cropbench.records import Record
+from cropbench.report.html import REPORT_NAME, render_report, write_report
+from cropbench.report.verdict import HEADING
+
+HOSTILE = '<script>alert("x")</script> & <img src=http://example.com/x.png>'
+#: The smallest valid PNG: one transparent pixel.
+PIXEL = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
+
+
+class Page(HTMLParser):
+    """Every tag and attribute of a page, and its visible text."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attributes: list[tuple[str, str, str]] = []
+        self.text: list[str] = []
+        self.feed(page)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attributes += [(tag, name, value or "") for name, value in attrs]
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def records() -> list[Record]:
+    clean = Record(
+        track="1",
+        case="random/direct/none/96px/all/float32",
+        config={"access": "random", "crop": {"decode": "direct"}},
+        metrics={m.SAMPLES_PER_S: 1234.0, m.P95_MS: 2.5, m.VALIDITY_FLAGS: []},
+        environment={"python": "3.11", "cpu_model": HOSTILE, "packages": {"torch": "2.5"}},
+        run_id="run-a",
+    )
+    flagged = Record(
+        track="1",
+        case=HOSTILE,
+        config={"access": "random", "crop": {"decode": "zarr"}},
+        metrics={m.SAMPLES_PER_S: 9000.0, m.P95_MS: 0.5, m.VALIDITY_FLAGS: ["cache>=plate"]},
+        environment={"python": "3.11", "cpu_model": HOSTILE, "packages": {"torch": "2.5"}},
+        run_id="run-a",
+    )
+    return [clean, flagged]
+
+
+def test_the_page_is_self_contained_and_embeds_its_figures(tmp_path: Path) -> None:
+    figure = tmp_path / "track1_latency_throughput.png"
+    figure.write_bytes(PIXEL)
+    page = Page(render_report(records(), [figure], preset="smoke"))
+    assert not {"script", "link", "iframe", "object", "embed"} & set(page.tags)
+    sources = [value for _, name, value in page.attributes if name in {"src", "href", "srcset", "action"}]
+    assert sources and all(value.startswith("data:image/png;base64,") for value in sources), sources
+    assert base64.b64decode(sources[0].split(",", 1)[1]) == PIXEL
+
+
+def test_every_string_is_escaped(tmp_path: Path) -> None:
+    page = render_report(records())
+    assert HOSTILE not in page and "<script" not in page and "example.com/x.png>" not in page
+    text = "".join(Page(page).text)
+    assert text.count(HOSTILE) == 2, "the hostile case label and CPU model read back as text, once each"
+
+
+def test_the_page_holds_the_verdict_the_rows_and_the_environment() -> None:
+    page = render_report(records(), preset="smoke")
+    text = " ".join(Page(page).text)
+    assert HEADING in text and "--preset full" in text
+    assert "best random/direct/none/96px/all/float32: 1,234 samples/s" in text, "the flagged faster row is not best"
+    assert "1 of 2 configurations may be quoted" in text
+    assert 'class="flagged"' in page and page.count('class="flagged"') == 1
+    assert "cache>=plate" in text and "packages.torch" in text and "2.5" in text
+
+
+def test_write_report_writes_beside_the_results_and_names_a_bad_path(tmp_path: Path) -> None:
+    path = write_report(records(), tmp_path / "out")
+    assert path == tmp_path / "out" / REPORT_NAME and "cropbench report" in path.read_text()
+    blocker = tmp_path / "file"
+    blocker.write_text("the user's own file")
+    with pytest.raises(OutputError, match=str(blocker)):
+        write_report(records(), blocker)
+    assert blocker.read_text() == "the user's own file"
+    with pytest.raises(OutputError, match="missing.png"):
+        render_report(records(), [tmp_path / "missing.png"])
