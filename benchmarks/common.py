@@ -88,7 +88,7 @@ ADDED_IN: dict[str, str] = {
     ),
     "cropbench.measure.protocol.relative_cost": "a4c3d6b",
     "cropbench.formats.read_plate_metadata": "c9c71ed",
-    "cropbench.formats.chunks.StageTimedChunkReader": "c9c71ed",
+    "cropbench.formats.direct.StageTimedChunkReader": "c9c71ed",  # formats.chunks in older commits
     "cropbench.tracks.track1.run_case": "4cec727",
     "cropbench.config.StoreConfig": "2f18851",
     "cropbench.formats.sources.mirror_metadata": "2f18851",
@@ -122,6 +122,12 @@ def require(module: str, name: str) -> Any:
                 "a renamed or removed symbol; update the benchmark, or list the commit it appeared in"
             ) from error
         raise NotImplementedError(f"{module}.{name} is not in this commit of cropbench (added in {added})") from error
+
+
+def track1_case(**knobs: Any) -> Any:
+    """A Track 1 case: ``Track1Case`` lives beside the other tracks' cases, in ``config`` in older commits."""
+    case_class = getattr(importlib.import_module("cropbench.tracks.track1"), "Track1Case", None)
+    return (case_class or require("cropbench.config", "Track1Case"))(**knobs)
 
 
 def full_layouts() -> list[str]:
@@ -261,8 +267,10 @@ class FullSuite(Suite):
     setup_cache = staticmethod(make_full_plates)
 
 
-class CopyCeiling:
-    """The same crops cut from fields already in memory, cast like the dataset casts them.
+class MemoryReference:
+    """The same crops cut from fields already in memory, cast like the dataset casts them: the
+    reference of :func:`relative_cost` (not a ceiling: it casts like the dataset, per crop, in Python;
+    the fetch ceiling is :class:`cropbench.tracks.targets.CopyCeiling`).
 
     It does no decoding, no chunk lookup and no cache bookkeeping, and it does not go through the
     code under test, so a slowdown anywhere in cropbench's crop path raises the ratio to it; a
@@ -323,10 +331,21 @@ def sampled(get: Callable[[int], Any], dataset: Any, access: str) -> Callable[[i
     return lambda expected: get(stream(expected))
 
 
+def stage_timed_reader_class() -> Any:
+    """``StageTimedChunkReader``: in ``cropbench.formats.direct``, in ``cropbench.formats.chunks`` in older commits."""
+    try:
+        return require("cropbench.formats.direct", "StageTimedChunkReader")
+    except NotImplementedError as missing:
+        try:
+            return importlib.import_module("cropbench.formats.chunks").StageTimedChunkReader
+        except (ImportError, AttributeError):
+            raise missing from None
+
+
 def stage_timed_dataset(plate: str, crop: Any) -> Any:
     """A ``direct`` dataset whose reader clocks fetch, decode and assembly and counts the decode step's work."""
     metadata = require("cropbench.formats", "read_plate_metadata")(plate)
-    reader = require("cropbench.formats.chunks", "StageTimedChunkReader")(metadata, crop.chunk_cache_bytes)
+    reader = stage_timed_reader_class()(metadata, crop.chunk_cache_bytes)
     if not hasattr(reader, "decode_calls"):
         raise NotImplementedError("this commit's stage-timed reader does not count decode calls (added in b4465d5)")
     return require("cropbench.data.dataset", "CropDataset")(plate, crop, reader=reader)

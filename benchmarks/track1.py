@@ -22,8 +22,8 @@ from .common import (
     CACHES,
     RELATIVE_BLOCKS,
     ArrowSuite,
-    CopyCeiling,
     FullSuite,
+    MemoryReference,
     Suite,
     access_order,
     cache_knobs,
@@ -40,6 +40,7 @@ from .common import (
     sampled,
     stage_costs,
     stage_timed_dataset,
+    track1_case,
 )
 
 #: Steady-state samples per ``run_case`` call: enough for a reliable p95 (200 needed).
@@ -64,7 +65,7 @@ class _Crops:
 
     def relative_cost(self) -> float:
         """The sampler's next index and its crop, over cutting the same crop from fields in memory."""
-        return relative_cost(sampled(self.get, self.dataset, self.access), CopyCeiling(self.dataset), self.indices)
+        return relative_cost(sampled(self.get, self.dataset, self.access), MemoryReference(self.dataset), self.indices)
 
 
 class _DefaultCrops(_Crops, Suite):
@@ -128,7 +129,7 @@ class Stages(_DefaultCrops):
 
     def _stage(self, stage: str) -> float:
         get = sampled(self.get, self.dataset, self.access)
-        return stage_costs(self.dataset, get, CopyCeiling(self.dataset), self.indices)[stage]
+        return stage_costs(self.dataset, get, MemoryReference(self.dataset), self.indices)[stage]
 
     def track_fetch(self, *params: Any) -> float:
         return self._stage("fetch")
@@ -206,7 +207,7 @@ class Latency(_FullCrops):
             self.get(index)
 
     def _run_case(self) -> dict[str, Any]:
-        case = require("cropbench.config", "Track1Case")(
+        case = track1_case(
             crop=self.crop,
             access=self.access,
             samples=RUN_CASE_SAMPLES,

@@ -16,7 +16,7 @@ import cropbench
 from cropbench import api
 from cropbench import metrics as m
 from cropbench.cli import main
-from cropbench.config import LAYOUTS
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, LAYOUTS, CropConfig, CropOverrides
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
 from cropbench.plates.generate import generate_plate
 from cropbench.records import Record, read_records
@@ -136,3 +136,57 @@ def test_smoke_generates_its_plate_once_then_runs_every_track(tmp_path: Path, mo
     assert first.generated == "plate" and again.generated is None and forced.generated == "plate"
     assert generated == [tmp_path / api.SMOKE_PLATE] * 2
     assert runs == [(tmp_path / api.SMOKE_PLATE, api.SMOKE_TRACKS, "smoke", tmp_path)] * 3
+
+
+@dataclass(frozen=True)
+class CropCase:
+    crop: CropConfig
+    seed: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.crop.decode_threads}/{self.crop.chunk_cache_bytes}/{self.crop.tier}"
+
+
+class Crops(Counting):
+    """Cases that differ in the knobs a preset sets; records the crops it was asked to measure."""
+
+    name = "crops"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.crops: list[CropConfig] = []
+
+    def cases(self, preset: str, context: RunContext) -> list[CropCase]:  # type: ignore[override]
+        return [
+            CropCase(CropConfig(decode_threads=1)),
+            CropCase(CropConfig(decode_threads=2)),
+            CropCase(CropConfig(tier="typical")),
+        ]
+
+    def measure(self, case: CropCase, repeat: int, context: RunContext) -> Iterator[Row]:  # type: ignore[override]
+        self.crops.append(case.crop)
+        yield Row(case, dataclasses.asdict(case), {m.SAMPLES_PER_S: 1.0}, case.seed + repeat)
+
+
+def test_overrides_reach_every_case_and_cases_they_make_identical_run_once(tiny_plate: Path) -> None:
+    track = Crops()
+    records = cropbench.run(tiny_plate, [track], overrides=CropOverrides(decode_threads=3, chunk_cache_bytes=2**20))
+    assert [(c.decode_threads, c.chunk_cache_bytes) for c in track.crops] == [(3, 2**20), (3, 2**20)]
+    assert [r.config["crop"]["decode_threads"] for r in records] == [3, 3]
+    track = Crops()
+    seen: list[str] = []
+    cropbench.run(tiny_plate, [track], overrides=CropOverrides(dtype="uint16"), progress=lambda s, r: seen.append(s))
+    assert [c.dtype for c in track.crops] == ["uint16", "uint16"], "uint16 with tier typical is not a valid crop"
+    assert any("not run with the overrides" in message for message in seen)
+    assert CropConfig().chunk_cache_bytes == DEFAULT_CHUNK_CACHE_BYTES
+
+
+def test_the_command_line_sets_every_crop_knob(capsys: pytest.CaptureFixture[str]) -> None:
+    from cropbench.cli import _crop_overrides, build_parser
+
+    argv = ["run", "--plate", "p", "--decode-threads", "2", "--chunk-cache-bytes", "1024", "--crop-size", "64"]
+    args = build_parser().parse_args([*argv, "--decode", "zarr", "--dtype", "bfloat16", "--tier", "light"])
+    assert _crop_overrides(args) == CropOverrides(64, "zarr", "bfloat16", "light", 1024, 2)
+    assert main(["run", "--plate", "missing.zarr", "--decode-threads", "0", "--no-progress"]) == 2
+    assert "decode_threads must be a positive integer, got 0" in capsys.readouterr().err

@@ -102,7 +102,7 @@ def test_every_symbol_listed_as_added_later_is_in_this_checkout(symbol: str) -> 
 
 def test_copy_ceiling_cuts_the_same_pixels_as_the_dataset(tiny_plate: Path) -> None:
     dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
-    ceiling = common.CopyCeiling(dataset)
+    ceiling = common.MemoryReference(dataset)
     _, height, width = dataset.reader.metadata.field_shape
     inside = [
         i
@@ -116,7 +116,7 @@ def test_copy_ceiling_cuts_the_same_pixels_as_the_dataset(tiny_plate: Path) -> N
 
 def test_relative_cost_rises_with_a_slower_crop_path(tiny_plate: Path) -> None:
     dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
-    ceiling = common.CopyCeiling(dataset)
+    ceiling = common.MemoryReference(dataset)
     indices = common.access_order(dataset, "random", common.BLOCK * 20)
 
     def ten_times(index: int) -> None:
@@ -227,7 +227,7 @@ def test_stage_costs_are_parts_of_the_relative_cost(tiny_plate: Path) -> None:
     crop = common.crop_config(crop_size=64, chunk_cache_bytes=0)
     dataset = common.stage_timed_dataset(str(tiny_plate), crop)
     indices = common.access_order(dataset, "random", common.BLOCK * 10)
-    costs = common.stage_costs(dataset, dataset.__getitem__, common.CopyCeiling(dataset), indices)
+    costs = common.stage_costs(dataset, dataset.__getitem__, common.MemoryReference(dataset), indices)
     assert sorted(costs) == ["assemble", "decode", "fetch"]
     assert all(cost > 0.0 for cost in costs.values()), costs
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from cropbench.config import CropConfig, Track1Case
+from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import RandomObjectSampler
 from cropbench.formats import open_plate
 from cropbench.measure.fidelity import fidelity_hash
-from cropbench.tracks.track1 import case_fidelity_hash
+from cropbench.tracks.track1 import Track1Case, case_fidelity_hash
 
 
 @pytest.mark.parametrize("access", ["random", "paired", "chunk-aware"])

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from cropbench import api
 from cropbench import metrics as m
 from cropbench.cli import main
-from cropbench.config import LAYOUTS, CropConfig, StoreConfig, Track1Case
+from cropbench.config import LAYOUTS, CropConfig, StoreConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import batch_collate
 from cropbench.errors import ConfigError, StoreError
@@ -34,6 +34,7 @@ from cropbench.measure import endpoints
 from cropbench.plates.generate import generate_plate
 from cropbench.records import RESULTS_NAME, read_records
 from cropbench.tracks import TRACKS, RunContext
+from cropbench.tracks.track1 import Track1Case
 
 pytestmark = pytest.mark.skipif(
     not endpoints.moto_available(), reason="moto's server mode is missing: pip install -e '.[remote]'"

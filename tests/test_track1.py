@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, Track1Case, plate_preset
+from cropbench.config import CropConfig, plate_preset
 from cropbench.errors import ConfigError
 from cropbench.formats import read_plate_metadata
 from cropbench.metrics import MISSING_CHUNKS
 from cropbench.records import Record
 from cropbench.tracks import RunContext, run_tracks
-from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, Track1, preset_cases, run_case
+from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, Track1, Track1Case, preset_cases, run_case
 from cropbench.tracks.validity import VALIDITY_FLAGS
 
 

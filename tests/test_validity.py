@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, Track1Case
+from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.records import Record
 from cropbench.report.summary import summary_table
@@ -47,7 +47,7 @@ def test_track3_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
 
 
 def test_a_batched_track1_case_with_few_calls_is_flagged_as_too_few_samples(tiny_plate: Path) -> None:
-    case = Track1Case(crop=SMALL_CACHE, samples=64, warmup=8, cold_samples=0, batch_size=8)
+    case = track1.Track1Case(crop=SMALL_CACHE, samples=64, warmup=8, cold_samples=0, batch_size=8)
     metrics = track1.run_case(tiny_plate, case)
     assert metrics[m.COUNT] == 8 and "few-samples" in metrics[m.VALIDITY_FLAGS]
 

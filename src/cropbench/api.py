@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cropbench.config import LayoutSpec, StoreConfig, plate_preset
+from cropbench.config import CropOverrides, LayoutSpec, StoreConfig, plate_preset
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import is_url
 from cropbench.measure import environment
@@ -47,6 +47,7 @@ def run(
     progress: Progress | None = None,
     rank_timeout_s: float = DEFAULT_TIMEOUT_S,
     local_plate: str | Path | None = None,
+    overrides: CropOverrides | None = None,
 ) -> list[Record]:
     """Measure ``tracks`` (names in ``TRACKS``, or track objects) on ``plate``; returns this run's records.
 
@@ -60,7 +61,8 @@ def run(
     metadata is mirrored locally and its pixels are read from the store as ``store`` says (in-flight
     requests, timeouts, retries, injected latency; see :class:`~cropbench.config.StoreConfig`).
     ``local_plate`` is the same plate on local disk: each Track 1 case is then measured on it too,
-    just before the store, and the store's rows carry ``ratio_to_local``.
+    just before the store, and the store's rows carry ``ratio_to_local``. ``overrides`` fixes crop
+    knobs (decode threads, chunk cache, crop size...) for every case, over what the preset sets.
 
     Started by ``torchrun``, each rank calls this: tracks 2 and 3 run across the ranks (see
     :mod:`cropbench.tracks.distributed`), rank 0 alone writes and returns the records, and a rank that
@@ -104,6 +106,7 @@ def run(
         report=(lambda message: progress(message, None)) if progress else None,
         local=_local_context(local_plate, objects, samples) if local_plate is not None else None,
         server_requests_per_s=server_ceiling(str(plate), store or StoreConfig()) if is_url(plate) else None,
+        overrides=overrides,
     )
     if context.local is not None and context.local.metadata.fields != context.metadata.fields:
         raise ConfigError(f"--local-plate {local_plate} is not the plate at {plate} (their fields differ)")

@@ -16,9 +16,14 @@ from typing import Any, NoReturn
 from tqdm import tqdm
 
 from cropbench.config import (
+    DECODE_PATHS,
+    DEFAULT_CHUNK_CACHE_BYTES,
     FORMAT_CODECS,
     LAYOUTS,
+    OUTPUT_DTYPES,
+    TRANSFORM_TIERS,
     ZARR_CLIENTS,
+    CropOverrides,
     LayoutSpec,
     PlateSpec,
     StoreConfig,
@@ -291,6 +296,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             store=_store_config(args),
             local_plate=args.local_plate,
             objects=args.objects,
+            overrides=_crop_overrides(args),
             progress=bar,
             **({"rank_timeout_s": args.rank_timeout} if args.rank_timeout is not None else {}),
         )
@@ -307,6 +313,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(out_dir / RESULTS_NAME, out_dir / "plots")
     return 0
+
+
+def _add_crop_knobs(parser: argparse.ArgumentParser) -> None:
+    """Crop knobs fixed for every case of the run, over what the preset sets (``CropOverrides``)."""
+    group = parser.add_argument_group("crop knobs (override the preset for every case)")
+    group.add_argument("--crop-size", type=int, help="crop edge in pixels")
+    group.add_argument("--decode", choices=DECODE_PATHS, help="decode path")
+    group.add_argument("--dtype", choices=OUTPUT_DTYPES, help="output dtype")
+    group.add_argument("--tier", choices=TRANSFORM_TIERS, help="transform tier")
+    group.add_argument(
+        "--chunk-cache-bytes",
+        type=int,
+        metavar="BYTES",
+        help=f"decoded-chunk cache per reader (default: {DEFAULT_CHUNK_CACHE_BYTES}, unless the preset sets one)",
+    )
+    group.add_argument(
+        "--decode-threads", type=int, metavar="N", help="threads that read and decode chunks in one process"
+    )
+
+
+def _crop_overrides(args: argparse.Namespace) -> CropOverrides:
+    knobs = ("crop_size", "decode", "dtype", "tier", "chunk_cache_bytes", "decode_threads")
+    return CropOverrides(**{knob: getattr(args, knob) for knob in knobs})
 
 
 def _add_store_knobs(parser: argparse.ArgumentParser) -> None:
@@ -549,6 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fails the run after this long (each case must fit in it; default: 600)",
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_crop_knobs(run)
     _add_store_knobs(run)
     run.add_argument(
         "--local-plate",

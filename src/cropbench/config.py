@@ -7,7 +7,7 @@ up in the result record.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cropbench.errors import ConfigError
@@ -29,6 +29,8 @@ DECODE_PATHS = ("zarr", "direct", "field", "as-py")
 BORDER_POLICIES = ("pad", "shift", "drop")
 ACCESS_PATTERNS = ("random", "grouped-field", "grouped-well", "chunk-aware", "paired")
 CACHE_STATES = ("warm", "cold")
+#: The decoded-chunk cache of a reader when nothing else is said: the one default of every read path.
+DEFAULT_CHUNK_CACHE_BYTES = 32 * 2**20
 
 
 def _require(condition: bool, message: str) -> None:
@@ -213,7 +215,7 @@ class CropConfig:
     tier: str = "none"
     border: str = "pad"
     output_size: int | None = None
-    chunk_cache_bytes: int = 32 * 2**20
+    chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES
     field_cache_fields: int = 2
     seed: int = 0
     #: Threads that read, decode and copy chunks inside one process (``direct`` on OME-Zarr): an
@@ -244,43 +246,36 @@ class CropConfig:
 
 
 @dataclass(frozen=True)
-class Track1Case:
-    """One Track 1 measurement: a crop configuration read through one access pattern."""
+class CropOverrides:
+    """Crop knobs fixed for every case of a run, over what each preset sets (None: the preset's value).
 
-    crop: CropConfig = field(default_factory=CropConfig)
-    access: str = "random"
-    samples: int = 1000
-    warmup: int = 50
-    cold_samples: int = 100
-    seed: int = 0
-    granularity: int = 8
-    cache: str = "warm"
-    #: Indices per call: 1 reads through ``__getitem__``; more reads the same order in batches of
-    #: this many through ``__getitems__`` (the batch access mode; latencies are then per call).
-    batch_size: int = 1
+    The command line's ``--decode-threads``, ``--chunk-cache-bytes``, ``--crop-size``, ``--decode``,
+    ``--dtype`` and ``--tier``; the runner applies them to each case's :class:`CropConfig`, so a row's
+    config (and its identity) holds the values that ran.
+    """
+
+    crop_size: int | None = None
+    decode: str | None = None
+    dtype: str | None = None
+    tier: str | None = None
+    chunk_cache_bytes: int | None = None
+    decode_threads: int | None = None
 
     def __post_init__(self) -> None:
-        _choice("access", self.access, ACCESS_PATTERNS)
-        _choice("cache", self.cache, CACHE_STATES)
-        _positive("granularity", self.granularity)
-        _positive("batch_size", self.batch_size)
-        _require(
-            self.batch_size == 1 or self.access != "paired",
-            f"access='paired' reads one object per call; batch_size must be 1, got {self.batch_size}",
-        )
-        _positive("samples", self.samples)
-        _require(self.warmup >= 0, f"warmup must be >= 0, got {self.warmup}")
-        _require(self.cold_samples >= 0, f"cold_samples must be >= 0, got {self.cold_samples}")
+        CropConfig().replace(**{key: value for key, value in self.changes().items() if key not in ("dtype", "tier")})
+        if self.dtype is not None:
+            _choice("dtype", self.dtype, OUTPUT_DTYPES)
+        if self.tier is not None:
+            _choice("tier", self.tier, TRANSFORM_TIERS)
 
-    @property
-    def label(self) -> str:
-        c = self.crop
-        channels = "all" if c.channels is None else "+".join(c.channels)
-        access = f"{self.access}x{self.granularity}" if self.access == "chunk-aware" else self.access
-        cache = "" if self.cache == "warm" else f"/{self.cache}"
-        batch = "" if self.batch_size == 1 else f"/batch{self.batch_size}"
-        threads = "" if c.decode_threads == 1 else f"/threads{c.decode_threads}"
-        return f"{access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}{cache}{batch}{threads}"
+    def changes(self) -> dict[str, Any]:
+        """The knobs that are set, by CropConfig field name."""
+        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
+
+    def apply(self, crop: CropConfig) -> CropConfig:
+        """``crop`` with the set knobs; ConfigError when the result is not a valid crop (say uint16 and a tier)."""
+        changes = self.changes()
+        return crop.replace(**changes) if changes else crop
 
 
 #: Synthetic plate presets: ``smoke`` writes in seconds; ``full`` is the realistic default plate.

@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from cropbench.config import CropConfig
+from cropbench.config import CropConfig, CropOverrides
 from cropbench.data.dataset import CropDataset
 from cropbench.formats import PlateReader, plate_objects, read_plate_metadata, supported_decodes
 from cropbench.formats.base import PlateMetadata
@@ -32,6 +32,7 @@ class RunContext:
     same plate on local disk beside a plate in a store: Track 1 measures each case on it too, so a
     row over the store carries its ratio to the local read of the same run. ``server_requests_per_s``
     is the store's own ceiling (a trivial client), measured once where the server is on loopback.
+    ``overrides`` are crop knobs fixed for every case (``--decode-threads``...), applied by the runner.
     """
 
     plate: Path
@@ -42,6 +43,7 @@ class RunContext:
     report: Callable[[str], None] | None = None
     local: RunContext | None = None
     server_requests_per_s: float | None = None
+    overrides: CropOverrides | None = None
 
     def __post_init__(self) -> None:
         self.plate = Path(self.plate)

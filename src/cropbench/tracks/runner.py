@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cropbench import metrics as m
+from cropbench.config import CropConfig, CropOverrides
+from cropbench.errors import ConfigError
 from cropbench.records import Record, jsonable
 from cropbench.tracks.context import RunContext
 
@@ -63,6 +65,13 @@ class Track(Protocol):
 def seeded(case: Any, repeat: int) -> Any:
     """The case with ``seed + repeat``: repeats differ only in their seed."""
     return dataclasses.replace(case, seed=case.seed + repeat)
+
+
+def with_overrides(case: Any, overrides: CropOverrides | None) -> Any:
+    """``case`` with the run's crop overrides applied to its ``crop`` (a case without one is unchanged)."""
+    if overrides is None or not overrides.changes() or not isinstance(getattr(case, "crop", None), CropConfig):
+        return case
+    return dataclasses.replace(case, crop=overrides.apply(case.crop))
 
 
 def canonical_config(case: Any) -> dict[str, Any]:
@@ -150,7 +159,16 @@ def run_tracks(
     run_id = uuid.uuid4().hex[:12]
     written: list[Record] = []
     for track in tracks:
-        for case in track.cases(preset, context):
+        planned: set[str] = set()  # cases the overrides made identical run once
+        for preset_case in track.cases(preset, context):
+            try:
+                case = with_overrides(preset_case, context.overrides)
+            except ConfigError as error:
+                context.progress(f"track {track.name} {preset_case.label}: not run with the overrides ({error})")
+                continue
+            if case_identity(track.name, case, context) in planned:
+                continue
+            planned.add(case_identity(track.name, case, context))
             decode = track.decode(case)
             if decode is not None and decode not in context.decodes:
                 context.progress(f"track {track.name} {case.label}: decode {decode} does not apply to {context.layout}")

@@ -16,6 +16,7 @@ import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,47 @@ SMOKE_CHUNK_CACHE_BYTES = 2 * 2**20
 COLLATE_BATCH = 64
 #: Indices per call of the batch access mode's cases in the presets.
 SMOKE_BATCH, FULL_BATCH = 32, 64
+
+
+@dataclass(frozen=True)
+class Track1Case:
+    """One Track 1 measurement: a crop configuration read through one access pattern."""
+
+    crop: CropConfig = field(default_factory=CropConfig)
+    access: str = "random"
+    samples: int = 1000
+    warmup: int = 50
+    cold_samples: int = 100
+    seed: int = 0
+    granularity: int = 8
+    cache: str = "warm"
+    #: Indices per call: 1 reads through ``__getitem__``; more reads the same order in batches of
+    #: this many through ``__getitems__`` (the batch access mode; latencies are then per call).
+    batch_size: int = 1
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("access", self.access, ACCESS_PATTERNS), ("cache", self.cache, CACHE_STATES)):
+            if value not in allowed:
+                raise ConfigError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        for name in ("granularity", "batch_size", "samples"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.batch_size != 1 and self.access == "paired":
+            raise ConfigError(f"access='paired' reads one object per call; batch_size must be 1, got {self.batch_size}")
+        for name in ("warmup", "cold_samples"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def label(self) -> str:
+        c = self.crop
+        channels = "all" if c.channels is None else "+".join(c.channels)
+        access = f"{self.access}x{self.granularity}" if self.access == "chunk-aware" else self.access
+        cache = "" if self.cache == "warm" else f"/{self.cache}"
+        batch = "" if self.batch_size == 1 else f"/batch{self.batch_size}"
+        threads = "" if c.decode_threads == 1 else f"/threads{c.decode_threads}"
+        return f"{access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}{cache}{batch}{threads}"
 
 
 def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
@@ -101,8 +143,6 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
                 crop = CropConfig(crop_size=size, decode=decode, decode_threads=threads)
                 cases.append(dataclasses.replace(base, access=access, crop=crop, batch_size=FULL_BATCH))
         return cases
-    from cropbench.errors import ConfigError
-
     raise ConfigError(f"preset={preset!r} is not one of smoke, full")
 
 
