@@ -27,3 +27,10 @@ def test_no_legend_without_flags_and_rows_without_flags_print_a_dash() -> None:
     table = summary_table([row("random/direct", "run-a", [])])
     assert "flags (" not in table
     assert summary_table([row("old", "run-a", None)]).splitlines()[2].rstrip().endswith("-")
+
+
+def test_a_track3_row_with_a_negative_stall_reads_as_impossible() -> None:
+    metrics = {m.STALL_CROSSCHECK: -0.29, m.DATA_WAIT_FRACTION: 0.01, m.VALIDITY_FLAGS: []}
+    old = Record(track="3", case="resnet18/train", config={}, metrics=metrics, environment={}, run_id="run-a")
+    lines = summary_table([old]).splitlines()
+    assert lines[2].rstrip().endswith("impossible") and any(line.strip().startswith("impossible: ") for line in lines)

@@ -15,10 +15,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from cropbench import metrics as m
 from cropbench.errors import OutputError
 from cropbench.records import Record
-from cropbench.report.summary import SUMMARY_COLUMNS, format_cell
+from cropbench.report.flags import row_flags
+from cropbench.report.summary import SUMMARY_COLUMNS, cell_value, format_cell
 from cropbench.report.verdict import HEADING, SMOKE_NOTE, Verdict, plain_reason, track_lines, verdict
 from cropbench.tracks.validity import VALIDITY_FLAGS
 
@@ -145,13 +145,13 @@ def _rows_section(records: Sequence[Record]) -> str:
         header = "".join(f"<th>{_text(title)}</th>" for title, _, _ in columns)
         parts.append(f'<h3>track {_text(track)}</h3><table><tr><th class="case">case</th><th>run</th>{header}</tr>')
         for row in rows:
-            flagged = bool(row.metrics.get(m.VALIDITY_FLAGS))
+            flagged = bool(row_flags(row))
             label = row.case + (f" #{row.repeat}" if row.repeat else "")
-            cells = "".join(f"<td>{_text(format_cell(row.metrics.get(key), fmt))}</td>" for _, key, fmt in columns)
+            cells = "".join(f"<td>{_text(format_cell(cell_value(row, key), fmt))}</td>" for _, key, fmt in columns)
             style = ' class="flagged"' if flagged else ""
             parts.append(f'<tr{style}><td class="case">{_text(label)}</td><td>{_text(row.run_id)}</td>{cells}</tr>')
         parts.append("</table>")
-        raised = sorted({flag for row in rows for flag in row.metrics.get(m.VALIDITY_FLAGS) or ()})
+        raised = sorted({flag for row in rows for flag in row_flags(row)})
         if raised:
             items = "".join(
                 f"<li><code>{_text(flag)}</code>: {_text(VALIDITY_FLAGS.get(flag, flag))}; "

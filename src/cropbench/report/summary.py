@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from cropbench import metrics as m
 from cropbench.records import Record
+from cropbench.report.flags import row_flags
 from cropbench.tracks.validity import VALIDITY_FLAGS
 
 #: Columns shown per track: (header, metric key, format).
@@ -84,7 +85,7 @@ def summary_table(records: Iterable[Record]) -> str:
             [
                 row.case + (f" #{row.repeat}" if row.repeat else ""),
                 row.run_id,
-                *(format_cell(row.metrics.get(key), fmt) for _, key, fmt in columns),
+                *(format_cell(cell_value(row, key), fmt) for _, key, fmt in columns),
             ]
             for row in rows
         ]
@@ -104,12 +105,19 @@ def summary_table(records: Iterable[Record]) -> str:
 
 def flag_legend(rows: Sequence[Record]) -> list[str]:
     """One line per validity flag raised in ``rows``, saying what it means; nothing when none is."""
-    raised = {flag for row in rows for flag in row.metrics.get(m.VALIDITY_FLAGS) or ()}
+    raised = {flag for row in rows for flag in row_flags(row)}
     if not raised:
         return []
     lines = ["flags (a flagged row checks the wiring; it is not a measurement to quote):"]
     lines += [f"  {flag}: {VALIDITY_FLAGS.get(flag, flag)}" for flag in sorted(raised)]
     return lines
+
+
+def cell_value(row: Record, key: str) -> object:
+    """The row's value of ``key``; its flags as :func:`row_flags` reads them (None in rows without any)."""
+    if key == m.VALIDITY_FLAGS and m.VALIDITY_FLAGS in row.metrics:
+        return row_flags(row)
+    return row.metrics.get(key)
 
 
 def format_cell(value: object, fmt: str) -> str:

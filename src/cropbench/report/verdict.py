@@ -22,6 +22,7 @@ import numpy as np
 
 from cropbench import metrics as m
 from cropbench.records import Record
+from cropbench.report.flags import IMPOSSIBLE, row_flags
 from cropbench.tracks.layouts import CEILING as MEMMAP_LAYOUT
 from cropbench.tracks.validity import VALIDITY_FLAGS
 
@@ -51,9 +52,6 @@ TRACK_TITLES: dict[str, str] = {
     "layouts": "storage layouts",
     "peers": "peer loaders",
 }
-#: A flag the verdict raises on a row itself: a Track 3 row whose stall reads negative (written
-#: before such rows were flagged when measured) holds an impossible number.
-DERIVED_IMPOSSIBLE = "impossible"
 
 
 @dataclass(frozen=True)
@@ -307,15 +305,6 @@ def configurations(records: Iterable[Record]) -> list[Configuration]:
     ]
 
 
-def row_flags(record: Record) -> list[str]:
-    """The row's validity flags, and ``impossible`` for a Track 3 row whose stall reads negative."""
-    flags = list(record.metrics.get(m.VALIDITY_FLAGS) or ())
-    stall = _finite(record.metrics.get(m.STALL_CROSSCHECK))
-    if record.track == "3" and stall is not None and stall < 0 and DERIVED_IMPOSSIBLE not in flags:
-        flags.append(DERIVED_IMPOSSIBLE)
-    return flags
-
-
 def judge_track(track: str, groups: Sequence[Configuration]) -> TrackVerdict:
     """One track's verdict from its configurations."""
     rule = RULES.get(track, DEFAULT_RULE)
@@ -326,7 +315,7 @@ def judge_track(track: str, groups: Sequence[Configuration]) -> TrackVerdict:
         for c in measured
         if rule.competes(c) and (value := rule.value(c)) is not None and (score := rank(c)) is not None
     ]
-    candidates = [entry for entry in ranked if DERIVED_IMPOSSIBLE not in entry[2].flags]
+    candidates = [entry for entry in ranked if IMPOSSIBLE not in entry[2].flags]
     pool = [entry for entry in candidates if entry[2].quotable] or candidates
     _, value, best = max(pool, key=lambda entry: entry[0]) if pool else (None, None, None)
     found = rule.ceiling(best, value, groups) if best is not None and value is not None else None
