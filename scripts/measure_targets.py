@@ -32,7 +32,7 @@ from cropbench.data.loader import LoaderSpec
 from cropbench.data.sampling import access_order
 from cropbench.errors import PeerUnavailableError
 from cropbench.formats import open_plate, read_plate_metadata
-from cropbench.formats.chunks import copy_pieces
+from cropbench.formats.direct import copy_pieces
 from cropbench.formats.memmap import MemmapReader
 from cropbench.measure import environment
 from cropbench.measure.protocol import configure_threads, interleaved_rates, load_into_page_cache, per_item

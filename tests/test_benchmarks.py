@@ -210,14 +210,14 @@ def test_decode_work_counts_a_chunk_decoded_twice(tiny_plate: Path, monkeypatch:
     dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, crop)
     indices = common.access_order(dataset, "random", len(dataset))
     once = common.decode_work(str(tiny_plate), crop, "random", indices)
-    chunks = common.require("cropbench.formats.chunks", "DirectChunkReader")
-    load_units = chunks._load_units
+    loader = common.require("cropbench.formats.direct.loads", "ChunkLoader")
+    load = loader.load
 
-    def twice(self: Any, units: Any, *copies: Any) -> Any:
-        load_units(self, units, *copies)
-        return load_units(self, units, *copies)
+    def twice(self: Any, reads: Any, *copies: Any) -> Any:
+        load(self, reads, *copies)
+        return load(self, reads, *copies)
 
-    monkeypatch.setattr(chunks, "_load_units", twice)
+    monkeypatch.setattr(loader, "load", twice)
     doubled = common.decode_work(str(tiny_plate), crop, "random", indices)
     assert once.decode_calls > 0 and doubled.stats.bytes_decoded == once.stats.bytes_decoded
     assert (doubled.decode_calls, doubled.decoded_bytes) == (2 * once.decode_calls, 2 * once.decoded_bytes)

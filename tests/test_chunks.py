@@ -19,22 +19,16 @@ from conftest import TEST_LAYOUTS, TINY_SPEC
 
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import DirectChunkReader, Regions, open_plate, read_plate_metadata
-from cropbench.formats import chunks as chunks_module
 from cropbench.formats.base import warn_missing_chunks
-from cropbench.formats.chunks import (
-    _FIELD_SHIFT,
-    SHARES_PER_THREAD,
-    StageTimedChunkReader,
-    _copy_pieces_native,
-    _copy_pieces_python,
-    _load_chunks_native,
-    copy_pieces,
-)
+from cropbench.formats.direct import StageTimedChunkReader, copy_pieces, native
+from cropbench.formats.direct.copies import copy_pieces_python
+from cropbench.formats.direct.keys import FIELD_SHIFT
+from cropbench.formats.direct.scheduling import SHARES_PER_THREAD
 from cropbench.plates.generate import generate_plate
 
 NOT_BUILT = "the C extension is not built: install a C compiler and Python's headers, then pip install -e ."
-needs_native_copies = pytest.mark.skipif(_copy_pieces_native is None, reason=NOT_BUILT)
-needs_native_loads = pytest.mark.skipif(_load_chunks_native is None, reason=NOT_BUILT)
+needs_native_copies = pytest.mark.skipif(native.copy_pieces is None, reason=NOT_BUILT)
+needs_native_loads = pytest.mark.skipif(native.load_chunks is None, reason=NOT_BUILT)
 #: The test layouts whose chunks the native loads decode (the zstd one stays on the Python path).
 NATIVE_LAYOUTS = ("planes-raw", "sharded", "tiles")
 
@@ -80,7 +74,7 @@ def test_evicted_chunks_are_decoded_into_again_only_when_nothing_else_holds_them
     reader = DirectChunkReader(metadata, chunk_cache_bytes=60_000, decode_threads=threads)  # evicts every batch
     out = np.zeros(expected[0].shape, dtype=expected[0].dtype)
     reader.read_regions(batches[0], out)
-    held = list(reader._spare)  # someone else now holds these: they must not be decoded into
+    held = list(reader.cache.spare)  # someone else now holds these: they must not be decoded into
     assert bool(held) == (layout_plate.stem in NATIVE_LAYOUTS)  # the Python path decodes into new arrays
     snapshots = [chunk.copy() for chunk in held]
     for regions, want in zip(batches, expected, strict=True):
@@ -88,7 +82,7 @@ def test_evicted_chunks_are_decoded_into_again_only_when_nothing_else_holds_them
         np.testing.assert_array_equal(out, want)
     for chunk, snapshot in zip(held, snapshots, strict=True):
         np.testing.assert_array_equal(chunk, snapshot)
-    assert len(reader._spare) <= 2 * reader.stats.chunks_decoded
+    assert len(reader.cache.spare) <= 2 * reader.stats.chunks_decoded
 
 
 @pytest.mark.parametrize("threads", [2, 3])
@@ -96,7 +90,7 @@ def test_decode_threads_run_every_part_once(layout_plate: Path, threads: int) ->
     reader = DirectChunkReader(read_plate_metadata(layout_plate), decode_threads=threads)
     for parts in (1, 2, 5, 12):
         done: list[int] = []
-        reader._in_threads(done.append, parts)
+        reader.threads.run(done.append, parts)
         assert sorted(done) == list(range(parts))
 
 
@@ -115,7 +109,7 @@ def test_decode_threads_prepare_on_a_pool_thread_before_any_part(layout_plate: P
     def work(part: int) -> None:
         events.append(("part", ready[part]))
 
-    reader._in_threads(work, 7, prepare=prepare, meanwhile=lambda: events.append(("meanwhile", threading.get_ident())))
+    reader.threads.run(work, 7, prepare=prepare, meanwhile=lambda: events.append(("meanwhile", threading.get_ident())))
     prepared = events.index(next(event for event in events if event[0] == "prepare"))
     assert events[prepared][1] != caller
     assert ("meanwhile", caller) in events
@@ -132,7 +126,7 @@ def test_decode_threads_raise_what_prepare_or_meanwhile_raised(layout_plate: Pat
         raise StoreError("shard index unreadable")
 
     with pytest.raises(StoreError, match="shard index unreadable"):
-        reader._in_threads(done.append, 5, prepare=broken, meanwhile=lambda: None)
+        reader.threads.run(done.append, 5, prepare=broken, meanwhile=lambda: None)
     assert done == []  # no part ran on a plan that failed
 
     def slow_part(part: int) -> None:
@@ -140,7 +134,7 @@ def test_decode_threads_raise_what_prepare_or_meanwhile_raised(layout_plate: Pat
         done.append(part)
 
     with pytest.raises(ValueError, match="copy failed"):
-        reader._in_threads(slow_part, 5, prepare=lambda: None, meanwhile=lambda: int("copy failed"))
+        reader.threads.run(slow_part, 5, prepare=lambda: None, meanwhile=lambda: int("copy failed"))
     assert sorted(done) == list(range(5))  # the pool's parts all ended before the error came back
 
 
@@ -200,46 +194,54 @@ def _random_pieces(rng: np.random.Generator, count: int) -> tuple[list, dict[int
 
 @needs_native_copies
 @pytest.mark.parametrize("channels", [None, np.array([4, 0, 2])])
-def test_the_c_planner_gives_the_pieces_of_the_array_planner(
+def test_the_c_planner_gives_the_pieces_of_the_python_planner(
     layout_plate: Path, channels: np.ndarray | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reader = DirectChunkReader(read_plate_metadata(layout_plate))
     regions = _regions(40, seed=9)
     regions.out_y0[::3] = 7  # some regions land off their slot's origin
     for field_index in range(4):
-        reader._layout(field_index)
-    odd = reader._layouts[2]  # one field chunked otherwise: a second pass with its own chunk shape
-    reader._layouts[2] = dataclasses.replace(odd, inner_chunk=None, read_unit=(*odd.chunk[:-2], 17, 23))
-    planned: dict[int, list] = {}
-    pieces = reader._plan_regions(regions, channels, planned)
-    monkeypatch.setattr(chunks_module, "_plan_pieces_native", None)
-    expected: dict[int, list] = {}
-    assert pieces == reader._plan_regions(regions, channels, expected)
-    assert planned == expected
-    assert {piece[0] >> _FIELD_SHIFT for piece in pieces} == set(regions.field.tolist())
+        reader.layouts.get(field_index)
+    odd = reader.layouts.layouts[2]  # one field chunked otherwise: a second pass with its own chunk shape
+    reader.layouts.layouts[2] = dataclasses.replace(odd, inner_chunk=None, read_unit=(*odd.chunk[:-2], 17, 23))
+    planned = reader.pieces.plan_regions(regions, channels)
+    zero = np.zeros(1, dtype=np.int64)
+    singles = [  # each region alone in slot 0 at its origin, as a single crop is read
+        reader.pieces.plan_regions(
+            Regions(*(column[slot : slot + 1] for column in regions.columns()[:5]), zero, zero), channels
+        )
+        for slot in range(len(regions))
+    ]
+    monkeypatch.setattr(native, "plan_pieces", None)
+    expected = reader.pieces.plan_regions(regions, channels)
+    assert planned.pieces == expected.pieces
+    assert planned.by_chunk == expected.by_chunk
+    for (field_index, y0, y1, x0, x1, _, _), single in zip(regions.rows(), singles, strict=True):
+        assert single.pieces == reader.pieces.plan_region(field_index, y0, y1, x0, x1, channels)
+    assert {piece[0] >> FIELD_SHIFT for piece in planned.pieces} == set(regions.field.tolist())
     table = np.stack(regions.columns())
     with pytest.raises(ValueError, match="region 0 is empty"):
         bad = table.copy()
         bad[2, 0] = bad[1, 0]  # y1 == y0
-        chunks_module._native.plan_pieces([], {}, bad, None, 8, 8, [(0, slice(None), slice(None))], 44, 32, 16)
+        native._native.plan_pieces([], {}, bad, None, 8, 8, [(0, slice(None), slice(None))], 44, 32, 16)
     with pytest.raises(TypeError, match="int64"):
-        chunks_module._native.plan_pieces([], {}, table.astype(np.int32), None, 8, 8, [], 44, 32, 16)
+        native._native.plan_pieces([], {}, table.astype(np.int32), None, 8, 8, [], 44, 32, 16)
 
 
 @needs_native_copies
 def test_the_c_copies_give_the_bytes_of_numpy_assignment() -> None:
     pieces, chunks, shape = _random_pieces(np.random.default_rng(7), 400)
     expected, copied = np.zeros(shape, dtype=np.uint16), np.zeros(shape, dtype=np.uint16)
-    _copy_pieces_python(pieces, chunks, expected)
-    _copy_pieces_native(pieces, chunks, copied)
+    copy_pieces_python(pieces, chunks, expected)
+    native.copy_pieces(pieces, chunks, copied)
     np.testing.assert_array_equal(copied, expected)
     strided = np.zeros((5, 4, 30, 40), dtype=np.uint16)[..., 5:35]  # rows contiguous, the slot is not
-    _copy_pieces_native(pieces, chunks, strided)
+    native.copy_pieces(pieces, chunks, strided)
     np.testing.assert_array_equal(strided, expected)
     by_chunk = sorted(pieces, key=lambda piece: piece[0])  # runs of one chunk's pieces share its buffer
     expected[:], copied[:] = 0, 0
-    _copy_pieces_python(by_chunk, chunks, expected)
-    _copy_pieces_native(by_chunk, chunks, copied)
+    copy_pieces_python(by_chunk, chunks, expected)
+    native.copy_pieces(by_chunk, chunks, copied)
     np.testing.assert_array_equal(copied, expected)
 
 
@@ -255,14 +257,14 @@ def test_the_c_copies_refuse_a_piece_outside_its_chunk_or_slot_and_leave_odd_arr
         (key, slot, np.array([0, 4]), np.array([0, 1]), sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1),  # no channel 4
     ):
         with pytest.raises(ValueError):
-            _copy_pieces_native([*pieces, bad], chunks, out)
+            native.copy_pieces([*pieces, bad], chunks, out)
     with pytest.raises(KeyError):
-        _copy_pieces_native([(99, *pieces[0][1:])], chunks, out)
+        native.copy_pieces([(99, *pieces[0][1:])], chunks, out)
     as_float = np.zeros(shape, dtype=np.float32)  # a dtype change: numpy casts, the C copies do not
     with pytest.raises(TypeError):
-        _copy_pieces_native(pieces, chunks, as_float)
+        native.copy_pieces(pieces, chunks, as_float)
     expected = np.zeros(shape, dtype=np.float32)
-    _copy_pieces_python(pieces, chunks, expected)
+    copy_pieces_python(pieces, chunks, expected)
     copy_pieces(pieces, chunks, as_float)
     np.testing.assert_array_equal(as_float, expected)
 
@@ -272,16 +274,16 @@ def test_reads_are_dealt_to_threads_in_stretches_of_as_many_chunks(layout_plate:
     reader = DirectChunkReader(read_plate_metadata(layout_plate), chunk_cache_bytes=0)
     regions = _regions(24, seed=5)
     regions.field[:] = 1  # one field: in a sharded layout its chunks coalesce into one long run
-    keys = list(dict.fromkeys(piece[0] for piece in reader._plan_regions(regions, None)))
-    dealt = reader._units(keys, parts)
+    keys = list(dict.fromkeys(piece[0] for piece in reader.pieces.plan_regions(regions, None).pieces))
+    dealt = reader.reads.plan(keys, reader.source, parts)
     assert len(dealt) == parts
-    dealt_keys = [key for share in dealt for unit in share for key, _, _ in unit[4]]
+    dealt_keys = [key for share in dealt for read in share for key, _, _ in read[3]]
     assert sorted(dealt_keys) == sorted(keys)
-    counts = [sum(len(unit[4]) for unit in share) for share in dealt]
+    counts = [sum(len(read[3]) for read in share) for share in dealt]
     assert max(counts) - min(counts) <= 1, counts
-    whole = reader._units(keys, 1)[0]
+    whole = reader.reads.plan(keys, reader.source, 1)[0]
     for share in dealt:
-        for _, source, start, length, entries in share:
+        for source, start, length, entries in share:
             assert source is not None
             if length >= 0:  # a byte range of a shard: every chunk inside it, the first at its start
                 assert entries[0][1] == 0 and all(
@@ -304,18 +306,20 @@ def test_few_chunks_are_planned_per_key_into_the_same_reads(tmp_path: Path, part
     _drop_first_chunk(plate / read_plate_metadata(plate).fields[2].path)
     reader = DirectChunkReader(read_plate_metadata(plate), chunk_cache_bytes=0)
     regions = _regions(30, seed=9)
-    every = list(dict.fromkeys(piece[0] for piece in reader._plan_regions(regions, None)))
+    every = list(dict.fromkeys(piece[0] for piece in reader.pieces.plan_regions(regions, None).pieces))
     rng = np.random.default_rng(parts)
     for count in (1, 2, 5, 17, 40):
         keys = [every[i] for i in rng.choice(len(every), count, replace=False)]
-        keys += [] if 2 << _FIELD_SHIFT in keys else [2 << _FIELD_SHIFT]  # field 2's first chunk: an empty entry
+        keys += [] if 2 << FIELD_SHIFT in keys else [2 << FIELD_SHIFT]  # field 2's first chunk: an empty entry
         per_key: list[list] = [[] for _ in range(parts)]
-        reader._shard_units_few(keys, reader._layouts[0].shard_cyx, per_key)
+        reader.reads.shard_reads_few(keys, reader.layouts.layouts[0].shard_cyx, reader.source, per_key)
         by_array: list[list] = [[] for _ in range(parts)]
         array = np.array(keys, dtype=np.int64)
-        reader._shard_units(array, array >> _FIELD_SHIFT, reader._layouts[0].shard_cyx, by_array)
+        reader.reads.shard_reads(
+            array, array >> FIELD_SHIFT, reader.layouts.layouts[0].shard_cyx, reader.source, by_array
+        )
         assert per_key == by_array, count
-        assert (2, None, 0, 0, [(2 << _FIELD_SHIFT, 0, 0)]) in per_key[-1]
+        assert (None, 0, 0, [(2 << FIELD_SHIFT, 0, 0)]) in per_key[-1]
 
 
 def test_regions_land_at_their_offsets_and_leave_the_rest_alone(tiny_plate: Path) -> None:
@@ -397,18 +401,19 @@ def test_a_missing_chunk_is_counted_and_read_as_the_fill_value(layout_plate: Pat
 def _counting_native_loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the native load calls that decoded (did not decline)."""
     calls: list[int] = []
+    load_chunks = native.load_chunks
 
     def counted(reads: list, targets: list) -> object:
-        outcome = _load_chunks_native(reads, targets)  # type: ignore[misc]
+        outcome = load_chunks(reads, targets)
         calls.append(outcome is not None)
         return outcome
 
-    monkeypatch.setattr(chunks_module, "_load_chunks_native", counted)
+    monkeypatch.setattr(native, "load_chunks", counted)
     return calls
 
 
 def _python_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(chunks_module, "_load_chunks_native", None)
+    monkeypatch.setattr(native, "load_chunks", None)
 
 
 def _read_everything(plate: Path, threads: int = 1) -> tuple[list[np.ndarray], np.ndarray, DirectChunkReader]:
@@ -476,15 +481,15 @@ def test_native_loads_refuse_pieces_outside_the_pieces_given(tiny_plate: Path) -
     piece = (0, 0, slice(None), slice(None), 0, 8, 0, 8, 0, 8, 0, 8)
     read = (-1, bytes(tiny_plate / "nothing"), 0, -1, 0, 0, 1)
     with pytest.raises(ValueError, match="pieces are not a range"):
-        _load_chunks_native([read], [(0, -1, chunk, 0, 2)], [piece], out)  # type: ignore[misc]
+        native.load_chunks([read], [(0, -1, chunk, 0, 2)], [piece], out)
     with pytest.raises(ValueError, match="chunk 1's pieces are not a range"):  # overlapping ranges
         two = (-1, bytes(tiny_plate / "nothing"), 0, -1, 0, 0, 2)
-        _load_chunks_native([two], [(0, -1, chunk, 0, 1), (0, -1, chunk, 0, 1)], [piece], out)  # type: ignore[misc]
+        native.load_chunks([two], [(0, -1, chunk, 0, 1), (0, -1, chunk, 0, 1)], [piece], out)
     with pytest.raises(TypeError, match="pieces and out come together"):
-        _load_chunks_native([read], [(0, -1, chunk, 0, 1)], [piece])  # type: ignore[misc]
+        native.load_chunks([read], [(0, -1, chunk, 0, 1)], [piece])
     with pytest.raises(ValueError, match="outside its chunk"):
-        _load_chunks_native([read], [(0, -1, chunk, 0, 1)], [(*piece[:5], 9, *piece[6:])], out)  # type: ignore[misc]
-    fetched, absent, *_ = _load_chunks_native([read], [(0, -1, chunk, 0, 1)], [piece], out)  # type: ignore[misc]
+        native.load_chunks([read], [(0, -1, chunk, 0, 1)], [(*piece[:5], 9, *piece[6:])], out)
+    fetched, absent, *_ = native.load_chunks([read], [(0, -1, chunk, 0, 1)], [piece], out)
     assert (fetched, absent) == (0, [0])  # no such file: nothing read, nothing copied
     assert not out.any()
 
@@ -543,8 +548,8 @@ def test_a_chunk_the_native_loads_decline_gets_the_python_paths_answer(
 ) -> None:
     plate, _ = _damage_first_chunk(tiles_plate, tmp_path, damage)
     answers = []
-    for native in (True, False):
-        if not native:
+    for natively in (True, False):
+        if not natively:
             _python_only(monkeypatch)
         reader = DirectChunkReader(read_plate_metadata(plate), chunk_cache_bytes=0)
         try:

@@ -34,7 +34,7 @@ from cropbench.formats.base import (
     ReadStats,
     Regions,
 )
-from cropbench.formats.chunks import DirectChunkReader
+from cropbench.formats.direct import DirectChunkReader
 from cropbench.formats.marker import LAYOUT_MARKER, metadata_from_marker, read_marker
 from cropbench.formats.memmap import MemmapPlateWriter, MemmapReader
 from cropbench.formats.omearrow import (

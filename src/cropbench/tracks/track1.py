@@ -29,7 +29,7 @@ from cropbench.data.dataset import CropDataset, PairedViews
 from cropbench.data.sampling import access_order
 from cropbench.formats import read_plate_metadata
 from cropbench.formats.base import PlateReader, ReadStats, warn_missing_chunks
-from cropbench.formats.chunks import StageTimedChunkReader
+from cropbench.formats.direct import StageTimedChunkReader
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.protocol import (
     clock_overhead_ns,

@@ -1,0 +1,24 @@
+"""The direct decode path for OME-Zarr: a reader composed of stages, each a module with one job.
+
+- :mod:`.keys`: a chunk's (and a shard's) key, one int packed from its field and grid position.
+- :mod:`.layout`: how an array stores its chunks (:class:`ChunkLayout`), its codecs as decoders,
+  each field's layout read once (:class:`FieldLayouts`).
+- :mod:`.shards`: shard indexes, read once per process into one table.
+- :mod:`.planning`: regions -> (crop, chunk) pieces, grouped by chunk.
+- :mod:`.reads`: missing chunks -> byte reads, coalesced within a shard, dealt to decode threads.
+- :mod:`.loads`: reads -> decoded chunks, natively or in Python.
+- :mod:`.copies`: pieces -> the output batch.
+- :mod:`.cache`: the LRU of decoded chunks, recycled chunk arrays, counts of what was loaded.
+- :mod:`.scheduling`: a batch's loads and copies over the decode threads.
+- :mod:`.native`: the C boundary (what each function of the extension takes), in one place.
+- :mod:`.reader`: :class:`DirectChunkReader`, the stages composed; :mod:`.timed`: the same with stage clocks.
+"""
+
+from __future__ import annotations
+
+from cropbench.formats.direct.copies import copy_pieces
+from cropbench.formats.direct.layout import ChunkLayout, read_chunk_layout
+from cropbench.formats.direct.reader import DirectChunkReader
+from cropbench.formats.direct.timed import StageTimedChunkReader
+
+__all__ = ["ChunkLayout", "DirectChunkReader", "StageTimedChunkReader", "copy_pieces", "read_chunk_layout"]

@@ -1,0 +1,195 @@
+"""Chunk loads: fetch and decode the chunks of some reads, natively or in Python.
+
+One loader per job: the native loads (``load_chunks`` of the extension: the reads, the decodes and
+the copies of each chunk's pieces in one call without the GIL) where the plate is local, the codec
+is one they know and the extension is built; the Python loads (one read call per read, the store
+codecs per chunk) otherwise, and whenever a native call declines (a short read, a chunk that does
+not validate): the Python path then decodes those chunks or raises what it always raised. A test
+runs both over the same reads and compares bytes and counts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import cropbench.formats.direct.native as native
+from cropbench.errors import StoreError
+from cropbench.formats.direct.cache import ChunkCache, Loaded, LoadedChunk
+from cropbench.formats.direct.copies import pieces_of
+from cropbench.formats.direct.keys import FIELD_SHIFT, chunk_name
+from cropbench.formats.direct.layout import ChunkLayout, FieldLayouts
+from cropbench.formats.direct.planning import Piece
+from cropbench.formats.direct.reads import Read
+from cropbench.formats.sources import ByteSource, FileSource, Request
+
+#: A read as ``load_chunks`` takes it, and a chunk as it takes it (see :mod:`.native`).
+NativeRead = tuple[int, bytes | None, int, int, int, int, int]
+NativeChunk = tuple[int, int, np.ndarray, int, int]
+
+
+class ChunkLoader:
+    """Loads chunks for one reader: the fields' layouts, where the bytes come from, what to decode into."""
+
+    def __init__(self, layouts: FieldLayouts, cache: ChunkCache, source: Callable[[], ByteSource]) -> None:
+        self.layouts = layouts
+        self.cache = cache
+        self.source = source
+
+    def load(self, reads: list[Read], by_chunk: dict[int, list[Piece]] | None = None, out: Any = None) -> Loaded:
+        """Fetch and decode the chunks of ``reads`` (any thread), and say which pieces of those chunks
+        (``by_chunk``, by chunk key) are left to copy into ``out``: natively, the pieces of each chunk
+        are copied right after it is decoded, while it is in the CPU's cache, and only the others are left."""
+        by_chunk = by_chunk or {}
+        if native.load_chunks is not None and reads:
+            loaded = self._load_native(reads, by_chunk, out)
+            if loaded is not None:
+                return loaded
+        chunks, fetched, count = self._load_python(reads)
+        return Loaded(chunks, fetched, count, pieces_of(reads, by_chunk))
+
+    def _load_native(
+        self, reads: list[Read], by_chunk: dict[int, list[Piece]], out: np.ndarray | None
+    ) -> Loaded | None:
+        """:meth:`load` in C (the reads, the decodes, the copies); None when the Python path must do it."""
+        source = self.source()
+        if not isinstance(source, FileSource):
+            return None
+        layouts, codecs, cache = self.layouts.layouts, self.layouts.native_codecs, self.cache
+        results: list[LoadedChunk] = []
+        native_reads: list[NativeRead] = []
+        targets: list[NativeChunk] = []
+        read_results: list[tuple[int, int]] = []  # per native read: its field, where its chunks start in results
+        ordered: list[Piece] = []  # the pieces of the chunks read here, chunk by chunk
+        left: list[Piece] = []  # the pieces of absent chunks (the fill value), copied afterwards
+        no_pieces: list[Piece] = []
+        spare, getrefcount = cache.spare, sys.getrefcount
+        for read in reads:
+            key, start, length, entries = read
+            field_index = entries[0][0] >> FIELD_SHIFT
+            layout = layouts[field_index]
+            codec = codecs[field_index]
+            if codec is None:
+                return None
+            if key is None:
+                results.extend((chunk_key, layout.filled_chunk(), False) for chunk_key, _, _ in entries)
+                left.extend(pieces_of([read], by_chunk))
+                continue
+            if length < 0:
+                descriptor, path = -1, os.fsencode(source.path(key))
+            else:
+                opened, path = source.descriptor(key), None
+                if opened is None:  # a shard that vanished since its index was read: the Python path says so
+                    return None
+                descriptor = opened
+            read_results.append((field_index, len(results)))
+            first = len(targets)
+            shape, dtype = layout.chunk_cyx, layout.dtype
+            if cache.spare_kind is None:
+                cache.spare_kind = shape, dtype
+            reuse = spare if cache.spare_kind == (shape, dtype) else None
+            for chunk_key, offset, size in entries:
+                chunk = None
+                if reuse:
+                    try:
+                        chunk = reuse.pop()
+                    except IndexError:  # another thread took the last one
+                        pass
+                    else:
+                        if getrefcount(chunk) > 2:  # still held elsewhere (a thread copying from it)
+                            chunk = None
+                if chunk is None:
+                    chunk = np.empty(shape, dtype=dtype)
+                first_piece = len(ordered)
+                ordered.extend(by_chunk.get(chunk_key, no_pieces))
+                targets.append((offset, size, chunk, first_piece, len(ordered)))
+                results.append((chunk_key, chunk, True))
+            native_reads.append((descriptor, path, start, length, codec, first, len(targets)))
+        copies = (ordered, out) if out is not None else ()
+        try:
+            outcome = self._native_load(native_reads, targets, *copies)
+        except TypeError:  # arrays the C copies leave to numpy (a dtype change, ...): found before anything ran
+            copies = ()
+            left.extend(ordered)
+            outcome = self._native_load(native_reads, targets)
+        if outcome is None:
+            return None
+        fetched, absent = outcome
+        for read_index in absent:  # whole chunk files that do not exist: the fill value, copied in Python
+            field_index, first = read_results[read_index]
+            fill_value = layouts[field_index].fill_value
+            first_chunk, end_chunk = native_reads[read_index][5], native_reads[read_index][6]
+            for index in range(first, first + end_chunk - first_chunk):
+                chunk_key, chunk, _ = results[index]
+                chunk.fill(fill_value)
+                results[index] = (chunk_key, chunk, False)
+            if copies:
+                left.extend(ordered[targets[first_chunk][3] : targets[end_chunk - 1][4]])
+        source.count(len(native_reads) - len(absent), fetched)
+        return Loaded(results, fetched, len(native_reads), left)
+
+    def _native_load(
+        self,
+        reads: list[NativeRead],
+        targets: list[NativeChunk],
+        pieces: list[Piece] | None = None,
+        out: np.ndarray | None = None,
+    ) -> tuple[int, list[int]] | None:
+        """One native call: (bytes read, reads that found no file), or None when it declined."""
+        outcome = native.load_chunks(reads, targets, *(() if out is None else (pieces, out)))
+        if outcome is None:
+            return None
+        fetched, absent, *work = outcome
+        self.native_loaded(*work)
+        return fetched, absent
+
+    def native_loaded(self, fetch_ns: int, decode_ns: int, chunks: int, nbytes: int) -> None:
+        """What a native call measured (ns reading, ns decoding) and decoded, for loaders with stage clocks."""
+
+    def _load_python(self, reads: list[Read]) -> tuple[list[LoadedChunk], int, int]:
+        """:meth:`load` in Python: one read call per read, one codec call per chunk."""
+        results: list[LoadedChunk] = []
+        fetched = count = 0
+        layouts = self.layouts.layouts
+        fetches = iter(self.fetch([(key, start, length) for key, start, length, _ in reads if key]))
+        for key, _, _, entries in reads:
+            field_index = entries[0][0] >> FIELD_SHIFT
+            layout = layouts[field_index]
+            data = None if key is None else next(fetches)
+            count += key is not None
+            if data is None:
+                results.extend((chunk_key, layout.filled_chunk(), False) for chunk_key, _, _ in entries)
+                continue
+            fetched += len(data)
+            view = memoryview(data)
+            for chunk_key, offset, size in entries:
+                encoded = view if size < 0 else view[offset : offset + size]
+                results.append((chunk_key, self.decode(field_index, layout, chunk_key, encoded), True))
+        return results, fetched, count
+
+    def fetch(self, requests: list[Request]) -> list[bytes | None]:
+        """What the reads fetch: whole chunk objects (None when absent) or byte ranges of shards."""
+        return self.source().get_many(requests)
+
+    def decode(self, field_index: int, layout: ChunkLayout, key: int, encoded: memoryview) -> np.ndarray:
+        """One chunk through the store's codecs, as a (c, y, x) array; StoreError when it is corrupt."""
+        data: Any = encoded
+        try:
+            for decoder in layout.decoders:
+                data = decoder(data)
+        except Exception as error:  # codecs raise RuntimeError, ValueError, ... on corrupt input
+            raise StoreError(
+                f"chunk {chunk_name(key)} of {self.layouts.field_path(field_index)} cannot be decoded "
+                f"(corrupt chunk): {error}"
+            ) from error
+        chunk = np.frombuffer(data, dtype=layout.dtype)
+        if chunk.size != layout.chunk_items:
+            raise StoreError(
+                f"chunk {chunk_name(key)} of {self.layouts.field_path(field_index)} decoded to {chunk.size} "
+                f"values, expected {layout.chunk_items}: the chunk is corrupt"
+            )
+        return chunk.reshape(layout.chunk_cyx)

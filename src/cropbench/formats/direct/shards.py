@@ -1,0 +1,78 @@
+"""Shard indexes: each shard's index (offset, size of every inner chunk) read once per process and
+kept end to end in one int64 table, so a batch looks its chunks' byte ranges up with array indexing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cropbench.errors import StoreError
+from cropbench.formats.base import ReadStats
+from cropbench.formats.direct.keys import chunk_name, field_of
+from cropbench.formats.direct.layout import FieldLayouts, crc32c
+from cropbench.formats.sources import ByteSource
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """A shard that exists: its key under the plate, and its first row in :meth:`ShardIndex.table`."""
+
+    key: str
+    row: int
+
+
+class ShardIndex:
+    """The shard indexes read so far (per process: :meth:`forget` when the byte source is reopened)."""
+
+    def __init__(self, layouts: FieldLayouts, stats: ReadStats) -> None:
+        self.layouts = layouts
+        self.stats = stats
+        self._shards: dict[int, ShardEntry | None] = {}
+        self._table = np.empty((0, 2), dtype=np.int64)
+        self._pending: list[np.ndarray] = []
+
+    def forget(self) -> None:
+        """Drop every index read (a forked worker reads its own)."""
+        self._shards.clear()
+        self._table = np.empty((0, 2), dtype=np.int64)
+        self._pending = []
+
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every shard index read so far, end to end: (offset, size) of each inner chunk as int64, a
+        shard's entries from the row :meth:`lookup` gave it; -1 marks an empty entry."""
+        if self._pending:
+            self._table, self._pending = np.concatenate([self._table, *self._pending]), []
+        return self._table[:, 0], self._table[:, 1]
+
+    def lookup(self, shard_id: int, source: ByteSource) -> ShardEntry | None:
+        """The entry of one shard (``shard_id`` packs its field and grid coordinates as a chunk key
+        does), its index fetched once per process; None when the shard does not exist."""
+        if shard_id in self._shards:
+            return self._shards[shard_id]
+        field_index = field_of(shard_id)
+        layout = self.layouts.layouts[field_index]
+        shard_key = self.layouts.object_key(field_index, *chunk_name(shard_id))
+        path = f"{source.location.rstrip('/')}/{shard_key}"
+        size = layout.shard_entries * 16 + (4 if layout.index_decoders_checksum else 0)
+        try:
+            raw = source.get_suffix(shard_key, size) if layout.index_at_end else source.get_range(shard_key, 0, size)
+        except StoreError as error:
+            if "truncated" not in str(error):
+                raise
+            raise StoreError(f"shard {path} is truncated: its index needs {size} bytes") from error
+        if raw is None:
+            self._shards[shard_id] = None
+            return None
+        if layout.index_decoders_checksum:
+            if crc32c(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
+                raise StoreError(f"shard {path} has a corrupt index (crc32c mismatch)")
+            raw = raw[:-4]
+        self.stats.bytes_fetched += size
+        self.stats.reads += 1
+        index = np.frombuffer(raw, dtype="<u8").reshape(-1, 2).astype(np.int64)  # the empty marker becomes -1
+        row = len(self._table) + sum(len(pending) for pending in self._pending)
+        self._pending.append(index)
+        entry = ShardEntry(shard_key, row)
+        self._shards[shard_id] = entry
+        return entry
