@@ -44,8 +44,25 @@ class FakeClock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
     fake = FakeClock()
     monkeypatch.setattr(protocol.time, "perf_counter", fake)
-    monkeypatch.setattr(protocol.time, "perf_counter_ns", fake.ns)
+    monkeypatch.setattr(protocol, "clock_ns", fake.ns)
     yield fake
+
+
+def test_stopwatch_sums_the_blocks_it_times_and_wraps_calls(clock: FakeClock) -> None:
+    watch = protocol.Stopwatch()
+    with watch:
+        clock.now += 0.5
+    clock.now += 10.0  # between blocks: not timed
+    timed = watch.wrap(clock.costs(0.25))
+    timed(None)
+    assert (watch.count, watch.last_ns, watch.seconds) == (2, 250_000_000, 0.75)
+    watch.reset()
+    assert (watch.ns, watch.count) == (0, 0)
+
+
+def test_samples_per_s_is_samples_over_the_seconds_of_the_timed_fetches() -> None:
+    assert protocol.samples_per_s(300, 1.5) == 200.0
+    assert protocol.samples_per_s(10, 0.0) == float("inf")
 
 
 def test_calls_take_turns_and_the_order_rotates_every_block() -> None:

@@ -40,6 +40,8 @@ P95_RELIABLE = "p95_reliable"
 P99_RELIABLE = "p99_reliable"
 QUANTILES_MS = "quantiles_ms"
 # A steady state (``measure.protocol.steady_state``): the summary and these.
+#: Samples over the wall seconds of the timed fetches that delivered them, under every prefix and in
+#: every track: ``measure.protocol.samples_per_s`` is its one definition.
 SAMPLES_PER_S = "samples_per_s"
 LOOP_SECONDS = "loop_seconds"
 TIMED_LOOP_SECONDS = "timed_loop_seconds"

@@ -1,8 +1,11 @@
 """Clocks, interleaved timing, percentiles, thread settings and page-cache control: the parts of a
 honest number.
 
-All timings use ``time.perf_counter`` / ``perf_counter_ns`` (wall clock, monotonic): worker
-processes and I/O make CPU-time clocks meaningless here. Whatever compares two or more ways of
+All timings read one clock, :data:`clock_ns` (``time.perf_counter_ns``: wall clock, monotonic;
+worker processes and I/O make CPU-time clocks meaningless here), directly or through
+:class:`Stopwatch`; :data:`crosscheck_clock_ns` is read only to check it. Every rate under the
+``samples_per_s`` key (any prefix) is :func:`samples_per_s`: samples over the wall seconds of the
+timed fetches that delivered them. Whatever compares two or more ways of
 reading (a tight loop and a timed one, a crop path and its reference, readers side by side) runs
 them through :func:`interleaved_blocks`, taking turns block by block, so a slowdown of the machine
 lands on all of them alike.
@@ -25,6 +28,54 @@ import numpy as np
 from cropbench import metrics as m
 from cropbench.errors import ConfigError
 from cropbench.metrics import prefixed
+
+#: The clock of every measurement: wall time in nanoseconds, monotonic.
+clock_ns = time.perf_counter_ns
+#: A second, independent clock, read only to cross-check a rate timed with :data:`clock_ns`.
+crosscheck_clock_ns = time.monotonic_ns
+
+
+class Stopwatch:
+    """Wall time (:data:`clock_ns`) of the blocks it times, summed: ``with watch: ...``, or
+    ``watch.wrap(call)`` for a call timed wherever it is made. ``last_ns`` is the latest block's."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+        self.last_ns = 0
+        self.count = 0
+        self._started = 0
+
+    def __enter__(self) -> Stopwatch:
+        self._started = clock_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.last_ns = clock_ns() - self._started
+        self.ns += self.last_ns
+        self.count += 1
+
+    def wrap(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """``call`` with this stopwatch around each call."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return call(*args, **kwargs)
+
+        return timed
+
+    def reset(self) -> None:
+        self.ns = self.last_ns = self.count = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.ns / 1e9
+
+
+def samples_per_s(samples: float, seconds: float) -> float:
+    """The one definition of ``samples_per_s``: samples delivered over the wall seconds of the timed
+    fetches that delivered them (no warm-up, start-up or shut-down inside; inf for no time at all)."""
+    return samples / seconds if seconds > 0 else float("inf")
+
 
 #: A percentile q rests on enough samples when at least this many observations lie beyond it.
 TAIL_OBSERVATIONS = 10
@@ -57,7 +108,7 @@ def summarise_ms(latencies_ns: Sequence[int] | np.ndarray, prefix: str = "") -> 
 
 def time_each(call: Callable[[int], Any], indices: Iterable[int]) -> np.ndarray:
     """Wall-clock latency (ns) of each ``call(index)``; the result is dropped after the clock."""
-    clock = time.perf_counter_ns
+    clock = clock_ns
     latencies = []
     for index in indices:
         start = clock()
@@ -68,10 +119,10 @@ def time_each(call: Callable[[int], Any], indices: Iterable[int]) -> np.ndarray:
 
 def time_loop(call: Callable[[int], Any], indices: Sequence[int]) -> float:
     """Seconds for a tight loop of ``call(index)`` with no per-item clock reads."""
-    start = time.perf_counter()
-    for index in indices:
-        call(index)
-    return time.perf_counter() - start
+    with Stopwatch() as watch:
+        for index in indices:
+            call(index)
+    return watch.seconds
 
 
 def per_item(get: Callable[[Any], Any]) -> Callable[[Sequence[Any]], None]:
@@ -117,9 +168,9 @@ def interleaved_blocks(
             for name in names[shift:] + names[:shift]:
                 if before is not None:
                     before()
-                started = time.perf_counter()
-                calls[name](block)
-                seconds[name][round_number, number] = time.perf_counter() - started
+                with Stopwatch() as watch:
+                    calls[name](block)
+                seconds[name][round_number, number] = watch.seconds
     return seconds
 
 
@@ -145,7 +196,10 @@ def interleaved_rates(
     items = sum(len(block) for block in blocks)
     seconds = interleaved_blocks(calls, blocks, rounds)
     return {
-        name: Rates(items * rounds / float(spent.sum()), tuple(items / float(s) for s in spent.sum(axis=1)))
+        name: Rates(
+            samples_per_s(items * rounds, float(spent.sum())),
+            tuple(samples_per_s(items, float(s)) for s in spent.sum(axis=1)),
+        )
         for name, spent in seconds.items()
     }
 
@@ -178,7 +232,7 @@ def steady_state(
     summary = summarise_ms(np.concatenate(latencies), prefix)
     return {
         **summary,
-        prefixed(prefix, m.SAMPLES_PER_S): len(indices) / loop_seconds,
+        prefixed(prefix, m.SAMPLES_PER_S): samples_per_s(len(indices), loop_seconds),
         prefixed(prefix, m.LOOP_SECONDS): loop_seconds,
         prefixed(prefix, m.TIMED_LOOP_SECONDS): timed_seconds,
         prefixed(prefix, m.HARNESS_OVERHEAD): timed_seconds / loop_seconds - 1.0,
@@ -246,9 +300,9 @@ def clock_overhead_ns(calls: int = 2_000, trials: int = 15) -> float | None:
     plain = timed = float("inf")
     for _ in range(trials):
         plain = min(plain, time_loop(noop, indices))
-        start = time.perf_counter()
-        time_each(noop, indices)
-        timed = min(timed, time.perf_counter() - start)
+        with Stopwatch() as watch:
+            time_each(noop, indices)
+        timed = min(timed, watch.seconds)
     extra = (timed - plain) / calls * 1e9
     return extra if extra > 0 else None
 

@@ -38,7 +38,6 @@ import dataclasses
 import hashlib
 import importlib
 import json
-import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -58,7 +57,7 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, OutputError, PeerUnavailableError
 from cropbench.formats import open_plate
-from cropbench.measure.protocol import load_into_page_cache, resident_fraction, steady_state, time_each
+from cropbench.measure.protocol import Stopwatch, load_into_page_cache, resident_fraction, steady_state, time_each
 from cropbench.tracks.context import RunContext
 from cropbench.tracks.runner import Row
 
@@ -821,24 +820,23 @@ class Peers:
             if decode not in context.decodes:
                 metrics = {m.SKIPPED: True, m.SKIP_REASON: f"decode {decode} does not apply to {context.layout}"}
             else:
-                started = time.perf_counter()
-                dataset = context.dataset(shared.reference.config.replace(decode=decode))
-                setup_seconds = time.perf_counter() - started
+                with Stopwatch() as setup:
+                    dataset = context.dataset(shared.reference.config.replace(decode=decode))
                 metrics = measure_loader(dataset.__getitem__, shared.indices, comparison, dataset.reader.stats.reset)
-                metrics = {**metrics, **dataset.reader.stats.per_region(), m.SETUP_SECONDS: setup_seconds}
+                metrics = {**metrics, **dataset.reader.stats.per_region(), m.SETUP_SECONDS: setup.seconds}
         else:
             kind, config = "peer", {"extra": PEERS[name].extra, "description": PEERS[name].description}
-            started = time.perf_counter()
+            setup = Stopwatch()
             try:
-                peer = open_peer(name, shared.windows, self.work_dir)
+                with setup:
+                    peer = open_peer(name, shared.windows, self.work_dir)
             except PeerUnavailableError as error:
                 metrics = {m.SKIPPED: True, m.SKIP_REASON: str(error)}
             else:
-                setup_seconds = time.perf_counter() - started
                 metrics = {
                     **measure_peer(peer, shared.indices, comparison),
                     **peer.info(),
-                    m.SETUP_SECONDS: setup_seconds,
+                    m.SETUP_SECONDS: setup.seconds,
                 }
         rate = metrics.get(m.SAMPLES_PER_S)
         if not metrics.get(m.SKIPPED):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,17 +23,20 @@ import torch
 from torch.utils.data import default_collate
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, Track1Case
+from cropbench.config import ACCESS_PATTERNS, CACHE_STATES, CropConfig
 from cropbench.data.dataset import CropDataset, PairedViews
 from cropbench.data.sampling import access_order
+from cropbench.errors import ConfigError
 from cropbench.formats import read_plate_metadata
 from cropbench.formats.base import PlateReader, ReadStats, warn_missing_chunks
 from cropbench.formats.direct import StageTimedChunkReader
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.protocol import (
+    Stopwatch,
     clock_overhead_ns,
     evict,
     rss_bytes,
+    samples_per_s,
     steady_state,
     summarise_ms,
     time_each,
@@ -201,7 +203,7 @@ def run_case(
         verified = eviction is not None and eviction.verified
         prefix = m.COLD if verified else m.FIRST_PASS  # an unverified eviction is no cold number
         metrics.update(summarise_ms(cold_latencies, prefix))
-        metrics[prefixed(prefix, m.SAMPLES_PER_S)] = case.cold_samples / (cold_latencies.sum() / 1e9)
+        metrics[prefixed(prefix, m.SAMPLES_PER_S)] = samples_per_s(case.cold_samples, cold_latencies.sum() / 1e9)
         # Each item of the first pass, so the warm-up figure starts at the case's first item.
         metrics[m.FIRST_PASS_CURVE_MS] = [round(v / 1e6, 4) for v in cold_latencies[:FIRST_PASS_CURVE_POINTS]]
         metrics.update(eviction.as_metrics() if eviction else {m.EVICTION_VERIFIED: False})
@@ -287,16 +289,11 @@ def case_fidelity_hash(plate: str | Path, case: Track1Case, objects: ObjectTable
 
 
 class _TimedPlan:
-    """A transform plan with a clock around ``apply``, so the transform is timed inside ``__getitem__``."""
+    """A transform plan with a stopwatch around ``apply``, so the transform is timed inside ``__getitem__``."""
 
     def __init__(self, plan: Any) -> None:
-        self.plan, self.ns = plan, 0
-
-    def apply(self, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter_ns()
-        result = self.plan.apply(*args, **kwargs)
-        self.ns += time.perf_counter_ns() - start
-        return result
+        self.watch = Stopwatch()
+        self.apply = self.watch.wrap(plan.apply)
 
 
 def _stage_split(
@@ -322,20 +319,20 @@ def _stage_split(
     dataset.plan = timed_plan  # type: ignore[assignment]
     reader.stage_ns.update(fetch=0, decode=0, region=0)
     samples: list[Any] = []
-    started = time.perf_counter_ns()
-    for index in indices:
-        samples.append(get(index))
-    total = time.perf_counter_ns() - started
+    with Stopwatch() as loop:
+        for index in indices:
+            samples.append(get(index))
+    total = loop.ns
     stage = dict(reader.stage_ns)
     batch = samples[:COLLATE_BATCH]
     collate_ns = time_each(lambda _: default_collate(batch), range(5)).min() if batch else 0
     count = max(len(indices), 1)
     stages = {
-        m.stage_ms("index"): (total - stage["region"] - timed_plan.ns) / count / 1e6,
+        m.stage_ms("index"): (total - stage["region"] - timed_plan.watch.ns) / count / 1e6,
         m.stage_ms("fetch"): stage["fetch"] / count / 1e6,
         m.stage_ms("decode"): stage["decode"] / count / 1e6,
         m.stage_ms("assemble"): (stage["region"] - stage["fetch"] - stage["decode"]) / count / 1e6,
-        m.stage_ms("transform"): timed_plan.ns / count / 1e6,
+        m.stage_ms("transform"): timed_plan.watch.ns / count / 1e6,
     }
     return {
         m.STAGE_ITEMS: len(indices),

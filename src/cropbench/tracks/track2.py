@@ -16,7 +16,6 @@ the uint16 versus float32 difference.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ from cropbench.data.loader import (
 from cropbench.data.sampling import sampler_for
 from cropbench.data.transforms import TORCH_DTYPES
 from cropbench.errors import ConfigError
-from cropbench.measure.protocol import summarise_ms
+from cropbench.measure.protocol import Stopwatch, crosscheck_clock_ns, samples_per_s, summarise_ms
 from cropbench.objects import ObjectTable
 from cropbench.tracks.context import RunContext, worker_counts
 from cropbench.tracks.runner import Row, seeded
@@ -139,28 +138,27 @@ def _epoch(loader: Any, sampler: ScheduledSampler, epoch: int, sample_memory: bo
     """Iterate one epoch, timing ``iter()`` and each blocking ``next()`` and nothing else."""
     sampler.set_epoch(epoch)
     batches = len(loader)
-    clock = time.perf_counter_ns
-    independent_start = time.monotonic_ns()
-    start = clock()
-    iterator = iter(loader)
-    iter_ns = clock() - start
+    independent_start = crosscheck_clock_ns()
+    with Stopwatch() as creating:
+        iterator = iter(loader)
     waits, delivered, collate = [], [], []
+    fetch = Stopwatch()
     for _ in range(batches):
-        before = clock()
-        batch = next(iterator)
-        waits.append(clock() - before)
+        with fetch:
+            batch = next(iterator)
+        waits.append(fetch.last_ns)
         delivered.append(int(batch["image"].shape[0]))
         if "collate_ns" in batch:
             collate.append(int(batch["collate_ns"]))
-    independent_ns = time.monotonic_ns() - independent_start
-    timing = EpochTiming(iter_ns, waits, delivered, collate, independent_ns)
+    independent_ns = crosscheck_clock_ns() - independent_start
+    timing = EpochTiming(creating.ns, waits, delivered, collate, independent_ns)
     if sample_memory:
         timing.memory = memory_of(worker_pids(iterator))
-    start = clock()
-    for _ in iterator:  # exhausts: non-persistent workers shut down here
-        raise RuntimeError("the loader delivered more batches than len(loader)")
-    del iterator
-    timing.shutdown_ns = clock() - start
+    with Stopwatch() as shutdown:
+        for _ in iterator:  # exhausts: non-persistent workers shut down here
+            raise RuntimeError("the loader delivered more batches than len(loader)")
+        del iterator
+    timing.shutdown_ns = shutdown.ns
     return timing
 
 
@@ -198,7 +196,7 @@ def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> d
     metrics: dict[str, Any] = {
         m.FIRST_BATCH_MS: first.first_batch_ns / 1e6,
         m.ITER_CREATE_MS: first.iter_ns / 1e6,
-        m.SAMPLES_PER_S: steady_samples / steady_seconds,
+        m.SAMPLES_PER_S: samples_per_s(steady_samples, steady_seconds),
         m.RUN_SAMPLES_PER_S: run_samples_per_s,
         m.STEADY_BATCHES: len(steady_waits),
         m.LOOP_SECONDS: loop_seconds,
