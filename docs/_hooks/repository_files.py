@@ -1,0 +1,93 @@
+"""mkdocs hook: the site's home page is README.md, and files of the repository that pages link to travel along.
+
+README.md and CONTRIBUTING.md live at the repository's root, where GitHub shows them, and link to
+``docs/NAME.md``; the pages in docs/ link back to ``../CONTRIBUTING.md`` and to committed results
+(``../results/...``). So that neither text is kept twice, the site takes README.md as its home page
+(``index.md``) and CONTRIBUTING.md as ``contributing.md``, rewriting their links to the site's
+layout, and copies every other repository file a page links to under ``repository/``. A link to a
+repository file that does not exist is left alone, so ``mkdocs build --strict`` reports it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files, InclusionLevel
+
+#: Markdown files at the repository's root that become pages of the site, and their names there.
+ROOT_PAGES = {"README.md": "index.md", "CONTRIBUTING.md": "contributing.md"}
+#: Where the other repository files that pages link to go in the site.
+REPOSITORY_FOLDER = "repository"
+
+# A Markdown link target: ](target) or ](target#anchor), without a scheme.
+_LINK = re.compile(r"\]\((?![a-z][a-z0-9+.-]*:)([^)\s#]+)(#[^)\s]*)?\)")
+
+
+def _repository_root(config: Any) -> Path:
+    return Path(config["config_file_path"]).resolve().parent
+
+
+def _root_page_target(target: str) -> str:
+    """A link written at the repository's root, as seen from a page at the site's root."""
+    if target in ROOT_PAGES:
+        return ROOT_PAGES[target]
+    if target.startswith("docs/"):
+        return target[len("docs/") :]
+    return f"{REPOSITORY_FOLDER}/{target}"
+
+
+def _docs_page_target(target: str) -> str:
+    """A link written in docs/ that leaves it (``../PATH``), as seen from a page at the site's root."""
+    path = target[len("../") :]
+    return ROOT_PAGES.get(path, f"{REPOSITORY_FOLDER}/{path}")
+
+
+def _repository_links(text: str, from_root: bool) -> list[str]:
+    """Repository paths (relative to its root) of the links in ``text`` that leave docs/."""
+    paths = []
+    for match in _LINK.finditer(text):
+        target = match.group(1)
+        if from_root and not target.startswith("docs/") and target not in ROOT_PAGES:
+            paths.append(target)
+        elif not from_root and target.startswith("../") and target[3:] not in ROOT_PAGES:
+            paths.append(target[3:])
+    return paths
+
+
+def on_files(files: Files, config: Any) -> Files:
+    root = _repository_root(config)
+    docs_dir = Path(config["docs_dir"])
+    texts = {name: (root / name).read_text(encoding="utf-8") for name in ROOT_PAGES}
+    for source, page in ROOT_PAGES.items():
+        files.append(File.generated(config, page, abs_src_path=str(root / source)))
+    linked = set()
+    for text in texts.values():
+        linked.update(_repository_links(text, from_root=True))
+    for page in docs_dir.glob("*.md"):
+        linked.update(_repository_links(page.read_text(encoding="utf-8"), from_root=False))
+    for path in sorted(linked):
+        source = root / path
+        if source.is_file():
+            uri = f"{REPOSITORY_FOLDER}/{path}"
+            files.append(File.generated(config, uri, abs_src_path=str(source), inclusion=InclusionLevel.NOT_IN_NAV))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    src = page.file.src_uri
+    if src in ROOT_PAGES.values():
+
+        def rewrite(match: re.Match[str]) -> str:
+            return f"]({_root_page_target(match.group(1))}{match.group(2) or ''})"
+
+    else:
+
+        def rewrite(match: re.Match[str]) -> str:
+            target = match.group(1)
+            if not target.startswith("../"):
+                return match.group(0)
+            return f"]({_docs_page_target(target)}{match.group(2) or ''})"
+
+    return _LINK.sub(rewrite, markdown)

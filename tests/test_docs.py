@@ -1,0 +1,129 @@
+"""The user guide and the documentation site: README stays a short guide, every link lands, the site builds."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+MKDOCS_YML = ROOT / "mkdocs.yml"
+#: The README is a guide a newcomer reads in ten minutes; the details live in docs/.
+README_MAX_WORDS = 2500
+#: The two commands a fresh machine needs.
+TWO_COMMANDS = ("bash scripts/main.sh", "bash scripts/test.sh")
+
+# [text](target) and ![alt](target); a target with a scheme (https:, mailto:) is not a file.
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:")
+_FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
+_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def doc_pages() -> list[Path]:
+    return sorted(DOCS.glob("*.md"))
+
+
+def markdown_files() -> list[Path]:
+    return [README, ROOT / "CONTRIBUTING.md", *doc_pages()]
+
+
+def without_code(text: str) -> str:
+    """The Markdown outside fenced code blocks and inline code, where links are links."""
+    text = _FENCE.sub("", text)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def slug(heading: str) -> str:
+    """The anchor Python-Markdown's toc extension (mkdocs) gives a heading."""
+    text = re.sub(r"`|\*", "", heading)
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def anchors(page: Path) -> set[str]:
+    return {slug(heading) for heading in _HEADING.findall(_FENCE.sub("", page.read_text(encoding="utf-8")))}
+
+
+def relative_links(page: Path) -> list[str]:
+    links = _LINK.findall(without_code(page.read_text(encoding="utf-8")))
+    return [link for link in links if not _SCHEME.match(link)]
+
+
+def test_readme_is_a_short_guide() -> None:
+    words = len(README.read_text(encoding="utf-8").split())
+    assert words <= README_MAX_WORDS, f"README.md has {words} words; move details to docs/ (at most {README_MAX_WORDS})"
+
+
+@pytest.mark.parametrize("command", TWO_COMMANDS)
+def test_readme_names_the_two_commands(command: str) -> None:
+    assert command in README.read_text(encoding="utf-8")
+
+
+def test_the_slug_matches_mkdocs_anchors() -> None:
+    assert slug("Real data used in the docs and tests") == "real-data-used-in-the-docs-and-tests"
+    assert slug("Track 1 — `Dataset.__getitem__`") == "track-1-dataset__getitem__"
+    assert slug("zarr-python 3.0.8–3.1.6") == "zarr-python-308316"
+
+
+@pytest.mark.parametrize("page", markdown_files(), ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_relative_link_resolves(page: Path) -> None:
+    broken = []
+    for link in relative_links(page):
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        if not target.exists():
+            broken.append(f"{link}: no such file")
+        elif anchor and target.suffix == ".md" and anchor not in anchors(target):
+            broken.append(f"{link}: no heading with anchor #{anchor} in {target.name}")
+    assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_a_broken_link_is_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n[gone](missing.md) [here](#title) [web](https://example.org) `[code](x.md)`\n")
+    assert relative_links(page) == ["missing.md", "#title"]
+    assert anchors(page) == {"title"}
+
+
+def nav_pages() -> set[str]:
+    return set(re.findall(r"^\s*-\s*[^:\n]+:\s*(\S+\.md)\s*$", MKDOCS_YML.read_text(encoding="utf-8"), re.MULTILINE))
+
+
+def test_the_site_nav_lists_every_page() -> None:
+    nav = nav_pages()
+    missing = [page.name for page in doc_pages() if page.name not in nav]
+    assert not missing, f"mkdocs.yml nav lacks {missing}"
+    # README.md and CONTRIBUTING.md become index.md and contributing.md (docs/_hooks/repository_files.py).
+    unknown = nav - {page.name for page in doc_pages()} - {"index.md", "contributing.md"}
+    assert not unknown, f"mkdocs.yml nav names pages that do not exist: {sorted(unknown)}"
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
+        pytest.skip("mkdocs is not installed: pip install -e '.[docs]'")
+    site = tmp_path / "site"
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert (site / "index.html").is_file()
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "tracks.html" in home, "the home page (README.md) should link to the pages beside it"
+    for page in doc_pages():
+        assert (site / page.with_suffix(".html").name).is_file()
+    shutil.rmtree(site)
