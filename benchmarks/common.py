@@ -87,6 +87,7 @@ ADDED_IN: dict[str, str] = {
         "c9c71ed",
     ),
     "cropbench.measure.protocol.relative_cost": "a4c3d6b",
+    "cropbench.measure.protocol.Stopwatch": "638c776",
     "cropbench.formats.read_plate_metadata": "c9c71ed",
     "cropbench.formats.direct.StageTimedChunkReader": "c9c71ed",  # formats.chunks in older commits
     "cropbench.tracks.track1.run_case": "4cec727",
@@ -362,15 +363,8 @@ def stage_costs(
     """
     stage_ns = dataset.reader.stage_ns
     stage_ns.update(fetch=0, decode=0, region=0)
-    total_ns = [0]
-
-    def clocked(index: int) -> Any:
-        started = time.perf_counter_ns()
-        item = get(index)
-        total_ns[0] += time.perf_counter_ns() - started
-        return item
-
-    cost = relative_cost(clocked, reference, indices) / max(total_ns[0], 1)
+    total = require("cropbench.measure.protocol", "Stopwatch")()
+    cost = relative_cost(total.wrap(get), reference, indices) / max(total.ns, 1)
     assemble = stage_ns["region"] - stage_ns["fetch"] - stage_ns["decode"]
     return {"fetch": cost * stage_ns["fetch"], "decode": cost * stage_ns["decode"], "assemble": cost * assemble}
 
