@@ -20,10 +20,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import heapq
+import itertools
 import json
+import math
 import os
+import re
 import shutil
+import socket
+import stat
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,18 +50,48 @@ REMOTE_POINTER = "cropbench_remote.json"
 _MIRRORED_SUFFIXES = ("zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata", ".json", ".parquet", ".csv")
 #: One byte range to fetch: (key, start, length); ``length`` -1 is the whole object (None if absent).
 Request = tuple[str, int, int]
+#: Pages of an S3 listing read at most (1,000 keys a page): a server that never stops listing is an error.
+MAX_LISTING_PAGES = 10_000
+#: Seconds slept before retry n (n = 0, 1, ...) of a failed request: this times 2**n, at most 2 s.
+RETRY_BACKOFF_S = 0.05
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@]*)@")
+
+
+def redact(url: str) -> str:
+    """``url`` with the credentials of its user part replaced by ``***`` (for every message and log line)."""
+
+    def hide(match: re.Match[str]) -> str:
+        user, colon, _ = match[2].partition(":")
+        return f"{match[1]}{user}:***@" if colon else f"{match[1]}***@"
+
+    return _USERINFO.sub(hide, url, count=1)
 
 
 def is_url(plate: str | Path) -> bool:
-    """Whether ``plate`` names an object-store location rather than a local path."""
-    return isinstance(plate, str) and urlsplit(plate).scheme in REMOTE_SCHEMES
+    """Whether ``plate`` names an object-store location rather than a local path (a malformed URL of
+    such a scheme is a :class:`ConfigError`, not a local path)."""
+    if not isinstance(plate, str):
+        return False
+    scheme = _SCHEME.match(plate)
+    if scheme is None or scheme[1].lower() not in REMOTE_SCHEMES:
+        return False
+    split_url(plate)
+    return True
 
 
 def split_url(url: str) -> tuple[str, str, str]:
     """(scheme, bucket or host, prefix without slashes) of a plate URL."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here, not at the first request
+    except ValueError as error:  # "Invalid IPv6 URL", a port out of range or not a number
+        raise ConfigError(
+            f"plate URL {redact(url)!r} is not s3://bucket/prefix or http(s)://host/path: {error}"
+        ) from None
     if parts.scheme not in REMOTE_SCHEMES or not parts.netloc:
-        raise ConfigError(f"plate URL {url!r} is not s3://bucket/prefix or http(s)://host/path")
+        raise ConfigError(f"plate URL {redact(url)!r} is not s3://bucket/prefix or http(s)://host/path")
     return parts.scheme, parts.netloc, parts.path.strip("/")
 
 
@@ -107,9 +144,9 @@ def _duration(seconds: float) -> Any:
 
 def store_error(url: str, key: str, error: BaseException) -> StoreError:
     """One line naming the object's URL and what went wrong, from any obstore or fsspec error."""
-    location = f"{url.rstrip('/')}/{key}" if key else url
+    location = redact(f"{url.rstrip('/')}/{key}" if key else url)
     kind = type(error).__name__
-    full = str(error)
+    full = _without_credentials(str(error), url)
     text = " ".join(full.split("Debug source")[0].split())  # obstore appends a multi-line debug dump
     hints = {
         "NotFoundError": "no such bucket or key",
@@ -137,6 +174,12 @@ def store_error(url: str, key: str, error: BaseException) -> StoreError:
     else:
         hint = "store request failed"
     return StoreError(f"{location}: {hint} ({kind}: {text[:160]})")
+
+
+def _without_credentials(text: str, url: str) -> str:
+    """``text`` (a client library's message) with the URL's user part, if any, taken out wherever it appears."""
+    userinfo = urlsplit(url).netloc.rpartition("@")[0] if "@" in url else ""
+    return text.replace(userinfo, redact(f"x://{userinfo}@")[4:-1]) if userinfo else text
 
 
 class ByteSource(ABC):
@@ -187,7 +230,11 @@ class ByteSource(ABC):
 
 
 class FileSource(ByteSource):
-    """Objects as files under a local folder: ``os.pread`` on descriptors opened once per process."""
+    """Objects as files under a local folder: ``os.pread`` on descriptors opened once per process.
+
+    Only regular files are opened: a FIFO would block the reader forever, a device (``/dev/zero``)
+    never ends, a directory is not an object; each is a :class:`StoreError` before it is opened.
+    """
 
     def __init__(self, root: Path) -> None:
         super().__init__()
@@ -196,17 +243,64 @@ class FileSource(ByteSource):
         self._descriptors: dict[str, int] = {}
 
     def get(self, key: str) -> bytes | None:
-        try:
-            with open(self._prefix + key, "rb", buffering=0) as handle:
-                data = handle.readall()
-        except FileNotFoundError:
+        descriptor = self._open(key)
+        if descriptor is None:
             return None
+        try:
+            with open(descriptor, "rb", buffering=0) as handle:
+                data = handle.readall()
+        except OSError as error:
+            raise StoreError(f"cannot read {self._prefix}{key}: {error.strerror or error}") from error
         self._count(data)
         return data
 
     def path(self, key: str) -> str:
-        """The file that holds object ``key``."""
-        return self._prefix + key
+        """The file that holds object ``key`` (for a reader that opens it itself): a :class:`StoreError`
+        when something other than a regular file is there."""
+        path = self._prefix + key
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            return path
+        except OSError as error:
+            raise StoreError(f"cannot read {path}: {error.strerror or error}") from error
+        if not stat.S_ISREG(mode):
+            raise self._not_regular(key, mode)
+        return path
+
+    def _not_regular(self, key: str, mode: int) -> StoreError:
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "special"
+        )
+        return StoreError(f"{self._prefix}{key} is not a regular file ({kind}); a plate holds regular files only")
+
+    def _open(self, key: str) -> int | None:
+        """A descriptor of ``key``'s file, or None when it does not exist; refuses anything but a regular file.
+
+        Checked before opening (opening a device may act on it), and again on the descriptor, opened
+        non-blocking (a FIFO swapped in between cannot block the open), so nothing else is ever read.
+        """
+        self.path(key)
+        try:
+            descriptor = os.open(self._prefix + key, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise StoreError(f"cannot read {self._prefix}{key}: {error.strerror or error}") from error
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(descriptor)
+            raise self._not_regular(key, mode)
+        os.set_blocking(descriptor, True)
+        return descriptor
 
     def descriptor(self, key: str) -> int | None:
         """A descriptor of object ``key``'s file, opened once per process and kept; None when it does not exist."""
@@ -215,9 +309,8 @@ class FileSource(ByteSource):
             with self._lock:  # decode threads may ask for the same new shard at once: open it once
                 descriptor = self._descriptors.get(key)
                 if descriptor is None:
-                    try:
-                        descriptor = os.open(self._prefix + key, os.O_RDONLY)
-                    except FileNotFoundError:
+                    descriptor = self._open(key)
+                    if descriptor is None:
                         return None
                     self._descriptors[key] = descriptor
         return descriptor
@@ -247,9 +340,142 @@ class FileSource(ByteSource):
         self._descriptors.clear()
 
 
+class _Watch:
+    """One request attempt's deadline and the connection it runs on (attached when it sends)."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.expired = False
+        self.done = False
+        self.connection: Any = None
+        self.lock = threading.Lock()
+
+    def attach(self, connection: Any) -> None:
+        with self.lock:
+            if self.expired:
+                raise TimeoutError("the request's deadline passed before it was sent")
+            self.connection = connection
+
+    def detach(self) -> None:
+        with self.lock:
+            self.connection = None
+
+    def finish(self) -> None:
+        with self.lock:
+            self.done = True
+            self.connection = None
+
+    def expire(self) -> None:
+        """Past the deadline: shut the connection's socket, so a read blocked on it returns at once."""
+        with self.lock:
+            if self.done:
+                return
+            self.expired = True
+            sock = getattr(self.connection, "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+#: The attempt the calling thread is making (the connection class attaches itself to it).
+_CURRENT = threading.local()
+
+
+class _Watchdog:
+    """Ends request attempts that outlive their deadline, from one thread per source and process.
+
+    A socket timeout bounds each read, not a request: a server sending a byte a second never trips it.
+    Shutting the socket at the deadline ends the attempt wherever it waits (headers or body).
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._watches: list[tuple[float, int, _Watch]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def watch(self, seconds: float) -> _Watch:
+        watch = _Watch(time.monotonic() + seconds)
+        with self._condition:
+            heapq.heappush(self._watches, (watch.deadline, next(self._order), watch))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="cropbench-deadlines", daemon=True)
+                self._thread.start()
+            self._condition.notify()
+        return watch
+
+    def stop(self) -> None:
+        with self._condition:
+            self._stopped = True
+            self._condition.notify()
+
+    def _run(self) -> None:
+        with self._condition:
+            while not self._stopped:
+                while self._watches and self._watches[0][2].done:
+                    heapq.heappop(self._watches)
+                if not self._watches:
+                    self._condition.wait()
+                    continue
+                wait = self._watches[0][0] - time.monotonic()
+                if wait > 0:
+                    self._condition.wait(wait)
+                    continue
+                heapq.heappop(self._watches)[2].expire()
+
+
+def _watched_pool_manager(**options: Any) -> Any:
+    """A urllib3 pool manager whose connections attach to the calling thread's :class:`_Watch` when
+    they send, and detach before they go back to the pool (a late deadline never shuts a socket that
+    another request has taken)."""
+    import urllib3
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class Watched:
+        def request(self, *args: Any, **kwargs: Any) -> None:
+            watch = getattr(_CURRENT, "watch", None)
+            if watch is not None:
+                watch.attach(self)
+                self._cropbench_watch = watch
+            super().request(*args, **kwargs)  # type: ignore[misc]
+
+    class WatchedPool:
+        def _put_conn(self, conn: Any) -> None:
+            watch = getattr(conn, "_cropbench_watch", None)
+            if watch is not None:
+                watch.detach()
+                conn._cropbench_watch = None
+            super()._put_conn(conn)  # type: ignore[misc]
+
+    class WatchedHTTPConnection(Watched, HTTPConnection):
+        pass
+
+    class WatchedHTTPSConnection(Watched, HTTPSConnection):
+        pass
+
+    class WatchedHTTPPool(WatchedPool, HTTPConnectionPool):
+        ConnectionCls = WatchedHTTPConnection
+
+    class WatchedHTTPSPool(WatchedPool, HTTPSConnectionPool):
+        ConnectionCls = WatchedHTTPSConnection
+
+    manager = urllib3.PoolManager(**options)
+    manager.pool_classes_by_scheme = {"http": WatchedHTTPPool, "https": WatchedHTTPSPool}
+    return manager
+
+
+#: Statuses retried (the server's trouble, not the request's).
+_RETRIED_STATUSES = (500, 502, 503, 504)
+
+
 class RemoteSource(ByteSource):
     """Objects under a plate URL, read with HTTP range GETs (S3 requests signed with SigV4 from the
     AWS environment variables, unsigned without them); ``in_flight`` requests at once.
+
+    ``timeout_s`` bounds each attempt of a request from connecting to its last body byte, so a
+    request with its retries ends within about ``(retries + 1) * timeout_s``.
 
     Plain urllib3 connections rather than obstore's: a tokio runtime started in the parent hangs in
     a forked DataLoader worker, and the pool here is rebuilt in each process.
@@ -257,12 +483,13 @@ class RemoteSource(ByteSource):
 
     def __init__(self, url: str, config: StoreConfig) -> None:
         super().__init__()
-        self.location = url
-        self.config = config
         self._scheme, self._bucket, self._prefix = split_url(url)
+        self.location = redact(url)
+        self.config = config
         self._http: Any = None
         self._credentials: Any = None
         self._pool: ThreadPoolExecutor | None = None
+        self._watchdog: _Watchdog | None = None
         self._pid = 0
 
     def _client(self) -> Any:
@@ -270,17 +497,11 @@ class RemoteSource(ByteSource):
             import urllib3
 
             config = self.config
-            retry = urllib3.Retry(
-                total=config.retries,
-                backoff_factor=0.05,
-                status_forcelist=(500, 502, 503, 504),
-                allowed_methods=None,
-                raise_on_status=False,
-            )
-            timeout = urllib3.Timeout(connect=config.connect_timeout_s, read=config.timeout_s)
-            self._http = urllib3.PoolManager(maxsize=max(config.in_flight, 1), retries=retry, timeout=timeout)
+            timeout = urllib3.Timeout(connect=min(config.connect_timeout_s, config.timeout_s), read=config.timeout_s)
+            self._http = _watched_pool_manager(maxsize=max(config.in_flight, 1), retries=False, timeout=timeout)
             self._credentials = _credentials(config) if self._scheme == "s3" else None
             self._pool = None
+            self._watchdog = _Watchdog() if math.isfinite(config.timeout_s) else None
             self._pid = os.getpid()
         return self._http
 
@@ -305,10 +526,37 @@ class RemoteSource(ByteSource):
         headers = dict(headers or {})
         if self._credentials is not None:
             headers = _signed(method, url, headers, body, self._credentials)
+        attempts = self.config.retries + 1
+        for attempt in range(attempts):
+            try:
+                status, data = self._attempt(http, method, url, headers, body)
+            except Exception as error:  # urllib3: timeouts, refused connections, protocol errors
+                if attempt + 1 == attempts:
+                    raise store_error(self.location, key, error) from None
+            else:
+                if status not in _RETRIED_STATUSES or attempt + 1 == attempts:
+                    return status, data
+            time.sleep(min(RETRY_BACKOFF_S * 2**attempt, 2.0))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _attempt(self, http: Any, method: str, url: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+        """One attempt, ended by the watchdog at ``timeout_s`` wherever it waits."""
+        if self._watchdog is None:  # timeout_s is infinite
+            response = http.request(method, url, headers=headers, body=body or None, preload_content=True)
+            return response.status, response.data
+        watch = self._watchdog.watch(self.config.timeout_s)
+        _CURRENT.watch = watch
         try:
             response = http.request(method, url, headers=headers, body=body or None, preload_content=True)
-        except Exception as error:  # urllib3: MaxRetryError, timeouts, protocol errors
-            raise store_error(self.location, key, error) from error
+        except Exception:
+            if watch.expired:
+                raise TimeoutError(f"timed out: no whole response within timeout_s={self.config.timeout_s:g}") from None
+            raise
+        finally:
+            _CURRENT.watch = None
+            watch.finish()
+        if watch.expired:  # a body without a length, cut at the deadline, reads as complete: it is not
+            raise TimeoutError(f"timed out: no whole response within timeout_s={self.config.timeout_s:g}")
         return response.status, response.data
 
     def _checked(self, key: str, status: int, data: bytes) -> bytes | None:
@@ -354,24 +602,52 @@ class RemoteSource(ByteSource):
             raise _status_error(self.location, key, status, body)
 
     def listing(self) -> Iterator[tuple[str, int]]:
-        """(key relative to the plate, size) of every object under an S3 plate URL (ListObjectsV2)."""
+        """(key relative to the plate, size) of every object under an S3 plate URL (ListObjectsV2).
+
+        A page that is not S3's XML, a continuation token given twice, or more than
+        :data:`MAX_LISTING_PAGES` pages is a :class:`StoreError` (a server that lists forever).
+        """
         token = ""
+        seen: set[str] = set()
         prefix = f"{self._prefix}/" if self._prefix else ""
-        while True:
+        for page in range(1, MAX_LISTING_PAGES + 1):
             query = f"list-type=2&prefix={quote(prefix, safe='')}"
             if token:
                 query += f"&continuation-token={quote(token, safe='')}"
             status, body = self.request("GET", "", query=query)
             if status != 200:
                 raise _status_error(self.location, "", status, body)
+            entries, token = self._listing_page(body, prefix, page)
+            yield from entries
+            if not token:
+                return
+            if token in seen:
+                raise StoreError(
+                    f"{self.location}: the listing repeated its continuation token {token[:40]!r} "
+                    f"on page {page}: the server lists in a loop"
+                )
+            seen.add(token)
+        raise StoreError(
+            f"{self.location}: the listing went on for more than {MAX_LISTING_PAGES} pages "
+            f"({MAX_LISTING_PAGES * 1000:,} keys or more): not a plate, or a server that lists forever"
+        )
+
+    def _listing_page(self, body: bytes, prefix: str, page: int) -> tuple[list[tuple[str, int]], str]:
+        """(entries, next continuation token or "") of one ListObjectsV2 page."""
+        try:
             root = ElementTree.fromstring(body)
             namespace = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
-            for entry in root.iter(f"{namespace}Contents"):
-                key = entry.findtext(f"{namespace}Key", "")
-                yield key[len(prefix) :], int(entry.findtext(f"{namespace}Size", "0"))
-            token = root.findtext(f"{namespace}NextContinuationToken", "") or ""
-            if root.findtext(f"{namespace}IsTruncated", "false") != "true" or not token:
-                return
+            entries = [
+                (entry.findtext(f"{namespace}Key", "")[len(prefix) :], int(entry.findtext(f"{namespace}Size", "0")))
+                for entry in root.iter(f"{namespace}Contents")
+            ]
+        except (ElementTree.ParseError, ValueError) as error:
+            raise StoreError(
+                f"{self.location}: the listing (page {page}) is not S3 XML ({type(error).__name__}: {error}; "
+                f"it begins {body[:40]!r})"
+            ) from None
+        truncated = root.findtext(f"{namespace}IsTruncated", "false") == "true"
+        return entries, (root.findtext(f"{namespace}NextContinuationToken", "") or "") if truncated else ""
 
     def get_many(self, requests: Sequence[Request]) -> list[bytes | None]:
         if len(requests) <= 1 or self.config.in_flight <= 1:
@@ -387,8 +663,11 @@ class RemoteSource(ByteSource):
             self._pool.shutdown(wait=False)
         if self._http is not None and self._pid == os.getpid():
             self._http.clear()
+        if self._watchdog is not None and self._pid == os.getpid():
+            self._watchdog.stop()
         self._pool = None
         self._http = None
+        self._watchdog = None
 
 
 def _aws_host(bucket: str) -> str:
@@ -420,7 +699,7 @@ def _signed(method: str, url: str, headers: dict[str, str], body: bytes, credent
 
 def _status_error(url: str, key: str, status: int, body: bytes) -> StoreError:
     """A non-success HTTP status as one line: the URL, what it means, and the server's error code."""
-    location = f"{url.rstrip('/')}/{key}" if key else url
+    location = redact(f"{url.rstrip('/')}/{key}" if key else url)
     code = ""
     with contextlib.suppress(ElementTree.ParseError, ValueError):
         code = ElementTree.fromstring(body).findtext("Code") or "" if body.startswith(b"<") else ""
@@ -460,34 +739,73 @@ def mirror_metadata(url: str, config: StoreConfig | None = None, cache_dir: Path
     """
     config = config or StoreConfig()
     split_url(url)
+    shown = redact(url).rstrip("/")
     root = (cache_dir or default_cache_dir()) / hashlib.sha256(url.encode()).hexdigest()[:16]
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
     source = RemoteSource(url, dataclasses.replace(config, retries=min(config.retries, 1)))
-    if url.startswith("s3://"):
-        entries = list(source.listing())
-    else:
-        index = source.get(INDEX_NAME)
-        if index is None:
-            raise StoreError(
-                f"{url.rstrip('/')}/{INDEX_NAME} not found: an HTTP plate needs the key index that "
-                "`cropbench upload` writes (HTTP servers cannot list a folder)"
-            )
-        entries = [(str(key), int(size)) for key, size in json.loads(index)["objects"]]
-    if not entries:
-        raise StoreError(f"{url}: no objects under this prefix (no such plate)")
-    wanted = [key for key, _ in entries if _mirrored(key)]
-    for key, data in zip(wanted, source.get_many([(key, 0, -1) for key in wanted]), strict=True):
-        if data is None:
-            raise StoreError(f"{url.rstrip('/')}/{key}: listed but not found")
-        target = root / key
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    source.close()
+    try:
+        if url.startswith("s3://"):
+            entries = list(source.listing())
+        else:
+            index = source.get(INDEX_NAME)
+            if index is None:
+                raise StoreError(
+                    f"{shown}/{INDEX_NAME} not found: an HTTP plate needs the key index that "
+                    "`cropbench upload` writes (HTTP servers cannot list a folder)"
+                )
+            entries = _index_entries(index, f"{shown}/{INDEX_NAME}")
+        if not entries:
+            raise StoreError(f"{shown}: no objects under this prefix (no such plate)")
+        targets = {key: _confined(root, key, shown) for key, _ in entries}
+        wanted = [key for key, _ in entries if _mirrored(key)]
+        for key, data in zip(wanted, source.get_many([(key, 0, -1) for key in wanted]), strict=True):
+            if data is None:
+                raise StoreError(f"{shown}/{key}: listed but not found")
+            target = targets[key]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    finally:
+        source.close()
     pointer = {"url": url, "store": dataclasses.asdict(config), "stored_bytes": sum(size for _, size in entries)}
     (root / REMOTE_POINTER).write_text(json.dumps(pointer, indent=1))
     return root
+
+
+def _index_entries(index: bytes, where: str) -> list[tuple[str, int]]:
+    """(key, size) of every object a plate's key index lists; a malformed index is a :class:`StoreError`."""
+    try:
+        objects = json.loads(index)["objects"]
+        entries = [(key, int(size)) for key, size in objects]
+        if not all(isinstance(key, str) for key, _ in entries):
+            raise TypeError("a key is not a string")
+    except (ValueError, KeyError, TypeError) as error:  # JSON, shape, sizes: all the index's fault
+        raise StoreError(
+            f'{where} is not a key index ({{"objects": [[key, size], ...]}}): {type(error).__name__}: {error}'
+        ) from None
+    return entries
+
+
+def _confined(root: Path, key: str, url: str) -> Path:
+    """Where object ``key`` goes in a mirror: inside ``root``, or a :class:`StoreError` for a key that
+    climbs out (``..``), is absolute, or resolves (through anything) outside the root."""
+    parts = key.split("/")
+    target = root.joinpath(*parts)
+    inside = root.resolve()
+    if (
+        not key
+        or key.startswith("/")
+        or "\\" in key
+        or "\0" in key
+        or any(part in ("", ".", "..") for part in parts)
+        or not target.resolve().is_relative_to(inside)
+    ):
+        raise StoreError(
+            f"{url}: the listing names key {key[:120]!r}, outside the plate (absolute, empty or with '..' parts); "
+            "a mirror writes only inside its own folder"
+        )
+    return target
 
 
 def read_pointer(root: Path) -> dict[str, Any] | None:

@@ -1,0 +1,312 @@
+"""Byte sources against hostile input: a loopback HTTP server (started and stopped here, bounded in
+time) that drips, lists forever, answers garbage or names keys outside the plate, and local files
+that are not regular files. Every case ends in a one-line typed error within its deadline."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cropbench.cli import main
+from cropbench.config import StoreConfig
+from cropbench.errors import ConfigError, CropbenchError, StoreError
+from cropbench.formats import sources
+from cropbench.formats.sources import FileSource, RemoteSource, is_url, mirror_metadata, split_url
+
+#: Seconds a hostile-server case may take at most (its deadline is well under this).
+CASE_LIMIT_S = 6.0
+
+
+class Hostile:
+    """What the loopback server answers: ``respond(handler)`` writes one whole response."""
+
+    def __init__(self) -> None:
+        self.respond: Callable[[BaseHTTPRequestHandler], None] = _send(200, b"")
+        self.requests: list[str] = []
+        self.stop = threading.Event()
+
+
+def _send(status: int, body: bytes, content_type: str = "application/octet-stream") -> Callable[[Any], None]:
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return respond
+
+
+@pytest.fixture
+def hostile() -> Iterator[tuple[Hostile, str]]:
+    """A loopback HTTP server whose answers the test sets; stopped (and any drip ended) after the test."""
+    state = Hostile()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.requests.append(self.path)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                state.respond(self)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state, f"http://127.0.0.1:{server.server_address[1]}"
+    state.stop.set()
+    server.shutdown()
+    server.server_close()
+
+
+def _drip(state: Hostile, headers_too: bool = False) -> Callable[[Any], None]:
+    """A 100-byte body (or its headers) sent one byte a second."""
+
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"
+        if not headers_too:
+            handler.wfile.write(head)
+            head = b""
+        for byte in head + b"x" * 100:
+            if state.stop.wait(1.0):
+                return
+            handler.wfile.write(bytes([byte]))
+            handler.wfile.flush()
+
+    return respond
+
+
+def _bounded(call: Callable[[], object], limit_s: float = CASE_LIMIT_S) -> tuple[BaseException | None, float]:
+    """Run ``call`` on a thread; (what it raised, seconds taken); fails the test past ``limit_s``."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    elapsed = time.monotonic() - started
+    assert outcome, f"still running after {limit_s} s"
+    return outcome[0], elapsed
+
+
+def _s3(endpoint: str, **store: Any) -> RemoteSource:
+    return RemoteSource("s3://bucket/plate", StoreConfig(endpoint=endpoint, anonymous=True, **store))
+
+
+def _listing(keys: list[str], token: str = "") -> bytes:
+    entries = "".join(f"<Contents><Key>plate/{key}</Key><Size>2</Size></Contents>" for key in keys)
+    more = f"<IsTruncated>true</IsTruncated><NextContinuationToken>{token}</NextContinuationToken>" if token else ""
+    return f'<?xml version="1.0"?><ListBucketResult>{entries}{more}</ListBucketResult>'.encode()
+
+
+# --- URLs ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["http://[::1/p.zarr", "s3://[bucket/p.zarr", "https://host:port/p.zarr"])
+def test_a_malformed_url_is_a_config_error_naming_it(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"plate URL .* is not"):
+        is_url(url)
+    with pytest.raises(ConfigError, match=r"plate URL .* is not"):
+        split_url(url)
+
+
+def test_the_cli_refuses_a_malformed_url_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "--plate", "http://[::1/p.zarr", "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("cropbench: error:") and "[::1" in err[0], err
+
+
+# --- deadlines ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers_too", [False, True], ids=["body", "headers"])
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_server_sending_a_byte_a_second_ends_within_the_deadline(
+    hostile: tuple[Hostile, str], headers_too: bool, retries: int
+) -> None:
+    state, endpoint = hostile
+    state.respond = _drip(state, headers_too)
+    source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=1.0, retries=retries))
+    error, elapsed = _bounded(lambda: source.get("zarr.json"))
+    source.close()
+    assert isinstance(error, StoreError) and "timed out" in str(error), error
+    assert "\n" not in str(error) and "/p.zarr/zarr.json" in str(error)
+    assert elapsed < (retries + 1) * 1.0 + 1.5, f"took {elapsed:.1f} s with timeout_s=1 and {retries} retries"
+
+
+def test_a_slow_but_whole_answer_within_the_deadline_is_read(hostile: tuple[Hostile, str]) -> None:
+    state, endpoint = hostile
+
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        handler.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab")
+        handler.wfile.flush()
+        time.sleep(0.3)
+        handler.wfile.write(b"cd")
+
+    state.respond = respond
+    source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=3.0, retries=0))
+    assert source.get("zarr.json") == b"abcd"
+    assert [source.get("zarr.json") for _ in range(3)] == [b"abcd"] * 3, "the connection is reused safely"
+    source.close()
+
+
+# --- S3 listings --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [b"hello", b"<ListBucketResult><Contents>", b"\x00\xff"])
+def test_a_listing_that_is_not_xml_is_a_store_error(hostile: tuple[Hostile, str], body: bytes) -> None:
+    state, endpoint = hostile
+    state.respond = _send(200, body)
+    source = _s3(endpoint, retries=0)
+    with pytest.raises(StoreError, match=r"s3://bucket/plate: the listing .*is not S3 XML"):
+        list(source.listing())
+
+
+def test_a_listing_repeating_its_continuation_token_is_an_error(hostile: tuple[Hostile, str]) -> None:
+    state, endpoint = hostile
+    state.respond = _send(200, _listing(["zarr.json"], token="again"))
+    source = _s3(endpoint, retries=0)
+    error, _ = _bounded(lambda: list(source.listing()))
+    assert isinstance(error, StoreError) and "repeated its continuation token" in str(error), error
+    assert len(state.requests) == 2
+
+
+def test_a_listing_has_a_cap_on_its_pages(hostile: tuple[Hostile, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    state, endpoint = hostile
+    pages = iter(range(10**6))
+    state.respond = lambda handler: _send(200, _listing([f"k{next(pages)}.json"], token=f"t{next(pages)}"))(handler)
+    monkeypatch.setattr(sources, "MAX_LISTING_PAGES", 5)
+    source = _s3(endpoint, retries=0)
+    with pytest.raises(StoreError, match=r"more than 5 pages"):
+        list(source.listing())
+    assert len(state.requests) == 5
+
+
+# --- the metadata mirror ------------------------------------------------------------------------
+
+#: Keys that climb out of the mirror; ABSOLUTE becomes a path inside the test's own folder.
+TRAVERSING_KEYS = ["../escape.json", "a/../../escape.json", "ABSOLUTE", "a/./../../../escape.zarr.json"]
+
+
+@pytest.mark.parametrize("key", TRAVERSING_KEYS)
+@pytest.mark.parametrize("scheme", ["http", "s3"])
+def test_the_mirror_writes_only_inside_its_root(
+    hostile: tuple[Hostile, str], tmp_path: Path, key: str, scheme: str
+) -> None:
+    state, endpoint = hostile
+    key = key.replace("ABSOLUTE", str(tmp_path / "absolute.json"))
+    keys = ["zarr.json", key]
+    index = json.dumps({"objects": [[k, 2] for k in keys]}).encode()
+
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        if "list-type=2" in handler.path:
+            _send(200, _listing(keys))(handler)
+        elif handler.path.endswith(sources.INDEX_NAME):
+            _send(200, index)(handler)
+        else:
+            _send(200, b"{}")(handler)
+
+    state.respond = respond
+    cache = tmp_path / "deep" / "cache"
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    if scheme == "s3":
+        url, config = "s3://bucket/plate", StoreConfig(endpoint=endpoint, anonymous=True, retries=0)
+    else:
+        url, config = f"{endpoint}/plate", StoreConfig(retries=0)
+    with pytest.raises(StoreError, match=r"key .* outside the plate"):
+        mirror_metadata(url, config, cache_dir=cache)
+    after = sorted(str(p) for p in tmp_path.rglob("*") if not str(p).startswith(str(cache)))
+    assert after == [p for p in before if not p.startswith(str(cache))] + [str(tmp_path / "deep")]
+
+
+def test_credentials_in_a_url_are_never_echoed(hostile: tuple[Hostile, str], tmp_path: Path) -> None:
+    state, endpoint = hostile
+    state.respond = _send(404, b"")
+    url = endpoint.replace("http://", "http://reader:s3cr3t@") + "/p.zarr"
+    messages = []
+    for call in (
+        lambda: mirror_metadata(url, StoreConfig(retries=0), cache_dir=tmp_path),
+        lambda: RemoteSource(url, StoreConfig(retries=0)).get_range("zarr.json", 0, 4),
+        lambda: split_url(url.replace("127.0.0.1", "[::1")),
+    ):
+        with pytest.raises(CropbenchError) as caught:
+            call()
+        messages.append(str(caught.value))
+    assert all("s3cr3t" not in message and "reader:***@" in message for message in messages), messages
+
+
+def test_redaction_keeps_urls_without_credentials() -> None:
+    assert sources.redact("s3://bucket/p.zarr") == "s3://bucket/p.zarr"
+    assert sources.redact("http://u:p@h:9/x") == "http://u:***@h:9/x"
+    assert sources.redact("http://token@h/x") == "http://***@h/x"
+
+
+# --- local files that are not regular files ---------------------------------------------------
+
+
+def _special(root: Path, kind: str) -> str:
+    key = "c/0/0/0"
+    path = root / key
+    path.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    return key
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_a_file_source_refuses_what_is_not_a_regular_file_before_opening_it(tmp_path: Path, kind: str) -> None:
+    key = _special(tmp_path, kind)
+    source = FileSource(tmp_path)
+    for call in (
+        lambda: source.get(key),
+        lambda: source.descriptor(key),
+        lambda: source.get_range(key, 0, 8),
+        lambda: source.get_suffix(key, 8),
+    ):
+        try:
+            error, _ = _bounded(call, 3.0)
+        finally:
+            if kind == "fifo":  # a reader blocked in open() (before the fix) is let go
+                with _writer(tmp_path / key):
+                    pass
+        assert isinstance(error, StoreError) and "not a regular file" in str(error) and key in str(error), error
+    source.close()
+
+
+class _writer:
+    """Opens a FIFO for writing without blocking (only succeeds while a reader waits), then closes it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        try:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            self.fd = -1
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
