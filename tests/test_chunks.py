@@ -147,13 +147,15 @@ def test_a_batch_runs_the_callers_meanwhile_once_on_the_calling_thread(layout_pl
         DirectChunkReader(metadata, chunk_cache_bytes=cache_bytes, decode_threads=threads)
         for cache_bytes in (0, 50_000, 2**30)  # nothing cached, some chunks cached, all cached the second time
     ]
-    for reader in [*readers, open_plate(layout_plate, decode="zarr")]:
+    for reader in readers:
         for _ in range(2):
             calls: list[int] = []
             out = np.zeros(expected.shape, dtype=expected.dtype)
             reader.read_regions(regions, out, meanwhile=lambda calls=calls: calls.append(threading.get_ident()))
             assert calls == [threading.get_ident()]
             np.testing.assert_array_equal(out, expected)
+    with pytest.raises(TypeError, match="meanwhile"):  # an option of the direct reader only
+        open_plate(layout_plate, decode="zarr").read_regions(regions, out, meanwhile=lambda: None)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize("threads", [2, 3])

@@ -32,7 +32,7 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 from cropbench.config import CropConfig
 from cropbench.data.transforms import TORCH_DTYPES, TransformPlan
 from cropbench.errors import ConfigError, ObjectTableError
-from cropbench.formats import PlateReader, Regions, open_plate, plate_objects
+from cropbench.formats import DirectChunkReader, PlateReader, Regions, open_plate, plate_objects
 from cropbench.objects import ObjectTable, label_columns, read_label_classes
 
 GROUPINGS = ("field", "well", "chunk")
@@ -213,7 +213,8 @@ class CropDataset(Dataset[dict[str, Any]]):
         self, indices: np.ndarray, out: np.ndarray | None = None, meanwhile: Callable[[], Any] | None = None
     ) -> np.ndarray:
         """The raw crops (B, C, H, W) of objects ``indices`` in one reader call, border policy applied;
-        ``meanwhile`` goes to the reader (:meth:`~cropbench.formats.base.PlateReader.read_regions`)."""
+        ``meanwhile`` runs while the direct reader's decode threads read
+        (:meth:`~cropbench.formats.direct.DirectChunkReader.read_regions`), after the reads otherwise."""
         size = self.config.crop_size
         _, height, width = self.reader.metadata.field_shape
         y0, x0 = self.window_y0[indices], self.window_x0[indices]
@@ -231,7 +232,11 @@ class CropDataset(Dataset[dict[str, Any]]):
             if meanwhile is not None:
                 meanwhile()
 
-        return self.reader.read_regions(regions, out, self._channels_arg, pad_then_meanwhile)
+        if isinstance(self.reader, DirectChunkReader):
+            return self.reader.read_regions(regions, out, self._channels_arg, pad_then_meanwhile)
+        self.reader.read_regions(regions, out, self._channels_arg)
+        pad_then_meanwhile()
+        return out
 
     def metadata_columns(self, indices: np.ndarray) -> dict[str, Any]:
         """:meth:`metadata_of` of many objects, batched as ``default_collate`` batches it

@@ -186,26 +186,15 @@ class PlateReader(ABC):
     ) -> None:
         """Write the window's pixels into ``out`` (channels, y1-y0, x1-x0), already checked and shaped."""
 
-    def read_regions(
-        self,
-        regions: Regions,
-        out: np.ndarray,
-        channels: np.ndarray | None = None,
-        meanwhile: Callable[[], Any] | None = None,
-    ) -> np.ndarray:
+    def read_regions(self, regions: Regions, out: np.ndarray, channels: np.ndarray | None = None) -> np.ndarray:
         """Fill ``out`` (B, channels, H, W) with the regions of a batch; pixels outside them are left as they are.
 
-        ``meanwhile`` is the caller's own work for the batch, which may write into ``out`` only outside
-        the regions (a crop's padding): a reader with decode threads runs it on the calling thread
-        while its threads decode, others after the reads. This default reads region by region; a
-        reader with a batch planner overrides it.
+        This default reads region by region; a reader with a batch planner overrides it.
         """
         self._check_regions(regions, out)
         for slot, (field_index, y0, y1, x0, x1, out_y0, out_x0) in enumerate(regions.rows()):
             target = out[slot, :, out_y0 : out_y0 + y1 - y0, out_x0 : out_x0 + x1 - x0]
             self.read_region(field_index, y0, y1, x0, x1, channels, target)
-        if meanwhile is not None:
-            meanwhile()
         return out
 
     def read_field(self, field_index: int, channels: np.ndarray | None = None) -> np.ndarray:
