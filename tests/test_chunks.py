@@ -566,3 +566,21 @@ def test_a_chunk_the_native_loads_decline_gets_the_python_paths_answer(
         assert "cannot be decoded (corrupt chunk)" in answers[0]
         if damage == "truncated":  # c-blosc alone would read past the end and decode the rest of memory
             assert "truncated: the blosc header counts" in answers[0]
+
+
+@needs_native_loads
+def test_without_numcodecs_c_blosc_blosc_chunks_take_the_python_path(
+    tiles_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert native.BLOSC_BOUND, "the numcodecs pyproject.toml pins exports c-blosc's calls"
+    assert not native.bind_blosc(str(tmp_path / "blosc.so")), "a module that is not loaded binds nothing"
+    expected = DirectChunkReader(read_plate_metadata(tiles_plate)).read_field(0)
+    monkeypatch.setattr(native, "BLOSC_BOUND", False)  # what a numcodecs without the symbols gives
+    calls = _counting_native_loads(monkeypatch)
+    with pytest.warns(RuntimeWarning, match="does not export blosc_cbuffer_validate") as warned:
+        reader = DirectChunkReader(read_plate_metadata(tiles_plate))
+        np.testing.assert_array_equal(reader.read_field(0), expected)
+    assert calls == [], "the native loads were asked to decode blosc"
+    assert reader.stats.chunks_decoded > 0
+    message = str(warned[0].message)
+    assert "\n" not in message and message.startswith("cropbench: numcodecs ")
