@@ -2,7 +2,8 @@
 
 In a temporary clone of this repository (with the working tree's benchmarks/ and asv.conf.json
 committed on top), this makes a base commit, an identical-code commit (a README line), and one
-commit per injected regression, each a small edit of cropbench's source (see ``INJECTIONS``):
+commit per injected regression, each a small edit of cropbench's source applied with ``git apply``
+from ``scripts/gate_patches/<kind>.patch`` (see ``INJECTIONS``):
 
 - ``double-decode``: the direct reader reads and decodes every chunk it loads twice, the first result discarded;
 - ``cache``: the default decoded-chunk cache is 16 times smaller (32 MiB -> 2 MiB);
@@ -71,47 +72,40 @@ CropDataset.__getitem__ = _regression_slow_getitem  # type: ignore[method-assign
 """
 
 
+#: The injected regressions, one patch file each (``git apply`` in the clone); tests/test_gate_patches.py
+#: checks that every one still applies to the tree, so a refactor of the lines they edit fails there
+#: instead of silently leaving the gate without its check.
+PATCHES = REPO / "scripts" / "gate_patches"
+
+
 @dataclass(frozen=True)
 class Injection:
-    """A regression as an edit of one source file: ``anchor`` (which must be there once) -> ``replacement``."""
+    """A regression as a patch of cropbench's source: ``PATCHES / f"{kind}.patch"``."""
 
-    path: str
-    anchor: str
-    replacement: str
+    kind: str
     description: str
+
+    @property
+    def patch(self) -> Path:
+        return PATCHES / f"{self.kind}.patch"
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files the patch edits, relative to the repository."""
+        lines = self.patch.read_text().splitlines()
+        return tuple(line.removeprefix("+++ b/") for line in lines if line.startswith("+++ b/"))
 
 
 INJECTIONS = {
-    "double-decode": Injection(
-        "src/cropbench/formats/chunks.py",
-        "            outcome = self._native_load(reads, targets, *copies)",
-        "            self._native_load(reads, targets, *copies)\n"
-        "            outcome = self._native_load(reads, targets, *copies)",
-        "the direct reader reads and decodes every chunk it loads twice (first result discarded)",
-    ),
-    "cache": Injection(
-        "src/cropbench/config.py",
-        "    chunk_cache_bytes: int = 32 * 2**20",
-        "    chunk_cache_bytes: int = 2 * 2**20",
-        "default decoded-chunk cache 16x smaller (32 MiB -> 2 MiB)",
-    ),
-    "extra-copy": Injection(
-        "src/cropbench/formats/chunks.py",
-        "            _copy_pieces_native(pieces, chunks, out)",
-        "            _copy_pieces_native(pieces, {key: chunks[key].copy() for key, *_ in pieces}, out)",
-        "assembling a crop copies each whole decoded chunk before cutting its piece",
-    ),
-    "sampler": Injection(
-        "src/cropbench/data/sampling.py",
-        "        return iter(self.order().tolist())",
-        "        import time\n\n"
-        "        for index in self.order().tolist():\n"
-        "            deadline = time.perf_counter() + 50e-6\n"
-        "            while time.perf_counter() < deadline:\n"
-        "                pass\n"
-        "            yield index",
-        "the samplers spend 50 us on every index they yield",
-    ),
+    injection.kind: injection
+    for injection in (
+        Injection(
+            "double-decode", "the direct reader reads and decodes every chunk it loads twice (first result discarded)"
+        ),
+        Injection("cache", "default decoded-chunk cache 16x smaller (32 MiB -> 2 MiB)"),
+        Injection("extra-copy", "assembling a crop copies each whole decoded chunk before cutting its piece"),
+        Injection("sampler", "the samplers spend 50 us on every index they yield"),
+    )
 }
 #: The kinds a campaign injects by default.
 CAMPAIGN_KINDS = tuple(INJECTIONS)
@@ -193,11 +187,14 @@ def make_clone(
             message = f"deliberate {slowdown}x slowdown of CropDataset.__getitem__"
         else:
             injection = INJECTIONS[kind]
-            source = destination / injection.path
-            text = source.read_text()
-            if text.count(injection.anchor) != 1:
-                raise RuntimeError(f"{injection.path} no longer holds the line the {kind!r} injection edits")
-            source.write_text(text.replace(injection.anchor, injection.replacement))
+            applied = subprocess.run(
+                ["git", "-C", str(destination), "apply", str(injection.patch)], capture_output=True, text=True
+            )
+            if applied.returncode != 0:
+                raise RuntimeError(
+                    f"{injection.patch.relative_to(REPO)} no longer applies to HEAD (make the same edit by hand "
+                    f"and save it with git diff): {applied.stderr.strip()}"
+                )
             message = f"injected regression ({kind}): {injection.description}"
         injected[kind] = _commit(destination, message)
     _git(destination, "checkout", "-q", "-B", "main", identical)
