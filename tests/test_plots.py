@@ -7,7 +7,11 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
+from matplotlib.colors import to_hex
+from matplotlib.container import BarContainer
+from matplotlib.patches import Rectangle
 
+from cropbench import metrics as m
 from cropbench.cli import main
 from cropbench.errors import OutputError
 from cropbench.records import Record, RecordWriter
@@ -186,3 +190,75 @@ def test_the_cdf_marks_batch_rows_as_latency_per_call(tmp_path: Path, monkeypatc
     path = plots.track1_cdf([row("random/direct", 1), row("batch/direct", 32)], tmp_path)
     assert path is not None and path.is_file()
     assert styles == {"random/direct": "-", "batch/direct [latency per call of 32]": "--"}
+
+
+def _every_kind_of_bar() -> list[Record]:
+    """Rows for every figure that draws bars, a flagged row among each track's."""
+
+    def record(track: str, case: str, config: dict[str, object], **metrics: object) -> Record:
+        return Record(track=track, case=case, config=config, metrics=metrics, environment={})
+
+    rows = [
+        record("1", "random/direct", {}, p95_ms=0.4, samples_per_s=305.0, validity_flags=[]),
+        record("1", "random/zarr", {}, p95_ms=0.2, samples_per_s=124.0, validity_flags=["few-samples"]),
+        record("layouts", "memmap", {"layout_name": "memmap"}, **{m.crops_per_s("random"): 9000.0}, stored_bytes=2e6),
+        record("layouts", "zarr", {"layout_name": "zarr"}, **{m.crops_per_s("random"): 900.0}, stored_bytes=1e6),
+        record("peers", "cropbench-direct", {"peer": "cropbench-direct", "kind": "cropbench"}, samples_per_s=2000.0),
+        record("peers", "dask-per-crop", {"peer": "dask-per-crop", "kind": "peer"}, samples_per_s=20.0),
+    ]
+    track2 = [r for r in _records() if r.track == "2"]
+    rows += [dataclasses.replace(track2[0], metrics={**track2[0].metrics, "validity_flags": ["re-reads"]}), *track2[1:]]
+    step = {"step_p50_ms": 1356.0, "compute_only_step_p50_ms": 1701.0, "data_wait_fraction": 0.01}
+    rows.append(record("3", "resnet18/train", {}, **step, stall_crosscheck=0.01, validity_flags=["impossible"]))
+    rows.append(
+        record("3", "smallcnn/train", {}, step_p50_ms=50.0, compute_only_step_p50_ms=40.0, data_wait_fraction=0.2)
+    )
+    return rows
+
+
+def _drawn(records: list[Record], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, plt.Figure]:
+    figures: dict[str, plt.Figure] = {}
+    save = plots._save
+
+    def keep(figure: plt.Figure, path: Path) -> Path:
+        figures[path.name] = figure
+        return save(figure, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    plots.plot_results(records, tmp_path)
+    return figures
+
+
+def test_bars_lie_on_linear_axes_from_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = _drawn(_every_kind_of_bar(), tmp_path, monkeypatch)
+    with_bars = {
+        (name, axis.get_title()): axis
+        for name, figure in figures.items()
+        for axis in figure.axes
+        if any(isinstance(container, BarContainer) for container in axis.containers)
+    }
+    expected = {"track1_latency_throughput.png", "layouts_comparison.png", "peers_comparison.png"}
+    expected |= {"track2_first_batch.png", "track3_step_and_wait.png"}
+    assert {name for name, _ in with_bars} == expected
+    for (name, title), axis in with_bars.items():
+        assert axis.get_xscale() == "linear" and axis.get_xlim()[0] == 0, (name, title)
+    throughput = figures["track1_latency_throughput.png"].axes[1]
+    lengths = sorted(bar.get_width() for bar in throughput.patches if isinstance(bar, Rectangle))[-2:]
+    assert lengths == [124.0, 305.0], "bar lengths are the numbers themselves"
+
+
+def test_every_figure_draws_flagged_rows_the_same_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = _drawn(_every_kind_of_bar(), tmp_path, monkeypatch)
+    for name in ("track1_latency_throughput.png", "track3_step_and_wait.png", "track2_first_batch.png"):
+        figure = figures[name]
+        notes = [text.get_text() for axis in figure.axes if axis.get_legend() for text in axis.get_legend().get_texts()]
+        assert plots.FLAGGED_NOTE in notes, name
+    track1, track3 = figures["track1_latency_throughput.png"], figures["track3_step_and_wait.png"]
+    for figure, flagged_label in ((track1, "random/zarr"), (track3, "resnet18/train")):
+        axis = figure.axes[0]
+        labels = [tick.get_text() for tick in axis.get_yticklabels()]
+        bars = [bar for container in axis.containers for bar in container.patches]
+        by_row = {labels[round(bar.get_y() + bar.get_height() / 2)]: bar for bar in bars}
+        for label, bar in by_row.items():
+            grey = to_hex(bar.get_facecolor()) == to_hex(plots.FLAGGED_COLOR)
+            assert grey == (label == flagged_label) == (bar.get_hatch() == plots.FLAGGED_HATCH), label

@@ -1,8 +1,15 @@
-"""Records → figures. One function per figure; ``plot_results`` draws all that the records allow."""
+"""Records → figures. One function per figure; ``plot_results`` draws all that the records allow.
+
+Every figure treats flagged rows (validity flags, see :mod:`cropbench.report.flags`) the same way:
+grey and hatched, with a legend entry saying they are not measurements to quote. Bars lie on linear
+axes from zero, so their lengths compare; log axes are kept for lines across decades (latency CDFs,
+warm-up curves).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import warnings
@@ -15,12 +22,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.container import BarContainer  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter  # noqa: E402
 
 from cropbench import metrics as m  # noqa: E402
 from cropbench.errors import CropbenchError, OutputError  # noqa: E402
 from cropbench.records import Record  # noqa: E402
+from cropbench.report.flags import row_flags  # noqa: E402
+from cropbench.tracks.layouts import CEILING as MEMMAP_LAYOUT  # noqa: E402
 
 FigureMaker = Callable[[Sequence[Record], Path], Path | None]
 #: The ten colours of matplotlib's default cycle.
@@ -152,6 +163,49 @@ def fully_cached(record: Record) -> bool | None:
     return bool(crop.get("chunk_cache_bytes", 0) >= FULLY_CACHED * decoded)
 
 
+#: How every figure draws a flagged row: grey, hatched, with this legend entry.
+FLAGGED_COLOR = "lightgray"
+FLAGGED_EDGE = "gray"
+FLAGGED_HATCH = "///"
+FLAGGED_NOTE = "grey, hatched: flagged row (see the summary), not a measurement to quote"
+#: Hatches drawn in a series' colour need a wider line than matplotlib's default to be seen.
+plt.rcParams["hatch.linewidth"] = 1.2
+
+
+def flagged(record: Record) -> bool:
+    """Whether the row carries a validity flag (as every report reads them)."""
+    return bool(row_flags(record))
+
+
+def flagged_handle() -> Patch:
+    """The legend entry of flagged rows, the same in every figure."""
+    return Patch(facecolor=FLAGGED_COLOR, edgecolor=FLAGGED_EDGE, hatch=FLAGGED_HATCH, label=FLAGGED_NOTE)
+
+
+def _barh(
+    axis: plt.Axes, positions: Any, values: Sequence[float], color: str, marked: Sequence[bool], **kwargs: Any
+) -> BarContainer:
+    """Horizontal bars in ``color``; the ``marked`` (flagged) ones grey, hatched in ``color`` (so two
+    series stay told apart)."""
+    bars = axis.barh(positions, values, color=[FLAGGED_COLOR if mark else color for mark in marked], **kwargs)
+    for bar, mark in zip(bars.patches, marked, strict=True):
+        if mark:
+            bar.set_hatch(FLAGGED_HATCH)
+            bar.set_edgecolor(color)
+            bar.set_linewidth(0.5)
+    return bars
+
+
+def _from_zero(axis: plt.Axes, values: Sequence[float], room: float = 1.08) -> None:
+    """A linear x axis from zero to a little past the largest finite value, in plain numbers."""
+    axis.set_xscale("linear")
+    finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    axis.set_xlim(0.0, max(max(finite, default=1.0), 1e-9) * room)
+    formatter = ScalarFormatter(useOffset=False)
+    formatter.set_scientific(False)
+    axis.xaxis.set_major_formatter(formatter)
+
+
 def _log_x(axis: plt.Axes) -> None:
     """A log x axis ticked at 1, 2 and 5 per decade in plain numbers (0.5, 1, 2, 5, 10, ...)."""
     axis.set_xscale("log")
@@ -182,40 +236,30 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     height = max(3.0, 0.32 * len(rows) + 1.8)
     figure, (left, right) = plt.subplots(1, 2, figsize=(14, height), sharey=True)
     positions = np.arange(len(rows))
-    flagged = [bool(r.metrics.get(m.VALIDITY_FLAGS)) for r in rows]
-    left.barh(
-        positions,
-        [r.metrics.get(m.P95_MS, np.nan) for r in rows],
-        color=["lightgray" if f else "tab:red" for f in flagged],
-    )
+    marked = [flagged(r) for r in rows]
+    p95 = [r.metrics.get(m.P95_MS, np.nan) for r in rows]
+    _barh(left, positions, p95, "tab:red", marked)
     left.set_yticks(positions, labels, fontsize=8)
     left.invert_yaxis()
-    left.set_xlabel("p95 __getitem__ latency (ms, log scale)")
+    left.set_xlabel("p95 __getitem__ latency (ms)")
     left.set_title("Track 1 p95 latency (lower is better)")
     rates = [r.metrics.get(m.SAMPLES_PER_S, np.nan) for r in rows]
-    right.barh(positions, rates, color=["lightgray" if f else "tab:blue" for f in flagged])
-    right.set_xlabel("samples/s, one process (log scale)")
+    _barh(right, positions, rates, "tab:blue", marked)
+    right.set_xlabel("samples/s, one process")
     right.set_title("Track 1 throughput (higher is better)")
+    top = np.nanmax(np.asarray(rates, dtype=float)) if any(math.isfinite(float(v)) for v in rates) else 1.0
     for position, record, rate in zip(positions, rows, rates, strict=True):
-        if record.metrics.get(m.VALIDITY_FLAGS):
+        flags = row_flags(record)
+        if flags and math.isfinite(float(rate)):
             right.text(
-                rate * 1.1,
-                position,
-                "flags: " + ", ".join(record.metrics[m.VALIDITY_FLAGS]),
-                va="center",
-                fontsize=7,
-                color="dimgray",
+                rate + 0.02 * top, position, "flags: " + ", ".join(flags), va="center", fontsize=7, color="dimgray"
             )
-    if any(flagged):
-        right.legend(
-            handles=[Patch(color="lightgray", label="flagged row (see the summary): not a measurement")],
-            fontsize=8,
-            loc="lower right",
-        )
+    if any(marked):
+        right.legend(handles=[flagged_handle()], fontsize=8, loc="lower right")
+    _from_zero(left, p95)
+    _from_zero(right, rates, room=1.7 if any(marked) else 1.08)
     for axis in (left, right):
-        _log_x(axis)
-        axis.grid(axis="x", which="both", alpha=0.3)
-    right.set_xlim(right=max(np.nanmax(np.asarray(rates, dtype=float)), 1.0) * (8 if any(flagged) else 2))
+        axis.grid(axis="x", alpha=0.3)
     return _save(figure, out_dir / "track1_latency_throughput.png")
 
 
@@ -229,21 +273,26 @@ def track1_cdf(records: Sequence[Record], out_dir: Path) -> Path | None:
     if not rows:
         return None
     figure, axis = plt.subplots(figsize=(10, 6))
-    for record in rows:
+    for color, record in zip(itertools.cycle(TAB10), rows, strict=False):
         quantiles = record.metrics[m.QUANTILES_MS]
         per_call = _per_call(record)
         axis.plot(
             quantiles,
             np.linspace(0, 1, len(quantiles)),
             linestyle="--" if per_call else "-",
-            label=_label(record) + per_call,
+            color=FLAGGED_EDGE if flagged(record) else color,
+            alpha=0.6 if flagged(record) else 1.0,
+            label=_label(record) + per_call + (" [flagged]" if flagged(record) else ""),
         )
     _log_x(axis)
     axis.set_xlabel("latency per call: one item, or a batch where dashed (ms, log scale)")
     axis.set_ylabel("fraction of samples")
     axis.set_title("Track 1 latency CDF, steady state (left is better)")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, loc="lower right")
+    handles, names = axis.get_legend_handles_labels()
+    if any(flagged(r) for r in rows):
+        handles, names = [*handles, flagged_handle()], [*names, "grey: [flagged] row, not a measurement to quote"]
+    axis.legend(handles, names, fontsize=7, loc="lower right")
     return _save(figure, out_dir / "track1_latency_cdf.png")
 
 
@@ -300,6 +349,10 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
                 settles, color="tab:green", linestyle="--", linewidth=1.5, label=f"steady from {unit} {settles}"
             )
         verdict = f"steady from {unit} {settles}" if settles else f"not steady within {len(curve)} {unit}s"
+        flags = row_flags(record)
+        if flags:
+            axis.set_facecolor("#f0f0f0")
+            verdict += f" [flagged: {', '.join(flags)}]"
         axis.set_title(f"{_label(record)}{_per_call(record)}: {verdict}", fontsize=8)
         axis.set_yscale("log")
         axis.grid(alpha=0.3, which="both")
@@ -314,6 +367,8 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
         axis.set_visible(False)
     handles, names = axes.flat[0].get_legend_handles_labels()
     names = ["steady state starts" if name.startswith("steady from") else name for name in names]
+    if any(flagged(r) for r in rows):
+        handles, names = [*handles, flagged_handle()], [*names, "grey panel: flagged row, not a measurement to quote"]
     axes.flat[0].legend(handles, names, loc="upper right", fontsize=6)
     figure.suptitle(
         f"Track 1 warm-up: items until the rolling median stays within {STEADY_BAND}x the steady p50 "
@@ -331,25 +386,31 @@ def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     labels = [_label(r) for r in rows]
     positions = np.arange(len(rows))
     figure, (left, right) = plt.subplots(1, 2, figsize=(14, max(3.0, 0.34 * len(rows) + 1.5)), sharey=True)
+    marked = [flagged(r) for r in rows]
+    rates: list[float] = []
     for offset, (access, color) in enumerate((("random", "tab:blue"), ("grouped", "tab:orange"))):
         values = [r.metrics.get(m.crops_per_s(access), np.nan) for r in rows]
-        left.barh(positions + (offset - 0.5) * 0.4, values, height=0.4, color=color, label=f"{access} crops/s")
-        ceiling = [r.metrics.get(m.crops_per_s(access)) for r in rows if r.case == "memmap"]
-        if ceiling:
+        rates += values
+        _barh(left, positions + (offset - 0.5) * 0.4, values, color, marked, height=0.4, label=f"{access} crops/s")
+        ceiling = [r.metrics.get(m.crops_per_s(access)) for r in rows if r.config.get("layout_name") == MEMMAP_LAYOUT]
+        if ceiling and ceiling[0]:
             left.axvline(ceiling[0], color=color, linestyle=":", linewidth=1)
-    left.set_xscale("log")
     left.set_yticks(positions, labels, fontsize=8)
     left.invert_yaxis()
-    left.set_xlabel("crops/s, one process, warm page cache (log); dotted: memmap ceiling")
+    left.set_xlabel("crops/s, one process, warm page cache; dotted: memmap ceiling")
     left.set_title("Crop throughput per layout (higher is better)")
-    left.legend(fontsize=8, loc="lower right")
-    right.barh(positions, [r.metrics.get(m.STORED_BYTES, np.nan) / 2**20 for r in rows], color="tab:green")
+    handles, _ = left.get_legend_handles_labels()
+    left.legend(handles=[*handles, *([flagged_handle()] if any(marked) else [])], fontsize=8, loc="lower right")
+    sizes = [r.metrics.get(m.STORED_BYTES, np.nan) / 2**20 for r in rows]
+    _barh(right, positions, sizes, "tab:green", marked)
     raw = [float(r.metrics[m.RAW_BYTES]) for r in rows if r.metrics.get(m.RAW_BYTES)]
     if raw:
         right.axvline(raw[0] / 2**20, color="black", linestyle=":", linewidth=1, label="raw pixels")
         right.legend(fontsize=8, loc="lower right")
     right.set_xlabel("MiB on disk")
     right.set_title("Size on disk (lower is better)")
+    _from_zero(left, rates)
+    _from_zero(right, [*sizes, *(value / 2**20 for value in raw)])
     for axis in (left, right):
         axis.grid(axis="x", alpha=0.3)
     return _save(figure, out_dir / "layouts_comparison.png")
@@ -379,21 +440,23 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
                 for name in names
             ]
         )
+        marked = [any(flagged(r) for r in loaders[name]) for name in names]
         colors = ["tab:blue" if loaders[name][0].config.get("kind") == "cropbench" else "tab:orange" for name in names]
-        axis.barh(positions, np.nan_to_num(medians, nan=0.0), color=colors)
+        bars = _barh(axis, positions, np.nan_to_num(medians, nan=0.0), "tab:orange", marked)
+        for bar, color, mark in zip(bars.patches, colors, marked, strict=True):
+            if not mark:
+                bar.set_facecolor(color)
+        every = [r.metrics[m.SAMPLES_PER_S] for name in names for r in measured[name]]
+        high = max(every, default=1.0)
         for position, name in zip(positions, names, strict=True):
             rates = [r.metrics[m.SAMPLES_PER_S] for r in measured[name]]
             if len(rates) > 1:
                 axis.scatter(rates, [position] * len(rates), color="black", s=10, zorder=3)
-        axis.set_xscale("log")
-        finite = medians[np.isfinite(medians)]
-        low, high = (finite.min(), finite.max()) if finite.size else (1.0, 10.0)
-        axis.set_xlim(low / 3, high * 12)
         for position, name, rate in zip(positions, names, medians, strict=True):
             rows = measured[name]
             if not rows:
                 reason = str(loaders[name][-1].metrics.get(m.SKIP_REASON, ""))
-                axis.text(low / 2.8, position, f"skipped: {reason[:120]}", va="center", fontsize=7, color="gray")
+                axis.text(0.01 * high, position, f"skipped: {reason[:120]}", va="center", fontsize=7, color="gray")
                 continue
             note = (f"{rate:,.0f}/s" if rate >= 10 else f"{rate:,.1f}/s") + f" (n={rows[-1].metrics.get(m.COUNT, '?')}"
             note += f", {len(rows)} runs)" if len(rows) > 1 else ")"
@@ -402,21 +465,25 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
                 speedup = float(np.median(speedups))
                 note += f"  direct {speedup:,.1f}× faster" if speedup >= 1 else f"  {1 / speedup:,.2f}× direct"
             axis.text(
-                max(rate, *(r.metrics[m.SAMPLES_PER_S] for r in rows)) * 1.2, position, note, va="center", fontsize=8
+                max(rate, *(r.metrics[m.SAMPLES_PER_S] for r in rows)) + 0.01 * high,
+                position,
+                note,
+                va="center",
+                fontsize=8,
             )
         if "cropbench-direct" in names and np.isfinite(medians[names.index("cropbench-direct")]):
-            direct = medians[names.index("cropbench-direct")]
-            axis.axvline(direct, color="tab:blue", linestyle=":", linewidth=1)
-            axis.axvline(direct / 100, color="gray", linestyle="--", linewidth=1)
-            axis.text(direct / 100 * 1.05, len(names) - 0.55, "direct ÷ 100", fontsize=7, color="gray")
+            axis.axvline(medians[names.index("cropbench-direct")], color="tab:blue", linestyle=":", linewidth=1)
+        _from_zero(axis, every, room=1.6)
+        if any(marked):
+            axis.legend(handles=[flagged_handle()], fontsize=7, loc="lower right")
         axis.set_yticks(positions, names, fontsize=8)
         axis.invert_yaxis()
         axis.grid(axis="x", alpha=0.3)
         size = loaders[names[0]][0].config.get("crop_size", "?")
         axis.set_title(f"{plate} — {size}px crops, all channels, random order (higher is better)", fontsize=9)
         axis.set_xlabel(
-            "samples/s, one process, warm page cache (log; bar: median, dots: repeats); blue: cropbench, "
-            "orange: peers; dotted: cropbench direct; dashed: direct ÷ 100",
+            "samples/s, one process, warm page cache (bar: median, dots: repeats); blue: cropbench, "
+            "orange: peers; dotted: cropbench direct",
             fontsize=8,
         )
     figure.suptitle("Peer loaders vs cropbench on the same plate and crops", fontsize=11)
@@ -457,6 +524,20 @@ def _median(rows: Sequence[Record], metric: str) -> float:
     return float(np.median([r.metrics.get(metric, np.nan) for r in rows]))
 
 
+def _mark_flagged(axis: plt.Axes, workers: Sequence[int], points: dict[int, list[Record]], color: Any) -> None:
+    """Flagged points of a steady samples/s line, drawn over it grey and hatched in the line's colour."""
+    if workers:
+        axis.scatter(
+            workers,
+            [_median(points[w], m.SAMPLES_PER_S) for w in workers],
+            s=90,
+            facecolor=FLAGGED_COLOR,
+            edgecolor=color,
+            hatch=FLAGGED_HATCH,
+            zorder=3,
+        )
+
+
 def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
     """Samples/s against num_workers, one line per batch size, one panel per swept configuration."""
     sweeps: dict[str, dict[int, dict[int, list[Record]]]] = {}
@@ -482,6 +563,7 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
                 color=color,
                 label=f"batch {batch}, steady",
             )
+            _mark_flagged(axis, [w for w in workers if any(flagged(r) for r in points[w])], points, color)
             axis.plot(
                 workers,
                 [_median(points[w], m.RUN_SAMPLES_PER_S) for w in workers],
@@ -513,7 +595,10 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
                 color="dimgray",
                 va="bottom",
             )
-        axis.legend(fontsize=7)
+        handles, _ = axis.get_legend_handles_labels()
+        axis.legend(
+            handles=[*handles, *([flagged_handle()] if any(flagged(r) for r in panel_rows) else [])], fontsize=7
+        )
     for axis in list(axes.flat)[len(panels) :]:
         axis.set_visible(False)
     return _save(figure, out_dir / "track2_workers_scaling.png")
@@ -526,23 +611,23 @@ def track2_first_batch(records: Sequence[Record], out_dir: Path) -> Path | None:
         return None
     positions = np.arange(len(rows))
     figure, axis = plt.subplots(figsize=(12, max(3.0, 0.36 * len(rows) + 1.5)))
-    axis.barh(
-        positions - 0.2, [r.metrics[m.FIRST_BATCH_MS] for r in rows], height=0.4, color="tab:red", label="epoch 1"
-    )
-    axis.barh(
-        positions + 0.2,
-        [r.metrics.get(m.EPOCH2_FIRST_BATCH_MS, np.nan) for r in rows],
-        height=0.4,
-        color="tab:orange",
-        label="epoch 2",
-    )
+    marked = [flagged(r) for r in rows]
+    first = [r.metrics[m.FIRST_BATCH_MS] for r in rows]
+    second = [r.metrics.get(m.EPOCH2_FIRST_BATCH_MS, np.nan) for r in rows]
+    _barh(axis, positions - 0.2, first, "tab:red", marked, height=0.4, label="epoch 1")
+    _barh(axis, positions + 0.2, second, "tab:orange", marked, height=0.4, label="epoch 2")
     axis.set_yticks(positions, [_label(r) for r in rows], fontsize=8)
     axis.invert_yaxis()
-    _log_x(axis)
-    axis.set_xlabel("ms from iter(loader) to the first batch in hand (worker start-up included; log scale)")
+    _from_zero(axis, [*first, *second])
+    axis.set_xlabel("ms from iter(loader) to the first batch in hand (worker start-up included)")
     axis.set_title("Track 2 first-batch latency (lower is better)")
     axis.grid(axis="x", alpha=0.3)
-    axis.legend(fontsize=8, loc="lower right")
+    handles = [
+        Patch(color="tab:red", label="epoch 1"),
+        Patch(color="tab:orange", label="epoch 2"),
+        *([flagged_handle()] if any(marked) else []),
+    ]
+    axis.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(figure, out_dir / "track2_first_batch.png")
 
 
@@ -555,32 +640,42 @@ def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     height = max(3.0, 0.36 * len(rows) + 1.8)
     below = (0.5, -0.75 / max(height - 1.2, 1.0))  # legends under the x labels, clear of the bars
     figure, (left, right) = plt.subplots(1, 2, figsize=(15, height), sharey=True)
-    left.barh(positions, [r.metrics[m.STEP_P50_MS] for r in rows], color="tab:purple", label="step p50")
-    left.scatter(
-        [r.metrics.get(m.COMPUTE_ONLY_STEP_P50_MS, np.nan) for r in rows],
-        positions,
-        marker="|",
-        s=250,
-        color="black",
-        zorder=3,
-        label="compute-only p50",
-    )
+    marked = [flagged(r) for r in rows]
+    steps = [r.metrics[m.STEP_P50_MS] for r in rows]
+    compute = [r.metrics.get(m.COMPUTE_ONLY_STEP_P50_MS, np.nan) for r in rows]
+    _barh(left, positions, steps, "tab:purple", marked)
+    ink = [FLAGGED_EDGE if mark else "black" for mark in marked]
+    left.scatter(compute, positions, marker="|", s=250, c=ink, zorder=3)
+    baseline = Line2D([], [], marker="|", markersize=14, color="black", linestyle="none", label="compute-only p50")
     left.set_yticks(positions, [_label(r) for r in rows], fontsize=8)
     left.invert_yaxis()
-    _log_x(left)
-    left.set_xlabel("ms per step (log scale)")
+    _from_zero(left, [*steps, *compute])
+    left.set_xlabel("ms per step")
     left.set_title("Track 3 step time p50 (lower is better)")
-    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=below, ncol=2)
-    wait = [100 * r.metrics.get(m.DATA_WAIT_FRACTION, np.nan) for r in rows]
-    right.barh(positions, wait, color=["tab:green" if w < 10 else "tab:red" for w in wait])
-    crosscheck = right.scatter(
-        [100 * r.metrics.get(m.STALL_CROSSCHECK, np.nan) for r in rows],
-        positions,
-        marker="x",
-        color="black",
-        zorder=3,
-        label="(step − compute-only) / step",
+    left.legend(
+        handles=[
+            Patch(color="tab:purple", label="step p50"),
+            baseline,
+            *([flagged_handle()] if any(marked) else []),
+        ],
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=below,
+        ncol=2,
     )
+    wait = [100 * r.metrics.get(m.DATA_WAIT_FRACTION, np.nan) for r in rows]
+    stall = [100 * r.metrics.get(m.STALL_CROSSCHECK, np.nan) for r in rows]
+    for fed in (True, False):
+        chosen = [index for index, w in enumerate(wait) if (w < 10) == fed]
+        _barh(
+            right,
+            positions[chosen],
+            [wait[i] for i in chosen],
+            "tab:green" if fed else "tab:red",
+            [marked[i] for i in chosen],
+        )
+    right.scatter(stall, positions, marker="x", c=ink, zorder=3)
+    crosscheck = Line2D([], [], marker="x", color="black", linestyle="none", label="(step − compute-only) / step")
     threshold = right.axvline(10, color="gray", linestyle=":", label="10%: the model's device >= 90% busy")
     right.set_xlabel("% of step time blocked on data (next() + copy to the model's device, if any)")
     right.set_title("Track 3 data-wait fraction (lower is better)")
@@ -590,15 +685,38 @@ def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
             Patch(color="tab:red", label="data wait >= 10%: waits on data"),
             crosscheck,
             threshold,
+            *([flagged_handle()] if any(marked) else []),
         ],
         fontsize=8,
         loc="upper center",
         bbox_to_anchor=below,
         ncol=2,
     )
+    _from_zero(right, [*wait, *stall, 10.0])
     for axis in (left, right):
         axis.grid(axis="x", alpha=0.3)
     return _save(figure, out_dir / "track3_step_and_wait.png")
+
+
+def _search_key(case: dict[str, Any]) -> str:
+    """A worker search's case without what differs between its points: workers, step counts, run label."""
+    rest = {key: value for key, value in case.items() if key not in {"steps", "warmup_steps", "run"}}
+    rest["loader"] = {key: value for key, value in case.get("loader", {}).items() if key != "num_workers"}
+    return json.dumps(rest, sort_keys=True, default=str)
+
+
+def flagged_workers(search: Record, records: Sequence[Record]) -> set[int]:
+    """The worker counts of a search whose own rows (same run, same case but for the workers) are flagged."""
+    key = _search_key(search.config.get("case", {}))
+    return {
+        int(r.config["loader"]["num_workers"])
+        for r in records
+        if r.track == "3"
+        and r.run_id == search.run_id
+        and "num_workers" in r.config.get("loader", {})
+        and _search_key(r.config) == key
+        and flagged(r)
+    }
 
 
 def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
@@ -607,6 +725,7 @@ def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
     if not searches:
         return None
     figure, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5))
+    any_flagged = False
     for color, record in zip(TAB10, searches, strict=False):
         workers = record.metrics[m.TRIED_WORKERS]
         answer = record.metrics.get(m.MIN_WORKERS)
@@ -620,6 +739,22 @@ def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
             label=name,
         )
         right.plot(workers, record.metrics[m.IMAGES_PER_S_BY_WORKERS], marker="o", color=color, label=name)
+        marked = flagged_workers(record, records)
+        for axis, values in (
+            (left, [100 * v for v in record.metrics[m.DATA_WAIT_FRACTION_BY_WORKERS]]),
+            (right, record.metrics[m.IMAGES_PER_S_BY_WORKERS]),
+        ):
+            points = [(w, v) for w, v in zip(workers, values, strict=False) if w in marked]
+            if points:
+                axis.scatter(
+                    *zip(*points, strict=True),
+                    s=90,
+                    facecolor=FLAGGED_COLOR,
+                    edgecolor=color,
+                    hatch=FLAGGED_HATCH,
+                    zorder=3,
+                )
+        any_flagged = any_flagged or bool(marked)
         ceiling = record.metrics.get(m.COMPUTE_ONLY_IMAGES_PER_S)
         if ceiling:
             right.axhline(ceiling, color=color, linestyle=":", linewidth=1)
@@ -635,7 +770,8 @@ def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
         axis.set_xticks(tried)
         axis.set_ylim(bottom=0)
         axis.grid(alpha=0.3)
-    left.legend(fontsize=7)
+    handles, _ = left.get_legend_handles_labels()
+    left.legend(handles=[*handles, *([flagged_handle()] if any_flagged else [])], fontsize=7)
     return _save(figure, out_dir / "track3_workers.png")
 
 
