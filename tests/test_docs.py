@@ -127,3 +127,25 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     for page in doc_pages():
         assert (site / page.with_suffix(".html").name).is_file()
     shutil.rmtree(site)
+
+
+def test_publishing_a_missing_release_history_says_how_to_build_it(tmp_path: Path) -> None:
+    if not (ROOT / ".venv" / "bin" / "asv").exists():
+        pytest.skip("asv is not installed in .venv: bash scripts/setup.sh")
+    config = tmp_path / "asv.zarr.conf.json"
+    config.write_text(
+        '{\n  // a comment, as asv allows\n  "version": 1, "repo": "' + str(tmp_path / "history" / "zarr") + '"\n}\n'
+    )
+    published = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "asv_publish.sh"), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert published.returncode == 2
+    assert published.stdout == ""
+    lines = published.stderr.strip().splitlines()
+    assert len(lines) == 1, published.stderr
+    assert "does not exist" in lines[0]
+    assert "scripts/release_history.py zarr" in lines[0]
+    assert not (tmp_path / "history").exists()
