@@ -60,18 +60,18 @@ def on_files(files: Files, config: Any) -> Files:
     root = _repository_root(config)
     docs_dir = Path(config["docs_dir"])
     texts = {name: (root / name).read_text(encoding="utf-8") for name in ROOT_PAGES}
-    for source, page in ROOT_PAGES.items():
-        files.append(File.generated(config, page, abs_src_path=str(root / source)))
-    linked = set()
+    for name, page_uri in ROOT_PAGES.items():
+        files.append(File.generated(config, page_uri, abs_src_path=str(root / name)))
+    linked: set[str] = set()
     for text in texts.values():
         linked.update(_repository_links(text, from_root=True))
-    for page in docs_dir.glob("*.md"):
-        linked.update(_repository_links(page.read_text(encoding="utf-8"), from_root=False))
+    for doc_page in docs_dir.glob("*.md"):
+        linked.update(_repository_links(doc_page.read_text(encoding="utf-8"), from_root=False))
     for path in sorted(linked):
-        source = root / path
-        if source.is_file():
+        target = root / path
+        if target.is_file():
             uri = f"{REPOSITORY_FOLDER}/{path}"
-            files.append(File.generated(config, uri, abs_src_path=str(source), inclusion=InclusionLevel.NOT_IN_NAV))
+            files.append(File.generated(config, uri, abs_src_path=str(target), inclusion=InclusionLevel.NOT_IN_NAV))
     return files
 
 
