@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from pathlib import Path
 
@@ -98,3 +99,131 @@ def test_missing_or_foreign_tiffs_raise_store_errors(tiff_plates: dict[str, Path
     with pytest.raises(StoreError, match="predictor"):
         open_plate(broken, "direct").read_region(0, 0, 10, 0, 10)
     assert read_plate_metadata(broken).format == "tiff"
+
+
+# --- hostile files ------------------------------------------------------------------------------
+
+DECODES = ("direct", "field", "zarr")
+
+
+def _copy(plate: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(plate, tmp_path / plate.name))
+
+
+def _channel_file(plate: Path) -> Path:
+    return plate / "images" / "A1_field0_c1_ER.tiff"
+
+
+def _read_bounded(plate: Path, decode: str, release: Path | None = None, limit_s: float = 20.0) -> BaseException | None:
+    """read_region of field 0, channel 1 on a thread; what it raised (None: nothing); fails past ``limit_s``.
+
+    ``release`` is a FIFO whose blocked reader is let go afterwards (so a hang fails the test, not the run).
+    """
+    import os
+    import threading
+
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            open_plate(plate, decode).read_region(0, 0, 50, 0, 50, np.array([1]))
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    if release is not None and not outcome:
+        with contextlib.suppress(OSError):
+            os.close(os.open(release, os.O_WRONLY | os.O_NONBLOCK))
+    assert outcome, f"{decode}: still reading after {limit_s} s"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_corrupt_zlib_strip_is_a_store_error_on_every_path(
+    tiff_plates: dict[str, Path], tmp_path: Path, decode: str
+) -> None:
+    plate = _copy(tiff_plates["tiff-zlib"], tmp_path)
+    path = _channel_file(plate)
+    with tifffile.TiffFile(path) as tiff:
+        offset, count = tiff.pages.first.dataoffsets[0], tiff.pages.first.databytecounts[0]
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        handle.write(b"\x00" * count)
+    error = _read_bounded(plate, decode)
+    assert isinstance(error, StoreError) and path.name in str(error), repr(error)
+
+
+@pytest.mark.parametrize("layout", ["tiff", "tiff-zlib"])
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_strip_byte_count_beyond_its_plane_is_refused_before_reading(
+    tiff_plates: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decode: str, layout: str
+) -> None:
+    import os
+
+    plate = _copy(tiff_plates[layout], tmp_path)
+    path = _channel_file(plate)
+    with tifffile.TiffFile(path, mode="r+b") as tiff:
+        tag = tiff.pages.first.tags["StripByteCounts"]
+        tag.overwrite((2**31,) * len(tiff.pages.first.databytecounts), dtype="I")
+    real_pread, real_read = os.pread, tifffile.FileHandle.read
+
+    def bounded_pread(fd: int, length: int, offset: int) -> bytes:
+        assert length <= 2**20, f"a read of {length} bytes"
+        return real_pread(fd, length, offset)
+
+    def bounded_read(self: tifffile.FileHandle, size: int = -1) -> bytes:
+        assert size <= 2**20, f"a read of {size} bytes"
+        return real_read(self, size)
+
+    monkeypatch.setattr(os, "pread", bounded_pread)
+    monkeypatch.setattr(tifffile.FileHandle, "read", bounded_read)
+    error = _read_bounded(plate, decode)
+    assert isinstance(error, StoreError) and "byte count" in str(error) and path.name in str(error), repr(error)
+
+
+@pytest.mark.parametrize(("dtype", "value"), [("uint32", 70_000), ("int16", -5)])
+@pytest.mark.parametrize("layout", ["tiff", "tiff-zlib"])
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_channel_stored_in_a_wider_or_signed_type_is_refused_not_wrapped(
+    tiff_plates: dict[str, Path], tmp_path: Path, decode: str, layout: str, dtype: str, value: int
+) -> None:
+    plate = _copy(tiff_plates[layout], tmp_path)
+    path = _channel_file(plate)
+    compression = {"compression": "zlib"} if layout == "tiff-zlib" else {}
+    tifffile.imwrite(path, np.full((200, 240), value, dtype), photometric="minisblack", **compression)
+    error = _read_bounded(plate, decode)
+    assert isinstance(error, StoreError) and dtype in str(error) and path.name in str(error), repr(error)
+
+
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_narrower_unsigned_channel_is_read_exactly(tiff_plates: dict[str, Path], tmp_path: Path, decode: str) -> None:
+    plate = _copy(tiff_plates["tiff-zlib"], tmp_path)
+    pixels = np.arange(200 * 240, dtype=np.uint32).reshape(200, 240) % 251
+    tifffile.imwrite(_channel_file(plate), pixels.astype(np.uint8), photometric="minisblack", compression="zlib")
+    crop = open_plate(plate, decode).read_region(0, 0, 50, 0, 50, np.array([1]))
+    np.testing.assert_array_equal(crop[0], pixels[:50, :50])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_channel_file_that_is_not_a_regular_file_is_refused_before_opening(
+    tiff_plates: dict[str, Path], tmp_path: Path, decode: str, kind: str
+) -> None:
+    import os
+
+    plate = _copy(tiff_plates["tiff-zlib"], tmp_path)
+    path = _channel_file(plate)
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    error = _read_bounded(plate, decode, release=path if kind == "fifo" else None, limit_s=5.0)
+    assert isinstance(error, StoreError) and "not a regular file" in str(error) and path.name in str(error), repr(error)

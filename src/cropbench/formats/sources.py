@@ -182,6 +182,28 @@ def _without_credentials(text: str, url: str) -> str:
     return text.replace(userinfo, redact(f"x://{userinfo}@")[4:-1]) if userinfo else text
 
 
+def check_regular(path: str | Path) -> bool:
+    """Whether ``path`` exists; a :class:`StoreError` when it is something other than a regular file
+    (a FIFO blocks a reader forever, a device such as ``/dev/zero`` never ends), checked without opening it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as error:
+        raise StoreError(f"cannot read {path}: {error.strerror or error}") from error
+    if not stat.S_ISREG(mode):
+        raise not_regular(path, mode)
+    return True
+
+
+def not_regular(path: str | Path, mode: int) -> StoreError:
+    """The error for a plate file that is not a regular file, naming what it is."""
+    kinds = [(stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a device")]
+    kinds += [(stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")]
+    kind = next((name for test, name in kinds if test(mode)), "special")
+    return StoreError(f"{path} is not a regular file ({kind}); a plate holds regular files only")
+
+
 class ByteSource(ABC):
     """Byte ranges of the objects (files) under one plate root; keys are relative to the root.
 
@@ -258,29 +280,8 @@ class FileSource(ByteSource):
         """The file that holds object ``key`` (for a reader that opens it itself): a :class:`StoreError`
         when something other than a regular file is there."""
         path = self._prefix + key
-        try:
-            mode = os.stat(path).st_mode
-        except FileNotFoundError:
-            return path
-        except OSError as error:
-            raise StoreError(f"cannot read {path}: {error.strerror or error}") from error
-        if not stat.S_ISREG(mode):
-            raise self._not_regular(key, mode)
+        check_regular(path)
         return path
-
-    def _not_regular(self, key: str, mode: int) -> StoreError:
-        kind = (
-            "a FIFO"
-            if stat.S_ISFIFO(mode)
-            else "a directory"
-            if stat.S_ISDIR(mode)
-            else "a device"
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket"
-            if stat.S_ISSOCK(mode)
-            else "special"
-        )
-        return StoreError(f"{self._prefix}{key} is not a regular file ({kind}); a plate holds regular files only")
 
     def _open(self, key: str) -> int | None:
         """A descriptor of ``key``'s file, or None when it does not exist; refuses anything but a regular file.
@@ -298,7 +299,7 @@ class FileSource(ByteSource):
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
             os.close(descriptor)
-            raise self._not_regular(key, mode)
+            raise not_regular(self._prefix + key, mode)
         os.set_blocking(descriptor, True)
         return descriptor
 
@@ -928,6 +929,7 @@ __all__ = [
     "REMOTE_SCHEMES",
     "ByteSource",
     "FileSource",
+    "check_regular",
     "RemoteSource",
     "is_url",
     "mirror_metadata",

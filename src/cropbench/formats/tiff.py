@@ -30,6 +30,7 @@ import tifffile
 from cropbench.errors import StoreError
 from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
 from cropbench.formats.marker import write_marker
+from cropbench.formats.sources import check_regular
 
 IMAGES_DIR = "images"
 #: TIFF compression tags the direct path decodes: none, Adobe deflate and old-style deflate (zlib).
@@ -81,49 +82,106 @@ class TiffPlateWriter(PlateWriter):
         )
 
 
+def segment_limit(compression: int, decoded_bytes: int) -> int:
+    """The most bytes a stored strip or tile of ``decoded_bytes`` may hold: itself uncompressed,
+    deflate's worst case (5 bytes a 16 KiB block, and a header), twice it plus a little for other codecs."""
+    if compression == 1:
+        return decoded_bytes
+    if compression in _DEFLATE:
+        return decoded_bytes + decoded_bytes // 1000 + 64
+    return 2 * decoded_bytes + 1024
+
+
 @dataclass(frozen=True)
 class TiffPlane:
-    """Where one 2-D TIFF keeps its pixels: strip offsets and sizes, and how they are encoded."""
+    """Where one 2-D TIFF keeps its pixels: strip offsets and sizes, and how they are encoded.
+
+    :meth:`parse` reads the header only (after checking the path is a regular file);
+    :meth:`check` holds it to a plate (shape, a pixel type read without loss, every strip within
+    its plane's size and the file); :meth:`direct_problem` says why the direct path cannot read it.
+    """
 
     path: Path
-    shape: tuple[int, int]
+    shape: tuple[int, ...]
     dtype: np.dtype
     rows_per_strip: int
     offsets: tuple[int, ...]
     byte_counts: tuple[int, ...]
     deflated: bool
     contiguous_offset: int | None
+    compression: int = 1
+    predictor: int = 1
+    tiled: bool = False
+    samples: int = 1
+    segment_bytes: int = 0
+    file_bytes: int = 0
 
     @classmethod
     def parse(cls, path: Path) -> TiffPlane:
+        if not check_regular(path):
+            raise StoreError(f"cannot read TIFF {path}: no such file")
         try:
+            file_bytes = os.stat(path).st_size
             with tifffile.TiffFile(path) as tiff:
                 page = tiff.pages.first
                 byteorder = tiff.byteorder
                 shape = tuple(int(s) for s in page.shape)
-                if len(shape) != 2 or page.is_tiled or page.samplesperpixel != 1:
-                    raise StoreError(
-                        f"{path}: the direct path reads single-sample 2-D stripped TIFFs, found shape {shape}, "
-                        f"tiled={page.is_tiled}; use decode='field'"
-                    )
-                if int(page.compression) not in (1, *_DEFLATE) or int(page.predictor) != 1:
-                    raise StoreError(
-                        f"{path}: compression {page.compression!r} with predictor {page.predictor!r} is not read by "
-                        "the direct path (it reads uncompressed and zlib without predictor); use decode='field'"
-                    )
-                contiguous = int(page.compression) == 1 and bool(page.is_contiguous)
+                dtype = np.dtype(page.dtype)
+                compression = int(page.compression)
+                contiguous = compression == 1 and bool(page.is_contiguous)
                 return cls(
                     path=path,
-                    shape=(shape[0], shape[1]),
-                    dtype=np.dtype(page.dtype).newbyteorder(byteorder),
+                    shape=shape,
+                    dtype=dtype.newbyteorder(byteorder),
                     rows_per_strip=int(page.rowsperstrip) or shape[0],
                     offsets=tuple(int(o) for o in page.dataoffsets),
                     byte_counts=tuple(int(b) for b in page.databytecounts),
-                    deflated=int(page.compression) in _DEFLATE,
+                    deflated=compression in _DEFLATE,
                     contiguous_offset=int(page.dataoffsets[0]) if contiguous else None,
+                    compression=compression,
+                    predictor=int(page.predictor),
+                    tiled=bool(page.is_tiled),
+                    samples=int(page.samplesperpixel),
+                    segment_bytes=int(np.prod(page.chunks)) * dtype.itemsize,
+                    file_bytes=file_bytes,
                 )
-        except (OSError, tifffile.TiffFileError) as error:
-            raise StoreError(f"cannot read TIFF {path}: {error}") from error
+        except StoreError:
+            raise
+        except Exception as error:  # tifffile raises many unrelated types (IndexError, struct.error, ...) on bad bytes
+            raise StoreError(f"cannot read TIFF {path}: {type(error).__name__}: {error}") from error
+
+    def check(self, shape: tuple[int, int], dtype: str) -> TiffPlane:
+        """This plane, if a plate of fields ``shape`` and pixel type ``dtype`` can read it exactly."""
+        if self.shape != shape:
+            raise StoreError(f"{self.path} has shape {self.shape}, the plate's fields are {shape}")
+        stored = self.dtype.newbyteorder("=")
+        if not np.can_cast(stored, np.dtype(dtype), "safe"):
+            raise StoreError(
+                f"{self.path} holds {stored.name} pixels, the plate's are {dtype}: they would wrap or lose "
+                f"their sign; store the channel as {dtype} (or a narrower unsigned type)"
+            )
+        limit = segment_limit(self.compression, self.segment_bytes)
+        for index, (offset, count) in enumerate(zip(self.offsets, self.byte_counts, strict=True)):
+            if count > limit or offset + count > self.file_bytes:
+                raise StoreError(
+                    f"{self.path}: strip {index} has byte count {count:,} at offset {offset:,}; a strip of this "
+                    f"plane holds at most {limit:,} bytes and the file has {self.file_bytes:,}: the file is corrupt"
+                )
+        return self
+
+    def direct_problem(self) -> str | None:
+        """Why the direct path cannot read this plane (None: it can)."""
+        if len(self.shape) != 2 or self.tiled or self.samples != 1:
+            return (
+                f"{self.path}: the direct path reads single-sample 2-D stripped TIFFs, found shape {self.shape}, "
+                f"tiled={self.tiled}; use decode='field'"
+            )
+        if self.compression not in (1, *_DEFLATE) or self.predictor != 1:
+            return (
+                f"{self.path}: compression {self.compression!r} with predictor {self.predictor!r} is not read by "
+                "the direct path (it reads uncompressed and zlib without predictor); use decode='field'"
+            )
+        return None
 
 
 def channel_files(metadata: PlateMetadata, field_index: int) -> list[Path]:
@@ -144,6 +202,7 @@ class TiffReader(PlateReader):
         self.chunk_cache_bytes = chunk_cache_bytes
         self._cache: LruCache[tuple[int, int, int], np.ndarray] = LruCache(chunk_cache_bytes)
         self._planes: dict[int, list[TiffPlane]] = {}
+        self._checked: dict[int, list[TiffPlane]] = {}
         self._maps: dict[tuple[int, int], np.memmap] = {}
         self._descriptors: dict[Path, int] = {}
 
@@ -163,14 +222,22 @@ class TiffReader(PlateReader):
             return plane.rows_per_strip, plane.shape[1]
         return super().grain()
 
+    def _checked_planes(self, field_index: int) -> list[TiffPlane]:
+        """The field's planes, each checked against the plate (every decode path reads through this)."""
+        planes = self._checked.get(field_index)
+        if planes is None:
+            planes = checked_planes(self.metadata, field_index)
+            self._checked[field_index] = planes
+        return planes
+
     def _field_planes(self, field_index: int) -> list[TiffPlane]:
         planes = self._planes.get(field_index)
         if planes is None:
-            planes = [TiffPlane.parse(path) for path in channel_files(self.metadata, field_index)]
-            expected = self.metadata.field_shape[1:]
+            planes = self._checked_planes(field_index)
             for plane in planes:
-                if plane.shape != expected:
-                    raise StoreError(f"{plane.path} has shape {plane.shape}, the plate's fields are {expected}")
+                problem = plane.direct_problem()
+                if problem is not None:
+                    raise StoreError(problem)
             self._planes[field_index] = planes
         return planes
 
@@ -215,9 +282,18 @@ class TiffReader(PlateReader):
             self._descriptors[plane.path] = descriptor
         encoded = os.pread(descriptor, plane.byte_counts[strip_index], plane.offsets[strip_index])
         self.stats.bytes_fetched += len(encoded)
-        data = zlib.decompress(encoded) if plane.deflated else encoded
         height, width = plane.shape
         strip_rows = min(plane.rows_per_strip, height - strip_index * plane.rows_per_strip)
+        try:  # never more than the strip's own size is inflated, whatever the stream claims
+            data = (
+                zlib.decompressobj().decompress(encoded, strip_rows * width * plane.dtype.itemsize)
+                if plane.deflated
+                else encoded
+            )
+        except zlib.error as error:
+            raise StoreError(
+                f"strip {strip_index} of {plane.path} cannot be decoded (corrupt zlib data): {error}"
+            ) from None
         values = np.frombuffer(data, dtype=plane.dtype)
         if values.size < strip_rows * width:
             raise StoreError(
@@ -232,14 +308,14 @@ class TiffReader(PlateReader):
 
     def read_field(self, field_index: int, channels: np.ndarray | None = None) -> np.ndarray:
         """Whole field through ``tifffile.imread``, as pipelines read these images."""
-        paths = channel_files(self.metadata, field_index)
+        paths = [plane.path for plane in self._checked_planes(field_index)]
         wanted = range(len(paths)) if channels is None else [int(c) for c in channels]
         result = np.empty((len(wanted), *self.metadata.field_shape[1:]), dtype=self.metadata.dtype)
         for position, channel in enumerate(wanted):
             try:
                 result[position] = tifffile.imread(paths[channel])
-            except (OSError, tifffile.TiffFileError, ValueError) as error:
-                raise StoreError(f"cannot read TIFF {paths[channel]}: {error}") from error
+            except Exception as error:  # tifffile and imagecodecs raise many unrelated types on corrupt data
+                raise StoreError(f"cannot read TIFF {paths[channel]}: {type(error).__name__}: {error}") from error
             self.stats.bytes_fetched += paths[channel].stat().st_size
             self.stats.chunks_decoded += 1
         self.stats.bytes_decoded += result.nbytes
@@ -273,10 +349,11 @@ class TiffZarrReader(PlateReader):
         arrays = self._arrays.get(field_index)
         if arrays is None:
             arrays = []
-            for path in channel_files(self.metadata, field_index):
+            for plane in checked_planes(self.metadata, field_index):
+                path = plane.path
                 try:
                     store = tifffile.imread(path, aszarr=True)
-                except (OSError, tifffile.TiffFileError) as error:
+                except Exception as error:  # as parse: any type on bad bytes
                     raise StoreError(f"cannot open TIFF {path} as a zarr store: {error}") from error
                 self._stores.append(store)
                 arrays.append(zarr.open_array(store, mode="r"))
@@ -291,12 +368,18 @@ class TiffZarrReader(PlateReader):
         for position, channel in enumerate(wanted):
             try:
                 out[position] = arrays[channel][y0:y1, x0:x1]
-            except (OSError, ValueError, tifffile.TiffFileError) as error:  # a corrupt or truncated strip
+            except Exception as error:  # a corrupt or truncated strip: tifffile and imagecodecs raise many types
                 path = channel_files(self.metadata, field_index)[channel]
-                raise StoreError(f"TIFF {path} cannot be read: {error}") from error
+                raise StoreError(f"TIFF {path} cannot be read: {type(error).__name__}: {error}") from error
 
     def files(self) -> list[Path]:
         return all_files(self.metadata)
+
+
+def checked_planes(metadata: PlateMetadata, field_index: int) -> list[TiffPlane]:
+    """Every channel file of a field parsed (headers only) and checked against the plate."""
+    shape = (metadata.field_shape[1], metadata.field_shape[2])
+    return [TiffPlane.parse(path).check(shape, metadata.dtype) for path in channel_files(metadata, field_index)]
 
 
 def all_files(metadata: PlateMetadata) -> list[Path]:
