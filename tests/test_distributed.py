@@ -211,3 +211,33 @@ def test_a_rank_that_hangs_or_dies_fails_the_job_and_finished_rows_stay(
         assert "1" in done.stderr.split("cropbench: error:")[1]
     else:
         assert "exitcode" in done.stderr and "7" in done.stderr
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), 1e300, float("nan"), 0.0, -1.0])
+def test_a_rank_timeout_outside_what_torch_accepts_is_a_config_error(seconds: float) -> None:
+    from cropbench.tracks.distributed import Cluster, check_timeout
+
+    with pytest.raises(ConfigError, match=r"--rank-timeout .* got"):
+        check_timeout(seconds)
+    with pytest.raises(ConfigError, match=r"--rank-timeout"):
+        Cluster(seconds)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("WORLD_SIZE", "abc"), ("RANK", "1.5"), ("LOCAL_RANK", ""), ("WORLD_SIZE", "0"), ("RANK", "2")],
+)
+def test_a_launcher_variable_that_is_not_a_rank_is_a_distributed_error(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    from cropbench.errors import DistributedError
+    from cropbench.tracks.distributed import Cluster, launch_rank
+
+    environment = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    for name, setting in {**environment, variable: value}.items():
+        monkeypatch.setenv(name, setting)
+    with pytest.raises(DistributedError, match=rf"{variable}={value!r}"):
+        Cluster(5.0)
+    if variable == "RANK" and value == "1.5":
+        with pytest.raises(DistributedError, match=r"RANK='1\.5'"):
+            launch_rank()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import os
 import socket
 import statistics
@@ -48,6 +49,9 @@ from cropbench.tracks.runner import Row, Track, seeded
 LAUNCH_ENVIRONMENT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 #: Seconds a rank waits for the others at a barrier or a collective (a whole case must fit in it).
 DEFAULT_TIMEOUT_S = 600.0
+#: The longest wait accepted (a week): torch keeps timeouts in milliseconds, and a rank that hangs
+#: longer than this is not going to come back.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 T = TypeVar("T")
 
@@ -59,7 +63,33 @@ def launched() -> bool:
 
 def launch_rank() -> int:
     """This process's rank as the launcher set it (0 outside a launched job)."""
-    return int(os.environ.get("RANK", "0"))
+    return _launch_number("RANK", 0) if "RANK" in os.environ else 0
+
+
+def _launch_number(name: str, minimum: int) -> int:
+    """A whole number the launcher sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), checked."""
+    value = os.environ.get(name, "")
+    try:
+        number = int(value)
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise DistributedError(
+            f"{name}={value!r} is not a whole number >= {minimum}: it is set by the launcher (torchrun), not by hand"
+        )
+    return number
+
+
+def check_timeout(seconds: float) -> float:
+    """``seconds`` as a rank timeout: a finite number of seconds in (0, :data:`MAX_TIMEOUT_S`]."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise ConfigError(f"--rank-timeout (timeout_s) must be a number of seconds, got {seconds!r}")
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S):
+        raise ConfigError(
+            f"--rank-timeout (timeout_s) must be more than 0 and at most {MAX_TIMEOUT_S:g} seconds (a week), "
+            f"got {seconds!r}"
+        )
+    return float(seconds)
 
 
 class Cluster:
@@ -70,15 +100,18 @@ class Cluster:
     """
 
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        if not timeout_s > 0:
-            raise ConfigError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        self.timeout_s = check_timeout(timeout_s)
         if not launched():
             missing = [name for name in LAUNCH_ENVIRONMENT if name not in os.environ]
             raise DistributedError(f"not started by torchrun: {', '.join(missing)} unset (see README, 'Many ranks')")
-        self.timeout_s = float(timeout_s)
-        self.rank = int(os.environ["RANK"])
-        self.world_size = int(os.environ["WORLD_SIZE"])
-        self.local_rank = int(os.environ["LOCAL_RANK"])
+        self.world_size = _launch_number("WORLD_SIZE", 1)
+        self.rank = _launch_number("RANK", 0)
+        self.local_rank = _launch_number("LOCAL_RANK", 0)
+        if self.rank >= self.world_size:
+            raise DistributedError(
+                f"RANK={os.environ['RANK']!r} is not below WORLD_SIZE={os.environ['WORLD_SIZE']!r}: "
+                "the launcher (torchrun) sets both"
+            )
         self.host = socket.gethostname()
         self.backend = "nccl" if torch.cuda.is_available() else "gloo"
         timeout = datetime.timedelta(seconds=self.timeout_s)
@@ -446,6 +479,7 @@ __all__ = [
     "RankCase",
     "RankReport",
     "aggregate",
+    "check_timeout",
     "distribute",
     "distributed_cases",
     "launch_local",
