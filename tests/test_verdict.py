@@ -65,6 +65,9 @@ def test_configurations_are_told_apart_by_their_config_not_their_label() -> None
     ]
     (one,) = verdict(same_label).tracks
     assert one.configurations == 2 and one.value == 400.0
+    without_config = [row("1", name, {}, **{m.SAMPLES_PER_S: rate}) for name, rate in (("a", 1.0), ("b", 3.0))]
+    (two,) = verdict(without_config).tracks
+    assert two.configurations == 2 and two.value == 3.0, "rows written without a config are not pooled"
 
 
 def test_track2_is_measured_against_crops_in_memory_of_the_same_dtype() -> None:

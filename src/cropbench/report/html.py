@@ -33,7 +33,7 @@ h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom:
 .verdict { background: #f4f8fb; border-left: 4px solid #1f77b4; padding: 0.6em 1.2em; }
 .verdict h3 { font-size: 1em; margin: 0.9em 0 0.2em; }
 .verdict ul { margin: 0.2em 0; } .verdict .note { font-weight: 600; }
-table { border-collapse: collapse; font-size: 0.82em; margin: 0.5em 0 1em; }
+.wide { overflow-x: auto; } table { border-collapse: collapse; font-size: 0.82em; margin: 0.5em 0 1em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
 th { background: #f0f0f0; } td.case, th.case { text-align: left; white-space: normal; }
 tr.flagged td { color: #888; background: repeating-linear-gradient(135deg, #f7f7f7 0 6px, #efefef 6px 12px); }
@@ -52,6 +52,7 @@ def render_report(
     """The page as a string: verdict (``answer``, else computed from ``records``), figures, rows, environment."""
     answer = answer if answer is not None else verdict(records, preset)
     runs = list(dict.fromkeys(r.run_id for r in records))
+    named = f"run {', '.join(runs)}" if len(runs) <= 3 else f"{len(runs)} runs"
     stamps = sorted(r.timestamp for r in records)
     when = f"{stamps[0]} to {stamps[-1]}" if stamps else "no rows"
     parts = [
@@ -60,7 +61,7 @@ def render_report(
         "<title>cropbench report</title>",
         f"<style>{STYLE}</style></head><body>",
         "<h1>cropbench report</h1>",
-        f'<p class="meta">{len(records)} rows, run {_text(", ".join(runs) or "-")}, {_text(when)}</p>',
+        f'<p class="meta">{len(records)} rows, {_text(named)}, {_text(when)}</p>',
         _verdict_section(answer),
         _figures_section(figures),
         _rows_section(records),
@@ -143,14 +144,15 @@ def _rows_section(records: Sequence[Record]) -> str:
     for track, rows in by_track.items():
         columns = SUMMARY_COLUMNS.get(track, ())
         header = "".join(f"<th>{_text(title)}</th>" for title, _, _ in columns)
-        parts.append(f'<h3>track {_text(track)}</h3><table><tr><th class="case">case</th><th>run</th>{header}</tr>')
+        parts.append(f'<h3>track {_text(track)}</h3><div class="wide"><table>')
+        parts.append(f'<tr><th class="case">case</th><th>run</th>{header}</tr>')
         for row in rows:
             flagged = bool(row_flags(row))
             label = row.case + (f" #{row.repeat}" if row.repeat else "")
             cells = "".join(f"<td>{_text(format_cell(cell_value(row, key), fmt))}</td>" for _, key, fmt in columns)
             style = ' class="flagged"' if flagged else ""
             parts.append(f'<tr{style}><td class="case">{_text(label)}</td><td>{_text(row.run_id)}</td>{cells}</tr>')
-        parts.append("</table>")
+        parts.append("</table></div>")
         raised = sorted({flag for row in rows for flag in row_flags(row)})
         if raised:
             items = "".join(
@@ -175,7 +177,7 @@ def _environment_section(records: Sequence[Record]) -> str:
         f'<tr><td class="case">{_text(key)}</td><td class="case">{_text(" | ".join(shown))}</td></tr>'
         for key, shown in values.items()
     )
-    table = f"<table>{rows}</table>" if rows else "<p>the rows carry no environment</p>"
+    table = f'<div class="wide"><table>{rows}</table></div>' if rows else "<p>the rows carry no environment</p>"
     return f"<h2>Environment</h2>\n{table}"
 
 

@@ -141,16 +141,17 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
                 f"({_number(verdict.ceiling.value)} {verdict.unit})"
             )
     lines += list(verdict.notes)
-    if verdict.configurations:
-        if verdict.quotable == verdict.configurations:
-            lines.append(f"all {verdict.configurations} configurations may be quoted")
-        elif verdict.quotable == 0:
-            lines.append(f"none of its {verdict.configurations} configurations may be quoted:")
+    total, quotable = verdict.configurations, verdict.quotable
+    if total == 1:
+        lines.append("its one configuration may be quoted" if quotable else "its one configuration may not be quoted:")
+    elif total:
+        if quotable == total:
+            lines.append(f"all {total} configurations may be quoted")
+        elif quotable == 0:
+            lines.append(f"none of its {total} configurations may be quoted:")
         else:
-            lines.append(
-                f"{verdict.quotable} of {verdict.configurations} configurations may be quoted; not the others:"
-            )
-        lines += [f"  - {plain_reason(flag)} ({flag}: {count})" for flag, count in verdict.reasons]
+            lines.append(f"{quotable} of {total} configurations may be quoted; not the others:")
+    lines += [f"  - {plain_reason(flag)} ({flag}: {count})" for flag, count in verdict.reasons]
     return lines
 
 
@@ -294,10 +295,11 @@ DEFAULT_RULE = RULES["1"]
 
 def configurations(records: Iterable[Record]) -> list[Configuration]:
     """The records grouped by track and config fields (the seed aside), in the order first seen."""
-    groups: dict[tuple[str, str], list[Record]] = {}
+    groups: dict[tuple[str, str, str], list[Record]] = {}
     for record in records:
         config = {key: value for key, value in record.config.items() if key != "seed"}
-        key = (record.track, json.dumps(config, sort_keys=True, default=str))
+        # A row written without its config (by another tool) is a configuration of its own name.
+        key = (record.track, json.dumps(config, sort_keys=True, default=str), "" if config else record.case)
         groups.setdefault(key, []).append(record)
     return [
         Configuration(tuple(rows), frozenset(flag for row in rows for flag in row_flags(row)))
