@@ -146,6 +146,10 @@ class Regions:
         """(field, y0, y1, x0, x1, out_y0, out_x0)."""
         return self.field, self.y0, self.y1, self.x0, self.x1, self.out_y0, self.out_x0
 
+    def table(self) -> np.ndarray:
+        """The columns as one C-contiguous (7, n) int64 array, rows in :meth:`columns` order."""
+        return np.stack(self.columns()).astype(np.int64, copy=False)
+
     def rows(self) -> Iterator[tuple[int, int, int, int, int, int, int]]:
         """(field, y0, y1, x0, x1, out_y0, out_x0) of each region, as Python ints."""
         return zip(*(column.tolist() for column in self.columns()), strict=True)

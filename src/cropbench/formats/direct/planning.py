@@ -125,7 +125,7 @@ class PiecePlanner:
         for field_index in np.unique(regions.field).tolist():
             by_shape.setdefault(self.layouts.get(field_index).chunk_cyx, []).append(field_index)
         planner = native.plan_pieces
-        table = np.stack(regions.columns()).astype(np.int64, copy=False)  # (7, n), for every chunk shape's pass
+        table = regions.table()  # for every chunk shape's pass
         for members in by_shape.values():
             layout = self.layouts.layouts[members[0]]
             _, chunk_y, chunk_x = layout.chunk_cyx
