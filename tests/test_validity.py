@@ -10,7 +10,7 @@ from cropbench.data.loader import LoaderSpec
 from cropbench.records import Record
 from cropbench.report.summary import summary_table
 from cropbench.tracks import track1, track2, track3
-from cropbench.tracks.validity import VALIDITY_FLAGS
+from cropbench.tracks.validity import VALIDITY_FLAGS, validity
 
 #: The tiny plate decodes to about 1.9 MiB and holds about 100 objects: the default 32 MiB cache holds
 #: all of it, 64 KiB does not.
@@ -60,3 +60,11 @@ def test_the_summary_prints_track2_and_track3_flags_and_explains_them() -> None:
     table = summary_table(rows)
     assert table.count("few-samples") == 4, "in each track's row and under each track's table"
     assert VALIDITY_FLAGS["few-samples"] in table
+
+
+def test_impossible_is_a_flag_like_the_others_and_explained() -> None:
+    crop = CropConfig(crop_size=32)
+    raised = validity(crop, None, items_drawn=10, objects=100, p95_reliable=True, impossible=True)
+    assert raised[m.VALIDITY_FLAGS] == ["impossible"]
+    assert validity(crop, None, items_drawn=10, objects=100, p95_reliable=True)[m.VALIDITY_FLAGS] == []
+    assert "longer than the whole loaded step" in VALIDITY_FLAGS["impossible"]
