@@ -9,7 +9,7 @@ import pytest
 from cropbench import metrics as m
 from cropbench.cli import main
 from cropbench.errors import ConfigError
-from cropbench.records import Record, read_records
+from cropbench.records import Record, parse_record, read_records
 from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.layouts import LayoutComparison, Layouts
 
@@ -38,7 +38,7 @@ def test_rows_carry_sizes_throughputs_amplification_and_ratios(tiny_plate: Path,
         assert m.per_crop("random", m.DECODE_AMPLIFICATION) in metrics
         assert m.per_crop("grouped", m.CHUNKS_TOUCHED_PER_CROP) in metrics
     assert records[1].config["layout_label"] == "call-yx256-zstd" and records[0].track == "layouts"
-    assert not any((tmp_path / "work").iterdir())  # converted plates are removed unless kept
+    assert not (tmp_path / "work").exists(), "converted plates, and the work folder this run made, are removed"
 
 
 def test_bad_comparisons_are_config_errors() -> None:
@@ -76,3 +76,19 @@ def test_cli_writes_rows_csv_and_the_figure(
     assert (out / "results.csv").is_file() and (out / "plots" / "layouts_comparison.png").is_file()
     assert (out / "plates" / "tiff" / "cropbench_layout.json").is_file()
     assert "× memmap" in capsys.readouterr().out
+
+
+def test_without_keep_a_run_removes_only_what_it_wrote(tiny_plate: Path, tmp_path: Path) -> None:
+    work, out = tmp_path / "work", tmp_path / "out"
+    args = ["compare-layouts", "--plate", str(tiny_plate), "--layout", "tiff", "--work", str(work), "--out", str(out)]
+    args += ["--samples", "20", "--warmup", "2", "--repeats", "1", "--crop-size", "32", "--no-progress"]
+    assert main([*args, "--keep"]) == 0
+    users = work / "tiff" / "notes.txt"
+    users.write_text("a user's file beside a kept plate")
+    kept = {name: sorted(p.name for p in (work / name).iterdir()) for name in ("memmap", "tiff")}
+    assert main(args) == 0
+    assert users.read_text() == "a user's file beside a kept plate"
+    assert {name: sorted(p.name for p in (work / name).iterdir()) for name in ("memmap", "tiff")} == kept
+    assert sorted(p.name for p in work.iterdir()) == ["memmap", "tiff"], "the run's own copies are gone"
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert [parse_record(line).case for line in lines] == ["memmap", "tiff"] * 2

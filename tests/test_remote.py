@@ -5,7 +5,6 @@ line naming the URL."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import subprocess
@@ -32,7 +31,7 @@ from cropbench.formats import DirectChunkReader, open_plate, read_plate_metadata
 from cropbench.formats.sources import mirror_metadata, object_store, upload_plate, write_index
 from cropbench.measure import endpoints
 from cropbench.plates.generate import generate_plate
-from cropbench.records import RESULTS_NAME, read_records
+from cropbench.records import RESULTS_NAME, parse_record, read_records
 from cropbench.tracks import TRACKS, RunContext
 from cropbench.tracks.track1 import Track1Case
 
@@ -395,11 +394,13 @@ def test_compare_layouts_by_url_reports_requests_and_crops_per_s_per_layout(
         out = tmp_path / url.split(":")[0]
         args = ["compare-layouts", "--plate", url, "--samples", "40", "--latency-ms", "1", "--out", str(out)]
         assert main([*args, *(f"--layout={name}" for name in layouts), "--no-progress"]) == 0
-        rows = [json.loads(line) for line in (out / "store_layouts.jsonl").read_text().splitlines()]
-        assert [row[m.LAYOUT] for row in rows] == layouts
-        for row in rows:
-            assert row["plate"] == url and row[m.INJECTED_LATENCY_MS] == 1
-            assert all(m.catalogued(key) for key in row if key != "plate")
+        lines = (out / "results.jsonl").read_text().splitlines()
+        records = [parse_record(line) for line in lines]
+        assert [r.case for r in records] == layouts and {r.track for r in records} == {"store-layouts"}
+        for record in records:
+            row = record.metrics
+            assert record.config["plate"] == url and row[m.INJECTED_LATENCY_MS] == 1 and row[m.LAYOUT] == record.case
+            assert all(m.catalogued(key) for key in row)
             for prefix in (m.DIRECT_, m.ZARR_):
                 assert row[prefix + m.REQUESTS_PER_CROP] > 0 and row[prefix + m.BYTES_TRANSFERRED_PER_CROP] > 0
                 assert row[prefix + m.SAMPLES_PER_S] > 0 and row[prefix + m.LOCAL_SAMPLES_PER_S] > 0
@@ -428,25 +429,47 @@ def test_compare_layouts_by_url_refuses_options_it_would_ignore(tmp_path: Path) 
     assert not any(tmp_path.iterdir()), "nothing is written before the error"
 
 
-def test_compare_layouts_by_url_keeps_plates_it_did_not_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cropbench.measure import remote
+def test_compare_layouts_by_url_keeps_plates_it_did_not_write(
+    s3_endpoint: str, tiny_plate: Path, tmp_path: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cropbench.tracks import stores
 
+    url = f"s3://{BUCKET}/keep/tiny.zarr"
+    upload_plate(tiny_plate, url)
     work = tmp_path / "work"
     kept = work / "tiles" / "mine.txt"
     kept.parent.mkdir(parents=True)
     kept.write_text("a user's file")
+    measured: list[Path] = []
 
-    def write_layouts(url: str, layouts: list[str], root: Path, *_: object) -> list[dict[str, object]]:
-        for name in layouts:
-            (root / name).mkdir(parents=True, exist_ok=True)
-        return []
+    def count_only(plate: Path, *_: object) -> dict[str, object]:
+        measured.append(plate)
+        return {m.STORED_MIB: 1.0}
 
-    monkeypatch.setattr(remote, "compare_layouts_in_store", write_layouts)
-    monkeypatch.setattr(remote, "layouts_table", lambda rows: "")
-    args = ["compare-layouts", "--plate", "s3://bucket/p.zarr", "--work", str(work), "--out", str(tmp_path / "out")]
+    monkeypatch.setattr(stores, "layout_over_store", count_only)
+    monkeypatch.setattr(stores, "layouts_table", lambda records: "")
+    args = ["compare-layouts", "--plate", url, "--work", str(work), "--out", str(tmp_path / "out"), "--no-progress"]
     assert main([*args, "--layout=default", "--layout=tiles"]) == 0
     assert kept.read_text() == "a user's file", "a folder that was there before is left alone"
-    assert not (work / "default").exists(), "what the run wrote is removed without --keep"
+    assert sorted(p.name for p in work.iterdir()) == ["tiles"], "what the run wrote is removed without --keep"
+    assert [p.name for p in measured] == ["default", "tiles"] and measured[1].parent != work
+    lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    assert [parse_record(line).case for line in lines] == ["default", "tiles"]
+
+
+@pytest.mark.slow
+def test_the_remote_track_counts_requests_and_times_the_loader_beside_the_local_plate(
+    s3_endpoint: str, tiny_plate: Path, tmp_path: Path, cache_home: Path
+) -> None:
+    url = f"s3://{BUCKET}/track/tiny.zarr"
+    upload_plate(tiny_plate, url)
+    records = api.run(url, ["remote"], out_dir=tmp_path, samples=64, local_plate=tiny_plate)
+    assert [r.case for r in records] == ["direct/w0/b32", "direct/w2/b32", "zarr/w0/b32", "zarr/w2/b32"]
+    for record in records:
+        assert record.metrics[m.REQUESTS_PER_CROP] > 0 and record.metrics[m.SAMPLES_PER_S] > 0
+        assert record.metrics[m.RATIO_TO_LOCAL] > 0
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert [parse_record(line).case for line in lines] == [r.case for r in records]
 
 
 @pytest.mark.slow

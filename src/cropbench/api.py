@@ -9,6 +9,7 @@ the two fixed runs the command line offers besides it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,8 @@ from cropbench.plates.generate import GeneratedPlate, generate_plate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, RecordWriter, read_records, write_csv
 from cropbench.tracks import TRACKS, RunContext, Track, run_tracks
 from cropbench.tracks.distributed import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
-from cropbench.tracks.layouts import LayoutComparison, Layouts
+from cropbench.tracks.layouts import LayoutComparison, Layouts, WorkFolder
+from cropbench.tracks.stores import StoreLayouts, StoreLayoutsTrack
 
 #: Called with a status message, and with the record when one has just been measured.
 Progress = Callable[[str, Record | None], None]
@@ -153,6 +155,27 @@ def compare_layouts(
     return run(plate, [track], out_dir=out_dir, objects=objects, progress=progress)
 
 
+def compare_layouts_in_store(
+    url: str,
+    layouts: Sequence[str],
+    settings: StoreLayouts,
+    out_dir: str | Path,
+    *,
+    work_dir: str | Path | None = None,
+    keep: bool = False,
+    store: StoreConfig | None = None,
+    progress: Progress | None = None,
+) -> list[Record]:
+    """Which layout to publish: the plate at ``url`` rewritten in each layout (under ``work_dir``, default
+    ``OUT/plates``; only what this call wrote is removed unless ``keep``), each served on loopback behind
+    ``settings.latency_ms`` and measured (track ``store-layouts``, one record per layout in
+    ``OUT/results.jsonl``). The source is read with ``store`` without injected latency."""
+    work = WorkFolder(Path(work_dir) if work_dir else Path(out_dir) / "plates", keep)
+    track = StoreLayoutsTrack(layouts, settings, work)
+    source = dataclasses.replace(store or StoreConfig(), latency_ms=0.0)
+    return run(url, [track], out_dir=out_dir, store=source, progress=progress)
+
+
 def _local_context(plate: str | Path, objects: str | Path | None, samples: int | None) -> RunContext:
     """The run's plate on local disk, the reference of a plate in a store (same object table and samples)."""
     return RunContext(plate=Path(plate), objects=Path(objects) if objects is not None else None, samples=samples)
@@ -190,4 +213,4 @@ def smoke(
     return SmokeRun(plate, generated, run(plate, SMOKE_TRACKS, "smoke", out_dir, progress=progress))
 
 
-__all__ = ["Progress", "SmokeRun", "compare_layouts", "run", "smoke"]
+__all__ = ["Progress", "SmokeRun", "compare_layouts", "compare_layouts_in_store", "run", "smoke"]

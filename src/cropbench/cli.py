@@ -226,11 +226,9 @@ COMPARE_LOCAL_DEFAULTS: dict[str, Any] = {"decode": "direct", "warmup": 200, "re
 
 def _compare_layouts_in_store(args: argparse.Namespace) -> int:
     """compare-layouts --plate URL: requests/crop and crops/s per layout, each served on loopback behind
-    --latency-ms (rows in OUT/store_layouts.jsonl, a table on stdout)."""
-    import contextlib
-    import shutil
-
-    from cropbench.measure.remote import STORE_LAYOUTS, StoreLayouts, compare_layouts_in_store, layouts_table
+    --latency-ms (rows of track 'store-layouts' in OUT/results.jsonl, a table on stdout)."""
+    from cropbench import api
+    from cropbench.tracks.stores import STORE_LAYOUTS, StoreLayouts, layouts_table
 
     ignored = [f"--{name}" for name, default in COMPARE_LOCAL_DEFAULTS.items() if getattr(args, name) != default]
     if ignored:
@@ -239,7 +237,6 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
             "over a store every layout is measured with direct and zarr (--samples, --crop-size, --layout, "
             "--latency-ms, --in-flight set the run)"
         )
-    out_dir = Path(args.out)
     settings = StoreLayouts(
         latency_ms=args.latency_ms,
         in_flight=args.in_flight,
@@ -248,22 +245,22 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
         zarr_crops=max(args.samples // 8, 1),  # zarr-python pays several round trips per crop
         crop_size=args.crop_size,
     )
-    work = Path(args.work) if args.work else out_dir / "plates"
     layouts = args.layout or STORE_LAYOUTS
-    work_existed = work.exists()
-    created = [name for name in layouts if not (work / name).exists()]  # removed afterwards unless --keep
-    rows = compare_layouts_in_store(args.plate, layouts, work, settings, _store_config(args))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / "store_layouts.jsonl").open("a") as handle:
-        for row in rows:
-            handle.write(json.dumps({"plate": args.plate, **row}) + "\n")
-    if not args.keep:  # only the layouts this run wrote: --work may hold plates kept earlier, or be the user's
-        for name in created:
-            shutil.rmtree(work / name, ignore_errors=True)
-        if not work_existed:
-            with contextlib.suppress(OSError):
-                work.rmdir()
-    print(layouts_table(rows))
+    bar = _ProgressBar(not args.no_progress, "layouts", len(layouts))
+    try:
+        records = api.compare_layouts_in_store(
+            args.plate,
+            layouts,
+            settings,
+            args.out,
+            work_dir=args.work,
+            keep=args.keep,
+            store=_store_config(args),
+            progress=bar,
+        )
+    finally:
+        bar.close()
+    print(layouts_table(records))
     return 0
 
 

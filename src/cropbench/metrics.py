@@ -214,7 +214,7 @@ SERVER_REQUESTS_PER_S = "server_requests_per_s"
 # The first crops of a count (``measure.remote.requests_per_crop``): each shard index fetched once.
 WARMUP_REQUESTS_PER_CROP = "warmup_requests_per_crop"
 WARMUP_BYTES_PER_CROP = "warmup_bytes_per_crop"
-# Layouts over a store (``measure.remote.layout_over_store``): one row per layout, each read path's
+# Layouts over a store (``tracks.stores.layout_over_store``): one row per layout, each read path's
 # numbers under its prefix, with the same layout's rate on local disk beside the store's.
 LAYOUT = "layout"
 STORED_MIB = "stored_mib"

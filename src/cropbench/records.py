@@ -246,6 +246,11 @@ def _parse_line(line: str, where: str) -> Record:
     return Record.from_dict(data)
 
 
+def parse_record(line: str, where: str = "record") -> Record:
+    """A record from one JSON line, validated as every line of a results file is (OutputError if it is not one)."""
+    return _parse_line(line, where)
+
+
 def iter_records(path: str | Path) -> Iterator[Record]:
     """Records of a JSON Lines file; a torn final line (no newline after it) is skipped with a warning."""
     return _iter_records(Path(path), with_tail=True)

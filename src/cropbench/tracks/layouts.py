@@ -11,8 +11,11 @@ indices after a warm-up pass (``measure.protocol.interleaved_rates``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +101,37 @@ def measure_layout(plate: str | Path, comparison: LayoutComparison, context: Run
     return metrics
 
 
+class WorkFolder:
+    """Where a comparison writes its converted plates; without ``keep`` it removes only what this run wrote.
+
+    A plate already at ``root/NAME`` (kept by an earlier run, perhaps with the user's files beside its
+    pixels) is never written over or removed by a run without ``keep``: that run writes into a fresh
+    hidden folder beside it instead. ``root`` itself is removed at the end only if this run created it
+    and it is empty.
+    """
+
+    def __init__(self, root: str | Path, keep: bool = False) -> None:
+        self.root, self.keep = Path(root), keep
+        self.existed = self.root.exists()
+
+    def destination(self, name: str) -> Path:
+        """Where to write layout ``name``: ``root/name``, unless that is taken and the plate will not be kept."""
+        target = self.root / name
+        if self.keep or not os.path.lexists(target):
+            return target
+        return Path(tempfile.mkdtemp(prefix=f".{name}.", dir=self.root)) / name
+
+    def done(self, path: Path) -> None:
+        """Remove ``path`` (what :meth:`destination` gave) unless ``keep``, and ``root`` if this run made it."""
+        if self.keep:
+            return
+        scratch = path.parent if path.parent != self.root else None
+        shutil.rmtree(scratch or path, ignore_errors=True)
+        if not self.existed:
+            with contextlib.suppress(OSError):
+                self.root.rmdir()
+
+
 @dataclass(frozen=True)
 class LayoutCase:
     """One layout of a comparison: the plate rewritten in it, then measured."""
@@ -120,8 +154,7 @@ class Layouts:
 
     def __init__(self, comparison: LayoutComparison, work_dir: str | Path, keep: bool = False) -> None:
         self.comparison = comparison
-        self.work_dir = Path(work_dir)
-        self.keep = keep
+        self.work = WorkFolder(work_dir, keep)
         self.ceiling: dict[str, Any] = {}
 
     def cases(self, preset: str, context: RunContext) -> list[LayoutCase]:
@@ -134,9 +167,13 @@ class Layouts:
         name, comparison = case.layout_name, case.comparison
         context.progress(f"{name}: writing")
         layout = layout_by_name(name)
-        converted = convert_plate(context.plate, self.work_dir / name, layout, overwrite=True)
-        context.progress(f"{name}: reading")
-        metrics = {**_size_metrics(converted), **measure_layout(converted.path, comparison, context)}
+        destination = self.work.destination(name)
+        try:
+            converted = convert_plate(context.plate, destination, layout, overwrite=True)
+            context.progress(f"{name}: reading")
+            metrics = {**_size_metrics(converted), **measure_layout(converted.path, comparison, context)}
+        finally:
+            self.work.done(destination)
         if name == CEILING:
             self.ceiling = metrics
         if self.ceiling:
@@ -150,8 +187,6 @@ class Layouts:
             "source_plate": str(context.plate.resolve()),
             "comparison": dataclasses.asdict(comparison),
         }
-        if not self.keep:
-            shutil.rmtree(converted.path)
         yield Row(case, config, metrics, comparison.seed)
 
 

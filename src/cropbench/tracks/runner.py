@@ -115,7 +115,7 @@ def store_metrics(
 
 
 #: Tracks whose cases are also measured on the local plate beside a plate in a store.
-LOCAL_REFERENCE_TRACKS = ("1",)
+LOCAL_REFERENCE_TRACKS = ("1", "remote")
 
 
 def local_rates(track: Track, case: Any, repeat: int, context: RunContext) -> dict[str, float]:
@@ -194,9 +194,9 @@ def run_tracks(
                         case=row.case.label,
                         case_id=case_id,
                         config=config,
-                        metrics={
-                            **row.metrics,
+                        metrics={  # what a row measured of its own store settings wins over the run's
                             **store_metrics(context.remote, row.metrics, context.server_requests_per_s),
+                            **row.metrics,
                             **ratio_to_local(local.get(row.case.label), row.metrics),
                         },
                         environment=context.environment,
