@@ -672,3 +672,48 @@ def test_conversion_keeps_identity_labels_and_pixel_size_and_a_failed_one_leaves
     with pytest.raises(OutputError, match="No space left"):
         convert_plate(source, tmp_path / "failed", layout_by_name("tiff-zlib"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cells.parquet", "copy", "images", "plate"]
+
+
+def test_a_label_column_is_found_by_its_exact_name_before_any_case_variant(
+    images: tuple[Path, Any], tmp_path: Path
+) -> None:
+    folder, names = images
+    columns = _cellprofiler_columns(names)
+    columns["Metadata_A"] = lambda c: f"upper{c['field']}"
+    columns["metadata_a"] = lambda c: f"lower{c['field']}"
+    pq.write_table(_table(columns), tmp_path / "cells.parquet")
+    plan = plan_import(tmp_path / "cells.parquet", folder, ImportOptions(labels=("Metadata_A",)))
+    assert plan.columns["labels"] == {"Metadata_A": "Metadata_A"}
+    assert set(plan.objects.column("Metadata_A")) == {"upper0", "upper1", "upper2"}
+    with pytest.raises(ImportInputError, match=r"METADATA_A.*matches both .*Metadata_A.* and .*metadata_a"):
+        plan_import(tmp_path / "cells.parquet", folder, ImportOptions(labels=("METADATA_A",)))
+
+
+def test_a_well_column_differing_only_in_case_is_an_error_naming_both(images: tuple[Path, Any], tmp_path: Path) -> None:
+    folder, names = images
+    columns = _cellprofiler_columns(names)
+    well = columns.pop("Metadata_Well")
+    columns["Metadata_well"] = well
+    columns["Metadata_WELL"] = lambda c: "Z99"
+    pq.write_table(_table(columns), tmp_path / "cells.parquet")
+    with pytest.raises(ImportInputError, match=r"matches both .*Metadata_well.* and .*Metadata_WELL"):
+        plan_import(tmp_path / "cells.parquet", folder)
+    columns.pop("Metadata_WELL")
+    pq.write_table(_table(columns), tmp_path / "cells.parquet")
+    assert plan_import(tmp_path / "cells.parquet", folder).columns["well"] == "Metadata_well"
+
+
+@pytest.mark.parametrize("column", ["Metadata_Count", "ObjectNumber"])
+def test_integers_outside_int64_are_refused_at_import(images: tuple[Path, Any], tmp_path: Path, column: str) -> None:
+    folder, names = images
+    table = _table(_cellprofiler_columns(names))
+    values = pa.array([2**63 + i for i in range(table.num_rows)], pa.uint64())
+    pq.write_table(table.append_column(column, values), tmp_path / "cells.parquet")
+    labels = (column,) if column.startswith("Metadata") else ()
+    with pytest.raises(ImportInputError, match=rf"{column}.*{2**63}.*int64"):
+        plan_import(tmp_path / "cells.parquet", folder, ImportOptions(labels=labels))
+    small = pa.array(list(range(table.num_rows)), pa.uint64())
+    pq.write_table(table.append_column(column, small), tmp_path / "cells.parquet")
+    plan = plan_import(tmp_path / "cells.parquet", folder, ImportOptions(labels=labels))
+    stored = plan.objects.extra[column]
+    assert stored.dtype == np.int64 and stored.tolist() == list(range(table.num_rows))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -67,3 +68,13 @@ def test_string_labels_become_class_ids_numbers_stay_numbers(tmp_path: Path) -> 
     with pytest.raises(ObjectTableError, match=r"values \['aspirin'\] outside its 1 classes"):
         label_columns(table, ["Metadata_pert_iname"], {"Metadata_pert_iname": ("DMSO",)})
     assert read_label_classes(tmp_path / "elsewhere") == {}
+
+
+def test_a_label_beyond_int64_in_a_plates_table_is_refused_before_any_batch(tmp_path: Path) -> None:
+    table = _table()
+    huge = dataclasses.replace(table, extra={**table.extra, "count": np.array([1, 2**63, 3], np.uint64)})
+    with pytest.raises(ObjectTableError, match=rf"label 'count' holds {2**63}.*int64"):
+        label_columns(huge, ["count"], {})
+    small = dataclasses.replace(table, extra={**table.extra, "count": np.array([1, 2, 3], np.uint64)})
+    values, _ = label_columns(small, ["count"], {})
+    assert values["count"].dtype == np.int64 and values["count"].tolist() == [1, 2, 3]

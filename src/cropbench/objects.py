@@ -235,6 +235,14 @@ def label_columns(
     classes: dict[str, tuple[str, ...]] = {}
     for name in names:
         column = table.column(name)
+        if column.dtype.kind == "u":  # a batch holds int64: a larger value would fail every batch
+            beyond = np.flatnonzero(column > np.iinfo(np.int64).max)
+            if beyond.size:
+                raise ObjectTableError(
+                    f"label {name!r} holds {int(column[beyond[0]])} (object {beyond[0]}), outside int64: "
+                    "store it as a signed integer or a string"
+                )
+            column = column.astype(np.int64)
         if column.dtype.kind in "biuf":
             values[name] = column
             continue

@@ -198,13 +198,24 @@ def _without_suffix(name: str) -> str:
 
 
 def _find(names: Sequence[str], bases: Sequence[str]) -> str | None:
-    """The first column named like one of ``bases`` (case-insensitive), with or without merge suffix."""
-    lower = {name.lower(): name for name in names}
+    """The first column named like one of ``bases``, with or without merge suffix: the exact name
+    first, else the one column equal but for case; two such columns are an :class:`ImportInputError`
+    naming both (the table says two things, and guessing would store the wrong one)."""
+    exact = set(names)
     for base in bases:
         for suffix in MERGE_SUFFIXES:
-            found = lower.get((base + suffix).lower())
-            if found is not None:
-                return found
+            wanted = base + suffix
+            if wanted in exact:
+                return wanted
+            folded = [name for name in names if name.casefold() == wanted.casefold()]
+            if len(folded) > 1:
+                raise ImportInputError(
+                    f"{wanted} matches both {folded[0]!r} and {folded[1]!r}"
+                    f"{f' (and {len(folded) - 2} more)' if len(folded) > 2 else ''}, columns that differ only in "
+                    "case: rename one, or name the one you mean exactly"
+                )
+            if folded:
+                return folded[0]
     return None
 
 
@@ -556,10 +567,12 @@ def _identity(
     for name, bases in numbers:
         column = _find(table.column_names, bases)
         if column is not None:
-            values = column_values(table[column])
+            values = _within_int64(column, column_values(table[column]))
             integral = values.dtype.kind in "iu" or (
                 values.dtype.kind == "f" and np.all(np.isfinite(values)) and np.all(values == np.round(values))
             )
+            if integral and values.dtype.kind == "f" and values.size and np.abs(values).max() >= 2.0**63:
+                raise ImportInputError(f"{column} holds {np.abs(values).max():.0f}, outside int64")
             identity[name] = values.astype(np.int64) if integral else values
             used[name] = column
     return identity, used
@@ -577,9 +590,24 @@ def _labels(table: pa.Table, names: Sequence[str]) -> tuple[dict[str, np.ndarray
                 f"--label {name}: the table has no column {name!r} (nor with _x/_y); "
                 f"its metadata columns: {', '.join(metadata[:30]) or 'none'}"
             )
-        values[name] = column_values(table[column])
+        values[name] = _within_int64(column, column_values(table[column]))
         used[name] = column
     return values, used
+
+
+def _within_int64(column: str, values: np.ndarray) -> np.ndarray:
+    """Unsigned integers as int64 (what a batch of labels becomes), or an :class:`ImportInputError`
+    naming the column and the first value int64 cannot hold (it would fail every batch, or wrap)."""
+    if values.dtype.kind != "u":
+        return values
+    limit = np.iinfo(np.int64).max
+    beyond = np.flatnonzero(values > limit)
+    if beyond.size:
+        raise ImportInputError(
+            f"{column} holds {int(values[beyond[0]])} (row {int(beyond[0])}, {beyond.size} such rows), outside "
+            f"int64 (at most {limit}): labels and identity numbers are stored as int64"
+        )
+    return values.astype(np.int64)
 
 
 def _pixel_size(table: pa.Table, given: float | None) -> tuple[tuple[float, float] | None, str | None]:
