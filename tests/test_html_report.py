@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from cropbench import api
 from cropbench import metrics as m
+from cropbench.cli import main
 from cropbench.errors import OutputError
-from cropbench.records import Record
+from cropbench.records import Record, RecordWriter
 from cropbench.report.html import REPORT_NAME, render_report, write_report
 from cropbench.report.verdict import HEADING
 
@@ -97,3 +99,40 @@ def test_write_report_writes_beside_the_results_and_names_a_bad_path(tmp_path: P
     assert blocker.read_text() == "the user's own file"
     with pytest.raises(OutputError, match="missing.png"):
         render_report(records(), [tmp_path / "missing.png"])
+
+
+def _written(out: Path) -> list[Record]:
+    """The sample rows, written to OUT/results.jsonl as a run writes them."""
+    with RecordWriter(out / "results.jsonl") as writer:
+        return [writer.write(record) or record for record in records()]
+
+
+def test_smoke_and_run_end_in_the_verdict_and_write_the_report_beside_the_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fake_smoke(out_dir: Path, **_: object) -> api.SmokeRun:
+        return api.SmokeRun(Path(out_dir) / api.SMOKE_PLATE, None, _written(Path(out_dir)))
+
+    def fake_run(plate: str, tracks: list[str], preset: str, out_dir: Path, **_: object) -> list[Record]:
+        return _written(Path(out_dir))
+
+    monkeypatch.setattr(api, "smoke", fake_smoke)
+    monkeypatch.setattr(api, "run", fake_run)
+    assert main(["smoke", "--out", str(tmp_path / "smoke"), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    verdict_block = printed[printed.index(f"\n{HEADING}\n") :].strip().splitlines()
+    assert verdict_block[0] == HEADING and "--preset full" in "\n".join(verdict_block)
+    assert verdict_block[-1].strip().startswith("- "), "the verdict is the last thing printed"
+    page = (tmp_path / "smoke" / REPORT_NAME).read_text()
+    assert "data:image/png;base64," in page and HEADING in page
+    assert main(["run", "--plate", "p.zarr", "--out", str(tmp_path / "run"), "--no-progress", "--plot"]) == 0
+    assert HEADING in capsys.readouterr().out and (tmp_path / "run" / REPORT_NAME).is_file()
+    assert main(["run", "--plate", "p.zarr", "--out", str(tmp_path / "bare"), "--no-progress"]) == 0
+    assert HEADING in capsys.readouterr().out and not (tmp_path / "bare" / REPORT_NAME).exists(), "no plots, no page"
+
+
+def test_summary_of_a_results_file_ends_in_its_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _written(tmp_path)
+    assert main(["summary", str(tmp_path / "results.jsonl")]) == 0
+    printed = capsys.readouterr().out
+    assert f"\n{HEADING}\n" in printed and "best random/direct/none/96px/all/float32: 1,234 samples/s" in printed

@@ -308,7 +308,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("\n" + format_repeat_summary(summarise_repeats(records)))
     print(f"\n{len(records)} rows appended to {out_dir / RESULTS_NAME}; CSV at {out_dir / CSV_NAME}")
     if args.plot:
-        _plot(out_dir / RESULTS_NAME, out_dir / "plots")
+        answer = _report(records, out_dir, _plot(out_dir / RESULTS_NAME, out_dir / "plots"), args.preset)
+    else:
+        from cropbench.report.verdict import verdict
+
+        answer = verdict(records, args.preset).text()
+    print(f"\n{answer}")
     return 0
 
 
@@ -413,15 +418,27 @@ def _without_ranks(argv: Sequence[str]) -> list[str]:
     return kept
 
 
-def _plot(results: Path, out_dir: Path, all_runs: bool = False) -> None:
+def _plot(results: Path, out_dir: Path, all_runs: bool = False) -> list[Path]:
     from cropbench.report.plots import plot_results, runs_in
 
     records = read_records(results)
-    for path in plot_results(records, out_dir, all_runs=all_runs):
+    figures = plot_results(records, out_dir, all_runs=all_runs)
+    for path in figures:
         print(f"wrote {path}")
     runs = len(runs_in(records))
     if runs > 1 and not all_runs:
         print(f"figures show each track's latest run; {results} holds {runs} runs (plot --all-runs overlays them)")
+    return figures
+
+
+def _report(records: Sequence[Record], out_dir: Path, figures: Sequence[Path], preset: str | None) -> str:
+    """Write OUT/report.html (verdict, figures, rows, environment); returns the verdict's text."""
+    from cropbench.report.html import write_report
+    from cropbench.report.verdict import verdict
+
+    answer = verdict(records, preset)
+    print(f"report (verdict, figures, rows, environment): {write_report(records, out_dir, figures, answer=answer)}")
+    return answer.text()
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -437,7 +454,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    from cropbench.report.plots import latest_runs
     from cropbench.report.stability import format_repeat_summary, numeric_metrics, summarise_repeats
+    from cropbench.report.verdict import verdict
 
     records = read_records(args.results)
     known = numeric_metrics(records)
@@ -448,6 +467,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
             f"try {', '.join(close)} ({len(known)} numeric metrics in all)"
         )
     print(format_repeat_summary(summarise_repeats(records, args.metric)))
+    print(f"\n{verdict(latest_runs(records)).text()}")
     return 0
 
 
@@ -475,8 +495,9 @@ def cmd_smoke(args: argparse.Namespace) -> int:
             f"generated {done.plate} ({generated.objects} objects, compression ratio {generated.compression_ratio:.2f})"
         )
     print(summary_table(done.records))
-    _plot(out_dir / RESULTS_NAME, out_dir / "plots")
+    figures = _plot(out_dir / RESULTS_NAME, out_dir / "plots")
     print(f"\nrows in {out_dir / RESULTS_NAME} and {out_dir / CSV_NAME}")
+    print(f"\n{_report(done.records, out_dir, figures, 'smoke')}")
     return 0
 
 
@@ -541,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repeats", type=int, default=1, help="repeat each case with seed+repeat")
     run.add_argument("--resume", action="store_true", help="skip cases already in OUT/results.jsonl")
     run.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (0 = torch default)")
-    run.add_argument("--plot", action="store_true", help="draw figures into OUT/plots")
+    run.add_argument("--plot", action="store_true", help="draw figures into OUT/plots and write OUT/report.html")
     run.add_argument(
         "--layout",
         choices=sorted(LAYOUTS),
@@ -703,7 +724,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--csv", required=True, help="CSV file to write")
     export.set_defaults(handler=cmd_export)
 
-    summary = commands.add_parser("summary", help="median, 95%% interval and stability warnings over repeats")
+    summary = commands.add_parser(
+        "summary", help="median, 95%% interval and stability warnings over repeats, then the verdict"
+    )
     summary.add_argument("results", help="results.jsonl")
     summary.add_argument(
         "--metric",
@@ -725,10 +748,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     smoke = commands.add_parser(
         "smoke",
-        help="the main job: smoke plate, every track, summary and plots",
+        help="the main job: smoke plate, every track, summary, plots, report and verdict",
         description="Generate a small synthetic plate (4 fields of 5 x 540 x 540) unless OUT has one, run every "
-        "track's smoke preset on it, print the summary with each row's validity flags, and write "
-        "OUT/results.jsonl, OUT/results.csv and OUT/plots/*.png. About 1-2 minutes on 2 cores.",
+        "track's smoke preset on it, print the summary with each row's validity flags, write "
+        "OUT/results.jsonl, OUT/results.csv, OUT/plots/*.png and OUT/report.html (one page: verdict, figures, "
+        "rows, environment), and end with the verdict. About 1-2 minutes on 2 cores.",
     )
     smoke.add_argument("--out", default="out/smoke", help="output directory (default: %(default)s)")
     smoke.add_argument("--force", action="store_true", help="regenerate the smoke plate")
