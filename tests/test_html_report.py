@@ -84,7 +84,7 @@ def test_the_page_holds_the_verdict_the_rows_and_the_environment() -> None:
     text = " ".join(Page(page).text)
     assert HEADING in text and "--preset full" in text
     assert "best random/direct/none/96px/all/float32: 1,234 samples/s" in text, "the flagged faster row is not best"
-    assert "1 of 2 configurations may be quoted" in text
+    assert "1 of 2 configurations carry no flag" in text
     assert 'class="flagged"' in page and page.count('class="flagged"') == 1
     assert "cache>=plate" in text and "packages.torch" in text and "2.5" in text
 

@@ -35,7 +35,10 @@ def test_the_best_quotable_configuration_wins_and_a_flagged_one_is_never_called_
     assert text.splitlines()[0] == HEADING
     assert "best random/direct: 900 samples/s\n    no ceiling in this run" in text
     assert "not a number to quote" not in text, "the best row named is a clean one"
-    assert "2 of 3 configurations may be quoted; not the others:" in text and plain_reason("cache>=plate") in text
+    assert (
+        "2 of 3 configurations carry no flag; the others must not be quoted:" in text
+        and plain_reason("cache>=plate") in text
+    )
 
 
 def test_when_every_row_is_flagged_the_best_is_named_as_flagged() -> None:
@@ -85,6 +88,10 @@ def test_track2_is_measured_against_crops_in_memory_of_the_same_dtype() -> None:
     assert two.best is not None and two.value == 1000.0
     assert two.ceiling is not None and two.ceiling.value == 4000.0 and two.ratio == pytest.approx(0.25)
     assert "0.25x the ceiling measured in the same run: crops already in memory" in verdict(rows).text()
+    main_process = [*rows, track2("plate", "float32", 24000.0, workers=0)]
+    (alone,) = verdict(main_process).tracks
+    assert alone.value == 24000.0 and alone.ratio is None, "nothing is handed over: crops in memory do not bound it"
+    assert "no ceiling in this run for loading in the main process" in verdict(main_process).text()
 
 
 def track3(case: str, images: float, ceiling: float, stall: float, flags: list[str] | None = None) -> Record:

@@ -34,6 +34,8 @@ SMOKE_NOTE = (
     "not to measure; for numbers run --preset full (cropbench run --preset full on a plate larger "
     "than the reader's cache)"
 )
+#: Said where a track's best configuration has nothing in the run to be measured against.
+NO_CEILING = "no ceiling in this run"
 #: Each validity flag in plain words: why a row carrying it must not be quoted, and what to do.
 PLAIN_REASONS: dict[str, str] = {
     "few-samples": "too few timings for a p95: run longer (--preset full, or more --samples)",
@@ -99,6 +101,8 @@ class TrackVerdict:
     reasons: tuple[tuple[str, int], ...]
     #: Further answers of the track (Track 3: the fewest workers that keep the model fed).
     notes: tuple[str, ...] = ()
+    #: Said instead of the ratio when there is none.
+    ceiling_note: str = NO_CEILING
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
         flagged = "" if best.quotable else " [flagged: not a number to quote]"
         lines = [f"{head}best {best.label}: {_number(verdict.value)} {verdict.unit}{flagged}"]
         if verdict.ceiling is None or verdict.ratio is None:
-            lines.append("no ceiling in this run")
+            lines.append(verdict.ceiling_note)
         else:
             lines.append(
                 f"{verdict.ratio:.2f}x the ceiling measured in the same run: {verdict.ceiling.name} "
@@ -143,14 +147,16 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
     lines += list(verdict.notes)
     total, quotable = verdict.configurations, verdict.quotable
     if total == 1:
-        lines.append("its one configuration may be quoted" if quotable else "its one configuration may not be quoted:")
+        lines.append(
+            "its one configuration carries no flag" if quotable else "its one configuration must not be quoted:"
+        )
     elif total:
         if quotable == total:
-            lines.append(f"all {total} configurations may be quoted")
+            lines.append(f"all {total} configurations carry no flag")
         elif quotable == 0:
             lines.append(f"none of its {total} configurations may be quoted:")
         else:
-            lines.append(f"{quotable} of {total} configurations may be quoted; not the others:")
+            lines.append(f"{quotable} of {total} configurations carry no flag; the others must not be quoted:")
     lines += [f"  - {plain_reason(flag)} ({flag}: {count})" for flag, count in verdict.reasons]
     return lines
 
@@ -170,7 +176,8 @@ class _Rule:
     #: The number a configuration is ranked on (higher is better); None: it measured none.
     value: Callable[[Configuration], float | None]
     #: The ceiling for the best configuration among all of the track's configurations, and the ratio.
-    ceiling: Callable[[Configuration, float, Sequence[Configuration]], tuple[Ceiling, float] | None]
+    #: A string says why there is none for this configuration.
+    ceiling: Callable[[Configuration, float, Sequence[Configuration]], tuple[Ceiling, float] | str | None]
     notes: Callable[[Sequence[Configuration]], tuple[str, ...]] = lambda _: ()
     #: What "best" ranks on when not the value itself (Track 3: the share of its own model's rate,
     #: since images/s of different models do not compare).
@@ -197,12 +204,15 @@ def _dtype(configuration: Configuration) -> object:
 
 def _track2_ceiling(
     best: Configuration, value: float, everything: Sequence[Configuration]
-) -> tuple[Ceiling, float] | None:
-    """Crops already in memory: the loader's hand-over alone, of the same dtype where there is one."""
+) -> tuple[Ceiling, float] | str | None:
+    """Crops already in memory: the workers' hand-over alone, of the same dtype where there is one.
+    Loading in the main process hands nothing over, so nothing in the run bounds it."""
+    if not best.rows[0].config.get("loader", {}).get("num_workers"):
+        return f"{NO_CEILING} for loading in the main process (crops already in memory bound the workers' hand-over)"
     memory = [c for c in everything if _source(c) == "memory" and c.median(m.SAMPLES_PER_S) is not None]
     same_dtype = [c for c in memory if _dtype(c) == _dtype(best)] or memory
     rates = [rate for c in same_dtype if (rate := c.median(m.SAMPLES_PER_S)) is not None]
-    return _ratio("crops already in memory, the loader's hand-over alone", max(rates, default=None), value)
+    return _ratio("crops already in memory, the workers' hand-over alone", max(rates, default=None), value)
 
 
 def _searches(configuration: Configuration) -> bool:
@@ -321,6 +331,8 @@ def judge_track(track: str, groups: Sequence[Configuration]) -> TrackVerdict:
     pool = [entry for entry in candidates if entry[2].quotable] or candidates
     _, value, best = max(pool, key=lambda entry: entry[0]) if pool else (None, None, None)
     found = rule.ceiling(best, value, groups) if best is not None and value is not None else None
+    note = found if isinstance(found, str) else NO_CEILING
+    found = None if isinstance(found, str) else found
     reasons = Counter(flag for c in measured for flag in c.flags)
     return TrackVerdict(
         track=track,
@@ -333,6 +345,7 @@ def judge_track(track: str, groups: Sequence[Configuration]) -> TrackVerdict:
         ratio=found[1] if found else None,
         reasons=tuple(sorted(reasons.items(), key=lambda item: (-item[1], item[0]))),
         notes=rule.notes(groups),
+        ceiling_note=note,
     )
 
 
