@@ -196,11 +196,23 @@ SPATIALDATA_VERSION = "spatialdata_version"
 TILES_READ = "tiles_read"
 CLIPPED_TILES = "clipped_tiles"
 CLIPPED_FRACTION = "clipped_fraction"
-# The fetch targets (scripts/measure_targets.py): crops/s over all rounds, and the rounds' spread.
+# The fetch targets (``tracks.targets``): each reader's crops/s over all rounds and the rounds' spread;
+# a reader over a reference (the ceiling at the same threads, or a peer) as the median of per-block
+# paired ratios with quartiles and extremes; the ceiling's thread count; the run's load average.
 CROPS_PER_S = "crops_per_s"
 ROUND_MEDIAN = "median"
 ROUND_MIN = "min"
 ROUND_MAX = "max"
+RATIO_MEDIAN = "ratio_median"
+RATIO_Q1 = "ratio_q1"
+RATIO_Q3 = "ratio_q3"
+RATIO_MIN = "ratio_min"
+RATIO_MAX = "ratio_max"
+PAIRED_BLOCKS = "paired_blocks"
+CEILING_THREADS = "ceiling_threads"
+LOADAVG_START = "loadavg_start"
+LOADAVG_END = "loadavg_end"
+SKIPPED_PEERS = "skipped_peers"
 # Plates in an object store (``tracks.runner.store_metrics``): what crossed the wire per crop (the
 # reader's requests and bytes), the row's store settings, the rate beside the same plate read locally
 # in the same run, and the server's own ceiling (requests/s with a trivial client).

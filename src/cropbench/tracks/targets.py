@@ -1,0 +1,423 @@
+"""Track ``targets``: the direct reader against THE fetch ceiling and against peers at their best,
+interleaved in one process on the same crops.
+
+**The ceiling**, one definition (:class:`CopyCeiling`): the same crops cut from a raw in-memory copy
+of the plate (the ``memmap`` layout, read once so the page cache holds it) by the cheapest code that
+can do it, the direct reader's C piece copy over a whole batch with the GIL released, split over the
+same number of threads as the reader it is compared with. It decodes nothing and does no per-crop
+Python work, so no reader of the same crops can beat it: a ratio above 1 is flagged ``impossible``
+(the run, not the reader, is wrong). Every ratio row names the ceiling's thread count.
+
+**Peers at their best**, each with its tuning in the row: tensorstore with ``data_copy_concurrency``
+and ``file_io_concurrency`` at the machine's cores and its cache pool at the reader's budget, a batch
+in one ``ts.Batch`` and a block of reads in flight as futures; zarr-python's async API with its
+``async.concurrency`` set and a batch gathered at once. A peer that is not installed is left out,
+saying why.
+
+**Ratios** are paired per block: readers take turns block by block (the order rotating every block,
+:func:`~cropbench.measure.protocol.interleaved_blocks`), and each block's ratio compares two readers
+over the same crops moments apart, so a slowdown of the machine lands on both. A row reports the
+median of the per-block ratios with their quartiles and extremes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cropbench import metrics as m
+from cropbench.config import CropConfig
+from cropbench.data.dataset import CropDataset
+from cropbench.data.sampling import access_order
+from cropbench.errors import ConfigError, PeerUnavailableError
+from cropbench.formats import MemmapReader, open_plate
+from cropbench.formats.direct import copy_pieces
+from cropbench.measure.protocol import interleaved_blocks, load_into_page_cache, samples_per_s
+from cropbench.plates.convert import materialize_layout
+from cropbench.tracks.context import RunContext, usable_cores
+from cropbench.tracks.peers import CropWindows
+from cropbench.tracks.runner import Row
+from cropbench.tracks.validity import decoded_plate_bytes
+
+#: The flag of a ratio to the ceiling above 1: a reader cannot deliver the crops faster than copying them.
+IMPOSSIBLE = "impossible"
+#: Access patterns: the row label's name -> the sampler's.
+ACCESSES = {"random": "random", "grouped": "grouped-field"}
+#: Fraction of the decoded plate the decoded-chunk cache (and tensorstore's cache pool) may hold.
+CACHE_FRACTION = 0.25
+
+#: A reader of one block of object indices (the result is dropped after the clock).
+Read = Callable[[Sequence[int]], Any]
+
+
+@dataclass(frozen=True)
+class TargetsCase:
+    """One access pattern: every reader over the same ``objects`` crops, ``block`` crops per turn,
+    ``rounds`` passes, batches of ``batch`` crops, the direct reader and the ceiling at each of ``threads``."""
+
+    access: str = "random"
+    objects: int = 3072
+    block: int = 192
+    rounds: int = 3
+    batch: int = 64
+    crop_size: int = 96
+    threads: tuple[int, ...] = (1, 2)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.access not in ACCESSES:
+            raise ConfigError(f"access={self.access!r} is not one of {', '.join(ACCESSES)}")
+        for knob in ("objects", "block", "rounds", "batch", "crop_size"):
+            if getattr(self, knob) < 1:
+                raise ConfigError(f"{knob} must be >= 1, got {getattr(self, knob)}")
+        if not self.threads or min(self.threads) < 1:
+            raise ConfigError(f"threads must name thread counts >= 1, got {self.threads}")
+
+    @property
+    def label(self) -> str:
+        return self.access
+
+
+@dataclass(frozen=True)
+class ReaderCase:
+    """One reader's crops/s within a targets case."""
+
+    access: str
+    reader: str
+    tuning: dict[str, Any] = field(default_factory=dict, hash=False)
+    seed: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.access}/{self.reader}"
+
+
+@dataclass(frozen=True)
+class RatioCase:
+    """One reader over a reference (the ceiling at the same threads, or a peer), paired per block."""
+
+    access: str
+    reader: str
+    reference: str
+    seed: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.access}/{self.reader}/over/{self.reference}"
+
+
+def preset_cases(preset: str, samples: int | None = None) -> list[TargetsCase]:
+    """Random and grouped access; ``smoke`` checks the wiring on a few blocks, ``full`` is the measurement."""
+    if preset == "smoke":
+        sizes = {"objects": samples or 256, "block": 64, "rounds": 1}
+    elif preset == "full":
+        sizes = {"objects": samples or 3072, "block": 192, "rounds": 3}
+    else:
+        raise ConfigError(f"preset={preset!r} is not one of smoke, full")
+    return [TargetsCase(access=access, **sizes) for access in ACCESSES]  # type: ignore[arg-type]
+
+
+class CopyCeiling:
+    """THE fetch ceiling: the crops of a batch cut from the plate's raw in-memory fields by the C piece
+    copy (the GIL released for the whole copy), the batch split over ``threads`` threads (the calling
+    thread and ``threads - 1`` pool threads). Zero padding outside a field is left as the output's zeros."""
+
+    def __init__(self, fields: dict[int, np.ndarray], windows: CropWindows, threads: int, batch: int) -> None:
+        if threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {threads}")
+        self.fields, self.windows, self.threads = fields, windows, threads
+        self.pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
+        channels = windows.field_shape[0]
+        dtype = next(iter(fields.values())).dtype
+        self.out = np.zeros((batch, channels, windows.size, windows.size), dtype=dtype)
+
+    def pieces(self, indices: Sequence[int]) -> list[tuple[Any, ...]]:
+        """One piece per crop (its field is the "chunk"), in the layout ``copy_pieces`` reads."""
+        _, height, width = self.windows.field_shape
+        size, pieces = self.windows.size, []
+        for slot, index in enumerate(indices):
+            field_index, y0, x0 = self.windows.window(int(index))
+            cy0, cx0, y1, x1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
+            whole = slice(None)
+            pieces.append((field_index, slot, whole, whole, cy0, y1, cx0, x1, cy0 - y0, y1 - y0, cx0 - x0, x1 - x0))
+        return pieces
+
+    def __call__(self, indices: Sequence[int]) -> np.ndarray:
+        pieces = self.pieces(indices)
+        size = self.windows.size
+        for piece in pieces:  # a crop over a field's border: its padding is zero, as the readers give it
+            if piece[9] - piece[8] < size or piece[11] - piece[10] < size:
+                self.out[piece[1]] = 0
+        if self.pool is None:
+            copy_pieces(pieces, self.fields, self.out)
+            return self.out
+        share = -(-len(pieces) // self.threads)
+        parts = [pieces[start : start + share] for start in range(0, len(pieces), share)]
+        others = [self.pool.submit(copy_pieces, part, self.fields, self.out) for part in parts[1:]]
+        copy_pieces(parts[0], self.fields, self.out)
+        for other in others:
+            other.result()
+        return self.out
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def batched(get: Callable[[Sequence[int]], Any], batch: int) -> Read:
+    """A block read as consecutive batches of ``batch`` through ``get``."""
+    return lambda block: [get(block[start : start + batch]) for start in range(0, len(block), batch)]
+
+
+def direct_name(threads: int) -> str:
+    return f"direct-batched-{threads}t"
+
+
+def ceiling_name(threads: int) -> str:
+    return f"ceiling-{threads}t"
+
+
+def tensorstore_context(cache_bytes: int, cores: int) -> dict[str, Any]:
+    """tensorstore at its best on this machine: I/O and copies over every core, the reader's cache budget."""
+    return {
+        "cache_pool": {"total_bytes_limit": cache_bytes},
+        "data_copy_concurrency": {"limit": cores},
+        "file_io_concurrency": {"limit": cores},
+    }
+
+
+class TensorStoreReads:
+    """tensorstore's ``zarr3`` driver over the plate's field arrays, reads issued together: one
+    ``ts.Batch`` per batch (``mode="batch"``), or a whole block of futures in flight (``mode="futures"``)."""
+
+    def __init__(self, windows: CropWindows, cache_bytes: int, cores: int, mode: str) -> None:
+        try:
+            import tensorstore as ts
+        except ImportError as error:
+            raise PeerUnavailableError(
+                f"tensorstore is not installed ({error}): .venv/bin/pip install -e '.[tensorstore]'"
+            ) from error
+        if windows.layout != "ome-zarr":
+            raise PeerUnavailableError(f"tensorstore reads OME-Zarr; the plate is {windows.layout}")
+        self.ts, self.windows, self.mode = ts, windows, mode
+        self.tuning = {"context": tensorstore_context(cache_bytes, cores), "mode": mode}
+        context = ts.Context(self.tuning["context"])
+        self.arrays = []
+        for path in windows.array_paths:
+            spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(path)}}
+            array = ts.open(spec, context=context, read=True).result()
+            self.arrays.append(array[windows.prefix(array.ndim)])
+
+    def __call__(self, indices: Sequence[int]) -> np.ndarray:
+        channels, height, width = self.windows.field_shape
+        size = self.windows.size
+        out = np.zeros((len(indices), channels, size, size), dtype=self.windows.dtype)
+        pending = []
+
+        def issue(batch: Any) -> None:
+            for slot, index in enumerate(indices):
+                field_index, y0, x0 = self.windows.window(int(index))
+                cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
+                future = self.arrays[field_index][:, cy0:cy1, cx0:cx1].read(batch=batch)
+                pending.append((slot, cy0 - y0, cy1 - y0, cx0 - x0, cx1 - x0, future))
+
+        if self.mode == "batch":
+            with self.ts.Batch() as batch:
+                issue(batch)
+        else:
+            issue(None)
+        for slot, top, bottom, left, right, future in pending:
+            out[slot, :, top:bottom, left:right] = future.result()
+        return out
+
+
+class ZarrAsyncReads:
+    """zarr-python's async API with ``async.concurrency`` set: a batch's reads gathered at once."""
+
+    def __init__(self, windows: CropWindows, concurrency: int) -> None:
+        import zarr
+        import zarr.api.asynchronous as zarr_async
+        from zarr.core.sync import sync
+
+        if windows.layout != "ome-zarr":
+            raise PeerUnavailableError(f"zarr-python reads OME-Zarr; the plate is {windows.layout}")
+        self.windows, self.sync, self.config = windows, sync, zarr.config
+        self.tuning = {"async.concurrency": concurrency, "zarr": zarr.__version__}
+        self.arrays = [sync(zarr_async.open_array(store=str(path), mode="r")) for path in windows.array_paths]
+
+    def __call__(self, indices: Sequence[int]) -> np.ndarray:
+        import asyncio
+
+        channels, height, width = self.windows.field_shape
+        size = self.windows.size
+        out = np.zeros((len(indices), channels, size, size), dtype=self.windows.dtype)
+        places, reads = [], []
+        for slot, index in enumerate(indices):
+            field_index, y0, x0 = self.windows.window(int(index))
+            cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
+            array = self.arrays[field_index]
+            prefix = self.windows.prefix(array.ndim)
+            reads.append(array.getitem((*prefix, slice(cy0, cy1), slice(cx0, cx1))))
+            places.append((slot, cy0 - y0, cy1 - y0, cx0 - x0, cx1 - x0))
+
+        async def gather() -> list[Any]:
+            return list(await asyncio.gather(*reads))
+
+        with self.config.set({"async.concurrency": self.tuning["async.concurrency"]}):  # this reader's only
+            gathered = self.sync(gather())
+        for (slot, top, bottom, left, right), pixels in zip(places, gathered, strict=True):
+            out[slot, :, top:bottom, left:right] = pixels
+        return out
+
+
+@dataclass
+class Readers:
+    """The readers of one case by name, each one's tuning, and whose counters to report."""
+
+    calls: dict[str, Read] = field(default_factory=dict)
+    tuning: dict[str, dict[str, Any]] = field(default_factory=dict)
+    datasets: dict[str, CropDataset] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    ceilings: list[CopyCeiling] = field(default_factory=list)
+
+
+def memmap_fields(memmap: Path) -> dict[int, np.ndarray]:
+    """The raw fields of a plate in the ``memmap`` layout, read once so the page cache holds them."""
+    load_into_page_cache([path for path in memmap.rglob("*") if path.is_file()])
+    reader = open_plate(memmap, "direct")
+    if not isinstance(reader, MemmapReader):
+        raise ConfigError(f"{memmap} is not a plate in the memmap layout")
+    pixels = reader.pixels()
+    return {index: pixels[index] for index in range(len(pixels))}
+
+
+def build_readers(case: TargetsCase, context: RunContext, fields: dict[int, np.ndarray], budget: int) -> Readers:
+    """Every reader of ``case``: the direct reader and the ceiling at each thread count, then the peers."""
+    readers = Readers()
+    crop = CropConfig(crop_size=case.crop_size, dtype="uint16", chunk_cache_bytes=budget)
+    windows: CropWindows | None = None
+    for threads in case.threads:
+        dataset = context.dataset(crop.replace(decode_threads=threads))
+        windows = windows or CropWindows.from_dataset(dataset)
+        name = direct_name(threads)
+        readers.calls[name] = batched(dataset.__getitems__, case.batch)
+        readers.tuning[name] = {"decode_threads": threads, "chunk_cache_bytes": budget, "batch": case.batch}
+        readers.datasets[name] = dataset
+        ceiling = CopyCeiling(fields, windows, threads, case.batch)
+        readers.ceilings.append(ceiling)
+        readers.calls[ceiling_name(threads)] = batched(ceiling, case.batch)
+        readers.tuning[ceiling_name(threads)] = {"threads": threads, "batch": case.batch, "copy": "C, GIL released"}
+    assert windows is not None
+    cores = usable_cores()
+    peers: dict[str, tuple[Callable[[], Any], int]] = {
+        "tensorstore-batch": (lambda: TensorStoreReads(windows, budget, cores, "batch"), case.batch),
+        "tensorstore-futures": (lambda: TensorStoreReads(windows, budget, cores, "futures"), case.block),
+        "zarr-async": (lambda: ZarrAsyncReads(windows, cores), case.batch),
+    }
+    for name, (make, batch) in peers.items():
+        try:
+            peer = make()
+        except (PeerUnavailableError, ImportError) as error:
+            readers.skipped[name] = str(error)
+            context.progress(f"targets: {name} left out ({error})")
+            continue
+        readers.calls[name] = batched(peer, batch)
+        readers.tuning[name] = {**peer.tuning, "reads_in_flight": batch}
+    return readers
+
+
+def paired_ratios(reader_seconds: np.ndarray, reference_seconds: np.ndarray) -> dict[str, Any]:
+    """The reader's rate over the reference's, block by block (reference seconds over reader seconds on
+    the same blocks): the median with quartiles and extremes."""
+    ratios = np.asarray(reference_seconds, dtype=np.float64).ravel() / np.maximum(
+        np.asarray(reader_seconds, dtype=np.float64).ravel(), 1e-12
+    )
+    q1, median, q3 = np.percentile(ratios, [25, 50, 75])
+    return {
+        m.RATIO_MEDIAN: float(median),
+        m.RATIO_Q1: float(q1),
+        m.RATIO_Q3: float(q3),
+        m.RATIO_MIN: float(ratios.min()),
+        m.RATIO_MAX: float(ratios.max()),
+        m.PAIRED_BLOCKS: int(ratios.size),
+    }
+
+
+def ceiling_flags(ratio: dict[str, Any]) -> list[str]:
+    """``impossible`` when a reader's median ratio to the ceiling exceeds 1 (nothing beats the ceiling)."""
+    return [IMPOSSIBLE] if ratio[m.RATIO_MEDIAN] > 1.0 else []
+
+
+def comparisons(names: Sequence[str], threads: Sequence[int]) -> list[tuple[str, str]]:
+    """(reader, reference) pairs: each direct reader over the ceiling at its thread count and over every peer."""
+    peers = [name for name in names if not name.startswith(("direct-", "ceiling-"))]
+    return [(direct_name(t), reference) for t in threads for reference in (ceiling_name(t), *peers)]
+
+
+class Targets:
+    """Track ``targets`` for the runner (``cropbench run --track targets``)."""
+
+    name = "targets"
+
+    def cases(self, preset: str, context: RunContext) -> list[TargetsCase]:
+        return preset_cases(preset, context.samples)
+
+    def decode(self, case: TargetsCase) -> str:
+        return "direct"
+
+    def measure(self, case: TargetsCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        seed = case.seed + repeat
+        if context.remote is not None:
+            raise ConfigError(f"track targets reads a local plate; {context.location} is in a store")
+        memmap = materialize_layout(context.plate, "memmap")
+        fields = memmap_fields(memmap)
+        load_into_page_cache([path for path in context.plate.rglob("*") if path.is_file()])
+        reference = context.dataset(CropConfig(crop_size=case.crop_size, dtype="uint16"))
+        decoded = decoded_plate_bytes(reference.reader)
+        budget = int(decoded * CACHE_FRACTION)
+        readers = build_readers(case, context, fields, budget)
+        order = access_order(reference, ACCESSES[case.access], case.objects, seed)
+        blocks = [order[start : start + case.block] for start in range(0, len(order), case.block)]
+        loadavg_start = os.getloadavg()
+        for read in readers.calls.values():  # warm-up: the first block, untimed
+            read(blocks[0])
+        for dataset in readers.datasets.values():
+            dataset.reader.stats.reset()
+        seconds = interleaved_blocks(readers.calls, blocks, case.rounds)
+        loadavg_end = os.getloadavg()
+        for ceiling in readers.ceilings:
+            ceiling.close()
+        crops = sum(len(block) for block in blocks)
+        for name, spent in seconds.items():
+            per_round = [samples_per_s(crops, float(s)) for s in spent.sum(axis=1)]
+            metrics: dict[str, Any] = {
+                m.CROPS_PER_S: samples_per_s(crops * case.rounds, float(spent.sum())),
+                m.ROUND_MIN: min(per_round),
+                m.ROUND_MAX: max(per_round),
+                m.ROUND_MEDIAN: float(np.median(per_round)),
+            }
+            if name in readers.datasets:
+                metrics.update(readers.datasets[name].reader.stats.per_region())
+            reader_case = ReaderCase(case.access, name, readers.tuning[name], seed)
+            yield Row(reader_case, {"tuning": readers.tuning[name], "case": asdict(case)}, metrics, seed)
+        for reader, against in comparisons(list(readers.calls), case.threads):
+            ratio = paired_ratios(seconds[reader], seconds[against])
+            config: dict[str, Any] = {"reader": readers.tuning[reader], "reference": readers.tuning[against]}
+            if against.startswith("ceiling-"):
+                ratio[m.CEILING_THREADS] = readers.tuning[against]["threads"]
+                ratio[m.VALIDITY_FLAGS] = ceiling_flags(ratio)
+            yield Row(RatioCase(case.access, reader, against, seed), config, ratio, seed)
+        summary = {
+            m.OBJECTS: len(reference),
+            m.CHUNK_CACHE_FRACTION_OF_PLATE: budget / decoded,
+            m.LOADAVG_START: list(loadavg_start),
+            m.LOADAVG_END: list(loadavg_end),
+            m.SKIPPED_PEERS: readers.skipped,
+        }
+        yield Row(case, {**asdict(case), "chunk_cache_bytes": budget, "cores": usable_cores()}, summary, seed)
