@@ -14,7 +14,7 @@ from cropbench.config import LayoutSpec, StoreConfig
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, PlateWriter
 from cropbench.formats.ngff import NGFF_VERSION, array_chunk_shape, read_array_document
-from cropbench.formats.sources import zarr_store
+from cropbench.formats.sources import check_regular, redact, zarr_store
 
 
 def compressors_for(layout: LayoutSpec) -> list[Any] | None:
@@ -123,6 +123,26 @@ class OmeZarrPlateWriter(PlateWriter):
         array[...] = pixels
 
 
+def regular_files_store(root: Path) -> Any:
+    """zarr-python's ``LocalStore`` on ``root``, read-only, refusing (as a :class:`StoreError`) any
+    object that is not a regular file before zarr opens it: a FIFO would block the read forever, a
+    device such as ``/dev/zero`` never ends."""
+    from zarr.storage import LocalStore, WrapperStore
+
+    class RegularFilesStore(WrapperStore[Any]):
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            check_regular(root / key)
+            return await self._store.get(key, prototype, byte_range)
+
+        async def get_partial_values(self, prototype: Any, key_ranges: Any) -> Any:
+            key_ranges = list(key_ranges)
+            for key, _ in key_ranges:
+                check_regular(root / key)
+            return await self._store.get_partial_values(prototype, key_ranges)
+
+    return RegularFilesStore(LocalStore(root, read_only=True))
+
+
 class ZarrPythonReader(PlateReader):
     """Decode path ``zarr``: plain zarr-python slicing, what users write today.
 
@@ -162,10 +182,10 @@ class ZarrPythonReader(PlateReader):
             path: Any = self.metadata.path / self.metadata.fields[field_index].path
             try:
                 if self._remote is None:
-                    array = zarr.open_array(str(path), mode="r")
+                    array = zarr.open_array(regular_files_store(path), mode="r")
                 else:
                     url, config = self._remote["url"], StoreConfig(**self._remote["store"])
-                    path = f"{url.rstrip('/')}/{self.metadata.fields[field_index].path}"
+                    path = f"{redact(url).rstrip('/')}/{self.metadata.fields[field_index].path}"
                     store = zarr_store(url, config, count=self._count)
                     array = zarr.open_array(store=store, path=self.metadata.fields[field_index].path, mode="r")
             except Exception as error:  # zarr raises several unrelated types for a bad store
@@ -186,7 +206,7 @@ class ZarrPythonReader(PlateReader):
         except Exception as error:  # zarr surfaces codec failures as many exception types
             where = self.metadata.fields[field_index].path
             if self._remote is not None:
-                where = f"{self._remote['url'].rstrip('/')}/{where}"
+                where = f"{redact(self._remote['url']).rstrip('/')}/{where}"
             raise StoreError(
                 f"cannot read y{y0}:{y1} x{x0}:{x1} of {where} "
                 f"(corrupt or missing chunk?): {' '.join(str(error).split())[:300]}"

@@ -936,6 +936,7 @@ __all__ = [
     "object_store",
     "open_source",
     "read_pointer",
+    "redact",
     "split_url",
     "store_error",
     "upload_plate",
