@@ -241,3 +241,17 @@ def test_a_launcher_variable_that_is_not_a_rank_is_a_distributed_error(
     if variable == "RANK" and value == "1.5":
         with pytest.raises(DistributedError, match=r"RANK='1\.5'"):
             launch_rank()
+
+
+def test_the_cli_refuses_an_infinite_rank_timeout_in_one_line(
+    tiny_plate: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cropbench.cli import main
+
+    for seconds in ("inf", "1e300"):
+        code = main(
+            ["run", "--plate", str(tiny_plate), "--out", str(tmp_path), "--rank-timeout", seconds, "--no-progress"]
+        )
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "--rank-timeout" in err[0], err
+    assert not (tmp_path / "results.jsonl").exists()

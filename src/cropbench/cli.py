@@ -267,8 +267,10 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.report.summary import summary_table
-    from cropbench.tracks.distributed import launch_rank
+    from cropbench.tracks.distributed import check_timeout, launch_rank
 
+    if args.rank_timeout is not None:
+        check_timeout(args.rank_timeout)  # before any rank starts or anything is measured
     if args.ranks is not None:
         from cropbench.tracks.distributed import launch_local
 
