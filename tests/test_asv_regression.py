@@ -1,18 +1,24 @@
 """scripts/asv_regression.py: asv flags a deliberate crop-path slowdown and leaves identical code alone.
 
-The ``same`` variant (asv --python=same on each commit's src) runs in CI in about a minute. The
-``asv continuous`` variant needs a virtualenv asv environment (~2 min to build the first time,
-reused from .asv/env after that), so it is opt-in: ``CROPBENCH_ASV_REGRESSION=1``.
+Fast tier: the injections, the clone's commits, the gate's selection, the size of the injected
+slowdown (a fake clock) and the whole ``--python=same`` comparison (checkout, each commit's src,
+``asv run``, ``asv compare``, the rows read back) on a one-benchmark project whose value each
+commit sets, so nothing depends on timing. Slow tier (``bash scripts/test.sh --slow``): the same
+comparison over this repository's real benchmark, which must see the real slowdown (about a
+minute). The ``asv continuous`` variant needs a virtualenv asv environment (~2 min to build the
+first time, reused from .asv/env after that), so it is opt-in as well: ``CROPBENCH_ASV_REGRESSION=1``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,12 +37,18 @@ FACTOR = 1.6
 
 
 @pytest.fixture(scope="module")
-def clone_and_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[regression.Clone, Path]]:
-    root = tmp_path_factory.mktemp("regression")
-    home = root / "home"
+def asv_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private HOME holding the regression machine's entry."""
+    home = tmp_path_factory.mktemp("regression-home")
     regression.prepare_machine(home)
+    return home
+
+
+@pytest.fixture(scope="module")
+def clone_and_home(tmp_path_factory: pytest.TempPathFactory, asv_home: Path) -> Iterator[tuple[regression.Clone, Path]]:
+    root = tmp_path_factory.mktemp("regression")
     kinds = ("slow-getitem", *regression.INJECTIONS)
-    yield regression.make_clone(root / "clone", SLOWDOWN, regression.DEFAULT_ENV_DIR, kinds), home
+    yield regression.make_clone(root / "clone", SLOWDOWN, regression.DEFAULT_ENV_DIR, kinds), asv_home
 
 
 def test_injected_commits_compile_and_touch_only_their_file(clone_and_home: tuple[regression.Clone, Path]) -> None:
@@ -99,6 +111,79 @@ def test_worse_rows_are_read_from_asv_tables() -> None:
         "|          | 1.0        | 1.0       | 1.0   | track2.Loader.time_epoch(0, 64) |\n"
     )
     assert regression._worse(table) == ("track1.Fetch.track_relative_cost('random', 'direct')",)
+
+
+class _FakeClock:
+    """perf_counter for the injected patch: a crop takes ``crop_s``, each clock read ``tick_s``."""
+
+    def __init__(self, tick_s: float) -> None:
+        self.now = 0.0
+        self.tick_s = tick_s
+
+    def perf_counter(self) -> float:
+        self.now += self.tick_s
+        return self.now
+
+
+def test_the_injected_patch_makes_every_crop_take_slowdown_times_as_long() -> None:
+    clock = _FakeClock(tick_s=1e-4)
+    crop_s = 0.01
+
+    class CropDataset:
+        def __getitem__(self, index: int) -> dict[str, int]:
+            clock.now += crop_s
+            return {"index": index}
+
+    namespace: dict[str, Any] = {"CropDataset": CropDataset}
+    exec(compile(regression.SLOWDOWN_PATCH.format(factor=SLOWDOWN), "dataset.py", "exec"), namespace)
+    namespace["_regression_time"] = clock
+    assert CropDataset()[7] == {"index": 7}, "the crop itself is returned unchanged"
+    assert SLOWDOWN * crop_s <= clock.now == pytest.approx(SLOWDOWN * crop_s, rel=0.05), clock.now
+
+
+#: A one-benchmark asv project whose value is set by each commit's source: named like the gate's benchmark.
+MINI_BENCHMARK = """import mini
+
+
+class Fetch:
+    params = (["random", "grouped"], ["direct", "zarr"])
+    param_names = ("access", "decode")
+
+    def track_relative_cost(self, access, decode):
+        return mini.COST
+"""
+
+
+def _mini_clone(path: Path) -> regression.Clone:
+    """A base commit (cost 2), an identical-code commit and a 'slow' commit (cost 2 x SLOWDOWN) off the base."""
+    config = {"version": 1, "project": "mini", "repo": ".", "branches": ["main"], "environment_type": "virtualenv"}
+    config |= {"benchmark_dir": "benchmarks", "results_dir": "results", "html_dir": "html"}
+    (path / "benchmarks").mkdir(parents=True)
+    (path / "src" / "mini").mkdir(parents=True)
+    (path / "asv.conf.json").write_text(json.dumps(config))
+    (path / "benchmarks" / "__init__.py").write_text("")
+    (path / "benchmarks" / "track1.py").write_text(MINI_BENCHMARK)
+    source = path / "src" / "mini" / "__init__.py"
+    source.write_text("COST = 2.0\n")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    base = regression._commit(path, "base")
+    (path / "README.md").write_text("An identical-code commit.\n")
+    identical = regression._commit(path, "identical code")
+    regression._git(path, "checkout", "-q", base)
+    source.write_text(f"COST = {2.0 * SLOWDOWN}\n")
+    slow = regression._commit(path, "slow")
+    regression._git(path, "checkout", "-q", "main")
+    return regression.Clone(path=path, base=base, identical=identical, injected={"slow-getitem": slow})
+
+
+def test_same_python_compare_runs_each_commits_source_and_flags_only_the_change(tmp_path: Path, asv_home: Path) -> None:
+    clone = _mini_clone(tmp_path / "mini")
+    slow = regression.compare_same_python(clone, asv_home, clone.slow, BENCH, FACTOR)
+    assert slow.returncode == 1, slow.output
+    assert slow.worse == ("track1.Fetch.track_relative_cost('random', 'direct')",), slow.output
+    identical = regression.compare_same_python(clone, asv_home, clone.identical, BENCH, FACTOR)
+    assert identical.returncode == 0 and not identical.flagged, identical.output
+    assert regression._git(clone.path, "rev-parse", "HEAD") == clone.identical, "main is checked out again"
 
 
 @pytest.mark.slow
