@@ -30,12 +30,12 @@ class Hostile:
     """What the loopback server answers: ``respond(handler)`` writes one whole response."""
 
     def __init__(self) -> None:
-        self.respond: Callable[[BaseHTTPRequestHandler], None] = _send(200, b"")
+        self.respond: Callable[[BaseHTTPRequestHandler], None] = send(200, b"")
         self.requests: list[str] = []
         self.stop = threading.Event()
 
 
-def _send(status: int, body: bytes, content_type: str = "application/octet-stream") -> Callable[[Any], None]:
+def send(status: int, body: bytes, content_type: str = "application/octet-stream") -> Callable[[Any], None]:
     def respond(handler: BaseHTTPRequestHandler) -> None:
         handler.send_response(status)
         handler.send_header("Content-Type", content_type)
@@ -46,10 +46,9 @@ def _send(status: int, body: bytes, content_type: str = "application/octet-strea
     return respond
 
 
-@pytest.fixture
-def hostile() -> Iterator[tuple[Hostile, str]]:
-    """A loopback HTTP server whose answers the test sets; stopped (and any drip ended) after the test."""
-    state = Hostile()
+@contextlib.contextmanager
+def serve(state: Hostile) -> Iterator[str]:
+    """A loopback HTTP server answering as ``state.respond`` says; its URL. Stopped (any drip ended) on exit."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -64,14 +63,24 @@ def hostile() -> Iterator[tuple[Hostile, str]]:
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield state, f"http://127.0.0.1:{server.server_address[1]}"
-    state.stop.set()
-    server.shutdown()
-    server.server_close()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        state.stop.set()
+        server.shutdown()
+        server.server_close()
 
 
-def _drip(state: Hostile, headers_too: bool = False) -> Callable[[Any], None]:
-    """A 100-byte body (or its headers) sent one byte a second."""
+@pytest.fixture
+def hostile() -> Iterator[tuple[Hostile, str]]:
+    """A loopback HTTP server whose answers the test sets; stopped after the test."""
+    state = Hostile()
+    with serve(state) as endpoint:
+        yield state, endpoint
+
+
+def drip(state: Hostile, headers_too: bool = False, interval_s: float = 1.0) -> Callable[[Any], None]:
+    """A 100-byte body (or its headers too) sent one byte every ``interval_s``."""
 
     def respond(handler: BaseHTTPRequestHandler) -> None:
         head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"
@@ -79,7 +88,7 @@ def _drip(state: Hostile, headers_too: bool = False) -> Callable[[Any], None]:
             handler.wfile.write(head)
             head = b""
         for byte in head + b"x" * 100:
-            if state.stop.wait(1.0):
+            if state.stop.wait(interval_s):
                 return
             handler.wfile.write(bytes([byte]))
             handler.wfile.flush()
@@ -111,7 +120,7 @@ def _s3(endpoint: str, **store: Any) -> RemoteSource:
     return RemoteSource("s3://bucket/plate", StoreConfig(endpoint=endpoint, anonymous=True, **store))
 
 
-def _listing(keys: list[str], token: str = "") -> bytes:
+def listing(keys: list[str], token: str = "") -> bytes:
     entries = "".join(f"<Contents><Key>plate/{key}</Key><Size>2</Size></Contents>" for key in keys)
     more = f"<IsTruncated>true</IsTruncated><NextContinuationToken>{token}</NextContinuationToken>" if token else ""
     return f'<?xml version="1.0"?><ListBucketResult>{entries}{more}</ListBucketResult>'.encode()
@@ -143,7 +152,7 @@ def test_a_server_sending_a_byte_a_second_ends_within_the_deadline(
     hostile: tuple[Hostile, str], headers_too: bool, retries: int
 ) -> None:
     state, endpoint = hostile
-    state.respond = _drip(state, headers_too)
+    state.respond = drip(state, headers_too, interval_s=0.5)
     source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=1.0, retries=retries))
     error, elapsed = _bounded(lambda: source.get("zarr.json"))
     source.close()
@@ -174,7 +183,7 @@ def test_a_slow_but_whole_answer_within_the_deadline_is_read(hostile: tuple[Host
 @pytest.mark.parametrize("body", [b"hello", b"<ListBucketResult><Contents>", b"\x00\xff"])
 def test_a_listing_that_is_not_xml_is_a_store_error(hostile: tuple[Hostile, str], body: bytes) -> None:
     state, endpoint = hostile
-    state.respond = _send(200, body)
+    state.respond = send(200, body)
     source = _s3(endpoint, retries=0)
     with pytest.raises(StoreError, match=r"s3://bucket/plate: the listing .*is not S3 XML"):
         list(source.listing())
@@ -182,7 +191,7 @@ def test_a_listing_that_is_not_xml_is_a_store_error(hostile: tuple[Hostile, str]
 
 def test_a_listing_repeating_its_continuation_token_is_an_error(hostile: tuple[Hostile, str]) -> None:
     state, endpoint = hostile
-    state.respond = _send(200, _listing(["zarr.json"], token="again"))
+    state.respond = send(200, listing(["zarr.json"], token="again"))
     source = _s3(endpoint, retries=0)
     error, _ = _bounded(lambda: list(source.listing()))
     assert isinstance(error, StoreError) and "repeated its continuation token" in str(error), error
@@ -192,7 +201,7 @@ def test_a_listing_repeating_its_continuation_token_is_an_error(hostile: tuple[H
 def test_a_listing_has_a_cap_on_its_pages(hostile: tuple[Hostile, str], monkeypatch: pytest.MonkeyPatch) -> None:
     state, endpoint = hostile
     pages = iter(range(10**6))
-    state.respond = lambda handler: _send(200, _listing([f"k{next(pages)}.json"], token=f"t{next(pages)}"))(handler)
+    state.respond = lambda handler: send(200, listing([f"k{next(pages)}.json"], token=f"t{next(pages)}"))(handler)
     monkeypatch.setattr(sources, "MAX_LISTING_PAGES", 5)
     source = _s3(endpoint, retries=0)
     with pytest.raises(StoreError, match=r"more than 5 pages"):
@@ -218,11 +227,11 @@ def test_the_mirror_writes_only_inside_its_root(
 
     def respond(handler: BaseHTTPRequestHandler) -> None:
         if "list-type=2" in handler.path:
-            _send(200, _listing(keys))(handler)
+            send(200, listing(keys))(handler)
         elif handler.path.endswith(sources.INDEX_NAME):
-            _send(200, index)(handler)
+            send(200, index)(handler)
         else:
-            _send(200, b"{}")(handler)
+            send(200, b"{}")(handler)
 
     state.respond = respond
     cache = tmp_path / "deep" / "cache"
@@ -239,7 +248,7 @@ def test_the_mirror_writes_only_inside_its_root(
 
 def test_credentials_in_a_url_are_never_echoed(hostile: tuple[Hostile, str], tmp_path: Path) -> None:
     state, endpoint = hostile
-    state.respond = _send(404, b"")
+    state.respond = send(404, b"")
     url = endpoint.replace("http://", "http://reader:s3cr3t@") + "/p.zarr"
     messages = []
     for call in (
