@@ -240,3 +240,28 @@ def test_a_last_line_torn_inside_a_utf8_character_is_skipped(tmp_path: Path) -> 
     path.write_bytes(path.read_bytes() + b"\xff\xfe\n")
     with pytest.raises(OutputError, match=r"r\.jsonl:3"):
         read_records(path)
+
+
+def test_every_row_is_written_by_the_one_results_writer() -> None:
+    """No command or measuring script writes result rows itself: rows reach disk as Records through
+    RecordWriter (the runner's tracks), so every row they write parses as a Record. (The asv gate's
+    self-check, scripts/asv_regression.py, logs its verdicts, not measurements.)"""
+    root = Path(__file__).resolve().parents[1]
+    scripts = [root / "scripts" / name for name in ("measure_targets.py", "remote_bench.py")]
+    sources = [*(root / "src" / "cropbench").rglob("*.py"), *scripts]
+    handwritten = re.compile(r"json\.dumps\([^\n]*\)\s*\+\s*\"\\n\"|store_layouts\.jsonl|def crops_per_s\(plate")
+    offenders = [
+        str(path.relative_to(root))
+        for path in sources
+        if path.name != "records.py" and handwritten.search(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
+
+
+def test_parse_record_validates_one_line() -> None:
+    from cropbench.records import parse_record
+
+    record = Record(track="t", case="c", config={}, metrics={"samples_per_s": 1.0}, environment={})
+    assert parse_record(record.to_json()) == record
+    with pytest.raises(OutputError, match="not a valid record: no 'metrics'"):
+        parse_record(json.dumps({"schema_version": SCHEMA_VERSION, "track": "t", "case": "c", "config": {}}))

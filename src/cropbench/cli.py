@@ -549,8 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--track",
         action="append",
-        metavar="1|2|3",
-        help="track to run: 1 Dataset, 2 DataLoader, 3 end-to-end (repeatable; default 1)",
+        metavar="1|2|3|remote|targets",
+        help="track to run: 1 Dataset, 2 DataLoader, 3 end-to-end, remote (requests/crop and loader crops/s of a "
+        "plate in a store), targets (the direct reader over the fetch ceiling and the peers, interleaved) "
+        "(repeatable; default 1)",
     )
     run.add_argument(
         "--preset",

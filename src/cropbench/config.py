@@ -190,7 +190,7 @@ LAYOUTS.update(
 #: Layouts that need an optional extra; ``compare-layouts`` adds them when the extra is installed.
 OPTIONAL_LAYOUTS: tuple[str, ...] = ("ome-arrow", "ome-arrow-zstd", "ome-arrow-zstd-objects")
 #: The layouts ``cropbench compare-layouts`` measures by default: every OME-Zarr structure × codec,
-#: TIFF per field and channel, and the raw memory-mapped ceiling.
+#: TIFF per field and channel, and the raw memory-mapped reference (see tracks.layouts).
 LAYOUT_GRID: tuple[str, ...] = (
     *(f"{structure}-{codec}" for structure in _ZARR_STRUCTURES for codec in CODECS),
     "tiff",

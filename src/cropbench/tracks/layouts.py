@@ -4,9 +4,12 @@ Per layout (track ``layouts``, one record each): pixel bytes on disk, compressio
 time (encode + write, not reading the source), random and grouped-by-field crops/s through
 ``CropDataset.__getitem__`` (tier ``none``, uint16, one process, page cache warm: every layout is
 measured right after it is written), read amplification per crop from the reader's
-``ReadStats``, and each throughput's ratio to the raw memory-mapped layout (the I/O ceiling),
-which is always measured first. Throughputs are medians of ``repeats`` timed passes over the same
-indices after a warm-up pass (``measure.protocol.interleaved_rates``).
+``ReadStats``, and each throughput's ratio to the raw memory-mapped layout read through the same
+dataset (``ratio_to_memmap``), which is always measured first. That layout is the comparison's
+reference, not the fetch ceiling: the dataset's per-crop work rides on it too, and a batched reader
+can pass it. The ceiling no reader can pass is track ``targets``' (``tracks.targets.CopyCeiling``).
+Throughputs are medians of ``repeats`` timed passes over the same indices after a warm-up pass
+(``measure.protocol.interleaved_rates``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from cropbench.plates.generate import GeneratedPlate
 from cropbench.tracks.context import RunContext
 from cropbench.tracks.runner import Row
 
+#: The reference layout every layout's rates are divided by (the name ``report`` imports).
 CEILING = "memmap"
 ACCESSES = {"random": "random", "grouped": "grouped-field"}
 #: Crops timed through OME-Arrow's ``as-py`` path: a whole field converts to Python objects per crop.
@@ -71,7 +75,7 @@ class LayoutComparison:
             raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
 
     def ordered(self) -> list[str]:
-        """The ceiling first (its numbers are the denominators), then the rest in the given order."""
+        """The memmap reference first (its numbers are the denominators), then the rest in the given order."""
         return [CEILING, *(name for name in dict.fromkeys(self.layouts) if name != CEILING)]
 
 
@@ -147,7 +151,7 @@ class LayoutCase:
 class Layouts:
     """Track ``layouts`` for the runner: the run's plate rewritten into each layout under ``work_dir``.
 
-    The memory-mapped ceiling runs first; every later row records its ratios to it.
+    The memory-mapped reference runs first; every later row records its ratios to it.
     """
 
     name = "layouts"

@@ -52,7 +52,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, OutputError, PeerUnavailableError
@@ -278,7 +278,7 @@ class TensorStorePerCrop(PeerDataset):
 
     def __init__(self, windows: CropWindows, work_dir: Path | None = None, cache_bytes: int | None = None) -> None:
         super().__init__(windows, work_dir)
-        self.cache_bytes = CropConfig().chunk_cache_bytes if cache_bytes is None else cache_bytes
+        self.cache_bytes = DEFAULT_CHUNK_CACHE_BYTES if cache_bytes is None else cache_bytes
         self._arrays: dict[int, Any] = {}
         self._context: Any = None
 
