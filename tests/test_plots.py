@@ -251,7 +251,8 @@ def test_every_figure_draws_flagged_rows_the_same_way(tmp_path: Path, monkeypatc
     figures = _drawn(_every_kind_of_bar(), tmp_path, monkeypatch)
     for name in ("track1_latency_throughput.png", "track3_step_and_wait.png", "track2_first_batch.png"):
         figure = figures[name]
-        notes = [text.get_text() for axis in figure.axes if axis.get_legend() for text in axis.get_legend().get_texts()]
+        legends = [*figure.legends, *(axis.get_legend() for axis in figure.axes if axis.get_legend())]
+        notes = [text.get_text() for legend in legends for text in legend.get_texts()]
         assert plots.FLAGGED_NOTE in notes, name
     track1, track3 = figures["track1_latency_throughput.png"], figures["track3_step_and_wait.png"]
     for figure, flagged_label in ((track1, "random/zarr"), (track3, "resnet18/train")):
@@ -262,3 +263,24 @@ def test_every_figure_draws_flagged_rows_the_same_way(tmp_path: Path, monkeypatc
         for label, bar in by_row.items():
             grey = to_hex(bar.get_facecolor()) == to_hex(plots.FLAGGED_COLOR)
             assert grey == (label == flagged_label) == (bar.get_hatch() == plots.FLAGGED_HATCH), label
+
+
+def test_a_worker_search_greys_the_points_whose_own_rows_are_flagged() -> None:
+    shared = {"plate": "p.zarr", "layout": "default", "threads": {"torch_threads": 1}}
+    case = {"model": "emulated", "steps": 10, "seed": 0, "loader": {"batch_size": 64, "num_workers": 0}}
+
+    def point(workers: int, flags: list[str], **changes: object) -> Record:
+        config = {**shared, **case, "loader": {"batch_size": 64, "num_workers": workers}, **changes}
+        metrics = {"data_wait_fraction": 0.2, "validity_flags": flags}
+        return Record(track="3", case=f"w{workers}", config=config, metrics=metrics, environment={}, run_id="r")
+
+    search = Record(
+        track="3",
+        case="w*/min-workers",
+        config={**shared, "case": case, "candidates": [0, 1, 2], "threshold": 0.1, "stop_early": True},
+        metrics={"tried_workers": [0, 1, 2]},
+        environment={},
+        run_id="r",
+    )
+    rows = [point(0, ["re-reads"]), point(1, []), point(2, ["few-samples"], steps=12), point(1, ["x"], seed=5)]
+    assert plots.flagged_workers(search, [search, *rows]) == {0, 2}, "another seed is another search"

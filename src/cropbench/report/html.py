@@ -32,7 +32,7 @@ h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom:
 .meta { color: #555; margin-top: 0; }
 .verdict { background: #f4f8fb; border-left: 4px solid #1f77b4; padding: 0.6em 1.2em; }
 .verdict h3 { font-size: 1em; margin: 0.9em 0 0.2em; }
-.verdict ul { margin: 0.2em 0; } .verdict .note { font-weight: 600; }
+.verdict ul { margin: 0.2em 0; } .verdict ul:empty { display: none; } .verdict .note { font-weight: 600; }
 .wide { overflow-x: auto; } table { border-collapse: collapse; font-size: 0.82em; margin: 0.5em 0 1em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
 th { background: #f0f0f0; } td.case, th.case { text-align: left; white-space: normal; }
@@ -100,13 +100,13 @@ def _verdict_section(answer: Verdict) -> str:
         parts.append(f'<p class="note">{_text(SMOKE_NOTE)}</p>')
     for track in answer.tracks:
         head, *rest = track_lines(track)
-        reasons = [line for line in rest if line.startswith("  - ")]
-        others = [line for line in rest if not line.startswith("  - ")]
-        parts.append(f"<h3>{_text(head)}</h3><ul>")
-        parts += [f"<li>{_text(line)}</li>" for line in others]
-        parts.append("</ul>")
-        if reasons:
-            parts.append("<ul>" + "".join(f"<li>{_text(line[4:])}</li>" for line in reasons) + "</ul>")
+        items: list[str] = []
+        for line in rest:
+            if line.startswith("  - ") and items:  # a reason, listed under the count it explains
+                items[-1] += f"<li>{_text(line[4:])}</li>"
+            else:
+                items.append(f"<li>{_text(line)}<ul>")
+        parts.append(f"<h3>{_text(head)}</h3><ul>" + "".join(f"{item}</ul></li>" for item in items) + "</ul>")
     if not answer.tracks:
         parts.append("<p>no rows</p>")
     parts.append("</div>")
@@ -156,8 +156,7 @@ def _rows_section(records: Sequence[Record]) -> str:
         raised = sorted({flag for row in rows for flag in row_flags(row)})
         if raised:
             items = "".join(
-                f"<li><code>{_text(flag)}</code>: {_text(VALIDITY_FLAGS.get(flag, flag))}; "
-                f"{_text(plain_reason(flag))}</li>"
+                f"<li><code>{_text(flag)}</code>: {_text(VALIDITY_FLAGS.get(flag) or plain_reason(flag))}</li>"
                 for flag in raised
             )
             parts.append(f'<ul class="legend">{items}</ul>')

@@ -32,6 +32,7 @@ from cropbench.errors import CropbenchError, OutputError  # noqa: E402
 from cropbench.records import Record  # noqa: E402
 from cropbench.report.flags import row_flags  # noqa: E402
 from cropbench.tracks.layouts import CEILING as MEMMAP_LAYOUT  # noqa: E402
+from cropbench.tracks.track3 import WorkerSearch  # noqa: E402
 
 FigureMaker = Callable[[Sequence[Record], Path], Path | None]
 #: The ten colours of matplotlib's default cycle.
@@ -167,7 +168,7 @@ def fully_cached(record: Record) -> bool | None:
 FLAGGED_COLOR = "lightgray"
 FLAGGED_EDGE = "gray"
 FLAGGED_HATCH = "///"
-FLAGGED_NOTE = "grey, hatched: flagged row (see the summary), not a measurement to quote"
+FLAGGED_NOTE = "grey, hatched: flagged (see the summary), not a measurement to quote"
 #: Hatches drawn in a series' colour need a wider line than matplotlib's default to be seen.
 plt.rcParams["hatch.linewidth"] = 1.2
 
@@ -222,7 +223,7 @@ def _per_call(record: Record) -> str:
 
 def _save(figure: plt.Figure, path: Path) -> Path:
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, bbox_inches="tight")  # legends placed beside or under the axes included
     plt.close(figure)
     return path
 
@@ -254,8 +255,8 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
             right.text(
                 rate + 0.02 * top, position, "flags: " + ", ".join(flags), va="center", fontsize=7, color="dimgray"
             )
-    if any(marked):
-        right.legend(handles=[flagged_handle()], fontsize=8, loc="lower right")
+    if any(marked):  # under the figure, clear of the bars and their notes
+        figure.legend(handles=[flagged_handle()], fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0))
     _from_zero(left, p95)
     _from_zero(right, rates, room=1.7 if any(marked) else 1.08)
     for axis in (left, right):
@@ -661,7 +662,7 @@ def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
         fontsize=8,
         loc="upper center",
         bbox_to_anchor=below,
-        ncol=2,
+        ncol=1,
     )
     wait = [100 * r.metrics.get(m.DATA_WAIT_FRACTION, np.nan) for r in rows]
     stall = [100 * r.metrics.get(m.STALL_CROSSCHECK, np.nan) for r in rows]
@@ -690,7 +691,7 @@ def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
         fontsize=8,
         loc="upper center",
         bbox_to_anchor=below,
-        ncol=2,
+        ncol=1,
     )
     _from_zero(right, [*wait, *stall, 10.0])
     for axis in (left, right):
@@ -706,8 +707,14 @@ def _search_key(case: dict[str, Any]) -> str:
 
 
 def flagged_workers(search: Record, records: Sequence[Record]) -> set[int]:
-    """The worker counts of a search whose own rows (same run, same case but for the workers) are flagged."""
-    key = _search_key(search.config.get("case", {}))
+    """The worker counts of a search whose own rows (same run, same case but for the workers) are flagged.
+
+    A search's row holds its case under ``case`` beside the search's own fields; what the run adds to
+    every row (plate, layout, threads) sits beside them, and in each point's row beside the case's fields.
+    """
+    searched = {field.name for field in dataclasses.fields(WorkerSearch)}
+    outer = {name: value for name, value in search.config.items() if name not in searched}
+    key = _search_key({**outer, **search.config.get("case", {})})
     return {
         int(r.config["loader"]["num_workers"])
         for r in records
