@@ -1,0 +1,348 @@
+"""Crops converted once into a training format: what every format shares.
+
+A *crop store* is a folder holding the crops of one plate, cut once by cropbench's own reader
+(:func:`cut_crops`: the same objects, windows, channels and uint16 pixels as
+:class:`~cropbench.data.dataset.CropDataset` with ``tier="none"``, ``dtype="uint16"``), written by
+one library in its own layout, plus ``cropbench_crops.json`` (:class:`CropStoreInfo`): what was
+cut, which library and version wrote it, and the size of every file. That manifest is written
+last, and the folder is written beside its destination and renamed into place when complete
+(:func:`staged_store`), so a folder without it is never taken for a crop store; opening checks
+every file against it, so a truncated shard or a missing index is one clear error before any
+library reads it.
+
+Each format (:class:`TrainingFormat`) reads its store back through its library's own Dataset,
+as a user of that library would, and delivers cropbench's sample dicts (:func:`sample`): item
+``i`` of a store equals item ``i`` of the ``CropDataset`` it was cut from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from cropbench.config import CropConfig
+from cropbench.data.dataset import CropDataset
+from cropbench.errors import CropbenchError, OutputError, StoreError
+from cropbench.objects import ObjectTable
+
+#: The manifest of a crop store, written last.
+MANIFEST_NAME = "cropbench_crops.json"
+#: Version of the manifest's layout; a store written with another is refused.
+MANIFEST_VERSION = 1
+#: Per-crop metadata columns every store keeps, as :meth:`CropDataset.metadata_of` names them.
+INTEGER_COLUMNS = ("object_id", "field", "field_index", "crop_y0", "crop_x0", "index")
+FLOAT_COLUMNS = ("centroid_y", "centroid_x")
+STRING_COLUMNS = ("well",)
+#: Crops cut per reader call while converting.
+CUT_BATCH = 64
+
+
+class FormatUnavailableError(CropbenchError):
+    """A training format cannot be used here: its library is missing or of a version it was not tested with."""
+
+
+@dataclass(frozen=True)
+class CutBatch:
+    """Crops cut from the plate: ``images`` (B, C, H, W) uint16 and one array per metadata column."""
+
+    images: np.ndarray
+    columns: Mapping[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    def row(self, position: int) -> dict[str, Any]:
+        """Metadata of one crop as plain Python values (JSON-ready)."""
+        row: dict[str, Any] = {name: int(self.columns[name][position]) for name in INTEGER_COLUMNS}
+        row.update({name: float(self.columns[name][position]) for name in FLOAT_COLUMNS})
+        row.update({name: str(self.columns[name][position]) for name in STRING_COLUMNS})
+        return row
+
+
+@dataclass(frozen=True)
+class CropStoreInfo:
+    """The manifest of a crop store: what was cut, how it was written, and every file's size."""
+
+    format: str
+    library: str
+    library_version: str
+    plate: str
+    plate_name: str
+    crop_size: int
+    channel_names: tuple[str, ...]
+    count: int
+    dtype: str
+    border: str
+    shard_bytes: int
+    files: Mapping[str, int]
+    manifest_version: int = MANIFEST_VERSION
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (len(self.channel_names), self.crop_size, self.crop_size)
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(self.files.values())
+
+    def write(self, folder: Path) -> None:
+        document = dataclasses.asdict(self)
+        (folder / MANIFEST_NAME).write_text(json.dumps(document, indent=1, sort_keys=True))
+
+    @classmethod
+    def read(cls, folder: str | Path) -> CropStoreInfo:
+        """The manifest of the store at ``folder``, or a StoreError saying why it is not a complete store."""
+        path = Path(folder) / MANIFEST_NAME
+        if not Path(folder).is_dir():
+            raise StoreError(f"crop store {folder} does not exist (convert the plate first)")
+        if not path.is_file():
+            raise StoreError(
+                f"{folder} is not a complete crop store: {MANIFEST_NAME} is missing (it is written last; "
+                "convert the plate again)"
+            )
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise StoreError(f"cannot read {path}: {error}") from error
+        if not isinstance(document, dict) or document.get("manifest_version") != MANIFEST_VERSION:
+            found = document.get("manifest_version") if isinstance(document, dict) else document
+            raise StoreError(
+                f"{path} has manifest_version {found!r}; this cropbench reads {MANIFEST_VERSION} (convert again)"
+            )
+        known = {f.name for f in dataclasses.fields(cls)}
+        try:
+            document["channel_names"] = tuple(document["channel_names"])
+            return cls(**{key: value for key, value in document.items() if key in known})
+        except (KeyError, TypeError) as error:
+            raise StoreError(f"{path} is not a crop store manifest: {error}") from error
+
+    def check_files(self, folder: Path) -> None:
+        """Every file the writer left is there with the size it had: a truncated shard or a missing
+        index fails here, naming the file, before any library reads it."""
+        for name, size in sorted(self.files.items()):
+            path = folder / name
+            if not path.is_file():
+                raise StoreError(f"crop store {folder}: {name} is missing (the {self.format} store is incomplete)")
+            found = path.stat().st_size
+            if found != size:
+                raise StoreError(
+                    f"crop store {folder}: {name} holds {found} bytes, {size} were written (truncated or "
+                    "changed; convert the plate again)"
+                )
+
+
+def sample(image: np.ndarray | torch.Tensor, row: Mapping[str, Any], plate_name: str) -> dict[str, Any]:
+    """A crop and its metadata as :meth:`CropDataset.__getitem__` delivers it (tier none, uint16)."""
+    tensor = image if isinstance(image, torch.Tensor) else torch.from_numpy(np.array(image, dtype=np.uint16))
+    return {
+        "image": tensor,
+        "object_id": int(row["object_id"]),
+        "plate": plate_name,
+        "well": str(row["well"]),
+        "field": int(row["field"]),
+        "field_index": int(row["field_index"]),
+        "centroid_y": float(row["centroid_y"]),
+        "centroid_x": float(row["centroid_x"]),
+        "crop_y0": int(row["crop_y0"]),
+        "crop_x0": int(row["crop_x0"]),
+        "index": int(row["index"]),
+    }
+
+
+def crop_dataset(
+    plate: str | Path, crop_size: int, channels: tuple[str, ...] | None, objects: ObjectTable | str | Path | None
+) -> CropDataset:
+    """The dataset a store is cut from and compared with: raw uint16 crops, no transform."""
+    config = CropConfig(crop_size=crop_size, channels=channels, dtype="uint16", tier="none")
+    return CropDataset(plate, config, objects=objects)
+
+
+def cut_crops(dataset: CropDataset, batch: int = CUT_BATCH) -> Iterator[CutBatch]:
+    """Every crop of ``dataset`` in index order, ``batch`` at a time, through the dataset's reader."""
+    for start in range(0, len(dataset), batch):
+        indices = np.arange(start, min(start + batch, len(dataset)), dtype=np.int64)
+        images = dataset.read_raw_batch(indices)
+        columns = {
+            "object_id": dataset.object_id[indices],
+            "well": dataset.wells[indices],
+            "field": dataset.sites[indices],
+            "field_index": dataset.field_index[indices],
+            "centroid_y": dataset.centroid_y[indices],
+            "centroid_x": dataset.centroid_x[indices],
+            "crop_y0": dataset.window_y0[indices],
+            "crop_x0": dataset.window_x0[indices],
+            "index": indices,
+        }
+        yield CutBatch(images, columns)
+
+
+def file_sizes(folder: Path) -> dict[str, int]:
+    """Bytes of every file under ``folder`` by relative path (the manifest excepted)."""
+    return {
+        path.relative_to(folder).as_posix(): path.stat().st_size
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != MANIFEST_NAME
+    }
+
+
+@contextlib.contextmanager
+def staged_store(path: Path, overwrite: bool) -> Iterator[Path]:
+    """Yield a fresh folder beside ``path`` to write a store into; on success swap it into place.
+
+    An existing ``path`` is replaced only with ``overwrite`` and only when it is a crop store
+    (it has a manifest); anything else is refused. On any failure, Ctrl-C included, the temporary
+    folder is removed and ``path`` is left as it was.
+    """
+
+    def check() -> None:
+        if not os.path.lexists(path) or (path.is_dir() and not path.is_symlink() and not any(path.iterdir())):
+            return
+        if not overwrite:
+            raise OutputError(f"{path} already exists; pass --force (overwrite=True) to replace it")
+        if path.is_symlink() or not (path / MANIFEST_NAME).is_file():
+            raise OutputError(
+                f"refusing to replace {path}: it is not a crop store cropbench wrote; remove it yourself "
+                "or choose another path"
+            )
+
+    check()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    except OSError as error:
+        raise OutputError(f"cannot write beside {path}: {error.strerror or error}") from error
+    try:
+        (scratch / path.name).mkdir()
+        yield scratch / path.name
+        check()
+        if os.path.lexists(path):
+            os.rename(path, scratch / "replaced")
+        os.rename(scratch / path.name, path)
+    except OSError as error:
+        where = f" ({error.filename})" if error.filename else ""
+        raise OutputError(f"cannot write {path}: {error.strerror or error}{where}") from error
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+class TrainingFormat(ABC):
+    """One training format: its library, a writer of cut crops, and readers through the library's Datasets."""
+
+    name: ClassVar[str]
+    #: The distribution that provides the library, and the module imported.
+    library: ClassVar[str]
+    module: ClassVar[str]
+    #: Versions of the library this format was written and tested with: [lowest, below).
+    versions: ClassVar[tuple[str, str]]
+    #: The pip extra of cropbench that installs it.
+    extra: ClassVar[str]
+    #: Whether the library's Dataset reads one crop by index (random access), not only in its own order.
+    random_access: ClassVar[bool] = True
+
+    @classmethod
+    def install_hint(cls) -> str:
+        lowest, below = cls.versions
+        return f".venv/bin/pip install -e '.[{cls.extra}]' (or pip install '{cls.library}>={lowest},<{below}')"
+
+    @classmethod
+    def library_version(cls) -> str:
+        """The installed library's version; FormatUnavailableError when it is missing or outside ``versions``."""
+        try:
+            importlib.import_module(cls.module)
+            version = importlib.metadata.version(cls.library)
+        except ImportError as error:
+            raise FormatUnavailableError(
+                f"format {cls.name!r} needs {cls.library}, which cannot be imported ({error}); {cls.install_hint()}"
+            ) from error
+        lowest, below = cls.versions
+        if not _version_key(lowest) <= _version_key(version) < _version_key(below):
+            raise FormatUnavailableError(
+                f"format {cls.name!r} needs {cls.library}>={lowest},<{below}; {version} is installed; "
+                f"{cls.install_hint()}"
+            )
+        return version
+
+    @classmethod
+    def available(cls) -> str | None:
+        """None when the format can run here, else why not (with the install command)."""
+        try:
+            cls.library_version()
+        except FormatUnavailableError as error:
+            return str(error)
+        return None
+
+    def write(
+        self, dataset: CropDataset, destination: str | Path, *, shard_bytes: int, overwrite: bool = False
+    ) -> CropStoreInfo:
+        """Cut every crop of ``dataset`` once and write them at ``destination``; returns the manifest."""
+        version = self.library_version()
+        if shard_bytes < 1:
+            raise StoreError(f"shard_bytes must be >= 1, got {shard_bytes}")
+        destination = Path(destination)
+        with staged_store(destination, overwrite) as folder:
+            try:
+                self._write(folder, cut_crops(dataset), dataset, shard_bytes)
+            except (OSError, ValueError, RuntimeError) as error:
+                raise StoreError(f"{self.name}: cannot write crops to {destination}: {error}") from error
+            info = CropStoreInfo(
+                format=self.name,
+                library=self.library,
+                library_version=version,
+                plate=str(Path(dataset.reader.metadata.path).resolve()),
+                plate_name=dataset.plate_name,
+                crop_size=dataset.config.crop_size,
+                channel_names=dataset.channel_names,
+                count=len(dataset),
+                dtype="uint16",
+                border=dataset.config.border,
+                shard_bytes=shard_bytes,
+                files=file_sizes(folder),
+            )
+            info.write(folder)
+        return info
+
+    def open(self, path: str | Path) -> CropStoreInfo:
+        """The manifest of a store of this format, every file checked; the library's version checked."""
+        self.library_version()
+        folder = Path(path)
+        info = CropStoreInfo.read(folder)
+        if info.format != self.name:
+            raise StoreError(f"crop store {folder} holds format {info.format!r}, not {self.name!r}")
+        info.check_files(folder)
+        return info
+
+    @abstractmethod
+    def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
+        """Write the crops into ``folder`` (which exists and is empty)."""
+
+    @abstractmethod
+    def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
+        """Item ``i`` by index through the library's Dataset (where ``random_access``; else a ConfigError)."""
+
+    @abstractmethod
+    def epoch_loader(
+        self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
+    ) -> Iterable[dict[str, Any]]:
+        """Batches of one epoch as the library's users load them: its Dataset, its shuffling, its loader."""
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """A release version as numbers (``0.2.76`` → (0, 2, 76)); a pre-release or local part ends it."""
+    match = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(part) for part in match.group(0).split(".")) if match else ()

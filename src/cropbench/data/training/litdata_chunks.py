@@ -1,0 +1,84 @@
+"""litdata's optimized format: binary chunks of ``shard_bytes`` and an ``index.json``.
+
+Written with litdata's ``BinaryWriter`` (what ``litdata.optimize`` runs in each of its workers),
+one item per crop: the uint16 image and its metadata columns. Read with ``litdata.StreamingDataset``
+(random access by index, its own shuffle of chunks and items per epoch) and, for epochs, its
+``StreamingDataLoader``; the dataset's ``transform`` turns each item into cropbench's sample dict.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from cropbench.data.dataset import CropDataset
+from cropbench.data.training.base import CutBatch, TrainingFormat, sample
+
+INDEX_NAME = "index.json"
+
+
+def _to_sample(item: dict[str, Any], plate_name: str) -> dict[str, Any]:
+    return sample(item["image"], item, plate_name)
+
+
+class LitdataFormat(TrainingFormat):
+    """litdata's optimized chunks, read through ``litdata.StreamingDataset``."""
+
+    name = "litdata"
+    library = "litdata"
+    module = "litdata"
+    versions = ("0.2.50", "0.3")
+    extra = "litdata"
+
+    def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
+        from litdata.streaming.writer import BinaryWriter
+
+        writer = BinaryWriter(str(folder), chunk_bytes=shard_bytes)
+        for batch in batches:
+            for position in range(len(batch)):
+                row = batch.row(position)
+                writer.add_item(row["index"], {"image": batch.images[position], **row})
+        writer.done()
+        writer.merge()
+
+    def _dataset(self, path: str | Path, *, shuffle: bool = False, seed: int = 0) -> Any:
+        import litdata
+
+        info = self.open(path)
+        return litdata.StreamingDataset(
+            str(Path(path).resolve()),
+            shuffle=shuffle,
+            seed=seed,
+            transform=functools.partial(_to_sample, plate_name=info.plate_name),
+        )
+
+    def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
+        return LitdataCrops(self._dataset(path))
+
+    def epoch_loader(
+        self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
+    ) -> Iterable[dict[str, Any]]:
+        import litdata
+
+        dataset = self._dataset(path, shuffle=shuffle, seed=seed)
+        return litdata.StreamingDataLoader(dataset, batch_size=batch_size, num_workers=workers)
+
+
+class LitdataCrops(Dataset[dict[str, Any]]):
+    """``litdata.StreamingDataset`` by index (it takes Python ints only)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        index = int(index)
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} outside a crop store of {len(self)} crops")
+        return self.dataset[index]

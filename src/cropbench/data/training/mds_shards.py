@@ -1,0 +1,66 @@
+"""MosaicML streaming's MDS: shards of at most ``shard_bytes`` and an ``index.json``.
+
+Written with ``streaming.MDSWriter`` (the image as a fixed-shape ``ndarray:uint16`` column, the
+metadata as a ``json`` column, no compression) and read with ``streaming.StreamingDataset``
+(``local=`` the store, no remote): random access by index, and for epochs its own partitioned
+shuffle (``py1e``) inside torch's DataLoader, with the DataLoader's batch size given to the dataset
+as MosaicML asks. The dataset subclass (:mod:`cropbench.data.training.mds_dataset`) turns each
+item into cropbench's sample dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset
+
+from cropbench.data.dataset import CropDataset
+from cropbench.data.training.base import CutBatch, TrainingFormat
+
+INDEX_NAME = "index.json"
+
+
+class MdsFormat(TrainingFormat):
+    """MosaicML streaming (MDS) shards, read through ``streaming.StreamingDataset``."""
+
+    name = "mds"
+    library = "mosaicml-streaming"
+    module = "streaming"
+    versions = ("0.11", "0.14")
+    extra = "mosaicml-streaming"
+
+    def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
+        from streaming import MDSWriter
+
+        shape = ",".join(str(n) for n in (len(dataset.channel_indices), *(dataset.config.crop_size,) * 2))
+        columns = {"image": f"ndarray:uint16:{shape}", "meta": "json"}
+        with MDSWriter(out=str(folder), columns=columns, compression=None, size_limit=shard_bytes) as writer:
+            for batch in batches:
+                for position in range(len(batch)):
+                    writer.write({"image": batch.images[position], "meta": batch.row(position)})
+
+    def _dataset(self, path: str | Path, *, shuffle: bool = False, seed: int = 0, batch_size: int = 1) -> Any:
+        from streaming.base.util import clean_stale_shared_memory
+
+        from cropbench.data.training.mds_dataset import MdsCrops
+
+        info = self.open(path)
+        clean_stale_shared_memory()  # shared memory left by a dataset of an earlier process
+        return MdsCrops(
+            local=str(Path(path).resolve()),
+            plate_name=info.plate_name,
+            shuffle=shuffle,
+            shuffle_seed=seed,
+            batch_size=batch_size,
+        )
+
+    def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
+        return self._dataset(path)
+
+    def epoch_loader(
+        self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
+    ) -> Iterable[dict[str, Any]]:
+        dataset = self._dataset(path, shuffle=shuffle, seed=seed, batch_size=batch_size)
+        return DataLoader(dataset, batch_size=batch_size, num_workers=workers)

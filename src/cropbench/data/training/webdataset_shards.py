@@ -1,0 +1,78 @@
+"""WebDataset: POSIX tar shards of at most ``shard_bytes``, one ``.npy`` and one ``.json`` member per crop.
+
+Written with ``webdataset.ShardWriter`` (``crops-000000.tar``, ...; the key is the crop's index) and
+read as its users read it: ``webdataset.WebDataset`` over the shard list, shards shuffled and split
+across DataLoader workers by the library, samples shuffled in a buffer, ``.decode()``, then torch's
+DataLoader. WebDataset reads shards front to back and has no random access by index
+(``random_access`` is False): Track 1's random reads do not apply to it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset
+
+from cropbench.data.dataset import CropDataset
+from cropbench.data.training.base import CutBatch, TrainingFormat, sample
+from cropbench.errors import ConfigError
+
+SHARD_PATTERN = "crops-%06d.tar"
+#: Samples held in WebDataset's shuffle buffer (per worker).
+SHUFFLE_BUFFER = 1000
+
+
+def _to_sample(item: dict[str, Any], plate_name: str) -> dict[str, Any]:
+    return sample(item["npy"], item["json"], plate_name)
+
+
+class WebDatasetFormat(TrainingFormat):
+    """WebDataset tar shards, read through ``webdataset.WebDataset``."""
+
+    name = "webdataset"
+    library = "webdataset"
+    module = "webdataset"
+    versions = ("0.2.90", "2")
+    extra = "webdataset"
+    random_access = False
+
+    def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
+        import webdataset
+
+        with webdataset.ShardWriter(
+            str(folder / SHARD_PATTERN), maxcount=10**9, maxsize=shard_bytes, verbose=0
+        ) as sink:
+            for batch in batches:
+                for position in range(len(batch)):
+                    row = batch.row(position)
+                    sink.write({"__key__": f"{row['index']:09d}", "npy": batch.images[position], "json": row})
+
+    def shards(self, path: str | Path) -> list[str]:
+        """The store's shards in order, each checked against the manifest."""
+        info = self.open(path)
+        return [str(Path(path).resolve() / name) for name in sorted(info.files) if name.endswith(".tar")]
+
+    def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
+        raise ConfigError("webdataset reads tar shards in order and has no random access by index")
+
+    def epoch_loader(
+        self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
+    ) -> Iterable[dict[str, Any]]:
+        import webdataset
+
+        urls = self.shards(path)
+        info = self.open(path)
+        pipeline = webdataset.WebDataset(
+            urls,
+            shardshuffle=len(urls) if shuffle else False,
+            seed=seed,
+            empty_check=False,  # more workers than shards leaves some workers without any
+            workersplitter=webdataset.split_by_worker,
+        )
+        if shuffle:
+            pipeline = pipeline.shuffle(SHUFFLE_BUFFER)
+        dataset = pipeline.decode().map(functools.partial(_to_sample, plate_name=info.plate_name))
+        return DataLoader(dataset, batch_size=batch_size, num_workers=workers)
