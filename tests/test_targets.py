@@ -114,7 +114,21 @@ def test_the_track_writes_valid_records_naming_the_ceilings_threads(tiny_plate: 
         summary = by_case[access].metrics
         assert len(summary[m.LOADAVG_START]) == 3 and 0 < summary[m.CHUNK_CACHE_FRACTION_OF_PLATE] <= 0.25
         peers = {r.case.split("/")[-1] for r in records if r.case.startswith(f"{access}/direct-batched-1t/over/")}
-        assert peers - {"ceiling-1t"} == {"tensorstore-batch", "tensorstore-futures", "zarr-async"} - set(
-            summary[m.SKIPPED_PEERS]
-        )
+        every_peer = {"tensorstore-batch", "tensorstore-futures", "zarr-async", "zarrs-async"}
+        assert peers - {"ceiling-1t"} == every_peer - set(summary[m.SKIPPED_PEERS])
     assert all(m.catalogued(key) for r in records for key in r.metrics)
+
+
+def test_the_full_preset_also_runs_the_direct_reader_and_its_ceiling_at_every_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cropbench.tracks import targets
+
+    monkeypatch.setattr(targets, "usable_cores", lambda: 16)
+    assert [(c.access, c.threads) for c in targets.preset_cases("full")] == [
+        ("random", (1, 2, 16)),
+        ("grouped", (1, 2, 16)),
+    ]
+    assert [c.threads for c in targets.preset_cases("smoke")] == [(1, 2), (1, 2)]
+    with pytest.raises(ConfigError, match="preset"):
+        targets.preset_cases("gpu")

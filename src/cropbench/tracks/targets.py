@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +113,15 @@ class RatioCase:
 
 
 def preset_cases(preset: str, samples: int | None = None) -> list[TargetsCase]:
-    """Random and grouped access; ``smoke`` checks the wiring on a few blocks, ``full`` is the measurement."""
+    """Random and grouped access; ``smoke`` checks the wiring on a few blocks, ``full`` is the measurement
+    (with the direct reader and the ceiling also at every usable core where the machine has more than 2)."""
     if preset == "smoke":
-        sizes = {"objects": samples or 256, "block": 64, "rounds": 1}
+        base = TargetsCase(objects=samples or 256, block=64, rounds=1)
     elif preset == "full":
-        sizes = {"objects": samples or 3072, "block": 192, "rounds": 3}
+        base = TargetsCase(objects=samples or 3072, block=192, rounds=3, threads=tuple(sorted({1, 2, usable_cores()})))
     else:
         raise ConfigError(f"preset={preset!r} is not one of smoke, full")
-    return [TargetsCase(access=access, **sizes) for access in ACCESSES]  # type: ignore[arg-type]
+    return [replace(base, access=access) for access in ACCESSES]
 
 
 class CopyCeiling:
@@ -238,9 +239,10 @@ class TensorStoreReads:
 
 
 class ZarrAsyncReads:
-    """zarr-python's async API with ``async.concurrency`` set: a batch's reads gathered at once."""
+    """zarr-python's async API with ``async.concurrency`` set: a batch's reads gathered at once. With
+    ``zarrs``, zarr-python decodes through the zarrs codec pipeline (Rust) with its own ``threads``."""
 
-    def __init__(self, windows: CropWindows, concurrency: int) -> None:
+    def __init__(self, windows: CropWindows, concurrency: int, zarrs_threads: int | None = None) -> None:
         import zarr
         import zarr.api.asynchronous as zarr_async
         from zarr.core.sync import sync
@@ -248,8 +250,20 @@ class ZarrAsyncReads:
         if windows.layout != "ome-zarr":
             raise PeerUnavailableError(f"zarr-python reads OME-Zarr; the plate is {windows.layout}")
         self.windows, self.sync, self.config = windows, sync, zarr.config
-        self.tuning = {"async.concurrency": concurrency, "zarr": zarr.__version__}
-        self.arrays = [sync(zarr_async.open_array(store=str(path), mode="r")) for path in windows.array_paths]
+        self.settings: dict[str, Any] = {"async.concurrency": concurrency}
+        if zarrs_threads is not None:
+            try:
+                import zarrs  # noqa: F401
+            except ImportError as error:
+                raise PeerUnavailableError(
+                    f"zarrs is not installed ({error}): .venv/bin/pip install -e '.[zarrs]'"
+                ) from error
+            self.settings.update(
+                {"codec_pipeline.path": "zarrs.ZarrsCodecPipeline", "threading.max_workers": zarrs_threads}
+            )
+        self.tuning = {**self.settings, "zarr": zarr.__version__}
+        with self.config.set(self.settings):
+            self.arrays = [sync(zarr_async.open_array(store=str(path), mode="r")) for path in windows.array_paths]
 
     def __call__(self, indices: Sequence[int]) -> np.ndarray:
         import asyncio
@@ -269,7 +283,7 @@ class ZarrAsyncReads:
         async def gather() -> list[Any]:
             return list(await asyncio.gather(*reads))
 
-        with self.config.set({"async.concurrency": self.tuning["async.concurrency"]}):  # this reader's only
+        with self.config.set(self.settings):  # this reader's settings only, not the process's
             gathered = self.sync(gather())
         for (slot, top, bottom, left, right), pixels in zip(places, gathered, strict=True):
             out[slot, :, top:bottom, left:right] = pixels
@@ -319,6 +333,7 @@ def build_readers(case: TargetsCase, context: RunContext, fields: dict[int, np.n
         "tensorstore-batch": (lambda: TensorStoreReads(windows, budget, cores, "batch"), case.batch),
         "tensorstore-futures": (lambda: TensorStoreReads(windows, budget, cores, "futures"), case.block),
         "zarr-async": (lambda: ZarrAsyncReads(windows, cores), case.batch),
+        "zarrs-async": (lambda: ZarrAsyncReads(windows, cores, zarrs_threads=cores), case.batch),
     }
     for name, (make, batch) in peers.items():
         try:
