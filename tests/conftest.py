@@ -1,12 +1,17 @@
-"""Shared fixtures: small real plates on disk, written once per test session."""
+"""Shared fixtures: small real plates on disk, written once per test session, and the CLI run two ways."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
+from cropbench.cli import main
 from cropbench.config import LAYOUTS, LayoutSpec, PlateSpec
 from cropbench.plates.generate import generate_plate
 
@@ -50,3 +55,45 @@ def layout_plate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     path = tmp_path_factory.mktemp("layouts") / f"{request.param}.zarr"
     generate_plate(path, TINY_SPEC, TEST_LAYOUTS[request.param], progress=False)
     return path
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What a ``cropbench`` invocation returned and printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+#: ``cropbench_cli(*args)``: run ``cropbench ARGS`` and return its exit code and output.
+CliRunner = Callable[..., CliResult]
+
+
+@pytest.fixture(params=["in-process", pytest.param("subprocess", marks=pytest.mark.slow)])
+def cropbench_cli(
+    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> CliRunner:
+    """``cropbench ARGS`` two ways: ``cli.main`` in this process (fast tier: no new interpreter, its
+    imports already done) and ``python -m cropbench`` (slow tier: the real entry point and streams)."""
+    if request.param == "subprocess":
+
+        def in_a_subprocess(*args: str) -> CliResult:
+            command = [sys.executable, "-m", "cropbench", *args]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            return CliResult(done.returncode, done.stdout, done.stderr)
+
+        return in_a_subprocess
+
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps help to the terminal, as a subprocess's would be
+
+    def in_this_process(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as stop:  # argparse: --help, usage errors
+            code = stop.code if isinstance(stop.code, int) else 1
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return in_this_process

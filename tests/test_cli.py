@@ -1,4 +1,8 @@
-"""The CLI: help everywhere, user errors exit 2 with one line, the main job writes rows."""
+"""The CLI: help everywhere, user errors exit 2 with one line, the main job writes rows.
+
+Tests taking ``cropbench_cli`` run twice: through ``cli.main`` in this process (fast tier) and as
+``python -m cropbench`` (slow tier); ``test_every_subcommand_has_help`` runs the entry point in the fast tier.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CliRunner
 
 from cropbench.cli import build_parser, main
 from cropbench.records import Record, RecordWriter, read_records
@@ -38,8 +43,8 @@ def test_every_subcommand_has_help() -> None:
         ["plot", "/nonexistent/results.jsonl"],
     ],
 )
-def test_user_errors_exit_2_with_one_line_and_no_traceback(args: list[str]) -> None:
-    result = cropbench(*args)
+def test_user_errors_exit_2_with_one_line_and_no_traceback(args: list[str], cropbench_cli: CliRunner) -> None:
+    result = cropbench_cli(*args)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("cropbench: error:")
@@ -90,24 +95,26 @@ def test_generate_run_export_plot(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["export", str(out / "results.jsonl"), "--csv", str(tmp_path / "x.csv")]) == 0
 
 
-def test_summary_refuses_an_unknown_metric_and_shows_no_interval_from_one_sample(tmp_path: Path) -> None:
+def test_summary_refuses_an_unknown_metric_and_shows_no_interval_from_one_sample(
+    tmp_path: Path, cropbench_cli: CliRunner
+) -> None:
     results = tmp_path / "results.jsonl"
     with RecordWriter(results) as writer:
         writer.write(Record(track="1", case="c", config={}, environment={}, metrics={"samples_per_s": 7897.9}))
-    typo = cropbench("summary", str(results), "--metric", "samples_per_sec")
+    typo = cropbench_cli("summary", str(results), "--metric", "samples_per_sec")
     assert typo.returncode == 2 and typo.stderr.startswith("cropbench: error:") and "samples_per_s" in typo.stderr
-    once = cropbench("summary", str(results))
+    once = cropbench_cli("summary", str(results))
     assert once.returncode == 0, once.stderr
     row = once.stdout.splitlines()[1]
     assert "7,897.9" in row and "[" not in row and "%" not in row
 
 
-def test_help_lists_values_compactly() -> None:
-    run_help = cropbench("run", "--help").stdout
+def test_help_lists_values_compactly(cropbench_cli: CliRunner) -> None:
+    run_help = cropbench_cli("run", "--help").stdout
     usage = run_help.split("\n\n")[0]
     assert "--layout NAME" in usage and "channel-tiles-blosc-zstd" not in usage
     assert "1|2|3" in usage and "end-to-end" in run_help
-    smoke_help = cropbench("smoke", "--help").stdout
+    smoke_help = cropbench_cli("smoke", "--help").stdout
     assert "validity flags" in smoke_help
 
 
@@ -115,14 +122,16 @@ def test_help_lists_values_compactly() -> None:
     "args",
     [["run", "--plate", "x", "--preset", "huge"], ["bogus"], ["run"], ["generate", "--out", "x", "--rows", "two"]],
 )
-def test_usage_errors_are_one_line_with_a_hint(args: list[str]) -> None:
-    result = cropbench(*args)
+def test_usage_errors_are_one_line_with_a_hint(args: list[str], cropbench_cli: CliRunner) -> None:
+    result = cropbench_cli(*args)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cropbench: error:") and "--help" in lines[0], result.stderr
 
 
-def test_bad_knobs_exit_2_with_one_line_and_leave_nothing(tiny_plate: Path, tmp_path: Path) -> None:
+def test_bad_knobs_exit_2_with_one_line_and_leave_nothing(
+    tiny_plate: Path, tmp_path: Path, cropbench_cli: CliRunner
+) -> None:
     for args in (
         ["run", "--plate", str(tiny_plate), "--torch-threads", "-3", "--out", str(tmp_path / "o")],
         [
@@ -145,7 +154,7 @@ def test_bad_knobs_exit_2_with_one_line_and_leave_nothing(tiny_plate: Path, tmp_
             "64",
         ],
     ):
-        result = cropbench(*args, "--no-progress")
+        result = cropbench_cli(*args, "--no-progress")
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("cropbench: error:")
     assert not (tmp_path / "p.zarr").exists() and not list(tmp_path.glob(".p.zarr*"))
