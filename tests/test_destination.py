@@ -85,6 +85,7 @@ def test_cli_run_and_compare_layouts_refuse_a_users_folder(tiny_plate: Path, tmp
             "0",
             "--repeats",
             "1",
+            "--keep",  # without --keep a run writes beside a folder it finds, never into it
             "--no-progress",
         ],
     ):
