@@ -31,6 +31,15 @@ class MdsFormat(TrainingFormat):
     versions = ("0.11", "0.14")
     extra = "mosaicml-streaming"
 
+    @classmethod
+    def install_hint(cls) -> str:
+        # The package pins numpy<2.2 and xxhash<4; installed without its dependencies it keeps the tested numpy.
+        lowest, below = cls.versions
+        return (
+            f".venv/bin/pip install --no-deps '{cls.library}>={lowest},<{below}' && .venv/bin/pip install "
+            "'transformers<5' xxhash zstd catalogue brotli python-snappy"
+        )
+
     def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
         from streaming import MDSWriter
 

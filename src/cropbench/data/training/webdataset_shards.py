@@ -25,8 +25,9 @@ SHARD_PATTERN = "crops-%06d.tar"
 SHUFFLE_BUFFER = 1000
 
 
-def _to_sample(item: dict[str, Any], plate_name: str) -> dict[str, Any]:
-    return sample(item["npy"], item["json"], plate_name)
+def _to_sample(item: tuple[Any, dict[str, Any]], plate_name: str) -> dict[str, Any]:
+    image, row = item
+    return sample(image, row, plate_name)
 
 
 class WebDatasetFormat(TrainingFormat):
@@ -74,5 +75,8 @@ class WebDatasetFormat(TrainingFormat):
         )
         if shuffle:
             pipeline = pipeline.shuffle(SHUFFLE_BUFFER)
-        dataset = pipeline.decode().map(functools.partial(_to_sample, plate_name=info.plate_name))
+        # A tuple in, so the library's map does not copy ``__key__`` into cropbench's sample dict.
+        dataset = (
+            pipeline.decode().to_tuple("npy", "json").map(functools.partial(_to_sample, plate_name=info.plate_name))
+        )
         return DataLoader(dataset, batch_size=batch_size, num_workers=workers)
