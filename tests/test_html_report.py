@@ -87,6 +87,8 @@ def test_the_page_holds_the_verdict_the_rows_and_the_environment() -> None:
     assert "1 of 2 configurations carry no flag" in text
     assert 'class="flagged"' in page and page.count('class="flagged"') == 1
     assert "cache>=plate" in text and "packages.torch" in text and "2.5" in text
+    every_row_flagged = [records()[1]]
+    assert "no row of this run is a measurement to quote" in " ".join(Page(render_report(every_row_flagged)).text)
 
 
 def test_write_report_writes_beside_the_results_and_names_a_bad_path(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from cropbench.errors import OutputError
 from cropbench.records import Record
 from cropbench.report.flags import row_flags
 from cropbench.report.summary import SUMMARY_COLUMNS, cell_value, format_cell
-from cropbench.report.verdict import HEADING, SMOKE_NOTE, Verdict, plain_reason, track_lines, verdict
+from cropbench.report.verdict import HEADING, Verdict, plain_reason, track_lines, verdict
 from cropbench.tracks.validity import VALIDITY_FLAGS
 
 #: The report's file name, beside results.jsonl.
@@ -96,8 +96,9 @@ def _text(value: object) -> str:
 
 def _verdict_section(answer: Verdict) -> str:
     parts = [f'<h2>{_text(HEADING)}</h2><div class="verdict">']
-    if answer.preset == "smoke":
-        parts.append(f'<p class="note">{_text(SMOKE_NOTE)}</p>')
+    preamble = answer.preamble()
+    if preamble:
+        parts.append(f'<p class="note">{_text(preamble)}</p>')
     for track in answer.tracks:
         head, *rest = track_lines(track)
         items: list[str] = []

@@ -112,13 +112,20 @@ class Verdict:
     tracks: tuple[TrackVerdict, ...]
     preset: str | None = None
 
+    def preamble(self) -> str | None:
+        """What is said of the whole run before the tracks, if anything."""
+        if self.preset == "smoke":
+            return SMOKE_NOTE
+        if self.tracks and not any(track.quotable for track in self.tracks):
+            return "no row of this run is a measurement to quote (the reasons are under each track)"
+        return None
+
     def lines(self) -> list[str]:
         """The verdict as text: a heading, then a few indented lines per track."""
         lines = [HEADING]
-        if self.preset == "smoke":
-            lines += textwrap.wrap(SMOKE_NOTE, width=100, initial_indent="  ", subsequent_indent="  ")
-        elif self.tracks and not any(track.quotable for track in self.tracks):
-            lines.append("  no row of this run is a measurement to quote (the reasons are under each track)")
+        preamble = self.preamble()
+        if preamble:
+            lines += textwrap.wrap(preamble, width=100, initial_indent="  ", subsequent_indent="  ")
         for track in self.tracks:
             lines += [f"  {line}" if index == 0 else f"    {line}" for index, line in enumerate(track_lines(track))]
         return lines
