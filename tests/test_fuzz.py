@@ -12,6 +12,7 @@ an error or identical crops.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -324,3 +325,284 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_output(
     assert code == 2 and len(err) == 1 and "No space left" in err[0], err
     assert not (tmp_path / "out" / "p").exists() and not [p for p in (tmp_path / "out").iterdir()]
     assert _snapshot(tmp_path) == outside
+
+
+# --- TIFF strips, generated -----------------------------------------------------------------------
+
+#: TIFF tags a strip fuzz case may rewrite, and the values it draws from (beside random ones).
+STRIP_TAGS = ("StripByteCounts", "StripOffsets", "RowsPerStrip", "ImageWidth", "ImageLength", "BitsPerSample")
+EDGE_VALUES = (0, 1, 63, 64, 65, 4095, 8192, 8193, 2**16 - 1, 2**31, 2**32 - 1)
+#: Fixed-seed cases in the fast tier, and randomized ones in the slow tier.
+FAST_CASES, SLOW_CASES = 40, 400
+
+
+class _ReadGuard:
+    """Records every read larger than ``limit`` bytes (os.pread, tifffile's reads) instead of failing it:
+    an AssertionError raised inside a reader could be turned into a typed error and hide the read."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
+        import os
+
+        import tifffile
+
+        self.too_large: list[int] = []
+        real_pread, real_read = os.pread, tifffile.FileHandle.read
+
+        def pread(fd: int, length: int, offset: int) -> bytes:
+            if length > limit:
+                self.too_large.append(length)
+                length = limit
+            return real_pread(fd, length, offset)
+
+        def read(handle: Any, size: int = -1) -> bytes:
+            if size > limit:
+                self.too_large.append(size)
+                size = limit
+            return real_read(handle, size)
+
+        monkeypatch.setattr(os, "pread", pread)
+        monkeypatch.setattr(tifffile.FileHandle, "read", read)
+
+
+def _strip_case(rng: np.random.Generator, path: Path) -> str:
+    """Damage one channel file's strips: a tag rewritten, strip bytes overwritten, or the file cut."""
+    import tifffile
+
+    what = rng.choice(["tag", "bytes", "cut"])
+    if what == "tag":
+        name = str(rng.choice(STRIP_TAGS))
+        with tifffile.TiffFile(path, mode="r+b") as tiff:
+            tag = tiff.pages.first.tags.get(name)
+            if tag is None:
+                return f"{name} absent"
+            count = tag.count
+            value = int(rng.choice(EDGE_VALUES)) if rng.random() < 0.6 else int(rng.integers(0, 2**32))
+            if name == "BitsPerSample":
+                value = int(rng.choice([1, 7, 8, 12, 16, 32, 64]))
+            tag.overwrite((value,) * count if count > 1 else value, dtype="I" if value > 65535 else None)
+        return f"{name}={value}"
+    if what == "bytes":
+        with tifffile.TiffFile(path) as tiff:
+            offset, size = int(tiff.pages.first.dataoffsets[0]), int(tiff.pages.first.databytecounts[0])
+        data = bytearray(path.read_bytes())
+        start = offset + int(rng.integers(0, max(size, 1)))
+        length = int(rng.integers(1, 64))
+        data[start : start + length] = rng.integers(0, 256, length, dtype=np.uint8).tobytes()
+        path.write_bytes(bytes(data))
+        return f"bytes {start}+{length}"
+    data = path.read_bytes()
+    keep = int(rng.integers(0, len(data)))
+    path.write_bytes(data[:keep])
+    return f"cut at {keep}"
+
+
+def _fuzz_strips(
+    plates: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, cases: int
+) -> dict[str, int]:
+    import time
+
+    rng = np.random.default_rng(seed)
+    decodes = ("direct", "field", "zarr")
+    references = {name: {decode: _crops(plates[name], decode) for decode in decodes} for name in ("tiff", "tiff-zlib")}
+    plane_bytes = FUZZ_SPEC.field_height * FUZZ_SPEC.field_width * 2
+    counts = {"cases": 0, "typed errors": 0, "correct reads": 0, "different pixels": 0}
+    started = time.perf_counter()
+    for number in range(cases):
+        name = str(rng.choice(["tiff", "tiff-zlib"]))
+        plate = tmp_path / f"case{number}"
+        shutil.copytree(plates[name], plate)
+        files = sorted((plate / "images").iterdir())
+        what = _strip_case(rng, files[int(rng.integers(0, len(files)))])
+        with monkeypatch.context() as patch:
+            guard = _ReadGuard(patch, limit=max(2 * plane_bytes + 4096, files[0].stat().st_size))
+            outcome = _assert_outcome(plate, decodes, references[name], strict=False)
+        assert not guard.too_large, f"case {number} ({name}, {what}): reads of {guard.too_large} bytes"
+        counts["cases"] += 1
+        for result in outcome.split("/"):
+            key = {"error": "typed errors", "identical": "correct reads", "different": "different pixels"}[result]
+            counts[key] += 1
+        shutil.rmtree(plate)
+    print(
+        f"\nfuzz TIFF strips (seed {seed}): {counts} reads over {cases} cases in {time.perf_counter() - started:.1f} s"
+    )
+    return counts
+
+
+@pytest.fixture(scope="module")
+def strip_plates(plates: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("fuzz-strips")
+    zlib_plate = convert_plate(plates["ome-zarr"], root / "tiff-zlib", LAYOUTS["tiff-zlib"]).path
+    return {"tiff": plates["tiff"], "tiff-zlib": zlib_plate}
+
+
+def test_damaged_tiff_strips_are_typed_errors_or_crops_of_the_right_shape_read_within_bounds(
+    strip_plates: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts = _fuzz_strips(strip_plates, tmp_path, monkeypatch, seed=0, cases=FAST_CASES)
+    assert counts["cases"] == FAST_CASES and counts["typed errors"] > 0 and counts["correct reads"] > 0
+
+
+@pytest.mark.slow
+def test_damaged_tiff_strips_randomized(
+    strip_plates: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import secrets
+
+    seed = secrets.randbits(32)
+    print(f"\nrandomized TIFF strip fuzz: seed {seed} (rerun a failure with _fuzz_strips(..., seed={seed}, ...))")
+    _fuzz_strips(strip_plates, tmp_path, monkeypatch, seed=seed, cases=SLOW_CASES)
+
+
+# --- HTTP and S3 sources, generated -------------------------------------------------------------
+
+#: What a hostile server answers: each mode is drawn per case.
+SERVER_MODES = (
+    "ok",
+    "status",
+    "drip",
+    "stall",
+    "short",
+    "close",
+    "wrong range",
+    "garbage listing",
+    "looping listing",
+    "traversing keys",
+)
+#: The object every case asks for, as the honest server holds it.
+OBJECT = bytes(range(256)) * 4
+#: Seconds each request attempt may take in the fuzz cases.
+FUZZ_TIMEOUT_S = 0.25
+
+
+def _server(state: Any, mode: str, rng: np.random.Generator) -> None:
+    """Set ``state.respond`` for ``mode``."""
+    from test_sources import drip, listing, send
+
+    status = int(rng.choice([400, 401, 403, 404, 416, 418, 500, 503]))
+    keys = ["zarr.json", str(rng.choice(["../up.json", "/abs.json", "a/../../up.json", "a//b.json", "."]))]
+
+    def respond(handler: Any) -> None:
+        path = handler.path
+        if "list-type=2" in path:
+            if mode == "garbage listing":
+                return send(200, rng.integers(0, 256, int(rng.integers(0, 64)), dtype=np.uint8).tobytes())(handler)
+            if mode == "looping listing":
+                return send(200, listing(["zarr.json"], token="same"))(handler)
+            return send(200, listing(keys if mode == "traversing keys" else ["zarr.json"]))(handler)
+        if path.endswith("cropbench_index.json"):
+            names = keys if mode == "traversing keys" else ["zarr.json"]
+            return send(200, json.dumps({"objects": [[k, 4] for k in names]}).encode())(handler)
+        if mode == "status":
+            return send(status, b"<Error><Code>Nope</Code></Error>")(handler)
+        if mode == "drip":
+            return drip(state, interval_s=0.1)(handler)
+        if mode == "stall":
+            handler.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
+            handler.wfile.flush()
+            state.stop.wait(5.0)
+            return None
+        if mode == "close":
+            handler.close_connection = True
+            return None
+        body = OBJECT
+        start, end = 0, len(OBJECT)
+        ranged = handler.headers.get("Range", "")
+        if ranged.startswith("bytes=-"):
+            start = max(0, len(OBJECT) - int(ranged[7:]))
+        elif ranged.startswith("bytes="):
+            first, _, last = ranged[6:].partition("-")
+            start, end = int(first), min(int(last) + 1, len(OBJECT))
+        body = OBJECT[start:end]
+        if mode == "wrong range" and ranged:  # (a whole object of another size is not detectably wrong)
+            body = body[: len(body) // 2]
+        if mode == "short":
+            handler.send_response(206 if ranged else 200)
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body[: len(body) // 2])
+            handler.close_connection = True
+            return None
+        return send(206 if ranged else 200, body)(handler)
+
+    state.respond = respond
+
+
+def _source_case(rng: np.random.Generator, endpoint: str, tmp_path: Path) -> tuple[str, Callable[[], Any], Any]:
+    """(what, the call, its correct result) for one drawn operation on one drawn source."""
+    from cropbench.config import StoreConfig
+    from cropbench.formats.sources import RemoteSource, mirror_metadata
+
+    retries = int(rng.integers(0, 2))
+    s3 = bool(rng.integers(0, 2))
+    config = StoreConfig(timeout_s=FUZZ_TIMEOUT_S, retries=retries, in_flight=int(rng.integers(1, 4)))
+    if s3:
+        url, config = "s3://bucket/plate", dataclasses.replace(config, endpoint=endpoint, anonymous=True)
+    else:
+        url = endpoint.replace("http://", "http://user:s3cr3t@") + "/plate"
+    source = RemoteSource(url, config)
+    start, length = int(rng.integers(0, len(OBJECT))), int(rng.integers(1, 300))
+    length = min(length, len(OBJECT) - start)
+    operation = str(rng.choice(["get", "range", "suffix", "many", "mirror"]))
+    calls: dict[str, tuple[Callable[[], Any], Any]] = {
+        "get": (lambda: source.get("zarr.json"), OBJECT),
+        "range": (lambda: source.get_range("zarr.json", start, length), OBJECT[start : start + length]),
+        "suffix": (lambda: source.get_suffix("zarr.json", length), OBJECT[-length:]),
+        "many": (
+            lambda: source.get_many([("zarr.json", start, length), ("zarr.json", 0, -1)]),
+            [OBJECT[start : start + length], OBJECT],
+        ),
+        "mirror": (lambda: mirror_metadata(url, config, cache_dir=tmp_path / "cache").name, None),
+    }
+    call, expected = calls[operation]
+    return f"{'s3' if s3 else 'http'} {operation} retries={retries}", call, expected
+
+
+def _fuzz_sources(tmp_path: Path, seed: int, cases: int) -> dict[str, int]:
+    import time
+
+    from test_sources import Hostile, serve
+
+    rng = np.random.default_rng(seed)
+    counts = {"cases": 0, "typed errors": 0, "correct reads": 0}
+    started = time.perf_counter()
+    for number in range(cases):
+        mode = str(rng.choice(SERVER_MODES))
+        state = Hostile()
+        _server(state, mode, rng)
+        with serve(state) as endpoint:
+            what, call, expected = _source_case(rng, endpoint, tmp_path / f"case{number}")
+            retries = int(what.rsplit("=", 1)[1])
+            began = time.perf_counter()
+            try:
+                result = call()
+            except CropbenchError as error:
+                message = one_line(error)
+                assert "\n" not in message and "s3cr3t" not in message, f"case {number} ({mode}, {what}): {message}"
+                counts["typed errors"] += 1
+            else:
+                correct = expected is None or result == expected or (mode == "status" and result is None)
+                assert correct, f"case {number} ({mode}, {what}): a wrong answer read as right: {result!r:.80}"
+                counts["correct reads"] += 1
+            elapsed = time.perf_counter() - began
+            # 'many' and 'mirror' make two requests one after the other; each has its own deadline.
+            limit = 2 * (retries + 1) * FUZZ_TIMEOUT_S + 1.0
+            assert elapsed < limit, f"case {number} ({mode}, {what}): {elapsed:.2f} s, over {limit:.2f} s"
+            escaped = [p for p in tmp_path.rglob("*.json") if "cache" not in p.relative_to(tmp_path).parts[1:2]]
+            assert not escaped, f"case {number} ({mode}, {what}): wrote {escaped}"
+        counts["cases"] += 1
+    print(f"\nfuzz HTTP/S3 sources (seed {seed}): {counts} in {time.perf_counter() - started:.1f} s")
+    return counts
+
+
+def test_hostile_servers_end_in_typed_errors_or_correct_bytes_within_the_deadline(tmp_path: Path) -> None:
+    counts = _fuzz_sources(tmp_path, seed=0, cases=FAST_CASES)
+    assert counts["cases"] == FAST_CASES and counts["typed errors"] > 0 and counts["correct reads"] > 0
+
+
+@pytest.mark.slow
+def test_hostile_servers_randomized(tmp_path: Path) -> None:
+    import secrets
+
+    seed = secrets.randbits(32)
+    print(f"\nrandomized source fuzz: seed {seed} (rerun a failure with _fuzz_sources(..., seed={seed}, ...))")
+    _fuzz_sources(tmp_path, seed=seed, cases=SLOW_CASES)
