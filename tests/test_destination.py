@@ -5,12 +5,11 @@ copy: of the same source, in the same layout)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CliRunner
 
 from cropbench.config import LAYOUTS, PlateSpec
 from cropbench.errors import OutputError
@@ -38,10 +37,6 @@ def _user_folder(path: Path) -> Path:
     return path / "plate1_A01.tif"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cropbench", *args], capture_output=True, text=True, check=False)
-
-
 def _siblings(path: Path) -> list[str]:
     return sorted(p.name for p in path.parent.iterdir())
 
@@ -54,7 +49,9 @@ def test_a_layout_dir_cropbench_did_not_write_is_refused(tiny_plate: Path, tmp_p
     assert _siblings(user_file.parent) == ["tiff"], "no scratch copy is left behind"
 
 
-def test_cli_run_and_compare_layouts_refuse_a_users_folder(tiny_plate: Path, tmp_path: Path) -> None:
+def test_cli_run_and_compare_layouts_refuse_a_users_folder(
+    tiny_plate: Path, tmp_path: Path, cropbench_cli: CliRunner
+) -> None:
     user_file = _user_folder(tmp_path / "dir" / "tiff")
     for args in (
         [
@@ -89,7 +86,7 @@ def test_cli_run_and_compare_layouts_refuse_a_users_folder(tiny_plate: Path, tmp
             "--no-progress",
         ],
     ):
-        result = _cli(*args)
+        result = cropbench_cli(*args)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("cropbench: error: refusing to replace"), result.stderr
@@ -108,9 +105,9 @@ def test_only_a_copy_of_the_same_source_in_the_same_layout_is_replaced(tiny_plat
         convert_plate(tiny_plate, tmp_path / "dir" / "tiff", LAYOUTS["memmap"], overwrite=True)
 
 
-def test_generate_force_replaces_only_a_cropbench_plate(tmp_path: Path) -> None:
+def test_generate_force_replaces_only_a_cropbench_plate(tmp_path: Path, cropbench_cli: CliRunner) -> None:
     user_file = _user_folder(tmp_path / "data")
-    result = _cli(
+    result = cropbench_cli(
         "generate",
         "--out",
         str(tmp_path / "data"),
