@@ -319,3 +319,10 @@ class _writer:
     def __exit__(self, *exc: object) -> None:
         if self.fd >= 0:
             os.close(self.fd)
+
+
+def test_a_client_librarys_message_has_the_credentials_masked() -> None:
+    url = "http://reader:s3cr3t@host:9/p.zarr"
+    error = sources.store_error(url, "zarr.json", OSError(f"cannot connect to {url}/zarr.json: refused"))
+    assert "s3cr3t" not in str(error) and "reader:***@host:9/p.zarr/zarr.json" in str(error), error
+    assert sources.scrub_credentials("nothing to hide", "s3://bucket/p.zarr") == "nothing to hide"

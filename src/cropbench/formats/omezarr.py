@@ -14,7 +14,7 @@ from cropbench.config import LayoutSpec, StoreConfig
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, PlateWriter
 from cropbench.formats.ngff import NGFF_VERSION, array_chunk_shape, read_array_document
-from cropbench.formats.sources import check_regular, redact, zarr_store
+from cropbench.formats.sources import check_regular, redact, scrub_credentials, zarr_store
 
 
 def compressors_for(layout: LayoutSpec) -> list[Any] | None:
@@ -189,7 +189,10 @@ class ZarrPythonReader(PlateReader):
                     store = zarr_store(url, config, count=self._count)
                     array = zarr.open_array(store=store, path=self.metadata.fields[field_index].path, mode="r")
             except Exception as error:  # zarr raises several unrelated types for a bad store
-                raise StoreError(f"cannot open zarr array {path}: {' '.join(str(error).split())[:300]}") from error
+                text = " ".join(str(error).split())
+                if self._remote is not None:
+                    text = scrub_credentials(text, self._remote["url"])
+                raise StoreError(f"cannot open zarr array {path}: {text[:300]}") from error
             self._arrays[field_index] = array
         return array
 
@@ -205,10 +208,11 @@ class ZarrPythonReader(PlateReader):
             pixels = array[tuple(selection)] if channels is None else array.get_orthogonal_selection(tuple(selection))
         except Exception as error:  # zarr surfaces codec failures as many exception types
             where = self.metadata.fields[field_index].path
+            text = " ".join(str(error).split())
             if self._remote is not None:
                 where = f"{redact(self._remote['url']).rstrip('/')}/{where}"
+                text = scrub_credentials(text, self._remote["url"])
             raise StoreError(
-                f"cannot read y{y0}:{y1} x{x0}:{x1} of {where} "
-                f"(corrupt or missing chunk?): {' '.join(str(error).split())[:300]}"
+                f"cannot read y{y0}:{y1} x{x0}:{x1} of {where} (corrupt or missing chunk?): {text[:300]}"
             ) from error
         out[...] = pixels

@@ -146,7 +146,7 @@ def store_error(url: str, key: str, error: BaseException) -> StoreError:
     """One line naming the object's URL and what went wrong, from any obstore or fsspec error."""
     location = redact(f"{url.rstrip('/')}/{key}" if key else url)
     kind = type(error).__name__
-    full = _without_credentials(str(error), url)
+    full = scrub_credentials(str(error), url)
     text = " ".join(full.split("Debug source")[0].split())  # obstore appends a multi-line debug dump
     hints = {
         "NotFoundError": "no such bucket or key",
@@ -176,8 +176,8 @@ def store_error(url: str, key: str, error: BaseException) -> StoreError:
     return StoreError(f"{location}: {hint} ({kind}: {text[:160]})")
 
 
-def _without_credentials(text: str, url: str) -> str:
-    """``text`` (a client library's message) with the URL's user part, if any, taken out wherever it appears."""
+def scrub_credentials(text: str, url: str) -> str:
+    """``text`` (a client library's message) with the user part of ``url``, if any, masked wherever it appears."""
     userinfo = urlsplit(url).netloc.rpartition("@")[0] if "@" in url else ""
     return text.replace(userinfo, redact(f"x://{userinfo}@")[4:-1]) if userinfo else text
 
@@ -485,6 +485,7 @@ class RemoteSource(ByteSource):
     def __init__(self, url: str, config: StoreConfig) -> None:
         super().__init__()
         self._scheme, self._bucket, self._prefix = split_url(url)
+        self._url = url  # with its credentials, to mask them in client libraries' messages
         self.location = redact(url)
         self.config = config
         self._http: Any = None
@@ -533,7 +534,7 @@ class RemoteSource(ByteSource):
                 status, data = self._attempt(http, method, url, headers, body)
             except Exception as error:  # urllib3: timeouts, refused connections, protocol errors
                 if attempt + 1 == attempts:
-                    raise store_error(self.location, key, error) from None
+                    raise store_error(self._url, key, error) from None
             else:
                 if status not in _RETRIED_STATUSES or attempt + 1 == attempts:
                     return status, data
@@ -937,6 +938,7 @@ __all__ = [
     "open_source",
     "read_pointer",
     "redact",
+    "scrub_credentials",
     "split_url",
     "store_error",
     "upload_plate",
