@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
+import psutil
 
 from cropbench import metrics as m
 from cropbench.config import LayoutSpec
 from cropbench.errors import ConfigError, OutputError, StoreError
+from cropbench.formats.metadata import ArrayMetadata
 
 #: The display range of a channel without one: the whole uint16 range.
 FULL_DISPLAY_RANGE = (0.0, 65535.0)
@@ -69,6 +71,8 @@ class PlateMetadata:
     objects_inline: bool = False
     #: The pointer (URL and store config) of a plate mirrored from an object store; None for a local plate.
     remote: dict[str, Any] | None = field(default=None, compare=False)
+    #: Each field's zarr array metadata, validated when the plate was opened (OME-Zarr; empty otherwise).
+    arrays: tuple[ArrayMetadata, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         ranges = tuple((float(start), float(end)) for start, end in self.display_ranges)
@@ -365,6 +369,14 @@ class FieldCacheReader(PlateReader):
 
     def __init__(self, metadata: PlateMetadata, inner: PlateReader, max_fields: int = 2) -> None:
         super().__init__(metadata)
+        field_bytes = int(np.prod(metadata.field_shape, dtype=object)) * np.dtype(metadata.dtype).itemsize
+        memory = psutil.virtual_memory().total
+        if field_bytes > memory:
+            raise ConfigError(
+                f"decode='field' holds whole fields in memory: a field of {metadata.path} "
+                f"({'x'.join(map(str, metadata.field_shape))} {metadata.dtype}) is {field_bytes:,} bytes, more than "
+                f"this machine's {memory:,}; use decode='direct'"
+            )
         self.inner = inner
         self.max_fields = max_fields
         self._fields: LruCache[int, np.ndarray] = LruCache(max_fields, size=lambda _: 1)

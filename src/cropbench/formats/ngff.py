@@ -11,6 +11,7 @@ from typing import Any
 
 from cropbench.errors import StoreError
 from cropbench.formats.base import FieldInfo, PlateMetadata
+from cropbench.formats.metadata import ArrayMetadata, parse_array_metadata
 
 NGFF_VERSION = "0.5"
 
@@ -37,13 +38,22 @@ def read_attributes(node: Path) -> dict[str, Any] | None:
 
 def read_array_document(array_dir: Path) -> dict[str, Any]:
     """The array metadata (``zarr.json`` or ``.zarray``) of one zarr array."""
+    return _array_document(array_dir)[0]
+
+
+def read_array_metadata(array_dir: Path) -> ArrayMetadata:
+    """The array metadata of one zarr array, every value checked (see :mod:`.metadata`)."""
+    return parse_array_metadata(*_array_document(array_dir))
+
+
+def _array_document(array_dir: Path) -> tuple[dict[str, Any], Path]:
     for name in ("zarr.json", ".zarray"):
         candidate = array_dir / name
         if candidate.is_file():
             document = _load_json(candidate)
             if name == "zarr.json" and document.get("node_type") != "array":
                 break
-            return document
+            return document, candidate
     raise StoreError(f"{array_dir} is not a zarr array (no array zarr.json or .zarray)")
 
 
@@ -94,7 +104,8 @@ def _plate_from_hcs(root: Path, attributes: dict[str, Any], format: str) -> Plat
     plate = attributes["plate"]
     name = str(plate.get("name", root.stem))
     fields: list[FieldInfo] = []
-    first: tuple[list[str] | None, dict[str, Any], dict[str, Any], list[str] | None] | None = None
+    first: tuple[list[str] | None, dict[str, Any], ArrayMetadata, list[str] | None] | None = None
+    arrays: list[ArrayMetadata] = []
     for well in plate.get("wells", []):
         well_path = str(well["path"])
         row, column = well_path.split("/")[:2]
@@ -104,14 +115,15 @@ def _plate_from_hcs(root: Path, attributes: dict[str, Any], format: str) -> Plat
         for site, image in enumerate(well_attributes["well"].get("images", [])):
             image_path = f"{well_path}/{image['path']}"
             array_path, labels, omero, axes = _image_array(root / image_path)
-            document = read_array_document(root / image_path / array_path)
+            array = read_array_metadata(root / image_path / array_path)
             if first is None:
-                first = (labels, omero, document, axes)
-            elif _shape_and_type(document) != _shape_and_type(first[2]):
+                first = (labels, omero, array, axes)
+            elif _shape_and_type(array) != _shape_and_type(first[2]):
                 raise StoreError(
-                    f"field {image_path} of {root} has shape and type {_shape_and_type(document)}, but the first "
+                    f"field {image_path} of {root} has shape and type {_shape_and_type(array)}, but the first "
                     f"field has {_shape_and_type(first[2])}; cropbench reads plates whose fields all match"
                 )
+            arrays.append(array)
             fields.append(
                 FieldInfo(
                     index=len(fields),
@@ -125,19 +137,19 @@ def _plate_from_hcs(root: Path, attributes: dict[str, Any], format: str) -> Plat
             )
     if first is None:
         raise StoreError(f"plate {root} lists no wells with fields")
-    labels, omero, array, axes = first
-    return _metadata(root, name, fields, labels, omero, array, format, attributes, axes)
+    labels, omero, _, axes = first
+    return _metadata(root, name, fields, labels, omero, arrays, format, attributes, axes)
 
 
-def _shape_and_type(document: dict[str, Any]) -> tuple[list[int], str]:
-    return [int(s) for s in document["shape"]], str(document.get("data_type") or document.get("dtype"))
+def _shape_and_type(array: ArrayMetadata) -> tuple[list[int], str]:
+    return list(array.shape), array.dtype.name
 
 
 def _plate_from_image(root: Path, format: str) -> PlateMetadata:
     array_path, labels, omero, axes = _image_array(root)
-    array = read_array_document(root / array_path)
+    array = read_array_metadata(root / array_path)
     info = FieldInfo(index=0, plate=root.stem, well="A1", row="A", column="1", field=0, path=array_path)
-    return _metadata(root, root.stem, [info], labels, omero, array, format, {}, axes)
+    return _metadata(root, root.stem, [info], labels, omero, [array], format, {}, axes)
 
 
 def _metadata(
@@ -146,12 +158,12 @@ def _metadata(
     fields: list[FieldInfo],
     labels: list[str] | None,
     omero: dict[str, Any],
-    array: dict[str, Any],
+    arrays: list[ArrayMetadata],
     format: str,
     attributes: dict[str, Any],
     axes: list[str] | None = None,
 ) -> PlateMetadata:
-    full_shape = tuple(int(s) for s in array["shape"])
+    full_shape = arrays[0].shape
     if len(full_shape) == 2:
         raise StoreError(f"field arrays of {root} are 2-D {full_shape}; cropbench needs (c, y, x)")
     # NGFF orders axes t, c, z, y, x: the channel axis is named "c" (else the one before y, x).
@@ -162,8 +174,7 @@ def _metadata(
             f"field arrays of {root} have shape {full_shape} (axes {axes}); only singleton t/z axes are supported"
         )
     shape = (full_shape[channel_axis], full_shape[-2], full_shape[-1])
-    dtype = str(array.get("data_type") or array.get("dtype"))
-    dtype = {"<u2": "uint16", "|u1": "uint8", "<u1": "uint8", "<f4": "float32"}.get(dtype, dtype)
+    dtype = arrays[0].dtype.name
     channel_names = tuple(labels) if labels and len(labels) == shape[0] else tuple(f"c{i}" for i in range(shape[0]))
     windows = [channel.get("window") or {} for channel in omero.get("channels", [])]
     display_ranges = tuple((float(w.get("start", 0.0)), float(w.get("end", 65535.0))) for w in windows)
@@ -178,6 +189,7 @@ def _metadata(
         display_ranges=display_ranges,
         attributes=dict(attributes.get("cropbench") or {}),
         channel_axis=channel_axis,
+        arrays=tuple(arrays),
     )
 
 
