@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import CliRunner
 
 from cropbench.errors import OutputError
 from cropbench.records import SCHEMA_VERSION, Record, RecordWriter, read_records, write_csv
@@ -167,31 +168,29 @@ def test_a_failed_write_leaves_no_half_row(tmp_path: Path, monkeypatch: pytest.M
     assert [r.case for r in read_records(path)] == ["a", "c"]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cropbench", *args], capture_output=True, text=True, check=False)
-
-
-def test_a_run_fails_on_a_bad_results_line_before_measuring(tiny_plate: Path, tmp_path: Path) -> None:
+def test_a_run_fails_on_a_bad_results_line_before_measuring(
+    tiny_plate: Path, tmp_path: Path, cropbench_cli: CliRunner
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     results = out / "results.jsonl"
     results.write_text(make_record("a").to_json() + "\nnot json\n" + make_record("b").to_json() + "\n")
     before = results.read_bytes()
-    result = _cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20", "--no-progress")
+    result = cropbench_cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20", "--no-progress")
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert f"{results}:2" in result.stderr and results.read_bytes() == before
 
 
-@pytest.mark.slow
-def test_one_cli_run_has_one_run_id_and_a_second_writer_is_refused(tiny_plate: Path, tmp_path: Path) -> None:
+def test_one_cli_run_has_one_run_id_and_a_second_writer_is_refused(
+    tiny_plate: Path, tmp_path: Path, cropbench_cli: CliRunner
+) -> None:
     out = tmp_path / "out"
-    assert (
-        _cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20", "--no-progress").returncode == 0
-    )
+    run = ("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20", "--no-progress")
+    assert cropbench_cli(*run).returncode == 0
     assert len({r.run_id for r in read_records(out / "results.jsonl")}) == 1
-    with RecordWriter(out / "results.jsonl"):
-        result = _cli("run", "--plate", str(tiny_plate), "--out", str(out), "--samples", "20", "--no-progress")
+    with RecordWriter(out / "results.jsonl"):  # flock: refused in this process too (a second open file)
+        result = cropbench_cli(*run)
     assert result.returncode == 2 and "another cropbench run" in result.stderr, result.stderr
 
 
