@@ -351,7 +351,7 @@ typedef struct {
     int descriptor;       /* an open file, or -1: open path and read it whole */
     const char *path;     /* with descriptor -1 */
     Py_ssize_t start;     /* with a descriptor: the byte range */
-    Py_ssize_t length;
+    Py_ssize_t length;    /* with -1: the most bytes the file may hold (-1: no bound) */
     int codec;
     Py_ssize_t first, end; /* its chunks: chunks[first:end] */
     int absent;           /* set when the whole file does not exist */
@@ -404,7 +404,8 @@ static int fetch(Read *read, char **scratch, Py_ssize_t *capacity, Py_ssize_t *l
     Py_ssize_t start = read->start, size = read->length;
     int opened = -1;
     if (descriptor < 0) {
-        opened = open(read->path, O_RDONLY | O_CLOEXEC);
+        /* non-blocking, so a FIFO swapped in after the Python side checked the path cannot block the open */
+        opened = open(read->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (opened < 0) {
             if (errno == ENOENT) {
                 read->absent = 1;
@@ -414,7 +415,10 @@ static int fetch(Read *read, char **scratch, Py_ssize_t *capacity, Py_ssize_t *l
             return -1;
         }
         struct stat status;
-        if (fstat(opened, &status) < 0) {
+        /* a regular file no longer than the chunk may be stored in (length; -1: no bound), else the
+           Python path, which says why */
+        if (fstat(opened, &status) < 0 || !S_ISREG(status.st_mode) ||
+            (read->length >= 0 && (Py_ssize_t)status.st_size > read->length)) {
             close(opened);
             return -1;
         }

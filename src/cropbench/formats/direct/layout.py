@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +26,15 @@ import cropbench.formats.direct.native as native
 from cropbench.errors import StoreError
 from cropbench.formats.base import PlateMetadata
 from cropbench.formats.direct.keys import MAX_C_CHUNKS, MAX_YX_CHUNKS
-from cropbench.formats.ngff import read_array_document
+from cropbench.formats.metadata import ArrayMetadata
+from cropbench.formats.ngff import read_array_metadata
 
-Decoder = Callable[[bytes], bytes]
+#: A store codec's decode: (encoded bytes, the most bytes it may give) -> decoded bytes; ValueError
+#: (or a codec's own error) when the input is corrupt or would decode to more than that.
+Decoder = Callable[[Any, int], Any]
 BLOSC_HEADER_BYTES = 16
+#: What c-blosc adds to a chunk at most (its header; an incompressible chunk is stored as is).
+BLOSC_MAX_OVERHEAD = 16
 
 
 @dataclass(frozen=True)
@@ -41,10 +48,13 @@ class ChunkLayout:
     zarr_format: int
     separator: str
     v3_prefix: bool
-    decoders: tuple[Decoder, ...]
+    #: The store codecs in decode order, each with the most bytes it may give.
+    decoders: tuple[tuple[Decoder, int], ...]
     index_decoders_checksum: bool
     index_at_end: bool
     fill_value: int | float
+    #: The most bytes one stored chunk may hold: its decoded size plus what its codecs may add.
+    max_encoded: int = 0
     channel_axis: int = -3
 
     @property
@@ -55,6 +65,11 @@ class ChunkLayout:
     @functools.cached_property
     def chunk_items(self) -> int:
         return int(np.prod(self.chunk))
+
+    @functools.cached_property
+    def chunk_bytes(self) -> int:
+        """Bytes of a decoded chunk."""
+        return self.chunk_items * self.dtype.itemsize
 
     def filled_chunk(self) -> np.ndarray:
         """A decoded chunk that holds only the fill value: what an absent chunk reads as."""
@@ -101,33 +116,81 @@ class ChunkLayout:
         return f"c{self.separator}{joined}" if self.v3_prefix else joined
 
 
-def _bytes_decoder(codec: dict[str, Any]) -> Decoder | None:
-    name = codec["name"]
-    config = codec.get("configuration", {})
-    if name == "blosc":
-        return blosc_decompress
-    if name == "zstd":
-        return numcodecs.Zstd(level=config.get("level", 0)).decode
-    if name == "gzip":
-        return numcodecs.GZip(level=config.get("level", 1)).decode
-    if name == "crc32c":
-        return _checked_crc32c  # type: ignore[return-value]
-    raise StoreError(f"codec {name!r} is not supported by the direct decode path; use decode='zarr'")
-
-
-def blosc_decompress(data: Any) -> bytes:
-    """numcodecs' blosc decompression, once the chunk holds every byte its header counts: c-blosc
-    does not know the buffer's length and would read past a truncated chunk's end."""
+def blosc_decompress(data: Any, limit: int) -> bytes:
+    """numcodecs' blosc decompression, once the chunk holds every byte its header counts (c-blosc
+    does not know the buffer's length and would read past a truncated chunk's end) and the header
+    promises no more than ``limit`` bytes (c-blosc allocates what it promises)."""
     view = memoryview(data)
     if len(view) < BLOSC_HEADER_BYTES:
         raise ValueError(f"truncated: {len(view)} bytes, less than a blosc header")
+    decoded = int.from_bytes(view[4:8], "little")
     compressed = int.from_bytes(view[12:16], "little")
     if compressed > len(view):
         raise ValueError(f"truncated: the blosc header counts {compressed} bytes, the chunk has {len(view)}")
+    if decoded > limit:
+        raise ValueError(f"the blosc header promises {decoded} bytes, more than the chunk's {limit}")
     return numcodecs.blosc.decompress(view)
 
 
-def _checked_crc32c(data: Any) -> memoryview:
+_ZSTD = numcodecs.Zstd()
+
+
+def zstd_decompress(data: Any, limit: int) -> Any:
+    """numcodecs' zstd decompression into a buffer of ``limit`` bytes: a frame that says it holds
+    more is refused before anything is allocated, one that holds fewer is cut to what it holds."""
+    content = zstd_content_size(data)
+    if content is None:  # a frame that does not say its size (a streaming writer's): decoded whole, then checked
+        decoded = _ZSTD.decode(data)
+        if len(decoded) > limit:
+            raise ValueError(f"the zstd frame decodes to {len(decoded)} bytes, more than the chunk's {limit}")
+        return decoded
+    if content > limit:
+        raise ValueError(f"the zstd frame says it holds {content} bytes, more than the chunk's {limit}")
+    return _ZSTD.decode(data, out=np.empty(content, dtype=np.uint8))
+
+
+def zstd_content_size(data: Any) -> int | None:
+    """The decoded size a zstd frame's header states, or None when it states none."""
+    view = memoryview(data)
+    if len(view) < 6 or bytes(view[:4]) != b"\x28\xb5\x2f\xfd":
+        raise ValueError("not a zstd frame")
+    descriptor = view[4]
+    single_segment = descriptor >> 5 & 1
+    size_bytes = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
+    if size_bytes == 0:
+        return None
+    start = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+    if len(view) < start + size_bytes:
+        raise ValueError("truncated: the zstd frame header is cut short")
+    return int.from_bytes(view[start : start + size_bytes], "little") + (256 if size_bytes == 2 else 0)
+
+
+def gzip_decompress(data: Any, limit: int) -> bytes:
+    """A gzip stream (every member) inflated to at most ``limit`` bytes."""
+    return _inflate(data, limit, zlib.MAX_WBITS | 16)
+
+
+def zlib_decompress(data: Any, limit: int) -> bytes:
+    """A zlib stream inflated to at most ``limit`` bytes."""
+    return _inflate(data, limit, zlib.MAX_WBITS)
+
+
+def _inflate(data: Any, limit: int, wbits: int) -> bytes:
+    parts: list[bytes] = []
+    remaining, left = bytes(data), limit + 1
+    while remaining:
+        stream = zlib.decompressobj(wbits)
+        parts.append(stream.decompress(remaining, left))
+        left -= len(parts[-1])
+        if left <= 0:
+            raise ValueError(f"the stream inflates to more than the chunk's {limit} bytes")
+        if not stream.eof:
+            raise ValueError("truncated: the compressed stream ends early")
+        remaining = stream.unused_data if wbits & 16 else b""
+    return b"".join(parts)
+
+
+def checked_crc32c(data: Any, limit: int) -> memoryview:
     """The chunk without its trailing crc32c, once the checksum matches (zarr-python checks it too)."""
     view = memoryview(data)
     if len(view) < 4 or crc32c(view[:-4]) != int.from_bytes(view[-4:], "little"):  # type: ignore[arg-type]
@@ -141,66 +204,86 @@ def crc32c(data: bytes) -> int:
     return int(google_crc32c.value(bytes(data)))
 
 
-def _v2_decoder(compressor: dict[str, Any] | None) -> tuple[Decoder, ...]:
-    if compressor is None:
-        return ()
-    codec_id = compressor.get("id")
-    if codec_id == "blosc":
-        return (blosc_decompress,)
-    if codec_id in ("zstd", "gzip", "zlib"):
-        return (numcodecs.get_codec(compressor).decode,)
-    raise StoreError(f"v2 compressor {codec_id!r} is not supported by the direct decode path; use decode='zarr'")
+def _zstd_bound(size: int) -> int:
+    """ZSTD_COMPRESSBOUND, and room for a frame header and checksum."""
+    return size + (size >> 8) + ((128 << 10) - size >> 11 if size < 128 << 10 else 0) + 64
+
+
+def _deflate_bound(size: int) -> int:
+    """zlib's deflateBound, generously: stored blocks cost 5 bytes per 64 KiB, a gzip wrapper 18."""
+    return size + (size >> 10) + 1024
+
+
+#: Each codec the direct path decodes: its decode, and the most bytes it may store for n decoded.
+CODECS: dict[str, tuple[Decoder, Callable[[int], int]]] = {
+    "blosc": (blosc_decompress, lambda size: size + BLOSC_MAX_OVERHEAD),
+    "zstd": (zstd_decompress, _zstd_bound),
+    "gzip": (gzip_decompress, _deflate_bound),
+    "zlib": (zlib_decompress, _deflate_bound),
+    "crc32c": (checked_crc32c, lambda size: size + 4),
+}
+
+
+def _decoders(names: list[str], decoded_bytes: int, where: str) -> tuple[tuple[tuple[Decoder, int], ...], int]:
+    """The decoders of bytes-to-bytes codecs ``names`` (store order), each with the most bytes it
+    may give, and the most bytes a stored chunk may hold."""
+    decoders: list[tuple[Decoder, int]] = []
+    size = decoded_bytes
+    for name in names:
+        if name not in CODECS:
+            raise StoreError(f"{where}: codec {name!r} is not supported by the direct decode path; use decode='zarr'")
+        decode, bound = CODECS[name]
+        decoders.append((decode, size))
+        size = bound(size)
+    return tuple(reversed(decoders)), size
 
 
 def read_chunk_layout(array_dir: Path) -> ChunkLayout:
-    """Parse the array metadata into a :class:`ChunkLayout`, or say why it is unsupported."""
-    document = read_array_document(array_dir)
-    if document.get("zarr_format") == 2:
-        if document.get("filters"):
-            raise StoreError(f"{array_dir}: v2 filters are not supported by the direct decode path")
-        if document.get("order", "C") != "C":
-            raise StoreError(f"{array_dir}: Fortran-ordered chunks are not supported by the direct decode path")
+    """Read and check the array metadata into a :class:`ChunkLayout`, or say why it is unsupported."""
+    return chunk_layout(read_array_metadata(array_dir))
+
+
+def chunk_layout(array: ArrayMetadata) -> ChunkLayout:
+    """The :class:`ChunkLayout` of validated array metadata, or why the direct path cannot read it."""
+    where = str(array.path.parent)
+    decoded_bytes = math.prod(array.decoded_chunk) * array.dtype.itemsize
+    if array.zarr_format == 2:
+        if array.filters:
+            raise StoreError(f"{where}: v2 filters are not supported by the direct decode path")
+        if array.order != "C":
+            raise StoreError(f"{where}: Fortran-ordered chunks are not supported by the direct decode path")
+        decoders, max_encoded = _decoders([codec.name for codec in array.codecs], decoded_bytes, where)
         return ChunkLayout(
-            shape=tuple(document["shape"]),
-            dtype=np.dtype(document["dtype"]),
-            read_unit=tuple(document["chunks"]),
+            shape=array.shape,
+            dtype=array.dtype,
+            read_unit=array.chunk,
             inner_chunk=None,
             zarr_format=2,
-            separator=document.get("dimension_separator", "."),
+            separator=array.separator,
             v3_prefix=False,
-            decoders=_v2_decoder(document.get("compressor")),
+            decoders=decoders,
             index_decoders_checksum=False,
             index_at_end=True,
-            fill_value=document.get("fill_value") or 0,
+            fill_value=array.fill_value,
+            max_encoded=max_encoded,
         )
-    codecs = document["codecs"]
-    inner_chunk = None
-    checksum, index_at_end = False, True
-    if codecs[0]["name"] == "sharding_indexed":
-        sharding = codecs[0]["configuration"]
-        inner_chunk = tuple(sharding["chunk_shape"])
-        checksum = any(c["name"] == "crc32c" for c in sharding.get("index_codecs", []))
-        index_at_end = sharding.get("index_location", "end") == "end"
-        codecs = sharding["codecs"]
-    if codecs[0]["name"] != "bytes":
-        raise StoreError(f"{array_dir}: codec {codecs[0]['name']!r} is not supported by the direct decode path")
-    endian = codecs[0].get("configuration", {}).get("endian", "little")
-    dtype = np.dtype(document["data_type"]).newbyteorder("<" if endian == "little" else ">")
-    decoders = tuple(d for d in (_bytes_decoder(c) for c in codecs[1:]) if d is not None)
-    encoding = document.get("chunk_key_encoding", {"name": "default"})
-    separator = encoding.get("configuration", {}).get("separator", "/" if encoding["name"] == "default" else ".")
+    codecs = array.sharding.codecs if array.sharding else array.codecs
+    if codecs[0].name != "bytes":
+        raise StoreError(f"{where}: codec {codecs[0].name!r} is not supported by the direct decode path")
+    decoders, max_encoded = _decoders([codec.name for codec in codecs[1:]], decoded_bytes, where)
     return ChunkLayout(
-        shape=tuple(document["shape"]),
-        dtype=dtype,
-        read_unit=tuple(document["chunk_grid"]["configuration"]["chunk_shape"]),
-        inner_chunk=inner_chunk,
+        shape=array.shape,
+        dtype=array.dtype,
+        read_unit=array.chunk,
+        inner_chunk=array.sharding.chunk if array.sharding else None,
         zarr_format=3,
-        separator=separator,
-        v3_prefix=encoding["name"] == "default",
-        decoders=tuple(reversed(decoders)),
-        index_decoders_checksum=checksum,
-        index_at_end=index_at_end,
-        fill_value=document.get("fill_value") or 0,
+        separator=array.separator,
+        v3_prefix=array.v3_prefix,
+        decoders=decoders,
+        index_decoders_checksum=bool(array.sharding and array.sharding.index_checksum),
+        index_at_end=array.sharding.index_at_end if array.sharding else True,
+        fill_value=array.fill_value,
+        max_encoded=max_encoded,
     )
 
 
@@ -208,7 +291,7 @@ def native_codec(layout: ChunkLayout) -> int | None:
     """What the native loads call the layout's codec, or None when they cannot decode it."""
     if not layout.decoders:
         return native.RAW
-    if layout.decoders == (blosc_decompress,):
+    if [decoder for decoder, _ in layout.decoders] == [blosc_decompress]:
         if native.BLOSC_BOUND:
             return native.BLOSC
         if native.load_chunks is not None:
@@ -234,7 +317,8 @@ class FieldLayouts:
         layout = self.layouts.get(field_index)
         if layout is None:
             array_dir = self.metadata.path / self.metadata.fields[field_index].path
-            layout = read_chunk_layout(array_dir)
+            arrays = self.metadata.arrays
+            layout = chunk_layout(arrays[field_index] if arrays else read_array_metadata(array_dir))
             channel_axis = len(layout.shape) - 3 if self.metadata.channel_axis is None else self.metadata.channel_axis
             spare = [c for i, c in enumerate(layout.chunk[:-2]) if i != channel_axis]
             if any(c != 1 for c in spare):

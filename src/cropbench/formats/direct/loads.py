@@ -79,8 +79,8 @@ class ChunkLoader:
                 results.extend((chunk_key, layout.filled_chunk(), False) for chunk_key, _, _ in entries)
                 left.extend(pieces_of([read], by_chunk))
                 continue
-            if length < 0:
-                descriptor, path = -1, os.fsencode(source.path(key))
+            if length < 0:  # a whole chunk file: the C side reads no more than the chunk may hold
+                descriptor, path, length = -1, os.fsencode(source.path(key)), layout.max_encoded
             else:
                 opened, path = source.descriptor(key), None
                 if opened is None:  # a shard that vanished since its index was read: the Python path says so
@@ -155,8 +155,13 @@ class ChunkLoader:
         results: list[LoadedChunk] = []
         fetched = count = 0
         layouts = self.layouts.layouts
+        source = self.source()
+        if isinstance(source, FileSource):  # whole chunk files: their size checked before they are read
+            for key, _, length, entries in reads:
+                if key is not None and length < 0:
+                    self._check_size(source, key, entries[0][0] >> FIELD_SHIFT, _file_size(source, key))
         fetches = iter(self.fetch([(key, start, length) for key, start, length, _ in reads if key]))
-        for key, _, _, entries in reads:
+        for key, _, length, entries in reads:
             field_index = entries[0][0] >> FIELD_SHIFT
             layout = layouts[field_index]
             data = None if key is None else next(fetches)
@@ -164,12 +169,24 @@ class ChunkLoader:
             if data is None:
                 results.extend((chunk_key, layout.filled_chunk(), False) for chunk_key, _, _ in entries)
                 continue
+            if length < 0:
+                self._check_size(source, key, field_index, len(data))  # type: ignore[arg-type]
             fetched += len(data)
             view = memoryview(data)
             for chunk_key, offset, size in entries:
                 encoded = view if size < 0 else view[offset : offset + size]
                 results.append((chunk_key, self.decode(field_index, layout, chunk_key, encoded), True))
         return results, fetched, count
+
+    def _check_size(self, source: ByteSource, key: str, field_index: int, size: int | None) -> None:
+        """A StoreError when a whole chunk file holds more bytes than its chunk can be stored in."""
+        layout = self.layouts.layouts[field_index]
+        if size is not None and size > layout.max_encoded:
+            raise StoreError(
+                f"chunk file {source.location.rstrip('/')}/{key} holds {size:,} bytes, more than the "
+                f"{layout.max_encoded:,} a {layout.chunk_bytes:,}-byte chunk and its codecs can take: "
+                "the chunk is corrupt"
+            )
 
     def fetch(self, requests: list[Request]) -> list[bytes | None]:
         """What the reads fetch: whole chunk objects (None when absent) or byte ranges of shards."""
@@ -179,17 +196,25 @@ class ChunkLoader:
         """One chunk through the store's codecs, as a (c, y, x) array; StoreError when it is corrupt."""
         data: Any = encoded
         try:
-            for decoder in layout.decoders:
-                data = decoder(data)
+            for decoder, limit in layout.decoders:
+                data = decoder(data, limit)
+            size = memoryview(data).nbytes
         except Exception as error:  # codecs raise RuntimeError, ValueError, ... on corrupt input
             raise StoreError(
                 f"chunk {chunk_name(key)} of {self.layouts.field_path(field_index)} cannot be decoded "
                 f"(corrupt chunk): {error}"
             ) from error
-        chunk = np.frombuffer(data, dtype=layout.dtype)
-        if chunk.size != layout.chunk_items:
+        if size != layout.chunk_bytes:
             raise StoreError(
-                f"chunk {chunk_name(key)} of {self.layouts.field_path(field_index)} decoded to {chunk.size} "
-                f"values, expected {layout.chunk_items}: the chunk is corrupt"
+                f"chunk {chunk_name(key)} of {self.layouts.field_path(field_index)} decoded to {size} "
+                f"bytes, expected {layout.chunk_bytes}: the chunk is corrupt"
             )
-        return chunk.reshape(layout.chunk_cyx)
+        return np.frombuffer(data, dtype=layout.dtype).reshape(layout.chunk_cyx)
+
+
+def _file_size(source: FileSource, key: str) -> int | None:
+    """The size of a chunk file, None when there is none; a StoreError for what is not a regular file."""
+    try:
+        return os.stat(source.path(key)).st_size
+    except FileNotFoundError:
+        return None

@@ -16,7 +16,8 @@ Records the C functions read (every field is checked with the GIL held before an
   columns of :class:`~cropbench.formats.base.Regions`); ``slots`` None or a 1-D int64 array of n.
 - ``out`` is a (B, C, H, W) array whose rows are contiguous, of the chunks' dtype.
 - a **native read** is a 7-tuple (descriptor or -1, path as bytes or None, start, length, codec,
-  first chunk, end chunk): a byte range of an open file, or (descriptor -1) a whole file by path;
+  first chunk, end chunk): a byte range of an open file, or (descriptor -1) a whole regular file
+  by path, ``length`` then the most bytes it may hold (-1: no bound), opened without blocking;
   ``codec`` is :data:`RAW` or :data:`BLOSC`; its chunks are ``chunks[first:end]``, the reads' ranges
   following one another.
 - a **native chunk** is a 5-tuple (offset, size or -1 for all, array, first piece, end piece): where
@@ -36,7 +37,8 @@ Functions:
 - ``load_chunks(reads, chunks[, pieces, out])``: read and decode every chunk, copying its pieces
   into ``out`` right after; gives (bytes read, indices of reads whose file does not exist, fetch
   ns, decode ns, chunks decoded, bytes decoded), or None when anything is unusual (a short read, a
-  chunk that does not validate): the Python path then reads those chunks again.
+  chunk that does not validate, a whole file that is not a regular file or is longer than its
+  bound): the Python path then reads those chunks again, and says what is wrong.
 - ``bind_blosc(path)``: find c-blosc's reentrant calls (``blosc_cbuffer_validate``,
   ``blosc_decompress_ctx``) in numcodecs' loaded blosc extension at ``path``; False when they are
   not there. See :func:`bind_blosc`.

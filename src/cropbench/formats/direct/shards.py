@@ -3,6 +3,7 @@ kept end to end in one int64 table, so a batch looks its chunks' byte ranges up 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,7 +12,7 @@ from cropbench.errors import StoreError
 from cropbench.formats.base import ReadStats
 from cropbench.formats.direct.keys import chunk_name, field_of
 from cropbench.formats.direct.layout import FieldLayouts, crc32c
-from cropbench.formats.sources import ByteSource
+from cropbench.formats.sources import ByteSource, FileSource
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,28 @@ class ShardEntry:
 
     key: str
     row: int
+
+
+#: An empty entry of a shard index: both its offset and its size (zarr's rule).
+EMPTY_ENTRY = 2**64 - 1
+
+
+def check_index(entries: np.ndarray, max_encoded: int, shard_bytes: int | None, path: str) -> None:
+    """A StoreError unless every (offset, size) entry of a shard index (uint64) is the empty marker
+    or a range inside the shard (of ``shard_bytes``, where known) no longer than a stored chunk may be."""
+    offsets, sizes = entries[:, 0], entries[:, 1]
+    empty = (offsets == EMPTY_ENTRY) & (sizes == EMPTY_ENTRY)
+    end = np.uint64(2**63 - 1 if shard_bytes is None else shard_bytes)
+    bad = ~empty & ((sizes > max_encoded) | (offsets > end - np.minimum(sizes, end)))
+    if bad.any():
+        entry = int(np.flatnonzero(bad)[0])
+        offset, size = int(offsets[entry]), int(sizes[entry])
+        inside = "the shard" if shard_bytes is None else f"the shard's {shard_bytes:,} bytes"
+        raise StoreError(
+            f"shard {path} has a corrupt index: entry {entry} says {size:,} bytes at offset {offset:,}; an entry "
+            f"is the empty marker or a range inside {inside} of at most {max_encoded:,} bytes (a chunk and its "
+            f"codecs' overhead); {int(bad.sum())} entries are not"
+        )
 
 
 class ShardIndex:
@@ -70,7 +93,10 @@ class ShardIndex:
             raw = raw[:-4]
         self.stats.bytes_fetched += size
         self.stats.reads += 1
-        index = np.frombuffer(raw, dtype="<u8").reshape(-1, 2).astype(np.int64)  # the empty marker becomes -1
+        entries = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
+        shard_bytes = os.fstat(source.descriptor(shard_key) or -1).st_size if isinstance(source, FileSource) else None
+        check_index(entries, layout.max_encoded, shard_bytes, path)
+        index = entries.astype(np.int64)  # the empty marker becomes -1
         row = len(self._table) + sum(len(pending) for pending in self._pending)
         self._pending.append(index)
         entry = ShardEntry(shard_key, row)
