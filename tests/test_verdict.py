@@ -128,6 +128,10 @@ def test_track3_ranks_on_the_share_of_its_own_model_and_never_reports_more_than_
 def test_a_flagged_best_is_stated_with_the_ratio_capped_by_the_stall() -> None:
     (three,) = verdict([track3("smallcnn", 990.0, 1000.0, 0.2, ["few-samples"])]).tracks
     assert three.ratio == pytest.approx(0.8), "the stall's share is the lower, so the one reported"
+    assert three.ceiling is not None and three.ceiling.value == pytest.approx(990.0 / 0.8)
+    (noisy,) = verdict([track3("resnet18", 21.8, 21.0, 0.01)]).tracks
+    assert noisy.ratio == pytest.approx(0.99) and noisy.ceiling is not None
+    assert noisy.ceiling.value >= 21.8, "the ceiling named is never below the rate it bounds"
 
 
 def test_the_smoke_preset_says_what_the_run_proves_before_the_tracks() -> None:

@@ -246,10 +246,13 @@ def _track3_fed(configuration: Configuration) -> float | None:
 def _track3_ceiling(
     best: Configuration, value: float, everything: Sequence[Configuration]
 ) -> tuple[Ceiling, float] | None:
+    """The model's compute-only rate: the baseline's, or the loop's own compute parts' where those ran
+    faster (as the stall takes it), so the rate named is never below the one it bounds."""
     ratio = _track3_fed(best)
-    ceiling = best.median(m.COMPUTE_ONLY_IMAGES_PER_S)
-    if ratio is None or ceiling is None:
+    baseline = best.median(m.COMPUTE_ONLY_IMAGES_PER_S)
+    if ratio is None or baseline is None:
         return None
+    ceiling = value / ratio if ratio > 0 else baseline
     return Ceiling("its model's compute-only rate, batches already on the device", ceiling), ratio
 
 
