@@ -717,3 +717,22 @@ def test_integers_outside_int64_are_refused_at_import(images: tuple[Path, Any], 
     plan = plan_import(tmp_path / "cells.parquet", folder, ImportOptions(labels=labels))
     stored = plan.objects.extra[column]
     assert stored.dtype == np.int64 and stored.tolist() == list(range(table.num_rows))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+@pytest.mark.parametrize("what", ["image", "table"])
+def test_an_input_that_is_not_a_regular_file_is_refused_by_name_without_opening_it(
+    images: tuple[Path, Any], tmp_path: Path, kind: str, what: str
+) -> None:
+    import os
+
+    folder, names = images
+    pq.write_table(_table(_cellprofiler_columns(names)), tmp_path / "cells.parquet")
+    target = folder / names[(1, "ER")] if what == "image" else tmp_path / "cells.parquet"
+    target.unlink()
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/zero")
+    with pytest.raises(ImportInputError, match=rf"{target.name}.* not a regular file"):
+        plan_import(tmp_path / "cells.parquet", folder)

@@ -78,3 +78,11 @@ def test_a_label_beyond_int64_in_a_plates_table_is_refused_before_any_batch(tmp_
     small = dataclasses.replace(table, extra={**table.extra, "count": np.array([1, 2, 3], np.uint64)})
     values, _ = label_columns(small, ["count"], {})
     assert values["count"].dtype == np.int64 and values["count"].tolist() == [1, 2, 3]
+
+
+def test_an_object_table_that_is_not_a_regular_file_is_refused_without_opening_it(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "objects.parquet")
+    with pytest.raises(ObjectTableError, match=r"objects\.parquet is not a regular file"):
+        read_object_table(tmp_path / "objects.parquet")

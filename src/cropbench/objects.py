@@ -142,6 +142,8 @@ def read_object_table(path: str | Path, location: tuple[str, int] | None = None)
     if source.is_dir():
         source = source / OBJECT_TABLE_NAME
     if not source.is_file():
+        if source.exists():  # a FIFO would block the read forever, a device never ends
+            raise ObjectTableError(f"object table {source} is not a regular file (a FIFO, device or folder)")
         raise ObjectTableError(f"object table {source} does not exist (generate or import the plate first)")
     try:
         if source.suffix == ".csv":

@@ -165,6 +165,8 @@ def read_table(path: str | Path, labels: Sequence[str] = ()) -> pa.Table:
         return _useful(name) or _without_suffix(name).lower() in wanted_labels
 
     if not source.is_file():
+        if source.exists():
+            raise ImportInputError(f"single-cell table {source} is not a regular file (a FIFO, device or folder)")
         raise ImportInputError(f"single-cell table {source} does not exist")
     try:
         if source.suffix.lower() in (".csv", ".gz") or source.name.lower().endswith(".csv.gz"):
@@ -525,6 +527,10 @@ def _check_files_exist(fields: list[FieldSource], sources: list[str], source_nam
     for field in fields:
         for source, path in zip(sources, field.files, strict=True):
             if not path.is_file():
+                if path.exists():  # a FIFO would block the header read forever, a device never ends
+                    raise ImportInputError(
+                        f"image file {path} (channel {source}) is not a regular file (a FIFO, device or folder)"
+                    )
                 missing.setdefault(source, []).append(path)
     if not missing:
         return
