@@ -1,0 +1,473 @@
+"""Convert or read in place? The plate read as it is beside its crops converted once into training formats.
+
+Track ``formats`` (``cropbench compare-formats``), one record per reader, all on the same crops (the
+same objects, windows, channels, uint16; :func:`cropbench.data.training.crop_dataset`):
+
+- ``ome-zarr/direct`` and ``ome-zarr/zarr``: cropbench's ``CropDataset`` reading the plate in place
+  (``direct`` first: the in-place reference of every later row);
+- each training format (HDF5, WebDataset, litdata, MosaicML MDS): the crops cut once by cropbench's
+  reader and written by the library (:func:`convert_crops`: wall seconds, peak resident memory, bytes
+  on disk, size against the plate), then read back through the library's own Dataset and loader.
+
+Every reader is measured with the same two protocols. Track 1's: random ``__getitem__`` after a
+warm-up, as a tight and a timed loop over the same indices (:func:`~cropbench.measure.protocol.steady_state`:
+samples/s and p50/p95/p99), and, for a converted store, its random crops/s interleaved block by block
+with the in-place reference on the same indices (``random_ratio_to_in_place``: a ratio that survives a
+busy machine). WebDataset has no random access; its row has no random metrics. Track 2's: ``epochs``
+shuffled epochs through a DataLoader (the library's own shuffling and loader where it has them), the
+clock around ``iter()`` and each blocking ``next()``: first-batch latency, steady samples/s without
+each epoch's first batch per worker, seconds per epoch, and whether each epoch delivered every crop
+exactly once. Each row carries the fidelity hash of the first crops by index and whether it equals
+the plate's.
+
+``break_even_epochs`` = conversion seconds / (in-place seconds per epoch - converted seconds per
+epoch), seconds per epoch being the objects over the steady shuffled samples/s: the epochs after which
+converting has paid for itself. A format no faster than reading in place never pays off
+(``converting_pays_off`` False, no break-even).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from cropbench import metrics as m
+from cropbench.config import CropConfig
+from cropbench.data.dataset import CropDataset
+from cropbench.data.loader import batch_collate
+from cropbench.data.sampling import access_order
+from cropbench.data.training import (
+    TRAINING_FORMATS,
+    CropStoreInfo,
+    FormatUnavailableError,
+    TrainingFormat,
+    training_format,
+)
+from cropbench.errors import ConfigError
+from cropbench.measure.fidelity import fidelity_hash
+from cropbench.measure.memory import PeakMemory
+from cropbench.measure.protocol import Stopwatch, interleaved_rates, per_item, samples_per_s, steady_state, time_each
+from cropbench.objects import ObjectTable
+from cropbench.plates.convert import pixel_bytes
+from cropbench.records import Record
+from cropbench.tracks.context import RunContext
+from cropbench.tracks.layouts import WorkFolder
+from cropbench.tracks.runner import Row
+
+TRACK = "formats"
+#: Readers of the plate in place, by decode path; the first is every converted row's reference.
+IN_PLACE = {"ome-zarr/direct": "direct", "ome-zarr/zarr": "zarr"}
+REFERENCE = "ome-zarr/direct"
+#: Crops hashed, by index, for the fidelity check.
+FIDELITY_ITEMS = 32
+
+# Metric names of this track (prefixes of the two protocols, then the conversion's).
+RANDOM = "random_"
+SHUFFLED = "shuffled_"
+READER = "reader"
+FORMAT_LIBRARY_VERSION = "library_version"
+CONVERSION_SECONDS = "conversion_seconds"
+CONVERSION_CROPS_PER_S = "conversion_crops_per_s"
+CONVERSION_PEAK_RSS_BYTES = "conversion_peak_rss_bytes"
+CONVERSION_START_RSS_BYTES = "conversion_start_rss_bytes"
+#: The peak less the resident bytes when the conversion started: what converting itself held.
+CONVERSION_PEAK_RSS_GROWTH_BYTES = "conversion_peak_rss_growth_bytes"
+#: False where the kernel would not reset the peak: the peak is then the process's since it started.
+CONVERSION_PEAK_RSS_RESET = "conversion_peak_rss_reset"
+PLATE_STORED_BYTES = "plate_stored_bytes"
+SIZE_RATIO_TO_PLATE = "size_ratio_to_plate"
+RANDOM_RATIO_TO_IN_PLACE = "random_ratio_to_in_place"
+SECONDS_PER_EPOCH = "seconds_per_epoch"
+BREAK_EVEN_EPOCHS = "break_even_epochs"
+CONVERTING_PAYS_OFF = "converting_pays_off"
+IDENTICAL_TO_PLATE = "identical_to_plate"
+
+
+@dataclass(frozen=True)
+class FormatComparison:
+    """What ``compare-formats`` measures; part of every record it writes.
+
+    ``samples`` random crops are timed per reader after ``warmup`` (Track 1), ``repeats`` interleaved
+    passes give the ratio to the in-place reference; ``epochs`` shuffled epochs with ``workers``
+    DataLoader workers and ``batch_size`` (Track 2). ``shard_bytes`` is each sharded format's shard or
+    chunk size.
+    """
+
+    formats: tuple[str, ...] = tuple(TRAINING_FORMATS)
+    crop_size: int = 96
+    channels: tuple[str, ...] | None = None
+    samples: int = 2000
+    warmup: int = 200
+    repeats: int = 3
+    workers: int = 2
+    batch_size: int = 64
+    epochs: int = 2
+    shard_bytes: int = 64 * 2**20
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in self.formats:
+            training_format(name)
+        for knob in ("crop_size", "samples", "repeats", "batch_size", "epochs", "shard_bytes"):
+            value = getattr(self, knob)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{knob} must be a whole number >= 1, got {value!r}")
+        for knob in ("warmup", "workers"):
+            value = getattr(self, knob)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{knob} must be a whole number >= 0, got {value!r}")
+        if self.channels is not None and not self.channels:
+            raise ConfigError("channels must name at least one channel (or be None for all)")
+
+    def readers(self) -> list[str]:
+        """In-place readers first (the reference first of all), then each format once."""
+        return [*IN_PLACE, *dict.fromkeys(self.formats)]
+
+    def crop(self, decode: str = "direct") -> CropConfig:
+        return CropConfig(
+            crop_size=self.crop_size, channels=self.channels, dtype="uint16", tier="none", decode=decode, seed=self.seed
+        )
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """One conversion: the store written, its manifest, and what writing it cost."""
+
+    path: Path
+    info: CropStoreInfo
+    seconds: float
+    peak_rss_bytes: int | None
+    start_rss_bytes: int
+    peak_reset: bool
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            FORMAT_LIBRARY_VERSION: self.info.library_version,
+            CONVERSION_SECONDS: self.seconds,
+            CONVERSION_CROPS_PER_S: samples_per_s(self.info.count, self.seconds),
+            CONVERSION_PEAK_RSS_BYTES: self.peak_rss_bytes,
+            CONVERSION_START_RSS_BYTES: self.start_rss_bytes,
+            CONVERSION_PEAK_RSS_GROWTH_BYTES: (
+                None if self.peak_rss_bytes is None else max(self.peak_rss_bytes - self.start_rss_bytes, 0)
+            ),
+            CONVERSION_PEAK_RSS_RESET: self.peak_reset,
+            m.STORED_BYTES: self.info.stored_bytes,
+            m.STORED_MIB: self.info.stored_bytes / 2**20,
+        }
+
+
+def convert_crops(
+    plate: str | Path,
+    destination: str | Path,
+    format_name: str,
+    *,
+    crop_size: int = 96,
+    channels: tuple[str, ...] | None = None,
+    objects: ObjectTable | str | Path | None = None,
+    shard_bytes: int = 64 * 2**20,
+    overwrite: bool = False,
+) -> Conversion:
+    """Cut the crops of ``plate`` once with cropbench's reader and write them in ``format_name`` at
+    ``destination`` (into a temporary sibling, renamed into place when complete).
+
+    The clock and the memory peak cover cutting and writing (what converting costs a lab), not
+    opening the plate or importing the library.
+    """
+    fmt = training_format(format_name)
+    fmt.library_version()  # imports the library: off the clock
+    dataset = CropDataset(plate, CropConfig(crop_size=crop_size, channels=channels, dtype="uint16"), objects=objects)
+    with PeakMemory() as memory, Stopwatch() as clock:
+        info = fmt.write(dataset, destination, shard_bytes=shard_bytes, overwrite=overwrite)
+    dataset.reader.close()
+    return Conversion(Path(destination), info, clock.seconds, memory.peak_bytes, memory.start_bytes, memory.reset)
+
+
+def timed_epochs(loader: Iterable[dict[str, Any]], epochs: int, warmup_batches: int, objects: int) -> dict[str, Any]:
+    """Track 2's clocks around ``epochs`` passes of ``loader``: ``iter()`` and each blocking ``next()``.
+
+    Steady samples/s leaves out each epoch's first ``warmup_batches`` (worker start-up); every epoch
+    must deliver each of the ``objects`` crops exactly once (``exactly_once``).
+    """
+    first_batch_ns = 0
+    steady_ns = steady_samples = 0
+    epoch_seconds: list[float] = []
+    waits_all: list[int] = []
+    exactly_once = True
+    delivered_total = 0
+    for epoch in range(epochs):
+        with Stopwatch() as creating:
+            iterator = iter(loader)
+        fetch, waits, sizes, seen = Stopwatch(), [], [], []
+        while True:
+            with fetch:
+                batch = next(iterator, None)
+            if batch is None:
+                break
+            waits.append(fetch.last_ns)
+            sizes.append(int(batch["image"].shape[0]))
+            seen.extend(torch.as_tensor(batch["index"]).tolist())
+        del iterator
+        if not waits:
+            raise ConfigError(f"epoch {epoch} delivered no batch")
+        if epoch == 0:
+            first_batch_ns = creating.ns + waits[0]
+        steady = slice(warmup_batches, None) if len(waits) > warmup_batches else slice(-1, None)
+        steady_ns += sum(waits[steady])
+        steady_samples += sum(sizes[steady])
+        epoch_seconds.append((creating.ns + sum(waits)) / 1e9)
+        waits_all.extend(waits[steady])
+        exactly_once &= sorted(seen) == list(range(objects))
+        delivered_total += len(seen)
+    return {
+        m.FIRST_BATCH_MS: first_batch_ns / 1e6,
+        m.SAMPLES_PER_S: samples_per_s(steady_samples, steady_ns / 1e9),
+        m.EPOCH_SECONDS: epoch_seconds,
+        m.DELIVERED_SAMPLES: delivered_total,
+        m.EXPECTED_SAMPLES: objects * epochs,
+        m.EXACTLY_ONCE: exactly_once,
+        m.BATCH_P50_MS: float(np.median(waits_all)) / 1e6,
+    }
+
+
+def random_access(get: Any, indices: list[int], warmup: int) -> dict[str, Any]:
+    """Track 1's protocol on random indices: a warm-up, then the tight and the timed loop over the rest."""
+    time_each(get, indices[:warmup])
+    return steady_state(get, indices[warmup:])
+
+
+def break_even(conversion_seconds: float, in_place_epoch_s: float, converted_epoch_s: float) -> dict[str, Any]:
+    """Epochs after which converting pays for itself against reading in place; none when it never does."""
+    saved = in_place_epoch_s - converted_epoch_s
+    if not math.isfinite(saved) or saved <= 0:
+        return {CONVERTING_PAYS_OFF: False}
+    return {CONVERTING_PAYS_OFF: True, BREAK_EVEN_EPOCHS: conversion_seconds / saved}
+
+
+@dataclass(frozen=True)
+class FormatCase:
+    """One reader of a comparison: the plate in place by a decode path, or a training format."""
+
+    reader: str
+    comparison: FormatComparison
+
+    @property
+    def label(self) -> str:
+        return self.reader
+
+
+class Formats:
+    """Track ``formats`` for the runner: the run's plate read in place, then converted into each format
+    under ``work_dir`` (removed after measuring unless ``keep``) and read back."""
+
+    name = TRACK
+
+    def __init__(self, comparison: FormatComparison, work_dir: str | Path, keep: bool = False) -> None:
+        self.comparison = comparison
+        self.work = WorkFolder(work_dir, keep)
+        self.reference: dict[str, Any] = {}
+
+    def cases(self, preset: str, context: RunContext) -> list[FormatCase]:
+        return [FormatCase(reader, self.comparison) for reader in self.comparison.readers()]
+
+    def decode(self, case: FormatCase) -> str | None:
+        return IN_PLACE.get(case.reader)
+
+    def measure(self, case: FormatCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        comparison = dataclasses.replace(case.comparison, seed=case.comparison.seed + repeat)
+        plate_dataset = context.dataset(comparison.crop())
+        objects = len(plate_dataset)
+        order = access_order(plate_dataset, "random", comparison.warmup + comparison.samples, comparison.seed)
+        metrics: dict[str, Any] = {
+            READER: case.reader,
+            m.OBJECTS: objects,
+            PLATE_STORED_BYTES: pixel_bytes(context.plate) if context.remote is None else None,
+            m.FIDELITY_ITEMS: min(FIDELITY_ITEMS, objects),
+        }
+        plate_hash = fidelity_hash(
+            (plate_dataset[i] for i in range(metrics[m.FIDELITY_ITEMS])), plate_dataset.channel_names
+        )
+        if case.reader in IN_PLACE:
+            metrics.update(self._in_place(case.reader, comparison, context, order, objects))
+        else:
+            fmt = training_format(case.reader)
+            reason = fmt.available()
+            if reason is not None:
+                context.progress(f"{case.reader}: skipped ({reason})")
+                yield Row(case, self._config(case, comparison), {**metrics, m.SKIPPED: True, m.SKIP_REASON: reason}, 0)
+                return
+            metrics.update(self._converted(fmt, comparison, context, plate_dataset, order, objects))
+        metrics[IDENTICAL_TO_PLATE] = metrics[m.FIDELITY_SHA256] == plate_hash
+        plate_dataset.reader.close()
+        if metrics.get(PLATE_STORED_BYTES) and m.STORED_BYTES in metrics:
+            metrics[SIZE_RATIO_TO_PLATE] = metrics[m.STORED_BYTES] / metrics[PLATE_STORED_BYTES]
+        metrics[SECONDS_PER_EPOCH] = objects / metrics[m.prefixed(SHUFFLED, m.SAMPLES_PER_S)]
+        if case.reader == REFERENCE:
+            self.reference = metrics
+        elif CONVERSION_SECONDS in metrics and self.reference:
+            metrics.update(
+                break_even(metrics[CONVERSION_SECONDS], self.reference[SECONDS_PER_EPOCH], metrics[SECONDS_PER_EPOCH])
+            )
+        yield Row(case, self._config(case, comparison), metrics, comparison.seed)
+
+    def _config(self, case: FormatCase, comparison: FormatComparison) -> dict[str, Any]:
+        return {
+            "reader": case.reader,
+            "format": "ome-zarr" if case.reader in IN_PLACE else case.reader,
+            "decode": IN_PLACE.get(case.reader),
+            "comparison": dataclasses.asdict(comparison),
+        }
+
+    def _loader(self, dataset: CropDataset, comparison: FormatComparison) -> DataLoader[Any]:
+        return DataLoader(
+            dataset,
+            batch_size=comparison.batch_size,
+            shuffle=True,
+            num_workers=comparison.workers,
+            collate_fn=batch_collate,
+            generator=torch.Generator().manual_seed(comparison.seed),
+        )
+
+    def _in_place(
+        self, reader: str, comparison: FormatComparison, context: RunContext, order: list[int], objects: int
+    ) -> dict[str, Any]:
+        dataset = context.dataset(comparison.crop(IN_PLACE[reader]))
+        metrics = _prefixed(RANDOM, random_access(dataset.__getitem__, order, comparison.warmup))
+        metrics[m.FIDELITY_SHA256] = fidelity_hash(
+            (dataset[i] for i in range(min(FIDELITY_ITEMS, objects))), dataset.channel_names
+        )
+        loader = self._loader(dataset, comparison)
+        metrics.update(
+            _prefixed(SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
+        )
+        dataset.reader.close()
+        return metrics
+
+    def _converted(
+        self,
+        fmt: TrainingFormat,
+        comparison: FormatComparison,
+        context: RunContext,
+        plate_dataset: CropDataset,
+        order: list[int],
+        objects: int,
+    ) -> dict[str, Any]:
+        destination = self.work.destination(fmt.name)
+        try:
+            context.progress(f"{fmt.name}: converting")
+            conversion = convert_crops(
+                context.plate,
+                destination,
+                fmt.name,
+                crop_size=comparison.crop_size,
+                channels=comparison.channels,
+                objects=context.object_table,
+                shard_bytes=comparison.shard_bytes,
+                overwrite=True,
+            )
+            metrics = conversion.metrics()
+            context.progress(f"{fmt.name}: reading")
+            count = min(FIDELITY_ITEMS, objects)
+            if fmt.random_access:
+                dataset = fmt.map_dataset(destination)
+                metrics.update(_prefixed(RANDOM, random_access(dataset.__getitem__, order, comparison.warmup)))
+                timed = order[comparison.warmup :]
+                blocks = [timed[start : start + 50] for start in range(0, len(timed), 50)]
+                rates = interleaved_rates(
+                    {"converted": per_item(dataset.__getitem__), "in_place": per_item(plate_dataset.__getitem__)},
+                    blocks,
+                    comparison.repeats,
+                )
+                metrics[RANDOM_RATIO_TO_IN_PLACE] = rates["converted"].median / rates["in_place"].median
+                first = [dataset[i] for i in range(count)]
+            else:
+                unshuffled = fmt.epoch_loader(destination, batch_size=count, workers=0, shuffle=False, seed=0)
+                first = _uncollated(next(iter(unshuffled)))
+            metrics[m.FIDELITY_SHA256] = fidelity_hash(first, plate_dataset.channel_names)
+            loader = fmt.epoch_loader(
+                destination,
+                batch_size=comparison.batch_size,
+                workers=comparison.workers,
+                shuffle=True,
+                seed=comparison.seed,
+            )
+            metrics.update(
+                _prefixed(SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
+            )
+        finally:
+            self.work.done(destination)
+        return metrics
+
+
+def _prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    return {m.prefixed(prefix, key): value for key, value in metrics.items()}
+
+
+def _uncollated(batch: dict[str, Any]) -> list[dict[str, Any]]:
+    """The samples of a collated batch, as the Dataset delivered them one by one."""
+    count = int(batch["image"].shape[0])
+
+    def item(values: Any, position: int) -> Any:
+        value = values[position]
+        return value.item() if isinstance(value, torch.Tensor) and value.dim() == 0 else value
+
+    return [{key: item(values, position) for key, values in batch.items()} for position in range(count)]
+
+
+def formats_table(records: Sequence[Record]) -> str:
+    """The ``formats`` rows as a table: conversion cost, size, random and shuffled crops/s, break-even."""
+    header = (
+        f"{'reader':<16} {'convert s':>9} {'+peak MiB':>9} {'MiB':>8} {'x plate':>7} {'random/s':>9} "
+        f"{'x in place':>10} {'epoch/s':>9} {'1st batch ms':>12} {'break-even':>10} same"
+    )
+    lines = ["convert or read in place (random: Track 1 protocol; epoch: shuffled, Track 2 protocol)", header]
+
+    def cell(value: Any, width: int, spec: str) -> str:
+        return f"{value:{width}{spec}}" if isinstance(value, (int, float)) and value is not None else f"{'-':>{width}}"
+
+    for record in records:
+        row = record.metrics
+        if row.get(m.SKIPPED):
+            lines.append(f"{record.case:<16} skipped: {row.get(m.SKIP_REASON, '')}")
+            continue
+        growth = row.get(CONVERSION_PEAK_RSS_GROWTH_BYTES)
+        pays = row.get(BREAK_EVEN_EPOCHS)
+        never = CONVERTING_PAYS_OFF in row and not row[CONVERTING_PAYS_OFF]
+        lines.append(
+            " ".join(
+                [
+                    f"{record.case:<16}",
+                    cell(row.get(CONVERSION_SECONDS), 9, ".2f"),
+                    cell(growth / 2**20 if growth is not None else None, 9, ".0f"),
+                    cell(row.get(m.STORED_MIB), 8, ".1f"),
+                    cell(row.get(SIZE_RATIO_TO_PLATE), 7, ".2f"),
+                    cell(row.get(m.prefixed(RANDOM, m.SAMPLES_PER_S)), 9, ".0f"),
+                    cell(row.get(RANDOM_RATIO_TO_IN_PLACE), 10, ".2f"),
+                    cell(row.get(m.prefixed(SHUFFLED, m.SAMPLES_PER_S)), 9, ".0f"),
+                    cell(row.get(m.prefixed(SHUFFLED, m.FIRST_BATCH_MS)), 12, ".1f"),
+                    f"{'never':>10}" if never else cell(pays, 10, ".1f"),
+                    "yes" if row.get(IDENTICAL_TO_PLATE) else "NO",
+                ]
+            )
+        )
+    return "\n".join(lines)
+
+
+__all__ = [
+    "Conversion",
+    "FormatCase",
+    "FormatComparison",
+    "Formats",
+    "FormatUnavailableError",
+    "break_even",
+    "convert_crops",
+    "formats_table",
+    "timed_epochs",
+]

@@ -1,0 +1,186 @@
+"""Convert or read in place: the conversion's costs, the comparison's rows, break-even, and the table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from cropbench import api
+from cropbench import metrics as m
+from cropbench.data.training import TRAINING_FORMATS, CropStoreInfo
+from cropbench.errors import ConfigError, OutputError
+from cropbench.tracks import conversion
+from cropbench.tracks.conversion import (
+    BREAK_EVEN_EPOCHS,
+    CONVERSION_PEAK_RSS_GROWTH_BYTES,
+    CONVERSION_SECONDS,
+    CONVERTING_PAYS_OFF,
+    IDENTICAL_TO_PLATE,
+    RANDOM,
+    RANDOM_RATIO_TO_IN_PLACE,
+    SHUFFLED,
+    SIZE_RATIO_TO_PLATE,
+    FormatComparison,
+    Formats,
+    break_even,
+    convert_crops,
+    formats_table,
+    timed_epochs,
+)
+
+AVAILABLE = [name for name, cls in TRAINING_FORMATS.items() if cls.available() is None]
+#: A comparison small enough for the fast tier: correctness, not numbers.
+TINY = FormatComparison(
+    formats=tuple(TRAINING_FORMATS),
+    crop_size=32,
+    samples=40,
+    warmup=5,
+    repeats=1,
+    workers=0,
+    batch_size=16,
+    epochs=2,
+    shard_bytes=200_000,
+)
+
+
+def test_a_conversion_records_its_time_memory_and_bytes(tiny_plate: Path, tmp_path: Path) -> None:
+    if "hdf5" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
+    done = convert_crops(tiny_plate, tmp_path / "crops", "hdf5", crop_size=32, shard_bytes=10**6)
+    assert done.path == tmp_path / "crops" and done.seconds > 0
+    assert done.info == CropStoreInfo.read(done.path)
+    assert done.info.stored_bytes == sum(p.stat().st_size for p in done.path.iterdir() if p.suffix == ".h5")
+    metrics = done.metrics()
+    assert metrics[m.STORED_BYTES] == done.info.stored_bytes
+    assert done.peak_rss_bytes is None or metrics[CONVERSION_PEAK_RSS_GROWTH_BYTES] >= 0
+    with pytest.raises(OutputError, match="already exists"):
+        convert_crops(tiny_plate, tmp_path / "crops", "hdf5", crop_size=32)
+    assert sorted(os.listdir(tmp_path)) == ["crops"]
+
+
+def test_break_even_is_conversion_time_over_the_time_saved_per_epoch() -> None:
+    assert break_even(100.0, 10.0, 5.0) == {CONVERTING_PAYS_OFF: True, BREAK_EVEN_EPOCHS: 20.0}
+    assert break_even(100.0, 5.0, 10.0) == {CONVERTING_PAYS_OFF: False}
+    assert break_even(100.0, 5.0, 5.0) == {CONVERTING_PAYS_OFF: False}
+
+
+class Numbers(Dataset[dict[str, Any]]):
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"image": torch.zeros(1, 2, 2), "index": index}
+
+
+def test_timed_epochs_counts_what_each_epoch_delivered() -> None:
+    loader = DataLoader(Numbers(), batch_size=4, shuffle=True)
+    metrics = timed_epochs(loader, epochs=2, warmup_batches=1, objects=10)
+    assert metrics[m.DELIVERED_SAMPLES] == metrics[m.EXPECTED_SAMPLES] == 20
+    assert metrics[m.EXACTLY_ONCE] is True and len(metrics[m.EPOCH_SECONDS]) == 2
+    assert metrics[m.SAMPLES_PER_S] > 0 and metrics[m.FIRST_BATCH_MS] > 0
+    short = timed_epochs(DataLoader(Numbers(), batch_size=4, sampler=range(8)), epochs=1, warmup_batches=1, objects=10)
+    assert short[m.EXACTLY_ONCE] is False
+
+
+def test_the_comparison_checks_its_knobs() -> None:
+    with pytest.raises(ConfigError, match="format 'csv' is not one of"):
+        FormatComparison(formats=("csv",))
+    with pytest.raises(ConfigError, match="epochs must be a whole number >= 1, got 0"):
+        FormatComparison(epochs=0)
+    with pytest.raises(ConfigError, match="workers must be a whole number >= 0, got -1"):
+        FormatComparison(workers=-1)
+
+
+@pytest.fixture(scope="module")
+def rows(tiny_plate: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    root = tmp_path_factory.mktemp("formats")
+    records = api.run(tiny_plate, [Formats(TINY, root / "work")], out_dir=root / "out")
+    assert not (root / "work").exists()  # the stores this run wrote are gone, and the folder it made
+    return records
+
+
+def test_every_reader_gets_one_row_in_place_first(rows: list[Any]) -> None:
+    assert [r.case for r in rows] == ["ome-zarr/direct", "ome-zarr/zarr", *TRAINING_FORMATS]
+    assert {r.track for r in rows} == {"formats"}
+    assert [r.config["format"] for r in rows] == ["ome-zarr", "ome-zarr", *TRAINING_FORMATS]
+
+
+def test_every_reader_delivers_the_plates_crops(rows: list[Any]) -> None:
+    measured = [r for r in rows if not r.metrics.get(m.SKIPPED)]
+    assert {r.case for r in measured} >= {"ome-zarr/direct", "ome-zarr/zarr", *AVAILABLE}
+    for row in measured:
+        assert row.metrics[IDENTICAL_TO_PLATE] is True, row.case
+        assert row.metrics[m.prefixed(SHUFFLED, m.EXACTLY_ONCE)] is True, row.case
+        assert row.metrics[m.prefixed(SHUFFLED, m.SAMPLES_PER_S)] > 0
+    hashes = {r.metrics[m.FIDELITY_SHA256] for r in measured}
+    assert len(hashes) == 1
+
+
+def test_converted_rows_carry_cost_size_and_break_even(rows: list[Any]) -> None:
+    for row in rows:
+        metrics = row.metrics
+        if row.case.startswith("ome-zarr") or metrics.get(m.SKIPPED):
+            assert CONVERSION_SECONDS not in metrics
+            continue
+        assert metrics[CONVERSION_SECONDS] > 0 and metrics[SIZE_RATIO_TO_PLATE] > 0
+        assert CONVERTING_PAYS_OFF in metrics
+        assert (BREAK_EVEN_EPOCHS in metrics) == metrics[CONVERTING_PAYS_OFF]
+        random_access = TRAINING_FORMATS[row.case].random_access
+        assert (m.prefixed(RANDOM, m.SAMPLES_PER_S) in metrics) == random_access
+        assert (RANDOM_RATIO_TO_IN_PLACE in metrics) == random_access
+
+
+def test_the_table_has_a_line_per_reader(rows: list[Any]) -> None:
+    table = formats_table(rows).splitlines()
+    assert len(table) == 2 + len(rows)
+    assert all(line.split()[0] == row.case for line, row in zip(table[2:], rows, strict=True))
+    assert " NO" not in formats_table(rows)
+
+
+def test_a_format_whose_library_is_missing_is_a_skipped_row(
+    tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cls = TRAINING_FORMATS["litdata"]
+    monkeypatch.setattr(cls, "module", "cropbench_no_such_module")
+    comparison = FormatComparison(formats=("litdata",), crop_size=32, samples=10, warmup=0, repeats=1, workers=0)
+    records = api.run(tiny_plate, [Formats(comparison, tmp_path / "work")])
+    skipped = records[-1]
+    assert skipped.case == "litdata" and skipped.metrics[m.SKIPPED] is True
+    assert "pip install" in skipped.metrics[m.SKIP_REASON]
+    assert "skipped: format 'litdata' needs litdata" in formats_table(records)
+
+
+def test_keep_leaves_the_stores_and_never_replaces_a_users_folder(tiny_plate: Path, tmp_path: Path) -> None:
+    if "hdf5" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
+    comparison = FormatComparison(formats=("hdf5",), crop_size=32, samples=10, warmup=0, repeats=1, workers=0)
+    work = tmp_path / "work"
+    api.run(tiny_plate, [Formats(comparison, work, keep=True)])
+    assert CropStoreInfo.read(work / "hdf5").format == "hdf5"
+    api.run(tiny_plate, [Formats(comparison, work, keep=True)])  # its own store, replaced
+    mine = tmp_path / "mine"
+    (mine / "hdf5").mkdir(parents=True)
+    (mine / "hdf5" / "notes.txt").write_text("not a store")
+    with pytest.raises(OutputError, match="refusing to replace .* not a crop store"):
+        api.run(tiny_plate, [Formats(comparison, mine, keep=True)])
+    assert (mine / "hdf5" / "notes.txt").read_text() == "not a store"
+    assert sorted(p.name for p in mine.iterdir()) == ["hdf5"]
+
+
+@pytest.mark.slow
+def test_with_workers_every_epoch_still_delivers_each_crop_once(tiny_plate: Path, tmp_path: Path) -> None:
+    comparison = FormatComparison(
+        formats=tuple(AVAILABLE), crop_size=32, samples=10, warmup=0, repeats=1, workers=2, batch_size=16
+    )
+    records = api.run(tiny_plate, [Formats(comparison, tmp_path / "work")])
+    assert all(r.metrics[m.prefixed(SHUFFLED, m.EXACTLY_ONCE)] for r in records)
+    assert all(r.metrics[IDENTICAL_TO_PLATE] for r in records)
+
+
+def test_the_module_names_its_track() -> None:
+    assert conversion.TRACK == "formats"
