@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tracemalloc
@@ -21,6 +22,18 @@ from cropbench.plates.scale import (
     ScaleSpec,
     generate_scale_plate,
     scale_spec_for_bytes,
+)
+from cropbench.tracks import scale as sweep_module
+from cropbench.tracks.scale import (
+    CONSTRUCTION_RSS_BYTES,
+    CONSTRUCTION_SECONDS,
+    COSTS,
+    TRACK1_RANDOM_SAMPLES_PER_S,
+    ScaleSweep,
+    faster_than_linear,
+    growth,
+    growth_table,
+    sweep_rows,
 )
 
 #: Small fields, few channels: a plate of dozens of fields writes in seconds.
@@ -123,3 +136,92 @@ def test_an_existing_folder_of_the_user_is_never_replaced(tmp_path: Path) -> Non
     with pytest.raises(OutputError, match="not a plate cropbench wrote"):
         generate_scale_plate(mine, SMALL, LAYOUTS["default"], overwrite=True, progress=False)
     assert (mine / "notes.txt").read_text() == "mine"
+
+
+# The growth sweep (tracks/scale.py).
+
+TINY_SWEEP = ScaleSweep(
+    objects=(100, 300),
+    field_size=128,
+    channels=2,
+    distinct_fields=2,
+    crop_size=32,
+    samples=60,
+    warmup=10,
+    batch_size=16,
+    workers=1,
+)
+
+
+def _synthetic_rows() -> list[dict[str, float]]:
+    rows = []
+    for count in (10**3, 10**4, 10**5):
+        row: dict[str, float] = {cost.metric: 5.0 for cost in COSTS}
+        row.update(
+            {
+                "objects": count,
+                CONSTRUCTION_SECONDS: 1e-7 * count**1.5,
+                CONSTRUCTION_RSS_BYTES: 100.0 * count + 5e6,
+                TRACK1_RANDOM_SAMPLES_PER_S: 1e4 / count**0.5,
+            }
+        )
+        rows.append(row)
+    return rows
+
+
+def test_growth_names_what_grows_faster_than_expected() -> None:
+    fitted = {item.cost.metric: item.exponent for item in growth(_synthetic_rows())}
+    assert fitted[CONSTRUCTION_SECONDS] == pytest.approx(1.5)
+    assert fitted[TRACK1_RANDOM_SAMPLES_PER_S] == pytest.approx(0.5)  # time per sample, from the rate
+    assert 0 < fitted[CONSTRUCTION_RSS_BYTES] < 1
+    named = {item.cost.metric for item in faster_than_linear(_synthetic_rows())}
+    assert named == {CONSTRUCTION_SECONDS, TRACK1_RANDOM_SAMPLES_PER_S}
+    table = growth_table(_synthetic_rows())
+    assert "Grows faster than expected: dataset construction (s) grows as N^1.50 (expected N^1)" in table
+    assert "| 100,000 |" in table
+
+
+def test_growth_needs_two_counts_and_skips_missing_values() -> None:
+    rows = _synthetic_rows()
+    rows[1][CONSTRUCTION_SECONDS] = None  # type: ignore[assignment]
+    assert {item.cost.metric for item in growth(rows[:1])} == set()
+    assert CONSTRUCTION_SECONDS in {item.cost.metric for item in growth(rows)}
+    assert "No cost grows faster than expected" in growth_table(
+        [{**row, CONSTRUCTION_SECONDS: 1.0, TRACK1_RANDOM_SAMPLES_PER_S: 1.0} for row in rows]
+    )
+
+
+def test_a_sweep_refuses_bad_counts() -> None:
+    with pytest.raises(ConfigError, match="objects must be counts"):
+        ScaleSweep(objects=(0, 10))
+    with pytest.raises(ConfigError, match="layout"):
+        ScaleSweep(layout="nonsense")
+
+
+@pytest.mark.slow
+def test_the_sweep_measures_every_cost_and_removes_its_plates(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    rows = [metrics for _, metrics in sweep_rows(TINY_SWEEP, work, progress=False)]
+    assert [row["objects"] for row in rows] == [100, 300]
+    for row in rows:
+        for cost in COSTS:
+            assert isinstance(row[cost.metric], (int, float)) and row[cost.metric] > 0, cost.metric
+        assert row["plate_stored_bytes"] > 0 and row["generate_seconds"] > 0
+    assert not work.exists()
+
+
+@pytest.mark.slow
+def test_a_kept_plate_is_reused_by_the_next_sweep(tmp_path: Path) -> None:
+    sweep = dataclasses.replace(TINY_SWEEP, objects=(100,))
+    first = [config for config, _ in sweep_rows(sweep, tmp_path, keep=True, progress=False)]
+    kept = Path(first[0]["plate"])
+    assert kept.is_dir()
+    again = [metrics for _, metrics in sweep_rows(sweep, tmp_path, keep=True, progress=False)]
+    assert again[0]["generate_seconds"] is None and kept.is_dir()
+
+
+def test_measure_point_counts_the_objects_of_the_plate(tmp_path: Path) -> None:
+    written = generate_scale_plate(tmp_path / "p.zarr", TINY_SWEEP.spec(100), LAYOUTS["default"], progress=False)
+    point = sweep_module.measure_point_in_child(written.path, TINY_SWEEP)
+    assert point["objects"] == 100
+    assert point["construction_seconds"] > 0 and point["track2_dataset_pickle_bytes"] > 0

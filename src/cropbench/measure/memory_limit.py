@@ -351,11 +351,22 @@ def run_limited(
     )
 
 
+def run_in_child(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, int | None]:
+    """``function(*args)`` in a fresh forked child, no limit: its value and the device bytes it read.
+
+    What a measurement allocates (and the allocator keeps) then leaves with the child, so a memory
+    figure of one measurement is not raised by the ones before it.
+    """
+    return _run_child(function, args, None)
+
+
 def _run_child(function: Callable[..., Any], args: tuple[Any, ...], group: Cgroup | None) -> tuple[Any, int | None]:
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     procs = None if group is None else str(group.path / "cgroup.procs")
-    child = context.Process(target=_child, args=(sender, procs, function, args), daemon=True)
+    # Not a daemon: the function may start processes of its own (DataLoader workers); the parent
+    # kills the child on the way out whatever happens.
+    child = context.Process(target=_child, args=(sender, procs, function, args))
     child.start()
     sender.close()
     try:
@@ -395,6 +406,7 @@ __all__ = [
     "io_stat_read_bytes",
     "process_read_bytes",
     "remove_stale_cgroups",
+    "run_in_child",
     "run_limited",
     "temporary_cgroup",
 ]
