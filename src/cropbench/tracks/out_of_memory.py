@@ -1,0 +1,272 @@
+"""Layouts side by side on plates larger than the memory the benchmark may use.
+
+A layout that wins in the page cache can lose on the disk: a shard per field reads a few kB per
+crop, a whole-plane chunk reads megabytes. Per layout (track ``out-of-memory``, one record each) a
+scale plate is written whose stored bytes are ``plate_multiple`` × the memory limit, then random
+crops are read through ``CropDataset.__getitem__`` (tier ``none``, uint16, one process):
+
+- inside the limit (:func:`cropbench.measure.memory_limit.run_limited`): the plate's files are
+  evicted first, the cgroup's limit bounds the page cache the pass can hold, and the bytes read
+  from the block device (``/proc/self/io``) over the timed pass give device bytes per crop;
+- right after, the same indices of the same plate with the plate loaded into the page cache and
+  no limit (unless it does not fit in the free memory), so both rates come from one run, back
+  to back, each with the load average it ran under.
+
+``device_over_reader`` is the device bytes over the bytes the reader asked for: read-ahead and
+file-system blocks at the device, beside the chunk and shard reads the reader counts itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from cropbench import metrics as m
+from cropbench.config import CropConfig, layout_by_name
+from cropbench.data.dataset import CropDataset
+from cropbench.data.sampling import access_order
+from cropbench.errors import ConfigError
+from cropbench.measure.memory_limit import (
+    DEVICE_READ_BYTES,
+    MEMORY_LIMIT_BYTES,
+    MEMORY_LIMIT_MECHANISM,
+    MIN_LIMIT_BYTES,
+    process_read_bytes,
+    run_in_child,
+    run_limited,
+)
+from cropbench.measure.protocol import evict, load_into_page_cache, resident_fraction, time_loop
+from cropbench.plates.scale import ScaleSpec, generate_scale_plate
+from cropbench.tracks.layouts import WorkFolder
+
+TRACK = "out-of-memory"
+#: The default layout and two others that read very different amounts per crop.
+DEFAULT_LAYOUTS = ("default", "tiles", "planes")
+#: The cached pass runs only when the plate takes at most this fraction of the free memory.
+CACHED_FRACTION_OF_AVAILABLE = 0.7
+
+# Metric names of an out-of-memory row.
+PLATE_STORED_BYTES = "plate_stored_bytes"
+PLATE_OVER_LIMIT = "plate_over_limit"
+#: The plate came out smaller than ``plate_multiple`` × the limit (the probe misjudged its compression).
+PLATE_BELOW_MULTIPLE = "plate_below_multiple"
+CROPS_PER_S = "crops_per_s"
+DEVICE_BYTES_PER_CROP = "device_bytes_per_crop"
+DEVICE_OVER_READER = "device_over_reader"
+DEVICE_OVER_DELIVERED = "device_over_delivered"
+LOADAVG_BEFORE = "loadavg_before"
+LOADAVG_AFTER = "loadavg_after"
+RESIDENT_BEFORE_PASS = "resident_before_pass"
+CACHED = "cached_"
+CACHED_SKIPPED = "cached_skipped"
+LIMITED_OVER_CACHED = "limited_over_cached"
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    """What ``cropbench scale out-of-memory`` measures; part of every record it writes."""
+
+    layouts: tuple[str, ...] = DEFAULT_LAYOUTS
+    limit_bytes: int = 2**30
+    plate_multiple: float = 4.0
+    field_size: int = 1080
+    channels: int = 5
+    distinct_fields: int = 8
+    crop_size: int = 96
+    samples: int = 2000
+    warmup: int = 100
+    seed: int = 0
+    #: Also read the same plate in the page cache (when it fits in the free memory).
+    cached: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layouts", tuple(dict.fromkeys(self.layouts)))
+        if not self.layouts:
+            raise ConfigError("layouts must name at least one layout")
+        for name in self.layouts:
+            layout_by_name(name)
+        if not isinstance(self.limit_bytes, int) or self.limit_bytes < MIN_LIMIT_BYTES:
+            raise ConfigError(f"limit_bytes must be at least {MIN_LIMIT_BYTES // 2**20} MiB, got {self.limit_bytes!r}")
+        if not 2 <= self.plate_multiple <= 8:
+            raise ConfigError(
+                f"plate_multiple must be within 2..8 (the plate over the limit), got {self.plate_multiple}"
+            )
+        for knob in ("crop_size", "samples"):
+            if getattr(self, knob) < 1:
+                raise ConfigError(f"{knob} must be >= 1, got {getattr(self, knob)}")
+        if self.warmup < 0:
+            raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
+        self.base_spec()
+
+    def base_spec(self) -> ScaleSpec:
+        return ScaleSpec(
+            objects=1,
+            field_size=self.field_size,
+            channels=self.channels,
+            distinct_fields=self.distinct_fields,
+            seed=self.seed,
+        )
+
+    def crop(self) -> CropConfig:
+        return CropConfig(crop_size=self.crop_size, dtype="uint16", seed=self.seed)
+
+    @property
+    def target_bytes(self) -> int:
+        return math.ceil(self.limit_bytes * self.plate_multiple)
+
+
+def random_pass(plate: str, crop: CropConfig, samples: int, warmup: int, seed: int, cold: bool) -> dict[str, Any]:
+    """Random crops of ``plate``: evicted first (``cold``) or loaded into the page cache; the device
+    bytes and reader counters of the timed pass only (the warm-up opens files and fills the chunk cache)."""
+    dataset = CropDataset(plate, crop)
+    files = dataset.reader.files()
+    metrics: dict[str, Any] = {}
+    if cold:
+        metrics.update(evict(files).as_metrics())
+    else:
+        load_into_page_cache(files)
+    indices = access_order(dataset, "random", warmup + samples, seed)
+    time_loop(dataset.__getitem__, indices[:warmup])
+    metrics[RESIDENT_BEFORE_PASS] = resident_fraction(files)
+    dataset.reader.stats.reset()
+    metrics[LOADAVG_BEFORE] = os.getloadavg()[0]
+    start = process_read_bytes()
+    seconds = time_loop(dataset.__getitem__, indices[warmup:])
+    end = process_read_bytes()
+    metrics[LOADAVG_AFTER] = os.getloadavg()[0]
+    stats = dataset.reader.stats
+    metrics[CROPS_PER_S] = samples / seconds if seconds > 0 else float("inf")
+    metrics.update(stats.per_region())
+    if start is not None and end is not None:
+        device = end - start
+        metrics[DEVICE_READ_BYTES] = device
+        metrics[DEVICE_BYTES_PER_CROP] = device / samples
+        metrics[DEVICE_OVER_READER] = device / stats.bytes_fetched if stats.bytes_fetched else None
+        metrics[DEVICE_OVER_DELIVERED] = device / stats.bytes_delivered if stats.bytes_delivered else None
+    return metrics
+
+
+def plate_spec_for(comparison: OutOfMemory, layout_name: str, work: WorkFolder) -> ScaleSpec:
+    """The scale plate whose stored bytes in ``layout_name`` reach the comparison's target: a probe of
+    the rendered fields gives the stored bytes per field (compression differs per layout)."""
+    base = comparison.base_spec()
+    probe_fields = max(min(base.distinct_fields or 4, 8), 1)
+    probe_spec = dataclasses.replace(base, objects=probe_fields * base.fewest_per_field)
+    destination = work.destination(f"probe-{layout_name}.zarr")
+    try:
+        written = generate_scale_plate(destination, probe_spec, layout_by_name(layout_name), progress=False)
+        per_field = written.stored_bytes / written.fields
+    finally:
+        work.done(destination)
+    fields = max(1, math.ceil(comparison.target_bytes * 1.02 / per_field))
+    return dataclasses.replace(base, objects=fields * base.fewest_per_field)
+
+
+def layout_rows(
+    comparison: OutOfMemory,
+    work_dir: str | Path,
+    keep: bool = False,
+    progress: bool = True,
+    report: Callable[[str], None] | None = None,
+    require_cgroup: bool = False,
+) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(layout, config, metrics) per layout; each plate removed unless ``keep``."""
+    work = WorkFolder(work_dir, keep)
+    crop = comparison.crop()
+    for name in comparison.layouts:
+        say = report or (lambda _: None)
+        spec = plate_spec_for(comparison, name, work)
+        say(f"{name}: writing {spec.fields:,} fields (about {comparison.target_bytes / 2**30:.1f} GiB stored)")
+        destination = work.destination(f"out-of-memory-{name}.zarr")
+        try:
+            written = generate_scale_plate(destination, spec, layout_by_name(name), overwrite=True, progress=progress)
+            say(f"{name}: random crops inside {comparison.limit_bytes / 2**20:.0f} MiB")
+            args = (str(destination), crop, comparison.samples, comparison.warmup, comparison.seed)
+            limited = run_limited(random_pass, (*args, True), comparison.limit_bytes, require_cgroup=require_cgroup)
+            metrics: dict[str, Any] = {
+                m.OBJECTS: written.objects,
+                m.FIELDS: written.fields,
+                PLATE_STORED_BYTES: written.stored_bytes,
+                PLATE_OVER_LIMIT: written.stored_bytes / comparison.limit_bytes,
+                PLATE_BELOW_MULTIPLE: written.stored_bytes < comparison.target_bytes,
+                **limited.as_metrics(),
+                **limited.value,  # the timed pass's device bytes replace the child's whole run's
+            }
+            metrics.update(_cached(comparison, destination, args, written.stored_bytes, say))
+            if CACHED + CROPS_PER_S in metrics and metrics[CROPS_PER_S]:
+                metrics[LIMITED_OVER_CACHED] = metrics[CROPS_PER_S] / metrics[CACHED + CROPS_PER_S]
+        finally:
+            work.done(destination)
+        config = {
+            "comparison": dataclasses.asdict(comparison),
+            "scale_spec": dataclasses.asdict(spec),
+            "layout_name": name,
+            "layout_label": layout_by_name(name).label,
+            "plate": str(destination),
+        }
+        yield name, config, metrics
+
+
+def _cached(
+    comparison: OutOfMemory, plate: Path, args: tuple[Any, ...], stored: int, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """The same random pass with the plate in the page cache, or why it was not run."""
+    if not comparison.cached:
+        return {CACHED_SKIPPED: "not asked for"}
+    available = psutil.virtual_memory().available
+    if stored > CACHED_FRACTION_OF_AVAILABLE * available:
+        return {CACHED_SKIPPED: f"the plate ({stored / 2**30:.1f} GiB) does not fit in the free memory"}
+    say(f"{plate.name}: the same crops in the page cache")
+    value, _ = run_in_child(random_pass, (*args, False))
+    return {CACHED + key: item for key, item in value.items()}
+
+
+def out_of_memory_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """Layouts side by side as Markdown: limit, plate, device bytes per crop, crops/s inside the limit
+    and in the page cache, and the load average each ran under."""
+    lines = [
+        "| layout | limit MiB | mechanism | plate GiB | × limit | device kB/crop | device/reader | "
+        "crops/s limited | crops/s cached | loadavg limited | loadavg cached |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rows:
+        cells = [
+            name,
+            f"{row[MEMORY_LIMIT_BYTES] / 2**20:.0f}",
+            str(row.get(MEMORY_LIMIT_MECHANISM, "-")),
+            f"{row[PLATE_STORED_BYTES] / 2**30:.2f}",
+            f"{row[PLATE_OVER_LIMIT]:.1f}",
+            _fixed(row.get(DEVICE_BYTES_PER_CROP), 1e3, 1),
+            _fixed(row.get(DEVICE_OVER_READER), 1, 2),
+            _fixed(row.get(CROPS_PER_S), 1, 0),
+            _fixed(row.get(CACHED + CROPS_PER_S), 1, 0)
+            if CACHED + CROPS_PER_S in row
+            else row.get(CACHED_SKIPPED, "-"),
+            f"{row.get(LOADAVG_BEFORE, 0):.2f}-{row.get(LOADAVG_AFTER, 0):.2f}",
+            f"{row[CACHED + LOADAVG_BEFORE]:.2f}-{row[CACHED + LOADAVG_AFTER]:.2f}"
+            if CACHED + LOADAVG_BEFORE in row
+            else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _fixed(value: Any, scale: float, digits: int) -> str:
+    return "-" if value is None else f"{value / scale:,.{digits}f}"
+
+
+__all__ = [
+    "DEFAULT_LAYOUTS",
+    "OutOfMemory",
+    "layout_rows",
+    "out_of_memory_table",
+    "plate_spec_for",
+    "random_pass",
+]
