@@ -31,8 +31,6 @@ from cropbench import metrics as m  # noqa: E402
 from cropbench.errors import CropbenchError, OutputError  # noqa: E402
 from cropbench.records import Record  # noqa: E402
 from cropbench.report.flags import row_flags  # noqa: E402
-from cropbench.tracks.layouts import CEILING as MEMMAP_LAYOUT  # noqa: E402
-from cropbench.tracks.track3 import WorkerSearch  # noqa: E402
 
 FigureMaker = Callable[[Sequence[Record], Path], Path | None]
 #: The ten colours of matplotlib's default cycle.
@@ -384,6 +382,8 @@ def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     rows = _by_track(records, "layouts")
     if not rows:
         return None
+    from cropbench.tracks.layouts import CEILING as MEMMAP_LAYOUT  # here: figures of other tracks need no torch
+
     labels = [_label(r) for r in rows]
     positions = np.arange(len(rows))
     figure, (left, right) = plt.subplots(1, 2, figsize=(14, max(3.0, 0.34 * len(rows) + 1.5)), sharey=True)
@@ -709,19 +709,23 @@ def _search_key(case: dict[str, Any]) -> str:
 def flagged_workers(search: Record, records: Sequence[Record]) -> set[int]:
     """The worker counts of a search whose own rows (same run, same case but for the workers) are flagged.
 
-    A search's row holds its case under ``case`` beside the search's own fields; what the run adds to
-    every row (plate, layout, threads) sits beside them, and in each point's row beside the case's fields.
+    A search's row holds its case under ``case``; what the run adds to every row (plate, layout,
+    threads) sits beside it, and in each point's row beside the case's own fields.
     """
-    searched = {field.name for field in dataclasses.fields(WorkerSearch)}
-    outer = {name: value for name, value in search.config.items() if name not in searched}
-    key = _search_key({**outer, **search.config.get("case", {})})
+    case = search.config.get("case", {})
+
+    def as_point(row: Record) -> dict[str, Any]:
+        added = {name: search.config.get(name) for name in row.config if name not in case}
+        return {**added, **case}
+
     return {
         int(r.config["loader"]["num_workers"])
         for r in records
         if r.track == "3"
+        and r is not search
         and r.run_id == search.run_id
         and "num_workers" in r.config.get("loader", {})
-        and _search_key(r.config) == key
+        and _search_key(r.config) == _search_key(as_point(r))
         and flagged(r)
     }
 
