@@ -264,6 +264,32 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare_formats(args: argparse.Namespace) -> int:
+    """compare-formats: the plate read in place beside its crops converted into each training format."""
+    from cropbench import api
+    from cropbench.tracks.conversion import FormatComparison, Formats, formats_table
+
+    comparison = FormatComparison(
+        formats=tuple(args.format or FormatComparison().formats),
+        crop_size=args.crop_size,
+        channels=tuple(args.channels.split(",")) if args.channels else None,
+        samples=args.samples,
+        workers=args.workers,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        shard_bytes=int(args.shard_mib * 2**20),
+    )
+    out_dir = Path(args.out)
+    track = Formats(comparison, Path(args.work) if args.work else out_dir / "crops", keep=args.keep)
+    bar = _ProgressBar(not args.no_progress, "formats", len(comparison.readers()))
+    try:
+        records = api.run(args.plate, [track], out_dir=out_dir, objects=args.objects, progress=bar)
+    finally:
+        bar.close()
+    print(formats_table(records))
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.report.summary import summary_table
@@ -701,6 +727,34 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_store_knobs(compare)
     compare.set_defaults(handler=cmd_compare_layouts)
+
+    formats = commands.add_parser(
+        "compare-formats",
+        help="convert or read in place: the plate beside its crops converted into training formats",
+        description="One record per reader (track 'formats') in OUT/results.jsonl and a table: conversion cost, "
+        "size against the plate, random and shuffled-epoch crops/s, break-even epochs.",
+    )
+    formats.add_argument("--plate", required=True, help="a local plate (any layout)")
+    formats.add_argument(
+        "--format", action="append", choices=("hdf5", "webdataset", "litdata", "mds"), help="repeatable (default: all)"
+    )
+    formats.add_argument("--out", default="out/formats", help="output directory (default: %(default)s)")
+    formats.add_argument("--work", help="where the crop stores are written (default: OUT/crops)")
+    formats.add_argument("--keep", action="store_true", help="keep the crop stores")
+    formats.add_argument("--crop-size", type=int, default=96, help="crop edge in pixels (default: %(default)s)")
+    formats.add_argument("--channels", help="comma-separated channel names (default: all)")
+    formats.add_argument(
+        "--samples", type=int, default=2000, help="random crops timed per reader (default: %(default)s)"
+    )
+    formats.add_argument(
+        "--workers", type=int, default=2, help="DataLoader workers of the epochs (default: %(default)s)"
+    )
+    formats.add_argument("--batch-size", type=int, default=64, help="batch size of the epochs (default: %(default)s)")
+    formats.add_argument("--epochs", type=int, default=2, help="shuffled epochs per reader (default: %(default)s)")
+    formats.add_argument("--shard-mib", type=float, default=64, help="shard or chunk size (default: %(default)s)")
+    formats.add_argument("--objects", help="object table (Parquet/CSV) for plates without cropbench's table")
+    formats.add_argument("--no-progress", action="store_true", help="no progress bar")
+    formats.set_defaults(handler=cmd_compare_formats)
 
     upload = commands.add_parser(
         "upload",
