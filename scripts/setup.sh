@@ -1,24 +1,68 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.11) with cropbench, its dev tools and the object-store extra; a no-op when up to date.
+# The first run downloads and unpacks about 6.5 GB (most of it torch's CUDA build): about 10 minutes on a
+# 2-core machine. It prints one line per package pip collects or downloads (with its size) and per install
+# step; pip's whole output goes to .venv/setup-pip.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 stamp=.venv/.cropbench-setup
+log=.venv/setup-pip.log
 want=$(cat pyproject.toml setup.py src/cropbench/formats/_native.c | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 started=$SECONDS
-echo "setup: building .venv from pyproject.toml (first run: torch, torchvision, zarr and the dev tools;" \
-  "about 2 minutes, silent while pip works; later runs skip this)"
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+if [ -x .venv/bin/python ]; then
+  echo "setup: updating .venv (pyproject.toml, setup.py or the C extension changed, or the last setup did not finish)"
+else
+  echo "setup: building .venv from pyproject.toml: torch, torchvision, zarr and the dev tools, about 6.5 GB" \
+    "(most of it torch's CUDA build); about 10 minutes on a 2-core machine. Later runs skip this."
+  "$PYTHON" -m venv .venv
+fi
+: >"$log"
+
+# talk: pip's output in, a short line per step out (what pip collects, downloads with its size, builds,
+# installs), errors in full; the rest only in the log. fflush: each line shows as pip gets there.
+talk() {
+  awk '
+    /^WARNING: Location/ { next }
+    /ERROR|[Ee]rror:/ { print; fflush(); next }
+    { sub(/ \(from [^)]*\)$/, "") }
+    /^Collecting / { print "  pip: " tolower(substr($0, 1, 1)) substr($0, 2); fflush(); next }
+    /^ *(Downloading|Using cached|Processing) / && !/\.metadata/ {
+      sub(/^ +/, "")
+      if ($1 == "Processing") { n = split($2, path, "/"); $2 = path[n] }
+      print "  pip:   " tolower(substr($0, 1, 1)) substr($0, 2); fflush(); next
+    }
+    /^ *Building (editable|wheel)s? for / { sub(/^ +/, ""); print "  pip: " tolower(substr($0, 1, 1)) substr($0, 2); fflush(); next }
+    /^Installing collected packages: / {
+      n = split(substr($0, 32), names, ", ")
+      slow = ""
+      for (i = 1; i <= n; i++) if (names[i] == "torch") slow = " (unpacking torch and its CUDA libraries takes minutes)"
+      print "  pip: installing " n " package" (n == 1 ? "" : "s") slow; fflush(); next
+    }
+    /^Successfully installed / { print "  pip: installed " NF - 2 " package" (NF == 3 ? "" : "s"); fflush(); next }
+  '
+}
+
+# pip_install WHAT ARGS...: pip install ARGS, its steps on the terminal, its whole output in the log.
+pip_install() {
+  local what=$1
+  shift
+  if ! .venv/bin/python -m pip install --progress-bar off "$@" 2>&1 | tee -a "$log" | talk; then
+    echo "setup: pip could not install $what; its whole output is in $log" >&2
+    exit 1
+  fi
+}
+
 echo "setup: upgrading pip"
-.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+pip_install pip --upgrade pip
 echo "setup: installing cropbench with its dependencies (the longest step)"
 # [remote]: the object-store clients and the loopback S3 server the remote tests start (tests/test_remote.py).
 # torch/torchvision are pinned in pyproject.toml (2.14.1 / 0.29.1); pip takes them from its configured index.
-.venv/bin/python -m pip install -q -e ".[dev,remote]" 2>&1 | grep -v "^WARNING: Location" || true
+pip_install cropbench -e ".[dev,remote]"
 .venv/bin/python -c "import cropbench, torch, zarr" || { echo "setup failed: cropbench did not import" >&2; exit 1; }
-echo "$want" > "$stamp"
-echo "setup: .venv ready in $((SECONDS - started)) s"
+echo "$want" >"$stamp"
+echo "setup: .venv ready in $((SECONDS - started)) s, $(du -sh .venv 2>/dev/null | cut -f1) on disk"
