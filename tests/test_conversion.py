@@ -184,3 +184,38 @@ def test_with_workers_every_epoch_still_delivers_each_crop_once(tiny_plate: Path
 
 def test_the_module_names_its_track() -> None:
     assert conversion.TRACK == "formats"
+
+
+def test_compare_formats_prints_the_table_and_writes_the_rows(
+    tiny_plate: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cropbench.cli import main
+    from cropbench.records import read_records
+
+    args = ["--plate", str(tiny_plate), "--out", str(tmp_path / "out"), "--crop-size", "32", "--samples", "10"]
+    args += ["--workers", "0", "--epochs", "1", "--shard-mib", "0.2", "--format", "webdataset", "--no-progress"]
+    assert main(["compare-formats", *args]) == 0
+    printed = capsys.readouterr().out
+    assert "convert or read in place" in printed and "webdataset" in printed
+    rows = read_records(tmp_path / "out" / "results.jsonl")
+    assert [row.case for row in rows] == ["ome-zarr/direct", "ome-zarr/zarr", "webdataset"]
+    assert not (tmp_path / "out" / "crops").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--channels", "DNA,Nope"], "unknown channel 'Nope'"),
+        (["--shard-mib", "0"], "shard_bytes must be a whole number >= 1, got 0"),
+        (["--epochs", "0"], "epochs must be a whole number >= 1, got 0"),
+    ],
+)
+def test_compare_formats_user_errors_are_one_line(
+    extra: list[str], message: str, tiny_plate: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cropbench.cli import main
+
+    args = ["compare-formats", "--plate", str(tiny_plate), "--out", str(tmp_path / "out"), "--no-progress", *extra]
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("cropbench: error:") and message in error and len(error.strip().splitlines()) == 1
