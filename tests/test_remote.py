@@ -422,6 +422,7 @@ def test_compare_layouts_with_a_bad_url_fails_in_one_line(
         _one_line_error(*_run_cli("compare-layouts", "--plate", url, *out), url.split("/")[2], why)
 
 
+@pytest.mark.slow
 def test_compare_layouts_by_url_refuses_options_it_would_ignore(tmp_path: Path) -> None:
     for flag, value in (("--decode", "zarr"), ("--repeats", "5"), ("--objects", "objects.csv")):
         args = ("compare-layouts", "--plate", "s3://bucket/p.zarr", flag, value, "--out", str(tmp_path))
