@@ -129,6 +129,16 @@ def test_usage_errors_are_one_line_with_a_hint(args: list[str], cropbench_cli: C
     assert len(lines) == 1 and lines[0].startswith("cropbench: error:") and "--help" in lines[0], result.stderr
 
 
+def test_compare_layouts_by_url_refuses_options_it_would_ignore(tmp_path: Path, cropbench_cli: CliRunner) -> None:
+    for flag, value in (("--decode", "zarr"), ("--repeats", "5"), ("--objects", "objects.csv")):
+        result = cropbench_cli("compare-layouts", "--plate", "s3://bucket/p.zarr", flag, value, "--out", str(tmp_path))
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert result.stderr.startswith("cropbench: error:")
+        assert all(text in result.stderr for text in ("s3://bucket/p.zarr", flag, "local plate only")), result.stderr
+    assert not any(tmp_path.iterdir()), "nothing is written before the error"
+
+
 def test_bad_knobs_exit_2_with_one_line_and_leave_nothing(
     tiny_plate: Path, tmp_path: Path, cropbench_cli: CliRunner
 ) -> None:
