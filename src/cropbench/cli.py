@@ -34,6 +34,7 @@ from cropbench.errors import ConfigError, CropbenchError
 from cropbench.metrics import SAMPLES_PER_S
 from cropbench.plates.generate import GeneratedPlate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, read_records, write_csv
+from cropbench.scale_commands import add_scale_commands
 
 EXIT_USER_ERROR = 2
 
@@ -816,6 +817,7 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--force", action="store_true", help="regenerate the smoke plate")
     smoke.add_argument("--no-progress", action="store_true", help="no progress bars")
     smoke.set_defaults(handler=cmd_smoke)
+    add_scale_commands(commands)
     return parser
 
 

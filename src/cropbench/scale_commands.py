@@ -1,0 +1,182 @@
+"""``cropbench scale``: plates at experiment scale, the growth sweep, and layouts out of memory.
+
+The command line's part of :mod:`cropbench.plates.scale`, :mod:`cropbench.tracks.scale` and
+:mod:`cropbench.tracks.out_of_memory`: parse, call, print, and write each row to
+``OUT/results.jsonl`` as it is measured (with the table as Markdown beside it).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from cropbench.config import LAYOUTS, layout_by_name
+from cropbench.records import RESULTS_NAME, Record, RecordWriter
+
+#: Files beside the rows: the growth table and the out-of-memory table, as Markdown.
+GROWTH_TABLE_NAME = "growth.md"
+OUT_OF_MEMORY_TABLE_NAME = "out_of_memory.md"
+
+
+def count(text: str) -> int:
+    """A whole number of objects, written 1000, 1_000 or 1e3."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        value = float("nan")
+    if not value.is_integer() or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of objects such as 1000 or 1e6, got {text!r}")
+    return int(value)
+
+
+def add_scale_commands(commands: Any) -> None:
+    """Register ``scale generate``, ``scale sweep`` and ``scale out-of-memory`` on the CLI's subparsers."""
+    scale = commands.add_parser(
+        "scale",
+        help="plates at experiment scale: generate, growth sweep, layouts out of memory",
+        description="Plates of up to a million objects, how costs grow with them, and plates larger than memory.",
+    )
+    actions = scale.add_subparsers(dest="scale_command", required=True, metavar="ACTION")
+
+    generate = actions.add_parser("generate", help="write a scale plate of N objects (streamed, with progress)")
+    generate.add_argument("--out", required=True, help="plate directory to write")
+    generate.add_argument("--objects", type=count, required=True, help="objects in the plate (up to 2e6)")
+    generate.add_argument("--layout", default="default", choices=sorted(LAYOUTS), metavar="NAME", help="named layout")
+    generate.add_argument("--force", action="store_true", help="replace a plate cropbench wrote there")
+    _add_field_knobs(generate)
+    generate.set_defaults(handler=cmd_scale_generate)
+
+    sweep = actions.add_parser("sweep", help="the growth table: each cost against the object count")
+    sweep.add_argument("--out", required=True, help="results directory (OUT/results.jsonl, OUT/growth.md)")
+    sweep.add_argument("--work", required=True, help="where the plates are written (removed unless --keep)")
+    sweep.add_argument("--objects", type=count, nargs="+", default=[10**3, 10**4, 10**5, 10**6], help="object counts")
+    sweep.add_argument("--layout", default="default", choices=sorted(LAYOUTS), metavar="NAME", help="named layout")
+    sweep.add_argument("--crop-size", type=int, default=96, help="crop edge in pixels")
+    sweep.add_argument("--samples", type=int, default=1000, help="Track 1 steady-state samples per access")
+    sweep.add_argument("--workers", type=int, default=2, help="DataLoader workers of the Track 2 first batch")
+    sweep.add_argument("--keep", action="store_true", help="keep the plates in --work (and reuse them next time)")
+    _add_field_knobs(sweep)
+    sweep.set_defaults(handler=cmd_scale_sweep)
+
+    limited = actions.add_parser("out-of-memory", help="layouts side by side on plates larger than a memory limit")
+    limited.add_argument("--out", required=True, help="results directory (OUT/results.jsonl, OUT/out_of_memory.md)")
+    limited.add_argument("--work", required=True, help="where the plates are written (removed unless --keep)")
+    limited.add_argument(
+        "--layouts", nargs="+", default=["default", "tiles", "planes"], metavar="NAME", help="named layouts"
+    )
+    limited.add_argument("--limit-mib", type=int, default=1024, help="memory limit of the reading process, MiB")
+    limited.add_argument("--plate-multiple", type=float, default=4.0, help="plate size over the limit (2-8)")
+    limited.add_argument("--crop-size", type=int, default=96, help="crop edge in pixels")
+    limited.add_argument("--samples", type=int, default=2000, help="random crops timed per layout")
+    limited.add_argument("--no-cached", action="store_true", help="skip the same crops with the plate in memory")
+    limited.add_argument(
+        "--require-cgroup", action="store_true", help="fail instead of falling back to eviction without a cgroup"
+    )
+    limited.add_argument("--keep", action="store_true", help="keep the plates in --work")
+    _add_field_knobs(limited)
+    limited.set_defaults(handler=cmd_scale_out_of_memory)
+
+
+def _add_field_knobs(parser: argparse.ArgumentParser) -> None:
+    fields = parser.add_argument_group("fields")
+    fields.add_argument("--field-size", type=int, default=1080, help="field edge in pixels (default: %(default)s)")
+    fields.add_argument("--channels", type=int, default=5, help="channels per field (default: %(default)s)")
+    fields.add_argument(
+        "--distinct-fields",
+        type=int,
+        default=8,
+        help="fields rendered and then written in turn (0 = render every field; default: %(default)s)",
+    )
+    fields.add_argument("--seed", type=int, default=0, help="generator seed")
+    fields.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def cmd_scale_generate(args: argparse.Namespace) -> int:
+    from cropbench.plates.scale import ScaleSpec, generate_scale_plate
+
+    spec = ScaleSpec(
+        objects=args.objects,
+        field_size=args.field_size,
+        channels=args.channels,
+        distinct_fields=args.distinct_fields,
+        seed=args.seed,
+    )
+    layout = layout_by_name(args.layout)
+    written = generate_scale_plate(args.out, spec, layout, overwrite=args.force, progress=not args.no_progress)
+    print(
+        f"wrote {written.path}: {written.fields:,} fields, {written.objects:,} objects, layout {layout.label}, "
+        f"{written.raw_bytes / 2**30:.2f} GiB raw -> {written.stored_bytes / 2**30:.2f} GiB on disk "
+        f"in {written.write_seconds:.0f} s"
+    )
+    return 0
+
+
+def _write_rows(out: Path, track: str, rows: Iterable[tuple[str, dict[str, Any], dict[str, Any]]], work: str) -> list:
+    """Each (case, config, metrics) as a record in OUT/results.jsonl as soon as it is measured."""
+    from cropbench.measure.environment import collect
+
+    environment = collect(work)
+    written = []
+    with RecordWriter(out / RESULTS_NAME) as writer:
+        for case, config, metrics in rows:
+            record = writer.write(
+                Record(track=track, case=case, config=config, metrics=metrics, environment=environment)
+            )
+            print(f"{track} {case}: row written")
+            written.append(record)
+    return written
+
+
+def cmd_scale_sweep(args: argparse.Namespace) -> int:
+    from cropbench.tracks.scale import TRACK, ScaleSweep, growth_table, sweep_rows
+
+    sweep = ScaleSweep(
+        objects=tuple(args.objects),
+        field_size=args.field_size,
+        channels=args.channels,
+        distinct_fields=args.distinct_fields,
+        layout=args.layout,
+        crop_size=args.crop_size,
+        samples=args.samples,
+        workers=args.workers,
+        seed=args.seed,
+    )
+    out = Path(args.out)
+    rows = (
+        (f"{metrics['objects']} objects", config, metrics)
+        for config, metrics in sweep_rows(sweep, args.work, args.keep, not args.no_progress, print)
+    )
+    records = _write_rows(out, TRACK, rows, args.work)
+    table = growth_table([record.metrics for record in records])
+    (out / GROWTH_TABLE_NAME).write_text(table + "\n")
+    print(f"\n{table}\n\nrows in {out / RESULTS_NAME}; table in {out / GROWTH_TABLE_NAME}")
+    return 0
+
+
+def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
+    from cropbench.tracks.out_of_memory import TRACK, OutOfMemory, layout_rows, out_of_memory_table
+
+    comparison = OutOfMemory(
+        layouts=tuple(args.layouts),
+        limit_bytes=args.limit_mib * 2**20,
+        plate_multiple=args.plate_multiple,
+        field_size=args.field_size,
+        channels=args.channels,
+        distinct_fields=args.distinct_fields,
+        crop_size=args.crop_size,
+        samples=args.samples,
+        seed=args.seed,
+        cached=not args.no_cached,
+    )
+    out = Path(args.out)
+    rows = layout_rows(comparison, args.work, args.keep, not args.no_progress, print, args.require_cgroup)
+    records = _write_rows(out, TRACK, rows, args.work)
+    table = out_of_memory_table([(record.case, record.metrics) for record in records])
+    (out / OUT_OF_MEMORY_TABLE_NAME).write_text(table + "\n")
+    print(f"\n{table}\n\nrows in {out / RESULTS_NAME}; table in {out / OUT_OF_MEMORY_TABLE_NAME}")
+    return 0
+
+
+__all__ = ["add_scale_commands", "count"]
