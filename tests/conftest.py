@@ -36,6 +36,36 @@ TEST_LAYOUTS: dict[str, LayoutSpec] = {
 }
 
 
+#: The fast tier's promise (scripts/test.sh): every test in it takes less than this, setup included.
+FAST_TEST_BUDGET_S = 30.0
+
+
+class _FastTierBudget:
+    """Names, after the run, every test outside the slow tier that took longer than FAST_TEST_BUDGET_S.
+
+    A note, never a failure (a loaded machine stretches every test): such a test belongs in the slow
+    tier, with a fast equivalent (a tiny plate, an in-process call) beside it.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if "slow" not in report.keywords:
+            self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        over = sorted(((s, name) for name, s in self.seconds.items() if s > FAST_TEST_BUDGET_S), reverse=True)
+        if over:
+            terminalreporter.section(f"tests outside the slow tier over {FAST_TEST_BUDGET_S:.0f} s")
+            for seconds, name in over:
+                terminalreporter.write_line(f"{seconds:6.1f} s  {name}  (mark it slow, with a fast equivalent)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_FastTierBudget(), "cropbench-fast-tier-budget")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _one_torch_thread() -> None:
     torch.set_num_threads(1)
