@@ -13,7 +13,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,14 +29,19 @@ class Origin:
     layout_label: str
 
 
-def check_replaceable(path: Path, overwrite: bool, origin: Origin | None = None) -> None:
+#: Why an existing folder may not be replaced (None: it may be): for outputs that are not plates.
+Refusal = Callable[[Path], str | None]
+
+
+def check_replaceable(path: Path, overwrite: bool, origin: Origin | None = None, refuse: Refusal | None = None) -> None:
     """Raise OutputError unless ``path`` is free, or ``overwrite`` and it is cropbench's own plate
-    (converted from ``origin`` when given); an empty folder counts as free."""
+    (converted from ``origin`` when given; or, with ``refuse``, whatever ``refuse`` does not object
+    to); an empty folder counts as free."""
     if not os.path.lexists(path) or (path.is_dir() and not path.is_symlink() and not any(path.iterdir())):
         return
     if not overwrite:
         raise OutputError(f"{path} already exists; pass --force (overwrite=True) to replace it")
-    reason = _not_ours(path, origin)
+    reason = refuse(path) if refuse is not None else _not_ours(path, origin)
     if reason:
         raise OutputError(f"refusing to replace {path}: {reason}; remove it yourself or choose another path")
 
@@ -60,13 +65,13 @@ def _not_ours(path: Path, origin: Origin | None) -> str | None:
 
 
 @contextlib.contextmanager
-def staged(path: Path, overwrite: bool, origin: Origin | None = None) -> Iterator[Path]:
+def staged(path: Path, overwrite: bool, origin: Origin | None = None, refuse: Refusal | None = None) -> Iterator[Path]:
     """Yield a fresh path beside ``path`` to write into; on success swap it into place.
 
     The destination is checked before and again right before the swap; on any failure the
     temporary copy is removed and the destination is left as it was.
     """
-    check_replaceable(path, overwrite, origin)
+    check_replaceable(path, overwrite, origin, refuse)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
@@ -74,7 +79,7 @@ def staged(path: Path, overwrite: bool, origin: Origin | None = None) -> Iterato
         raise OutputError(f"cannot write beside {path}: {error.strerror or error}") from error
     try:
         yield scratch / path.name
-        check_replaceable(path, overwrite, origin)
+        check_replaceable(path, overwrite, origin, refuse)
         if os.path.lexists(path):
             os.rename(path, scratch / "replaced")
         os.rename(scratch / path.name, path)
@@ -85,4 +90,4 @@ def staged(path: Path, overwrite: bool, origin: Origin | None = None) -> Iterato
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-__all__ = ["Origin", "check_replaceable", "staged"]
+__all__ = ["Origin", "Refusal", "check_replaceable", "staged"]

@@ -16,8 +16,8 @@ from cropbench.data.training.base import (
     TrainingFormat,
     crop_dataset,
     cut_crops,
+    not_a_store,
     sample,
-    staged_store,
 )
 from cropbench.data.training.hdf5_crops import Hdf5Format
 from cropbench.data.training.litdata_chunks import LitdataFormat
@@ -49,6 +49,6 @@ __all__ = [
     "crop_dataset",
     "cut_crops",
     "sample",
-    "staged_store",
+    "not_a_store",
     "training_format",
 ]

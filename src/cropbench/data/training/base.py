@@ -6,9 +6,9 @@ A *crop store* is a folder holding the crops of one plate, cut once by cropbench
 one library in its own layout, plus ``cropbench_crops.json`` (:class:`CropStoreInfo`): what was
 cut, which library and version wrote it, and the size of every file. That manifest is written
 last, and the folder is written beside its destination and renamed into place when complete
-(:func:`staged_store`), so a folder without it is never taken for a crop store; opening checks
-every file against it, so a truncated shard or a missing index is one clear error before any
-library reads it.
+(:func:`cropbench.plates.destination.staged`), so a folder without it is never taken for a crop
+store; opening checks every file against it, so a truncated shard or a missing index is one clear
+error before any library reads it.
 
 Each format (:class:`TrainingFormat`) reads its store back through its library's own Dataset,
 as a user of that library would, and delivers cropbench's sample dicts (:func:`sample`): item
@@ -17,15 +17,11 @@ as a user of that library would, and delivers cropbench's sample dicts (:func:`s
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
 import json
-import os
 import re
-import shutil
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -38,8 +34,9 @@ from torch.utils.data import Dataset
 
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
-from cropbench.errors import CropbenchError, OutputError, StoreError
+from cropbench.errors import CropbenchError, StoreError
 from cropbench.objects import ObjectTable
+from cropbench.plates.destination import staged
 
 #: The manifest of a crop store, written last.
 MANIFEST_NAME = "cropbench_crops.json"
@@ -179,15 +176,9 @@ def cut_crops(dataset: CropDataset, batch: int = CUT_BATCH) -> Iterator[CutBatch
         indices = np.arange(start, min(start + batch, len(dataset)), dtype=np.int64)
         images = dataset.read_raw_batch(indices)
         columns = {
-            "object_id": dataset.object_id[indices],
-            "well": dataset.wells[indices],
-            "field": dataset.sites[indices],
-            "field_index": dataset.field_index[indices],
-            "centroid_y": dataset.centroid_y[indices],
-            "centroid_x": dataset.centroid_x[indices],
-            "crop_y0": dataset.window_y0[indices],
-            "crop_x0": dataset.window_x0[indices],
-            "index": indices,
+            name: values.numpy() if isinstance(values, torch.Tensor) else np.asarray(values, dtype=object)
+            for name, values in dataset.metadata_columns(indices).items()
+            if name != "labels"
         }
         yield CutBatch(images, columns)
 
@@ -201,44 +192,11 @@ def file_sizes(folder: Path) -> dict[str, int]:
     }
 
 
-@contextlib.contextmanager
-def staged_store(path: Path, overwrite: bool) -> Iterator[Path]:
-    """Yield a fresh folder beside ``path`` to write a store into; on success swap it into place.
-
-    An existing ``path`` is replaced only with ``overwrite`` and only when it is a crop store
-    (it has a manifest); anything else is refused. On any failure, Ctrl-C included, the temporary
-    folder is removed and ``path`` is left as it was.
-    """
-
-    def check() -> None:
-        if not os.path.lexists(path) or (path.is_dir() and not path.is_symlink() and not any(path.iterdir())):
-            return
-        if not overwrite:
-            raise OutputError(f"{path} already exists; pass --force (overwrite=True) to replace it")
-        if path.is_symlink() or not (path / MANIFEST_NAME).is_file():
-            raise OutputError(
-                f"refusing to replace {path}: it is not a crop store cropbench wrote; remove it yourself "
-                "or choose another path"
-            )
-
-    check()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
-    except OSError as error:
-        raise OutputError(f"cannot write beside {path}: {error.strerror or error}") from error
-    try:
-        (scratch / path.name).mkdir()
-        yield scratch / path.name
-        check()
-        if os.path.lexists(path):
-            os.rename(path, scratch / "replaced")
-        os.rename(scratch / path.name, path)
-    except OSError as error:
-        where = f" ({error.filename})" if error.filename else ""
-        raise OutputError(f"cannot write {path}: {error.strerror or error}{where}") from error
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+def not_a_store(path: Path) -> str | None:
+    """Why ``path`` may not be replaced by a new crop store: it is not one (None when it is)."""
+    if path.is_symlink() or not (path / MANIFEST_NAME).is_file():
+        return "it is not a crop store cropbench wrote"
+    return None
 
 
 class TrainingFormat(ABC):
@@ -295,8 +253,10 @@ class TrainingFormat(ABC):
         if shard_bytes < 1:
             raise StoreError(f"shard_bytes must be >= 1, got {shard_bytes}")
         destination = Path(destination)
-        with staged_store(destination, overwrite) as folder:
+        # Written beside the destination, renamed into place when complete; only a crop store is replaced.
+        with staged(destination, overwrite, refuse=not_a_store) as folder:
             try:
+                folder.mkdir()
                 self._write(folder, cut_crops(dataset), dataset, shard_bytes)
             except (OSError, ValueError, RuntimeError) as error:
                 raise StoreError(f"{self.name}: cannot write crops to {destination}: {error}") from error
