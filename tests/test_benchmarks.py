@@ -253,3 +253,48 @@ def test_arrow_cases_skip_and_say_why_without_ome_arrow() -> None:
     assert plates["ome-arrow"].startswith(common.UNAVAILABLE)
     with pytest.raises(NotImplementedError, match="ome-arrow is not installed"):
         track1.ArrowFetch().setup(plates, "random", "direct")
+
+
+def _suite_classes() -> list[type]:
+    """Every class with benchmarks in every module of benchmarks/ (what asv collects)."""
+    suites = []
+    for path in sorted((REPO / "benchmarks").glob("*.py")):
+        if path.stem in ("__init__", "common"):
+            continue
+        module = importlib.import_module(f"benchmarks.{path.stem}")
+        for _name, suite in sorted(vars(module).items()):
+            if isinstance(suite, type) and suite.__module__ == module.__name__ and _benchmark_methods(suite):
+                suites.append(suite)
+    return suites
+
+
+@pytest.mark.parametrize("suite", _suite_classes(), ids=lambda s: f"{s.__module__}.{s.__name__}")
+def test_every_teardown_tolerates_a_setup_that_skipped(suite: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """asv calls ``teardown`` after a ``setup`` that raised NotImplementedError; a teardown error is a failure."""
+    monkeypatch.delenv(common.FULL_GRID_SWITCH, raising=False)
+
+    def missing(module: str, name: str) -> Any:
+        raise NotImplementedError(f"{module}.{name} is not in this commit of cropbench")
+
+    # No plate was generated and no cropbench symbol is there (an old commit): every case skips.
+    for module in (common, sys.modules[suite.__module__]):
+        if hasattr(module, "require"):
+            monkeypatch.setattr(module, "require", missing)
+    params = [values[0] for values in getattr(suite, "params", ())]
+    instance = suite()
+    with pytest.raises(NotImplementedError):
+        instance.setup({}, *params)
+    teardown = getattr(instance, "teardown", None)
+    if teardown is not None:
+        teardown({}, *params)
+
+
+def test_the_remote_teardown_runs_after_the_skip_of_a_missing_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    remote = importlib.import_module("benchmarks.remote")
+    monkeypatch.setattr(remote, "CLIENT_PACKAGES", {"direct": (), "zarr": ()})
+    endpoints = importlib.import_module("cropbench.measure.endpoints")
+    monkeypatch.setattr(endpoints, "nginx_binary", lambda: None)
+    store = remote.Store()
+    with pytest.raises(NotImplementedError, match="nginx is not installed"):
+        store.setup({"default": "unused"}, "direct")
+    store.teardown({"default": "unused"}, "direct")
