@@ -219,3 +219,15 @@ def test_compare_formats_user_errors_are_one_line(
     assert main(args) == 2
     error = capsys.readouterr().err
     assert error.startswith("cropbench: error:") and message in error and len(error.strip().splitlines()) == 1
+
+
+def test_each_repeat_is_set_against_its_own_in_place_reference(tiny_plate: Path, tmp_path: Path) -> None:
+    if "hdf5" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
+    comparison = FormatComparison(formats=("hdf5",), crop_size=32, samples=10, warmup=0, repeats=1, workers=0)
+    track = Formats(comparison, tmp_path / "work")
+    records = api.run(tiny_plate, [track], repeats=2)
+    converted = [r for r in records if r.case == "hdf5"]
+    assert [r.repeat for r in converted] == [0, 1] and sorted(track.reference) == [0, 1]
+    assert all(CONVERTING_PAYS_OFF in r.metrics for r in converted)
+    assert [r.seed for r in converted] == [0, 1]

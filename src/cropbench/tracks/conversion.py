@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 
 from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
-from cropbench.data.loader import batch_collate
+from cropbench.data.loader import LoaderSpec, build_loader
 from cropbench.data.sampling import access_order
 from cropbench.data.training import (
     TRAINING_FORMATS,
@@ -272,7 +272,8 @@ class Formats:
     def __init__(self, comparison: FormatComparison, work_dir: str | Path, keep: bool = False) -> None:
         self.comparison = comparison
         self.work = WorkFolder(work_dir, keep)
-        self.reference: dict[str, Any] = {}
+        #: The in-place reference's metrics per repeat: each repeat's break-even is against its own.
+        self.reference: dict[int, dict[str, Any]] = {}
 
     def cases(self, preset: str, context: RunContext) -> list[FormatCase]:
         return [FormatCase(reader, self.comparison) for reader in self.comparison.readers()]
@@ -310,11 +311,10 @@ class Formats:
             metrics[SIZE_RATIO_TO_PLATE] = metrics[m.STORED_BYTES] / metrics[PLATE_STORED_BYTES]
         metrics[SECONDS_PER_EPOCH] = objects / metrics[m.prefixed(SHUFFLED, m.SAMPLES_PER_S)]
         if case.reader == REFERENCE:
-            self.reference = metrics
-        elif CONVERSION_SECONDS in metrics and self.reference:
-            metrics.update(
-                break_even(metrics[CONVERSION_SECONDS], self.reference[SECONDS_PER_EPOCH], metrics[SECONDS_PER_EPOCH])
-            )
+            self.reference[repeat] = metrics
+        elif CONVERSION_SECONDS in metrics and repeat in self.reference:
+            in_place = self.reference[repeat][SECONDS_PER_EPOCH]
+            metrics.update(break_even(metrics[CONVERSION_SECONDS], in_place, metrics[SECONDS_PER_EPOCH]))
         yield Row(case, self._config(case, comparison), metrics, comparison.seed)
 
     def _config(self, case: FormatCase, comparison: FormatComparison) -> dict[str, Any]:
@@ -326,14 +326,10 @@ class Formats:
         }
 
     def _loader(self, dataset: CropDataset, comparison: FormatComparison) -> DataLoader[Any]:
-        return DataLoader(
-            dataset,
-            batch_size=comparison.batch_size,
-            shuffle=True,
-            num_workers=comparison.workers,
-            collate_fn=batch_collate,
-            generator=torch.Generator().manual_seed(comparison.seed),
-        )
+        """Shuffled epochs through the one loader builder (seeded workers, the watchdog)."""
+        spec = LoaderSpec(num_workers=comparison.workers, batch_size=comparison.batch_size)
+        order = RandomSampler(dataset, generator=torch.Generator().manual_seed(comparison.seed))
+        return build_loader(dataset, spec, order, comparison.seed)
 
     def _in_place(
         self, reader: str, comparison: FormatComparison, context: RunContext, order: list[int], objects: int
