@@ -12,6 +12,13 @@ request, skipped with ``--no-dates`` (commits are then dated now, and their hash
     .venv/bin/python scripts/release_history.py zarr          # -> .asv/history/zarr, 3.0.8 .. 3.1.6
     .venv/bin/python scripts/release_history.py ome-arrow     # -> .asv/history/ome-arrow, 0.0.2 .. 0.1.0
     .venv/bin/python scripts/release_history.py zarr --first 3.1.0 --last 3.1.6 --dest /tmp/zarr-history
+
+Adding a release: run it again on the existing folder with the new last release (or ``--last
+latest``, the newest the index offers). The releases the history lacks are committed on top of
+``main`` and tagged; every other branch and tag in it (a maintainer's injected regression, say)
+is kept, and the commits already there keep their hashes, so committed results still match:
+
+    .venv/bin/python scripts/release_history.py zarr --last 3.1.7     # adds v3.1.7 to .asv/history/zarr
 """
 
 from __future__ import annotations
@@ -210,7 +217,16 @@ def build_history(name: str, releases: Sequence[Release], destination: Path, for
         raise HistoryError(f"no releases of {name} to commit")
     if destination.exists() and any(destination.iterdir()):
         if not force:
-            raise HistoryError(f"{destination} exists and is not empty; pass --force to rebuild it")
+            raise HistoryError(
+                f"{destination} exists and is not empty; run without --force on a release history to add "
+                "releases to it, or pass --force to rebuild it"
+            )
+        others = other_branches(destination) if (destination / ".git").exists() else []
+        if others:
+            raise HistoryError(
+                f"{destination} holds branches besides main ({', '.join(others)}); --force would delete them. "
+                "Add releases without --force (branches are kept), or rebuild into another --dest"
+            )
         shutil.rmtree(destination)
     destination.mkdir(parents=True, exist_ok=True)
     _git(destination, "init", "-q", "-b", "main")
@@ -219,28 +235,128 @@ def build_history(name: str, releases: Sequence[Release], destination: Path, for
     _git(destination, "config", "core.excludesFile", os.devnull)
     commits = []
     for release in releases:
-        _clear_worktree(destination)
-        with tempfile.TemporaryDirectory(prefix="release-history-") as scratch:
-            top = _extract(release.sdist, Path(scratch))
-            for entry in top.iterdir():
-                shutil.move(str(entry), destination / entry.name)
-        _git(destination, "add", "--all", ".")
-        dates = {}
-        if release.date is not None:
-            stamp = release.date.isoformat()
-            dates = {"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
-        _git(
-            destination,
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            f"{name} {release.version}\n\nThe source distribution {release.sdist.name} as published.",
-            env=dates,
-        )
+        commits.append(_commit_release(destination, name, release))
         _git(destination, "tag", f"v{release.version}")
-        commits.append(_git(destination, "rev-parse", "HEAD"))
     return commits
+
+
+def _commit_release(worktree: Path, name: str, release: Release) -> str:
+    """Replace ``worktree``'s files with ``release``'s sdist and commit them on its HEAD; the new hash."""
+    _clear_worktree(worktree)
+    with tempfile.TemporaryDirectory(prefix="release-history-") as scratch:
+        top = _extract(release.sdist, Path(scratch))
+        for entry in top.iterdir():
+            shutil.move(str(entry), worktree / entry.name)
+    _git(worktree, "add", "--all", ".")
+    dates = {}
+    if release.date is not None:
+        stamp = release.date.isoformat()
+        dates = {"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
+    _git(
+        worktree,
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        f"{name} {release.version}\n\nThe source distribution {release.sdist.name} as published.",
+        env=dates,
+    )
+    return _git(worktree, "rev-parse", "HEAD")
+
+
+def other_branches(destination: Path) -> list[str]:
+    """Local branches of the repository at ``destination`` other than ``main``."""
+    names = _git(destination, "for-each-ref", "--format=%(refname:short)", "refs/heads").split()
+    return sorted(name for name in names if name != "main")
+
+
+def released_versions(destination: Path) -> dict[str, str]:
+    """Version -> commit of every ``v<version>`` tag in the history at ``destination``."""
+    tags = _git(destination, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/tags").splitlines()
+    versions = {}
+    for line in tags:
+        tag, _, _ = line.partition(" ")
+        try:
+            Version(tag.removeprefix("v"))
+        except InvalidVersion:
+            continue
+        if tag.startswith("v"):
+            versions[tag[1:]] = _git(destination, "rev-parse", f"{tag}^{{commit}}")
+    return versions
+
+
+def extend_history(name: str, releases: Sequence[Release], destination: Path) -> list[str]:
+    """Commit the releases the history at ``destination`` lacks on top of its ``main``; their hashes.
+
+    Every other branch and tag is kept and the commits already there keep their hashes (a history
+    built in one go from the same sdists and dates has the same ones). The new commits are made in
+    a temporary worktree, so a maintainer's checkout of another branch is left alone; where ``main``
+    is checked out, it is fast-forwarded (refused while it has uncommitted changes).
+    """
+    if not (destination / ".git").exists():
+        raise HistoryError(
+            f"{destination} exists and is not a release history (no git repository); choose another --dest"
+        )
+    try:
+        tip = _git(destination, "rev-parse", "--verify", "-q", "refs/heads/main")
+    except subprocess.CalledProcessError:
+        raise HistoryError(f"{destination} has no branch main; it is not a release history") from None
+    present = released_versions(destination)
+    if not present:
+        raise HistoryError(f"{destination} has no v<version> tags; it is not a release history")
+    newest = max(present, key=Version)
+    if present[newest] != tip:
+        raise HistoryError(
+            f"branch main of {destination} is at {tip[:10]}, not at its newest release v{newest} "
+            f"({present[newest][:10]}); keep your own commits on a branch of their own"
+        )
+    new = [release for release in releases if release.version not in present]
+    older = [release.version for release in new if Version(release.version) < Version(newest)]
+    if older:
+        raise HistoryError(
+            f"{', '.join(older)} older than the newest release in {destination} (v{newest}): a history is in "
+            "version order; build one that includes them into another --dest"
+        )
+    if not new:
+        return []
+    on_main = _git(destination, "symbolic-ref", "-q", "HEAD") == "refs/heads/main"
+    if on_main and _git(destination, "status", "--porcelain"):
+        raise HistoryError(f"{destination} has uncommitted changes on main; commit or remove them first")
+    commits = []
+    with tempfile.TemporaryDirectory(prefix="release-history-worktree-") as scratch:
+        worktree = Path(scratch) / "main"
+        _git(destination, "worktree", "add", "-q", "--detach", str(worktree), tip)
+        try:
+            for release in new:
+                commits.append(_commit_release(worktree, name, release))
+        finally:
+            _git(destination, "worktree", "remove", "--force", str(worktree))
+    if on_main:
+        _git(destination, "merge", "-q", "--ff-only", commits[-1])
+    else:
+        _git(destination, "update-ref", "refs/heads/main", commits[-1], tip)
+    for release, commit in zip(new, commits, strict=True):
+        _git(destination, "tag", f"v{release.version}", commit)
+    return commits
+
+
+def refresh_build_clones(destination: Path, env_root: Path) -> list[Path]:
+    """Fetch the history's tags into asv's build clones of it (``env_root/*/project``); the clones updated.
+
+    asv clones the history once per environment (``git clone --shared``) and later only checks out
+    commits in that clone: a release added since is found, but not its tag, so its wheel would get a
+    development version number.
+    """
+    updated = []
+    for clone in sorted(env_root.glob("*/project")):
+        try:
+            origin = _git(clone, "config", "--get", "remote.origin.url")
+        except subprocess.CalledProcessError:
+            continue
+        if Path(origin).resolve() == destination.resolve():
+            _git(clone, "fetch", "-q", "--tags", "origin")
+            updated.append(clone)
+    return updated
 
 
 def collect_releases(
@@ -260,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("name", help=f"project name on the package index (presets: {', '.join(LIBRARIES)})")
     parser.add_argument("--first", help="oldest release to include (default: the preset's)")
-    parser.add_argument("--last", help="newest release to include (default: the preset's)")
+    parser.add_argument("--last", help="newest release to include, or 'latest' (default: the preset's)")
     parser.add_argument("--dest", type=Path, help="repository to create (default: .asv/history/NAME)")
     parser.add_argument("--cache", type=Path, default=HISTORY_DIR / "sdists", help="sdist cache (default: %(default)s)")
     parser.add_argument("--no-dates", action="store_true", help="do not ask the registry for upload times")
@@ -268,8 +384,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="replace an existing repository at --dest (if its hashes change, delete asv's build clones, "
-        ".asv/env/*/project: they share its objects but keep the old tags, so builds get dev versions)",
+        help="rebuild the repository at --dest instead of adding releases to it; refused while it holds "
+        "branches besides main (if its hashes change, delete asv's build clones, .asv/env/*/project: they share "
+        "its objects but keep the old tags, so builds get dev versions)",
+    )
+    parser.add_argument(
+        "--env-root",
+        type=Path,
+        default=REPO / ".asv" / "env",
+        help="asv's environments, whose build clones get a new release's tags (default: %(default)s)",
     )
     args = parser.parse_args(argv)
     first, last = LIBRARIES.get(args.name, (None, None))
@@ -277,16 +400,59 @@ def main(argv: list[str] | None = None) -> int:
     if first is None or last is None:
         parser.error(f"{args.name} has no preset range; pass --first and --last")
     destination = args.dest or HISTORY_DIR / args.name
-    versions = select_range(available_versions(args.name), first, last, pre=args.pre)
+    try:
+        return _run(args, first, last, destination)
+    except HistoryError as error:
+        print(f"release_history: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, first: str, last: str, destination: Path) -> int:
+    available = available_versions(args.name)
+    if last == "latest":
+        last = newest_version(available, pre=args.pre)
+    versions = select_range(available, first, last, pre=args.pre)
     print(f"{args.name}: {len(versions)} releases, {versions[0]} .. {versions[-1]}: {', '.join(versions)}", flush=True)
+    adding = destination.exists() and any(destination.iterdir()) and not args.force
+    if adding:
+        present = released_versions(destination) if (destination / ".git").exists() else {}
+        versions = [version for version in versions if version not in present]
+        if not versions:
+            print(f"{destination}: every release up to {last} is there already; nothing added")
+            return 0
     dates = {} if args.no_dates else upload_dates(args.name)
     releases = collect_releases(args.name, versions, args.cache, dates)
-    commits = build_history(args.name, releases, destination, force=args.force)
+    if adding:
+        commits = extend_history(args.name, releases, destination)
+    else:
+        commits = build_history(args.name, releases, destination, force=args.force)
     for release, commit in zip(releases, commits, strict=True):
         when = release.date.date().isoformat() if release.date else "date unknown"
         print(f"  v{release.version}  {commit[:10]}  {when}  {release.sdist.name}")
-    print(f"{destination}: branch main, {len(commits)} commits, tags v{versions[0]} .. v{versions[-1]}")
+    verb = "added" if adding else "committed"
+    print(f"{destination}: branch main, {len(commits)} commits {verb}, tags v{versions[0]} .. v{versions[-1]}")
+    if adding:
+        for clone in refresh_build_clones(destination, args.env_root):
+            print(f"  fetched the new tags into asv's build clone {clone}")
+        others = other_branches(destination)
+        if others:
+            print(f"  kept branches: {', '.join(others)}")
     return 0
+
+
+def newest_version(versions: Sequence[str], pre: bool = False) -> str:
+    """The newest of ``versions`` (pre-releases only if asked): ``--last latest``."""
+    parsed = []
+    for text in versions:
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if pre or not version.is_prerelease:
+            parsed.append(version)
+    if not parsed:
+        raise HistoryError(f"no release among the available versions ({', '.join(versions)})")
+    return str(max(parsed))
 
 
 if __name__ == "__main__":

@@ -208,3 +208,119 @@ def test_the_same_sdists_and_dates_give_the_same_commit_hashes(fake_cache: Path,
     releases = history.collect_releases("fake-lib", list(FAKE_RELEASES), fake_cache, dated, fetch=_offline_fetch)
     first = history.build_history("fake-lib", releases, tmp_path / "one")
     assert history.build_history("fake-lib", releases, tmp_path / "two") == first
+
+
+def _releases(fake_cache: Path, versions: list[str]) -> list[Any]:
+    dated = {**DATES, "1.1.0": dt.datetime(2025, 3, 1, tzinfo=UTC)}
+    return history.collect_releases("fake-lib", versions, fake_cache, dated, fetch=_offline_fetch)
+
+
+def _maintainer_branch(destination: Path, base: str, name: str = "shard-index-per-chunk") -> str:
+    """A maintainer's branch off a release with one commit of their own, left checked out."""
+    _git(destination, "checkout", "-q", "-b", name, base)
+    (destination / "pkg" / "__init__.py").write_text("VERSION = 'mine'\n")
+    _git(destination, "commit", "-q", "-am", "an injected regression")
+    return _git(destination, "rev-parse", "HEAD")
+
+
+@pytest.mark.parametrize("checked_out", ["main", "a maintainer's branch"])
+def test_adding_a_release_keeps_branches_and_hashes(fake_cache: Path, tmp_path: Path, checked_out: str) -> None:
+    everything = history.build_history("fake-lib", _releases(fake_cache, list(FAKE_RELEASES)), tmp_path / "one-go")
+    destination = tmp_path / "history"
+    first_two = history.build_history("fake-lib", _releases(fake_cache, ["1.0.0", "1.1.0"]), destination)
+    branch = _maintainer_branch(destination, "v1.1.0")
+    if checked_out == "main":
+        _git(destination, "checkout", "-q", "main")
+    # Releases already there are passed again, as main() passes the whole range: only the new one is committed.
+    added = history.extend_history("fake-lib", _releases(fake_cache, list(FAKE_RELEASES)), destination)
+
+    assert first_two + added == everything, "the same sdists and dates give the same hashes, added or not"
+    assert _git(destination, "rev-list", "--reverse", "main").split() == everything
+    assert _git(destination, "rev-parse", "v1.10.0^{commit}") == everything[-1]
+    assert _git(destination, "rev-parse", "shard-index-per-chunk") == branch, "the maintainer's branch is kept"
+    assert history.other_branches(destination) == ["shard-index-per-chunk"]
+    # Untracked files are not touched: 1.1.0's git-ignored version file stays where the build left it.
+    assert _git(destination, "status", "--porcelain", "--untracked-files=no") == ""
+    assert _git(destination, "worktree", "list").count("\n") == 0, "the temporary worktree is gone"
+    if checked_out == "main":
+        assert (destination / "pkg" / "new.py").exists(), "main's checkout moved to the new release"
+    else:
+        assert _git(destination, "symbolic-ref", "--short", "HEAD") == "shard-index-per-chunk"
+        assert (destination / "pkg" / "__init__.py").read_text() == "VERSION = 'mine'\n", "their checkout is untouched"
+    assert history.extend_history("fake-lib", _releases(fake_cache, list(FAKE_RELEASES)), destination) == []
+
+
+def test_adding_refuses_an_older_release_a_moved_main_and_a_folder_that_is_no_history(
+    fake_cache: Path, tmp_path: Path
+) -> None:
+    destination = tmp_path / "history"
+    history.build_history("fake-lib", _releases(fake_cache, ["1.1.0"]), destination)
+    with pytest.raises(history.HistoryError, match="1.0.0 older than the newest release"):
+        history.extend_history("fake-lib", _releases(fake_cache, ["1.0.0", "1.1.0"]), destination)
+    _git(destination, "commit", "-q", "--allow-empty", "-m", "a commit on main")
+    with pytest.raises(history.HistoryError, match="not at its newest release v1.1.0"):
+        history.extend_history("fake-lib", _releases(fake_cache, ["1.10.0"]), destination)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("mine\n")
+    with pytest.raises(history.HistoryError, match="not a release history"):
+        history.extend_history("fake-lib", _releases(fake_cache, ["1.10.0"]), plain)
+    assert (plain / "notes.txt").read_text() == "mine\n"
+
+
+def test_force_refuses_to_delete_a_maintainers_branches(fake_cache: Path, tmp_path: Path) -> None:
+    destination = tmp_path / "history"
+    history.build_history("fake-lib", _releases(fake_cache, ["1.0.0"]), destination)
+    branch = _maintainer_branch(destination, "v1.0.0")
+    with pytest.raises(history.HistoryError, match="shard-index-per-chunk"):
+        history.build_history("fake-lib", _releases(fake_cache, ["1.0.0"]), destination, force=True)
+    assert _git(destination, "rev-parse", "shard-index-per-chunk") == branch
+
+
+def test_main_adds_the_latest_release_to_an_existing_history_and_fetches_its_tag_into_asvs_clones(
+    fake_cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(history, "available_versions", lambda name: list(FAKE_RELEASES))
+    monkeypatch.setattr(history, "upload_dates", lambda name: DATES)
+    destination, env_root = tmp_path / "history", tmp_path / "env"
+    common = ["fake-lib", "--first", "1.0.0", "--cache", str(fake_cache), "--dest", str(destination)]
+    common += ["--env-root", str(env_root)]
+    assert history.main([*common, "--last", "1.1.0"]) == 0
+    build_clone = env_root / "abc123" / "project"
+    subprocess.run(["git", "clone", "-q", "--shared", str(destination), str(build_clone)], check=True)
+    _maintainer_branch(destination, "v1.1.0")
+    capsys.readouterr()
+
+    assert history.main([*common, "--last", "latest"]) == 0
+    out = capsys.readouterr().out
+    assert "1 commits added" in out and "kept branches: shard-index-per-chunk" in out
+    assert _git(destination, "tag", "--list").split() == ["v1.0.0", "v1.1.0", "v1.10.0"]
+    assert "v1.10.0" in _git(build_clone, "tag", "--list").split(), "asv's build clone knows the new tag"
+    assert history.main([*common, "--last", "latest"]) == 0
+    assert "nothing added" in capsys.readouterr().out
+
+
+def test_main_says_what_is_wrong_in_one_line(
+    fake_cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(history, "available_versions", lambda name: list(FAKE_RELEASES))
+    monkeypatch.setattr(history, "upload_dates", lambda name: DATES)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("mine\n")
+    arguments = ["fake-lib", "--first", "1.0.0", "--last", "1.1.0", "--cache", str(fake_cache), "--dest", str(plain)]
+    assert history.main(arguments) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("release_history: error: ") and error.count("\n") == 1 and str(plain) in error
+    assert (plain / "notes.txt").read_text() == "mine\n"
+
+
+def test_newest_version_skips_pre_releases_unless_asked() -> None:
+    assert history.newest_version(["1.0.0", "1.10.0", "2.0.0rc1", "junk"]) == "1.10.0"
+    assert history.newest_version(["1.0.0", "2.0.0rc1"], pre=True) == "2.0.0rc1"
