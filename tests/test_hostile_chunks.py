@@ -242,3 +242,46 @@ def test_the_native_loads_decline_a_whole_file_beyond_its_bound_or_not_regular(t
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert native.load_chunks([(-1, os.fsencode(fifo), 0, 8, native.RAW, 0, 1)], [(0, -1, chunk)]) is None
+
+
+# -- decoders -------------------------------------------------------------------------------------
+
+
+def test_each_decoder_gives_no_more_than_a_chunk_holds() -> None:
+    """A chunk whose codec would give more bytes than the chunk's size is refused before it does."""
+    import gzip
+    import zlib
+
+    import numcodecs
+
+    from cropbench.formats.direct import layout
+
+    data = np.arange(4096, dtype=np.uint16).tobytes()
+    blosc = numcodecs.Blosc(cname="lz4").encode(data)
+    zstd = numcodecs.Zstd(level=1).encode(data)
+    two_members = gzip.compress(data[:100]) + gzip.compress(data[100:])
+    assert bytes(layout.blosc_decompress(blosc, len(data))) == data
+    assert bytes(layout.zstd_decompress(zstd, len(data))) == data
+    assert layout.gzip_decompress(two_members, len(data)) == data
+    assert layout.zlib_decompress(zlib.compress(data), len(data)) == data
+    cases = {
+        "blosc": (layout.blosc_decompress, blosc, "promises"),
+        "zstd": (layout.zstd_decompress, zstd, "says it holds"),
+        "gzip": (layout.gzip_decompress, gzip.compress(data), "more than"),
+        "zlib": (layout.zlib_decompress, zlib.compress(data), "more than"),
+    }
+    for decode, encoded, says in cases.values():
+        with pytest.raises(ValueError, match=says):
+            decode(encoded, len(data) - 1)
+        with pytest.raises((ValueError, RuntimeError), match="."):  # cut short (the loads make either a StoreError)
+            decode(encoded[: len(encoded) // 2], len(data))
+
+
+def test_the_bound_of_a_stored_chunk_follows_its_codecs(hostile_plates: dict[str, Path]) -> None:
+    from cropbench.formats.direct.layout import read_chunk_layout
+
+    expected = {"raw": 2 * 32 * 32 * 2, "tiles": 2 * 32 * 32 * 2 + 16, "sharded": 2 * 16 * 16 * 2 + 16}
+    for name, bound in expected.items():
+        assert read_chunk_layout(_array_dirs(hostile_plates[name])[0]).max_encoded == bound
+    zstd = read_chunk_layout(_array_dirs(hostile_plates["zstd"])[0])
+    assert zstd.chunk_bytes < zstd.max_encoded < zstd.chunk_bytes + 2**10
