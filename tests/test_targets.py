@@ -111,6 +111,8 @@ def test_the_track_writes_valid_records_naming_the_ceilings_threads(tiny_plate: 
             assert ratio[m.CEILING_THREADS] == threads and ratio[m.PAIRED_BLOCKS] == 1
             assert ratio[m.VALIDITY_FLAGS] == ceiling_flags(ratio)
             assert by_case[f"{access}/ceiling-{threads}t"].metrics[m.CROPS_PER_S] > 0
+        readers = [r for r in records if r.case.count("/") == 1]
+        assert len(readers) >= 4 and all(r.metrics[m.IDENTICAL_TO_DIRECT] is True for r in readers)
         summary = by_case[access].metrics
         assert len(summary[m.LOADAVG_START]) == 3 and 0 < summary[m.CHUNK_CACHE_FRACTION_OF_PLATE] <= 0.25
         peers = {r.case.split("/")[-1] for r in records if r.case.startswith(f"{access}/direct-batched-1t/over/")}

@@ -213,6 +213,8 @@ CEILING_THREADS = "ceiling_threads"
 LOADAVG_START = "loadavg_start"
 LOADAVG_END = "loadavg_end"
 SKIPPED_PEERS = "skipped_peers"
+#: Whether a reader's crops of a batch are byte for byte the direct reader's.
+IDENTICAL_TO_DIRECT = "identical_to_direct"
 # Plates in an object store (``tracks.runner.store_metrics``): what crossed the wire per crop (the
 # reader's requests and bytes), the row's store settings, the rate beside the same plate read locally
 # in the same run, and the server's own ceiling (requests/s with a trivial client).

@@ -306,6 +306,7 @@ class Readers:
     """The readers of one case by name, each one's tuning, and whose counters to report."""
 
     calls: dict[str, Read] = field(default_factory=dict)
+    batches: dict[str, Callable[[Sequence[int]], Any]] = field(default_factory=dict)
     tuning: dict[str, dict[str, Any]] = field(default_factory=dict)
     datasets: dict[str, CropDataset] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -337,11 +338,13 @@ def build_readers(case: TargetsCase, context: RunContext, fields: dict[int, np.n
         windows = windows or CropWindows.from_dataset(dataset)
         name = direct_name(threads)
         readers.calls[name] = batched(dataset.__getitems__, case.batch)
+        readers.batches[name] = dataset.__getitems__
         readers.tuning[name] = {"decode_threads": threads, "chunk_cache_bytes": budget, "batch": case.batch}
         readers.datasets[name] = dataset
         ceiling = CopyCeiling(fields, windows, threads, case.batch)
         readers.ceilings.append(ceiling)
         readers.calls[ceiling_name(threads)] = batched(ceiling, case.batch)
+        readers.batches[ceiling_name(threads)] = ceiling
         readers.tuning[ceiling_name(threads)] = {"threads": threads, "batch": case.batch, "copy": "C, GIL released"}
     assert windows is not None
     cores = usable_cores()
@@ -359,8 +362,25 @@ def build_readers(case: TargetsCase, context: RunContext, fields: dict[int, np.n
             context.progress(f"targets: {name} left out ({error})")
             continue
         readers.calls[name] = batched(peer, batch)
+        readers.batches[name] = peer
         readers.tuning[name] = {**peer.tuning, "reads_in_flight": batch}
     return readers
+
+
+def pixels(result: Any, count: int) -> np.ndarray:
+    """The (B, C, H, W) pixels of the first ``count`` crops a reader gave for one batch (a dataset's
+    batch, a tensor or an array)."""
+    image = getattr(result, "image", result)
+    return np.asarray(image.numpy() if hasattr(image, "numpy") else image)[:count]
+
+
+def identical_bytes(readers: Readers, reference: str, indices: Sequence[int]) -> dict[str, bool]:
+    """Per reader, whether its crops of ``indices`` are byte for byte those of ``reference``."""
+    expected = pixels(readers.batches[reference](indices), len(indices)).copy()
+    return {
+        name: bool(np.array_equal(pixels(read(indices), len(indices)), expected))
+        for name, read in readers.batches.items()
+    }
 
 
 def paired_ratios(reader_seconds: np.ndarray, reference_seconds: np.ndarray) -> dict[str, Any]:
@@ -415,6 +435,7 @@ class Targets:
         readers = build_readers(case, context, fields, budget)
         order = access_order(reference, ACCESSES[case.access], case.objects, seed)
         blocks = [order[start : start + case.block] for start in range(0, len(order), case.block)]
+        identical = identical_bytes(readers, direct_name(case.threads[0]), blocks[0][: case.batch])
         loadavg_start = os.getloadavg()
         for read in readers.calls.values():  # warm-up: the first block, untimed
             read(blocks[0])
@@ -432,6 +453,7 @@ class Targets:
                 m.ROUND_MIN: min(per_round),
                 m.ROUND_MAX: max(per_round),
                 m.ROUND_MEDIAN: float(np.median(per_round)),
+                m.IDENTICAL_TO_DIRECT: identical[name],
             }
             if name in readers.datasets:
                 metrics.update(readers.datasets[name].reader.stats.per_region())
