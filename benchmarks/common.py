@@ -98,6 +98,20 @@ ADDED_IN: dict[str, str] = {
     "cropbench.measure.remote.requests_per_crop": "cf64caa",
     "cropbench.metrics.REQUESTS_PER_CROP": "e583338",
     "cropbench.metrics.BYTES_TRANSFERRED_PER_CROP": "e583338",
+    "cropbench.plates.scale.generate_scale_plate": "a354f74",
+    "cropbench.measure.memory_limit.cgroup_parent": "2e1c751",
+    "cropbench.measure.memory_limit.process_read_bytes": "2e1c751",
+    "cropbench.measure.memory_limit.run_limited": "2e1c751",
+    **dict.fromkeys(
+        (
+            "cropbench.tracks.out_of_memory.OutOfMemory",
+            "cropbench.tracks.out_of_memory.plate_spec_for",
+            "cropbench.tracks.out_of_memory.random_pass",
+            "cropbench.tracks.out_of_memory.CROPS_PER_S",
+            "cropbench.tracks.out_of_memory.DEVICE_BYTES_PER_CROP",
+        ),
+        "fb7103c",
+    ),
     **dict.fromkeys(
         (
             "cropbench.tracks.track2.MemoryCrops",

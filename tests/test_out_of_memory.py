@@ -10,6 +10,7 @@ from cropbench.config import CropConfig
 from cropbench.errors import ConfigError
 from cropbench.measure import memory_limit as ml
 from cropbench.tracks import out_of_memory as oom
+from cropbench.tracks.layouts import WorkFolder
 
 MIB = 2**20
 
@@ -84,3 +85,35 @@ def test_a_plate_twice_the_limit_is_read_from_the_device_inside_it(tmp_path: Pat
     parent = ml.cgroup_parent()
     if not isinstance(parent, str):
         assert list(parent.path.glob(f"{ml.CGROUP_PREFIX}*")) == []
+
+
+def test_the_size_probe_leaves_nothing_behind(tmp_path: Path) -> None:
+    comparison = oom.OutOfMemory(limit_bytes=64 * MIB, field_size=128, channels=2, distinct_fields=2)
+    kept = WorkFolder(tmp_path / "kept", keep=True)
+    spec = oom.plate_spec_for(comparison, "tiles", kept)
+    assert list((tmp_path / "kept").iterdir()) == []
+    assert spec.fields > 1 and spec.objects == spec.fields * spec.fewest_per_field
+    fresh = WorkFolder(tmp_path / "fresh")
+    oom.plate_spec_for(comparison, "tiles", fresh)
+    assert not (tmp_path / "fresh").exists()
+
+
+@pytest.mark.slow
+def test_the_asv_case_runs_once_on_a_small_plate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    from benchmarks import scale as suite
+
+    if isinstance(ml.cgroup_parent(), str):
+        pytest.skip(f"no writable memory cgroup: {ml.cgroup_parent()}")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(suite, "LIMIT_BYTES", 64 * MIB)
+    monkeypatch.setattr(suite, "PLATE_MULTIPLE", 2.0)
+    monkeypatch.setattr(suite, "CROPS", 100)
+    monkeypatch.setattr(suite, "CHANNELS", 2)
+    cached = suite.make_out_of_memory_plate()
+    assert cached["stored_bytes"] >= 2 * 64 * MIB
+    case = suite.OutOfMemory()
+    case.setup(cached)
+    assert case.track_device_bytes_per_crop(cached) > 0
+    assert case.track_crops_per_s(cached) > 0
+    assert sorted(p.name for p in (tmp_path / "plates" / "scale").iterdir()) == ["out-of-memory-default.zarr"]

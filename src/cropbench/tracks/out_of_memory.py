@@ -18,9 +18,11 @@ file-system blocks at the device, beside the chunk and shard reads the reader co
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +45,7 @@ from cropbench.measure.memory_limit import (
     run_limited,
 )
 from cropbench.measure.protocol import evict, load_into_page_cache, resident_fraction, time_loop
-from cropbench.plates.scale import ScaleSpec, generate_scale_plate
+from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, generate_scale_plate
 from cropbench.tracks.layouts import WorkFolder
 
 TRACK = "out-of-memory"
@@ -155,17 +157,30 @@ def random_pass(plate: str, crop: CropConfig, samples: int, warmup: int, seed: i
 
 def plate_spec_for(comparison: OutOfMemory, layout_name: str, work: WorkFolder) -> ScaleSpec:
     """The scale plate whose stored bytes in ``layout_name`` reach the comparison's target: a probe of
-    the rendered fields gives the stored bytes per field (compression differs per layout)."""
+    the rendered fields gives the stored bytes per field (compression differs per layout). The probe
+    is written in a temporary folder under the work folder and always removed."""
     base = comparison.base_spec()
     probe_fields = max(min(base.distinct_fields or 4, 8), 1)
     probe_spec = dataclasses.replace(base, objects=probe_fields * base.fewest_per_field)
-    destination = work.destination(f"probe-{layout_name}.zarr")
+    created = not work.root.exists()
+    work.root.mkdir(parents=True, exist_ok=True)
     try:
-        written = generate_scale_plate(destination, probe_spec, layout_by_name(layout_name), progress=False)
-        per_field = written.stored_bytes / written.fields
+        with tempfile.TemporaryDirectory(prefix=".probe-", dir=work.root) as scratch:
+            written = generate_scale_plate(
+                Path(scratch) / f"{layout_name}.zarr", probe_spec, layout_by_name(layout_name), progress=False
+            )
     finally:
-        work.done(destination)
+        if created and not work.keep:
+            with contextlib.suppress(OSError):
+                work.root.rmdir()
+    per_field = written.stored_bytes / written.fields
     fields = max(1, math.ceil(comparison.target_bytes * 1.02 / per_field))
+    if fields * base.fewest_per_field > MAX_OBJECTS:
+        raise ConfigError(
+            f"a plate of {comparison.target_bytes / 2**30:.1f} GiB in {layout_name} needs {fields:,} fields of "
+            f"{base.field_size} px, more than a scale plate of {MAX_OBJECTS:,} objects holds; "
+            "lower --limit-mib or --plate-multiple"
+        )
     return dataclasses.replace(base, objects=fields * base.fewest_per_field)
 
 
