@@ -225,3 +225,21 @@ def test_measure_point_counts_the_objects_of_the_plate(tmp_path: Path) -> None:
     point = sweep_module.measure_point_in_child(written.path, TINY_SWEEP)
     assert point["objects"] == 100
     assert point["construction_seconds"] > 0 and point["track2_dataset_pickle_bytes"] > 0
+
+
+def test_an_interrupted_sweep_leaves_no_plate_and_no_work_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = sweep_module.generate_scale_plate
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        def stop(done: int, total: int) -> None:
+            raise KeyboardInterrupt
+
+        return original(*args, **{**kwargs, "on_field": stop})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sweep_module, "generate_scale_plate", interrupted)
+    work = tmp_path / "work"
+    with pytest.raises(KeyboardInterrupt):
+        list(sweep_rows(TINY_SWEEP, work, progress=False))
+    assert not work.exists()

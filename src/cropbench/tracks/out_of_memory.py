@@ -47,6 +47,7 @@ from cropbench.measure.memory_limit import (
 from cropbench.measure.protocol import evict, load_into_page_cache, resident_fraction, time_loop
 from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, generate_scale_plate
 from cropbench.tracks.layouts import WorkFolder
+from cropbench.tracks.scale import work_folder
 
 TRACK = "out-of-memory"
 #: The default layout and two others that read very different amounts per crop.
@@ -193,40 +194,42 @@ def layout_rows(
     require_cgroup: bool = False,
 ) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(layout, config, metrics) per layout; each plate removed unless ``keep``."""
-    work = WorkFolder(work_dir, keep)
-    crop = comparison.crop()
-    for name in comparison.layouts:
-        say = report or (lambda _: None)
-        spec = plate_spec_for(comparison, name, work)
-        say(f"{name}: writing {spec.fields:,} fields (about {comparison.target_bytes / 2**30:.1f} GiB stored)")
-        destination = work.destination(f"out-of-memory-{name}.zarr")
-        try:
-            written = generate_scale_plate(destination, spec, layout_by_name(name), overwrite=True, progress=progress)
-            say(f"{name}: random crops inside {comparison.limit_bytes / 2**20:.0f} MiB")
-            args = (str(destination), crop, comparison.samples, comparison.warmup, comparison.seed)
-            limited = run_limited(random_pass, (*args, True), comparison.limit_bytes, require_cgroup=require_cgroup)
-            metrics: dict[str, Any] = {
-                m.OBJECTS: written.objects,
-                m.FIELDS: written.fields,
-                PLATE_STORED_BYTES: written.stored_bytes,
-                PLATE_OVER_LIMIT: written.stored_bytes / comparison.limit_bytes,
-                PLATE_BELOW_MULTIPLE: written.stored_bytes < comparison.target_bytes,
-                **limited.as_metrics(),
-                **limited.value,  # the timed pass's device bytes replace the child's whole run's
+    with work_folder(work_dir, keep) as work:
+        crop = comparison.crop()
+        for name in comparison.layouts:
+            say = report or (lambda _: None)
+            spec = plate_spec_for(comparison, name, work)
+            say(f"{name}: writing {spec.fields:,} fields (about {comparison.target_bytes / 2**30:.1f} GiB stored)")
+            destination = work.destination(f"out-of-memory-{name}.zarr")
+            try:
+                written = generate_scale_plate(
+                    destination, spec, layout_by_name(name), overwrite=True, progress=progress
+                )
+                say(f"{name}: random crops inside {comparison.limit_bytes / 2**20:.0f} MiB")
+                args = (str(destination), crop, comparison.samples, comparison.warmup, comparison.seed)
+                limited = run_limited(random_pass, (*args, True), comparison.limit_bytes, require_cgroup=require_cgroup)
+                metrics: dict[str, Any] = {
+                    m.OBJECTS: written.objects,
+                    m.FIELDS: written.fields,
+                    PLATE_STORED_BYTES: written.stored_bytes,
+                    PLATE_OVER_LIMIT: written.stored_bytes / comparison.limit_bytes,
+                    PLATE_BELOW_MULTIPLE: written.stored_bytes < comparison.target_bytes,
+                    **limited.as_metrics(),
+                    **limited.value,  # the timed pass's device bytes replace the child's whole run's
+                }
+                metrics.update(_cached(comparison, destination, args, written.stored_bytes, say))
+                if CACHED + CROPS_PER_S in metrics and metrics[CROPS_PER_S]:
+                    metrics[LIMITED_OVER_CACHED] = metrics[CROPS_PER_S] / metrics[CACHED + CROPS_PER_S]
+            finally:
+                work.done(destination)
+            config = {
+                "comparison": dataclasses.asdict(comparison),
+                "scale_spec": dataclasses.asdict(spec),
+                "layout_name": name,
+                "layout_label": layout_by_name(name).label,
+                "plate": str(destination),
             }
-            metrics.update(_cached(comparison, destination, args, written.stored_bytes, say))
-            if CACHED + CROPS_PER_S in metrics and metrics[CROPS_PER_S]:
-                metrics[LIMITED_OVER_CACHED] = metrics[CROPS_PER_S] / metrics[CACHED + CROPS_PER_S]
-        finally:
-            work.done(destination)
-        config = {
-            "comparison": dataclasses.asdict(comparison),
-            "scale_spec": dataclasses.asdict(spec),
-            "layout_name": name,
-            "layout_label": layout_by_name(name).label,
-            "plate": str(destination),
-        }
-        yield name, config, metrics
+            yield name, config, metrics
 
 
 def _cached(

@@ -19,6 +19,7 @@ grow faster than expected (construction and memory linearly, per-sample costs no
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import resource
@@ -222,6 +223,19 @@ def scale_plate(
     )
 
 
+@contextlib.contextmanager
+def work_folder(work_dir: str | Path, keep: bool) -> Iterator[WorkFolder]:
+    """A :class:`~cropbench.tracks.layouts.WorkFolder`; on leaving (an interrupt too), its root is
+    removed if this run made it and nothing is left in it."""
+    work = WorkFolder(work_dir, keep)
+    try:
+        yield work
+    finally:
+        if not work.existed:
+            with contextlib.suppress(OSError):
+                work.root.rmdir()
+
+
 def sweep_rows(
     sweep: ScaleSweep,
     work_dir: str | Path,
@@ -230,32 +244,32 @@ def sweep_rows(
     report: Callable[[str], None] | None = None,
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """(config, metrics) per object count, smallest first; plates removed unless ``keep``."""
-    work = WorkFolder(work_dir, keep)
-    for objects in sweep.objects:
-        spec = sweep.spec(objects)
-        if report is not None:
-            report(f"{objects:,} objects: {spec.fields:,} fields of {spec.field_size} px")
-        plate, generated = scale_plate(work, spec, sweep.layout, progress)
-        try:
+    with work_folder(work_dir, keep) as work:
+        for objects in sweep.objects:
+            spec = sweep.spec(objects)
             if report is not None:
-                report(f"{objects:,} objects: measuring")
-            metrics = measure_point_in_child(plate, sweep)
-            metrics[m.FIELDS] = spec.fields
-            metrics[PLATE_RAW_BYTES] = spec.raw_bytes
-            metrics[PLATE_STORED_BYTES] = generated.stored_bytes if generated else stored_size(plate)
-            metrics[GENERATE_SECONDS] = generated.write_seconds if generated else None
-        finally:
-            if generated is not None:
-                work.done(plate)
-        config = {
-            "sweep": dataclasses.asdict(sweep),
-            "scale_spec": dataclasses.asdict(spec),
-            "layout": sweep.layout,
-            "layout_label": layout_by_name(sweep.layout).label,
-            "plate": str(plate),
-            "kept": keep,
-        }
-        yield config, metrics
+                report(f"{objects:,} objects: {spec.fields:,} fields of {spec.field_size} px")
+            plate, generated = scale_plate(work, spec, sweep.layout, progress)
+            try:
+                if report is not None:
+                    report(f"{objects:,} objects: measuring")
+                metrics = measure_point_in_child(plate, sweep)
+                metrics[m.FIELDS] = spec.fields
+                metrics[PLATE_RAW_BYTES] = spec.raw_bytes
+                metrics[PLATE_STORED_BYTES] = generated.stored_bytes if generated else stored_size(plate)
+                metrics[GENERATE_SECONDS] = generated.write_seconds if generated else None
+            finally:
+                if generated is not None:
+                    work.done(plate)
+            config = {
+                "sweep": dataclasses.asdict(sweep),
+                "scale_spec": dataclasses.asdict(spec),
+                "layout": sweep.layout,
+                "layout_label": layout_by_name(sweep.layout).label,
+                "plate": str(plate),
+                "kept": keep,
+            }
+            yield config, metrics
 
 
 @dataclass(frozen=True)
