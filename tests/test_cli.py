@@ -18,7 +18,7 @@ from conftest import CliRunner
 from cropbench.cli import build_parser, main
 from cropbench.records import Record, RecordWriter, read_records
 
-SUBCOMMANDS = ("generate", "run", "plot", "export", "env", "smoke")
+SUBCOMMANDS = ("generate", "run", "plot", "report", "export", "env", "smoke")
 
 
 def cropbench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -41,6 +41,7 @@ def test_every_subcommand_has_help() -> None:
         ["generate", "--out", "/tmp/x.zarr", "--channels", "0"],
         ["generate", "--out", "/tmp/x.zarr", "--shard", "100", "--chunk", "64"],
         ["plot", "/nonexistent/results.jsonl"],
+        ["report", "/nonexistent/results.jsonl"],
     ],
 )
 def test_user_errors_exit_2_with_one_line_and_no_traceback(args: list[str], cropbench_cli: CliRunner) -> None:
@@ -93,6 +94,34 @@ def test_generate_run_export_plot(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["run", "--plate", str(plate), "--out", str(out), "--samples", "30", "--no-progress", "--resume"]) == 0
     assert len(read_records(out / "results.jsonl")) == len(rows), "resume skips recorded cases"
     assert main(["export", str(out / "results.jsonl"), "--csv", str(tmp_path / "x.csv")]) == 0
+
+
+def test_report_writes_the_page_and_figures_of_an_existing_results_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "run" / "results.jsonl"
+    with RecordWriter(results) as writer:
+        for decode, rate, run in (("zarr", 100.0, "old"), ("direct", 900.0, "new"), ("zarr", 400.0, "new")):
+            metrics = {"samples_per_s": rate, "p95_ms": 2.0, "validity_flags": []}
+            config = {"access": "random", "crop": {"decode": decode}}
+            writer.write(
+                Record(track="1", case=f"random/{decode}", config=config, metrics=metrics, environment={}, run_id=run)
+            )
+    before = results.read_bytes()
+    assert main(["report", str(results), "--out", str(tmp_path / "page")]) == 0
+    printed = capsys.readouterr().out
+    page = (tmp_path / "page" / "report.html").read_text()
+    assert (tmp_path / "page" / "plots" / "track1_latency_throughput.png").is_file()
+    assert "data:image/png;base64," in page
+    assert page.count("<tr") == 4, "the page lists every row of the file (a header and three rows)"
+    assert printed.strip().splitlines()[-3].endswith("best random/direct: 900 samples/s"), printed
+    assert "2 configurations carry no flag" in printed, "the verdict covers the latest run only"
+    assert results.read_bytes() == before, "the results file is read, never written"
+    assert main(["report", str(results)]) == 0 and (results.parent / "report.html").is_file()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["report", str(empty)]) == 2
+    assert capsys.readouterr().err.startswith(f"cropbench: error: {empty} holds no rows")
 
 
 def test_summary_refuses_an_unknown_metric_and_shows_no_interval_from_one_sample(

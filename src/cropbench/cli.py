@@ -476,6 +476,24 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Figures, OUT/report.html and the verdict for an existing results file."""
+    from cropbench.report.html import write_report
+    from cropbench.report.plots import latest_runs
+    from cropbench.report.verdict import verdict
+
+    results = Path(args.results)
+    out_dir = Path(args.out) if args.out else results.parent
+    records = read_records(results)
+    if not records:
+        raise ConfigError(f"{results} holds no rows: nothing to report (run 'cropbench run --out DIR' first)")
+    figures = _plot(results, out_dir / "plots")
+    answer = verdict(latest_runs(records))  # each track's latest run, as the figures show
+    print(f"report (verdict, figures, rows, environment): {write_report(records, out_dir, figures, answer=answer)}")
+    print(f"\n{answer.text()}")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     path = write_csv(read_records(args.results), args.csv)
     print(f"wrote {path}")
@@ -777,6 +795,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="overlay every run in the file, each labelled with its run id (default: each track's latest run)",
     )
     plot.set_defaults(handler=cmd_plot)
+
+    report = commands.add_parser(
+        "report",
+        help="write report.html, figures and the verdict for a results file",
+        description="Draw the figures of RESULTS into DIR/plots, write DIR/report.html (one page: verdict, figures, "
+        "every row, environment) and print the verdict. The verdict and figures cover each track's latest run; "
+        "the page lists every row.",
+    )
+    report.add_argument("results", help="results.jsonl")
+    report.add_argument("--out", metavar="DIR", help="folder for report.html and plots/ (default: beside the results)")
+    report.set_defaults(handler=cmd_report)
 
     export = commands.add_parser("export", help="export a results file as CSV")
     export.add_argument("results", help="results.jsonl")
