@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,18 +11,21 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
-from cropbench.records import Record
+from cropbench.records import Record, parse_record
 from cropbench.report.plots import plot_results
 from cropbench.tracks import RunContext, context, run_tracks
 from cropbench.tracks.track2 import (
     GPU_BATCH,
     GPU_STEADY_BATCHES,
+    OverheadCase,
     Track2,
     Track2Case,
     crosscheck,
+    overhead_cases,
     persistent_gain,
     preset_cases,
     run_case,
+    run_overhead,
 )
 
 CROP = CropConfig(crop_size=32)
@@ -134,9 +138,10 @@ def test_gpu_preset_times_whole_rounds_at_the_gpu_batch(monkeypatch: pytest.Monk
     monkeypatch.setattr(context, "usable_cores", lambda: 16)
     cases = preset_cases("gpu")
     sweep = [c for c in cases if not c.loader.persistent_workers]
-    assert {(c.crop.decode, c.crop.tier) for c in sweep} == {
-        (d, t) for d in ("direct", "zarr") for t in ("none", "typical")
+    assert {(c.crop.decode, c.crop.tier, c.pipeline) for c in sweep} == {
+        ("direct", t, p) for t in ("none", "typical") for p in ("dataset", "device")
     }
+    assert all(c.loader.collate == "stack" for c in sweep if c.pipeline == "device")
     assert sorted({c.loader.num_workers for c in sweep}) == [0, 1, 2, 4, 8, 12, 16]
     for case in cases:
         workers = case.loader.num_workers
@@ -168,3 +173,84 @@ def test_runner_every_row_passes_the_crosscheck_and_plots(tiny_plate: Path, tmp_
     again: list[Record] = []
     done = frozenset(r.key for r in emitted[:-1])
     assert len(run_tracks([Track2()], "smoke", context, again.append, done=done)) == 1
+
+
+def _record(metrics: dict[str, object], case: Track2Case | OverheadCase) -> Record:
+    """The row as the runner writes it, read back through the results file's own validation."""
+    record = Record(track="2", case=case.label, config=dataclasses.asdict(case), metrics=metrics, environment={})
+    return parse_record(record.to_json())
+
+
+@pytest.mark.parametrize("tier", ["none", "light", "typical"])
+def test_the_device_pipeline_hands_over_raw_crops_and_says_where_the_tier_ran(tiny_plate: Path, tier: str) -> None:
+    crop = CROP.replace(tier=tier)
+    device = Track2Case(crop=crop, loader=LoaderSpec(batch_size=8, collate="stack"), samples=32, pipeline="device")
+    dataset = Track2Case(crop=crop, loader=LoaderSpec(batch_size=8), samples=32)
+    assert device.label == dataset.label + "/stack-collate/device-tier"
+    moved, made = run_case(tiny_plate, device), run_case(tiny_plate, dataset)
+    _assert_consistent(moved, device)
+    assert made[m.TRANSFORM_DEVICE] == "main" and moved[m.TRANSFORM_DEVICE] == "cpu"
+    assert made[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == moved[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 0, "no workers"
+    assert made[m.BYTES_HOST_TO_DEVICE_PER_SAMPLE] == moved[m.BYTES_HOST_TO_DEVICE_PER_SAMPLE] == 0, "no accelerator"
+    assert moved[m.BATCH_MIB] == made[m.BATCH_MIB], "the device tier delivers the tier's dtype"
+    assert _record(moved, device).metrics[m.TRANSFORM_DEVICE] == "cpu"
+
+
+@pytest.mark.slow
+def test_workers_of_the_device_pipeline_hand_over_half_the_bytes(tiny_plate: Path) -> None:
+    crop = CROP.replace(tier="typical")
+    loader = LoaderSpec(num_workers=2, batch_size=8, collate="stack")
+    moved = run_case(tiny_plate, Track2Case(crop=crop, loader=loader, samples=32, pipeline="device", device="cpu"))
+    made = run_case(tiny_plate, Track2Case(crop=crop, loader=loader, samples=32))
+    assert made[m.TRANSFORM_DEVICE] == "worker" and moved[m.TRANSFORM_DEVICE] == "cpu"
+    assert made[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 2 * moved[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 5 * 32 * 32 * 4
+
+
+def test_track2_case_refuses_an_unknown_pipeline_or_device() -> None:
+    with pytest.raises(ConfigError, match="pipeline='gpu'"):
+        Track2Case(pipeline="gpu")
+    with pytest.raises(ConfigError, match="device='tpu'"):
+        Track2Case(pipeline="device", device="tpu")
+
+
+def test_the_loader_overhead_row_carries_both_rates_and_their_ratio(tiny_plate: Path) -> None:
+    case = OverheadCase(
+        crop=CropConfig(crop_size=32, dtype="uint16"), loader=LoaderSpec(batch_size=8), batches=3, blocks=4
+    )
+    metrics = run_overhead(tiny_plate, case)
+    assert metrics[m.DELIVERED_SAMPLES] == 4 * 3 * 8 and metrics[m.PAIRED_BLOCKS] == 4
+    assert metrics[m.LOADER_BATCHES_PER_S] > 0 and metrics[m.BATCHED_BATCHES_PER_S] > 0
+    ratio = metrics[m.LOADER_BATCHES_PER_S] / metrics[m.BATCHED_BATCHES_PER_S]
+    assert metrics[m.LOADER_OVER_BATCHED] == pytest.approx(ratio)
+    assert metrics[m.RATIO_MIN] <= metrics[m.RATIO_MEDIAN] <= metrics[m.RATIO_MAX]
+    assert metrics[m.SAMPLES_PER_S] == pytest.approx(8 * metrics[m.LOADER_BATCHES_PER_S])
+    assert metrics[m.READER_THREADS] == 1 and metrics[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 0
+    assert _record(metrics, case).metrics[m.LOADER_OVER_BATCHED] == pytest.approx(ratio)
+
+
+@pytest.mark.slow
+def test_the_loader_overhead_with_a_worker_reads_at_the_same_thread_count(tiny_plate: Path) -> None:
+    crop = CropConfig(crop_size=32, dtype="uint16", decode_threads=2)
+    case = OverheadCase(crop=crop, loader=LoaderSpec(num_workers=2, batch_size=8, collate="stack"), batches=2, blocks=2)
+    assert case.reader_threads == 4 and case.label.endswith("/threads2-vs-batched-threads4")
+    metrics = run_overhead(tiny_plate, case)
+    assert metrics[m.DELIVERED_SAMPLES] == 2 * 2 * 8 and metrics[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 5 * 32 * 32 * 2
+
+
+def test_the_overhead_preset_pairs_each_split_with_its_thread_count() -> None:
+    cases = overhead_cases()
+    assert {(c.loader.num_workers, c.crop.decode_threads, c.reader_threads) for c in cases} == {
+        (0, 1, 1),
+        (0, 2, 2),
+        (1, 1, 1),
+        (1, 2, 2),
+        (2, 1, 2),
+    }
+    assert all(c.crop.dtype == "uint16" and c.crop.tier == "none" for c in cases)
+    assert len({c.label for c in cases}) == len(cases) and overhead_cases(samples=640)[0].batches == 10
+    with pytest.raises(ConfigError, match="raw crops"):
+        OverheadCase(crop=CropConfig(tier="light"))
+    with pytest.raises(ConfigError, match="blocks must be a positive integer"):
+        OverheadCase(blocks=0)
+    with pytest.raises(ConfigError, match="overhead"):
+        preset_cases("overhead")

@@ -602,9 +602,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--preset",
         default="smoke",
-        choices=("smoke", "full", "gpu", "gpu-demand"),
+        choices=("smoke", "full", "gpu", "gpu-demand", "overhead"),
         help="case grid (gpu: the GPU check, Track 2 supply at batch 256 and Track 3 worker searches "
-        "on CUDA; gpu-demand: Track 3 only, compute-only images/s on CUDA)",
+        "on CUDA; gpu-demand: Track 3 only, compute-only images/s on CUDA; overhead: Track 2 only, "
+        "uint16 batches/s through the DataLoader over Track 1's batched rate at the same threads)",
     )
     run.add_argument("--out", default="out", help="output directory (default: %(default)s)")
     run.add_argument("--samples", type=int, help="steady-state samples per case (overrides the preset)")

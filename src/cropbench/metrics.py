@@ -140,6 +140,16 @@ PERSISTENT_FIRST_BATCH_SAVING_MS = "persistent_first_batch_saving_ms"
 DATASET_PICKLE_BYTES = "dataset_pickle_bytes"
 WARMUP_BATCHES = "warmup_batches"
 BATCHES_PER_EPOCH = "batches_per_epoch"
+# Where the tier ran and the image bytes per sample crossing each boundary (``data.device_pipeline``).
+TRANSFORM_DEVICE = "transform_device"
+BYTES_WORKER_TO_MAIN_PER_SAMPLE = "bytes_worker_to_main_per_sample"
+BYTES_HOST_TO_DEVICE_PER_SAMPLE = "bytes_host_to_device_per_sample"
+# Track 2 loader overhead: uint16 batches/s through the DataLoader over Track 1's batched rate at the
+# same thread count, interleaved (paired per block as ``RATIO_*``).
+LOADER_BATCHES_PER_S = "loader_batches_per_s"
+BATCHED_BATCHES_PER_S = "batched_batches_per_s"
+LOADER_OVER_BATCHED = "loader_over_batched"
+READER_THREADS = "reader_threads"
 # Track 3: a loop's metrics (``_loop_metrics``), also under ``COMPUTE_ONLY`` for the baseline.
 IMAGES_PER_S = "images_per_s"
 DATA_WAIT_FRACTION = "data_wait_fraction"
@@ -159,6 +169,10 @@ MEETS_AU_THRESHOLD = "meets_au_threshold"
 NON_BLOCKING = "non_blocking"
 LOSS_FIRST = "loss_first"
 LOSS_LAST = "loss_last"
+# Track 3: the same loader alone (no model) beside the model's compute-only demand.
+SUPPLY = "supply_"
+SUPPLY_SAMPLES_PER_S = prefixed(SUPPLY, SAMPLES_PER_S)
+SUPPLY_OVER_DEMAND = "supply_over_demand"
 # Track 3 worker searches.
 MIN_WORKERS = "min_workers"
 REACHED = "reached"
@@ -167,6 +181,13 @@ MIN_WORKERS_ANSWER = "min_workers_answer"
 TRIED_WORKERS = "tried_workers"
 DATA_WAIT_FRACTION_BY_WORKERS = "data_wait_fraction_by_workers"
 IMAGES_PER_S_BY_WORKERS = "images_per_s_by_workers"
+# Track 3 thread splits: one core count as workers x decode threads.
+CORES = "cores"
+SPLITS = "splits"
+BEST_SPLIT = "best_split"
+IMAGES_PER_S_BY_SPLIT = "images_per_s_by_split"
+DATA_WAIT_FRACTION_BY_SPLIT = "data_wait_fraction_by_split"
+SUPPLY_OVER_DEMAND_BY_SPLIT = "supply_over_demand_by_split"
 # Layouts: per access pattern (``ACCESS_PATTERNS``), ``crops_per_s(access)`` and friends.
 ACCESS_PATTERNS = ("random", "grouped")
 DECODE = "decode"
