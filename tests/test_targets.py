@@ -107,7 +107,11 @@ def test_the_track_writes_valid_records_naming_the_ceilings_threads(tiny_plate: 
     by_case = {r.case: r for r in records}
     for access in ("random", "grouped"):
         for threads in (1, 2):
-            ratio = by_case[f"{access}/direct-batched-{threads}t/over/ceiling-{threads}t"].metrics
+            row = by_case[f"{access}/direct-batched-{threads}t/over/ceiling-{threads}t"]
+            ratio, named = row.metrics, (row.config["access"], row.config["reader_name"], row.config["reference_name"])
+            assert named == (access, f"direct-batched-{threads}t", f"ceiling-{threads}t"), (
+                "reports read names, not labels"
+            )
             assert ratio[m.CEILING_THREADS] == threads and ratio[m.PAIRED_BLOCKS] == 1
             assert ratio[m.VALIDITY_FLAGS] == ceiling_flags(ratio)
             assert by_case[f"{access}/ceiling-{threads}t"].metrics[m.CROPS_PER_S] > 0

@@ -458,10 +458,17 @@ class Targets:
             if name in readers.datasets:
                 metrics.update(readers.datasets[name].reader.stats.per_region())
             reader_case = ReaderCase(case.access, name, readers.tuning[name], seed)
-            yield Row(reader_case, {"tuning": readers.tuning[name], "case": asdict(case)}, metrics, seed)
+            named = {"reader_name": name, "tuning": readers.tuning[name], "case": asdict(case)}
+            yield Row(reader_case, named, metrics, seed)
         for reader, against in comparisons(list(readers.calls), case.threads):
             ratio = paired_ratios(seconds[reader], seconds[against])
-            config: dict[str, Any] = {"reader": readers.tuning[reader], "reference": readers.tuning[against]}
+            config: dict[str, Any] = {
+                "access": case.access,
+                "reader_name": reader,
+                "reference_name": against,
+                "reader": readers.tuning[reader],
+                "reference": readers.tuning[against],
+            }
             if against.startswith("ceiling-"):
                 ratio[m.CEILING_THREADS] = readers.tuning[against]["threads"]
                 ratio[m.VALIDITY_FLAGS] = ceiling_flags(ratio)
