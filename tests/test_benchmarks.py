@@ -298,3 +298,23 @@ def test_the_remote_teardown_runs_after_the_skip_of_a_missing_server(monkeypatch
     with pytest.raises(NotImplementedError, match="nginx is not installed"):
         store.setup({"default": "unused"}, "direct")
     store.teardown({"default": "unused"}, "direct")
+
+
+@pytest.mark.parametrize("suite_name", ["ZarrStages", "ZarrCounts"])
+def test_zarr_stage_benchmarks_run_and_split_the_zarr_path(
+    suite_name: str, tiny_plate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    zarr_stages = importlib.import_module("benchmarks.zarr_stages")
+    monkeypatch.setattr(zarr_stages, "RELATIVE_BLOCKS", 3)  # the real 120 blocks of zarr crops take minutes
+    monkeypatch.setattr(zarr_stages, "COUNTED_CROPS", 40)
+    suite = getattr(zarr_stages, suite_name)
+    assert len(suite.params) == len(suite.param_names)
+    for access in suite.params[0]:
+        instance = suite()
+        instance.setup({"default": str(tiny_plate)}, access)
+        values = {name: getattr(instance, name)(access) for name in _benchmark_methods(suite)}
+        assert all(isinstance(value, float) and value > 0.0 for value in values.values()), values
+        assert all(getattr(suite, name).unit for name in values)
+        if suite_name == "ZarrCounts":
+            again = {name: getattr(instance, name)(access) for name in _benchmark_methods(suite)}
+            assert again == values, "counts do not depend on the clock"
