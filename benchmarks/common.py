@@ -111,6 +111,7 @@ ADDED_IN: dict[str, str] = {
         "ddad099",
     ),
     "cropbench.plates.scale.generate_scale_plate": "a354f74",
+    "cropbench.plates.scale.ScaleSpec": "a354f74",
     "cropbench.measure.memory_limit.cgroup_parent": "2e1c751",
     "cropbench.measure.memory_limit.process_read_bytes": "2e1c751",
     "cropbench.measure.memory_limit.run_limited": "2e1c751",

@@ -36,9 +36,9 @@ def make_out_of_memory_plate() -> dict[str, Any]:
         layouts=("default",),
         limit_bytes=LIMIT_BYTES,
         plate_multiple=PLATE_MULTIPLE,
-        field_size=FIELD_SIZE,
-        channels=CHANNELS,
-        distinct_fields=DISTINCT_FIELDS,
+        plate=require("cropbench.plates.scale", "ScaleSpec")(
+            field_size=FIELD_SIZE, channels=CHANNELS, distinct_fields=DISTINCT_FIELDS
+        ),
     )
     root = Path(PLATE_DIR, "scale").absolute()
     work = require("cropbench.tracks.layouts", "WorkFolder")(root, keep=True)

@@ -9,6 +9,7 @@ import pytest
 from cropbench.config import CropConfig
 from cropbench.errors import ConfigError
 from cropbench.measure import memory_limit as ml
+from cropbench.plates.scale import ScaleSpec
 from cropbench.tracks import out_of_memory as oom
 from cropbench.tracks.layouts import WorkFolder
 
@@ -64,8 +65,7 @@ def test_a_plate_twice_the_limit_is_read_from_the_device_inside_it(tmp_path: Pat
         layouts=("default",),
         limit_bytes=64 * MIB,
         plate_multiple=2,
-        channels=1,
-        distinct_fields=2,
+        plate=ScaleSpec(channels=1, distinct_fields=2),
         crop_size=64,
         samples=200,
         warmup=20,
@@ -88,7 +88,7 @@ def test_a_plate_twice_the_limit_is_read_from_the_device_inside_it(tmp_path: Pat
 
 
 def test_the_size_probe_leaves_nothing_behind(tmp_path: Path) -> None:
-    comparison = oom.OutOfMemory(limit_bytes=64 * MIB, field_size=128, channels=2, distinct_fields=2)
+    comparison = oom.OutOfMemory(limit_bytes=64 * MIB, plate=ScaleSpec(field_size=128, channels=2, distinct_fields=2))
     kept = WorkFolder(tmp_path / "kept", keep=True)
     spec = oom.plate_spec_for(comparison, "tiles", kept)
     assert list((tmp_path / "kept").iterdir()) == []

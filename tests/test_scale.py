@@ -21,7 +21,6 @@ from cropbench.plates.scale import (
     PLATE_ROWS,
     ScaleSpec,
     generate_scale_plate,
-    scale_spec_for_bytes,
 )
 from cropbench.tracks import scale as sweep_module
 from cropbench.tracks.scale import (
@@ -66,12 +65,6 @@ def test_small_plates_keep_nine_sites_per_well() -> None:
 def test_bad_knobs_are_refused_by_name(knob: str, value: int) -> None:
     with pytest.raises(ConfigError, match=knob.split("_")[0]):
         ScaleSpec(**{knob: value})  # type: ignore[arg-type]
-
-
-def test_spec_for_bytes_covers_the_bytes() -> None:
-    spec = scale_spec_for_bytes(50 * 2**20, ScaleSpec(field_size=256, channels=2))
-    assert spec.raw_bytes >= 50 * 2**20
-    assert spec.raw_bytes < 50 * 2**20 + spec.field_bytes
 
 
 def test_the_plate_holds_exactly_the_objects_asked_for(tmp_path: Path) -> None:
@@ -142,9 +135,7 @@ def test_an_existing_folder_of_the_user_is_never_replaced(tmp_path: Path) -> Non
 
 TINY_SWEEP = ScaleSweep(
     objects=(100, 300),
-    field_size=128,
-    channels=2,
-    distinct_fields=2,
+    plate=ScaleSpec(field_size=128, channels=2, distinct_fields=2),
     crop_size=32,
     samples=60,
     warmup=10,

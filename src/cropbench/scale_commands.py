@@ -93,16 +93,23 @@ def _add_field_knobs(parser: argparse.ArgumentParser) -> None:
     fields.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def cmd_scale_generate(args: argparse.Namespace) -> int:
-    from cropbench.plates.scale import ScaleSpec, generate_scale_plate
+def _plate(args: argparse.Namespace, objects: int = 1) -> Any:
+    """The ScaleSpec of the field knobs (``--field-size``, ``--channels``, ``--distinct-fields``, ``--seed``)."""
+    from cropbench.plates.scale import ScaleSpec
 
-    spec = ScaleSpec(
-        objects=args.objects,
+    return ScaleSpec(
+        objects=objects,
         field_size=args.field_size,
         channels=args.channels,
         distinct_fields=args.distinct_fields,
         seed=args.seed,
     )
+
+
+def cmd_scale_generate(args: argparse.Namespace) -> int:
+    from cropbench.plates.scale import generate_scale_plate
+
+    spec = _plate(args, args.objects)
     layout = layout_by_name(args.layout)
     written = generate_scale_plate(args.out, spec, layout, overwrite=args.force, progress=not args.no_progress)
     print(
@@ -134,9 +141,7 @@ def cmd_scale_sweep(args: argparse.Namespace) -> int:
 
     sweep = ScaleSweep(
         objects=tuple(args.objects),
-        field_size=args.field_size,
-        channels=args.channels,
-        distinct_fields=args.distinct_fields,
+        plate=_plate(args),
         layout=args.layout,
         crop_size=args.crop_size,
         samples=args.samples,
@@ -162,9 +167,7 @@ def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
         layouts=tuple(args.layouts),
         limit_bytes=args.limit_mib * 2**20,
         plate_multiple=args.plate_multiple,
-        field_size=args.field_size,
-        channels=args.channels,
-        distinct_fields=args.distinct_fields,
+        plate=_plate(args),
         crop_size=args.crop_size,
         samples=args.samples,
         seed=args.seed,

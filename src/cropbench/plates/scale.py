@@ -135,13 +135,6 @@ class ScaleSpec:
         )
 
 
-def scale_spec_for_bytes(raw_bytes: int, base: ScaleSpec | None = None) -> ScaleSpec:
-    """``base`` (field size, channels, density) with objects enough for at least ``raw_bytes`` of decoded pixels."""
-    base = base or ScaleSpec()
-    fields = max(1, math.ceil(raw_bytes / base.field_bytes))
-    return dataclasses.replace(base, objects=min(fields * base.fewest_per_field, MAX_OBJECTS))
-
-
 class FieldSource:
     """The rendered field of each plate position: ``distinct_fields`` templates kept, or each rendered anew."""
 
@@ -282,5 +275,4 @@ __all__ = [
     "ObjectTableStream",
     "ScaleSpec",
     "generate_scale_plate",
-    "scale_spec_for_bytes",
 ]

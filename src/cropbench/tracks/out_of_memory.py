@@ -79,9 +79,8 @@ class OutOfMemory:
     layouts: tuple[str, ...] = DEFAULT_LAYOUTS
     limit_bytes: int = 2**30
     plate_multiple: float = 4.0
-    field_size: int = 1080
-    channels: int = 5
-    distinct_fields: int = 8
+    #: The plates' fields (size, channels, density, rendered fields, seed); the objects follow from the size.
+    plate: ScaleSpec = dataclasses.field(default_factory=ScaleSpec)
     crop_size: int = 96
     samples: int = 2000
     warmup: int = 100
@@ -106,16 +105,6 @@ class OutOfMemory:
                 raise ConfigError(f"{knob} must be >= 1, got {getattr(self, knob)}")
         if self.warmup < 0:
             raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
-        self.base_spec()
-
-    def base_spec(self) -> ScaleSpec:
-        return ScaleSpec(
-            objects=1,
-            field_size=self.field_size,
-            channels=self.channels,
-            distinct_fields=self.distinct_fields,
-            seed=self.seed,
-        )
 
     def crop(self) -> CropConfig:
         return CropConfig(crop_size=self.crop_size, dtype="uint16", seed=self.seed)
@@ -160,7 +149,7 @@ def plate_spec_for(comparison: OutOfMemory, layout_name: str, work: WorkFolder) 
     """The scale plate whose stored bytes in ``layout_name`` reach the comparison's target: a probe of
     the rendered fields gives the stored bytes per field (compression differs per layout). The probe
     is written in a temporary folder under the work folder and always removed."""
-    base = comparison.base_spec()
+    base = comparison.plate
     probe_fields = max(min(base.distinct_fields or 4, 8), 1)
     probe_spec = dataclasses.replace(base, objects=probe_fields * base.fewest_per_field)
     created = not work.root.exists()

@@ -99,9 +99,8 @@ class ScaleSweep:
     """What ``cropbench scale sweep`` measures; part of every record it writes."""
 
     objects: tuple[int, ...] = GROWTH_OBJECTS
-    field_size: int = 1080
-    channels: int = 5
-    distinct_fields: int = 8
+    #: The plates' fields (size, channels, density, rendered fields, seed); its ``objects`` is replaced.
+    plate: ScaleSpec = dataclasses.field(default_factory=ScaleSpec)
     layout: str = "default"
     crop_size: int = 96
     samples: int = 1000
@@ -121,16 +120,9 @@ class ScaleSweep:
         for knob in ("warmup", "workers"):
             if getattr(self, knob) < 0:
                 raise ConfigError(f"{knob} must be >= 0, got {getattr(self, knob)}")
-        self.spec(self.objects[0])  # the field knobs, checked once here
 
     def spec(self, objects: int) -> ScaleSpec:
-        return ScaleSpec(
-            objects=objects,
-            field_size=self.field_size,
-            channels=self.channels,
-            distinct_fields=self.distinct_fields,
-            seed=self.seed,
-        )
+        return dataclasses.replace(self.plate, objects=objects)
 
     def crop(self) -> CropConfig:
         return CropConfig(crop_size=self.crop_size, dtype="uint16", seed=self.seed)
