@@ -343,32 +343,6 @@ def test_object_tables_have_strict_types(tmp_path: Path, column: str, values: li
         read_object_table(path)
 
 
-def _read_within(plate: Path, decode: str, release: Path, limit_s: float = 5.0) -> BaseException | None:
-    """read_region of field 0 on a thread; what it raised (None: nothing). A reader still blocked on
-    the FIFO ``release`` after ``limit_s`` is let go (the test then fails instead of hanging)."""
-    import contextlib
-    import threading
-
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            open_plate(plate, decode).read_region(0, 0, 50, 0, 50)
-            outcome.append(None)
-        except BaseException as error:
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(limit_s)
-    if not outcome and release.exists():
-        with contextlib.suppress(OSError):
-            os.close(os.open(release, os.O_WRONLY | os.O_NONBLOCK))
-        thread.join(limit_s)
-    assert outcome, f"{decode}: still reading after {limit_s} s"
-    return outcome[0]
-
-
 @pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
 @pytest.mark.parametrize("layout", ["default", "tiles"])
 @pytest.mark.parametrize("decode", ["direct", "field", "zarr"])
@@ -376,6 +350,7 @@ def test_a_chunk_or_shard_that_is_not_a_regular_file_is_refused_not_read(
     tiny_plate: Path, tmp_path: Path, decode: str, layout: str, kind: str
 ) -> None:
     from conftest import TEST_LAYOUTS, TINY_SPEC
+    from test_sources import bounded, make_special
 
     from cropbench.plates.generate import generate_plate
 
@@ -383,14 +358,9 @@ def test_a_chunk_or_shard_that_is_not_a_regular_file_is_refused_not_read(
         plate = Path(shutil.copytree(tiny_plate, tmp_path / "p.zarr"))
     else:
         plate = generate_plate(tmp_path / "p.zarr", TINY_SPEC, TEST_LAYOUTS[layout], progress=False).path
-    chunk = plate / read_plate_metadata(plate).fields[0].path / "c" / "0" / "0" / "0"
-    chunk.unlink()
-    if kind == "fifo":
-        os.mkfifo(chunk)
-    elif kind == "device":
-        chunk.symlink_to("/dev/zero")
-    else:
-        chunk.mkdir()
-    error = _read_within(plate, decode, chunk)
+    chunk = make_special(plate / read_plate_metadata(plate).fields[0].path / "c" / "0" / "0" / "0", kind)
+    error, _ = bounded(
+        lambda: open_plate(plate, decode).read_region(0, 0, 50, 0, 50), 5.0, release=chunk if kind == "fifo" else None
+    )
     assert isinstance(error, StoreError) and "not a regular file" in str(error), repr(error)
     assert "\n" not in str(error)

@@ -96,8 +96,14 @@ def drip(state: Hostile, headers_too: bool = False, interval_s: float = 1.0) -> 
     return respond
 
 
-def _bounded(call: Callable[[], object], limit_s: float = CASE_LIMIT_S) -> tuple[BaseException | None, float]:
-    """Run ``call`` on a thread; (what it raised, seconds taken); fails the test past ``limit_s``."""
+def bounded(
+    call: Callable[[], object], limit_s: float = CASE_LIMIT_S, release: Path | None = None
+) -> tuple[BaseException | None, float]:
+    """Run ``call`` on a thread; (what it raised or None, seconds taken); fails the test past ``limit_s``.
+
+    ``release`` is a FIFO: a reader still blocked opening it then is let go (a writer opened without
+    blocking), so a hang fails the test instead of leaving a thread stuck for the rest of the run.
+    """
     outcome: list[BaseException | None] = []
 
     def run() -> None:
@@ -112,8 +118,25 @@ def _bounded(call: Callable[[], object], limit_s: float = CASE_LIMIT_S) -> tuple
     thread.start()
     thread.join(limit_s)
     elapsed = time.monotonic() - started
+    if not outcome and release is not None:
+        with contextlib.suppress(OSError):
+            os.close(os.open(release, os.O_WRONLY | os.O_NONBLOCK))
     assert outcome, f"still running after {limit_s} s"
     return outcome[0], elapsed
+
+
+def make_special(path: Path, kind: str) -> Path:
+    """Put a FIFO, a link to ``/dev/zero`` or a folder at ``path`` (replacing a file there)."""
+    if path.is_file() or path.is_symlink():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    return path
 
 
 def _s3(endpoint: str, **store: Any) -> RemoteSource:
@@ -154,7 +177,7 @@ def test_a_server_sending_a_byte_a_second_ends_within_the_deadline(
     state, endpoint = hostile
     state.respond = drip(state, headers_too, interval_s=0.5)
     source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=1.0, retries=retries))
-    error, elapsed = _bounded(lambda: source.get("zarr.json"))
+    error, elapsed = bounded(lambda: source.get("zarr.json"))
     source.close()
     assert isinstance(error, StoreError) and "timed out" in str(error), error
     assert "\n" not in str(error) and "/p.zarr/zarr.json" in str(error)
@@ -193,7 +216,7 @@ def test_a_listing_repeating_its_continuation_token_is_an_error(hostile: tuple[H
     state, endpoint = hostile
     state.respond = send(200, listing(["zarr.json"], token="again"))
     source = _s3(endpoint, retries=0)
-    error, _ = _bounded(lambda: list(source.listing()))
+    error, _ = bounded(lambda: list(source.listing()))
     assert isinstance(error, StoreError) and "repeated its continuation token" in str(error), error
     assert len(state.requests) == 2
 
@@ -271,54 +294,21 @@ def test_redaction_keeps_urls_without_credentials() -> None:
 # --- local files that are not regular files ---------------------------------------------------
 
 
-def _special(root: Path, kind: str) -> str:
-    key = "c/0/0/0"
-    path = root / key
-    path.parent.mkdir(parents=True)
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "device":
-        path.symlink_to("/dev/zero")
-    else:
-        path.mkdir()
-    return key
-
-
 @pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
 def test_a_file_source_refuses_what_is_not_a_regular_file_before_opening_it(tmp_path: Path, kind: str) -> None:
-    key = _special(tmp_path, kind)
+    key = "c/0/0/0"
+    path = make_special(tmp_path / key, kind)
     source = FileSource(tmp_path)
     for call in (
         lambda: source.get(key),
         lambda: source.descriptor(key),
         lambda: source.get_range(key, 0, 8),
         lambda: source.get_suffix(key, 8),
+        lambda: source.path(key),
     ):
-        try:
-            error, _ = _bounded(call, 3.0)
-        finally:
-            if kind == "fifo":  # a reader blocked in open() (before the fix) is let go
-                with _writer(tmp_path / key):
-                    pass
+        error, _ = bounded(call, 3.0, release=path if kind == "fifo" else None)
         assert isinstance(error, StoreError) and "not a regular file" in str(error) and key in str(error), error
     source.close()
-
-
-class _writer:
-    """Opens a FIFO for writing without blocking (only succeeds while a reader waits), then closes it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self) -> None:
-        try:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:
-            self.fd = -1
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
 
 
 def test_a_client_librarys_message_has_the_credentials_masked() -> None:

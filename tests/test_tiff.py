@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 from pathlib import Path
 
@@ -117,30 +116,13 @@ def _channel_file(plate: Path) -> Path:
 
 
 def _read_bounded(plate: Path, decode: str, release: Path | None = None, limit_s: float = 20.0) -> BaseException | None:
-    """read_region of field 0, channel 1 on a thread; what it raised (None: nothing); fails past ``limit_s``.
+    """What read_region of field 0, channel 1 raised (None: nothing), on a thread bounded by ``limit_s``."""
+    from test_sources import bounded
 
-    ``release`` is a FIFO whose blocked reader is let go afterwards (so a hang fails the test, not the run).
-    """
-    import os
-    import threading
-
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            open_plate(plate, decode).read_region(0, 0, 50, 0, 50, np.array([1]))
-            outcome.append(None)
-        except BaseException as error:
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(limit_s)
-    if release is not None and not outcome:
-        with contextlib.suppress(OSError):
-            os.close(os.open(release, os.O_WRONLY | os.O_NONBLOCK))
-    assert outcome, f"{decode}: still reading after {limit_s} s"
-    return outcome[0]
+    error, _ = bounded(
+        lambda: open_plate(plate, decode).read_region(0, 0, 50, 0, 50, np.array([1])), limit_s, release=release
+    )
+    return error
 
 
 @pytest.mark.parametrize("decode", DECODES)
@@ -214,16 +196,9 @@ def test_a_narrower_unsigned_channel_is_read_exactly(tiff_plates: dict[str, Path
 def test_a_channel_file_that_is_not_a_regular_file_is_refused_before_opening(
     tiff_plates: dict[str, Path], tmp_path: Path, decode: str, kind: str
 ) -> None:
-    import os
+    from test_sources import make_special
 
     plate = _copy(tiff_plates["tiff-zlib"], tmp_path)
-    path = _channel_file(plate)
-    path.unlink()
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "device":
-        path.symlink_to("/dev/zero")
-    else:
-        path.mkdir()
+    path = make_special(_channel_file(plate), kind)
     error = _read_bounded(plate, decode, release=path if kind == "fifo" else None, limit_s=5.0)
     assert isinstance(error, StoreError) and "not a regular file" in str(error) and path.name in str(error), repr(error)
