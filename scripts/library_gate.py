@@ -1,0 +1,246 @@
+"""The gate for a format library: does a commit of zarr-python (or ome-arrow) make its own read path slower?
+
+cropbench's own gate (docs/asv.md) watches cropbench's ``direct`` reader, which never calls
+zarr-python; a library's gate selects the library's own read path instead (``LIBRARY_GATES``):
+
+- ``zarr``: ``track1.Fetch.track_relative_cost`` with ``decode='zarr'`` (zarr-python slicing of
+  the zarr-written smoke plate), random and grouped access, the bounded case (zarr-python has no
+  chunk cache); and the counts of ``zarr_stages.ZarrCounts`` (store reads, bytes read and chunks
+  decoded per crop, read from zarr's store and codec pipeline), which do not read a clock;
+- ``ome-arrow``: ``track1.ArrowFetch.track_relative_cost``, zero-copy ``direct`` and the
+  reference script's ``as-py`` (random access; ome-arrow exposes no counts).
+
+One round (asv keeps only the last round's value of a ``track_*`` benchmark) and factor 1.2.
+
+``asv continuous`` compares what it finds in its results folder for the two commits: every
+parameter set of the selected benchmarks that any earlier run saved there, not only the ones this
+run measured, so a filtered run after an unfiltered one can be flagged by stale values. The gate
+therefore runs from a private, empty results folder: it writes a copy of ``asv.<library>.conf.json``
+whose ``results_dir`` and ``html_dir`` are that folder (``--results-dir``, which must not hold
+results; a temporary one by default), and whose environment, benchmarks and cropbench are this
+repository's, so the environment asv built for the history is reused. ``--repo`` points it at a
+maintainer's own clone of the library instead of the release history:
+
+    .venv/bin/python scripts/library_gate.py zarr v3.1.5 v3.1.6
+    .venv/bin/python scripts/library_gate.py zarr main my-branch --repo ~/src/zarr-python
+    .venv/bin/python scripts/library_gate.py ome-arrow v0.0.11 v0.1.0 --dry-run    # print the command
+
+Exit code: asv's (1 when a gated benchmark got worse by more than the factor, 0 otherwise), 2 for
+bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class LibraryGate:
+    """What the gate of one format library runs: its asv configuration, benchmarks, factor and attributes."""
+
+    library: str
+    config: str
+    bench: str
+    factor: float = 1.2
+    attributes: tuple[str, ...] = ("rounds=1",)
+
+    def __post_init__(self) -> None:
+        if self.factor <= 1.0:
+            raise ValueError(f"factor must be above 1 (a ratio after / before), got {self.factor}")
+        re.compile(self.bench)
+
+
+LIBRARY_GATES = {
+    "zarr": LibraryGate(
+        library="zarr",
+        config="asv.zarr.conf.json",
+        bench=(
+            r"^(track1\.Fetch\.track_relative_cost\('(random|grouped-field)', 'zarr', 'bounded'\)"
+            r"|zarr_stages\.ZarrCounts\.track_\w+\('(random|grouped-field)'\))"
+        ),
+    ),
+    "ome-arrow": LibraryGate(
+        library="ome-arrow",
+        config="asv.ome-arrow.conf.json",
+        bench=r"^track1\.ArrowFetch\.track_relative_cost\('random', '(direct|as-py)'\)",
+    ),
+}
+
+
+class GateError(RuntimeError):
+    """An argument of the gate is not usable (a results folder holding results, a missing repository)."""
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """An asv configuration (whole-line ``//`` comments dropped, as asv allows)."""
+    lines = [line for line in path.read_text().splitlines() if not line.lstrip().startswith("//")]
+    config: dict[str, Any] = json.loads("\n".join(lines))
+    return config
+
+
+def private_config(gate: LibraryGate, results_dir: Path, repo: Path | str | None = None) -> dict[str, Any]:
+    """``asv.<library>.conf.json`` for a run from ``results_dir``, with this repository's environment and suites.
+
+    asv resolves relative paths and ``{conf_dir}`` from the configuration's folder, which is now
+    ``results_dir``'s parent: every path becomes absolute, and ``{conf_dir}`` (the clone whose
+    branch ``main`` is installed as the harness) becomes this repository.
+    """
+    config = read_config(REPO / gate.config)
+    source = str(repo) if repo is not None else config["repo"]
+    if "://" not in source:
+        source = str((REPO / Path(source).expanduser()).resolve())
+    config["repo"] = source
+    config["benchmark_dir"] = str(REPO / config.get("benchmark_dir", "benchmarks"))
+    config["env_dir"] = str(REPO / config.get("env_dir", "env"))
+    config["results_dir"] = str(results_dir)
+    config["html_dir"] = str(results_dir.parent / "html")
+    for key in ("build_command", "install_command", "uninstall_command"):
+        config[key] = [command.replace("{conf_dir}", str(REPO)) for command in config.get(key, [])]
+    return config
+
+
+def check_results_dir(results_dir: Path) -> None:
+    """Refuse a results folder that holds anything: its results would be compared as if measured now."""
+    if results_dir.exists() and (not results_dir.is_dir() or any(results_dir.iterdir())):
+        raise GateError(
+            f"--results-dir {results_dir} is not empty: asv continuous would compare results saved there earlier "
+            "as if measured now; give a new folder"
+        )
+
+
+def asv_command(
+    gate: LibraryGate,
+    config_path: Path,
+    base: str,
+    head: str,
+    factor: float | None = None,
+    machine: str | None = None,
+) -> list[str]:
+    """The ``asv continuous`` command line of the gate (base first, then the commit under test)."""
+    command = ["asv", "continuous", "--config", str(config_path), "--factor", str(factor or gate.factor)]
+    for attribute in gate.attributes:
+        command += ["-a", attribute]
+    command += ["-b", gate.bench, "--show-stderr"]
+    if machine is not None:
+        command += ["--machine", machine]
+    return [*command, base, head]
+
+
+def maintainer_command(gate: LibraryGate) -> str:
+    """The gate as the one line docs/format-history.md quotes."""
+    return f"python scripts/library_gate.py {gate.library} BASE HEAD"
+
+
+@dataclass(frozen=True)
+class GateRun:
+    """One gate run: asv's exit code, the benchmarks it marked worse, its output, and where results went."""
+
+    returncode: int
+    worse: tuple[str, ...]
+    output: str
+    results_dir: Path
+
+
+def worse_rows(output: str) -> tuple[str, ...]:
+    """Benchmarks (with parameters) that asv marked ``+`` (worse) in a continuous/compare table."""
+    rows = re.finditer(r"^\|\s*\+\s*\|.*\|\s*([\w.]+(?:\(.*\))?)\s*\|\s*$", output, re.MULTILINE)
+    return tuple(sorted({row.group(1) for row in rows}))
+
+
+Runner = Callable[[Sequence[str], dict[str, str]], "subprocess.CompletedProcess[str]"]
+
+
+def _run_asv(command: Sequence[str], environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    asv = [sys.executable, "-m", "asv", *command[1:]]
+    return subprocess.run(asv, env=environment, capture_output=True, text=True)
+
+
+def run_gate(
+    gate: LibraryGate,
+    base: str,
+    head: str,
+    workdir: Path,
+    repo: Path | str | None = None,
+    factor: float | None = None,
+    machine: str | None = None,
+    home: Path | None = None,
+    runner: Runner = _run_asv,
+) -> GateRun:
+    """``asv continuous`` of the gate from the empty results folder ``workdir/results``."""
+    results_dir = workdir / "results"
+    check_results_dir(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    config_path = workdir / f"asv.{gate.library}.gate.conf.json"
+    config_path.write_text(json.dumps(private_config(gate, results_dir, repo), indent=4) + "\n")
+    environment = {**os.environ, **({"HOME": str(home)} if home is not None else {})}
+    environment.pop("CROPBENCH_ASV_FULL", None)  # the full grid never runs in a gate
+    result = runner(asv_command(gate, config_path, base, head, factor, machine), environment)
+    output = result.stdout + result.stderr
+    return GateRun(returncode=result.returncode, worse=worse_rows(output), output=output, results_dir=results_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("library", choices=sorted(LIBRARY_GATES))
+    parser.add_argument("base", help="the commit, tag or branch to compare against (e.g. v3.1.5, main)")
+    parser.add_argument("head", help="the commit, tag or branch under test")
+    parser.add_argument("--repo", help="the library's repository (default: the configuration's release history)")
+    parser.add_argument("--factor", type=float, help="asv --factor (default: the gate's, 1.2)")
+    parser.add_argument("--machine", help="asv machine name (default: asv's)")
+    parser.add_argument(
+        "--results-dir", type=Path, help="keep the configuration and results here (a new or empty folder)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the asv command and configuration, run nothing")
+    args = parser.parse_args(argv)
+    gate = LIBRARY_GATES[args.library]
+    if args.factor is not None and args.factor <= 1.0:
+        parser.error(f"--factor must be above 1, got {args.factor}")
+    if args.repo is not None and "://" not in args.repo and not Path(args.repo).expanduser().is_dir():
+        parser.error(f"--repo {args.repo} is not a folder (a clone of {args.library}, or a URL)")
+    try:
+        if args.results_dir is not None:
+            check_results_dir(args.results_dir)
+            args.results_dir.mkdir(parents=True, exist_ok=True)
+            run = _gate_or_dry_run(gate, args, args.results_dir.resolve())
+        else:
+            with tempfile.TemporaryDirectory(prefix=f"library-gate-{args.library}-") as scratch:
+                run = _gate_or_dry_run(gate, args, Path(scratch))
+    except GateError as error:
+        print(f"library_gate: error: {error}", file=sys.stderr)
+        return 2
+    if run is None:
+        return 0
+    print(run.output, end="")
+    print(f"library_gate: {gate.library} {args.base} -> {args.head}: exit {run.returncode}, worse: {len(run.worse)}")
+    return run.returncode
+
+
+def _gate_or_dry_run(gate: LibraryGate, args: argparse.Namespace, workdir: Path) -> GateRun | None:
+    """Run the gate in ``workdir`` (configuration and results), or print what it would run."""
+    if args.dry_run:
+        config_path = workdir / f"asv.{gate.library}.gate.conf.json"
+        command = asv_command(gate, config_path, args.base, args.head, args.factor, args.machine)
+        print(" ".join(_quote(part) for part in command))
+        print(json.dumps(private_config(gate, workdir / "results", args.repo), indent=4))
+        return None
+    return run_gate(gate, args.base, args.head, workdir, args.repo, args.factor, args.machine)
+
+
+def _quote(part: str) -> str:
+    return f'"{part}"' if re.search(r"[\s()|'\\]", part) else part
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""scripts/library_gate.py: the format libraries' gates select their own read paths and run from empty results.
+
+Nothing here runs asv: the command and the private configuration are checked as data, and the run
+goes through a fake runner that looks at what asv would find on disk.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO))
+
+import library_gate as gate_module  # noqa: E402
+
+GATES = gate_module.LIBRARY_GATES
+
+
+def _benchmark_names() -> list[str]:
+    """Every benchmark of benchmarks/ with its parameters, spelt as asv spells them (what ``-b`` searches)."""
+    names = []
+    for path in sorted((REPO / "benchmarks").glob("*.py")):
+        if path.stem in ("__init__", "common"):
+            continue
+        module = importlib.import_module(f"benchmarks.{path.stem}")
+        for class_name, suite in sorted(vars(module).items()):
+            if not (isinstance(suite, type) and suite.__module__ == module.__name__):
+                continue
+            methods = [name for name in vars(suite) if name.split("_", 1)[0] in ("time", "track", "peakmem")]
+            combinations = list(itertools.product(*getattr(suite, "params", ())))
+            for method in methods:
+                for combination in combinations:
+                    arguments = ", ".join(repr(value) for value in combination)
+                    names.append(f"{path.stem}.{class_name}.{method}({arguments})")
+    return names
+
+
+def _selected(library: str) -> list[str]:
+    return [name for name in _benchmark_names() if re.search(GATES[library].bench, name)]
+
+
+def test_the_zarr_gate_selects_zarr_pythons_own_read_path_random_and_grouped() -> None:
+    selected = _selected("zarr")
+    assert "track1.Fetch.track_relative_cost('random', 'zarr', 'bounded')" in selected
+    assert "track1.Fetch.track_relative_cost('grouped-field', 'zarr', 'bounded')" in selected
+    counts = [name for name in selected if name.startswith("zarr_stages.ZarrCounts.")]
+    assert {name.split("(")[1] for name in counts} == {"'random')", "'grouped-field')"}, counts
+    # cropbench's own reader never calls zarr-python: none of its cases are in the library's gate.
+    assert not [name for name in selected if "'direct'" in name or "'default'" in name]
+    assert not [name for name in selected if name.startswith(("remote.", "track2.", "track3."))]
+    # The stage timings are for reading where a regression lives, not for gating (their noise is unmeasured).
+    assert not [name for name in selected if name.startswith("zarr_stages.ZarrStages.")]
+
+
+def test_the_ome_arrow_gate_selects_its_two_read_paths() -> None:
+    assert sorted(_selected("ome-arrow")) == [
+        "track1.ArrowFetch.track_relative_cost('random', 'as-py')",
+        "track1.ArrowFetch.track_relative_cost('random', 'direct')",
+    ]
+
+
+@pytest.mark.parametrize("library", sorted(GATES))
+def test_the_private_configuration_reuses_the_environment_and_suites_but_not_the_results(
+    library: str, tmp_path: Path
+) -> None:
+    gate = GATES[library]
+    original = gate_module.read_config(REPO / gate.config)
+    config = gate_module.private_config(gate, tmp_path / "results")
+    assert config["results_dir"] == str(tmp_path / "results") and config["html_dir"].startswith(str(tmp_path))
+    # Same matrix and env_dir as the library's own configuration: asv finds the environment it built.
+    assert config["matrix"] == original["matrix"] and config["pythons"] == original["pythons"]
+    assert config["env_dir"] == str(REPO / original["env_dir"])
+    assert config["benchmark_dir"] == str(REPO / "benchmarks")
+    assert config["repo"] == str(REPO / original["repo"])
+    assert all("{conf_dir}" not in command for command in config["install_command"])
+    assert any(f"git+file://{REPO}@main" in command for command in config["install_command"])
+    mine = gate_module.private_config(gate, tmp_path / "results", tmp_path / "my-clone")
+    assert mine["repo"] == str(tmp_path / "my-clone")
+    assert gate_module.private_config(gate, tmp_path, "https://example.org/lib.git")["repo"].startswith("https://")
+
+
+def test_the_asv_command_is_the_documented_gate(tmp_path: Path) -> None:
+    gate = GATES["zarr"]
+    command = gate_module.asv_command(gate, tmp_path / "c.json", "v3.1.5", "v3.1.6", machine="m")
+    assert command[:2] == ["asv", "continuous"] and command[-2:] == ["v3.1.5", "v3.1.6"]
+    assert command[command.index("--factor") + 1] == "1.2" and command[command.index("-a") + 1] == "rounds=1"
+    assert command[command.index("-b") + 1] == gate.bench and command[command.index("--machine") + 1] == "m"
+    docs = (REPO / "docs" / "format-history.md").read_text()
+    for library in GATES:
+        assert gate_module.maintainer_command(GATES[library]).replace("BASE HEAD", "") in docs
+
+
+class _FakeAsv:
+    """Stands in for asv: records the command and what the results folder held when asv started."""
+
+    def __init__(self, table: str = "", returncode: int = 0) -> None:
+        self.table, self.returncode = table, returncode
+        self.commands: list[list[str]] = []
+        self.found: list[list[str]] = []
+
+    def __call__(self, command: Sequence[str], environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        config = json.loads(Path(command[command.index("--config") + 1]).read_text())
+        results = Path(config["results_dir"])
+        self.found.append(sorted(str(path.relative_to(results)) for path in results.rglob("*")))
+        self.commands.append(list(command))
+        assert "CROPBENCH_ASV_FULL" not in environment
+        (results / "machine").mkdir(exist_ok=True)
+        (results / "machine" / "abc-env.json").write_text("{}")  # what a run leaves behind
+        return subprocess.CompletedProcess(list(command), self.returncode, self.table, "")
+
+
+TABLE = (
+    "| Change | Before [a] | After [b] | Ratio | Benchmark (Parameter) |\n"
+    "|--------|------------|-----------|-------|-----------------------|\n"
+    "| +      | 58.3       | 88.5      | 1.52  | track1.Fetch.track_relative_cost('random', 'zarr', 'bounded') |\n"
+    "| -      | 2.0        | 1.0       | 0.5   | zarr_stages.ZarrCounts.track_store_reads_per_crop('random') |\n"
+)
+
+
+def test_each_run_starts_from_an_empty_results_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CROPBENCH_ASV_FULL", "1")
+    fake = _FakeAsv(TABLE, returncode=1)
+    first = gate_module.run_gate(GATES["zarr"], "v3.0.9", "v3.0.10", tmp_path / "one", runner=fake)
+    second = gate_module.run_gate(GATES["zarr"], "v3.0.9", "v3.0.10", tmp_path / "two", runner=fake)
+    assert fake.found == [[], []], "asv found no results saved by an earlier run"
+    assert first.returncode == 1 and first.worse == ("track1.Fetch.track_relative_cost('random', 'zarr', 'bounded')",)
+    assert second.results_dir != first.results_dir
+    # A folder that already holds results is refused, not reused.
+    with pytest.raises(gate_module.GateError, match="not empty"):
+        gate_module.run_gate(GATES["zarr"], "v3.0.9", "v3.0.10", tmp_path / "one", runner=fake)
+    assert len(fake.commands) == 2
+
+
+def test_the_command_line_refuses_a_results_folder_with_results_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kept = tmp_path / "kept"
+    (kept / "machine").mkdir(parents=True)
+    (kept / "machine" / "old.json").write_text("{}")
+    assert gate_module.main(["zarr", "v3.1.5", "v3.1.6", "--results-dir", str(kept)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("library_gate: error: --results-dir") and error.count("\n") == 1
+    assert (kept / "machine" / "old.json").read_text() == "{}", "nothing of the user's is deleted"
+
+
+def test_a_dry_run_prints_the_command_and_runs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert gate_module.main(["ome-arrow", "v0.0.11", "v0.1.0", "--dry-run", "--results-dir", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("asv continuous --config ") and "v0.0.11 v0.1.0" in out
+    assert not any((tmp_path / "d").iterdir())
+
+
+def test_factor_must_be_a_ratio_above_one() -> None:
+    with pytest.raises(ValueError, match="above 1"):
+        gate_module.LibraryGate("zarr", "asv.zarr.conf.json", "x", factor=0.8)
