@@ -170,6 +170,8 @@ def test_growth_names_what_grows_faster_than_expected() -> None:
     table = growth_table(_synthetic_rows())
     assert "Grows faster than expected: dataset construction (s) grows as N^1.50 (expected N^1)" in table
     assert "| 100,000 |" in table
+    assert "| 1,000 | 0 | 0.003 | 5.1 | - |" in table  # no marginal bytes for the first count
+    assert "| 10,000 | 0 | 0.100 | 6.0 | 100 |" in table
 
 
 def test_growth_needs_two_counts_and_skips_missing_values() -> None:

@@ -305,10 +305,11 @@ def faster_than_linear(rows: Sequence[dict[str, Any]]) -> list[Growth]:
 def growth_table(rows: Sequence[dict[str, Any]]) -> str:
     """The growth table as Markdown, then the costs that grow faster than expected, named."""
     header = (
-        "| objects | fields | construction s | MB RAM | bytes/object | random order ns/sample | "
+        "| objects | fields | construction s | MB RAM | bytes/object (marginal) | random order ns/sample | "
         "Track 1 random samples/s | Track 1 grouped samples/s | Track 2 first batch ms | plate cached |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    previous: dict[str, Any] | None = None
     for row in sorted(rows, key=lambda r: r[m.OBJECTS]):
         lines.append(
             "| "
@@ -318,7 +319,7 @@ def growth_table(rows: Sequence[dict[str, Any]]) -> str:
                     f"{row.get(m.FIELDS, 0):,}",
                     _number(row.get(CONSTRUCTION_SECONDS), 3),
                     _number(_mb(row.get(CONSTRUCTION_RSS_BYTES)), 1),
-                    _number(row.get(BYTES_PER_OBJECT), 0),
+                    _number(_marginal_bytes(previous, row), 0),
                     _number(row.get(RANDOM_ORDER_NS_PER_SAMPLE), 1),
                     _number(row.get(TRACK1_RANDOM_SAMPLES_PER_S), 0),
                     _number(row.get(TRACK1_GROUPED_SAMPLES_PER_S), 0),
@@ -328,6 +329,7 @@ def growth_table(rows: Sequence[dict[str, Any]]) -> str:
             )
             + " |"
         )
+        previous = row
     named = faster_than_linear(rows)
     lines.append("")
     if not named:
@@ -335,6 +337,15 @@ def growth_table(rows: Sequence[dict[str, Any]]) -> str:
     for item in named:
         lines.append(f"Grows faster than expected: {item.describe()}.")
     return "\n".join(lines)
+
+
+def _marginal_bytes(previous: dict[str, Any] | None, row: dict[str, Any]) -> float | None:
+    """Memory per object added since the previous count: what an object costs, without the fixed costs
+    (imports, plate metadata) that dominate a small plate's bytes per object."""
+    if previous is None or previous.get(CONSTRUCTION_RSS_BYTES) is None or row.get(CONSTRUCTION_RSS_BYTES) is None:
+        return None
+    added = row[m.OBJECTS] - previous[m.OBJECTS]
+    return (row[CONSTRUCTION_RSS_BYTES] - previous[CONSTRUCTION_RSS_BYTES]) / added if added else None
 
 
 def _mb(value: Any) -> float | None:
