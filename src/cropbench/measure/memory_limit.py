@@ -48,6 +48,7 @@ MEMORY_LIMIT_NOTE = "memory_limit_note"
 CGROUP_PEAK_BYTES = "cgroup_peak_bytes"
 DEVICE_READ_BYTES = "device_read_bytes"
 DEVICE_READ_SOURCE = "device_read_source"
+CGROUP_READ_BYTES = "cgroup_read_bytes"
 
 
 class MemoryLimitError(CropbenchError):
@@ -278,6 +279,8 @@ class LimitedRun:
     #: Bytes the child read from the block device over its whole run (``/proc/<pid>/io``).
     device_read_bytes: int | None
     device_read_source: str
+    #: Bytes the cgroup read from block devices over the child's run (cgroup v2 ``io.stat``; None otherwise).
+    cgroup_read_bytes: int | None = None
 
     def as_metrics(self) -> dict[str, Any]:
         return {
@@ -287,6 +290,7 @@ class LimitedRun:
             CGROUP_PEAK_BYTES: self.peak_bytes,
             DEVICE_READ_BYTES: self.device_read_bytes,
             DEVICE_READ_SOURCE: self.device_read_source,
+            CGROUP_READ_BYTES: self.cgroup_read_bytes,
         }
 
 
@@ -337,6 +341,7 @@ def run_limited(
     try:
         value, device_bytes = _run_child(function, args, group)
         peak = None if group is None else group.peak_bytes()
+        cgroup_read = None if group is None else group.read_bytes()
     finally:
         if group is not None:
             group.remove()
@@ -348,6 +353,7 @@ def run_limited(
         peak_bytes=peak,
         device_read_bytes=device_bytes,
         device_read_source="/proc/self/io",
+        cgroup_read_bytes=cgroup_read,
     )
 
 
