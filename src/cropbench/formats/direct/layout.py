@@ -54,7 +54,7 @@ class ChunkLayout:
     index_at_end: bool
     fill_value: int | float
     #: The most bytes one stored chunk may hold: its decoded size plus what its codecs may add.
-    max_encoded: int = 0
+    max_encoded: int
     channel_axis: int = -3
 
     @property

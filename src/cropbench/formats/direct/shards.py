@@ -94,7 +94,8 @@ class ShardIndex:
         self.stats.bytes_fetched += size
         self.stats.reads += 1
         entries = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
-        shard_bytes = os.fstat(source.descriptor(shard_key) or -1).st_size if isinstance(source, FileSource) else None
+        descriptor = source.descriptor(shard_key) if isinstance(source, FileSource) else None
+        shard_bytes = None if descriptor is None else os.fstat(descriptor).st_size
         check_index(entries, layout.max_encoded, shard_bytes, path)
         index = entries.astype(np.int64)  # the empty marker becomes -1
         row = len(self._table) + sum(len(pending) for pending in self._pending)
