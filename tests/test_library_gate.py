@@ -1,7 +1,9 @@
-"""scripts/library_gate.py: the format libraries' gates select their own read paths and run from empty results.
+"""scripts/library_gate.py and library_campaign.py: the format libraries' gates and the zarr gate's campaign.
 
 Nothing here runs asv: the command and the private configuration are checked as data, and the run
-goes through a fake runner that looks at what asv would find on disk.
+goes through a fake runner that looks at what asv would find on disk. The campaign's injected
+regressions are checked against the installed zarr's source, its branches on a fake release
+history holding that source, and its speed measurement imports each branch's zarr.
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -21,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))
 
+import library_campaign as campaign_module  # noqa: E402
 import library_gate as gate_module  # noqa: E402
 
 GATES = gate_module.LIBRARY_GATES
@@ -163,3 +168,142 @@ def test_a_dry_run_prints_the_command_and_runs_nothing(tmp_path: Path, capsys: p
 def test_factor_must_be_a_ratio_above_one() -> None:
     with pytest.raises(ValueError, match="above 1"):
         gate_module.LibraryGate("zarr", "asv.zarr.conf.json", "x", factor=0.8)
+
+
+# --- the detection campaign (scripts/library_campaign.py) ---
+
+ZARR_SOURCE = Path(importlib.import_module("zarr").__file__).parent
+INJECTIONS = campaign_module.INJECTIONS
+
+
+def _apply(patch: Path, where: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "apply", *options, str(patch)], cwd=where, capture_output=True, text=True)
+
+
+def _installed_source(destination: Path, files: Sequence[str]) -> None:
+    """The installed zarr's files laid out as in its source tree (``src/zarr/...``)."""
+    for name in files:
+        target = destination / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ZARR_SOURCE / Path(name).relative_to("src/zarr"), target)
+
+
+def test_every_patch_file_is_an_injection() -> None:
+    assert sorted(path.stem for path in campaign_module.PATCHES.glob("*.patch")) == sorted(INJECTIONS)
+
+
+@pytest.mark.parametrize("kind", sorted(INJECTIONS))
+def test_each_patch_applies_to_the_installed_zarrs_source_and_compiles(kind: str, tmp_path: Path) -> None:
+    injection = INJECTIONS[kind]
+    assert injection.files and all(name.startswith("src/zarr/") for name in injection.files), injection.files
+    _installed_source(tmp_path, injection.files)
+    check = _apply(injection.patch, tmp_path, "--check")
+    assert check.returncode == 0, f"{injection.patch.name} no longer applies to zarr's source: {check.stderr}"
+    assert _apply(injection.patch, tmp_path).returncode == 0
+    for name in injection.files:
+        patched = (tmp_path / name).read_text()
+        assert "injected regression" in patched
+        assert patched != (ZARR_SOURCE / Path(name).relative_to("src/zarr")).read_text()
+        compile(patched, name, "exec")
+
+
+@pytest.fixture(scope="module")
+def fake_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A release history holding the installed zarr's whole package as ``src/zarr``, tagged ``v3.1.6`` on main."""
+    history = tmp_path_factory.mktemp("history") / "zarr"
+    shutil.copytree(ZARR_SOURCE, history / "src" / "zarr", ignore=shutil.ignore_patterns("__pycache__", "_version.py"))
+    (history / ".gitignore").write_text("src/zarr/_version.py\n")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(history)], check=True)
+    campaign_module._commit(history, "zarr 3.1.6")
+    campaign_module._git(history, "tag", "v3.1.6")
+    return history
+
+
+@pytest.fixture(scope="module")
+def branches(fake_history: Path, tmp_path_factory: pytest.TempPathFactory) -> campaign_module.Branches:
+    destination = tmp_path_factory.mktemp("campaign") / "zarr"
+    return campaign_module.make_branches(fake_history, destination, "v3.1.6", tuple(INJECTIONS))
+
+
+def test_branches_differ_from_the_release_only_by_their_patch(
+    fake_history: Path, branches: campaign_module.Branches
+) -> None:
+    assert campaign_module.newest_release(fake_history) == "v3.1.6"
+
+    def changed(ref: str) -> list[str]:
+        return campaign_module._git(branches.clone, "diff", "--name-only", "v3.1.6", ref).split()
+
+    assert changed(branches.identical) == [campaign_module.IDENTICAL_FILE]
+    for kind, injection in INJECTIONS.items():
+        assert changed(branches.injected[kind]) == sorted(injection.files), kind
+    assert campaign_module._git(fake_history, "branch", "--list").split() == ["*", "main"], "the history is untouched"
+
+
+@pytest.mark.slow
+def test_the_speed_measurement_imports_each_branchs_zarr_and_the_shard_index_injection_reads_more(
+    branches: campaign_module.Branches, tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(campaign_module, "SPEED_CROPS", 20)
+    base = campaign_module.source_tree(branches, branches.base, tmp_path)
+    injected = campaign_module.source_tree(branches, branches.injected["shard-index"], tmp_path)
+    assert campaign_module.crops_per_second(base, tiny_plate) > 0
+    reads = {}
+    script = (
+        "import sys, json; from cropbench.config import CropConfig; from cropbench.data.dataset import CropDataset; "
+        "from cropbench.measure.zarr_stages import measure_stages; import zarr; "
+        "d = CropDataset(sys.argv[1], CropConfig(crop_size=64, decode='zarr')); [d[i] for i in range(len(d))]; "
+        "m = measure_stages(d.__getitem__, list(range(len(d)))); print(json.dumps([zarr.__file__, m.store_reads]))"
+    )
+    for name, source in (("base", base), ("shard-index", injected)):
+        environment = {**os.environ, "PYTHONPATH": str(source)}
+        result = subprocess.run(
+            [sys.executable, "-c", script, str(tiny_plate)], env=environment, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+        module, reads[name] = json.loads(result.stdout.strip().splitlines()[-1])
+        assert module.startswith(str(source))
+    assert reads["shard-index"] > reads["base"], reads
+
+
+def test_slowdown_is_the_ratio_of_medians_of_alternating_processes() -> None:
+    calls: list[str] = []
+    rates = iter([100.0, 50.0, 90.0, 60.0, 110.0, 40.0])
+
+    def rate(name: str) -> float:
+        calls.append(name)
+        return next(rates)
+
+    measured = campaign_module.slowdown(lambda: rate("base"), lambda: rate("injected"), 3)
+    assert calls == ["base", "injected"] * 3
+    assert measured["slowdown"] == pytest.approx(100.0 / 50.0)
+
+
+def test_campaign_tallies_each_kind_and_writes_the_table(tmp_path: Path, branches: campaign_module.Branches) -> None:
+    order = campaign_module.schedule(3, 2, ("shard-index", "extra-copy"), seed=1)
+    assert sorted(order) == ["extra-copy"] * 2 + ["identical"] * 3 + ["shard-index"] * 2
+    assert order == campaign_module.schedule(3, 2, ("shard-index", "extra-copy"), seed=1)
+    seen: list[tuple[str, str]] = []
+
+    def gate(base: str, head: str, workdir: Path) -> gate_module.GateRun:
+        seen.append((base, head))
+        (workdir / "results").mkdir(parents=True)
+        flagged = head == "gate-shard-index"
+        table = TABLE if flagged else ""
+        return gate_module.GateRun(int(flagged), gate_module.worse_rows(table), table, workdir / "results")
+
+    slowdowns = {kind: {"slowdown": 1.4} for kind in ("shard-index", "extra-copy")}
+    summary = campaign_module.campaign(branches, gate, slowdowns, order, tmp_path / "out", tmp_path / "scratch")
+    assert all(base == "v3.1.6" for base, _ in seen) and len(seen) == len(order)
+    assert summary["tallies"]["identical"]["flagged"] == 0 and summary["tallies"]["identical"]["runs"] == 3
+    assert summary["tallies"]["shard-index"]["flagged"] == 2 and summary["tallies"]["extra-copy"]["flagged"] == 0
+    written = (tmp_path / "out" / "table.md").read_text()
+    assert "identical code (a comment) flagged 0/3" in written and "| x1.40 | 2/2 |" in written
+    assert len((tmp_path / "out" / "comparisons.jsonl").read_text().splitlines()) == len(order)
+    assert not list((tmp_path / "scratch").iterdir()), "each run's results folder is removed after it"
+
+
+def test_the_campaign_refuses_an_out_folder_that_holds_anything(tmp_path: Path) -> None:
+    (tmp_path / "kept.txt").write_text("mine\n")
+    with pytest.raises(SystemExit):
+        campaign_module.main(["--out", str(tmp_path)])
+    assert (tmp_path / "kept.txt").read_text() == "mine\n"

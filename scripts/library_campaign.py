@@ -1,0 +1,336 @@
+"""Does the zarr gate catch a zarr-python regression, and stay quiet when nothing changed?
+
+Like ``scripts/asv_regression.py --campaign`` for cropbench's own gate, against the library: in a
+temporary clone of the zarr release history (``scripts/release_history.py zarr``), one branch per
+injected regression on the newest release, each a patch of zarr-python's source from
+``scripts/library_gate_patches/<kind>.patch`` (``INJECTIONS``), and an identical-code branch (a
+comment). Each regression's slowdown is measured outside asv first: random 96 px crops of the
+smoke plate through zarr-python (``decode='zarr'``), crops/s of the release and of the branch in
+alternating processes, each importing zarr from that branch's source. Then the gate
+(``scripts/library_gate.py``, from an empty results folder each time) runs ``--identical`` times
+on the identical branch and ``--per-kind`` times per regression, in a seeded random order, with
+the load average around each run. The table, a summary and every comparison's output go to
+``--out``:
+
+    .venv/bin/python scripts/library_campaign.py --out results-gate/zarr-library
+
+About 1-2 minutes a comparison once asv's environment is built (``asv.zarr.conf.json``'s, in
+.asv/env); 25 comparisons by default. Run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import library_gate  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+HISTORY = REPO / ".asv" / "history" / "zarr"
+PATCHES = REPO / "scripts" / "library_gate_patches"
+#: The file of zarr-python's source the identical-code branch adds a comment to.
+IDENTICAL_FILE = "src/zarr/__init__.py"
+
+
+@dataclass(frozen=True)
+class Injection:
+    """A regression of zarr-python as a patch of its source: ``PATCHES / f"{kind}.patch"``."""
+
+    kind: str
+    description: str
+
+    @property
+    def patch(self) -> Path:
+        return PATCHES / f"{self.kind}.patch"
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files of zarr-python's source tree the patch edits (``src/zarr/...``)."""
+        lines = self.patch.read_text().splitlines()
+        return tuple(line.removeprefix("+++ b/") for line in lines if line.startswith("+++ b/"))
+
+
+INJECTIONS = {
+    injection.kind: injection
+    for injection in (
+        Injection("shard-index", "the sharding codec reads the shard index again for every chunk it reads"),
+        Injection("extra-copy", "the codec pipeline copies every decoded chunk once more"),
+        Injection("slow-store", "the local store reads every byte range twice (the first read discarded)"),
+    )
+}
+
+
+class CampaignError(RuntimeError):
+    """The history or a patch is not what the campaign needs."""
+
+
+def _git(path: Path, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True)
+    return result.stdout.strip()
+
+
+def _commit(path: Path, message: str) -> str:
+    _git(path, "add", "-A")
+    _git(path, "-c", "user.name=library gate", "-c", "user.email=library-gate@localhost", "commit", "-q", "-m", message)
+    return _git(path, "rev-parse", "HEAD")
+
+
+def newest_release(history: Path) -> str:
+    """The newest ``v<version>`` tag of the history (what ``git describe`` of main names)."""
+    return _git(history, "describe", "--tags", "--abbrev=0", "main")
+
+
+@dataclass(frozen=True)
+class Branches:
+    """The clone of the history and its branches: the release, identical code, one per injected kind."""
+
+    clone: Path
+    base: str
+    identical: str
+    injected: dict[str, str] = field(default_factory=dict)
+
+    def branch(self, kind: str) -> str:
+        return self.identical if kind == "identical" else self.injected[kind]
+
+
+def make_branches(history: Path, destination: Path, base: str, kinds: tuple[str, ...]) -> Branches:
+    """Clone ``history`` to ``destination`` and branch off ``base``: ``gate-identical`` and ``gate-<kind>`` each."""
+    if not (history / ".git").exists():
+        raise CampaignError(
+            f"{history} is not a release history; build it with .venv/bin/python scripts/release_history.py zarr"
+        )
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(history), str(destination)], check=True)
+    _git(destination, "checkout", "-q", "-b", "gate-identical", base)
+    identical_file = destination / IDENTICAL_FILE
+    identical_file.write_text(identical_file.read_text() + "# an identical-code commit: this comment only\n")
+    _commit(destination, "identical code: a comment")
+    injected = {}
+    for kind in kinds:
+        injection = INJECTIONS[kind]
+        _git(destination, "checkout", "-q", "-b", f"gate-{kind}", base)
+        applied = subprocess.run(
+            ["git", "-C", str(destination), "apply", str(injection.patch)], capture_output=True, text=True
+        )
+        if applied.returncode != 0:
+            raise CampaignError(
+                f"{injection.patch.name} does not apply to {base}: {applied.stderr.strip()} "
+                "(make the same edit by hand in that release's source and save it with git diff)"
+            )
+        _commit(destination, f"injected regression ({kind}): {injection.description}")
+        injected[kind] = f"gate-{kind}"
+    _git(destination, "checkout", "-q", base)
+    return Branches(clone=destination, base=base, identical="gate-identical", injected=injected)
+
+
+#: Random crops per speed measurement, and alternating release/branch processes.
+SPEED_CROPS = 600
+SPEED_REPEATS = 3
+SPEED_SCRIPT = """
+import json, sys
+import zarr
+from cropbench.config import CropConfig
+from cropbench.data.dataset import CropDataset
+from cropbench.data.sampling import access_order
+from cropbench.measure.protocol import configure_threads, time_loop
+plate, count = sys.argv[1], int(sys.argv[2])
+configure_threads(1)
+dataset = CropDataset(plate, CropConfig(decode="zarr", chunk_cache_bytes=2**20))
+indices = [int(i) for i in access_order(dataset, "random", count, 0)]
+time_loop(dataset.__getitem__, indices[: min(len(dataset), 64)])
+print(json.dumps({"crops_per_s": count / time_loop(dataset.__getitem__, indices), "zarr": zarr.__file__}))
+"""
+
+
+def source_tree(branches: Branches, ref: str, scratch: Path) -> Path:
+    """A worktree of ``ref`` whose ``src/`` imports as zarr (with the version file a build would write)."""
+    worktree = scratch / f"source-{ref.replace('/', '-')}"
+    if not worktree.exists():
+        _git(branches.clone, "worktree", "add", "-q", "--detach", str(worktree), ref)
+        version = branches.base.removeprefix("v")
+        (worktree / "src" / "zarr" / "_version.py").write_text(f'__version__ = version = "{version}"\n')
+    return worktree / "src"
+
+
+def crops_per_second(source: Path, plate: Path) -> float:
+    """Random crops/s through zarr-python imported from ``source`` (a worktree's ``src/``)."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-c", SPEED_SCRIPT, str(plate), str(SPEED_CROPS)]
+    result = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
+    measured = json.loads(result.stdout.strip().splitlines()[-1])
+    if not measured["zarr"].startswith(str(source)):
+        raise CampaignError(f"the speed measurement imported zarr from {measured['zarr']}, not from {source}")
+    return float(measured["crops_per_s"])
+
+
+def slowdown(base_rate: Callable[[], float], injected_rate: Callable[[], float], repeats: int) -> dict[str, float]:
+    """Release crops/s over branch crops/s: medians of processes that alternate the two."""
+    base, injected = [], []
+    for _ in range(repeats):
+        base.append(base_rate())
+        injected.append(injected_rate())
+    return {
+        "slowdown": statistics.median(base) / statistics.median(injected),
+        "base_crops_per_s": statistics.median(base),
+        "injected_crops_per_s": statistics.median(injected),
+    }
+
+
+def write_plate(destination: Path) -> Path:
+    """The smoke plate in the default layout (written by the installed zarr)."""
+    from cropbench.config import LAYOUTS, plate_preset
+    from cropbench.plates.generate import generate_plate
+
+    generate_plate(destination, plate_preset("smoke"), LAYOUTS["default"], progress=False)
+    return destination
+
+
+@dataclass
+class Tally:
+    """Gate runs of one kind: how many, how many flagged (exit 1), and which benchmarks."""
+
+    runs: int = 0
+    flagged: int = 0
+    worse: dict[str, int] = field(default_factory=dict)
+
+    def add(self, run: library_gate.GateRun) -> None:
+        self.runs += 1
+        self.flagged += run.returncode == 1
+        for name in run.worse:
+            self.worse[name] = self.worse.get(name, 0) + 1
+
+
+Gate = Callable[[str, str, Path], library_gate.GateRun]
+
+
+def schedule(identical: int, per_kind: int, kinds: tuple[str, ...], seed: int) -> list[str]:
+    """The comparisons in a seeded random order."""
+    order = ["identical"] * identical + [kind for kind in kinds for _ in range(per_kind)]
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def campaign(
+    branches: Branches,
+    gate: Gate,
+    slowdowns: dict[str, dict[str, float]],
+    order: list[str],
+    out: Path,
+    scratch: Path,
+) -> dict[str, Any]:
+    """Run the gate over ``order``; write every comparison, the summary and the table to ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    kinds = tuple(dict.fromkeys(kind for kind in order if kind != "identical"))
+    tallies = {kind: Tally() for kind in ("identical", *kinds)}
+    loads: list[float] = []
+    started = time.time()
+    with (out / "comparisons.jsonl").open("w") as log:
+        for number, kind in enumerate(order, 1):
+            load_before = os.getloadavg()[0]
+            run = gate(branches.base, branches.branch(kind), scratch / f"run-{number:02d}")
+            load_after = os.getloadavg()[0]
+            loads += [load_before, load_after]
+            tallies[kind].add(run)
+            record = {"number": number, "kind": kind, "exit": run.returncode, "worse": list(run.worse)}
+            record["loadavg_1min"] = [load_before, load_after]
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            (out / f"{number:02d}-{kind}.txt").write_text(run.output)
+            print(json.dumps(record), flush=True)
+            shutil.rmtree(run.results_dir.parent, ignore_errors=True)
+    summary = {
+        "gate": " ".join(library_gate.asv_command(library_gate.LIBRARY_GATES["zarr"], Path("CONFIG"), "BASE", "HEAD")),
+        "release": branches.base,
+        "order": order,
+        "minutes": round((time.time() - started) / 60, 1),
+        "loadavg_1min": {"min": min(loads), "median": statistics.median(loads), "max": max(loads)} if loads else {},
+        "tallies": {kind: vars(tally) for kind, tally in tallies.items()},
+        "slowdown_outside_asv": slowdowns,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "table.md").write_text(table(summary))
+    return summary
+
+
+def table(summary: dict[str, Any]) -> str:
+    """The campaign table: injection, slowdown outside asv, flagged k/n, and identical code's k/n."""
+    identical = summary["tallies"]["identical"]
+    lines = [
+        f"Release {summary['release']}; identical code (a comment) flagged {identical['flagged']}/{identical['runs']}.",
+        "",
+        "| injection | slowdown outside asv (random crops/s) | flagged (exit 1) | benchmarks flagged (times) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for kind, tally in summary["tallies"].items():
+        if kind == "identical":
+            description, effect = "identical code (a comment)", "none"
+        else:
+            description = f"`{kind}`: {INJECTIONS[kind].description}"
+            effect = f"x{summary['slowdown_outside_asv'][kind]['slowdown']:.2f}"
+        flagged = ", ".join(f"`{name}` ({count})" for name, count in sorted(tally["worse"].items())) or "none"
+        lines.append(f"| {description} | {effect} | {tally['flagged']}/{tally['runs']} | {flagged} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--history", type=Path, default=HISTORY, help="the zarr release history (default: %(default)s)")
+    parser.add_argument("--release", help="the release the branches start from (default: the newest)")
+    parser.add_argument("--kinds", default=",".join(INJECTIONS), help="comma-separated (default: %(default)s)")
+    parser.add_argument("--identical", type=int, default=10, help="identical-code comparisons (default: %(default)s)")
+    parser.add_argument("--per-kind", type=int, default=5, help="comparisons per injection (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random order (default: %(default)s)")
+    parser.add_argument("--machine", help="asv machine name (default: asv's)")
+    parser.add_argument("--out", type=Path, required=True, help="where the table and every comparison go")
+    args = parser.parse_args(argv)
+    kinds = tuple(kind for kind in args.kinds.split(",") if kind)
+    unknown = [kind for kind in kinds if kind not in INJECTIONS]
+    if unknown:
+        parser.error(f"--kinds: unknown {', '.join(unknown)} (known: {', '.join(INJECTIONS)})")
+    if args.out.exists() and any(args.out.iterdir()):
+        parser.error(f"--out {args.out} is not empty; give a new folder (nothing there is replaced)")
+    try:
+        with tempfile.TemporaryDirectory(prefix="library-campaign-") as name:
+            scratch = Path(name)
+            release = args.release or newest_release(args.history)
+            branches = make_branches(args.history, scratch / "zarr", release, kinds)
+            plate = write_plate(scratch / "smoke.zarr")
+            base_source = source_tree(branches, branches.base, scratch)
+            slowdowns = {}
+            for kind in kinds:
+                injected_source = source_tree(branches, branches.injected[kind], scratch)
+                slowdowns[kind] = slowdown(
+                    lambda: crops_per_second(base_source, plate),
+                    lambda source=injected_source: crops_per_second(source, plate),  # type: ignore[misc]
+                    SPEED_REPEATS,
+                )
+                print(f"{kind}: x{slowdowns[kind]['slowdown']:.2f} slower outside asv", flush=True)
+            zarr_gate = library_gate.LIBRARY_GATES["zarr"]
+
+            def gate(base: str, head: str, workdir: Path) -> library_gate.GateRun:
+                return library_gate.run_gate(zarr_gate, base, head, workdir, branches.clone, machine=args.machine)
+
+            order = schedule(args.identical, args.per_kind, kinds, args.seed)
+            summary = campaign(branches, gate, slowdowns, order, args.out, scratch)
+    except (CampaignError, library_gate.GateError) as error:
+        print(f"library_campaign: error: {error}", file=sys.stderr)
+        return 2
+    print(table(summary), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
