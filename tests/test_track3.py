@@ -14,11 +14,12 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
-from cropbench.records import Record
+from cropbench.records import Record, parse_record
 from cropbench.report.plots import plot_results
 from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.track3 import (
     AU_THRESHOLD,
+    ThreadSplit,
     Track3,
     Track3Case,
     WorkerSearch,
@@ -26,6 +27,7 @@ from cropbench.tracks.track3 import (
     preset_items,
     run_case,
     run_search,
+    split_summary,
     stall_crosscheck,
 )
 
@@ -240,14 +242,21 @@ def test_presets_answer_the_benchmark_questions() -> None:
     models = {(i.case if isinstance(i, WorkerSearch) else i).model for i in smoke}
     assert models == {"resnet18", "smallcnn", "emulated"}
     gpu = preset_items("gpu")
-    cases = [i.case if isinstance(i, WorkerSearch) else i for i in gpu]
+    cases = [i if isinstance(i, Track3Case) else i.case for i in gpu]
     assert all(c.device == "cuda" and c.loader.batch_size == 256 and c.crop.crop_size == 96 for c in cases)
     assert all(c.model == "resnet18" and not c.compute_only for c in cases)
     searches = [i for i in gpu if isinstance(i, WorkerSearch)]
-    assert {s.case.crop.decode for s in searches} == {"zarr", "direct"}
-    assert {(s.case.workload, s.case.amp) for s in searches} == {("train", "bf16"), ("embed", "bf16"), ("train", "off")}
+    assert {s.case.crop.decode for s in searches} == {"direct"}
+    assert {(s.case.workload, s.case.amp, s.case.pipeline) for s in searches} == {
+        ("train", "bf16", "device"),
+        ("train", "bf16", "dataset"),
+        ("embed", "bf16", "device"),
+        ("embed", "bf16", "dataset"),
+        ("train", "off", "device"),
+    }
     assert all(s.bisect and s.whole_rounds for s in searches)
-    assert {"uint16", "float32"} <= {c.crop.dtype for c in cases}
+    splits = [i for i in gpu if isinstance(i, ThreadSplit)]
+    assert len(splits) == 1 and splits[0].case.pipeline == "device" and splits[0].whole_rounds
     demand = preset_items("gpu-demand")
     assert all(c.compute_only and c.device == "cuda" and c.loader.batch_size == 256 for c in demand)
     assert {(c.workload, c.amp) for c in demand} == {(w, a) for w in ("train", "embed") for a in ("bf16", "off")}
@@ -337,3 +346,77 @@ def test_training_on_a_real_label_of_the_object_table(tiny_plate: Path) -> None:
         run_case(tiny_plate, dataclasses.replace(case, classes=2), objects=labelled)
     with pytest.raises(ConfigError, match="needs workload='train'"):
         dataclasses.replace(case, workload="embed")
+
+
+def _record(metrics: dict[str, Any], case: Track3Case | ThreadSplit) -> Record:
+    """The row as the runner writes it, read back through the results file's own validation."""
+    record = Record(track="3", case=case.label, config=dataclasses.asdict(case), metrics=metrics, environment={})
+    return parse_record(record.to_json())
+
+
+@pytest.mark.parametrize("tier", ["light", "typical"])
+def test_the_device_pipeline_trains_on_equal_tensors_and_reports_its_boundaries(tiny_plate: Path, tier: str) -> None:
+    case = dataclasses.replace(SMALL, crop=CROP.replace(tier=tier), device="cpu", optimizer="adam")
+    device = dataclasses.replace(case, pipeline="device", loader=dataclasses.replace(case.loader, collate="stack"))
+    assert device.label == case.label.replace("/pin/", "/pin/stack-collate/").replace("/cpu/", "/cpu/device-tier/")
+    assert compute_key(device) != compute_key(case), "the collate is part of the compute key"
+    made, moved = run_case(tiny_plate, case), run_case(tiny_plate, device)
+    _assert_loop_adds_up(moved, device)
+    assert moved[m.LOSS_FIRST] == made[m.LOSS_FIRST] and moved[m.LOSS_LAST] == made[m.LOSS_LAST], "equal tensors"
+    assert made[m.TRANSFORM_DEVICE] == "main" and moved[m.TRANSFORM_DEVICE] == "cpu"
+    assert moved[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == moved[m.BYTES_HOST_TO_DEVICE_PER_SAMPLE] == 0
+    assert _record(moved, device).metrics[m.TRANSFORM_DEVICE] == "cpu"
+
+
+def test_every_loop_carries_the_loader_alone_over_the_compute_only_demand(tiny_plate: Path) -> None:
+    metrics = run_case(tiny_plate, SMALL)
+    assert metrics[m.SUPPLY_SAMPLES_PER_S] > 0
+    assert metrics[m.SUPPLY_OVER_DEMAND] == pytest.approx(
+        metrics[m.SUPPLY_SAMPLES_PER_S] / metrics[m.COMPUTE_ONLY_IMAGES_PER_S]
+    )
+    uint16 = dataclasses.replace(SMALL, crop=CROP.replace(tier="none", dtype="uint16"), pipeline="device")
+    _assert_loop_adds_up(run_case(tiny_plate, uint16), uint16)
+
+
+def test_the_compute_key_ignores_the_pipeline_and_the_decode_threads() -> None:
+    threaded = dataclasses.replace(SMALL, crop=CROP.replace(decode_threads=4), pipeline="device")
+    assert compute_key(threaded) == compute_key(SMALL) and threaded.label.endswith("/threads4/device-tier")
+    with pytest.raises(ConfigError, match="pipeline='gpu'"):
+        dataclasses.replace(SMALL, pipeline="gpu")
+
+
+def test_a_thread_split_shares_the_cores_out_as_workers_times_threads() -> None:
+    split = ThreadSplit(dataclasses.replace(SMALL, steps=32, warmup_steps=4), 16, whole_rounds=True)
+    assert split.splits == ((0, 16), (1, 16), (2, 8), (4, 4), (8, 2), (16, 1))
+    twelve = split.with_split(12, 1)
+    assert (twelve.loader.num_workers, twelve.crop.decode_threads, twelve.steps, twelve.warmup_steps) == (12, 1, 36, 12)
+    assert split.with_split(0, 16).crop.decode_threads == 16 and split.with_split(0, 16).steps == 32
+    assert split.label.endswith("/split16-cores") and "/w*/" in split.label
+    assert len({split.with_split(*pair).label for pair in split.splits}) == 6
+    with pytest.raises(ConfigError, match="cores must be a positive integer"):
+        ThreadSplit(SMALL, 0)
+    results = [
+        ((w, t), {m.IMAGES_PER_S: rate, m.DATA_WAIT_FRACTION: 0.1, m.COMPUTE_ONLY_IMAGES_PER_S: 500.0})
+        for (w, t), rate in zip(split.splits, (100.0, 150.0, 300.0, 250.0, 200.0, 120.0), strict=True)
+    ]
+    summary = split_summary(split, results)
+    assert summary[m.BEST_SPLIT] == "w2xt8" and summary[m.SPLITS][0] == "w0xt16" and summary[m.CORES] == 16
+    assert summary[m.SUPPLY_OVER_DEMAND_BY_SPLIT] == [None] * 6
+
+
+@pytest.mark.slow
+def test_the_runner_writes_a_row_per_split_and_the_answer(tiny_plate: Path) -> None:
+    emitted: list[Record] = []
+    context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1}, samples=16)
+    split = ThreadSplit(dataclasses.replace(SMALL, device="cpu", pipeline="device"), 2)
+
+    class OneSplit(Track3):
+        def cases(self, preset: str, context: RunContext) -> list[Any]:
+            return [split]
+
+    run_tracks([OneSplit()], "smoke", context, emitted.append)
+    assert [r.case for r in emitted[:-1]] == [split.with_split(*pair).label for pair in split.splits]
+    answer = emitted[-1].metrics
+    assert emitted[-1].case == split.label and answer[m.SPLITS] == ["w0xt2", "w1xt2", "w2xt1"]
+    assert answer[m.BEST_SPLIT] in answer[m.SPLITS] and all(s > 0 for s in answer[m.SUPPLY_OVER_DEMAND_BY_SPLIT])
+    assert [r.config["crop"]["decode_threads"] for r in emitted[:-1]] == [2, 2, 1]

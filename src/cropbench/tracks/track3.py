@@ -17,7 +17,14 @@ Three model kinds answer different questions (see docs/tracks.md):
   could this loader feed an accelerator that needs a batch every N ms?
 
 :class:`WorkerSearch` raises ``num_workers`` until the data-wait fraction falls below 10% (MLPerf
-Storage's accelerator-utilisation threshold) and reports the smallest such count.
+Storage's accelerator-utilisation threshold) and reports the smallest such count. :class:`ThreadSplit`
+shares one core count out as workers × decode threads per worker and reports the split that ran fastest.
+
+Every loop is followed by the same loader alone (no model, a fresh epoch of the same schedule): its
+samples/s over the compute-only images/s of the same model and batch is ``supply_over_demand``.
+``pipeline="device"`` has the workers hand over raw uint16 batches and makes the tier's tensors on the
+device inside the data wait (:mod:`cropbench.data.device_pipeline`); every row says where the tier ran
+and the image bytes per sample crossing each boundary (worker → main, host → device).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from torch.nn import functional
 from cropbench import metrics as m
 from cropbench.config import ACCESS_PATTERNS, CropConfig
 from cropbench.data.dataset import CropDataset
+from cropbench.data.device_pipeline import DeviceTier, boundaries, check_pipeline, loader_crop
 from cropbench.data.distributed import SamplerFactory
 from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader, memory_of, schedule, worker_pids
 from cropbench.data.sampling import sampler_for
@@ -55,7 +63,7 @@ from cropbench.measure.accelerator import (
     synchroniser,
     to_device,
 )
-from cropbench.measure.protocol import summarise_ms
+from cropbench.measure.protocol import samples_per_s, summarise_ms
 from cropbench.metrics import prefixed
 from cropbench.objects import MISSING_CLASS, ObjectTable
 from cropbench.tracks.context import RunContext, worker_counts
@@ -93,7 +101,9 @@ class Track3Case:
     happens in the warm-up steps. ``emulated_step_ms`` is the per-step compute of ``model="emulated"``.
     ``compute_only`` measures only the compute-only baseline: the images/s a loader would have to supply.
     ``target`` trains on that label column of the object table (string classes as class ids; objects
-    without a class are ignored) instead of the synthetic target ``index % classes``.
+    without a class are ignored) instead of the synthetic target ``index % classes``. ``pipeline`` says
+    where the crop's tier runs: in the Dataset (``dataset``), or on ``device`` after the workers hand
+    over raw uint16 batches (``device``).
     """
 
     crop: CropConfig = field(default_factory=_default_crop)
@@ -113,8 +123,10 @@ class Track3Case:
     seed: int = 0
     compute_only: bool = False
     target: str | None = None
+    pipeline: str = "dataset"
 
     def __post_init__(self) -> None:
+        check_pipeline(self.pipeline)
         for name, value, allowed in (
             ("model", self.model, MODEL_KINDS),
             ("workload", self.workload, WORKLOADS),
@@ -145,6 +157,8 @@ class Track3Case:
         c = self.crop
         model = f"emulated{self.emulated_step_ms:g}ms" if self.model == "emulated" else self.model
         parts = [model, self.workload, c.decode, c.tier, c.dtype, self.loader.label, f"amp-{self.amp}", self.device]
+        parts += [f"threads{c.decode_threads}"] if c.decode_threads != 1 else []
+        parts += ["device-tier"] if self.pipeline == "device" else []
         parts += ["channels-last"] if self.channels_last else []
         parts += ["compile"] if self.compile else []
         parts += [self.optimizer] if self.optimizer != "sgd" and self.workload == "train" else []
@@ -182,16 +196,73 @@ class WorkerSearch:
 
     def with_workers(self, workers: int) -> Track3Case:
         case = _workers(self.case, workers)
-        if not self.whole_rounds or workers == 0:
-            return case
-        return dataclasses.replace(
-            case, warmup_steps=max(case.warmup_steps, workers), steps=-(-case.steps // workers) * workers
-        )
+        return _in_whole_rounds(case) if self.whole_rounds else case
 
     @property
     def label(self) -> str:
         base = self.with_workers(0).label.split("/")
         return "/".join("w*" if part == "w0" else part for part in base) + "/min-workers"
+
+
+def _in_whole_rounds(case: Track3Case) -> Track3Case:
+    """One warm-up step per worker (at least the case's) and steps in whole rounds of one batch per worker."""
+    workers = case.loader.num_workers
+    if workers == 0:
+        return case
+    return dataclasses.replace(
+        case, warmup_steps=max(case.warmup_steps, workers), steps=-(-case.steps // workers) * workers
+    )
+
+
+@dataclass(frozen=True)
+class ThreadSplit:
+    """Threads against workers at a fixed core count: the same loop with ``cores`` shared out as
+    ``workers`` × ``decode_threads`` per worker, from no worker (the main process reading with every
+    thread) and one worker of ``cores`` threads to ``cores`` workers of one thread (the divisors of
+    ``cores``). ``whole_rounds`` as in :class:`WorkerSearch`.
+    """
+
+    case: Track3Case
+    cores: int
+    whole_rounds: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cores, int) or isinstance(self.cores, bool) or self.cores < 1:
+            raise ConfigError(f"cores must be a positive integer, got {self.cores!r}")
+
+    @property
+    def splits(self) -> tuple[tuple[int, int], ...]:
+        """(workers, decode threads per worker) of each loop, fewest workers first."""
+        per_worker = ((w, self.cores // w) for w in range(1, self.cores + 1) if self.cores % w == 0)
+        return ((0, self.cores), *per_worker)
+
+    def with_split(self, workers: int, threads: int) -> Track3Case:
+        case = dataclasses.replace(_workers(self.case, workers), crop=self.case.crop.replace(decode_threads=threads))
+        return _in_whole_rounds(case) if self.whole_rounds else case
+
+    @property
+    def label(self) -> str:
+        base = _workers(self.case, 0).label.split("/")
+        return "/".join("w*" if part == "w0" else part for part in base) + f"/split{self.cores}-cores"
+
+
+def split_name(workers: int, threads: int) -> str:
+    return f"w{workers}xt{threads}"
+
+
+def split_summary(split: ThreadSplit, results: Sequence[tuple[tuple[int, int], dict[str, Any]]]) -> dict[str, Any]:
+    """The split's answer: each split's images/s, data wait and supply over demand, and the fastest."""
+    names = [split_name(*pair) for pair, _ in results]
+    rates = [metrics[m.IMAGES_PER_S] for _, metrics in results]
+    return {
+        m.CORES: split.cores,
+        m.SPLITS: names,
+        m.IMAGES_PER_S_BY_SPLIT: rates,
+        m.DATA_WAIT_FRACTION_BY_SPLIT: [metrics[m.DATA_WAIT_FRACTION] for _, metrics in results],
+        m.SUPPLY_OVER_DEMAND_BY_SPLIT: [metrics.get(m.SUPPLY_OVER_DEMAND) for _, metrics in results],
+        m.BEST_SPLIT: names[int(np.argmax(rates))] if rates else None,
+        m.COMPUTE_ONLY_IMAGES_PER_S: results[0][1][m.COMPUTE_ONLY_IMAGES_PER_S] if results else None,
+    }
 
 
 class StepCompute:
@@ -293,9 +364,19 @@ def timed_loop(
     return LoopTiming(as_array(waits), as_array(computes), as_array(totals), warmup)
 
 
-def _preparer(case: Track3Case, device: torch.device, non_blocking: bool) -> Callable[[Any], Batch]:
+def _preparer(
+    case: Track3Case, device: torch.device, non_blocking: bool, tier: DeviceTier | None = None
+) -> Callable[[Any], Batch]:
+    """Batch → (images, labels) on the device: the batch copied as it is (and made float there), or
+    through the device ``tier``."""
+
     def prepare(batch: dict[str, Any]) -> Batch:
-        images = to_device(batch["image"], device, non_blocking, case.channels_last, floating=True)
+        if tier is None:
+            images = to_device(batch["image"], device, non_blocking, case.channels_last, floating=True)
+        else:
+            images = tier(batch["image"], batch["index"])
+            images = images if images.is_floating_point() else images.to(torch.float32)
+            images = images.contiguous(memory_format=torch.channels_last) if case.channels_last else images
         target = batch["labels"][case.target] if case.target else torch.as_tensor(batch["index"]) % case.classes
         labels = torch.as_tensor(target).to(device, non_blocking=non_blocking)
         return images, labels
@@ -311,8 +392,12 @@ def _loader(
     pin: bool,
     objects: ObjectTable | None,
     shard: SamplerFactory | None = None,
+    epochs: int = 1,
 ) -> tuple[CropDataset, Any]:
-    dataset = CropDataset(plate, case.crop, objects=objects, labels=(case.target,) if case.target else ())
+    """The case's dataset (raw crops under the device pipeline) and a loader of ``epochs`` scheduled
+    epochs of ``samples`` each (``sampler.set_epoch`` picks one)."""
+    crop = loader_crop(case.crop, case.pipeline)
+    dataset = CropDataset(plate, crop, objects=objects, labels=(case.target,) if case.target else ())
     if case.target:
         classes = dataset.label_classes.get(case.target)
         if classes is None or len(classes) > case.classes:
@@ -321,7 +406,7 @@ def _loader(
                 f"it has {'numbers' if classes is None else f'{len(classes)} classes: set classes={len(classes)}'}"
             )
     order = shard(dataset) if shard is not None else sampler_for(dataset, case.access, case.seed)
-    sampler = ScheduledSampler(schedule(order, samples, 1))
+    sampler = ScheduledSampler(schedule(order, samples, epochs))
     return dataset, build_loader(dataset, spec, sampler, case.seed, pin_memory=pin)
 
 
@@ -348,7 +433,12 @@ def compute_only(
     shard: SamplerFactory | None = None,
     wrap: ModelWrap | None = None,
 ) -> dict[str, Any]:
-    """The same loop fed from ``BASELINE_BATCHES`` batches already on the device: compute alone."""
+    """The same loop fed from ``BASELINE_BATCHES`` batches already on the device: compute alone.
+
+    The batches are the tier's tensors as the dataset pipeline makes them (the device pipeline's are
+    equal), so both pipelines share one baseline.
+    """
+    case = dataclasses.replace(case, pipeline="dataset")
     device = resolve_device(case.device)
     batch = case.loader.batch_size
     dataset, loader = _loader(
@@ -390,10 +480,11 @@ def compute_key(case: Track3Case) -> str:
     """Cases sharing this key share a compute-only baseline (only the loader side differs)."""
     neutral = dataclasses.replace(
         case,
-        crop=case.crop.replace(decode="direct"),
+        crop=case.crop.replace(decode="direct", decode_threads=1),
         access="random",
         compute_only=False,
         loader=LoaderSpec(batch_size=case.loader.batch_size, collate=case.loader.collate),
+        pipeline="dataset",
     )
     return f"{neutral.label}/steps{case.steps}+{case.warmup_steps}/seed{case.seed}"
 
@@ -415,26 +506,28 @@ def run_case(
     baseline = baseline if baseline is not None else compute_only(plate, case, objects, shard=shard, wrap=wrap)
     if case.compute_only:
         return {**baseline, **device_info(device)}
-    pin = pin_in_effect(case.loader.pin_memory, device)
+    device_tier = case.pipeline == "device"
+    # The device tier pins into its own reused buffers; the DataLoader's pinning would copy twice.
+    pin = pin_in_effect(case.loader.pin_memory, device) and not device_tier
     batch = case.loader.batch_size
-    dataset, loader = _loader(plate, case, case.loader, batch * (case.steps + case.warmup_steps), pin, objects, shard)
+    samples = batch * (case.steps + case.warmup_steps)
+    dataset, loader = _loader(plate, case, case.loader, samples, pin, objects, shard, epochs=2)
+    tier = DeviceTier.for_dataset(dataset.plan, case.crop, device) if device_tier else None
+    non_blocking = pin or (tier is not None and tier.staging is not None)
+    prepare = _preparer(case, device, non_blocking, tier)
     compute = StepCompute(case, device, len(dataset.channel_indices), wrap)
+    sync = synchroniser(device)
     clock = time.perf_counter_ns
     start = clock()
     iterator = iter(loader)
     iter_ns = clock() - start
     with NvmlSampler(device) as nvml, cuda_memory(device) as peak:
-        timing = timed_loop(
-            iterator.__next__,
-            _preparer(case, device, pin),
-            compute,
-            case.steps,
-            case.warmup_steps,
-            synchroniser(device),
-        )
+        timing = timed_loop(iterator.__next__, prepare, compute, case.steps, case.warmup_steps, sync)
     workers = memory_of(worker_pids(iterator))
     del iterator
+    supply = supply_rate(loader, prepare, case, sync)
     metrics = _loop_metrics(timing, batch)
+    crossing = boundaries(case.crop, len(dataset.channel_indices), case.pipeline, case.loader.num_workers, device)
     stall, impossible = stall_crosscheck(
         metrics[m.STEP_MEAN_MS], baseline[m.COMPUTE_ONLY_STEP_MEAN_MS], metrics[m.ACCELERATOR_BUSY_FRACTION]
     )
@@ -446,8 +539,13 @@ def run_case(
             m.MEETS_AU_THRESHOLD: metrics[m.DATA_WAIT_FRACTION] < AU_THRESHOLD,
             m.ITER_CREATE_MS: iter_ns / 1e6,
             m.FIRST_BATCH_MS: (iter_ns + int(timing.wait_ns[0])) / 1e6,
-            m.PIN_MEMORY_EFFECTIVE: pin,
-            m.NON_BLOCKING: pin,
+            m.PIN_MEMORY_EFFECTIVE: non_blocking,
+            m.NON_BLOCKING: non_blocking,
+            m.SUPPLY_SAMPLES_PER_S: supply,
+            m.SUPPLY_OVER_DEMAND: supply / baseline[m.COMPUTE_ONLY_IMAGES_PER_S],
+            m.TRANSFORM_DEVICE: crossing.transform_device,
+            m.BYTES_WORKER_TO_MAIN_PER_SAMPLE: crossing.worker_to_main,
+            m.BYTES_HOST_TO_DEVICE_PER_SAMPLE: crossing.host_to_device,
             m.OBJECTS: len(dataset),
             **validity(
                 case.crop,
@@ -467,6 +565,17 @@ def run_case(
         metrics[m.LOSS_FIRST] = float(compute.losses[0])
         metrics[m.LOSS_LAST] = float(compute.losses[-1])
     return metrics
+
+
+def supply_rate(loader: Any, prepare: Callable[[Any], Batch], case: Track3Case, sync: Callable[[], None]) -> float:
+    """Samples/s of the loader alone, as the loop would take them (``next()`` and the preparation on the
+    device, synchronised), over the second scheduled epoch: fresh crops, workers started afresh."""
+    loader.sampler.set_epoch(1)
+    iterator = iter(loader)
+    timing = timed_loop(iterator.__next__, prepare, lambda images, labels: None, case.steps, case.warmup_steps, sync)
+    del iterator
+    steps = timing.steady("step_ns")
+    return samples_per_s(case.loader.batch_size * len(steps), int(steps.sum()) / 1e9)
 
 
 def search_summary(search: WorkerSearch, results: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
@@ -528,7 +637,7 @@ def run_search(
     return results, search_summary(search, results)
 
 
-Item = Track3Case | WorkerSearch
+Item = Track3Case | WorkerSearch | ThreadSplit
 
 
 def _workers(case: Track3Case, workers: int) -> Track3Case:
@@ -591,10 +700,12 @@ def _gpu_demand_items(crop: CropConfig) -> list[Item]:
 
 
 def _gpu_items(crop: CropConfig) -> list[Item]:
-    """The GPU check: the fewest workers that keep the GPU >= 90% busy per decode path, workload and AMP.
+    """The GPU check: the fewest workers that keep the GPU >= 90% busy, the device pipeline beside the
+    dataset pipeline, per workload and AMP, on the ``direct`` path.
 
-    Bisected searches over 0-16 workers (capped by the cores) in whole rounds; then float32 vs uint16
-    crops on the bus at the most workers.
+    Bisected searches over 0-16 workers (capped by the cores) in whole rounds, the most workers first
+    (so every search has a row at the most workers, with its supply over demand); then the threads-vs-
+    workers split of the most workers' cores for bf16 training on the device pipeline.
     """
     gpu = _gpu_base(crop)
     candidates = tuple(worker_counts())
@@ -602,16 +713,14 @@ def _gpu_items(crop: CropConfig) -> list[Item]:
     def search(case: Track3Case) -> WorkerSearch:
         return WorkerSearch(case, candidates, bisect=True, whole_rounds=True)
 
-    raw = search(dataclasses.replace(gpu, crop=crop.replace(tier="none")))
+    device = dataclasses.replace(gpu, pipeline="device", loader=dataclasses.replace(gpu.loader, collate="stack"))
     return [
+        search(device),
         search(gpu),
-        search(dataclasses.replace(gpu, crop=crop.replace(decode="zarr"))),
+        search(dataclasses.replace(device, workload="embed")),
         search(dataclasses.replace(gpu, workload="embed")),
-        search(dataclasses.replace(gpu, amp="off")),
-        raw.with_workers(candidates[-1]),
-        dataclasses.replace(
-            raw, case=dataclasses.replace(raw.case, crop=raw.case.crop.replace(dtype="uint16"))
-        ).with_workers(candidates[-1]),
+        search(dataclasses.replace(device, amp="off")),
+        ThreadSplit(device, candidates[-1], whole_rounds=True),
     ]
 
 
@@ -641,7 +750,8 @@ def preset_items(preset: str, samples: int | None = None) -> list[Item]:
         return dataclasses.replace(case, steps=max(1, samples // case.loader.batch_size))
 
     return [
-        dataclasses.replace(i, case=with_steps(i.case)) if isinstance(i, WorkerSearch) else with_steps(i) for i in items
+        dataclasses.replace(i, case=with_steps(i.case)) if isinstance(i, (WorkerSearch, ThreadSplit)) else with_steps(i)
+        for i in items
     ]
 
 
@@ -661,7 +771,7 @@ class Track3:
         return preset_items(preset, context.samples)
 
     def decode(self, item: Item) -> str:
-        return (item.case if isinstance(item, WorkerSearch) else item).crop.decode
+        return (item.case if isinstance(item, (WorkerSearch, ThreadSplit)) else item).crop.decode
 
     def _run(self, case: Track3Case, context: RunContext) -> dict[str, Any]:
         key = compute_key(case)
@@ -673,6 +783,9 @@ class Track3:
         if isinstance(item, Track3Case):
             case = seeded(item, repeat)
             yield Row(item, dataclasses.asdict(case), self._run(case, context), case.seed)
+            return
+        if isinstance(item, ThreadSplit):
+            yield from self._split(item, repeat, context)
             return
         search = dataclasses.replace(item, case=seeded(item.case, repeat))
 
@@ -687,3 +800,14 @@ class Track3:
             yield Row(item.with_workers(workers), dataclasses.asdict(step), metrics, step.seed)
         results.sort(key=lambda result: result[0])
         yield Row(item, dataclasses.asdict(search), search_summary(search, results), search.case.seed)
+
+    def _split(self, item: ThreadSplit, repeat: int, context: RunContext) -> Iterator[Row]:
+        split = dataclasses.replace(item, case=seeded(item.case, repeat))
+        results = []
+        for workers, threads in split.splits:
+            step = split.with_split(workers, threads)
+            context.progress(f"track 3 {step.label} (repeat {repeat})")
+            metrics = self._run(step, context)
+            results.append(((workers, threads), metrics))
+            yield Row(item.with_split(workers, threads), dataclasses.asdict(step), metrics, step.seed)
+        yield Row(item, dataclasses.asdict(split), split_summary(split, results), split.case.seed)
