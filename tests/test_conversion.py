@@ -231,3 +231,35 @@ def test_each_repeat_is_set_against_its_own_in_place_reference(tiny_plate: Path,
     assert [r.repeat for r in converted] == [0, 1] and sorted(track.reference) == [0, 1]
     assert all(CONVERTING_PAYS_OFF in r.metrics for r in converted)
     assert [r.seed for r in converted] == [0, 1]
+
+
+def test_the_remote_latency_must_be_a_sane_number() -> None:
+    with pytest.raises(ConfigError, match="remote_latency_ms must be from 0 to 60000"):
+        FormatComparison(remote_latency_ms=-1)
+
+
+@pytest.mark.slow
+def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_others_say_why_not(
+    tiny_plate: Path, tmp_path: Path
+) -> None:
+    from cropbench.measure.endpoints import moto_available
+    from cropbench.tracks.conversion import REMOTE, REMOTE_CACHE_BYTES, REMOTE_SKIP_REASON
+
+    if not moto_available():
+        pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")
+    formats = tuple(name for name in ("hdf5", "mds") if name in AVAILABLE)
+    if "mds" not in formats:
+        pytest.skip(TRAINING_FORMATS["mds"].available() or "")
+    comparison = FormatComparison(
+        formats=formats, crop_size=32, samples=10, warmup=0, repeats=1, workers=0, epochs=1, remote_latency_ms=5
+    )
+    rows = api.run(tiny_plate, [Formats(comparison, tmp_path / "work")])
+    assert "over a loopback S3 store at 5 ms per request" in formats_table(rows)
+    records = {r.case: r.metrics for r in rows}
+    streamed = records["mds"]
+    assert streamed[m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
+    assert streamed[m.prefixed(REMOTE, m.SAMPLES_PER_S)] > 0 and streamed[m.INJECTED_LATENCY_MS] == 5
+    assert streamed[REMOTE_CACHE_BYTES] > 0
+    assert "local files" in records["hdf5"][REMOTE_SKIP_REASON]
+    assert "ome-zarr/direct" in records and REMOTE_SKIP_REASON not in records["ome-zarr/direct"]
+    assert not (tmp_path / "work").exists()

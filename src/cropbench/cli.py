@@ -279,6 +279,7 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         epochs=args.epochs,
         shard_bytes=int(args.shard_mib * 2**20),
+        remote_latency_ms=args.latency_ms,
     )
     out_dir = Path(args.out)
     track = Formats(comparison, Path(args.work) if args.work else out_dir / "crops", keep=args.keep)
@@ -773,6 +774,11 @@ def build_parser() -> argparse.ArgumentParser:
     formats.add_argument("--epochs", type=int, default=2, help="shuffled epochs per reader (default: %(default)s)")
     formats.add_argument("--shard-mib", type=float, default=64, help="shard or chunk size (default: %(default)s)")
     formats.add_argument("--objects", help="object table (Parquet/CSV) for plates without cropbench's table")
+    formats.add_argument(
+        "--latency-ms",
+        type=float,
+        help="also read each store's epochs from a loopback S3 server (moto) adding this latency per request",
+    )
     formats.add_argument("--no-progress", action="store_true", help="no progress bar")
     formats.set_defaults(handler=cmd_compare_formats)
 

@@ -20,6 +20,11 @@ each epoch's first batch per worker, seconds per epoch, and whether each epoch d
 exactly once. Each row carries the fidelity hash of the first crops by index and whether it equals
 the plate's.
 
+With ``remote_latency_ms`` (``compare-formats --latency-ms``), each store is also uploaded to a
+loopback S3 server (moto) behind a proxy that adds that latency to every request, and read for the
+same shuffled epochs by the libraries that stream from S3 (``remote_*``: crops/s, first batch, the
+bytes left in the library's local cache); the others say why not (``remote_skip_reason``).
+
 ``break_even_epochs`` = conversion seconds / (in-place seconds per epoch - converted seconds per
 epoch), seconds per epoch being the objects over the steady shuffled samples/s: the epochs after which
 converting has paid for itself. A format no faster than reading in place never pays off
@@ -28,8 +33,11 @@ converting has paid for itself. A format no faster than reading in place never p
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +56,19 @@ from cropbench.data.training import (
     TRAINING_FORMATS,
     CropStoreInfo,
     FormatUnavailableError,
+    S3Access,
     TrainingFormat,
     training_format,
 )
 from cropbench.errors import ConfigError
+from cropbench.measure.endpoints import (
+    S3_ACCESS_KEY,
+    S3_REGION,
+    S3_SECRET_KEY,
+    delay_proxy,
+    loopback_s3,
+    moto_available,
+)
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.memory import PeakMemory
 from cropbench.measure.protocol import Stopwatch, interleaved_rates, per_item, samples_per_s, steady_state, time_each
@@ -89,6 +106,13 @@ SECONDS_PER_EPOCH = "seconds_per_epoch"
 BREAK_EVEN_EPOCHS = "break_even_epochs"
 CONVERTING_PAYS_OFF = "converting_pays_off"
 IDENTICAL_TO_PLATE = "identical_to_plate"
+#: Prefix of the shuffled epochs read over the loopback store; why a format was not read there.
+REMOTE = "remote_"
+REMOTE_SKIP_REASON = "remote_skip_reason"
+#: Bytes the library left in its local cache after the remote epochs.
+REMOTE_CACHE_BYTES = "remote_cache_bytes"
+#: The loopback bucket stores are uploaded to.
+BUCKET = "crops"
 
 
 @dataclass(frozen=True)
@@ -112,6 +136,9 @@ class FormatComparison:
     epochs: int = 2
     shard_bytes: int = 64 * 2**20
     seed: int = 0
+    #: With a latency, each store is also uploaded to a loopback S3 server (moto) behind a proxy adding
+    #: this many milliseconds to every request, and its epochs are read from there (formats that can).
+    remote_latency_ms: float | None = None
 
     def __post_init__(self) -> None:
         for name in self.formats:
@@ -124,6 +151,10 @@ class FormatComparison:
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"{knob} must be a whole number >= 0, got {value!r}")
+        if self.remote_latency_ms is not None and not (
+            isinstance(self.remote_latency_ms, (int, float)) and 0 <= self.remote_latency_ms < 60_000
+        ):
+            raise ConfigError(f"remote_latency_ms must be from 0 to 60000 (or None), got {self.remote_latency_ms!r}")
         if self.channels is not None and not self.channels:
             raise ConfigError("channels must name at least one channel (or be None for all)")
 
@@ -235,6 +266,80 @@ def timed_epochs(loader: Iterable[dict[str, Any]], epochs: int, warmup_batches: 
         m.EXACTLY_ONCE: exactly_once,
         m.BATCH_P50_MS: float(np.median(waits_all)) / 1e6,
     }
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in ``os.environ`` meanwhile (DataLoader workers inherit them); the old values after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def upload(folder: Path, endpoint: str, bucket: str, prefix: str) -> None:
+    """Every file of ``folder`` into ``bucket`` under ``prefix`` on a loopback S3 endpoint."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY,
+        region_name=S3_REGION,
+    )
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
+
+
+def remote_epochs(
+    fmt: TrainingFormat, store: Path, plate_name: str, comparison: FormatComparison, objects: int
+) -> dict[str, Any]:
+    """Track 2's shuffled epochs of ``store`` uploaded to a loopback S3 server (moto) behind a proxy
+    adding ``comparison.remote_latency_ms`` to each request, the library caching as it does; or why not.
+
+    Requests per crop are not counted: the libraries' clients count nothing a caller can read.
+    """
+    latency = float(comparison.remote_latency_ms or 0.0)
+    if fmt.remote is not None:
+        return {REMOTE_SKIP_REASON: fmt.remote}
+    if not moto_available():
+        return {REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
+    with (
+        loopback_s3(BUCKET) as endpoint,
+        delay_proxy(endpoint, latency) as proxy,
+        tempfile.TemporaryDirectory(prefix=f".{fmt.name}.cache.", dir=store.parent) as scratch,
+    ):
+        upload(store, endpoint, BUCKET, fmt.name)
+        s3 = S3Access(proxy, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
+        cache = Path(scratch) / "cache"
+        with environment(fmt.remote_environment(s3)):
+            try:
+                loader = fmt.remote_epoch_loader(
+                    f"s3://{BUCKET}/{fmt.name}",
+                    cache,
+                    s3,
+                    plate_name,
+                    batch_size=comparison.batch_size,
+                    workers=comparison.workers,
+                    shuffle=True,
+                    seed=comparison.seed,
+                )
+                metrics = _prefixed(
+                    REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
+                )
+            except Exception as error:  # any failure of the library's own client is the row's answer
+                lines = str(error).strip().splitlines()
+                return {REMOTE_SKIP_REASON: f"{fmt.library} over the loopback store: {lines[0] if lines else error!r}"}
+        cached = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file()) if cache.exists() else 0
+    return {**metrics, REMOTE_CACHE_BYTES: cached, m.INJECTED_LATENCY_MS: latency}
 
 
 def random_access(get: Any, indices: list[int], warmup: int) -> dict[str, Any]:
@@ -397,6 +502,9 @@ class Formats:
             metrics.update(
                 _prefixed(SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
             )
+            if comparison.remote_latency_ms is not None:
+                context.progress(f"{fmt.name}: reading over the loopback store")
+                metrics.update(remote_epochs(fmt, destination, conversion.info.plate_name, comparison, objects))
         finally:
             self.work.done(destination)
         return metrics
@@ -453,6 +561,22 @@ def formats_table(records: Sequence[Record]) -> str:
                 ]
             )
         )
+    remote = [r for r in records if REMOTE_SKIP_REASON in r.metrics or m.prefixed(REMOTE, m.SAMPLES_PER_S) in r.metrics]
+    if remote:
+        latency = next((r.metrics[m.INJECTED_LATENCY_MS] for r in remote if m.INJECTED_LATENCY_MS in r.metrics), None)
+        lines.append(f"over a loopback S3 store{f' at {latency:g} ms per request' if latency is not None else ''}")
+        lines.append(f"{'reader':<16} {'epoch/s':>9} {'1st batch ms':>12} {'cache MiB':>9}")
+        for record in remote:
+            row = record.metrics
+            if REMOTE_SKIP_REASON in row:
+                lines.append(f"{record.case:<16} not read: {row[REMOTE_SKIP_REASON]}")
+                continue
+            cells = [
+                cell(row[m.prefixed(REMOTE, m.SAMPLES_PER_S)], 9, ".0f"),
+                cell(row[m.prefixed(REMOTE, m.FIRST_BATCH_MS)], 12, ".1f"),
+                cell(row[REMOTE_CACHE_BYTES] / 2**20, 9, ".1f"),
+            ]
+            lines.append(" ".join([f"{record.case:<16}", *cells]))
     return "\n".join(lines)
 
 

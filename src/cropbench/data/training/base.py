@@ -73,6 +73,16 @@ class CutBatch:
 
 
 @dataclass(frozen=True)
+class S3Access:
+    """An S3-compatible endpoint and the credentials a library's client is given for it."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str
+
+
+@dataclass(frozen=True)
 class CropStoreInfo:
     """The manifest of a crop store: what was cut, how it was written, and every file's size."""
 
@@ -212,6 +222,8 @@ class TrainingFormat(ABC):
     extra: ClassVar[str]
     #: Whether the library's Dataset reads one crop by index (random access), not only in its own order.
     random_access: ClassVar[bool] = True
+    #: Why the format is not read from an object store here (None: :meth:`remote_epoch_loader` does).
+    remote: ClassVar[str | None] = "not read from an object store here"
 
     @classmethod
     def install_hint(cls) -> str:
@@ -300,6 +312,26 @@ class TrainingFormat(ABC):
         self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
     ) -> Iterable[dict[str, Any]]:
         """Batches of one epoch as the library's users load them: its Dataset, its shuffling, its loader."""
+
+    def remote_environment(self, s3: S3Access) -> dict[str, str]:
+        """Environment variables the library's S3 client reads (set around the remote epochs, workers included)."""
+        return {}
+
+    def remote_epoch_loader(
+        self,
+        url: str,
+        cache: Path,
+        s3: S3Access,
+        plate_name: str,
+        *,
+        batch_size: int,
+        workers: int,
+        shuffle: bool,
+        seed: int,
+    ) -> Iterable[dict[str, Any]]:
+        """Batches of one epoch of the store uploaded at ``url`` (``s3://bucket/prefix``), the library
+        downloading into ``cache`` as its users let it; only where ``remote`` is None."""
+        raise FormatUnavailableError(f"format {self.name!r}: {self.remote}")
 
 
 def _version_key(version: str) -> tuple[int, ...]:

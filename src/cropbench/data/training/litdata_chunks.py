@@ -16,7 +16,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from cropbench.data.dataset import CropDataset
-from cropbench.data.training.base import CutBatch, TrainingFormat, sample
+from cropbench.data.training.base import CutBatch, S3Access, TrainingFormat, sample
 
 INDEX_NAME = "index.json"
 
@@ -56,6 +56,8 @@ class LitdataFormat(TrainingFormat):
             transform=functools.partial(_to_sample, plate_name=info.plate_name),
         )
 
+    remote = None
+
     def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
         return LitdataCrops(self._dataset(path))
 
@@ -65,6 +67,36 @@ class LitdataFormat(TrainingFormat):
         import litdata
 
         dataset = self._dataset(path, shuffle=shuffle, seed=seed)
+        return litdata.StreamingDataLoader(dataset, batch_size=batch_size, num_workers=workers)
+
+    def remote_epoch_loader(
+        self,
+        url: str,
+        cache: Path,
+        s3: S3Access,
+        plate_name: str,
+        *,
+        batch_size: int,
+        workers: int,
+        shuffle: bool,
+        seed: int,
+    ) -> Iterable[dict[str, Any]]:
+        """litdata's chunks streamed from ``url`` into ``cache_dir``, the endpoint in ``storage_options``."""
+        import litdata
+
+        dataset = litdata.StreamingDataset(
+            url,
+            cache_dir=str(cache),
+            shuffle=shuffle,
+            seed=seed,
+            transform=functools.partial(_to_sample, plate_name=plate_name),
+            storage_options={
+                "endpoint_url": s3.endpoint,
+                "aws_access_key_id": s3.access_key,
+                "aws_secret_access_key": s3.secret_key,
+                "region_name": s3.region,
+            },
+        )
         return litdata.StreamingDataLoader(dataset, batch_size=batch_size, num_workers=workers)
 
 

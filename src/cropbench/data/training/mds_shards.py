@@ -17,7 +17,7 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset
 
 from cropbench.data.dataset import CropDataset
-from cropbench.data.training.base import CutBatch, TrainingFormat
+from cropbench.data.training.base import CutBatch, S3Access, TrainingFormat
 
 INDEX_NAME = "index.json"
 
@@ -65,6 +65,8 @@ class MdsFormat(TrainingFormat):
             batch_size=batch_size,
         )
 
+    remote = None
+
     def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
         return self._dataset(path)
 
@@ -72,4 +74,41 @@ class MdsFormat(TrainingFormat):
         self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
     ) -> Iterable[dict[str, Any]]:
         dataset = self._dataset(path, shuffle=shuffle, seed=seed, batch_size=batch_size)
+        return DataLoader(dataset, batch_size=batch_size, num_workers=workers)
+
+    def remote_environment(self, s3: S3Access) -> dict[str, str]:
+        # MosaicML's S3 client takes a custom endpoint from S3_ENDPOINT_URL, credentials from the AWS variables.
+        return {
+            "S3_ENDPOINT_URL": s3.endpoint,
+            "AWS_ACCESS_KEY_ID": s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+            "AWS_REGION": s3.region,
+        }
+
+    def remote_epoch_loader(
+        self,
+        url: str,
+        cache: Path,
+        s3: S3Access,
+        plate_name: str,
+        *,
+        batch_size: int,
+        workers: int,
+        shuffle: bool,
+        seed: int,
+    ) -> Iterable[dict[str, Any]]:
+        """MDS shards streamed from ``url`` into ``cache`` (``remote=``, ``local=``)."""
+        from streaming.base.util import clean_stale_shared_memory
+
+        from cropbench.data.training.mds_dataset import MdsCrops
+
+        clean_stale_shared_memory()
+        dataset = MdsCrops(
+            remote=url,
+            local=str(cache),
+            plate_name=plate_name,
+            shuffle=shuffle,
+            shuffle_seed=seed,
+            batch_size=batch_size,
+        )
         return DataLoader(dataset, batch_size=batch_size, num_workers=workers)

@@ -39,6 +39,7 @@ class WebDatasetFormat(TrainingFormat):
     versions = ("0.2.90", "2")
     extra = "webdataset"
     random_access = False
+    remote = "WebDataset reads object stores through pipe: commands (aws s3 cp, curl): not measured here"
 
     def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
         import webdataset
