@@ -307,3 +307,15 @@ def test_the_campaign_refuses_an_out_folder_that_holds_anything(tmp_path: Path) 
     with pytest.raises(SystemExit):
         campaign_module.main(["--out", str(tmp_path)])
     assert (tmp_path / "kept.txt").read_text() == "mine\n"
+
+
+def test_the_workflow_gates_every_library_when_a_release_appears() -> None:
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "library-gate.yml").read_text())
+    assert {"schedule", "workflow_dispatch"} <= set(workflow[True])  # PyYAML reads `on` as True
+    job = workflow["jobs"]["gate"]
+    assert sorted(entry["library"] for entry in job["strategy"]["matrix"]["include"]) == sorted(GATES)
+    steps = " ".join(step.get("run", "") for step in job["steps"])
+    assert 'scripts/release_history.py "$LIBRARY" --last latest' in steps
+    assert 'scripts/library_gate.py "$LIBRARY"' in steps and "--results-dir" in steps
