@@ -151,6 +151,7 @@ CLI_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [case[1] for case in CLI_CASES], ids=[case[0] for case in CLI_CASES])
 def test_cli_bad_input_exits_2_with_one_line(tiny_plate: Path, tmp_path: Path, args: list[str]) -> None:
     result = _cropbench(*(a.format(tmp=tmp_path, plate=tiny_plate) for a in args))
