@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CliRunner
+from test_robustness import CLI_CASES
 
 from cropbench.cli import build_parser, main
 from cropbench.records import Record, RecordWriter, read_records
@@ -166,6 +167,17 @@ def test_compare_layouts_by_url_refuses_options_it_would_ignore(tmp_path: Path, 
         assert result.stderr.startswith("cropbench: error:")
         assert all(text in result.stderr for text in ("s3://bucket/p.zarr", flag, "local plate only")), result.stderr
     assert not any(tmp_path.iterdir()), "nothing is written before the error"
+
+
+@pytest.mark.parametrize("cropbench_cli", ["in-process"], indirect=True)  # as a subprocess: tests/test_robustness.py
+@pytest.mark.parametrize("args", [case[1] for case in CLI_CASES], ids=[case[0] for case in CLI_CASES])
+def test_bad_input_exits_2_with_one_line(
+    tiny_plate: Path, tmp_path: Path, args: list[str], cropbench_cli: CliRunner
+) -> None:
+    result = cropbench_cli(*(arg.format(tmp=tmp_path, plate=tiny_plate) for arg in args))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cropbench: error:"), result.stderr
 
 
 def test_bad_knobs_exit_2_with_one_line_and_leave_nothing(
