@@ -34,3 +34,23 @@ def test_a_track3_row_with_a_negative_stall_reads_as_impossible() -> None:
     old = Record(track="3", case="resnet18/train", config={}, metrics=metrics, environment={}, run_id="run-a")
     lines = summary_table([old]).splitlines()
     assert lines[2].rstrip().endswith("impossible") and any(line.strip().startswith("impossible: ") for line in lines)
+
+
+def test_the_new_tracks_show_their_own_columns() -> None:
+    def one(track: str, **metrics: object) -> Record:
+        return Record(track=track, case="case", config={}, metrics=metrics, environment={}, run_id="run-a")
+
+    ratio = {m.RATIO_MEDIAN: 0.21, m.RATIO_Q1: 0.2, m.RATIO_Q3: 0.23, m.PAIRED_BLOCKS: 48, m.CEILING_THREADS: 2}
+    targets = summary_table([one("targets", **ratio, **{m.VALIDITY_FLAGS: []})]).splitlines()
+    assert all(title in targets[0] for title in ("ratio", "q1", "q3", "blocks", "ceiling threads", "same bytes"))
+    assert targets[2].split()[2:] == ["-", "0.210", "0.200", "0.230", "48", "2", "-", "ok"]
+    remote = {m.SAMPLES_PER_S: 321.5, m.RATIO_TO_LOCAL: 0.25, m.REQUESTS_PER_CROP: 1.5}
+    assert summary_table([one("remote", **remote)]).splitlines()[2].split()[2:5] == ["321.5", "0.250", "1.50"]
+    layouts = {
+        m.STORED_MIB: 12.0,
+        "direct_requests_per_crop": 1.0,
+        "direct_samples_per_s": 50.0,
+        "zarr_samples_per_s": 5.0,
+    }
+    row = summary_table([one("store-layouts", **layouts)]).splitlines()[2].split()[2:]
+    assert row[:3] == ["12.0", "1.00", "50.0"] and row[5] == "5.0"

@@ -10,7 +10,7 @@ from cropbench.data.loader import LoaderSpec
 from cropbench.records import Record
 from cropbench.report.summary import summary_table
 from cropbench.tracks import track1, track2, track3
-from cropbench.tracks.validity import VALIDITY_FLAGS, validity
+from cropbench.tracks.validity import VALIDITY_FLAGS, flag_meaning, validity
 
 #: The tiny plate decodes to about 1.9 MiB and holds about 100 objects: the default 32 MiB cache holds
 #: all of it, 64 KiB does not.
@@ -62,9 +62,26 @@ def test_the_summary_prints_track2_and_track3_flags_and_explains_them() -> None:
     assert VALIDITY_FLAGS["few-samples"] in table
 
 
-def test_impossible_is_a_flag_like_the_others_and_explained() -> None:
+def test_impossible_is_a_flag_like_the_others_and_explained_in_each_tracks_terms() -> None:
     crop = CropConfig(crop_size=32)
     raised = validity(crop, None, items_drawn=10, objects=100, p95_reliable=True, impossible=True)
     assert raised[m.VALIDITY_FLAGS] == ["impossible"]
     assert validity(crop, None, items_drawn=10, objects=100, p95_reliable=True)[m.VALIDITY_FLAGS] == []
-    assert "longer than the whole loaded step" in VALIDITY_FLAGS["impossible"]
+    assert "longer than the whole loaded step" in flag_meaning("impossible", "3")
+    targets = flag_meaning("impossible", "targets")
+    assert "beat" in targets and "the ceiling or the timing is wrong" in targets and "compute-only" not in targets
+    assert flag_meaning("impossible") == flag_meaning("impossible", "1") == VALIDITY_FLAGS["impossible"]
+    assert "compute-only" not in VALIDITY_FLAGS["impossible"], "the general meaning names no one track's numbers"
+    assert flag_meaning("few-samples", "targets") == VALIDITY_FLAGS["few-samples"]
+    assert flag_meaning("unknown-flag", "3") == "unknown-flag"
+
+
+def test_the_summary_explains_impossible_in_the_terms_of_each_tracks_rows() -> None:
+    def flagged(track: str) -> Record:
+        metrics = {m.RATIO_MEDIAN: 1.4, m.VALIDITY_FLAGS: ["impossible"]}
+        return Record(track=track, case="case", config={}, metrics=metrics, environment={})
+
+    table = summary_table([flagged("3"), flagged("targets")])
+    track3, targets = table.split("\n\n")
+    assert flag_meaning("impossible", "3") in track3 and flag_meaning("impossible", "targets") not in track3
+    assert flag_meaning("impossible", "targets") in targets and "1.400" in targets

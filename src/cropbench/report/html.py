@@ -19,8 +19,8 @@ from cropbench.errors import OutputError
 from cropbench.records import Record
 from cropbench.report.flags import row_flags
 from cropbench.report.summary import SUMMARY_COLUMNS, cell_value, format_cell
-from cropbench.report.verdict import HEADING, Verdict, plain_reason, track_lines, verdict
-from cropbench.tracks.validity import VALIDITY_FLAGS
+from cropbench.report.verdict import HEADING, Verdict, track_lines, verdict
+from cropbench.tracks.validity import flag_meaning
 
 #: The report's file name, beside results.jsonl.
 REPORT_NAME = "report.html"
@@ -157,8 +157,7 @@ def _rows_section(records: Sequence[Record]) -> str:
         raised = sorted({flag for row in rows for flag in row_flags(row)})
         if raised:
             items = "".join(
-                f"<li><code>{_text(flag)}</code>: {_text(VALIDITY_FLAGS.get(flag) or plain_reason(flag))}</li>"
-                for flag in raised
+                f"<li><code>{_text(flag)}</code>: {_text(flag_meaning(flag, track))}</li>" for flag in raised
             )
             parts.append(f'<ul class="legend">{items}</ul>')
     if not by_track:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from cropbench import metrics as m
 from cropbench.records import Record
 from cropbench.report.flags import row_flags
-from cropbench.tracks.validity import VALIDITY_FLAGS
+from cropbench.tracks.validity import flag_meaning
 
 #: Columns shown per track: (header, metric key, format).
 SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
@@ -69,6 +69,37 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
         ("n", m.COUNT, "{}"),
         ("skipped", m.SKIP_REASON, "{}"),
     ),
+    "targets": (
+        ("crops/s", m.CROPS_PER_S, "{:,.0f}"),
+        ("ratio", m.RATIO_MEDIAN, "{:.3f}"),
+        ("q1", m.RATIO_Q1, "{:.3f}"),
+        ("q3", m.RATIO_Q3, "{:.3f}"),
+        ("blocks", m.PAIRED_BLOCKS, "{}"),
+        ("ceiling threads", m.CEILING_THREADS, "{}"),
+        ("same bytes", m.IDENTICAL_TO_DIRECT, "{}"),
+        ("flags", m.VALIDITY_FLAGS, "{}"),
+    ),
+    "remote": (
+        ("samples/s", m.SAMPLES_PER_S, "{:,.1f}"),
+        ("× local", m.RATIO_TO_LOCAL, "{:.3f}"),
+        ("req/crop", m.REQUESTS_PER_CROP, "{:.2f}"),
+        ("bytes/crop", m.BYTES_TRANSFERRED_PER_CROP, "{:,.0f}"),
+        ("latency ms", m.INJECTED_LATENCY_MS, "{:g}"),
+        ("in flight", m.IN_FLIGHT, "{}"),
+    ),
+    "store-layouts": (
+        ("MiB", m.STORED_MIB, "{:,.1f}"),
+        *(
+            column
+            for path, prefix in (("direct", m.DIRECT_), ("zarr", m.ZARR_))
+            for column in (
+                (f"{path} req/crop", m.prefixed(prefix, m.REQUESTS_PER_CROP), "{:.2f}"),
+                (f"{path}/s", m.prefixed(prefix, m.SAMPLES_PER_S), "{:,.1f}"),
+                (f"{path} local/s", m.prefixed(prefix, m.LOCAL_SAMPLES_PER_S), "{:,.1f}"),
+            )
+        ),
+        ("latency ms", m.INJECTED_LATENCY_MS, "{:g}"),
+    ),
 }
 
 
@@ -98,18 +129,19 @@ def summary_table(records: Iterable[Record]) -> str:
             for line in [header, *body]
         ]
         lines.insert(1, "-" * len(lines[0]))
-        lines += flag_legend(rows)
+        lines += flag_legend(rows, track)
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
 
-def flag_legend(rows: Sequence[Record]) -> list[str]:
-    """One line per validity flag raised in ``rows``, saying what it means; nothing when none is."""
+def flag_legend(rows: Sequence[Record], track: str | None = None) -> list[str]:
+    """One line per validity flag raised in ``rows`` (of ``track``), saying what it means on that track;
+    nothing when none is raised."""
     raised = {flag for row in rows for flag in row_flags(row)}
     if not raised:
         return []
     lines = ["flags (a flagged row checks the wiring; it is not a measurement to quote):"]
-    lines += [f"  {flag}: {VALIDITY_FLAGS.get(flag, flag)}" for flag in sorted(raised)]
+    lines += [f"  {flag}: {flag_meaning(flag, track)}" for flag in sorted(raised)]
     return lines
 
 
