@@ -284,3 +284,24 @@ def test_a_worker_search_greys_the_points_whose_own_rows_are_flagged() -> None:
     )
     rows = [point(0, ["re-reads"]), point(1, []), point(2, ["few-samples"], steps=12), point(1, ["x"], seed=5)]
     assert plots.flagged_workers(search, [search, *rows]) == {0, 2}, "another seed is another search"
+
+
+def test_the_layouts_figure_draws_memmap_as_the_reference_not_a_ceiling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figure = _drawn(_every_kind_of_bar(), tmp_path, monkeypatch)["layouts_comparison.png"]
+    rates = figure.axes[0]
+    label = rates.get_xlabel()
+    assert "reference" in label and "ceiling" not in label, label
+    dotted = [line.get_xdata()[0] for line in rates.get_lines() if line.get_linestyle() == ":"]
+    assert dotted == [9000.0], "the dotted line is the memmap layout's rate"
+
+
+def test_rows_of_tracks_without_figures_draw_nothing_and_raise_nothing(tmp_path: Path) -> None:
+    rows = [
+        Record(
+            track="targets", case="random/direct-batched-1t", config={}, metrics={"crops_per_s": 5.0}, environment={}
+        ),
+        Record(track="remote", case="direct/w0/b32", config={}, metrics={"samples_per_s": 5.0}, environment={}),
+    ]
+    assert plots.plot_results(rows, tmp_path) == [] and not list(tmp_path.iterdir())
