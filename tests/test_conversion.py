@@ -20,7 +20,11 @@ from cropbench.tracks.conversion import (
     CONVERSION_PEAK_RSS_GROWTH_BYTES,
     CONVERSION_SECONDS,
     CONVERTING_PAYS_OFF,
+    EPOCH_RATIO_TO_IN_PLACE,
     IDENTICAL_TO_PLATE,
+    INTERLEAVED,
+    INTERLEAVED_EPOCH_SECONDS,
+    INTERLEAVED_IN_PLACE_EPOCH_SECONDS,
     RANDOM,
     RANDOM_RATIO_TO_IN_PLACE,
     SHUFFLED,
@@ -130,6 +134,10 @@ def test_converted_rows_carry_cost_size_and_break_even(rows: list[Any]) -> None:
         assert metrics[CONVERSION_SECONDS] > 0 and metrics[SIZE_RATIO_TO_PLATE] > 0
         assert CONVERTING_PAYS_OFF in metrics
         assert (BREAK_EVEN_EPOCHS in metrics) == metrics[CONVERTING_PAYS_OFF]
+        in_turns = m.prefixed(INTERLEAVED, CONVERTING_PAYS_OFF)
+        assert (m.prefixed(INTERLEAVED, BREAK_EVEN_EPOCHS) in metrics) == metrics[in_turns]
+        ratio = metrics[INTERLEAVED_EPOCH_SECONDS] / metrics[INTERLEAVED_IN_PLACE_EPOCH_SECONDS]
+        assert metrics[EPOCH_RATIO_TO_IN_PLACE] == pytest.approx(ratio)
         random_access = TRAINING_FORMATS[row.case].random_access
         assert (m.prefixed(RANDOM, m.SAMPLES_PER_S) in metrics) == random_access
         assert (RANDOM_RATIO_TO_IN_PLACE in metrics) == random_access

@@ -28,7 +28,9 @@ bytes left in the library's local cache); the others say why not (``remote_skip_
 ``break_even_epochs`` = conversion seconds / (in-place seconds per epoch - converted seconds per
 epoch), seconds per epoch being the objects over the steady shuffled samples/s: the epochs after which
 converting has paid for itself. A format no faster than reading in place never pays off
-(``converting_pays_off`` False, no break-even).
+(``converting_pays_off`` False, no break-even). The same from whole epochs (worker start-up and
+shut-down included) of the converted store and of the plate in place read in turns
+(``interleaved_break_even_epochs``, ``epoch_ratio_to_in_place``) survives a busy machine.
 """
 
 from __future__ import annotations
@@ -71,7 +73,16 @@ from cropbench.measure.endpoints import (
 )
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.memory import PeakMemory
-from cropbench.measure.protocol import Stopwatch, interleaved_rates, per_item, samples_per_s, steady_state, time_each
+from cropbench.measure.protocol import (
+    Stopwatch,
+    exhaust,
+    interleaved_blocks,
+    interleaved_rates,
+    per_item,
+    samples_per_s,
+    steady_state,
+    time_each,
+)
 from cropbench.objects import ObjectTable
 from cropbench.plates.convert import pixel_bytes
 from cropbench.records import Record
@@ -106,6 +117,12 @@ SECONDS_PER_EPOCH = "seconds_per_epoch"
 BREAK_EVEN_EPOCHS = "break_even_epochs"
 CONVERTING_PAYS_OFF = "converting_pays_off"
 IDENTICAL_TO_PLATE = "identical_to_plate"
+#: Median seconds of a whole epoch of the converted store and of the plate in place (direct), read in
+#: turns; their ratio; and break-even from them (``interleaved_`` + the break-even names).
+INTERLEAVED = "interleaved_"
+INTERLEAVED_EPOCH_SECONDS = "interleaved_epoch_seconds"
+INTERLEAVED_IN_PLACE_EPOCH_SECONDS = "interleaved_in_place_epoch_seconds"
+EPOCH_RATIO_TO_IN_PLACE = "epoch_ratio_to_in_place"
 #: Prefix of the shuffled epochs read over the loopback store; why a format was not read there.
 REMOTE = "remote_"
 REMOTE_SKIP_REASON = "remote_skip_reason"
@@ -502,12 +519,30 @@ class Formats:
             metrics.update(
                 _prefixed(SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
             )
+            metrics.update(self._epochs_beside_in_place(loader, conversion.seconds, comparison, context))
             if comparison.remote_latency_ms is not None:
                 context.progress(f"{fmt.name}: reading over the loopback store")
                 metrics.update(remote_epochs(fmt, destination, conversion.info.plate_name, comparison, objects))
         finally:
             self.work.done(destination)
         return metrics
+
+    def _epochs_beside_in_place(
+        self, loader: Iterable[Any], conversion_seconds: float, comparison: FormatComparison, context: RunContext
+    ) -> dict[str, Any]:
+        """Whole epochs (worker start-up and shut-down included) of the converted store and of the plate
+        in place, taking turns, so a busy machine slows both alike; break-even from those seconds."""
+        plate = context.dataset(comparison.crop())
+        calls = {"converted": exhaust(loader), "in_place": exhaust(self._loader(plate, comparison))}
+        seconds = interleaved_blocks(calls, [None] * comparison.epochs)
+        plate.reader.close()
+        converted, in_place = (float(np.median(seconds[name][0])) for name in ("converted", "in_place"))
+        return {
+            INTERLEAVED_EPOCH_SECONDS: converted,
+            INTERLEAVED_IN_PLACE_EPOCH_SECONDS: in_place,
+            EPOCH_RATIO_TO_IN_PLACE: converted / in_place,
+            **_prefixed(INTERLEAVED, break_even(conversion_seconds, in_place, converted)),
+        }
 
 
 def _prefixed(prefix: str, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -529,12 +564,23 @@ def formats_table(records: Sequence[Record]) -> str:
     """The ``formats`` rows as a table: conversion cost, size, random and shuffled crops/s, break-even."""
     header = (
         f"{'reader':<16} {'convert s':>9} {'+peak MiB':>9} {'MiB':>8} {'x plate':>7} {'random/s':>9} "
-        f"{'x in place':>10} {'epoch/s':>9} {'1st batch ms':>12} {'break-even':>10} same"
+        f"{'random x':>8} {'epoch/s':>9} {'epoch x':>7} {'1st batch ms':>12} {'break-even':>10} "
+        f"{'in turns':>8} same"
     )
-    lines = ["convert or read in place (random: Track 1 protocol; epoch: shuffled, Track 2 protocol)", header]
+    lines = [
+        "convert or read in place (random: Track 1 protocol; epoch: shuffled, Track 2 protocol; "
+        "x: against ome-zarr/direct, read in turns)",
+        header,
+    ]
 
     def cell(value: Any, width: int, spec: str) -> str:
         return f"{value:{width}{spec}}" if isinstance(value, (int, float)) and value is not None else f"{'-':>{width}}"
+
+    def epochs(row: dict[str, Any], prefix: str, width: int) -> str:
+        pays_off = m.prefixed(prefix, CONVERTING_PAYS_OFF)
+        if pays_off in row and not row[pays_off]:
+            return f"{'never':>{width}}"
+        return cell(row.get(m.prefixed(prefix, BREAK_EVEN_EPOCHS)), width, ".1f")
 
     for record in records:
         row = record.metrics
@@ -542,8 +588,6 @@ def formats_table(records: Sequence[Record]) -> str:
             lines.append(f"{record.case:<16} skipped: {row.get(m.SKIP_REASON, '')}")
             continue
         growth = row.get(CONVERSION_PEAK_RSS_GROWTH_BYTES)
-        pays = row.get(BREAK_EVEN_EPOCHS)
-        never = CONVERTING_PAYS_OFF in row and not row[CONVERTING_PAYS_OFF]
         lines.append(
             " ".join(
                 [
@@ -553,10 +597,12 @@ def formats_table(records: Sequence[Record]) -> str:
                     cell(row.get(m.STORED_MIB), 8, ".1f"),
                     cell(row.get(SIZE_RATIO_TO_PLATE), 7, ".2f"),
                     cell(row.get(m.prefixed(RANDOM, m.SAMPLES_PER_S)), 9, ".0f"),
-                    cell(row.get(RANDOM_RATIO_TO_IN_PLACE), 10, ".2f"),
+                    cell(row.get(RANDOM_RATIO_TO_IN_PLACE), 8, ".2f"),
                     cell(row.get(m.prefixed(SHUFFLED, m.SAMPLES_PER_S)), 9, ".0f"),
+                    cell(row.get(EPOCH_RATIO_TO_IN_PLACE), 7, ".2f"),
                     cell(row.get(m.prefixed(SHUFFLED, m.FIRST_BATCH_MS)), 12, ".1f"),
-                    f"{'never':>10}" if never else cell(pays, 10, ".1f"),
+                    epochs(row, "", 10),
+                    epochs(row, INTERLEAVED, 8),
                     "yes" if row.get(IDENTICAL_TO_PLATE) else "NO",
                 ]
             )
