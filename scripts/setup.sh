@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (Python 3.11) with cropbench, its dev tools and the object-store extra; a no-op when up to date.
+# Create .venv (Python 3.11) with cropbench, its dev tools, the object-store extra and the docs tools (mkdocs);
+# a no-op when up to date.
 # The first run downloads and unpacks about 6.5 GB (most of it torch's CUDA build): about 10 minutes on a
 # 2-core machine. It prints one line per package pip collects or downloads (with its size) and per install
 # step; pip's whole output goes to .venv/setup-pip.log.
@@ -9,15 +10,19 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 stamp=.venv/.cropbench-setup
 log=.venv/setup-pip.log
-want=$(cat pyproject.toml setup.py src/cropbench/formats/_native.c | sha256sum | cut -c1-16)
+# [remote]: the object-store clients and the loopback S3 server the remote tests start (tests/test_remote.py);
+# [docs]: mkdocs and its theme, for scripts/docs_build.sh and the site scripts/asv_publish.sh publishes.
+extras=dev,remote,docs
+want=$({ cat pyproject.toml setup.py src/cropbench/formats/_native.c; echo "$extras"; } | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 started=$SECONDS
 if [ -x .venv/bin/python ]; then
-  echo "setup: updating .venv (pyproject.toml, setup.py or the C extension changed, or the last setup did not finish)"
+  echo "setup: updating .venv (pyproject.toml, setup.py, the C extension or the extras changed, or the last setup" \
+    "did not finish)"
 else
-  echo "setup: building .venv from pyproject.toml: torch, torchvision, zarr and the dev tools, about 6.5 GB" \
+  echo "setup: building .venv from pyproject.toml: torch, torchvision, zarr, the dev and docs tools, about 6.5 GB" \
     "(most of it torch's CUDA build); about 10 minutes on a 2-core machine. Later runs skip this."
   "$PYTHON" -m venv .venv
 fi
@@ -60,9 +65,8 @@ pip_install() {
 echo "setup: upgrading pip"
 pip_install pip --upgrade pip
 echo "setup: installing cropbench with its dependencies (the longest step)"
-# [remote]: the object-store clients and the loopback S3 server the remote tests start (tests/test_remote.py).
 # torch/torchvision are pinned in pyproject.toml (2.14.1 / 0.29.1); pip takes them from its configured index.
-pip_install cropbench -e ".[dev,remote]"
+pip_install cropbench -e ".[$extras]"
 .venv/bin/python -c "import cropbench, torch, zarr" || { echo "setup failed: cropbench did not import" >&2; exit 1; }
 echo "$want" >"$stamp"
 echo "setup: .venv ready in $((SECONDS - started)) s, $(du -sh .venv 2>/dev/null | cut -f1) on disk"
