@@ -83,6 +83,8 @@ def read_plate_metadata(path: str | Path) -> PlateMetadata:
         try:
             metadata = ngff.read_plate_metadata(root)
         except StoreError as error:
+            if any((root / name).is_file() for name in ("zarr.json", ".zattrs", ".zgroup")):
+                raise  # a zarr group: what is wrong in it is the whole answer
             raise StoreError(f"{error}; nor is there a cropbench layout marker ({LAYOUT_MARKER})") from error
     pointer = read_pointer(root) if root.is_dir() else None
     if pointer is not None:  # a mirror of a plate in an object store: pixels are read from its URL
