@@ -71,6 +71,35 @@ def _one_torch_thread() -> None:
     torch.set_num_threads(1)
 
 
+#: Small plates for hostile-input tests (damaged copies): a few chunks per field in each layout.
+HOSTILE_SPEC = PlateSpec(
+    name="hostile",
+    rows=1,
+    columns=1,
+    fields_per_well=2,
+    channels=2,
+    field_height=64,
+    field_width=64,
+    cells_per_field=4,
+    seed=5,
+)
+HOSTILE_LAYOUTS: dict[str, LayoutSpec] = {
+    "tiles": LayoutSpec(chunk_yx=32, channels_per_chunk=0, codec="blosc-lz4"),
+    "raw": LayoutSpec(chunk_yx=32, channels_per_chunk=0, codec="none"),
+    "zstd": LayoutSpec(chunk_yx=32, channels_per_chunk=1, codec="zstd"),
+    "sharded": LayoutSpec(chunk_yx=16, channels_per_chunk=0, codec="blosc-lz4", shard_yx=-1),
+}
+
+
+@pytest.fixture(scope="session")
+def hostile_plates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The hostile-input plate in each of :data:`HOSTILE_LAYOUTS`, written once: tests damage copies."""
+    root = tmp_path_factory.mktemp("hostile")
+    for name, layout in HOSTILE_LAYOUTS.items():
+        generate_plate(root / f"{name}.zarr", HOSTILE_SPEC, layout, progress=False)
+    return {name: root / f"{name}.zarr" for name in HOSTILE_LAYOUTS}
+
+
 @pytest.fixture(scope="session")
 def tiny_plate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny plate in the default layout."""

@@ -26,30 +26,13 @@ import google_crc32c
 import numpy as np
 import pytest
 import zarr
+from conftest import HOSTILE_LAYOUTS
+from test_hostile_chunks import array_dirs, chunk_files, index_layout
 
-from cropbench.config import LayoutSpec, PlateSpec
 from cropbench.errors import CropbenchError
 from cropbench.formats import DirectChunkReader, PlateReader, Regions, open_plate, read_plate_metadata
 from cropbench.formats.direct import native
-from cropbench.plates.generate import generate_plate
 
-SPEC = PlateSpec(
-    name="fuzzchunks",
-    rows=1,
-    columns=1,
-    fields_per_well=2,
-    channels=2,
-    field_height=64,
-    field_width=64,
-    cells_per_field=4,
-    seed=11,
-)
-LAYOUTS = {
-    "tiles": LayoutSpec(chunk_yx=32, channels_per_chunk=0, codec="blosc-lz4"),
-    "raw": LayoutSpec(chunk_yx=32, channels_per_chunk=0, codec="none"),
-    "zstd": LayoutSpec(chunk_yx=32, channels_per_chunk=1, codec="zstd"),
-    "sharded": LayoutSpec(chunk_yx=16, channels_per_chunk=0, codec="blosc-lz4", shard_yx=-1),
-}
 #: The read window of each field (clipped to the field).
 WINDOW = 40
 EMPTY = 2**64 - 1
@@ -76,24 +59,6 @@ class Tally:
             f"({self.stricter} where zarr-python reads), {self.correct_reads} correct reads, "
             f"{len(self.failures)} failures"
         )
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("fuzz-chunks")
-    plates = {}
-    for name, layout in LAYOUTS.items():
-        plates[name] = root / f"{name}.zarr"
-        generate_plate(plates[name], SPEC, layout, progress=False)
-    return plates
-
-
-def _array_dirs(plate: Path) -> list[Path]:
-    return [plate / info.path for info in read_plate_metadata(plate).fields]
-
-
-def _files(array_dir: Path) -> list[Path]:
-    return sorted(path for path in (array_dir / "c").rglob("*") if path.is_file())
 
 
 # -- read paths ---------------------------------------------------------------------------------
@@ -155,7 +120,7 @@ def _reference(plate: Path) -> np.ndarray | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return np.stack(
-                [np.asarray(zarr.open_array(str(d), mode="r")[:, :height, :width]) for d in _array_dirs(plate)]
+                [np.asarray(zarr.open_array(str(d), mode="r")[:, :height, :width]) for d in array_dirs(plate)]
             )
     except Exception:  # zarr-python refuses a damaged plate with many exception types
         return None
@@ -203,19 +168,11 @@ def _run_case(plate: Path, case: str, tally: Tally, paths: Paths, sound: np.ndar
 # -- surfaces -----------------------------------------------------------------------------------
 
 
-def _index_entries(array_dir: Path) -> tuple[int, bool]:
-    document = json.loads((array_dir / "zarr.json").read_text())
-    sharding = document["codecs"][0]["configuration"]
-    shard = document["chunk_grid"]["configuration"]["chunk_shape"]
-    entries = int(np.prod([s // i for s, i in zip(shard, sharding["chunk_shape"], strict=True)]))
-    return entries, any(codec["name"] == "crc32c" for codec in sharding["index_codecs"])
-
-
 def shard_index_case(plate: Path, rng: random.Random) -> str:
     """Damage one or two entries of the first shard's index (its crc32c recomputed, mostly)."""
-    array_dir = _array_dirs(plate)[0]
-    entries, checksum = _index_entries(array_dir)
-    shard = _files(array_dir)[0]
+    array_dir = array_dirs(plate)[0]
+    entries, checksum = index_layout(array_dir)
+    shard = chunk_files(array_dir)[0]
     data = bytearray(shard.read_bytes())
     start = len(data) - entries * 16 - (4 if checksum else 0)
     index = np.frombuffer(bytes(data[start : start + entries * 16]), dtype="<u8").reshape(-1, 2).copy()
@@ -249,8 +206,8 @@ def shard_index_case(plate: Path, rng: random.Random) -> str:
 
 def chunk_file_case(plate: Path, rng: random.Random) -> str:
     """Damage one chunk (or shard) file: cut, flipped, lengthened, replaced, emptied, deleted."""
-    array_dir = _array_dirs(plate)[rng.randrange(2)]
-    path = rng.choice(_files(array_dir))
+    array_dir = array_dirs(plate)[rng.randrange(2)]
+    path = rng.choice(chunk_files(array_dir))
     data = path.read_bytes()
     kind = rng.choice(["truncate", "flip", "append", "random", "sparse", "empty", "delete"])
     if kind == "truncate":
@@ -344,7 +301,7 @@ METADATA_VALUES: list[Any] = [
 def metadata_case(plate: Path, rng: random.Random, keys: list[str]) -> str:
     """Put a hostile value at one key of every field's zarr.json."""
     key, value = rng.choice(keys), rng.choice(METADATA_VALUES)
-    for array_dir in _array_dirs(plate):
+    for array_dir in array_dirs(plate):
         path = array_dir / "zarr.json"
         document = json.loads(path.read_text())
         *parents, last = key.split(".")
@@ -381,11 +338,11 @@ def _surface(
     return tally
 
 
-def _shard_index(pristine: dict[str, Path], work: Path, cases: int, seed: int, paths: Paths) -> Tally:
+def _shard_index_surface(pristine: dict[str, Path], work: Path, cases: int, seed: int, paths: Paths) -> Tally:
     return _surface(pristine["sharded"], work, cases, seed, shard_index_case, paths)
 
 
-def _metadata(pristine: dict[str, Path], work: Path, cases: int, seed: int, paths: Paths) -> Tally:
+def _metadata_surface(pristine: dict[str, Path], work: Path, cases: int, seed: int, paths: Paths) -> Tally:
     tally = Tally()
     for offset, name in enumerate(METADATA_KEYS):
         keys = METADATA_KEYS[name]
@@ -394,18 +351,20 @@ def _metadata(pristine: dict[str, Path], work: Path, cases: int, seed: int, path
     return tally
 
 
-def _chunk_files(pristine: dict[str, Path], work: Path, cases: int, seed: int, paths: Paths) -> Tally:
+def _chunk_file_surface(pristine: dict[str, Path], work: Path, cases: int, seed: int, paths: Paths) -> Tally:
     tally = Tally()
-    for offset, name in enumerate(LAYOUTS):
-        _add(tally, _surface(pristine[name], work, cases // len(LAYOUTS), seed + offset, chunk_file_case, paths))
+    for offset, name in enumerate(HOSTILE_LAYOUTS):
+        _add(
+            tally, _surface(pristine[name], work, cases // len(HOSTILE_LAYOUTS), seed + offset, chunk_file_case, paths)
+        )
     return tally
 
 
 #: Each surface the fuzz damages: (pristine plates, work folder, cases, seed, read paths) -> its tally.
 SURFACES: dict[str, Callable[[dict[str, Path], Path, int, int, Paths], Tally]] = {
-    "shard index": _shard_index,
-    "metadata": _metadata,
-    "chunk files": _chunk_files,
+    "shard index": _shard_index_surface,
+    "metadata": _metadata_surface,
+    "chunk files": _chunk_file_surface,
 }
 
 
@@ -427,9 +386,9 @@ def _assert_clean(surface: str, tally: Tally) -> None:
 
 @pytest.mark.parametrize("surface", SURFACES)
 def test_fixed_seed_hostile_plates_end_in_a_typed_error_or_zarrs_bytes(
-    pristine: dict[str, Path], tmp_path: Path, surface: str
+    hostile_plates: dict[str, Path], tmp_path: Path, surface: str
 ) -> None:
-    tally = SURFACES[surface](pristine, tmp_path, FAST_CASES, FAST_SEED, READ_PATHS)
+    tally = SURFACES[surface](hostile_plates, tmp_path, FAST_CASES, FAST_SEED, READ_PATHS)
     _assert_clean(surface, tally)
     assert tally.correct_reads > 0
 
@@ -437,8 +396,8 @@ def test_fixed_seed_hostile_plates_end_in_a_typed_error_or_zarrs_bytes(
 @pytest.mark.slow
 @pytest.mark.parametrize("surface", SURFACES)
 def test_random_hostile_plates_end_in_a_typed_error_or_zarrs_bytes(
-    pristine: dict[str, Path], tmp_path: Path, surface: str
+    hostile_plates: dict[str, Path], tmp_path: Path, surface: str
 ) -> None:
     seed = int(os.environ.get("CROPBENCH_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
     print(f"seed {seed} (rerun with CROPBENCH_FUZZ_SEED={seed})")
-    _assert_clean(surface, SURFACES[surface](pristine, tmp_path, SLOW_CASES, seed, {**READ_PATHS, **ZARR_PATH}))
+    _assert_clean(surface, SURFACES[surface](hostile_plates, tmp_path, SLOW_CASES, seed, {**READ_PATHS, **ZARR_PATH}))

@@ -17,40 +17,11 @@ import numpy as np
 import pytest
 import zarr
 
-from cropbench.config import LayoutSpec, PlateSpec
 from cropbench.errors import CropbenchError
 from cropbench.formats import DirectChunkReader, Regions, open_plate, read_plate_metadata
 from cropbench.formats.direct import native
-from cropbench.plates.generate import generate_plate
 
-HOSTILE_SPEC = PlateSpec(
-    name="hostile",
-    rows=1,
-    columns=1,
-    fields_per_well=2,
-    channels=2,
-    field_height=64,
-    field_width=64,
-    cells_per_field=4,
-    seed=5,
-)
-HOSTILE_LAYOUTS = {
-    "tiles": LayoutSpec(chunk_yx=32, channels_per_chunk=0, codec="blosc-lz4"),
-    "raw": LayoutSpec(chunk_yx=32, channels_per_chunk=0, codec="none"),
-    "zstd": LayoutSpec(chunk_yx=32, channels_per_chunk=1, codec="zstd"),
-    "sharded": LayoutSpec(chunk_yx=16, channels_per_chunk=0, codec="blosc-lz4", shard_yx=-1),
-}
 EMPTY = 2**64 - 1
-
-
-@pytest.fixture(scope="module")
-def hostile_plates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("hostile")
-    plates = {}
-    for name, layout in HOSTILE_LAYOUTS.items():
-        plates[name] = root / f"{name}.zarr"
-        generate_plate(plates[name], HOSTILE_SPEC, layout, progress=False)
-    return plates
 
 
 def _copy(plate: Path, tmp_path: Path) -> Path:
@@ -59,12 +30,12 @@ def _copy(plate: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def _array_dirs(plate: Path) -> list[Path]:
+def array_dirs(plate: Path) -> list[Path]:
     metadata = read_plate_metadata(plate)
     return [plate / info.path for info in metadata.fields]
 
 
-def _chunk_files(array_dir: Path) -> list[Path]:
+def chunk_files(array_dir: Path) -> list[Path]:
     return sorted(path for path in (array_dir / "c").rglob("*") if path.is_file())
 
 
@@ -111,7 +82,7 @@ def _errors_on_every_path(plate: Path, monkeypatch: pytest.MonkeyPatch) -> list[
     return messages
 
 
-def _index_layout(array_dir: Path) -> tuple[int, bool]:
+def index_layout(array_dir: Path) -> tuple[int, bool]:
     """Entries of the shard index, and whether a crc32c follows it (the index at the end)."""
     document = json.loads((array_dir / "zarr.json").read_text())
     sharding = document["codecs"][0]["configuration"]
@@ -134,9 +105,9 @@ def set_index_entry(shard: Path, entries: int, checksum: bool, entry: int, offse
 
 
 def _first_shard(plate: Path) -> tuple[Path, int, bool]:
-    array_dir = _array_dirs(plate)[0]
-    entries, checksum = _index_layout(array_dir)
-    return _chunk_files(array_dir)[0], entries, checksum
+    array_dir = array_dirs(plate)[0]
+    entries, checksum = index_layout(array_dir)
+    return chunk_files(array_dir)[0], entries, checksum
 
 
 # -- shard indexes ----------------------------------------------------------------------------------
@@ -184,7 +155,7 @@ def test_an_empty_marker_in_a_sound_index_still_reads_as_the_fill_value(
     plate = _copy(hostile_plates["sharded"], tmp_path)
     shard, entries, checksum = _first_shard(plate)
     set_index_entry(shard, entries, checksum, 0, EMPTY, EMPTY)
-    expected = zarr.open_array(str(_array_dirs(plate)[0]), mode="r")[...]
+    expected = zarr.open_array(str(array_dirs(plate)[0]), mode="r")[...]
     reader = open_plate(plate, "direct")
     np.testing.assert_array_equal(reader.read_field(0), expected)
     assert reader.stats.missing_chunks == 1
@@ -198,7 +169,7 @@ def test_a_raw_chunk_of_the_wrong_length_is_a_typed_error(
     hostile_plates: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: int
 ) -> None:
     plate = _copy(hostile_plates["raw"], tmp_path)
-    chunk = _chunk_files(_array_dirs(plate)[0])[0]
+    chunk = chunk_files(array_dirs(plate)[0])[0]
     chunk.write_bytes(chunk.read_bytes() + b"\0" * extra)
     for message in _errors_on_every_path(plate, monkeypatch):
         assert str(chunk) in message or chunk.relative_to(plate).as_posix() in message, message
@@ -211,7 +182,7 @@ def test_a_chunk_file_larger_than_its_metadata_allows_is_refused_unread(
 ) -> None:
     """A sparse file: its first bytes a sound chunk, its length far beyond what the chunk can encode to."""
     plate = _copy(hostile_plates[layout], tmp_path)
-    chunk = _chunk_files(_array_dirs(plate)[0])[0]
+    chunk = chunk_files(array_dirs(plate)[0])[0]
     with chunk.open("r+b") as handle:
         handle.truncate(size)
     for message in _errors_on_every_path(plate, monkeypatch):
@@ -223,7 +194,7 @@ def test_a_chunk_that_is_a_link_to_a_device_is_refused_unread(
     hostile_plates: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str
 ) -> None:
     plate = _copy(hostile_plates["tiles"], tmp_path)
-    chunk = _chunk_files(_array_dirs(plate)[0])[0]
+    chunk = chunk_files(array_dirs(plate)[0])[0]
     chunk.unlink()
     chunk.symlink_to(device)
     for message in _errors_on_every_path(plate, monkeypatch):
@@ -282,6 +253,6 @@ def test_the_bound_of_a_stored_chunk_follows_its_codecs(hostile_plates: dict[str
 
     expected = {"raw": 2 * 32 * 32 * 2, "tiles": 2 * 32 * 32 * 2 + 16, "sharded": 2 * 16 * 16 * 2 + 16}
     for name, bound in expected.items():
-        assert read_chunk_layout(_array_dirs(hostile_plates[name])[0]).max_encoded == bound
-    zstd = read_chunk_layout(_array_dirs(hostile_plates["zstd"])[0])
+        assert read_chunk_layout(array_dirs(hostile_plates[name])[0]).max_encoded == bound
+    zstd = read_chunk_layout(array_dirs(hostile_plates["zstd"])[0])
     assert zstd.chunk_bytes < zstd.max_encoded < zstd.chunk_bytes + 2**10

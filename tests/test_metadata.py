@@ -11,37 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cropbench.config import LayoutSpec, PlateSpec
 from cropbench.errors import CropbenchError, StoreError
 from cropbench.formats import open_plate, read_plate_metadata
 from cropbench.formats.metadata import parse_array_metadata
-from cropbench.plates.generate import generate_plate
-
-SPEC = PlateSpec(
-    name="meta",
-    rows=1,
-    columns=1,
-    fields_per_well=2,
-    channels=2,
-    field_height=64,
-    field_width=64,
-    cells_per_field=4,
-    seed=2,
-)
-
-
-@pytest.fixture(scope="module")
-def plates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("metadata")
-    layouts = {
-        "tiles": LayoutSpec(chunk_yx=32, channels_per_chunk=0, codec="blosc-lz4"),
-        "sharded": LayoutSpec(chunk_yx=16, channels_per_chunk=0, codec="blosc-lz4", shard_yx=-1),
-    }
-    paths = {}
-    for name, layout in layouts.items():
-        paths[name] = root / f"{name}.zarr"
-        generate_plate(paths[name], SPEC, layout, progress=False)
-    return paths
 
 
 def _set(document: dict[str, Any], path: str, value: Any) -> None:
@@ -104,9 +76,9 @@ BAD_VALUES = [
 )
 @pytest.mark.parametrize("decode", ["direct", "field", "zarr"])
 def test_a_bad_metadata_value_is_one_error_naming_the_file_and_key_on_every_path(
-    plates: dict[str, Path], tmp_path: Path, plate_name: str, key: str, value: Any, named: str, decode: str
+    hostile_plates: dict[str, Path], tmp_path: Path, plate_name: str, key: str, value: Any, named: str, decode: str
 ) -> None:
-    plate = _edited(plates[plate_name], tmp_path, key, value)
+    plate = _edited(hostile_plates[plate_name], tmp_path, key, value)
     with pytest.raises(CropbenchError) as raised:
         reader = open_plate(plate, decode)
         reader.read_region(0, 0, 8, 0, 8)
@@ -117,15 +89,15 @@ def test_a_bad_metadata_value_is_one_error_naming_the_file_and_key_on_every_path
 
 
 def test_a_field_too_large_for_memory_is_refused_on_the_field_path_only(
-    plates: dict[str, Path], tmp_path: Path
+    hostile_plates: dict[str, Path], tmp_path: Path
 ) -> None:
     """A valid shape whose whole field cannot be held: the field path says so before allocating it."""
-    plate = _edited(plates["tiles"], tmp_path, "shape", [2, 2**21, 2**21])
+    plate = _edited(hostile_plates["tiles"], tmp_path, "shape", [2, 2**21, 2**21])
     with pytest.raises(CropbenchError, match="decode='field'"):
         open_plate(plate, "field").read_region(0, 0, 8, 0, 8)
     np.testing.assert_array_equal(
         open_plate(plate, "direct").read_region(0, 0, 8, 0, 8),
-        open_plate(plates["tiles"], "direct").read_region(0, 0, 8, 0, 8),
+        open_plate(hostile_plates["tiles"], "direct").read_region(0, 0, 8, 0, 8),
     )
 
 
