@@ -138,3 +138,28 @@ def test_summary_of_a_results_file_ends_in_its_verdict(tmp_path: Path, capsys: p
     assert main(["summary", str(tmp_path / "results.jsonl")]) == 0
     printed = capsys.readouterr().out
     assert f"\n{HEADING}\n" in printed and "best random/direct/none/96px/all/float32: 1,234 samples/s" in printed
+
+
+def test_the_page_gives_the_targets_ratios_and_explains_impossible_in_targets_terms() -> None:
+    config = {
+        "access": "random",
+        "reader_name": "direct-batched-2t",
+        "reference_name": "ceiling-2t",
+        "reader": {"decode_threads": 2},
+        "reference": {"threads": 2},
+    }
+    metrics = {
+        m.RATIO_MEDIAN: 1.3,
+        m.RATIO_Q1: 1.2,
+        m.RATIO_Q3: 1.4,
+        m.PAIRED_BLOCKS: 16,
+        m.CEILING_THREADS: 2,
+        m.VALIDITY_FLAGS: ["impossible"],
+    }
+    ratio = Record(
+        track="targets", case="random/direct-batched-2t/over/ceiling-2t", config=config, metrics=metrics, environment={}
+    )
+    text = " ".join(Page(render_report([ratio])).text)
+    assert "random, over the copy ceiling at the same thread count: 1.30x [1.20-1.40] with 2 decode threads" in text
+    assert "the ceiling or the timing is wrong" in text and "compute-only" not in text
+    assert "no configuration measured a number" not in text

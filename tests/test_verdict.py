@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from cropbench import metrics as m
 from cropbench.records import Record
-from cropbench.report.verdict import HEADING, SMOKE_NOTE, plain_reason, verdict
+from cropbench.report.verdict import (
+    HEADING,
+    SMOKE_NOTE,
+    configurations,
+    paired_ratios,
+    plain_reason,
+    track_lines,
+    verdict,
+)
 
 
 def row(track: str, case: str, config: dict[str, Any], flags: list[str] | None = None, **metrics: Any) -> Record:
@@ -163,3 +172,144 @@ def test_layouts_and_peers_are_measured_against_memmap_and_cropbench_direct() ->
     assert by_track["layouts"].ratio == pytest.approx(0.25)
     assert by_track["peers"].best is not None and by_track["peers"].best.label == "tensorstore-batched"
     assert by_track["peers"].ratio == pytest.approx(0.25) and by_track["peers"].configurations == 3
+
+
+def targets_ratio(
+    access: str,
+    threads: int,
+    reference: str,
+    median: float,
+    spread: float = 0.02,
+    seed: int = 0,
+) -> Record:
+    """A ratio row as track targets writes it: the direct reader at ``threads`` over ``reference``."""
+    config = {
+        "access": access,
+        "reader_name": f"direct-batched-{threads}t",
+        "reference_name": reference,
+        "reader": {"decode_threads": threads, "batch": 64},
+        "reference": {"threads": threads} if reference.startswith("ceiling") else {"mode": "batch"},
+    }
+    metrics: dict[str, Any] = {
+        m.RATIO_MEDIAN: median,
+        m.RATIO_Q1: median - spread,
+        m.RATIO_Q3: median + spread,
+        m.RATIO_MIN: median - 2 * spread,
+        m.RATIO_MAX: median + 2 * spread,
+        m.PAIRED_BLOCKS: 16,
+    }
+    if reference.startswith("ceiling"):
+        metrics[m.CEILING_THREADS] = threads
+        metrics[m.VALIDITY_FLAGS] = ["impossible"] if median > 1 else []
+    label = f"{access}/direct-batched-{threads}t/over/{reference}"
+    return Record(track="targets", case=label, config=config, metrics=metrics, environment={}, seed=seed)
+
+
+def targets_rows() -> list[Record]:
+    rows = []
+    for access, (one, two) in (("random", (0.21, 0.19)), ("grouped", (0.38, 1.4))):
+        rows += [targets_ratio(access, 1, "ceiling-1t", one), targets_ratio(access, 2, "ceiling-2t", two)]
+        rows += [targets_ratio(access, t, "tensorstore-batch", 1.5 * t) for t in (1, 2)]
+        rows += [targets_ratio(access, t, "zarr-async", 150.0 + t) for t in (1, 2)]
+    reader = {"reader_name": "zarr-async", "tuning": {}, "case": {"access": "grouped"}}
+    metrics = {m.CROPS_PER_S: 100.0, m.IDENTICAL_TO_DIRECT: False}
+    rows.append(Record(track="targets", case="grouped/zarr-async", config=reader, metrics=metrics, environment={}))
+    skipped = {m.SKIPPED_PEERS: {"zarrs-async": "zarrs is not installed"}, m.OBJECTS: 105}
+    rows.append(Record(track="targets", case="grouped", config={"access": "grouped"}, metrics=skipped, environment={}))
+    return rows
+
+
+def test_targets_says_per_access_pattern_the_ratio_to_the_same_thread_ceiling_and_to_each_peer() -> None:
+    answer = verdict(targets_rows())
+    (targets,) = answer.tracks
+    lines = track_lines(targets)
+    assert lines[0].startswith("track targets (direct reader against the copy ceiling and peers): ")
+    assert "no configuration measured a number" not in answer.text()
+    ceiling = "over the copy ceiling at the same thread count"
+    assert lines[1:5] == [
+        f"random, {ceiling}: 0.21x [0.19-0.23] with 1 decode thread, 0.19x [0.17-0.21] with 2",
+        "random, over tensorstore-batch at its best: 1.50x [1.48-1.52] with 1 decode thread, 3.00x [2.98-3.02] with 2",
+        "random, over zarr-async at its best: 151x [151-151] with 1 decode thread, 152x [152-152] with 2",
+        f"grouped, {ceiling}: 0.38x [0.36-0.40] with 1 decode thread, "
+        "1.40x [1.38-1.42] with 2 (flagged impossible: not a number to quote)",
+    ]
+    assert "peers left out (not installed or not applicable, see skipped_peers): zarrs-async" in lines
+    assert any(
+        line.startswith("crops not byte for byte the direct reader's") and "zarr-async (grouped)" in line
+        for line in lines
+    )
+    assert targets.configurations == 4 and targets.quotable == 3, "the flag counts cover the ratios to the ceiling"
+    assert "3 of 4 ratios to the ceiling carry no flag; the others must not be quoted:" in lines
+    (reason,) = [line for line in lines if line.startswith("  - ")]
+    assert "beat the copy ceiling" in reason and "the ceiling or the timing is wrong" in reason
+    assert "compute-only" not in reason, "Track 3's explanation is not the targets one"
+
+
+def test_targets_repeats_are_one_ratio_judged_on_their_medians() -> None:
+    rows = [targets_ratio("random", 1, "ceiling-1t", median, seed=seed) for seed, median in enumerate((0.2, 0.3, 0.25))]
+    (ratio,) = paired_ratios(configurations(rows))
+    assert ratio.median == pytest.approx(0.25) and ratio.q1 == pytest.approx(0.23) and ratio.blocks == 48
+    assert ratio.ceiling and ratio.threads == 1 and ratio.access == "random" and not ratio.flags
+    unnamed = [dataclasses.replace(rows[0], config={"reader": {}, "reference": {}})]
+    assert paired_ratios(configurations(unnamed)) == [], "rows that do not name their readers are left out"
+
+
+def test_the_store_tracks_name_their_best_beside_the_same_on_local_disk() -> None:
+    def remote(decode: str, workers: int, rate: float, local: float | None) -> Record:
+        metrics: dict[str, Any] = {
+            m.SAMPLES_PER_S: rate,
+            m.REQUESTS_PER_CROP: 1.25 if decode == "direct" else 4.0,
+            m.BYTES_TRANSFERRED_PER_CROP: 98304.0,
+        }
+        if local:
+            metrics.update({m.LOCAL_SAMPLES_PER_S: local, m.RATIO_TO_LOCAL: rate / local})
+        config = {"decode": decode, "workers": workers, "seed": 0}
+        return Record(track="remote", case=f"{decode}/w{workers}/b32", config=config, metrics=metrics, environment={})
+
+    rows = [remote("direct", 0, 300.0, 1200.0), remote("direct", 2, 500.0, 2000.0), remote("zarr", 0, 40.0, 400.0)]
+    text = verdict(rows).text()
+    assert "track remote (a plate in an object store): best direct/w2/b32: 500 crops/s through the loader" in text
+    assert "0.25x the reference measured in the same run: the same case on local disk (2,000 crops/s through" in text
+    assert (
+        "requests per random crop, decoded-chunk cache off (bytes transferred): direct 1.25 (96 KiB), zarr 4.00" in text
+    )
+    alone = verdict([remote("direct", 0, 300.0, None)]).text()
+    assert "no local plate measured beside the store in this run (--local-plate PATH does)" in alone
+
+    def layout(name: str, direct: float, zarr: float) -> Record:
+        metrics = {
+            m.LAYOUT: name,
+            m.STORED_MIB: 10.0,
+            m.INJECTED_LATENCY_MS: 20.0,
+            m.IN_FLIGHT: 16,
+            **{
+                m.prefixed(prefix, metric): value
+                for prefix, rate, requests in ((m.DIRECT_, direct, 1.0), (m.ZARR_, zarr, 3.0))
+                for metric, value in (
+                    (m.SAMPLES_PER_S, rate),
+                    (m.LOCAL_SAMPLES_PER_S, 4 * rate),
+                    (m.REQUESTS_PER_CROP, requests),
+                )
+            },
+        }
+        return Record(track="store-layouts", case=name, config={"layout_name": name}, metrics=metrics, environment={})
+
+    lines = verdict([layout("default", 200.0, 30.0), layout("tiles", 100.0, 45.0)]).text()
+    assert "track store-layouts (layouts in an object store): best default: 200 crops/s, direct path" in lines
+    assert (
+        "0.25x the reference measured in the same run: the same layout on local disk (800 crops/s, direct path)"
+        in lines
+    )
+    assert "zarr path: best tiles: 45 crops/s (0.25x the same layout on local disk)" in lines
+    assert "requests per random crop (direct / zarr): default 1.00 / 3.00, tiles 1.00 / 3.00" in lines
+    assert "over a loopback store at 20 ms injected per request, 16 requests in flight, no workers" in lines
+
+
+def test_memmap_and_cropbench_direct_are_named_references_not_ceilings() -> None:
+    layouts = [
+        row("layouts", name, {"layout_name": name}, **{m.crops_per_s("random"): rate})
+        for name, rate in (("memmap", 1000.0), ("zarr-sharded", 2500.0))
+    ]
+    (track,) = verdict(layouts).tracks
+    assert track.ratio == pytest.approx(2.5) and track.ceiling is not None and track.ceiling.kind == "reference"
+    assert "2.50x the reference measured in the same run: the memory-mapped raw plate" in verdict(layouts).text()

@@ -1,7 +1,9 @@
 """The verdict: what a run answers, in a few lines a lab can act on.
 
-Per track: the best configuration measured, its ratio to the ceiling measured in the same run (where
-the track has one), and, in plain words from the rows' validity flags, why rows must not be quoted.
+Per track: the best configuration measured, its ratio to the ceiling (or the reference) measured in
+the same run (where the track has one), and, in plain words from the rows' validity flags, why rows
+must not be quoted. Track ``targets`` answers with its paired ratios instead: per access pattern, the
+direct reader over the copy ceiling at the same thread count and over each peer at its best.
 Rows are grouped by their config fields (repeats of one configuration differ only in their seed) and
 each configuration is judged on the median over its repeats; a configuration is quotable when none
 of its rows carries a flag. The best configuration is the best quotable one; when none is, the best
@@ -24,7 +26,7 @@ from cropbench import metrics as m
 from cropbench.records import Record
 from cropbench.report.flags import IMPOSSIBLE, row_flags
 from cropbench.tracks.layouts import CEILING as MEMMAP_LAYOUT
-from cropbench.tracks.validity import VALIDITY_FLAGS
+from cropbench.tracks.validity import flag_meaning
 
 #: Heading of the verdict block (the HTML report uses it too).
 HEADING = "Verdict"
@@ -43,8 +45,18 @@ PLAIN_REASONS: dict[str, str] = {
     "cache>=plate": "the reader's cache holds the whole plate, so reads were cache hits: use a larger plate",
     "not-evicted": "the page cache could not be emptied before the cold pass: no cold numbers",
     "rate!=1/mean": "its two timing loops disagree: the machine was busy; run again on an idle machine",
-    "impossible": "its numbers contradict each other (the compute-only baseline outlasted the whole loaded "
-    "step): the machine's speed changed during the run; run again on an idle machine",
+    IMPOSSIBLE: "its numbers contradict each other: run again on an idle machine",
+}
+#: Track → flag → the plain reason where a track gives the flag a meaning of its own.
+TRACK_REASONS: dict[str, dict[str, str]] = {
+    "3": {
+        IMPOSSIBLE: "its numbers contradict each other (the compute-only baseline outlasted the whole loaded "
+        "step): the machine's speed changed during the run; run again on an idle machine",
+    },
+    "targets": {
+        IMPOSSIBLE: "the reader beat the copy ceiling, which no reader of the same crops can pass: the ceiling "
+        "or the timing is wrong; run again on an idle machine",
+    },
 }
 #: What each track measures, for the verdict's lines.
 TRACK_TITLES: dict[str, str] = {
@@ -53,6 +65,9 @@ TRACK_TITLES: dict[str, str] = {
     "3": "training loop",
     "layouts": "storage layouts",
     "peers": "peer loaders",
+    "targets": "direct reader against the copy ceiling and peers",
+    "remote": "a plate in an object store",
+    "store-layouts": "layouts in an object store",
 }
 
 
@@ -79,10 +94,12 @@ class Configuration:
 
 @dataclass(frozen=True)
 class Ceiling:
-    """What a track's best configuration is measured against, measured in the same run."""
+    """What a track's best configuration is measured against, measured in the same run: a ceiling (no
+    sound row passes it) or a reference (a comparison's baseline, which rows may pass)."""
 
     name: str
     value: float
+    kind: str = "ceiling"
 
 
 @dataclass(frozen=True)
@@ -103,6 +120,11 @@ class TrackVerdict:
     notes: tuple[str, ...] = ()
     #: Said instead of the ratio when there is none.
     ceiling_note: str = NO_CEILING
+    #: The track's answer where it is not one best configuration (track targets: its paired ratios);
+    #: said instead of the best configuration and its ratio.
+    answer: tuple[str, ...] = ()
+    #: What ``configurations`` counts, singular and plural.
+    nouns: tuple[str, str] = ("configuration", "configurations")
 
 
 @dataclass(frozen=True)
@@ -139,7 +161,9 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
     title = TRACK_TITLES.get(verdict.track, verdict.track)
     head = f"track {verdict.track} ({title}): "
     best = verdict.best
-    if best is None or verdict.value is None:
+    if verdict.answer:
+        lines = [head + verdict.answer[0], *verdict.answer[1:]]
+    elif best is None or verdict.value is None:
         lines = [head + "no configuration measured a number"]
     else:
         flagged = "" if best.quotable else " [flagged: not a number to quote]"
@@ -148,29 +172,32 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
             lines.append(verdict.ceiling_note)
         else:
             lines.append(
-                f"{verdict.ratio:.2f}x the ceiling measured in the same run: {verdict.ceiling.name} "
+                f"{verdict.ratio:.2f}x the {verdict.ceiling.kind} measured in the same run: {verdict.ceiling.name} "
                 f"({_number(verdict.ceiling.value)} {verdict.unit})"
             )
     lines += list(verdict.notes)
     total, quotable = verdict.configurations, verdict.quotable
+    one, many = verdict.nouns
     if total == 1:
-        lines.append(
-            "its one configuration carries no flag" if quotable else "its one configuration must not be quoted:"
-        )
+        lines.append(f"its one {one} carries no flag" if quotable else f"its one {one} must not be quoted:")
     elif total:
         if quotable == total:
-            lines.append(f"all {total} configurations carry no flag")
+            lines.append(f"all {total} {many} carry no flag")
         elif quotable == 0:
-            lines.append(f"none of its {total} configurations may be quoted:")
+            lines.append(f"none of its {total} {many} may be quoted:")
         else:
-            lines.append(f"{quotable} of {total} configurations carry no flag; the others must not be quoted:")
-    lines += [f"  - {plain_reason(flag)} ({flag}: {count})" for flag, count in verdict.reasons]
+            lines.append(f"{quotable} of {total} {many} carry no flag; the others must not be quoted:")
+    lines += [f"  - {plain_reason(flag, verdict.track)} ({flag}: {count})" for flag, count in verdict.reasons]
     return lines
 
 
-def plain_reason(flag: str) -> str:
-    """Why a row carrying ``flag`` must not be quoted, in plain words."""
-    return PLAIN_REASONS.get(flag) or VALIDITY_FLAGS.get(flag, flag)
+def plain_reason(flag: str, track: str | None = None) -> str:
+    """Why a row of ``track`` carrying ``flag`` must not be quoted, in plain words."""
+    return TRACK_REASONS.get(track or "", {}).get(flag) or PLAIN_REASONS.get(flag) or flag_meaning(flag, track)
+
+
+#: What a track's best configuration is measured against, and the ratio; a string says why there is none.
+CeilingOf = Callable[[Configuration, float, Sequence[Configuration]], tuple[Ceiling, float] | str | None]
 
 
 @dataclass(frozen=True)
@@ -184,21 +211,30 @@ class _Rule:
     value: Callable[[Configuration], float | None]
     #: The ceiling for the best configuration among all of the track's configurations, and the ratio.
     #: A string says why there is none for this configuration.
-    ceiling: Callable[[Configuration, float, Sequence[Configuration]], tuple[Ceiling, float] | str | None]
+    ceiling: CeilingOf
     notes: Callable[[Sequence[Configuration]], tuple[str, ...]] = lambda _: ()
     #: What "best" ranks on when not the value itself (Track 3: the share of its own model's rate,
     #: since images/s of different models do not compare).
     rank: Callable[[Configuration], float | None] | None = None
+    #: The track's answer in lines where it is not one best configuration (see ``TrackVerdict.answer``).
+    answer: Callable[[Sequence[Configuration]], tuple[str, ...]] | None = None
+    #: Which measured configurations the flag counts cover, and what they are called.
+    counted: Callable[[Configuration], bool] = lambda _: True
+    nouns: tuple[str, str] = ("configuration", "configurations")
 
 
 def _no_ceiling(best: Configuration, value: float, everything: Sequence[Configuration]) -> None:
     return None
 
 
-def _ratio(name: str, ceiling: float | None, value: float) -> tuple[Ceiling, float] | None:
+def _ratio(name: str, ceiling: float | None, value: float, kind: str = "ceiling") -> tuple[Ceiling, float] | None:
     if ceiling is None or ceiling <= 0:
         return None
-    return Ceiling(name, ceiling), value / ceiling
+    return Ceiling(name, ceiling, kind), value / ceiling
+
+
+def _reference(name: str, reference: float | None, value: float) -> tuple[Ceiling, float] | None:
+    return _ratio(name, reference, value, "reference")
 
 
 def _source(configuration: Configuration) -> str:
@@ -272,8 +308,10 @@ def _is_memmap(configuration: Configuration) -> bool:
 def _layouts_ceiling(
     best: Configuration, value: float, everything: Sequence[Configuration]
 ) -> tuple[Ceiling, float] | None:
+    """The memory-mapped raw plate through the same dataset: the comparison's reference, not a ceiling
+    (it carries the dataset's per-crop work; the ceiling no reader passes is track targets')."""
     memmap = [rate for c in everything if _is_memmap(c) and (rate := c.median(m.crops_per_s("random"))) is not None]
-    return _ratio("the memory-mapped raw plate", max(memmap, default=None), value)
+    return _reference("the memory-mapped raw plate, through the same dataset", max(memmap, default=None), value)
 
 
 def _kind(configuration: Configuration) -> object:
@@ -290,7 +328,169 @@ def _peers_ceiling(
         and c.rows[0].config.get("decode") == "direct"
         and (rate := c.median(m.SAMPLES_PER_S)) is not None
     ]
-    return _ratio("cropbench direct on the same crops", max(direct, default=None), value)
+    return _reference("cropbench direct on the same crops", max(direct, default=None), value)
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """Track targets: the direct reader over one reference (the copy ceiling at the reader's thread count,
+    or a peer at its best) for one access pattern, from its ratio rows: the median over repeats of each
+    row's median per-block ratio and of its quartiles, and every block counted."""
+
+    access: str
+    reference: str
+    #: The direct reader's decode threads (None where the row does not say).
+    threads: int | None
+    #: Whether the reference is the copy ceiling (its rows name the ceiling's threads).
+    ceiling: bool
+    median: float
+    q1: float
+    q3: float
+    blocks: int
+    flags: frozenset[str]
+
+
+def _is_ceiling_ratio(configuration: Configuration) -> bool:
+    """Whether the rows are track targets' ratios to the copy ceiling (they name the ceiling's threads)."""
+    return any(m.CEILING_THREADS in row.metrics for row in configuration.rows)
+
+
+def paired_ratios(configurations: Iterable[Configuration]) -> list[PairedRatio]:
+    """The ratio rows of track targets among ``configurations``, one :class:`PairedRatio` each, in order;
+    rows that do not name their readers and access pattern in their config are left out."""
+    found = []
+    for c in configurations:
+        config = c.rows[0].config
+        median, q1, q3 = (c.median(metric) for metric in (m.RATIO_MEDIAN, m.RATIO_Q1, m.RATIO_Q3))
+        if median is None or not config.get("reference_name") or not config.get("access"):
+            continue
+        threads = (config.get("reader") or {}).get("decode_threads")
+        found.append(
+            PairedRatio(
+                access=str(config["access"]),
+                reference=str(config["reference_name"]),
+                threads=threads if isinstance(threads, int) else None,
+                ceiling=_is_ceiling_ratio(c),
+                median=median,
+                q1=median if q1 is None else q1,
+                q3=median if q3 is None else q3,
+                blocks=sum(int(row.metrics.get(m.PAIRED_BLOCKS) or 0) for row in c.rows),
+                flags=c.flags,
+            )
+        )
+    return found
+
+
+def _times(ratio: float) -> str:
+    """A ratio to three figures or so (0.21, 13.6, 183)."""
+    return f"{ratio:,.0f}" if ratio >= 100 else f"{ratio:.1f}" if ratio >= 10 else f"{ratio:.2f}"
+
+
+def _spreads(ratios: Sequence[PairedRatio]) -> str:
+    """Each ratio with its quartiles and the direct reader's decode threads, fewest threads first."""
+    cells = []
+    for index, ratio in enumerate(sorted(ratios, key=lambda r: r.threads or 0)):
+        threads = "?" if ratio.threads is None else str(ratio.threads)
+        unit = "" if index else (" decode thread" if ratio.threads == 1 else " decode threads")
+        flagged = f" (flagged {', '.join(sorted(ratio.flags))}: not a number to quote)" if ratio.flags else ""
+        spread = f"[{_times(ratio.q1)}-{_times(ratio.q3)}]"
+        cells.append(f"{_times(ratio.median)}x {spread} with {threads}{unit}{flagged}")
+    return ", ".join(cells)
+
+
+def _targets_answer(configurations: Sequence[Configuration]) -> tuple[str, ...]:
+    """Per access pattern: the direct reader over the copy ceiling at each thread count, then over each
+    peer at its best; the peers left out, and readers whose crops were not the direct reader's."""
+    ratios = paired_ratios(configurations)
+    if not ratios:
+        return ()
+    lines = ["the direct reader's crops/s over each reference's, the median of per-block paired ratios [quartiles]"]
+    for access in dict.fromkeys(ratio.access for ratio in ratios):
+        of_access = [ratio for ratio in ratios if ratio.access == access]
+        ceilings = [ratio for ratio in of_access if ratio.ceiling]
+        if ceilings:
+            lines.append(f"{access}, over the copy ceiling at the same thread count: {_spreads(ceilings)}")
+        for peer in dict.fromkeys(ratio.reference for ratio in of_access if not ratio.ceiling):
+            against = [ratio for ratio in of_access if ratio.reference == peer]
+            lines.append(f"{access}, over {peer} at its best: {_spreads(against)}")
+    left_out = {name: None for c in configurations for name in (c.rows[-1].metrics.get(m.SKIPPED_PEERS) or {})}
+    if left_out:
+        lines.append(f"peers left out (not installed or not applicable, see skipped_peers): {', '.join(left_out)}")
+    differ = [
+        f"{c.rows[0].config.get('reader_name', c.label)} ({c.rows[0].config.get('case', {}).get('access', '?')})"
+        for c in configurations
+        if any(row.metrics.get(m.IDENTICAL_TO_DIRECT) is False for row in c.rows)
+    ]
+    if differ:
+        lines.append(
+            f"crops not byte for byte the direct reader's, so their ratios compare other work: {', '.join(differ)}"
+        )
+    return tuple(lines)
+
+
+#: The read paths of a plate in a store and each one's key prefix in a store-layouts row.
+STORE_READ_PATHS = {"direct": m.DIRECT_, "zarr": m.ZARR_}
+
+
+def _local_reference(name: str, local_metric: str, ratio_metric: str | None = None) -> CeilingOf:
+    """The same measurement on local disk as the reference of a store's best configuration."""
+
+    def reference(
+        best: Configuration, value: float, everything: Sequence[Configuration]
+    ) -> tuple[Ceiling, float] | str:
+        local = best.median(local_metric)
+        if local is None or local <= 0:
+            return "no local plate measured beside the store in this run (--local-plate PATH does)"
+        ratio = best.median(ratio_metric) if ratio_metric else None
+        return Ceiling(name, local, "reference"), value / local if ratio is None else ratio
+
+    return reference
+
+
+def _kib(value: float | None) -> str:
+    return "?" if value is None else f"{value / 1024:,.0f} KiB"
+
+
+def _remote_notes(configurations: Sequence[Configuration]) -> tuple[str, ...]:
+    """Requests and bytes per random crop per read path (the same on every worker count)."""
+    cells = []
+    for decode in dict.fromkeys(str(c.rows[0].config.get("decode", "?")) for c in configurations):
+        rows = [c for c in configurations if str(c.rows[0].config.get("decode", "?")) == decode]
+        requests = _median_of(rows, m.REQUESTS_PER_CROP)
+        if requests is not None:
+            cells.append(f"{decode} {requests:.2f} ({_kib(_median_of(rows, m.BYTES_TRANSFERRED_PER_CROP))})")
+    return (
+        (f"requests per random crop, decoded-chunk cache off (bytes transferred): {', '.join(cells)}",) if cells else ()
+    )
+
+
+def _store_layouts_notes(configurations: Sequence[Configuration]) -> tuple[str, ...]:
+    """The zarr path's best layout, the requests per random crop per layout, and the store's settings."""
+    lines = []
+    zarr_rate, zarr_local = m.prefixed(m.ZARR_, m.SAMPLES_PER_S), m.prefixed(m.ZARR_, m.LOCAL_SAMPLES_PER_S)
+    ranked = [(rate, c) for c in configurations if (rate := c.median(zarr_rate)) is not None]
+    if ranked:
+        rate, best = max(ranked, key=lambda entry: entry[0])
+        local = best.median(zarr_local)
+        beside = f" ({rate / local:.2f}x the same layout on local disk)" if local else ""
+        lines.append(f"zarr path: best {best.label}: {_number(rate)} crops/s{beside}")
+    cells = []
+    for c in configurations:
+        counts = [c.median(m.prefixed(prefix, m.REQUESTS_PER_CROP)) for prefix in STORE_READ_PATHS.values()]
+        if any(count is not None for count in counts):
+            cells.append(f"{c.label} " + " / ".join("?" if n is None else f"{n:.2f}" for n in counts))
+    if cells:
+        lines.append(f"requests per random crop ({' / '.join(STORE_READ_PATHS)}): {', '.join(cells)}")
+    latency, in_flight = _median_of(configurations, m.INJECTED_LATENCY_MS), _median_of(configurations, m.IN_FLIGHT)
+    if latency is not None:
+        held = "" if in_flight is None else f", {in_flight:.0f} requests in flight"
+        lines.append(f"over a loopback store at {latency:g} ms injected per request{held}, no workers")
+    return tuple(lines)
+
+
+def _median_of(configurations: Sequence[Configuration], metric: str) -> float | None:
+    values = [value for c in configurations if (value := c.median(metric)) is not None]
+    return float(np.median(values)) if values else None
 
 
 RULES: dict[str, _Rule] = {
@@ -308,6 +508,29 @@ RULES: dict[str, _Rule] = {
         "crops/s", lambda c: not _is_memmap(c), lambda c: c.median(m.crops_per_s("random")), _layouts_ceiling
     ),
     "peers": _Rule("samples/s", lambda c: _kind(c) == "peer", lambda c: c.median(m.SAMPLES_PER_S), _peers_ceiling),
+    "targets": _Rule(
+        "crops/s",
+        lambda c: False,
+        lambda c: None,
+        _no_ceiling,
+        answer=_targets_answer,
+        counted=_is_ceiling_ratio,
+        nouns=("ratio to the ceiling", "ratios to the ceiling"),
+    ),
+    "remote": _Rule(
+        "crops/s through the loader",
+        lambda c: True,
+        lambda c: c.median(m.SAMPLES_PER_S),
+        _local_reference("the same case on local disk", m.LOCAL_SAMPLES_PER_S, m.RATIO_TO_LOCAL),
+        _remote_notes,
+    ),
+    "store-layouts": _Rule(
+        "crops/s, direct path",
+        lambda c: True,
+        lambda c: c.median(m.prefixed(m.DIRECT_, m.SAMPLES_PER_S)),
+        _local_reference("the same layout on local disk", m.prefixed(m.DIRECT_, m.LOCAL_SAMPLES_PER_S)),
+        _store_layouts_notes,
+    ),
 }
 #: Tracks without a rule of their own are ranked on samples/s without a ceiling.
 DEFAULT_RULE = RULES["1"]
@@ -331,6 +554,7 @@ def judge_track(track: str, groups: Sequence[Configuration]) -> TrackVerdict:
     """One track's verdict from its configurations."""
     rule = RULES.get(track, DEFAULT_RULE)
     measured = [c for c in groups if _measured(c)]
+    counted = [c for c in measured if rule.counted(c)]
     rank = rule.rank or rule.value
     ranked = [
         (score, value, c)
@@ -343,11 +567,11 @@ def judge_track(track: str, groups: Sequence[Configuration]) -> TrackVerdict:
     found = rule.ceiling(best, value, groups) if best is not None and value is not None else None
     note = found if isinstance(found, str) else NO_CEILING
     found = None if isinstance(found, str) else found
-    reasons = Counter(flag for c in measured for flag in c.flags)
+    reasons = Counter(flag for c in counted for flag in c.flags)
     return TrackVerdict(
         track=track,
-        configurations=len(measured),
-        quotable=sum(c.quotable for c in measured),
+        configurations=len(counted),
+        quotable=sum(c.quotable for c in counted),
         best=best,
         value=value,
         unit=rule.unit,
@@ -356,6 +580,8 @@ def judge_track(track: str, groups: Sequence[Configuration]) -> TrackVerdict:
         reasons=tuple(sorted(reasons.items(), key=lambda item: (-item[1], item[0]))),
         notes=rule.notes(groups),
         ceiling_note=note,
+        answer=rule.answer(measured) if rule.answer else (),
+        nouns=rule.nouns,
     )
 
 
@@ -385,4 +611,14 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.3g}"
 
 
-__all__ = ["HEADING", "Ceiling", "Configuration", "TrackVerdict", "Verdict", "configurations", "verdict"]
+__all__ = [
+    "HEADING",
+    "Ceiling",
+    "Configuration",
+    "PairedRatio",
+    "TrackVerdict",
+    "Verdict",
+    "configurations",
+    "paired_ratios",
+    "verdict",
+]
