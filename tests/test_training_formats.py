@@ -19,6 +19,7 @@ from cropbench.data.training import (
     MANIFEST_NAME,
     TRAINING_FORMATS,
     CropStoreInfo,
+    EpochSpec,
     FormatUnavailableError,
     TrainingFormat,
     crop_dataset,
@@ -88,7 +89,7 @@ def same_item(got: dict[str, Any], expected: dict[str, Any]) -> bool:
 def epoch_items(fmt: TrainingFormat, path: Path, shuffle: bool, workers: int = 0) -> list[dict[str, Any]]:
     """Every sample of one epoch through the format's loader, uncollated, in delivery order."""
     items = []
-    for batch in fmt.epoch_loader(path, batch_size=16, workers=workers, shuffle=shuffle, seed=3):
+    for batch in fmt.epoch_loader(path, EpochSpec(batch_size=16, workers=workers, shuffle=shuffle, seed=3)):
         for position in range(len(batch["index"])):
             items.append(
                 {
@@ -161,7 +162,7 @@ def test_a_truncated_shard_is_one_error_naming_it(name: str, stores: dict[str, P
     os.truncate(shard, shard.stat().st_size // 2)
     fmt = training_format(name)
     with pytest.raises(StoreError, match=f"{shard.name} holds .* bytes, .* were written"):
-        fmt.epoch_loader(path, batch_size=8, workers=0, shuffle=False, seed=0)
+        fmt.epoch_loader(path, EpochSpec(batch_size=8, shuffle=False))
     if fmt.random_access:
         with pytest.raises(StoreError, match="truncated"):
             fmt.map_dataset(path)
@@ -173,7 +174,7 @@ def test_a_missing_index_file_is_one_error_naming_it(name: str, stores: dict[str
     index = path / "index.json" if (path / "index.json").is_file() else largest_data_file(path)
     index.unlink()
     with pytest.raises(StoreError, match=f"{index.name} is missing"):
-        training_format(name).epoch_loader(path, batch_size=8, workers=0, shuffle=False, seed=0)
+        training_format(name).epoch_loader(path, EpochSpec(batch_size=8, shuffle=False))
 
 
 def test_a_store_without_its_manifest_is_not_a_store(stores: dict[str, Path], tmp_path: Path) -> None:
@@ -183,7 +184,7 @@ def test_a_store_without_its_manifest_is_not_a_store(stores: dict[str, Path], tm
     path = damaged_copy(stores, name, tmp_path)
     (path / MANIFEST_NAME).unlink()
     with pytest.raises(StoreError, match=f"not a complete crop store: {MANIFEST_NAME} is missing"):
-        training_format(name).epoch_loader(path, batch_size=8, workers=0, shuffle=False, seed=0)
+        training_format(name).epoch_loader(path, EpochSpec(batch_size=8, shuffle=False))
     with pytest.raises(StoreError, match="does not exist"):
         CropStoreInfo.read(tmp_path / "nowhere")
 
@@ -210,7 +211,7 @@ def test_a_library_of_an_untested_version_is_one_error_with_the_install_command(
     monkeypatch.setattr(training_base.importlib.metadata, "version", lambda distribution: "99.0")
     cls = TRAINING_FORMATS[name]
     with pytest.raises(FormatUnavailableError, match=rf"needs {cls.library}>=.*; 99.0 is installed; .*pip install"):
-        training_format(name).epoch_loader(path, batch_size=8, workers=0, shuffle=False, seed=0)
+        training_format(name).epoch_loader(path, EpochSpec(batch_size=8, shuffle=False))
     assert "99.0 is installed" in (cls.available() or "")
 
 
@@ -224,6 +225,13 @@ def test_a_missing_library_says_how_to_install_it(monkeypatch: pytest.MonkeyPatc
 def test_an_unknown_format_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="format 'parquet' is not one of hdf5, webdataset, litdata, mds"):
         training_format("parquet")
+
+
+def test_an_epoch_spec_checks_its_knobs() -> None:
+    with pytest.raises(ConfigError, match="batch_size must be a whole number >= 1, got 0"):
+        EpochSpec(batch_size=0)
+    with pytest.raises(ConfigError, match="workers must be a whole number >= 0, got -2"):
+        EpochSpec(workers=-2)
 
 
 def test_webdataset_has_no_random_access() -> None:

@@ -57,6 +57,7 @@ from cropbench.data.sampling import access_order
 from cropbench.data.training import (
     TRAINING_FORMATS,
     CropStoreInfo,
+    EpochSpec,
     FormatUnavailableError,
     S3Access,
     TrainingFormat,
@@ -178,6 +179,10 @@ class FormatComparison:
     def readers(self) -> list[str]:
         """In-place readers first (the reference first of all), then each format once."""
         return [*IN_PLACE, *dict.fromkeys(self.formats)]
+
+    def epoch_spec(self) -> EpochSpec:
+        """Shuffled epochs with the comparison's batch size, workers and seed."""
+        return EpochSpec(batch_size=self.batch_size, workers=self.workers, shuffle=True, seed=self.seed)
 
     def crop(self, decode: str = "direct") -> CropConfig:
         return CropConfig(
@@ -344,10 +349,7 @@ def remote_epochs(
                     cache,
                     s3,
                     plate_name,
-                    batch_size=comparison.batch_size,
-                    workers=comparison.workers,
-                    shuffle=True,
-                    seed=comparison.seed,
+                    comparison.epoch_spec(),
                 )
                 metrics = _prefixed(
                     REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
@@ -506,16 +508,10 @@ class Formats:
                 metrics[RANDOM_RATIO_TO_IN_PLACE] = rates["converted"].median / rates["in_place"].median
                 first = [dataset[i] for i in range(count)]
             else:
-                unshuffled = fmt.epoch_loader(destination, batch_size=count, workers=0, shuffle=False, seed=0)
+                unshuffled = fmt.epoch_loader(destination, EpochSpec(batch_size=count, shuffle=False))
                 first = _uncollated(next(iter(unshuffled)))
             metrics[m.FIDELITY_SHA256] = fidelity_hash(first, plate_dataset.channel_names)
-            loader = fmt.epoch_loader(
-                destination,
-                batch_size=comparison.batch_size,
-                workers=comparison.workers,
-                shuffle=True,
-                seed=comparison.seed,
-            )
+            loader = fmt.epoch_loader(destination, comparison.epoch_spec())
             metrics.update(
                 _prefixed(SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
             )

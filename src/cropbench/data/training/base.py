@@ -34,7 +34,7 @@ from torch.utils.data import Dataset
 
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
-from cropbench.errors import CropbenchError, StoreError
+from cropbench.errors import ConfigError, CropbenchError, StoreError
 from cropbench.objects import ObjectTable
 from cropbench.plates.destination import staged
 
@@ -70,6 +70,22 @@ class CutBatch:
         row.update({name: float(self.columns[name][position]) for name in FLOAT_COLUMNS})
         row.update({name: str(self.columns[name][position]) for name in STRING_COLUMNS})
         return row
+
+
+@dataclass(frozen=True)
+class EpochSpec:
+    """How an epoch is loaded: the DataLoader's batch size and workers, the library's shuffle and its seed."""
+
+    batch_size: int = 64
+    workers: int = 0
+    shuffle: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"batch_size must be a whole number >= 1, got {self.batch_size!r}")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 0:
+            raise ConfigError(f"workers must be a whole number >= 0, got {self.workers!r}")
 
 
 @dataclass(frozen=True)
@@ -308,9 +324,7 @@ class TrainingFormat(ABC):
         """Item ``i`` by index through the library's Dataset (where ``random_access``; else a ConfigError)."""
 
     @abstractmethod
-    def epoch_loader(
-        self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
-    ) -> Iterable[dict[str, Any]]:
+    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
         """Batches of one epoch as the library's users load them: its Dataset, its shuffling, its loader."""
 
     def remote_environment(self, s3: S3Access) -> dict[str, str]:
@@ -318,16 +332,7 @@ class TrainingFormat(ABC):
         return {}
 
     def remote_epoch_loader(
-        self,
-        url: str,
-        cache: Path,
-        s3: S3Access,
-        plate_name: str,
-        *,
-        batch_size: int,
-        workers: int,
-        shuffle: bool,
-        seed: int,
+        self, url: str, cache: Path, s3: S3Access, plate_name: str, spec: EpochSpec
     ) -> Iterable[dict[str, Any]]:
         """Batches of one epoch of the store uploaded at ``url`` (``s3://bucket/prefix``), the library
         downloading into ``cache`` as its users let it; only where ``remote`` is None."""

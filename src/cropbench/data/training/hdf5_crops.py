@@ -24,6 +24,7 @@ from cropbench.data.training.base import (
     INTEGER_COLUMNS,
     STRING_COLUMNS,
     CutBatch,
+    EpochSpec,
     TrainingFormat,
     sample,
 )
@@ -68,15 +69,13 @@ class Hdf5Format(TrainingFormat):
         info = self.open(path)
         return Hdf5CropDataset(Path(path) / FILE_NAME, info.plate_name, info.count)
 
-    def epoch_loader(
-        self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
-    ) -> Iterable[dict[str, Any]]:
+    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
         return DataLoader(
             self.map_dataset(path),
-            batch_size=batch_size,
-            shuffle=shuffle,
-            num_workers=workers,
-            generator=torch.Generator().manual_seed(seed),
+            batch_size=spec.batch_size,
+            shuffle=spec.shuffle,
+            num_workers=spec.workers,
+            generator=torch.Generator().manual_seed(spec.seed),
         )
 
 

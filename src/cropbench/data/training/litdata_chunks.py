@@ -16,7 +16,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from cropbench.data.dataset import CropDataset
-from cropbench.data.training.base import CutBatch, S3Access, TrainingFormat, sample
+from cropbench.data.training.base import CutBatch, EpochSpec, S3Access, TrainingFormat, sample
 
 INDEX_NAME = "index.json"
 
@@ -61,25 +61,14 @@ class LitdataFormat(TrainingFormat):
     def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
         return LitdataCrops(self._dataset(path))
 
-    def epoch_loader(
-        self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
-    ) -> Iterable[dict[str, Any]]:
+    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
         import litdata
 
-        dataset = self._dataset(path, shuffle=shuffle, seed=seed)
-        return litdata.StreamingDataLoader(dataset, batch_size=batch_size, num_workers=workers)
+        dataset = self._dataset(path, shuffle=spec.shuffle, seed=spec.seed)
+        return litdata.StreamingDataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.workers)
 
     def remote_epoch_loader(
-        self,
-        url: str,
-        cache: Path,
-        s3: S3Access,
-        plate_name: str,
-        *,
-        batch_size: int,
-        workers: int,
-        shuffle: bool,
-        seed: int,
+        self, url: str, cache: Path, s3: S3Access, plate_name: str, spec: EpochSpec
     ) -> Iterable[dict[str, Any]]:
         """litdata's chunks streamed from ``url`` into ``cache_dir``, the endpoint in ``storage_options``."""
         import litdata
@@ -87,8 +76,8 @@ class LitdataFormat(TrainingFormat):
         dataset = litdata.StreamingDataset(
             url,
             cache_dir=str(cache),
-            shuffle=shuffle,
-            seed=seed,
+            shuffle=spec.shuffle,
+            seed=spec.seed,
             transform=functools.partial(_to_sample, plate_name=plate_name),
             storage_options={
                 "endpoint_url": s3.endpoint,
@@ -97,7 +86,7 @@ class LitdataFormat(TrainingFormat):
                 "region_name": s3.region,
             },
         )
-        return litdata.StreamingDataLoader(dataset, batch_size=batch_size, num_workers=workers)
+        return litdata.StreamingDataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.workers)
 
 
 class LitdataCrops(Dataset[dict[str, Any]]):

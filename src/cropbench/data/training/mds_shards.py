@@ -17,7 +17,7 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset
 
 from cropbench.data.dataset import CropDataset
-from cropbench.data.training.base import CutBatch, S3Access, TrainingFormat
+from cropbench.data.training.base import CutBatch, EpochSpec, S3Access, TrainingFormat
 
 INDEX_NAME = "index.json"
 
@@ -70,11 +70,9 @@ class MdsFormat(TrainingFormat):
     def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
         return self._dataset(path)
 
-    def epoch_loader(
-        self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
-    ) -> Iterable[dict[str, Any]]:
-        dataset = self._dataset(path, shuffle=shuffle, seed=seed, batch_size=batch_size)
-        return DataLoader(dataset, batch_size=batch_size, num_workers=workers)
+    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
+        dataset = self._dataset(path, shuffle=spec.shuffle, seed=spec.seed, batch_size=spec.batch_size)
+        return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.workers)
 
     def remote_environment(self, s3: S3Access) -> dict[str, str]:
         # MosaicML's S3 client takes a custom endpoint from S3_ENDPOINT_URL, credentials from the AWS variables.
@@ -86,16 +84,7 @@ class MdsFormat(TrainingFormat):
         }
 
     def remote_epoch_loader(
-        self,
-        url: str,
-        cache: Path,
-        s3: S3Access,
-        plate_name: str,
-        *,
-        batch_size: int,
-        workers: int,
-        shuffle: bool,
-        seed: int,
+        self, url: str, cache: Path, s3: S3Access, plate_name: str, spec: EpochSpec
     ) -> Iterable[dict[str, Any]]:
         """MDS shards streamed from ``url`` into ``cache`` (``remote=``, ``local=``)."""
         from streaming.base.util import clean_stale_shared_memory
@@ -107,8 +96,8 @@ class MdsFormat(TrainingFormat):
             remote=url,
             local=str(cache),
             plate_name=plate_name,
-            shuffle=shuffle,
-            shuffle_seed=seed,
-            batch_size=batch_size,
+            shuffle=spec.shuffle,
+            shuffle_seed=spec.seed,
+            batch_size=spec.batch_size,
         )
-        return DataLoader(dataset, batch_size=batch_size, num_workers=workers)
+        return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.workers)

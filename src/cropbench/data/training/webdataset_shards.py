@@ -17,7 +17,7 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset
 
 from cropbench.data.dataset import CropDataset
-from cropbench.data.training.base import CutBatch, TrainingFormat, sample
+from cropbench.data.training.base import CutBatch, EpochSpec, TrainingFormat, sample
 from cropbench.errors import ConfigError
 
 SHARD_PATTERN = "crops-%06d.tar"
@@ -60,24 +60,22 @@ class WebDatasetFormat(TrainingFormat):
     def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
         raise ConfigError("webdataset reads tar shards in order and has no random access by index")
 
-    def epoch_loader(
-        self, path: str | Path, *, batch_size: int, workers: int, shuffle: bool, seed: int
-    ) -> Iterable[dict[str, Any]]:
+    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
         import webdataset
 
         urls = self.shards(path)
         info = self.open(path)
         pipeline = webdataset.WebDataset(
             urls,
-            shardshuffle=len(urls) if shuffle else False,
-            seed=seed,
+            shardshuffle=len(urls) if spec.shuffle else False,
+            seed=spec.seed,
             empty_check=False,  # more workers than shards leaves some workers without any
             workersplitter=webdataset.split_by_worker,
         )
-        if shuffle:
+        if spec.shuffle:
             pipeline = pipeline.shuffle(SHUFFLE_BUFFER)
         # A tuple in, so the library's map does not copy ``__key__`` into cropbench's sample dict.
         dataset = (
             pipeline.decode().to_tuple("npy", "json").map(functools.partial(_to_sample, plate_name=info.plate_name))
         )
-        return DataLoader(dataset, batch_size=batch_size, num_workers=workers)
+        return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.workers)
