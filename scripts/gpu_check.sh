@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # The GPU check in one script: what does one GPU demand, what does the loader supply, and how many
-# workers keep the GPU fed, per read path and layout?
+# workers keep the GPU fed, with the tier made in the workers (the dataset pipeline) beside the tier made
+# on the GPU from raw uint16 batches (the device pipeline), on the same plate in the same run?
 #
-#   0. setup: carried wheels, versions, GPU, CPU, shared memory; two full-preset plates (16 fields of
-#      5 x 1080 x 1080, ~5,400 cells: the default sharded layout and one chunk per channel plane) are
-#      generated in the background while step 1 runs;
+#   0. setup: carried wheels, versions, GPU, CPU, shared memory; a full-preset plate (16 fields of
+#      5 x 1080 x 1080, ~5,400 cells, the default sharded layout) is generated in the background while
+#      step 1 runs;
 #   1. demand: Track 3 `gpu-demand` on a smoke plate: ResNet-18, batch 256 of 96 x 96 x 5 crops already on
 #      the GPU, train and embed, bf16 and fp32, CUDA-synchronised (compute only: the rate a loader must feed);
-#   2. supply: Track 2 `gpu` on the default plate: samples/s at batch 256 with pinned memory for the direct
-#      and zarr read paths, no transforms and typical ones, at 0 1 2 4 8 12 16 workers (capped by the cores),
-#      start-up at the most workers (and persistent);
-#   3. end to end: Track 3 `gpu` on the default plate, then on the planes plate: bisected searches for the
-#      fewest workers with data wait < 10% (bf16 train on direct and zarr, bf16 embed, fp32 train), step
-#      p50/p95, NVML utilisation; float32 vs uint16 crops at the most workers;
-#   4. the GPU tests, if time is left; then summary.txt (scripts/gpu_table.py) from the rows.
+#   2. supply: Track 2 `gpu` on the default plate: samples/s at batch 256 on the direct path, both pipelines
+#      (dataset: float32 from the workers, pinned by the DataLoader; device: uint16 from the workers, reused
+#      pinned buffers, the tier on the GPU), no transforms and typical ones, at 0 1 2 4 8 12 16 workers
+#      (capped by the cores), start-up at the most workers (and persistent);
+#   3. end to end: Track 3 `gpu` on the default plate: bisected searches for the fewest workers with data
+#      wait < 10% (bf16 train and bf16 embed on both pipelines, fp32 train on the device pipeline), each loop
+#      followed by the loader alone (supply over demand), step p50/p95, NVML utilisation; then the split of
+#      the most workers' cores into workers x decode threads (bf16 train, device pipeline);
+#   4. the GPU tests, if time is left; then the loader overhead (Track 2 `overhead`), if time is left;
+#      then summary.txt (scripts/gpu_table.py) from the rows: demand, supply, supply over demand.
 # The most important rows come first, every command has its own timeout (capped by what is left of
-# GPU_CHECK_BUDGET_S, default 390 s), and every row is written as soon as it is measured, so a cut-short
-# run still returns what it measured. Elapsed seconds are printed per step.
+# GPU_CHECK_BUDGET_S, default 440 s, so the whole run fits 8 minutes), and every row is written as soon as
+# it is measured, so a cut-short run still returns what it measured. Elapsed seconds are printed per step.
 #
 # Files in the output folder (OUT_DIR, below): results.jsonl (every row, the record of every track), results.csv, summary.txt,
 # gpu_check.log. No figures are drawn there: draw them from the rows with `python -m cropbench plot`.
@@ -34,9 +38,9 @@
 #   OUT_DIR if set, else results/gpu/check. PLATE_DIR (default /tmp/cropbench-gpu) holds the plates.
 # - With no CUDA device it stops with exit code 2, unless GPU_CHECK_ALLOW_CPU=1: then it is a dry run of the
 #   same steps with smoke plates, few samples, and Track 3's smoke preset instead of the CUDA presets.
-# Duration: 376 s on one H200 with 16 cores (2026-11-30, docs/gpu.md), where the 390 s budget cut the last
-# Track 2 case, the last two Track 3 rows on the planes plate and the GPU tests: allow it ~480 s, or raise
-# GPU_CHECK_BUDGET_S (and any outer timeout) to get those too.
+# Duration: at most the budget plus the summary (~460 s): run it under an outer timeout of 480 s or more.
+# The previous grid (zarr and planes rows besides) ran 376 s on one H200 with 16 cores (2026-11-30,
+# docs/gpu.md); this one has not run on a GPU yet.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -58,7 +62,7 @@ fi
 
 OUT_DIR=${1:-${OUT_DIR:-results/gpu/check}}
 PLATE_DIR=${PLATE_DIR:-/tmp/cropbench-gpu}
-BUDGET_S=${GPU_CHECK_BUDGET_S:-390}
+BUDGET_S=${GPU_CHECK_BUDGET_S:-440}
 mkdir -p "$OUT_DIR" "$PLATE_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 LOG="$OUT_DIR/gpu_check.log"
@@ -114,6 +118,7 @@ fi
 PLATE_PRESET=full
 T2_ARGS=(--preset gpu)
 T3_ARGS=(--preset gpu)
+OVERHEAD_ARGS=()
 DEMAND=1
 if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   if [ "${GPU_CHECK_ALLOW_CPU:-0}" != 1 ]; then
@@ -124,16 +129,16 @@ if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() el
   PLATE_PRESET=smoke
   T2_ARGS=(--preset gpu --samples 256)
   T3_ARGS=(--preset smoke --samples 64)
+  OVERHEAD_ARGS=(--samples 128)
   DEMAND=0
 fi
 CLI=("$PYTHON" -m cropbench)
 RUN=("${CLI[@]}" run --out "$OUT_DIR" --no-progress)
 DEFAULT_PLATE="$PLATE_DIR/$PLATE_PRESET-default.zarr"
-PLANES_PLATE="$PLATE_DIR/$PLATE_PRESET-planes.zarr"
 
-step "0. generating $DEFAULT_PLATE and $PLANES_PLATE in the background (one process each)"
+step "0. generating $DEFAULT_PLATE in the background"
 pids=()
-for layout in default planes; do
+for layout in default; do
   plate="$PLATE_DIR/$PLATE_PRESET-$layout.zarr"
   if [ -d "$plate" ]; then echo "   $plate exists"; continue; fi
   ( t0=$(date +%s); timeout 200 "${CLI[@]}" generate --preset "$PLATE_PRESET" --layout "$layout" --out "$plate" \
@@ -148,22 +153,23 @@ if [ "$DEMAND" = 1 ]; then
   timed 90 "${RUN[@]}" --plate "$SMOKE_PLATE" --track 3 --preset gpu-demand
 fi
 
-step "waiting for the plates"
+step "waiting for the plate"
 for pid in "${pids[@]}"; do wait "$pid"; done
 cat "$PLATE_DIR"/generate-*.log 2>/dev/null
 rm -f "$PLATE_DIR"/generate-*.log
 
 step "2. supply: Track 2 ${T2_ARGS[*]} on $DEFAULT_PLATE"
-[ -d "$DEFAULT_PLATE" ] && timed 170 "${RUN[@]}" --plate "$DEFAULT_PLATE" --track 2 "${T2_ARGS[@]}"
+[ -d "$DEFAULT_PLATE" ] && timed 130 "${RUN[@]}" --plate "$DEFAULT_PLATE" --track 2 "${T2_ARGS[@]}"
 
-step "3a. end to end: Track 3 ${T3_ARGS[*]} on $DEFAULT_PLATE"
-[ -d "$DEFAULT_PLATE" ] && timed 100 "${RUN[@]}" --plate "$DEFAULT_PLATE" --track 3 "${T3_ARGS[@]}"
-
-step "3b. end to end: Track 3 ${T3_ARGS[*]} on $PLANES_PLATE"
-[ -d "$PLANES_PLATE" ] && timed 80 "${RUN[@]}" --plate "$PLANES_PLATE" --track 3 "${T3_ARGS[@]}"
+step "3. end to end: Track 3 ${T3_ARGS[*]} on $DEFAULT_PLATE"
+[ -d "$DEFAULT_PLATE" ] && timed 170 "${RUN[@]}" --plate "$DEFAULT_PLATE" --track 3 "${T3_ARGS[@]}"
 
 step "4. GPU tests (skip without CUDA), if time is left"
-timed 45 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests/test_accelerator.py tests/test_track3.py -rs
+timed 40 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests/test_device_pipeline.py tests/test_accelerator.py \
+  tests/test_track3.py -rs
+
+step "5. loader overhead: Track 2 overhead ${OVERHEAD_ARGS[*]} on $DEFAULT_PLATE, if time is left"
+[ -d "$DEFAULT_PLATE" ] && timed 30 "${RUN[@]}" --plate "$DEFAULT_PLATE" --track 2 --preset overhead "${OVERHEAD_ARGS[@]}"
 
 step "summary"
 if [ -f "$OUT_DIR/results.jsonl" ]; then

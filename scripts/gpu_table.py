@@ -2,10 +2,13 @@
 
     python scripts/gpu_table.py OUT/results.jsonl > OUT/summary.txt
 
-What the GPU demands (Track 3 compute-only rows), what the loader supplies per read path and worker
-count (Track 2), how supply scales from 0 workers, worker start-up at the most workers, and Track 3's
-end-to-end loops with the fewest workers that keep the GPU >= 90% busy, per layout. Plain json and
-the standard library only, so it runs wherever the rows are, whatever the package looks like.
+What the GPU demands (Track 3 compute-only rows), what the loader supplies per read path, pipeline
+(the tier made in the workers, or on the device from raw uint16 batches) and worker count (Track 2),
+how supply scales from 0 workers, worker start-up at the most workers, supply over demand (Track 3:
+the loader alone after each loop, over the compute-only rate of the same model and batch), Track 3's
+end-to-end loops with the fewest workers that keep the GPU >= 90% busy, the threads-vs-workers split
+and the loader overhead. Plain json and the standard library only, so it runs wherever the rows are,
+whatever the package looks like.
 """
 
 from __future__ import annotations
@@ -68,23 +71,37 @@ def demand(rows: list[dict[str, Any]]) -> tuple[list[str], dict[tuple[str, str],
     return lines, rates
 
 
+def _pipeline(record: dict[str, Any]) -> str:
+    """Where the row's tier ran: ``dataset`` (in the workers) or ``device`` (rows before it: dataset)."""
+    return str(record["config"].get("pipeline", "dataset"))
+
+
+def _bytes(metrics: dict[str, Any], key: str) -> str:
+    value = metrics.get(key)
+    return "–" if value is None else f"{value / 1024:,.0f} KiB" if value else "0"
+
+
 def supply(rows: list[dict[str, Any]], rates: dict[tuple[str, str], float]) -> list[str]:
-    sweeps: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    sweeps: dict[tuple[str, str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
     for r in rows:
         loader = r["config"].get("loader", {})
         if r["track"] != "2" or loader.get("persistent_workers") or loader.get("batch_size") != 256:
             continue
         crop = r["config"]["crop"]
-        sweeps[(_layout(r), crop["decode"], crop["tier"])][int(loader["num_workers"])] = r["metrics"]
+        sweeps[(_layout(r), crop["decode"], crop["tier"], _pipeline(r))][int(loader["num_workers"])] = r["metrics"]
     workers = sorted({w for sweep in sweeps.values() for w in sweep})
-    train = rates.get(("train", "bf16"))
-    lines = ["## Supply: Track 2 steady samples/s, batch 256, pinned memory, float32 crops", ""]
+    train, embed = rates.get(("train", "bf16")), rates.get(("embed", "bf16"))
+    lines = [
+        "## Supply: Track 2 steady samples/s, batch 256, float32 crops (dataset pipeline: made in the workers,",
+        "pinned by the DataLoader; device pipeline: uint16 from the workers, reused pinned buffers, tier on the GPU)",
+        "",
+    ]
     if not sweeps:
         return [*lines, "(no rows)"]
     body = []
-    for (layout, decode, tier), sweep in sweeps.items():
+    for (layout, decode, tier, pipeline), sweep in sweeps.items():
         base, two, most = sweep.get(0, {}), sweep.get(2, {}), sweep.get(max(sweep), {})
-        ratio = two.get("samples_per_s", 0) / base["samples_per_s"] if base.get("samples_per_s") else None
+        ratio = two["samples_per_s"] / base["samples_per_s"] if base.get("samples_per_s") and two else None
         top = most.get("samples_per_s", 0) / base["samples_per_s"] if base.get("samples_per_s") else None
         checks = all(m.get("crosscheck_ok") for m in sweep.values())
         body.append(
@@ -92,10 +109,14 @@ def supply(rows: list[dict[str, Any]], rates: dict[tuple[str, str], float]) -> l
                 layout,
                 decode,
                 tier,
+                pipeline,
+                str(most.get("transform_device", "–")),
+                _bytes(most, "bytes_worker_to_main_per_sample"),
                 *(_number(sweep.get(w, {}).get("samples_per_s")) for w in workers),
                 _number(top, "{:.1f}×"),
                 "–" if ratio is None else f"{ratio:.2f}× ({'yes' if ratio >= TWO_WORKER_TARGET else 'no'})",
                 _number(most.get("samples_per_s", 0) / train if train else None, "{:.2f}"),
+                _number(most.get("samples_per_s", 0) / embed if embed else None, "{:.2f}"),
                 "yes" if checks else "NO",
             ]
         )
@@ -104,15 +125,118 @@ def supply(rows: list[dict[str, Any]], rates: dict[tuple[str, str], float]) -> l
             "layout",
             "read path",
             "transforms",
+            "pipeline",
+            "tier ran on",
+            "worker → main per sample",
             *(f"w{w}" for w in workers),
             f"w{workers[-1]} / w0",
             f"w2 / w0 (≥ {TWO_WORKER_TARGET}×?)",
             "most workers ÷ bf16-train demand",
+            "÷ bf16-embed demand",
             "cross-check",
         ],
         body,
     )
     return lines
+
+
+def supply_over_demand(rows: list[dict[str, Any]]) -> list[str]:
+    """Track 3: per loop configuration, the row at the most workers: the loader alone over the compute-only
+    rate of the same model and batch, beside the loop's own data wait."""
+    best: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
+    for r in rows:
+        if r["track"] != "3" or "supply_over_demand" not in r["metrics"]:
+            continue
+        config = r["config"]
+        key = (_layout(r), config["workload"], config["amp"], _pipeline(r), config["crop"]["tier"])
+        held = best.get(key)
+        if held is None or config["loader"]["num_workers"] > held["config"]["loader"]["num_workers"]:
+            best[key] = r  # the first row of the most workers: a search's, before a split's of as many
+    lines = [
+        "## Supply over demand: the loader alone (Track 3, after each loop) ÷ compute-only images/s, most workers",
+        "",
+    ]
+    body = [
+        [
+            layout,
+            workload,
+            "fp32" if amp == "off" else amp,
+            pipeline,
+            tier,
+            str(r["config"]["loader"]["num_workers"]),
+            _bytes(r["metrics"], "bytes_host_to_device_per_sample"),
+            _number(r["metrics"].get("supply_samples_per_s")),
+            _number(r["metrics"].get("compute_only_images_per_s")),
+            _number(r["metrics"]["supply_over_demand"], "{:.2f}"),
+            _number(100 * r["metrics"]["data_wait_fraction"], "{:.1f}%"),
+            _number(r["metrics"].get("images_per_s")),
+        ]
+        for (layout, workload, amp, pipeline, tier), r in best.items()
+    ]
+    header = [
+        "layout",
+        "workload",
+        "precision",
+        "pipeline",
+        "transforms",
+        "workers",
+        "host → device per sample",
+        "supply samples/s",
+        "demand images/s",
+        "supply ÷ demand",
+        "data wait",
+        "loop images/s",
+    ]
+    return lines + (_table(header, body) if body else ["(no rows)"])
+
+
+def thread_splits(rows: list[dict[str, Any]]) -> list[str]:
+    splits = [r for r in rows if r["track"] == "3" and r["metrics"].get("splits")]
+    if not splits:
+        return []
+    lines = ["## Threads against workers at a fixed core count (Track 3, workers x decode threads)", ""]
+    for r in splits:
+        metrics = r["metrics"]
+        lines += [f"{_layout(r)}: {r['case']} — fastest {metrics.get('best_split')}", ""]
+        body = [
+            [
+                name,
+                _number(rate),
+                _number(None if wait is None else 100 * wait, "{:.1f}%"),
+                _number(ratio, "{:.2f}"),
+            ]
+            for name, rate, wait, ratio in zip(
+                metrics["splits"],
+                metrics["images_per_s_by_split"],
+                metrics["data_wait_fraction_by_split"],
+                metrics["supply_over_demand_by_split"],
+                strict=True,
+            )
+        ]
+        lines += [*_table(["split", "images/s", "data wait", "supply ÷ demand"], body), ""]
+    return lines[:-1]
+
+
+def overhead(rows: list[dict[str, Any]]) -> list[str]:
+    found = [r for r in rows if r["track"] == "2" and "loader_over_batched" in r["metrics"]]
+    if not found:
+        return []
+    body = [
+        [
+            _layout(r),
+            str(r["config"]["loader"]["num_workers"]),
+            str(r["config"]["crop"]["decode_threads"]),
+            str(r["metrics"]["reader_threads"]),
+            _number(r["metrics"]["loader_batches_per_s"], "{:,.1f}"),
+            _number(r["metrics"]["batched_batches_per_s"], "{:,.1f}"),
+            _number(r["metrics"]["loader_over_batched"], "{:.2f}"),
+            f"{r['metrics']['ratio_q1']:.2f}-{r['metrics']['ratio_q3']:.2f}",
+        ]
+        for r in found
+    ]
+    lines = ["## Loader overhead: uint16 batches/s through the DataLoader ÷ Track 1's batched rate, interleaved", ""]
+    header = ["layout", "workers", "threads per worker", "batched threads", "loader", "batched", "ratio", "block IQR"]
+    return lines + _table(header, body)
 
 
 def startup(rows: list[dict[str, Any]]) -> list[str]:
@@ -125,6 +249,7 @@ def startup(rows: list[dict[str, Any]]) -> list[str]:
             _layout(r),
             r["config"]["crop"]["decode"],
             r["config"]["crop"]["tier"],
+            _pipeline(r),
             "yes" if r["config"]["loader"].get("persistent_workers") else "no",
             _number(r["metrics"].get("iter_create_ms"), "{:.0f}"),
             _number(r["metrics"]["first_batch_ms"], "{:.0f}"),
@@ -140,6 +265,7 @@ def startup(rows: list[dict[str, Any]]) -> list[str]:
             "layout",
             "read path",
             "transforms",
+            "pipeline",
             "persistent",
             "iter() ms",
             "first batch ms",
@@ -217,7 +343,16 @@ def main(argv: list[str]) -> int:
         return 2
     rows = [json.loads(line) for line in Path(argv[1]).read_text().splitlines() if line.strip()]
     demand_lines, rates = demand(rows)
-    parts = [machine(rows), demand_lines, supply(rows, rates), startup(rows), end_to_end(rows)]
+    parts = [
+        machine(rows),
+        demand_lines,
+        supply(rows, rates),
+        supply_over_demand(rows),
+        startup(rows),
+        end_to_end(rows),
+        thread_splits(rows),
+        overhead(rows),
+    ]
     print("\n\n".join("\n".join(part) for part in parts if part))
     return 0
 

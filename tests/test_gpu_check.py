@@ -41,3 +41,64 @@ def test_rows_go_to_the_argument_else_out_dir_else_results_gpu(
 def test_the_docs_name_the_default_folder() -> None:
     docs = (SCRIPT.parents[1] / "docs" / "gpu.md").read_text()
     assert "results/gpu/check" in docs and "first argument" in docs
+
+
+def test_the_script_parses_and_its_budget_fits_eight_minutes() -> None:
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+    line = next(text for text in SCRIPT.read_text().splitlines() if text.startswith("BUDGET_S="))
+    budget = int(line.split(":-")[1].rstrip("}"))
+    assert budget + 30 <= 8 * 60, "the budget, the summary and the set-up fit one 8-minute run"
+
+
+@pytest.mark.slow
+def test_the_table_shows_both_pipelines_and_supply_over_demand(tiny_plate: Path, tmp_path: Path) -> None:
+    """Rows as a CPU run writes them (the same code a GPU run runs, on device 'cpu'), through the table."""
+    import dataclasses
+    import sys
+
+    from cropbench.config import CropConfig
+    from cropbench.data.loader import LoaderSpec
+    from cropbench.records import RecordWriter
+    from cropbench.tracks import RunContext, run_tracks
+    from cropbench.tracks.track2 import OverheadCase, Track2, Track2Case
+    from cropbench.tracks.track3 import ThreadSplit, Track3, Track3Case
+
+    crop = CropConfig(crop_size=32, tier="typical")
+    supply = [
+        Track2Case(crop=crop, loader=LoaderSpec(batch_size=256, collate=collate), samples=512, pipeline=pipeline)
+        for pipeline, collate in (("dataset", "default"), ("device", "stack"))
+    ]
+    overhead = OverheadCase(crop=CropConfig(crop_size=32, dtype="uint16"), loader=LoaderSpec(batch_size=8), batches=2)
+    loop = Track3Case(crop=crop, loader=LoaderSpec(batch_size=8), model="smallcnn", steps=2, warmup_steps=1)
+    device = dataclasses.replace(loop, pipeline="device")
+    plans = {
+        "2": [*supply, overhead],
+        "3": [dataclasses.replace(loop, compute_only=True), device, ThreadSplit(device, 1)],
+    }
+
+    class Planned(Track2):
+        def cases(self, preset: str, context: RunContext) -> list:  # type: ignore[override]
+            return plans["2"]
+
+    class PlannedLoops(Track3):
+        def cases(self, preset: str, context: RunContext) -> list:  # type: ignore[override]
+            return plans["3"]
+
+    results = tmp_path / "results.jsonl"
+    context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1})
+    with RecordWriter(results) as writer:
+        run_tracks([Planned(), PlannedLoops()], "smoke", context, writer.write)
+    table = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / "gpu_table.py"), str(results)], capture_output=True, text=True, check=True
+    ).stdout
+    supply_section = table.split("## Supply:")[1].split("##")[0]
+    supply_rows = [line for line in supply_section.splitlines() if line.startswith("| tiny | direct | typical |")]
+    assert (
+        len(supply_rows) == 2
+        and "| dataset | main | 0 |" in supply_rows[0]
+        and "| device | cpu | 0 |" in supply_rows[1]
+    )
+    over = table.split("## Supply over demand")[1].split("##")[0]
+    assert "| tiny | train | fp32 | device | typical | 1 | 0 |" in over, "the row of the most workers: a split's"
+    assert "fastest w" in table and "| w0xt1 |" in table and "| w1xt1 |" in table
+    assert "## Loader overhead" in table and "| tiny | 0 | 1 | 1 |" in table

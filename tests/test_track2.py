@@ -127,6 +127,7 @@ def test_presets_cover_the_required_grid() -> None:
     labels = [c.label for c in full]
     assert len(labels) == len(set(labels))
     smoke = preset_cases("smoke")
+    assert any(c.pipeline == "device" for c in smoke) and any(c.pipeline == "device" for c in full)
     persistent = [i for i, c in enumerate(smoke) if c.loader.persistent_workers]
     twins = [i for i, c in enumerate(smoke) if c.label + "/persistent" == smoke[persistent[0]].label]
     assert twins and twins[0] < persistent[0], "the non-persistent twin runs first"

@@ -241,6 +241,7 @@ def test_presets_answer_the_benchmark_questions() -> None:
     smoke = preset_items("smoke")
     models = {(i.case if isinstance(i, WorkerSearch) else i).model for i in smoke}
     assert models == {"resnet18", "smallcnn", "emulated"}
+    assert any(isinstance(i, Track3Case) and i.pipeline == "device" for i in smoke)
     gpu = preset_items("gpu")
     cases = [i if isinstance(i, Track3Case) else i.case for i in gpu]
     assert all(c.device == "cuda" and c.loader.batch_size == 256 and c.crop.crop_size == 96 for c in cases)

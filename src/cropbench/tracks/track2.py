@@ -342,6 +342,7 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track2Case]:
         case(dataclasses.replace(loader, collate="stack")),
         case(loader, crop.replace(dtype="uint16")),
         case(loader, crop.replace(decode="zarr")),
+        case(dataclasses.replace(loader, collate="stack"), crop.replace(tier="typical"), pipeline="device"),
     ]
     memory = LoaderSpec(num_workers=1, batch_size=128)
     cases += [case(memory, crop.replace(dtype=dtype), source="memory") for dtype in ("uint16", "float32")]

@@ -655,6 +655,7 @@ def _smoke_items(crop: CropConfig) -> list[Item]:
         dataclasses.replace(resnet, workload="embed"),
         dataclasses.replace(resnet, amp="bf16"),
         small,
+        dataclasses.replace(small, pipeline="device", loader=dataclasses.replace(small.loader, collate="stack")),
         WorkerSearch(emulated, (0, 1, 2)),
     ]
 
