@@ -201,6 +201,12 @@ def test_a_manifest_of_another_version_or_format_is_refused(stores: dict[str, Pa
     manifest.write_text(original.replace('"format": "hdf5"', '"format": "mds"'))
     with pytest.raises(StoreError, match="holds format 'mds', not 'hdf5'"):
         training_format("hdf5").map_dataset(path)
+    manifest.write_text(original.replace('"crops.h5"', '"../crops.h5"'))
+    with pytest.raises(StoreError, match="'files' must map relative paths inside the store"):
+        training_format("hdf5").map_dataset(path)
+    manifest.write_text("[1, 2]")
+    with pytest.raises(StoreError, match="manifest_version"):
+        training_format("hdf5").map_dataset(path)
 
 
 @pytest.mark.parametrize("name", sorted(TRAINING_FORMATS))

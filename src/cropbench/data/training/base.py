@@ -148,6 +148,12 @@ class CropStoreInfo:
             raise StoreError(
                 f"{path} has manifest_version {found!r}; this cropbench reads {MANIFEST_VERSION} (convert again)"
             )
+        files = document.get("files")
+        if not isinstance(files, dict) or not all(
+            isinstance(name, str) and _inside(name) and isinstance(size, int) and size >= 0
+            for name, size in files.items()
+        ):
+            raise StoreError(f"{path}: 'files' must map relative paths inside the store to sizes in bytes")
         known = {f.name for f in dataclasses.fields(cls)}
         try:
             document["channel_names"] = tuple(document["channel_names"])
@@ -168,6 +174,12 @@ class CropStoreInfo:
                     f"crop store {folder}: {name} holds {found} bytes, {size} were written (truncated or "
                     "changed; convert the plate again)"
                 )
+
+
+def _inside(name: str) -> bool:
+    """Whether a manifest's file name stays inside its store (relative, no ``..``)."""
+    parts = Path(name).parts
+    return bool(parts) and not Path(name).is_absolute() and ".." not in parts
 
 
 def sample(image: np.ndarray | torch.Tensor, row: Mapping[str, Any], plate_name: str) -> dict[str, Any]:
