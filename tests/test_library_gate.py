@@ -319,3 +319,21 @@ def test_the_workflow_gates_every_library_when_a_release_appears() -> None:
     steps = " ".join(step.get("run", "") for step in job["steps"])
     assert 'scripts/release_history.py "$LIBRARY" --last latest' in steps
     assert 'scripts/library_gate.py "$LIBRARY"' in steps and "--results-dir" in steps
+
+
+@pytest.mark.parametrize("library", sorted(GATES))
+def test_asv_reads_the_private_configuration_from_another_folder(library: str, tmp_path: Path) -> None:
+    """asv resolves paths from the configuration's folder: the copy must still find the suites."""
+    config = gate_module.private_config(GATES[library], tmp_path / "results", repo=REPO)
+    (tmp_path / "gate.conf.json").write_text(json.dumps(config))
+    environment = {key: value for key, value in os.environ.items() if key != "CROPBENCH_ASV_FULL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "asv", "check", "--config", str(tmp_path / "gate.conf.json"), "--python=same"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and "No problems found" in result.stdout, result.stdout + result.stderr
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
