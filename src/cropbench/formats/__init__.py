@@ -21,7 +21,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from cropbench.config import DECODE_PATHS, LayoutSpec
+from cropbench.config import DECODE_PATHS, DEFAULT_CHUNK_CACHE_BYTES, LayoutSpec
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import ngff
 from cropbench.formats.base import (
@@ -108,7 +108,7 @@ def supported_decodes(path_or_metadata: str | Path | PlateMetadata) -> tuple[str
 def open_plate(
     path: str | Path,
     decode: str = "direct",
-    chunk_cache_bytes: int = 64 * 2**20,
+    chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES,
     field_cache_fields: int = 2,
     metadata: PlateMetadata | None = None,
     decode_threads: int = 1,
