@@ -18,6 +18,7 @@ from typing import Any
 import numcodecs.blosc
 import numpy as np
 
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, Regions
 from cropbench.formats.direct.cache import ChunkCache
@@ -75,7 +76,7 @@ class DirectChunkReader(PlateReader):
     def __init__(
         self,
         metadata: PlateMetadata,
-        chunk_cache_bytes: int = 64 * 2**20,
+        chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES,
         decode_threads: int = 1,
     ) -> None:
         super().__init__(metadata)
