@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES
 from cropbench.formats.base import PlateMetadata, Regions
 from cropbench.formats.direct.cache import ChunkCache
 from cropbench.formats.direct.layout import ChunkLayout, FieldLayouts
@@ -67,7 +68,9 @@ class StageTimedChunkReader(DirectChunkReader):
     loader_class = StageTimedChunkLoader
     loader: StageTimedChunkLoader
 
-    def __init__(self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20, decode_threads: int = 1) -> None:
+    def __init__(
+        self, metadata: PlateMetadata, chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES, decode_threads: int = 1
+    ) -> None:
         super().__init__(metadata, chunk_cache_bytes, decode_threads)
         self.stage_ns = self.loader.stage_ns
 
