@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES
 from cropbench.errors import ConfigError, ObjectTableError, StoreError
 from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
 from cropbench.formats.marker import write_marker
@@ -187,7 +188,7 @@ class OmeArrowReader(PlateReader):
 
     decode = "direct"
 
-    def __init__(self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20) -> None:
+    def __init__(self, metadata: PlateMetadata, chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES) -> None:
         super().__init__(metadata)
         self.chunk_cache_bytes = chunk_cache_bytes
         self._cache: LruCache[tuple[int, int], np.ndarray] = LruCache(chunk_cache_bytes)
