@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import tifffile
 
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES
 from cropbench.errors import StoreError
 from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
 from cropbench.formats.marker import write_marker
@@ -197,7 +198,7 @@ class TiffReader(PlateReader):
 
     decode = "direct"
 
-    def __init__(self, metadata: PlateMetadata, chunk_cache_bytes: int = 64 * 2**20) -> None:
+    def __init__(self, metadata: PlateMetadata, chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES) -> None:
         super().__init__(metadata)
         self.chunk_cache_bytes = chunk_cache_bytes
         self._cache: LruCache[tuple[int, int, int], np.ndarray] = LruCache(chunk_cache_bytes)
