@@ -147,13 +147,15 @@ class TransformPlan:
         groups: dict[tuple[bool, bool, int], list[int]] = {}
         for slot, draw in enumerate(draws):
             groups.setdefault(draw.geometry, []).append(slot)
+        # Small host-to-device copies, non-blocking: from pageable memory CUDA stages them at once,
+        # without waiting for the work queued before them.
         for geometry, slots in groups.items():
             if geometry == (False, False, 0):
                 continue
-            chosen = torch.as_tensor(slots, dtype=torch.int64).to(image.device)
+            chosen = torch.as_tensor(slots, dtype=torch.int64).to(image.device, non_blocking=True)
             image[chosen] = apply_geometry(image[chosen], *geometry)
-        gain = torch.from_numpy(np.stack([d.gain for d in draws])[:, :, None, None]).to(image.device)
-        shift = torch.from_numpy(np.stack([d.shift for d in draws])[:, :, None, None]).to(image.device)
+        jitter = np.stack([np.stack([d.gain for d in draws]), np.stack([d.shift for d in draws])])
+        gain, shift = torch.from_numpy(jitter[:, :, :, None, None]).to(image.device, non_blocking=True)
         return apply_intensity(image, gain, shift)
 
     def augmentation(self, index: int, channels: int, epoch: int = 0, view: int = 0) -> Augmentation:
