@@ -268,6 +268,8 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
     assert streamed[m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
     assert streamed[m.prefixed(REMOTE, m.SAMPLES_PER_S)] > 0 and streamed[m.INJECTED_LATENCY_MS] == 5
     assert streamed[REMOTE_CACHE_BYTES] > 0
+    # every crop came over the store at least once: a request per shard and the index at the least
+    assert 0 < streamed[m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] < 1
     assert "local files" in records["hdf5"][REMOTE_SKIP_REASON]
     assert "ome-zarr/direct" in records and REMOTE_SKIP_REASON not in records["ome-zarr/direct"]
     assert not (tmp_path / "work").exists()

@@ -22,8 +22,9 @@ the plate's.
 
 With ``remote_latency_ms`` (``compare-formats --latency-ms``), each store is also uploaded to a
 loopback S3 server (moto) behind a proxy that adds that latency to every request, and read for the
-same shuffled epochs by the libraries that stream from S3 (``remote_*``: crops/s, first batch, the
-bytes left in the library's local cache); the others say why not (``remote_skip_reason``).
+same shuffled epochs by the libraries that stream from S3 (``remote_*``: crops/s, first batch,
+requests per crop counted by the server's request recorder, the bytes left in the library's local
+cache); the others say why not (``remote_skip_reason``).
 
 ``break_even_epochs`` = conversion seconds / (in-place seconds per epoch - converted seconds per
 epoch), seconds per epoch being the objects over the steady shuffled samples/s: the epochs after which
@@ -40,6 +41,7 @@ import dataclasses
 import math
 import os
 import tempfile
+import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +129,8 @@ EPOCH_RATIO_TO_IN_PLACE = "epoch_ratio_to_in_place"
 #: Prefix of the shuffled epochs read over the loopback store; why a format was not read there.
 REMOTE = "remote_"
 REMOTE_SKIP_REASON = "remote_skip_reason"
+#: Requests the loopback server received during the remote epochs.
+REMOTE_REQUESTS = "remote_requests"
 #: Bytes the library left in its local cache after the remote epochs.
 REMOTE_CACHE_BYTES = "remote_cache_bytes"
 #: The loopback bucket stores are uploaded to.
@@ -321,35 +325,40 @@ def upload(folder: Path, endpoint: str, bucket: str, prefix: str) -> None:
             client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
 
 
+def recorder(endpoint: str, action: str) -> None:
+    """Drive moto's request recorder (``start-recording``, ``stop-recording``, ``reset-recording``)."""
+    request = urllib.request.Request(f"{endpoint}/moto-api/recorder/{action}", method="POST", data=b"")
+    urllib.request.urlopen(request, timeout=30).close()
+
+
 def remote_epochs(
     fmt: TrainingFormat, store: Path, plate_name: str, comparison: FormatComparison, objects: int
 ) -> dict[str, Any]:
     """Track 2's shuffled epochs of ``store`` uploaded to a loopback S3 server (moto) behind a proxy
     adding ``comparison.remote_latency_ms`` to each request, the library caching as it does; or why not.
 
-    Requests per crop are not counted: the libraries' clients count nothing a caller can read.
+    The server's request recorder counts every request the epochs made (index and data files alike):
+    ``remote_requests_per_crop`` is that count over the crops delivered.
     """
     latency = float(comparison.remote_latency_ms or 0.0)
     if fmt.remote is not None:
         return {REMOTE_SKIP_REASON: fmt.remote}
     if not moto_available():
         return {REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
-    with (
-        loopback_s3(BUCKET) as endpoint,
-        delay_proxy(endpoint, latency) as proxy,
-        tempfile.TemporaryDirectory(prefix=f".{fmt.name}.cache.", dir=store.parent) as scratch,
-    ):
+    with contextlib.ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f".{fmt.name}.", dir=store.parent)))
+        recording = scratch / "requests.jsonl"
+        endpoint = stack.enter_context(loopback_s3(BUCKET, {"MOTO_RECORDER_FILEPATH": str(recording)}))
+        proxy = stack.enter_context(delay_proxy(endpoint, latency))
         upload(store, endpoint, BUCKET, fmt.name)
         s3 = S3Access(proxy, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
-        cache = Path(scratch) / "cache"
+        cache = scratch / "cache"
         with environment(fmt.remote_environment(s3)):
+            recorder(endpoint, "reset-recording")
+            recorder(endpoint, "start-recording")
             try:
                 loader = fmt.remote_epoch_loader(
-                    f"s3://{BUCKET}/{fmt.name}",
-                    cache,
-                    s3,
-                    plate_name,
-                    comparison.epoch_spec(),
+                    f"s3://{BUCKET}/{fmt.name}", cache, s3, plate_name, comparison.epoch_spec()
                 )
                 metrics = _prefixed(
                     REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
@@ -357,8 +366,17 @@ def remote_epochs(
             except Exception as error:  # any failure of the library's own client is the row's answer
                 lines = str(error).strip().splitlines()
                 return {REMOTE_SKIP_REASON: f"{fmt.library} over the loopback store: {lines[0] if lines else error!r}"}
+            recorder(endpoint, "stop-recording")
+        requests = len(recording.read_text().splitlines()) if recording.exists() else 0
         cached = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file()) if cache.exists() else 0
-    return {**metrics, REMOTE_CACHE_BYTES: cached, m.INJECTED_LATENCY_MS: latency}
+    delivered = metrics[m.prefixed(REMOTE, m.DELIVERED_SAMPLES)]
+    return {
+        **metrics,
+        REMOTE_REQUESTS: requests,
+        m.prefixed(REMOTE, m.REQUESTS_PER_CROP): requests / max(delivered, 1),
+        REMOTE_CACHE_BYTES: cached,
+        m.INJECTED_LATENCY_MS: latency,
+    }
 
 
 def random_access(get: Any, indices: list[int], warmup: int) -> dict[str, Any]:
@@ -607,7 +625,7 @@ def formats_table(records: Sequence[Record]) -> str:
     if remote:
         latency = next((r.metrics[m.INJECTED_LATENCY_MS] for r in remote if m.INJECTED_LATENCY_MS in r.metrics), None)
         lines.append(f"over a loopback S3 store{f' at {latency:g} ms per request' if latency is not None else ''}")
-        lines.append(f"{'reader':<16} {'epoch/s':>9} {'1st batch ms':>12} {'cache MiB':>9}")
+        lines.append(f"{'reader':<16} {'epoch/s':>9} {'1st batch ms':>12} {'req/crop':>8} {'cache MiB':>9}")
         for record in remote:
             row = record.metrics
             if REMOTE_SKIP_REASON in row:
@@ -616,6 +634,7 @@ def formats_table(records: Sequence[Record]) -> str:
             cells = [
                 cell(row[m.prefixed(REMOTE, m.SAMPLES_PER_S)], 9, ".0f"),
                 cell(row[m.prefixed(REMOTE, m.FIRST_BATCH_MS)], 12, ".1f"),
+                cell(row[m.prefixed(REMOTE, m.REQUESTS_PER_CROP)], 8, ".3f"),
                 cell(row[REMOTE_CACHE_BYTES] / 2**20, 9, ".1f"),
             ]
             lines.append(" ".join([f"{record.case:<16}", *cells]))
