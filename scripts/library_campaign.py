@@ -37,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import asv_regression  # noqa: E402
 import library_gate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,22 +47,12 @@ PATCHES = REPO / "scripts" / "library_gate_patches"
 IDENTICAL_FILE = "src/zarr/__init__.py"
 
 
-@dataclass(frozen=True)
-class Injection:
-    """A regression of zarr-python as a patch of its source: ``PATCHES / f"{kind}.patch"``."""
-
-    kind: str
-    description: str
+class Injection(asv_regression.Injection):
+    """A regression of zarr-python as a patch of its source: ``PATCHES / f"{kind}.patch"`` (``src/zarr/...``)."""
 
     @property
     def patch(self) -> Path:
         return PATCHES / f"{self.kind}.patch"
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        """The files of zarr-python's source tree the patch edits (``src/zarr/...``)."""
-        lines = self.patch.read_text().splitlines()
-        return tuple(line.removeprefix("+++ b/") for line in lines if line.startswith("+++ b/"))
 
 
 INJECTIONS = {
@@ -198,21 +189,6 @@ def write_plate(destination: Path) -> Path:
     return destination
 
 
-@dataclass
-class Tally:
-    """Gate runs of one kind: how many, how many flagged (exit 1), and which benchmarks."""
-
-    runs: int = 0
-    flagged: int = 0
-    worse: dict[str, int] = field(default_factory=dict)
-
-    def add(self, run: library_gate.GateRun) -> None:
-        self.runs += 1
-        self.flagged += run.returncode == 1
-        for name in run.worse:
-            self.worse[name] = self.worse.get(name, 0) + 1
-
-
 Gate = Callable[[str, str, Path], library_gate.GateRun]
 
 
@@ -234,7 +210,7 @@ def campaign(
     """Run the gate over ``order``; write every comparison, the summary and the table to ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     kinds = tuple(dict.fromkeys(kind for kind in order if kind != "identical"))
-    tallies = {kind: Tally() for kind in ("identical", *kinds)}
+    tallies = {kind: asv_regression.Tally() for kind in ("identical", *kinds)}
     loads: list[float] = []
     started = time.time()
     with (out / "comparisons.jsonl").open("w") as log:

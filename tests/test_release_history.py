@@ -61,6 +61,13 @@ def fake_cache(tmp_path: Path) -> Path:
     return cache
 
 
+@pytest.fixture()
+def offline_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry's versions and upload dates of the fake library, without the network."""
+    monkeypatch.setattr(history, "available_versions", lambda name: list(FAKE_RELEASES))
+    monkeypatch.setattr(history, "upload_dates", lambda name: DATES)
+
+
 def _offline_fetch(name: str, version: str, cache: Path) -> Path:
     found = history.find_sdist(cache, name, version)
     assert found is not None, f"the test's cache lacks {name} {version}"
@@ -165,11 +172,9 @@ def test_release_dates_must_carry_a_time_zone(fake_cache: Path) -> None:
 def test_main_builds_from_the_cache_without_the_network(
     fake_cache: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    offline_registry: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(history, "available_versions", lambda name: list(FAKE_RELEASES))
-    monkeypatch.setattr(history, "upload_dates", lambda name: DATES)
     destination = tmp_path / "history"
     assert (
         history.main(
@@ -280,11 +285,9 @@ def test_force_refuses_to_delete_a_maintainers_branches(fake_cache: Path, tmp_pa
 def test_main_adds_the_latest_release_to_an_existing_history_and_fetches_its_tag_into_asvs_clones(
     fake_cache: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    offline_registry: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(history, "available_versions", lambda name: list(FAKE_RELEASES))
-    monkeypatch.setattr(history, "upload_dates", lambda name: DATES)
     destination, env_root = tmp_path / "history", tmp_path / "env"
     common = ["fake-lib", "--first", "1.0.0", "--cache", str(fake_cache), "--dest", str(destination)]
     common += ["--env-root", str(env_root)]
@@ -306,11 +309,9 @@ def test_main_adds_the_latest_release_to_an_existing_history_and_fetches_its_tag
 def test_main_says_what_is_wrong_in_one_line(
     fake_cache: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    offline_registry: None,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(history, "available_versions", lambda name: list(FAKE_RELEASES))
-    monkeypatch.setattr(history, "upload_dates", lambda name: DATES)
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "notes.txt").write_text("mine\n")
