@@ -143,12 +143,12 @@ def supply(rows: list[dict[str, Any]], rates: dict[tuple[str, str], float]) -> l
 def supply_over_demand(rows: list[dict[str, Any]]) -> list[str]:
     """Track 3: per loop configuration, the row at the most workers: the loader alone over the compute-only
     rate of the same model and batch, beside the loop's own data wait."""
-    best: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
+    best: dict[tuple[str, str, str, str, str, str], dict[str, Any]] = {}
     for r in rows:
         if r["track"] != "3" or "supply_over_demand" not in r["metrics"]:
             continue
         config = r["config"]
-        key = (_layout(r), config["workload"], config["amp"], _pipeline(r), config["crop"]["tier"])
+        key = (_layout(r), config["model"], config["workload"], config["amp"], _pipeline(r), config["crop"]["tier"])
         held = best.get(key)
         if held is None or config["loader"]["num_workers"] > held["config"]["loader"]["num_workers"]:
             best[key] = r  # the first row of the most workers: a search's, before a split's of as many
@@ -159,6 +159,7 @@ def supply_over_demand(rows: list[dict[str, Any]]) -> list[str]:
     body = [
         [
             layout,
+            model,
             workload,
             "fp32" if amp == "off" else amp,
             pipeline,
@@ -171,10 +172,11 @@ def supply_over_demand(rows: list[dict[str, Any]]) -> list[str]:
             _number(100 * r["metrics"]["data_wait_fraction"], "{:.1f}%"),
             _number(r["metrics"].get("images_per_s")),
         ]
-        for (layout, workload, amp, pipeline, tier), r in best.items()
+        for (layout, model, workload, amp, pipeline, tier), r in best.items()
     ]
     header = [
         "layout",
+        "model",
         "workload",
         "precision",
         "pipeline",

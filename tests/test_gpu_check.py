@@ -99,6 +99,8 @@ def test_the_table_shows_both_pipelines_and_supply_over_demand(tiny_plate: Path,
         and "| device | cpu | 0 |" in supply_rows[1]
     )
     over = table.split("## Supply over demand")[1].split("##")[0]
-    assert "| tiny | train | fp32 | device | typical | 1 | 0 |" in over, "the row of the most workers: a split's"
+    assert "| tiny | smallcnn | train | fp32 | device | typical | 1 | 0 |" in over, (
+        "the row of the most workers: a split's"
+    )
     assert "fastest w" in table and "| w0xt1 |" in table and "| w1xt1 |" in table
     assert "## Loader overhead" in table and "| tiny | 0 | 1 | 1 |" in table
