@@ -20,6 +20,7 @@ from cropbench.config import CropConfig, CropOverrides
 from cropbench.data.dataset import CropDataset
 from cropbench.formats import PlateReader, plate_objects, read_plate_metadata, supported_decodes
 from cropbench.formats.base import PlateMetadata
+from cropbench.formats.sources import redact
 from cropbench.objects import ObjectTable
 
 
@@ -65,8 +66,8 @@ class RunContext:
 
     @property
     def location(self) -> str:
-        """The plate as the user named it: its URL when in a store, else its path."""
-        return str(self.remote["url"]) if self.remote is not None else str(self.plate)
+        """The plate as the user named it: its URL (credentials masked) when in a store, else its path."""
+        return redact(str(self.remote["url"])) if self.remote is not None else str(self.plate)
 
     @property
     def decodes(self) -> tuple[str, ...]:
