@@ -316,3 +316,11 @@ def test_a_client_librarys_message_has_the_credentials_masked() -> None:
     error = sources.store_error(url, "zarr.json", OSError(f"cannot connect to {url}/zarr.json: refused"))
     assert "s3cr3t" not in str(error) and "reader:***@host:9/p.zarr/zarr.json" in str(error), error
     assert sources.scrub_credentials("nothing to hide", "s3://bucket/p.zarr") == "nothing to hide"
+
+
+@pytest.mark.parametrize("field", ["timeout_s", "connect_timeout_s"])
+@pytest.mark.parametrize("seconds", [float("inf"), float("nan"), 1e300, 0.0, -1.0])
+def test_store_deadlines_are_finite(field: str, seconds: float) -> None:
+    # An infinite deadline would switch off the watchdog that ends a dripping request.
+    with pytest.raises(ConfigError, match=field):
+        StoreConfig(**{field: seconds})

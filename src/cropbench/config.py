@@ -298,6 +298,10 @@ def plate_preset(name: str) -> PlateSpec:
 ZARR_CLIENTS = ("obstore", "fsspec")
 
 
+#: The longest deadline a request to an object store may have (an hour): finite, so every request ends.
+MAX_TIMEOUT_S = 3600.0
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """How a plate in an object store (``s3://``, ``http(s)://``) is read; ignored for local plates.
@@ -322,8 +326,10 @@ class StoreConfig:
     def __post_init__(self) -> None:
         _positive("in_flight", self.in_flight)
         _require(self.coalesce_gap_bytes >= 0, f"coalesce_gap_bytes must be >= 0, got {self.coalesce_gap_bytes}")
-        _require(self.timeout_s > 0, f"timeout_s must be > 0, got {self.timeout_s}")
-        _require(self.connect_timeout_s > 0, f"connect_timeout_s must be > 0, got {self.connect_timeout_s}")
+        for name in ("timeout_s", "connect_timeout_s"):
+            seconds = getattr(self, name)
+            # An infinite deadline would switch the request watchdog off: a dripping server could hold a run forever.
+            _require(0 < seconds <= MAX_TIMEOUT_S, f"{name} must be > 0 and at most {MAX_TIMEOUT_S:g} s, got {seconds}")
         _require(isinstance(self.retries, int) and self.retries >= 0, f"retries must be >= 0, got {self.retries}")
         _require(self.latency_ms >= 0, f"latency_ms must be >= 0, got {self.latency_ms}")
         _choice("zarr_client", self.zarr_client, ZARR_CLIENTS)

@@ -23,7 +23,6 @@ import hashlib
 import heapq
 import itertools
 import json
-import math
 import os
 import re
 import shutil
@@ -503,7 +502,7 @@ class RemoteSource(ByteSource):
             self._http = _watched_pool_manager(maxsize=max(config.in_flight, 1), retries=False, timeout=timeout)
             self._credentials = _credentials(config) if self._scheme == "s3" else None
             self._pool = None
-            self._watchdog = _Watchdog() if math.isfinite(config.timeout_s) else None
+            self._watchdog = _Watchdog()
             self._pid = os.getpid()
         return self._http
 
@@ -543,9 +542,7 @@ class RemoteSource(ByteSource):
 
     def _attempt(self, http: Any, method: str, url: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
         """One attempt, ended by the watchdog at ``timeout_s`` wherever it waits."""
-        if self._watchdog is None:  # timeout_s is infinite
-            response = http.request(method, url, headers=headers, body=body or None, preload_content=True)
-            return response.status, response.data
+        assert self._watchdog is not None  # made with the pool manager by _client
         watch = self._watchdog.watch(self.config.timeout_s)
         _CURRENT.watch = watch
         try:
