@@ -255,7 +255,7 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
 
     if not moto_available():
         pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")
-    formats = tuple(name for name in ("hdf5", "mds") if name in AVAILABLE)
+    formats = tuple(name for name in ("hdf5", "webdataset", "mds") if name in AVAILABLE)
     if "mds" not in formats:
         pytest.skip(TRAINING_FORMATS["mds"].available() or "")
     comparison = FormatComparison(
@@ -271,5 +271,8 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
     # every crop came over the store at least once: a request per shard and the index at the least
     assert 0 < streamed[m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] < 1
     assert "local files" in records["hdf5"][REMOTE_SKIP_REASON]
+    if "webdataset" in records:  # shards by plain HTTP through curl
+        assert records["webdataset"][m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
+        assert records["webdataset"][m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] > 0
     assert "ome-zarr/direct" in records and REMOTE_SKIP_REASON not in records["ome-zarr/direct"]
     assert not (tmp_path / "work").exists()

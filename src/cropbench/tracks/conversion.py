@@ -310,7 +310,8 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def upload(folder: Path, endpoint: str, bucket: str, prefix: str) -> None:
-    """Every file of ``folder`` into ``bucket`` under ``prefix`` on a loopback S3 endpoint."""
+    """Every file of ``folder`` into ``bucket`` under ``prefix`` on a loopback S3 endpoint, readable
+    without signing (as a public bucket's: WebDataset fetches shards by plain HTTP)."""
     import boto3
 
     client = boto3.client(
@@ -322,7 +323,8 @@ def upload(folder: Path, endpoint: str, bucket: str, prefix: str) -> None:
     )
     for path in sorted(folder.rglob("*")):
         if path.is_file():
-            client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
+            key = f"{prefix}/{path.relative_to(folder).as_posix()}"
+            client.upload_file(str(path), bucket, key, ExtraArgs={"ACL": "public-read"})
 
 
 def recorder(endpoint: str, action: str) -> None:
