@@ -736,3 +736,18 @@ def test_an_input_that_is_not_a_regular_file_is_refused_by_name_without_opening_
         target.symlink_to("/dev/zero")
     with pytest.raises(ImportInputError, match=rf"{target.name}.* not a regular file"):
         plan_import(tmp_path / "cells.parquet", folder)
+
+
+def test_lower_case_metadata_columns_are_read_and_take_part_in_the_case_check(
+    images: tuple[Path, Any], tmp_path: Path
+) -> None:
+    # The table's column filter used to keep only 'Metadata' spelled so: a lower-case well column was
+    # dropped before the lookup, so the lookup could neither use it nor see that it clashed.
+    folder, names = images
+    columns = _cellprofiler_columns(names, meta="metadata_")
+    pq.write_table(_table(columns), tmp_path / "cells.parquet")
+    assert plan_import(tmp_path / "cells.parquet", folder).columns["well"] == "metadata_Well"
+    columns["METADATA_WELL"] = lambda c: "Z99"
+    pq.write_table(_table(columns), tmp_path / "cells.parquet")
+    with pytest.raises(ImportInputError, match=r"matches both .*metadata_Well.* and .*METADATA_WELL"):
+        plan_import(tmp_path / "cells.parquet", folder)

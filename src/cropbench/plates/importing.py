@@ -184,13 +184,11 @@ def read_table(path: str | Path, labels: Sequence[str] = ()) -> pa.Table:
 
 
 def _useful(name: str) -> bool:
+    """Whether a column may be one cropbench looks up; in any case, as :func:`_find` matches them."""
+    folded = name.casefold()
     return (
-        "Metadata" in name
-        or "Location_Center" in name
-        or "BoundingBox" in name
-        or "ImageNumber" in name
-        or "Object_Number" in name
-        or name == "ObjectNumber"
+        any(part in folded for part in ("metadata", "location_center", "boundingbox", "imagenumber", "object_number"))
+        or folded == "objectnumber"
         or _FILE_COLUMN.match(name) is not None
     )
 
