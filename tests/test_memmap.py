@@ -67,3 +67,15 @@ def test_truncated_pixels_and_interrupted_writes_are_refused(memmap_plate: Path,
         writer.write_field("A", "1", 5, np.ones((1, 8, 8), np.uint16))
     writer.close()
     assert read_plate_metadata(tmp_path / "partial").fields[1].field == 1
+
+
+def test_pixels_that_are_not_a_regular_file_are_named_so(memmap_plate: Path, tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    broken = tmp_path / "fifo"
+    shutil.copytree(memmap_plate, broken)
+    (broken / PIXELS_NAME).unlink()
+    os.mkfifo(broken / PIXELS_NAME)
+    with pytest.raises(StoreError, match="not a regular file"):
+        open_plate(broken, "direct").read_region(0, 0, 5, 0, 5)

@@ -75,7 +75,13 @@ class MemmapReader(PlateReader):
             shape = (len(self.metadata.fields), *self.metadata.field_shape)
             expected = int(np.prod(shape)) * np.dtype(self.metadata.dtype).itemsize
             if not path.is_file() or path.stat().st_size != expected:
-                found = path.stat().st_size if path.is_file() else "no file"
+                found = (
+                    path.stat().st_size
+                    if path.is_file()
+                    else "something that is not a regular file (a FIFO, device or folder)"
+                    if path.exists()
+                    else "no file"
+                )
                 raise StoreError(f"raw pixels {path} should hold {expected} bytes for {shape}, found {found}")
             self._map = np.memmap(path, dtype=np.dtype(self.metadata.dtype).newbyteorder("<"), mode="r", shape=shape)
         return self._map
