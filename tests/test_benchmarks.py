@@ -160,13 +160,32 @@ def test_full_plates_are_written_only_when_asked(monkeypatch: pytest.MonkeyPatch
     assert common.make_full_plates() == {}
 
 
-@pytest.mark.parametrize("suite", SUITES + FULL_SUITES, ids=lambda s: s.__name__)
+#: Timed training steps of the Track 3 suites in the fast tier: every body runs and returns its value, nothing
+#: is measured. The slow tier runs them at their own ``track3.STEPS`` as well.
+FAST_STEPS = 1
+EVERY_SUITE = [
+    *(
+        pytest.param(suite, FAST_STEPS if suite.__module__ == track3.__name__ else None, id=suite.__name__)
+        for suite in SUITES + FULL_SUITES
+    ),
+    *(
+        pytest.param(suite, None, id=f"{suite.__name__}-{track3.STEPS}-steps", marks=pytest.mark.slow)
+        for suite in SUITES + FULL_SUITES
+        if suite.__module__ == track3.__name__
+    ),
+]
+
+
+@pytest.mark.parametrize(("suite", "steps"), EVERY_SUITE)
 def test_every_benchmark_runs_on_the_first_parameters(
     suite: Any,
+    steps: int | None,
     tiny_plate: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(common.FULL_GRID_SWITCH, "1")
+    if steps is not None:
+        monkeypatch.setattr(track3, "STEPS", steps)
     assert len(suite.params) == len(suite.param_names)
     first = [values[0] for values in suite.params]
     instance = suite()
