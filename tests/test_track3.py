@@ -86,12 +86,17 @@ def test_knobs_run_on_the_cpu(tiny_plate: Path, changes: dict[str, Any]) -> None
     assert (m.LOSS_LAST in metrics) == (case.workload == "train")
 
 
-def test_emulated_compute_takes_the_set_time_and_the_crosscheck_agrees(tiny_plate: Path) -> None:
+def test_emulated_compute_takes_at_least_the_set_time_and_the_crosscheck_is_never_below_the_wait(
+    tiny_plate: Path,
+) -> None:
+    # How close the two agree depends on how late a busy machine wakes a sleeper, so only the bounds
+    # that hold under any load are asserted; stall_crosscheck's arithmetic is pinned with fed numbers below.
     case = dataclasses.replace(SMALL, model="emulated", emulated_step_ms=20.0, steps=6)
     metrics = run_case(tiny_plate, case)
     _assert_loop_adds_up(metrics, case)
     assert metrics[m.COMPUTE_P50_MS] >= 20.0 and metrics[m.COMPUTE_ONLY_STEP_P50_MS] >= 20.0
-    assert abs(metrics[m.CROSSCHECK_GAP]) < 0.1, "a sleep's duration does not depend on the loader"
+    assert metrics[m.CROSSCHECK_GAP] >= -1e-9
+    assert metrics[m.DATA_WAIT_FRACTION] <= metrics[m.STALL_CROSSCHECK] <= 1.0
     assert m.LOSS_LAST not in metrics
 
 
