@@ -325,6 +325,11 @@ CONDITIONAL = frozenset(
         PERSISTENT_EPOCH2_GAIN,
         WORKER_USS_MIB_MAX,
         RAW_BYTES,
+        # Only over a plate in a store (and the ratio only beside --local-plate); track remote on a
+        # local plate counts requests without them.
+        IN_FLIGHT,
+        INJECTED_LATENCY_MS,
+        RATIO_TO_LOCAL,
     }
 )
 
