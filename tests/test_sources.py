@@ -225,7 +225,7 @@ def test_a_listing_has_a_cap_on_its_pages(hostile: tuple[Hostile, str], monkeypa
     state, endpoint = hostile
     pages = iter(range(10**6))
     state.respond = lambda handler: send(200, listing([f"k{next(pages)}.json"], token=f"t{next(pages)}"))(handler)
-    monkeypatch.setattr(sources, "MAX_LISTING_PAGES", 5)
+    monkeypatch.setattr(sources.remote, "MAX_LISTING_PAGES", 5)
     source = _s3(endpoint, retries=0)
     with pytest.raises(StoreError, match=r"more than 5 pages"):
         list(source.listing())
