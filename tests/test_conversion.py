@@ -274,5 +274,9 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
     if "webdataset" in records:  # shards by plain HTTP through curl
         assert records["webdataset"][m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
         assert records["webdataset"][m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] > 0
-    assert "ome-zarr/direct" in records and REMOTE_SKIP_REASON not in records["ome-zarr/direct"]
+    in_place = records["ome-zarr/direct"]  # the plate itself over the same store, read by the direct path
+    assert in_place[m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
+    assert in_place[m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] > 0
+    assert "not read over the store" in records["ome-zarr/zarr"][REMOTE_SKIP_REASON]
+    assert m.prefixed(REMOTE, CONVERTING_PAYS_OFF) in streamed
     assert not (tmp_path / "work").exists()

@@ -24,7 +24,8 @@ With ``remote_latency_ms`` (``compare-formats --latency-ms``), each store is als
 loopback S3 server (moto) behind a proxy that adds that latency to every request, and read for the
 same shuffled epochs by the libraries that stream from S3 (``remote_*``: crops/s, first batch,
 requests per crop counted by the server's request recorder, the bytes left in the library's local
-cache); the others say why not (``remote_skip_reason``).
+cache); the others say why not (``remote_skip_reason``). The plate is uploaded too and read in place
+by the direct path for the same epochs, and each format's ``remote_break_even_epochs`` is against it.
 
 ``break_even_epochs`` = conversion seconds / (in-place seconds per epoch - converted seconds per
 epoch), seconds per epoch being the objects over the steady shuffled samples/s: the epochs after which
@@ -52,7 +53,7 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig
+from cropbench.config import CropConfig, StoreConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec, build_loader
 from cropbench.data.sampling import access_order
@@ -66,6 +67,7 @@ from cropbench.data.training import (
     training_format,
 )
 from cropbench.errors import ConfigError
+from cropbench.formats.sources import upload_plate
 from cropbench.measure.endpoints import (
     S3_ACCESS_KEY,
     S3_REGION,
@@ -73,6 +75,7 @@ from cropbench.measure.endpoints import (
     delay_proxy,
     loopback_s3,
     moto_available,
+    remote_plate,
 )
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.memory import PeakMemory
@@ -457,8 +460,13 @@ class Formats:
         if case.reader == REFERENCE:
             self.reference[repeat] = metrics
         elif CONVERSION_SECONDS in metrics and repeat in self.reference:
-            in_place = self.reference[repeat][SECONDS_PER_EPOCH]
+            reference = self.reference[repeat]
+            in_place = reference[SECONDS_PER_EPOCH]
             metrics.update(break_even(metrics[CONVERSION_SECONDS], in_place, metrics[SECONDS_PER_EPOCH]))
+            remote_rate = m.prefixed(REMOTE, m.SAMPLES_PER_S)
+            if remote_rate in metrics and remote_rate in reference:  # both read over the loopback store
+                over_store = objects / reference[remote_rate], objects / metrics[remote_rate]
+                metrics.update(_prefixed(REMOTE, break_even(metrics[CONVERSION_SECONDS], *over_store)))
         yield Row(case, self._config(case, comparison), metrics, comparison.seed)
 
     def _config(self, case: FormatCase, comparison: FormatComparison) -> dict[str, Any]:
@@ -469,11 +477,45 @@ class Formats:
             "comparison": dataclasses.asdict(comparison),
         }
 
-    def _loader(self, dataset: CropDataset, comparison: FormatComparison) -> DataLoader[Any]:
+    def _loader(
+        self, dataset: CropDataset, comparison: FormatComparison, start_method: str = "fork"
+    ) -> DataLoader[Any]:
         """Shuffled epochs through the one loader builder (seeded workers, the watchdog)."""
-        spec = LoaderSpec(num_workers=comparison.workers, batch_size=comparison.batch_size)
+        start = start_method if comparison.workers else "fork"
+        spec = LoaderSpec(num_workers=comparison.workers, batch_size=comparison.batch_size, start_method=start)
         order = RandomSampler(dataset, generator=torch.Generator().manual_seed(comparison.seed))
         return build_loader(dataset, spec, order, comparison.seed)
+
+    def _in_place_over_store(self, comparison: FormatComparison, context: RunContext, objects: int) -> dict[str, Any]:
+        """The plate uploaded to a loopback S3 server (moto) and read in place by the direct path through
+        the delay proxy, for the same shuffled epochs as the converted stores; requests counted alike."""
+        latency = float(comparison.remote_latency_ms or 0.0)
+        if not moto_available():
+            return {REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
+        with contextlib.ExitStack() as stack:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cropbench-in-place-")))
+            recording = scratch / "requests.jsonl"
+            endpoint = stack.enter_context(loopback_s3(BUCKET, {"MOTO_RECORDER_FILEPATH": str(recording)}))
+            url = f"s3://{BUCKET}/{context.plate.name}"
+            upload_plate(context.plate, url)
+            mirror = stack.enter_context(remote_plate(url, StoreConfig(latency_ms=latency), scratch / "mirror"))
+            dataset = context.dataset(comparison.crop("direct"), mirror)
+            loader = self._loader(dataset, comparison, "forkserver")  # obstore does not survive a fork
+            recorder(endpoint, "reset-recording")
+            recorder(endpoint, "start-recording")
+            metrics = _prefixed(REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
+            recorder(endpoint, "stop-recording")
+            dataset.reader.close()
+            requests = len(recording.read_text().splitlines()) if recording.exists() else 0
+            cached = sum(path.stat().st_size for path in (scratch / "mirror").rglob("*") if path.is_file())
+        delivered = metrics[m.prefixed(REMOTE, m.DELIVERED_SAMPLES)]
+        return {
+            **metrics,
+            REMOTE_REQUESTS: requests,
+            m.prefixed(REMOTE, m.REQUESTS_PER_CROP): requests / max(delivered, 1),
+            REMOTE_CACHE_BYTES: cached,
+            m.INJECTED_LATENCY_MS: latency,
+        }
 
     def _in_place(
         self, reader: str, comparison: FormatComparison, context: RunContext, order: list[int], objects: int
@@ -488,6 +530,14 @@ class Formats:
             _prefixed(SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
         )
         dataset.reader.close()
+        if comparison.remote_latency_ms is not None:
+            if reader == REFERENCE:
+                context.progress(f"{reader}: reading over the loopback store")
+                metrics.update(self._in_place_over_store(comparison, context, objects))
+            else:
+                metrics[REMOTE_SKIP_REASON] = (
+                    f"{reader} is not read over the store here (compare-layouts --plate URL measures it)"
+                )
         return metrics
 
     def _converted(
@@ -627,7 +677,9 @@ def formats_table(records: Sequence[Record]) -> str:
     if remote:
         latency = next((r.metrics[m.INJECTED_LATENCY_MS] for r in remote if m.INJECTED_LATENCY_MS in r.metrics), None)
         lines.append(f"over a loopback S3 store{f' at {latency:g} ms per request' if latency is not None else ''}")
-        lines.append(f"{'reader':<16} {'epoch/s':>9} {'1st batch ms':>12} {'req/crop':>8} {'cache MiB':>9}")
+        lines.append(
+            f"{'reader':<16} {'epoch/s':>9} {'1st batch ms':>12} {'req/crop':>8} {'cache MiB':>9} {'break-even':>10}"
+        )
         for record in remote:
             row = record.metrics
             if REMOTE_SKIP_REASON in row:
@@ -638,6 +690,7 @@ def formats_table(records: Sequence[Record]) -> str:
                 cell(row[m.prefixed(REMOTE, m.FIRST_BATCH_MS)], 12, ".1f"),
                 cell(row[m.prefixed(REMOTE, m.REQUESTS_PER_CROP)], 8, ".3f"),
                 cell(row[REMOTE_CACHE_BYTES] / 2**20, 9, ".1f"),
+                epochs(row, REMOTE, 10),
             ]
             lines.append(" ".join([f"{record.case:<16}", *cells]))
     return "\n".join(lines)
