@@ -40,7 +40,7 @@ def test_files_are_2d_tiffs_one_per_field_and_channel_named_by_the_plate(
 
 def test_file_names_cannot_be_mistaken_for_a_microscope_export() -> None:
     """Phenix names number sites and channels from 1 in the source's order; these say well, field, channel."""
-    from cropbench.plates.importing import _PHENIX
+    from cropbench.plates.importing.files import _PHENIX
 
     names = field_file_names("AB", "12", 2, ("DNA", "Orig RNA/2"))
     assert names == ["AB12_field2_c0_DNA.tiff", "AB12_field2_c1_Orig-RNA-2.tiff"]
