@@ -336,6 +336,37 @@ def recorder(endpoint: str, action: str) -> None:
     urllib.request.urlopen(request, timeout=30).close()
 
 
+#: Where the loopback server's request recorder writes, in the scratch folder of a remote measurement.
+RECORDING = "requests.jsonl"
+
+
+@contextlib.contextmanager
+def recorded(endpoint: str) -> Iterator[None]:
+    """Every request the server at ``endpoint`` receives meanwhile is recorded (and nothing before)."""
+    recorder(endpoint, "reset-recording")
+    recorder(endpoint, "start-recording")
+    try:
+        yield
+    finally:
+        recorder(endpoint, "stop-recording")
+
+
+def over_store(metrics: dict[str, Any], scratch: Path, cache: Path, latency: float) -> dict[str, Any]:
+    """A remote measurement's row: its epochs' metrics, the requests the server recorded (in all and per
+    crop delivered), the bytes left under ``cache`` and the injected latency."""
+    recording = scratch / RECORDING
+    requests = len(recording.read_text().splitlines()) if recording.exists() else 0
+    cached = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file()) if cache.exists() else 0
+    delivered = metrics[m.prefixed(REMOTE, m.DELIVERED_SAMPLES)]
+    return {
+        **metrics,
+        REMOTE_REQUESTS: requests,
+        m.prefixed(REMOTE, m.REQUESTS_PER_CROP): requests / max(delivered, 1),
+        REMOTE_CACHE_BYTES: cached,
+        m.INJECTED_LATENCY_MS: latency,
+    }
+
+
 def remote_epochs(
     fmt: TrainingFormat, store: Path, plate_name: str, comparison: FormatComparison, objects: int
 ) -> dict[str, Any]:
@@ -352,15 +383,12 @@ def remote_epochs(
         return {REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f".{fmt.name}.", dir=store.parent)))
-        recording = scratch / "requests.jsonl"
-        endpoint = stack.enter_context(loopback_s3(BUCKET, {"MOTO_RECORDER_FILEPATH": str(recording)}))
+        endpoint = stack.enter_context(loopback_s3(BUCKET, {"MOTO_RECORDER_FILEPATH": str(scratch / RECORDING)}))
         proxy = stack.enter_context(delay_proxy(endpoint, latency))
         upload(store, endpoint, BUCKET, fmt.name)
         s3 = S3Access(proxy, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
         cache = scratch / "cache"
-        with environment(fmt.remote_environment(s3)):
-            recorder(endpoint, "reset-recording")
-            recorder(endpoint, "start-recording")
+        with environment(fmt.remote_environment(s3)), recorded(endpoint):
             try:
                 loader = fmt.remote_epoch_loader(
                     f"s3://{BUCKET}/{fmt.name}", cache, s3, plate_name, comparison.epoch_spec()
@@ -371,17 +399,7 @@ def remote_epochs(
             except Exception as error:  # any failure of the library's own client is the row's answer
                 lines = str(error).strip().splitlines()
                 return {REMOTE_SKIP_REASON: f"{fmt.library} over the loopback store: {lines[0] if lines else error!r}"}
-            recorder(endpoint, "stop-recording")
-        requests = len(recording.read_text().splitlines()) if recording.exists() else 0
-        cached = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file()) if cache.exists() else 0
-    delivered = metrics[m.prefixed(REMOTE, m.DELIVERED_SAMPLES)]
-    return {
-        **metrics,
-        REMOTE_REQUESTS: requests,
-        m.prefixed(REMOTE, m.REQUESTS_PER_CROP): requests / max(delivered, 1),
-        REMOTE_CACHE_BYTES: cached,
-        m.INJECTED_LATENCY_MS: latency,
-    }
+        return over_store(metrics, scratch, cache, latency)
 
 
 def random_access(get: Any, indices: list[int], warmup: int) -> dict[str, Any]:
@@ -494,28 +512,16 @@ class Formats:
             return {REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
         with contextlib.ExitStack() as stack:
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cropbench-in-place-")))
-            recording = scratch / "requests.jsonl"
-            endpoint = stack.enter_context(loopback_s3(BUCKET, {"MOTO_RECORDER_FILEPATH": str(recording)}))
+            endpoint = stack.enter_context(loopback_s3(BUCKET, {"MOTO_RECORDER_FILEPATH": str(scratch / RECORDING)}))
             url = f"s3://{BUCKET}/{context.plate.name}"
             upload_plate(context.plate, url)
             mirror = stack.enter_context(remote_plate(url, StoreConfig(latency_ms=latency), scratch / "mirror"))
             dataset = context.dataset(comparison.crop("direct"), mirror)
             loader = self._loader(dataset, comparison, "forkserver")  # obstore does not survive a fork
-            recorder(endpoint, "reset-recording")
-            recorder(endpoint, "start-recording")
-            metrics = _prefixed(REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
-            recorder(endpoint, "stop-recording")
+            with recorded(endpoint):
+                epochs = timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
             dataset.reader.close()
-            requests = len(recording.read_text().splitlines()) if recording.exists() else 0
-            cached = sum(path.stat().st_size for path in (scratch / "mirror").rglob("*") if path.is_file())
-        delivered = metrics[m.prefixed(REMOTE, m.DELIVERED_SAMPLES)]
-        return {
-            **metrics,
-            REMOTE_REQUESTS: requests,
-            m.prefixed(REMOTE, m.REQUESTS_PER_CROP): requests / max(delivered, 1),
-            REMOTE_CACHE_BYTES: cached,
-            m.INJECTED_LATENCY_MS: latency,
-        }
+            return over_store(_prefixed(REMOTE, epochs), scratch, scratch / "mirror", latency)
 
     def _in_place(
         self, reader: str, comparison: FormatComparison, context: RunContext, order: list[int], objects: int
