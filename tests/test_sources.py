@@ -33,6 +33,9 @@ class Hostile:
         self.respond: Callable[[BaseHTTPRequestHandler], None] = send(200, b"")
         self.requests: list[str] = []
         self.stop = threading.Event()
+        #: Keep a connection open after a response (HTTP/1.1) instead of closing it (HTTP/1.0). A response
+        #: that says HTTP/1.1 and is then closed races the client's reuse of the connection.
+        self.keep_alive = False
 
 
 def send(status: int, body: bytes, content_type: str = "application/octet-stream") -> Callable[[Any], None]:
@@ -51,6 +54,10 @@ def serve(state: Hostile) -> Iterator[str]:
     """A loopback HTTP server answering as ``state.respond`` says; its URL. Stopped (any drip ended) on exit."""
 
     class Handler(BaseHTTPRequestHandler):
+        def setup(self) -> None:
+            self.protocol_version = "HTTP/1.1" if state.keep_alive else "HTTP/1.0"
+            super().setup()
+
         def do_GET(self) -> None:
             state.requests.append(self.path)
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -194,6 +201,7 @@ def test_a_slow_but_whole_answer_within_the_deadline_is_read(hostile: tuple[Host
         handler.wfile.write(b"cd")
 
     state.respond = respond
+    state.keep_alive = True  # so the connection is really reused, whenever the server's thread runs
     source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=3.0, retries=0))
     assert source.get("zarr.json") == b"abcd"
     assert [source.get("zarr.json") for _ in range(3)] == [b"abcd"] * 3, "the connection is reused safely"
