@@ -144,28 +144,36 @@ def create_bucket(endpoint: str, bucket: str) -> None:
 
 
 @contextlib.contextmanager
+def environment_variables(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in ``os.environ`` meanwhile (DataLoader workers and other children inherit them);
+    each variable's old value, or its absence, restored on exit, so a user's own settings survive."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
 def loopback_s3(bucket: str, environment: dict[str, str] | None = None) -> Iterator[str]:
     """:func:`s3_server` holding an empty ``bucket``, with the standard AWS variables pointing every
     S3 client of this process (and its children) at it while it runs; yields the endpoint. The
     variables are restored on exit, so a user's own AWS settings survive."""
-    names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
-    saved = {name: os.environ.get(name) for name in names}
     with s3_server(environment=environment) as endpoint:
-        os.environ.update(
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_ACCESS_KEY_ID=S3_ACCESS_KEY,
-            AWS_SECRET_ACCESS_KEY=S3_SECRET_KEY,
-            AWS_REGION=S3_REGION,
-        )
-        try:
+        aws = {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+            "AWS_REGION": S3_REGION,
+        }
+        with environment_variables(aws):
             create_bucket(endpoint, bucket)
             yield endpoint
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 _NGINX_CONFIG = """

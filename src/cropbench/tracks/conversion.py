@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import tempfile
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
@@ -73,6 +72,7 @@ from cropbench.measure.endpoints import (
     S3_REGION,
     S3_SECRET_KEY,
     delay_proxy,
+    environment_variables,
     loopback_s3,
     moto_available,
     remote_plate,
@@ -297,21 +297,6 @@ def timed_epochs(loader: Iterable[dict[str, Any]], epochs: int, warmup_batches: 
     }
 
 
-@contextlib.contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in ``os.environ`` meanwhile (DataLoader workers inherit them); the old values after."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def upload(folder: Path, endpoint: str, bucket: str, prefix: str) -> None:
     """Every file of ``folder`` into ``bucket`` under ``prefix`` on a loopback S3 endpoint, readable
     without signing (as a public bucket's: WebDataset fetches shards by plain HTTP)."""
@@ -388,7 +373,7 @@ def remote_epochs(
         upload(store, endpoint, BUCKET, fmt.name)
         s3 = S3Access(proxy, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
         cache = scratch / "cache"
-        with environment(fmt.remote_environment(s3)), recorded(endpoint):
+        with environment_variables(fmt.remote_environment(s3)), recorded(endpoint):
             try:
                 loader = fmt.remote_epoch_loader(
                     f"s3://{BUCKET}/{fmt.name}", cache, s3, plate_name, comparison.epoch_spec()
