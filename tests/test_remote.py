@@ -490,3 +490,16 @@ def test_a_run_by_url_beside_its_local_plate_carries_the_ratio_to_local(
     assert m.SERVER_REQUESTS_PER_S not in alone, "no injected latency: the endpoint may be a real store"
     with pytest.raises(ConfigError, match="already local"):
         api.run(tiny_plate, [_TwoCases()], local_plate=tiny_plate)
+
+
+def test_a_mirror_keeps_the_endpoint_it_was_made_with(
+    s3_endpoint: str, tiny_plate: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Forkserver workers inherit the environment their server process started with, which may lack
+    # AWS_ENDPOINT_URL: a reader opened on the mirror must still ask the server the mirror came from.
+    url = f"s3://{BUCKET}/endpoint/tiny.zarr"
+    upload_plate(tiny_plate, url)
+    mirror = mirror_metadata(url)
+    expected = open_plate(tiny_plate, "direct").read_region(0, 0, 16, 0, 16)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    np.testing.assert_array_equal(open_plate(mirror, "direct").read_region(0, 0, 16, 0, 16), expected)

@@ -18,7 +18,7 @@ from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.sources.base import ByteSource
 from cropbench.formats.sources.files import FileSource
 from cropbench.formats.sources.remote import RemoteSource
-from cropbench.formats.sources.urls import redact, split_url
+from cropbench.formats.sources.urls import redact, s3_endpoint, split_url
 
 #: The pointer file of a mirror: the URL, the store settings, and the plate's stored bytes.
 REMOTE_POINTER = "cropbench_remote.json"
@@ -49,6 +49,11 @@ def mirror_metadata(url: str, config: StoreConfig | None = None, cache_dir: Path
     :func:`write_index`) listing its keys.
     """
     config = config or StoreConfig()
+    if url.startswith("s3://") and not config.endpoint:
+        # The endpoint this process resolves goes into the pointer file, so readers in worker processes
+        # ask the same server even where their environment differs (forkserver workers inherit the
+        # environment the server process started with, not this process's current one).
+        config = dataclasses.replace(config, endpoint=s3_endpoint(config))
     split_url(url)
     shown = redact(url).rstrip("/")
     root = (cache_dir or default_cache_dir()) / hashlib.sha256(url.encode()).hexdigest()[:16]
