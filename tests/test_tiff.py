@@ -202,3 +202,24 @@ def test_a_channel_file_that_is_not_a_regular_file_is_refused_before_opening(
     path = make_special(_channel_file(plate), kind)
     error = _read_bounded(plate, decode, release=path if kind == "fifo" else None, limit_s=5.0)
     assert isinstance(error, StoreError) and "not a regular file" in str(error) and path.name in str(error), repr(error)
+
+
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_strip_that_decodes_to_a_part_of_a_pixel_is_a_store_error(
+    tiff_plates: dict[str, Path], tmp_path: Path, decode: str
+) -> None:
+    # A whole deflate stream in place of the first strip whose bytes are no whole number of uint16 pixels.
+    import zlib
+
+    plate = _copy(tiff_plates["tiff-zlib"], tmp_path)
+    path = _channel_file(plate)
+    stream = zlib.compress(b"\x01" * 101)
+    with tifffile.TiffFile(path, mode="r+b") as tiff:
+        offset, counts = tiff.pages.first.dataoffsets[0], tiff.pages.first.databytecounts
+        assert len(stream) <= counts[0]
+        tiff.pages.first.tags["StripByteCounts"].overwrite((len(stream), *counts[1:]), dtype="I")
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        handle.write(stream)
+    error = _read_bounded(plate, decode)
+    assert isinstance(error, StoreError) and path.name in str(error), repr(error)

@@ -295,13 +295,13 @@ class TiffReader(PlateReader):
             raise StoreError(
                 f"strip {strip_index} of {plane.path} cannot be decoded (corrupt zlib data): {error}"
             ) from None
-        values = np.frombuffer(data, dtype=plane.dtype)
-        if values.size < strip_rows * width:
+        expected = strip_rows * width * plane.dtype.itemsize
+        if len(data) < expected:  # also a stream that ends inside a pixel
             raise StoreError(
-                f"strip {strip_index} of {plane.path} decoded to {values.size} values, "
-                f"expected {strip_rows * width}: the file is corrupt"
+                f"strip {strip_index} of {plane.path} decoded to {len(data)} bytes, "
+                f"expected {expected}: the file is corrupt"
             )
-        strip = values[: strip_rows * width].reshape(strip_rows, width)
+        strip = np.frombuffer(data, dtype=plane.dtype, count=strip_rows * width).reshape(strip_rows, width)
         self.stats.bytes_decoded += strip.nbytes
         self.stats.chunks_decoded += 1
         self._cache.put(key, strip)
