@@ -61,6 +61,7 @@ BAD_VALUES = [
     ("tiles", "fill_value", "NaN", "fill_value"),
     ("tiles", "fill_value", 1.5, "fill_value"),
     ("tiles", "fill_value", True, "fill_value"),
+    ("tiles", "fill_value", None, "fill_value"),
     ("tiles", "chunk_key_encoding.name", "v7", "chunk_key_encoding"),
     ("sharded", "codecs.0.configuration.chunk_shape", [2, 0, 16], "chunk_shape"),
     ("sharded", "codecs.0.configuration.chunk_shape", [2, -16, 16], "chunk_shape"),

@@ -150,7 +150,7 @@ def _parse_v3(document: Mapping[str, Any], check: _Checker, shape: tuple[int, ..
         chunk=chunk,
         codecs=codecs,
         sharding=sharding,
-        fill_value=check.fill_value("fill_value", document.get("fill_value"), dtype),
+        fill_value=check.fill_value("fill_value", document.get("fill_value"), dtype, 3),
         separator=separator,
         v3_prefix=name == "default",
     )
@@ -191,7 +191,7 @@ def _parse_v2(document: Mapping[str, Any], check: _Checker, shape: tuple[int, ..
         chunk=chunk,
         codecs=codecs,
         sharding=None,
-        fill_value=check.fill_value("fill_value", document.get("fill_value"), dtype),
+        fill_value=check.fill_value("fill_value", document.get("fill_value"), dtype, 2),
         separator=separator,
         v3_prefix=False,
         filters=tuple(Codec(f["id"], f) for f in filters),
@@ -273,9 +273,10 @@ class _Checker:
             raise self.error(f"{key}.index_location", location, "'start' or 'end'")
         return Sharding(chunk, codecs, index_codecs, location == "end")
 
-    def fill_value(self, key: str, value: Any, dtype: np.dtype) -> int | float:
-        """The fill value as a number of ``dtype``'s range (None reads as 0)."""
-        if value is None:
+    def fill_value(self, key: str, value: Any, dtype: np.dtype, zarr_format: int) -> int | float:
+        """The fill value as a number of ``dtype``'s range. None reads as 0 in zarr v2, whose spec allows
+        it (no fill value: chunks never written are undefined); zarr v3 requires a value."""
+        if value is None and zarr_format == 2:
             return 0
         if dtype.kind in "ui":
             info = np.iinfo(dtype)
