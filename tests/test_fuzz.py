@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import slow_fuzz_seed
 
 from cropbench.cli import main, one_line
 from cropbench.config import LAYOUTS, CropConfig, PlateSpec
@@ -446,11 +447,7 @@ def test_damaged_tiff_strips_are_typed_errors_or_crops_of_the_right_shape_read_w
 def test_damaged_tiff_strips_randomized(
     strip_plates: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import secrets
-
-    seed = secrets.randbits(32)
-    print(f"\nrandomized TIFF strip fuzz: seed {seed} (rerun a failure with _fuzz_strips(..., seed={seed}, ...))")
-    _fuzz_strips(strip_plates, tmp_path, monkeypatch, seed=seed, cases=SLOW_CASES)
+    _fuzz_strips(strip_plates, tmp_path, monkeypatch, seed=slow_fuzz_seed(), cases=SLOW_CASES)
 
 
 # --- HTTP and S3 sources, generated -------------------------------------------------------------
@@ -601,8 +598,4 @@ def test_hostile_servers_end_in_typed_errors_or_correct_bytes_within_the_deadlin
 
 @pytest.mark.slow
 def test_hostile_servers_randomized(tmp_path: Path) -> None:
-    import secrets
-
-    seed = secrets.randbits(32)
-    print(f"\nrandomized source fuzz: seed {seed} (rerun a failure with _fuzz_sources(..., seed={seed}, ...))")
-    _fuzz_sources(tmp_path, seed=seed, cases=SLOW_CASES)
+    _fuzz_sources(tmp_path, seed=slow_fuzz_seed(), cases=SLOW_CASES)

@@ -4,16 +4,16 @@ batches over 1 and 2 decode threads, through the field cache and through zarr-py
 
 Each case must end, on every path, in a CropbenchError or in the bytes zarr-python reads from the
 same damaged plate; bytes where zarr-python refuses, or other bytes, fail the case, and so does
-any other exception. The fast tier runs a fixed seed; the slow tier a random one (printed, and
-taken from CROPBENCH_FUZZ_SEED when set) over many more cases. Each surface prints its counts:
-cases, typed errors, correct reads (and typed errors where zarr-python reads: a stricter bound).
+any other exception. The fast tier runs a fixed seed; the slow tier many more cases from
+``conftest.slow_fuzz_seed`` (random for a developer, fixed under CI, CROPBENCH_FUZZ_SEED to choose).
+Each surface prints its counts: cases, typed errors, correct reads (and typed errors where
+zarr-python reads: a stricter bound).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import random
 import shutil
 import warnings
@@ -26,7 +26,7 @@ import google_crc32c
 import numpy as np
 import pytest
 import zarr
-from conftest import HOSTILE_LAYOUTS
+from conftest import HOSTILE_LAYOUTS, slow_fuzz_seed
 from test_hostile_chunks import array_dirs, chunk_files, index_layout
 
 from cropbench.errors import CropbenchError
@@ -398,6 +398,5 @@ def test_fixed_seed_hostile_plates_end_in_a_typed_error_or_zarrs_bytes(
 def test_random_hostile_plates_end_in_a_typed_error_or_zarrs_bytes(
     hostile_plates: dict[str, Path], tmp_path: Path, surface: str
 ) -> None:
-    seed = int(os.environ.get("CROPBENCH_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
-    print(f"seed {seed} (rerun with CROPBENCH_FUZZ_SEED={seed})")
+    seed = slow_fuzz_seed()
     _assert_clean(surface, SURFACES[surface](hostile_plates, tmp_path, SLOW_CASES, seed, {**READ_PATHS, **ZARR_PATH}))
