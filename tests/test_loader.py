@@ -14,7 +14,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, SequentialSampler
 
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
@@ -178,7 +178,7 @@ def test_kill_if_still_running_ends_a_live_process() -> None:
 FROZEN_WORKER = """
 import os, signal, sys, time
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, SequentialSampler
 from cropbench.data.loader import LoaderSpec, build_loader, worker_pids
 from cropbench.data.sampling import RandomObjectSampler
 
@@ -251,3 +251,32 @@ def test_loader_spec_refuses_at_construction_in_one_line_naming_the_field(knobs:
         LoaderSpec(**knobs)
     message = str(raised.value)
     assert message.startswith(list(knobs)[-1]) and "\n" not in message
+
+
+class _EnvironmentOf(Dataset[str]):
+    """Each item: the worker's value of one environment variable."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> str:
+        return os.environ.get(self.name, "unset")
+
+
+def test_forkserver_workers_see_the_store_variables_set_after_their_server_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The forkserver keeps the environment it started with; a store endpoint or key set later (a test's
+    # loopback store, a notebook's os.environ) must still reach the workers of a loader built after it.
+    spec = LoaderSpec(num_workers=1, batch_size=2, start_method="forkserver")
+    name = "AWS_CROPBENCH_LOADER_TEST"
+    monkeypatch.delenv(name, raising=False)
+    assert next(iter(build_loader(_EnvironmentOf(name), spec, SequentialSampler(range(2))))) == ["unset"] * 2
+    monkeypatch.setenv(name, "set after the server started")
+    batch = next(iter(build_loader(_EnvironmentOf(name), spec, SequentialSampler(range(2)))))
+    assert batch == ["set after the server started"] * 2
+    monkeypatch.delenv(name)
+    assert next(iter(build_loader(_EnvironmentOf(name), spec, SequentialSampler(range(2))))) == ["unset"] * 2

@@ -153,6 +153,30 @@ def seed_worker(worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
+#: Environment variables a worker takes from the process that built its loader: where and as whom
+#: object stores are read. A forkserver or spawn worker otherwise has the environment its server
+#: process started with, which misses what was set since (a loopback store's endpoint, say).
+STORE_VARIABLE_PREFIXES = ("AWS_",)
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    """A worker's init function: the builder's store variables (as :data:`STORE_VARIABLE_PREFIXES`
+    selects them, held in memory only), then :func:`seed_worker`."""
+
+    variables: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def now(cls) -> WorkerStart:
+        return cls(tuple((k, v) for k, v in os.environ.items() if k.startswith(STORE_VARIABLE_PREFIXES)))
+
+    def __call__(self, worker_id: int) -> None:
+        for name in [name for name in os.environ if name.startswith(STORE_VARIABLE_PREFIXES)]:
+            del os.environ[name]
+        os.environ.update(self.variables)
+        seed_worker(worker_id)
+
+
 def stack_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """A cheaper collate: one stacked image tensor plus a few int64 numpy columns.
 
@@ -233,7 +257,7 @@ def build_loader(
         pin_memory=spec.pin_memory if pin_memory is None else pin_memory,
         persistent_workers=spec.persistent_workers,
         prefetch_factor=spec.prefetch_factor,
-        worker_init_fn=seed_worker if workers else None,
+        worker_init_fn=WorkerStart.now() if workers else None,
         generator=torch.Generator().manual_seed(seed),
         multiprocessing_context=spec.start_method if workers else None,
         timeout=spec.timeout_s if workers else 0,
