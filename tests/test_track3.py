@@ -326,7 +326,7 @@ def test_training_on_a_real_label_of_the_object_table(tiny_plate: Path) -> None:
     import numpy as np
 
     from cropbench.objects import ObjectTable, read_object_table
-    from cropbench.tracks.track3 import _loader, _preparer
+    from cropbench.tracks.track3.loop import _loader, _preparer
 
     table = read_object_table(tiny_plate)
     treatments = np.array(["taxol", "DMSO", "aspirin", None], dtype=object)[np.arange(len(table)) % 4]

@@ -1,0 +1,91 @@
+"""Track 3's searches: the fewest workers that keep the model fed, and the fastest threads-vs-workers split."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cropbench import metrics as m
+from cropbench.tracks.track3.cases import ThreadSplit, Track3Case, WorkerSearch
+from cropbench.tracks.track3.loop import run_case
+
+
+def search_summary(search: WorkerSearch, results: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """The search's answer: the smallest worker count under the threshold, or None if none was."""
+    fed = [workers for workers, metrics in results if metrics[m.DATA_WAIT_FRACTION] < search.threshold]
+    tried = max((workers for workers, _ in results), default=0)
+    return {
+        m.MIN_WORKERS: fed[0] if fed else None,
+        m.REACHED: bool(fed),
+        m.THRESHOLD: search.threshold,
+        m.MIN_WORKERS_ANSWER: str(fed[0]) if fed else f"not reached with <= {tried}",
+        m.TRIED_WORKERS: [workers for workers, _ in results],
+        m.DATA_WAIT_FRACTION_BY_WORKERS: [metrics[m.DATA_WAIT_FRACTION] for _, metrics in results],
+        m.IMAGES_PER_S_BY_WORKERS: [metrics[m.IMAGES_PER_S] for _, metrics in results],
+        m.COMPUTE_ONLY_IMAGES_PER_S: results[0][1][m.COMPUTE_ONLY_IMAGES_PER_S] if results else None,
+    }
+
+
+def iter_search(
+    search: WorkerSearch,
+    measure: Callable[[Track3Case], dict[str, Any]],
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(workers, metrics) of each candidate as it is measured: ascending (stopping at the first fed
+    one if ``stop_early``), or bisecting."""
+    candidates = search.candidates
+
+    def fed(metrics: dict[str, Any]) -> bool:
+        return bool(metrics[m.DATA_WAIT_FRACTION] < search.threshold)
+
+    if search.bisect:
+        # Invariant: candidates[high] is fed, every candidate below ``low`` is not.
+        low, high = 0, len(candidates) - 1
+        metrics = measure(search.with_workers(candidates[high]))
+        yield candidates[high], metrics
+        if fed(metrics):
+            while low < high:
+                middle = (low + high) // 2
+                metrics = measure(search.with_workers(candidates[middle]))
+                yield candidates[middle], metrics
+                if fed(metrics):
+                    high = middle
+                else:
+                    low = middle + 1
+        return
+    for workers in candidates:
+        metrics = measure(search.with_workers(workers))
+        yield workers, metrics
+        if fed(metrics) and search.stop_early:
+            return
+
+
+def run_search(
+    plate: str | Path,
+    search: WorkerSearch,
+    measure: Callable[[Track3Case], dict[str, Any]] | None = None,
+) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any]]:
+    """Every candidate :func:`iter_search` measures, in ascending worker order, and the search's answer."""
+    results = sorted(iter_search(search, measure or (lambda case: run_case(plate, case))), key=lambda r: r[0])
+    return results, search_summary(search, results)
+
+
+def split_name(workers: int, threads: int) -> str:
+    return f"w{workers}xt{threads}"
+
+
+def split_summary(split: ThreadSplit, results: Sequence[tuple[tuple[int, int], dict[str, Any]]]) -> dict[str, Any]:
+    """The split's answer: each split's images/s, data wait and supply over demand, and the fastest."""
+    names = [split_name(*pair) for pair, _ in results]
+    rates = [metrics[m.IMAGES_PER_S] for _, metrics in results]
+    return {
+        m.CORES: split.cores,
+        m.SPLITS: names,
+        m.IMAGES_PER_S_BY_SPLIT: rates,
+        m.DATA_WAIT_FRACTION_BY_SPLIT: [metrics[m.DATA_WAIT_FRACTION] for _, metrics in results],
+        m.SUPPLY_OVER_DEMAND_BY_SPLIT: [metrics.get(m.SUPPLY_OVER_DEMAND) for _, metrics in results],
+        m.BEST_SPLIT: names[int(np.argmax(rates))] if rates else None,
+        m.COMPUTE_ONLY_IMAGES_PER_S: results[0][1][m.COMPUTE_ONLY_IMAGES_PER_S] if results else None,
+    }

@@ -1,0 +1,194 @@
+"""Track 3 for the runner: the presets' plans, and the rows each case, search or split yields."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from cropbench.config import CropConfig
+from cropbench.data.loader import LoaderSpec
+from cropbench.errors import ConfigError
+from cropbench.tracks.context import RunContext, worker_counts
+from cropbench.tracks.runner import Row, seeded
+from cropbench.tracks.track3.cases import (
+    WORKLOADS,
+    Item,
+    ThreadSplit,
+    Track3Case,
+    WorkerSearch,
+    default_crop,
+    with_num_workers,
+)
+from cropbench.tracks.track3.loop import compute_key, compute_only, run_case
+from cropbench.tracks.track3.search import iter_search, search_summary, split_summary
+
+
+def _smoke_items(crop: CropConfig) -> list[Item]:
+    resnet = Track3Case(crop=crop, loader=LoaderSpec(batch_size=16, pin_memory=True), steps=3, warmup_steps=1)
+    small = Track3Case(
+        crop=crop, loader=LoaderSpec(batch_size=64, pin_memory=True), model="smallcnn", steps=10, warmup_steps=2
+    )
+    emulated = dataclasses.replace(small, model="emulated", emulated_step_ms=40.0)
+    return [
+        resnet,
+        dataclasses.replace(resnet, workload="embed"),
+        dataclasses.replace(resnet, amp="bf16"),
+        small,
+        dataclasses.replace(small, pipeline="device", loader=dataclasses.replace(small.loader, collate="stack")),
+        WorkerSearch(emulated, (0, 1, 2)),
+    ]
+
+
+def _full_items(crop: CropConfig) -> list[Item]:
+    resnet = Track3Case(crop=crop, loader=LoaderSpec(batch_size=32, pin_memory=True), steps=8, warmup_steps=2)
+    small = Track3Case(
+        crop=crop, loader=LoaderSpec(batch_size=128, pin_memory=True), model="smallcnn", steps=20, warmup_steps=3
+    )
+    candidates = tuple(worker_counts())
+    items: list[Item] = [
+        with_num_workers(dataclasses.replace(resnet, workload=workload, amp=amp), workers)
+        for workload in WORKLOADS
+        for amp in ("off", "bf16")
+        for workers in (0, 2)
+    ]
+    items += [dataclasses.replace(small, workload="embed"), WorkerSearch(small, candidates, stop_early=False)]
+    for step_ms in (10.0, 40.0):
+        emulated = dataclasses.replace(small, model="emulated", emulated_step_ms=step_ms)
+        items += [
+            WorkerSearch(dataclasses.replace(emulated, crop=crop.replace(decode=decode)), candidates)
+            for decode in ("direct", "zarr")
+        ]
+    return items
+
+
+def _gpu_base(crop: CropConfig) -> Track3Case:
+    """The GPU check's model: ResNet-18, batch 256 of 96 × 96 × 5 crops, bf16, CUDA."""
+    return Track3Case(
+        crop=crop,
+        loader=LoaderSpec(batch_size=256, pin_memory=True),
+        amp="bf16",
+        device="cuda",
+        steps=32,
+        warmup_steps=4,
+    )
+
+
+def _gpu_demand_items(crop: CropConfig) -> list[Item]:
+    """What the GPU demands: compute-only images/s, train and embed, bf16 and fp32 (batches already there)."""
+    base = dataclasses.replace(_gpu_base(crop), compute_only=True, steps=50, warmup_steps=10)
+    return [dataclasses.replace(base, workload=workload, amp=amp) for workload in WORKLOADS for amp in ("bf16", "off")]
+
+
+def _gpu_items(crop: CropConfig) -> list[Item]:
+    """The GPU check: the fewest workers that keep the GPU >= 90% busy, the device pipeline beside the
+    dataset pipeline, per workload and AMP, on the ``direct`` path.
+
+    Bisected searches over 0-16 workers (capped by the cores) in whole rounds, the most workers first
+    (so every search has a row at the most workers, with its supply over demand); then the threads-vs-
+    workers split of the most workers' cores for bf16 training on the device pipeline.
+    """
+    gpu = _gpu_base(crop)
+    candidates = tuple(worker_counts())
+
+    def search(case: Track3Case) -> WorkerSearch:
+        return WorkerSearch(case, candidates, bisect=True, whole_rounds=True)
+
+    device = dataclasses.replace(gpu, pipeline="device", loader=dataclasses.replace(gpu.loader, collate="stack"))
+    return [
+        search(device),
+        search(gpu),
+        search(dataclasses.replace(device, workload="embed")),
+        search(dataclasses.replace(gpu, workload="embed")),
+        search(dataclasses.replace(device, amp="off")),
+        ThreadSplit(device, candidates[-1], whole_rounds=True),
+    ]
+
+
+PRESETS: dict[str, Callable[[CropConfig], list[Item]]] = {
+    "smoke": _smoke_items,
+    "full": _full_items,
+    "gpu": _gpu_items,
+    "gpu-demand": _gpu_demand_items,
+}
+
+
+def preset_items(preset: str, samples: int | None = None) -> list[Item]:
+    """The Track 3 plan of a preset: single cases and worker searches.
+
+    ``smoke`` and ``full`` run on whatever device is there (``auto``); ``gpu`` (the loader feeding
+    ResNet-18 with 96×96×5 crops, batch 256, on CUDA) and ``gpu-demand`` (the same model's compute-only
+    images/s) are the GPU check and fail without a GPU.
+    ``samples`` overrides the steps as ``samples // batch_size``.
+    """
+    if preset not in PRESETS:
+        raise ConfigError(f"preset={preset!r} is not one of {', '.join(PRESETS)}")
+    items = PRESETS[preset](default_crop())
+    if samples is None:
+        return items
+
+    def with_steps(case: Track3Case) -> Track3Case:
+        return dataclasses.replace(case, steps=max(1, samples // case.loader.batch_size))
+
+    return [
+        dataclasses.replace(i, case=with_steps(i.case)) if isinstance(i, (WorkerSearch, ThreadSplit)) else with_steps(i)
+        for i in items
+    ]
+
+
+class Track3:
+    """Track 3 for the runner: single cases and worker searches (a row per step measured, then the answer).
+
+    Compute-only baselines are measured once per compute configuration and shared by the rows
+    that differ only in their loader (a worker sweep, say).
+    """
+
+    name = "3"
+
+    def __init__(self) -> None:
+        self.baselines: dict[str, dict[str, Any]] = {}
+
+    def cases(self, preset: str, context: RunContext) -> list[Item]:
+        return preset_items(preset, context.samples)
+
+    def decode(self, item: Item) -> str:
+        return (item.case if isinstance(item, (WorkerSearch, ThreadSplit)) else item).crop.decode
+
+    def _run(self, case: Track3Case, context: RunContext) -> dict[str, Any]:
+        key = compute_key(case)
+        if key not in self.baselines:
+            self.baselines[key] = compute_only(context.plate, case, context.object_table)
+        return run_case(context.plate, case, self.baselines[key], context.object_table)
+
+    def measure(self, item: Item, repeat: int, context: RunContext) -> Iterator[Row]:
+        if isinstance(item, Track3Case):
+            case = seeded(item, repeat)
+            yield Row(item, dataclasses.asdict(case), self._run(case, context), case.seed)
+            return
+        if isinstance(item, ThreadSplit):
+            yield from self._split(item, repeat, context)
+            return
+        search = dataclasses.replace(item, case=seeded(item.case, repeat))
+
+        def measure_one(case: Track3Case) -> dict[str, Any]:
+            context.progress(f"track 3 {case.label} (repeat {repeat})")
+            return self._run(case, context)
+
+        results = []
+        for workers, metrics in iter_search(search, measure_one):
+            results.append((workers, metrics))
+            step = search.with_workers(workers)
+            yield Row(item.with_workers(workers), dataclasses.asdict(step), metrics, step.seed)
+        results.sort(key=lambda result: result[0])
+        yield Row(item, dataclasses.asdict(search), search_summary(search, results), search.case.seed)
+
+    def _split(self, item: ThreadSplit, repeat: int, context: RunContext) -> Iterator[Row]:
+        split = dataclasses.replace(item, case=seeded(item.case, repeat))
+        results = []
+        for workers, threads in split.splits:
+            step = split.with_split(workers, threads)
+            context.progress(f"track 3 {step.label} (repeat {repeat})")
+            metrics = self._run(step, context)
+            results.append(((workers, threads), metrics))
+            yield Row(item.with_split(workers, threads), dataclasses.asdict(step), metrics, step.seed)
+        yield Row(item, dataclasses.asdict(split), split_summary(split, results), split.case.seed)
