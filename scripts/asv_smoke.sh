@@ -18,9 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LOG=out/asv-smoke.log
 #: asv's --bench regex (re.search on the benchmark's name): every class but the full grid's.
-# scale.OutOfMemory is left out of the run too: its limited child (forked from asv's benchmark process,
-# torch imported) runs out of memory inside its 96 MiB limit under asv; `asv check` still covers it.
-DEFAULT_GRID='^(?!(track[0-9]+\.(Full[A-Za-z]*|[A-Za-z]*Latency)|scale\.OutOfMemory)\.)'
+DEFAULT_GRID='^(?!(track[0-9]+\.(Full[A-Za-z]*|[A-Za-z]*Latency))\.)'
 
 # summarise LOG RC: what ran, what was skipped (grouped by reason) and what failed, then the verdict.
 summarise() {
@@ -77,8 +75,7 @@ asv machine --yes --machine asv-smoke >/dev/null
 asv check --python=same
 mkdir -p out
 echo "asv smoke: running every benchmark of the default grid once (output in $LOG) ..."
-echo "  (full-grid classes Full*/*Latency: checked by asv check above, not run; they need CROPBENCH_ASV_FULL=1;"
-echo "   scale.OutOfMemory: checked, not run: its 96 MiB limit is too small under asv)"
+echo "  (full-grid classes Full*/*Latency: checked by asv check above, not run; they need CROPBENCH_ASV_FULL=1)"
 rc=0
 asv run --python=same --quick --dry-run --machine asv-smoke --show-stderr --bench "$DEFAULT_GRID" >"$LOG" 2>&1 || rc=$?
 [ "$rc" = 0 ] || tail -n 40 "$LOG"
