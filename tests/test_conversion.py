@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -250,12 +251,13 @@ def test_the_remote_latency_must_be_a_sane_number() -> None:
 def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_others_say_why_not(
     tiny_plate: Path, tmp_path: Path
 ) -> None:
+    from cropbench.data.training.litdata_chunks import PLAIN_HTTP_REFUSED
     from cropbench.measure.endpoints import moto_available
     from cropbench.tracks.conversion import REMOTE, REMOTE_CACHE_BYTES, REMOTE_SKIP_REASON
 
     if not moto_available():
         pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")
-    formats = tuple(name for name in ("hdf5", "webdataset", "mds") if name in AVAILABLE)
+    formats = tuple(name for name in ("hdf5", "webdataset", "litdata", "mds") if name in AVAILABLE)
     if "mds" not in formats:
         pytest.skip(TRAINING_FORMATS["mds"].available() or "")
     comparison = FormatComparison(
@@ -274,9 +276,41 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
     if "webdataset" in records:  # shards by plain HTTP through curl
         assert records["webdataset"][m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
         assert records["webdataset"][m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] > 0
+    if "litdata" in records:  # its epochs, or the one line saying why its client refused the store
+        litdata = records["litdata"]
+        reason = litdata.get(REMOTE_SKIP_REASON)
+        if reason is None:
+            assert litdata[m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
+        else:
+            assert reason == PLAIN_HTTP_REFUSED.format(version=TRAINING_FORMATS["litdata"].library_version())
+            assert f"litdata          not read: {reason}" in formats_table(rows).splitlines()
     in_place = records["ome-zarr/direct"]  # the plate itself over the same store, read by the direct path
     assert in_place[m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
     assert in_place[m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] > 0
     assert "not read over the store" in records["ome-zarr/zarr"][REMOTE_SKIP_REASON]
     assert m.prefixed(REMOTE, CONVERTING_PAYS_OFF) in streamed
     assert not (tmp_path / "work").exists()
+
+
+def test_a_remote_failure_is_one_line_and_litdatas_plain_http_refusal_says_what_refused() -> None:
+    from cropbench.data.training import S3Access
+    from cropbench.data.training.litdata_chunks import PLAIN_HTTP_REFUSED
+
+    hdf5 = TRAINING_FORMATS["hdf5"]()
+    assert (
+        hdf5.remote_failure(OSError("connection refused\nmore")) == "h5py over the loopback store: connection refused"
+    )
+    if "litdata" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["litdata"].available() or "")
+    litdata = TRAINING_FORMATS["litdata"]()
+    refused = RuntimeError(
+        "Chunk prefetch thread crashed. GenericError: Generic S3 error: GET http://x - HTTP error: builder error"
+    )
+    reason = litdata.remote_failure(refused)
+    assert reason == PLAIN_HTTP_REFUSED.format(version=litdata.library_version()) and "\n" not in reason
+    assert (
+        litdata.remote_failure(RuntimeError("NoSuchBucket\ndetail")) == "litdata over the loopback store: NoSuchBucket"
+    )
+    plain = S3Access("http://127.0.0.1:9000", "key", "secret", "us-east-1")
+    assert litdata.remote_environment(plain) == {"AWS_ALLOW_HTTP": "true"}
+    assert litdata.remote_environment(dataclasses.replace(plain, endpoint="https://s3.example.org")) == {}

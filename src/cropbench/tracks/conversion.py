@@ -382,8 +382,7 @@ def remote_epochs(
                     REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
                 )
             except Exception as error:  # any failure of the library's own client is the row's answer
-                lines = str(error).strip().splitlines()
-                return {REMOTE_SKIP_REASON: f"{fmt.library} over the loopback store: {lines[0] if lines else error!r}"}
+                return {REMOTE_SKIP_REASON: fmt.remote_failure(error)}
         return over_store(metrics, scratch, cache, latency)
 
 

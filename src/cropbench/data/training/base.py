@@ -350,6 +350,11 @@ class TrainingFormat(ABC):
         downloading into ``cache`` as its users let it; only where ``remote`` is None."""
         raise FormatUnavailableError(f"format {self.name!r}: {self.remote}")
 
+    def remote_failure(self, error: BaseException) -> str:
+        """Why the remote epochs failed, in one line: the library's error as it first words it."""
+        lines = str(error).strip().splitlines()
+        return f"{self.library} over the loopback store: {lines[0] if lines else repr(error)}"
+
 
 def _version_key(version: str) -> tuple[int, ...]:
     """A release version as numbers (``0.2.76`` → (0, 2, 76)); a pre-release or local part ends it."""

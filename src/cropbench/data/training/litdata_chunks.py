@@ -4,6 +4,12 @@ Written with litdata's ``BinaryWriter`` (what ``litdata.optimize`` runs in each 
 one item per crop: the uint16 image and its metadata columns. Read with ``litdata.StreamingDataset``
 (random access by index, its own shuffle of chunks and items per epoch) and, for epochs, its
 ``StreamingDataLoader``; the dataset's ``transform`` turns each item into cropbench's sample dict.
+
+From S3, litdata reads ``index.json`` through boto3 (``storage_options`` give it the endpoint and
+keys) and each chunk through obstore. Its obstore store is built with litdata's own fixed client
+options (litdata 0.2.76), which replace those obstore would take from the environment, so
+``AWS_ALLOW_HTTP=true`` (set here, as a user would) does not reach it and a plain-http endpoint such
+as a loopback store is refused: :meth:`LitdataFormat.remote_failure` says so in one line.
 """
 
 from __future__ import annotations
@@ -87,6 +93,24 @@ class LitdataFormat(TrainingFormat):
             },
         )
         return litdata.StreamingDataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.workers)
+
+    def remote_environment(self, s3: S3Access) -> dict[str, str]:
+        # object_store's setting for a plain-http endpoint; litdata's own client options override it
+        # (see the module docstring), so it counts only where litdata leaves obstore its environment.
+        return {"AWS_ALLOW_HTTP": "true"} if s3.endpoint.startswith("http://") else {}
+
+    def remote_failure(self, error: BaseException) -> str:
+        text = str(error)
+        if "BadScheme" in text or "builder error" in text:  # reqwest refusing http:// without allow_http
+            return PLAIN_HTTP_REFUSED.format(version=self.library_version())
+        return super().remote_failure(error)
+
+
+#: The remote row's reason where litdata's obstore client refuses a plain-http endpoint.
+PLAIN_HTTP_REFUSED = (
+    "litdata {version} fetches chunks through obstore with its own client options, which refuse a "
+    "plain-http endpoint such as the loopback store's (AWS_ALLOW_HTTP=true does not reach them)"
+)
 
 
 class LitdataCrops(Dataset[dict[str, Any]]):
