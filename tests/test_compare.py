@@ -28,13 +28,13 @@ def test_rows_carry_sizes_throughputs_amplification_and_ratios(tiny_plate: Path,
     assert by_case["memmap"][m.COMPRESSION_RATIO] == pytest.approx(1.0, rel=0.01)
     assert by_case["tiles-zstd"][m.COMPRESSION_RATIO] > 1.0
     for metrics in by_case.values():
-        assert metrics[m.crops_per_s("random")] > 0 and metrics[m.crops_per_s("grouped")] > 0
+        assert metrics[m.access_crops_per_s_key("random")] > 0 and metrics[m.access_crops_per_s_key("grouped")] > 0
         assert metrics[m.ratio_to_memmap("random")] == pytest.approx(
-            metrics[m.crops_per_s("random")] / by_case["memmap"][m.crops_per_s("random")]
+            metrics[m.access_crops_per_s_key("random")] / by_case["memmap"][m.access_crops_per_s_key("random")]
         )
         assert metrics[m.WRITE_SECONDS] > 0 and metrics[m.STORED_BYTES] > 0
-        lowest, highest = m.crops_per_s_spread("random")
-        assert metrics[lowest] <= metrics[m.crops_per_s("random")] <= metrics[highest]
+        lowest, highest = m.access_crops_per_s_spread_keys("random")
+        assert metrics[lowest] <= metrics[m.access_crops_per_s_key("random")] <= metrics[highest]
         assert m.per_crop("random", m.DECODE_AMPLIFICATION) in metrics
         assert m.per_crop("grouped", m.CHUNKS_TOUCHED_PER_CROP) in metrics
     assert records[1].config["layout_label"] == "call-yx256-zstd" and records[0].track == "layouts"

@@ -33,7 +33,9 @@ def test_smoke_rows_hold_every_metric_the_summary_and_figures_read(tiny_plate: P
 def test_the_catalogue_names_families_and_nothing_else() -> None:
     assert metrics.catalogued(metrics.prefixed(metrics.COMPUTE_ONLY, metrics.prefixed(metrics.WAIT, metrics.P95_MS)))
     assert metrics.catalogued(metrics.per_crop("grouped", metrics.DECODE_AMPLIFICATION))
-    assert metrics.catalogued(metrics.crops_per_s_spread("random")[1]) and metrics.catalogued(metrics.stage_ms("fetch"))
+    assert metrics.catalogued(metrics.access_crops_per_s_spread_keys("random")[1]) and metrics.catalogued(
+        metrics.stage_ms("fetch")
+    )
     assert not metrics.catalogued("samples_per_second") and not metrics.catalogued("io_samples_per_second")
     with pytest.raises(KeyError):
         metrics.stage_ms("unpack")

@@ -201,8 +201,16 @@ def _every_kind_of_bar() -> list[Record]:
     rows = [
         record("1", "random/direct", {}, p95_ms=0.4, samples_per_s=305.0, validity_flags=[]),
         record("1", "random/zarr", {}, p95_ms=0.2, samples_per_s=124.0, validity_flags=["few-samples"]),
-        record("layouts", "memmap", {"layout_name": "memmap"}, **{m.crops_per_s("random"): 9000.0}, stored_bytes=2e6),
-        record("layouts", "zarr", {"layout_name": "zarr"}, **{m.crops_per_s("random"): 900.0}, stored_bytes=1e6),
+        record(
+            "layouts",
+            "memmap",
+            {"layout_name": "memmap"},
+            **{m.access_crops_per_s_key("random"): 9000.0},
+            stored_bytes=2e6,
+        ),
+        record(
+            "layouts", "zarr", {"layout_name": "zarr"}, **{m.access_crops_per_s_key("random"): 900.0}, stored_bytes=1e6
+        ),
         record("peers", "cropbench-direct", {"peer": "cropbench-direct", "kind": "cropbench"}, samples_per_s=2000.0),
         record("peers", "dask-per-crop", {"peer": "dask-per-crop", "kind": "peer"}, samples_per_s=20.0),
     ]

@@ -154,7 +154,7 @@ def test_the_smoke_preset_says_what_the_run_proves_before_the_tracks() -> None:
 
 def test_layouts_and_peers_are_measured_against_memmap_and_cropbench_direct() -> None:
     layouts = [
-        row("layouts", name, {"layout_name": name}, **{m.crops_per_s("random"): rate})
+        row("layouts", name, {"layout_name": name}, **{m.access_crops_per_s_key("random"): rate})
         for name, rate in (("memmap", 10000.0), ("zarr-sharded", 2500.0), ("zarr-small", 1000.0))
     ]
     peers = [
@@ -307,7 +307,7 @@ def test_the_store_tracks_name_their_best_beside_the_same_on_local_disk() -> Non
 
 def test_memmap_and_cropbench_direct_are_named_references_not_ceilings() -> None:
     layouts = [
-        row("layouts", name, {"layout_name": name}, **{m.crops_per_s("random"): rate})
+        row("layouts", name, {"layout_name": name}, **{m.access_crops_per_s_key("random"): rate})
         for name, rate in (("memmap", 1000.0), ("zarr-sharded", 2500.0))
     ]
     (track,) = verdict(layouts).tracks

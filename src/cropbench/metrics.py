@@ -188,7 +188,7 @@ BEST_SPLIT = "best_split"
 IMAGES_PER_S_BY_SPLIT = "images_per_s_by_split"
 DATA_WAIT_FRACTION_BY_SPLIT = "data_wait_fraction_by_split"
 SUPPLY_OVER_DEMAND_BY_SPLIT = "supply_over_demand_by_split"
-# Layouts: per access pattern (``ACCESS_PATTERNS``), ``crops_per_s(access)`` and friends.
+# Layouts: per access pattern (``ACCESS_PATTERNS``), ``access_crops_per_s_key(access)`` and friends.
 ACCESS_PATTERNS = ("random", "grouped")
 DECODE = "decode"
 STORED_BYTES = "stored_bytes"
@@ -267,7 +267,7 @@ def catalogued(key: str) -> bool:
     for access in ACCESS_PATTERNS:
         if key.startswith(f"{access}_"):
             rest = key.removeprefix(f"{access}_")
-            if rest in stems or key in (ratio_to_memmap(access), *crops_per_s_spread(access)):
+            if rest in stems or key in (ratio_to_memmap(access), *access_crops_per_s_spread_keys(access)):
                 return True
     if key in {stage_ms(stage) for stage in STAGES}:
         return True
@@ -286,14 +286,14 @@ def stage_ms(stage: str) -> str:
     return prefixed(STAGE, f"{stage}_ms")
 
 
-def crops_per_s(access: str) -> str:
-    """Median crops/s of one access pattern in a layouts row."""
+def access_crops_per_s_key(access: str) -> str:
+    """The key of the median crops/s of one access pattern in a layouts row."""
     return f"{access}_{CROPS_PER_S}"
 
 
-def crops_per_s_spread(access: str) -> tuple[str, str]:
-    """The lowest and highest of that access pattern's timed passes."""
-    return f"{crops_per_s(access)}_min", f"{crops_per_s(access)}_max"
+def access_crops_per_s_spread_keys(access: str) -> tuple[str, str]:
+    """The keys of the lowest and highest crops/s of that access pattern's timed passes."""
+    return f"{access_crops_per_s_key(access)}_min", f"{access_crops_per_s_key(access)}_max"
 
 
 def ratio_to_memmap(access: str) -> str:

@@ -58,7 +58,7 @@ FIGURE_METRICS: dict[str, tuple[str, ...]] = {
         m.IMAGES_PER_S_BY_WORKERS,
         m.COMPUTE_ONLY_IMAGES_PER_S,
     ),
-    "layouts": (*(m.crops_per_s(access) for access in m.ACCESS_PATTERNS), m.STORED_BYTES, m.RAW_BYTES),
+    "layouts": (*(m.access_crops_per_s_key(access) for access in m.ACCESS_PATTERNS), m.STORED_BYTES, m.RAW_BYTES),
     "peers": (m.SAMPLES_PER_S, m.SKIP_REASON, m.COUNT, m.DIRECT_SPEEDUP),
 }
 TAB10 = [plt.get_cmap("tab10")(number) for number in range(10)]
@@ -81,7 +81,7 @@ DRAWABLE: dict[str, Callable[[dict[str, Any]], bool]] = {
             metrics.get(name) for name in (m.TRIED_WORKERS, m.DATA_WAIT_FRACTION_BY_WORKERS, m.IMAGES_PER_S_BY_WORKERS)
         )
     ),
-    "layouts": lambda metrics: any(_numbers(metrics, m.crops_per_s(access)) for access in m.ACCESS_PATTERNS),
+    "layouts": lambda metrics: any(_numbers(metrics, m.access_crops_per_s_key(access)) for access in m.ACCESS_PATTERNS),
     "peers": lambda metrics: _numbers(metrics, m.SAMPLES_PER_S) or bool(metrics.get(m.SKIP_REASON)),
 }
 
@@ -391,10 +391,14 @@ def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     marked = [flagged(r) for r in rows]
     rates: list[float] = []
     for offset, (access, color) in enumerate((("random", "tab:blue"), ("grouped", "tab:orange"))):
-        values = [r.metrics.get(m.crops_per_s(access), np.nan) for r in rows]
+        values = [r.metrics.get(m.access_crops_per_s_key(access), np.nan) for r in rows]
         rates += values
         _barh(left, positions + (offset - 0.5) * 0.4, values, color, marked, height=0.4, label=f"{access} crops/s")
-        reference = [r.metrics.get(m.crops_per_s(access)) for r in rows if r.config.get("layout_name") == MEMMAP_LAYOUT]
+        reference = [
+            r.metrics.get(m.access_crops_per_s_key(access))
+            for r in rows
+            if r.config.get("layout_name") == MEMMAP_LAYOUT
+        ]
         if reference and reference[0]:
             left.axvline(reference[0], color=color, linestyle=":", linewidth=1)
     left.set_yticks(positions, labels, fontsize=8)

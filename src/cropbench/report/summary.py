@@ -50,9 +50,9 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
         ("flags", m.VALIDITY_FLAGS, "{}"),
     ),
     "layouts": (
-        ("random/s", m.crops_per_s("random"), "{:,.0f}"),
+        ("random/s", m.access_crops_per_s_key("random"), "{:,.0f}"),
         ("× memmap", m.ratio_to_memmap("random"), "{:.2f}"),
-        ("grouped/s", m.crops_per_s("grouped"), "{:,.0f}"),
+        ("grouped/s", m.access_crops_per_s_key("grouped"), "{:,.0f}"),
         ("× memmap", m.ratio_to_memmap("grouped"), "{:.2f}"),
         ("MiB", m.STORED_MIB, "{:,.1f}"),
         ("ratio", m.COMPRESSION_RATIO, "{:.2f}"),

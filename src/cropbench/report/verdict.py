@@ -310,7 +310,9 @@ def _layouts_ceiling(
 ) -> tuple[Ceiling, float] | None:
     """The memory-mapped raw plate through the same dataset: the comparison's reference, not a ceiling
     (it carries the dataset's per-crop work; the ceiling no reader passes is track targets')."""
-    memmap = [rate for c in everything if _is_memmap(c) and (rate := c.median(m.crops_per_s("random"))) is not None]
+    memmap = [
+        rate for c in everything if _is_memmap(c) and (rate := c.median(m.access_crops_per_s_key("random"))) is not None
+    ]
     return _reference("the memory-mapped raw plate, through the same dataset", max(memmap, default=None), value)
 
 
@@ -505,7 +507,7 @@ RULES: dict[str, _Rule] = {
         _track3_fed,
     ),
     "layouts": _Rule(
-        "crops/s", lambda c: not _is_memmap(c), lambda c: c.median(m.crops_per_s("random")), _layouts_ceiling
+        "crops/s", lambda c: not _is_memmap(c), lambda c: c.median(m.access_crops_per_s_key("random")), _layouts_ceiling
     ),
     "peers": _Rule("samples/s", lambda c: _kind(c) == "peer", lambda c: c.median(m.SAMPLES_PER_S), _peers_ceiling),
     "targets": _Rule(

@@ -92,8 +92,8 @@ def measure_layout(plate: str | Path, comparison: LayoutComparison, context: Run
         time_each(dataset.__getitem__, warm)
         dataset.reader.stats.reset()
         rates = interleaved_rates({label: per_item(dataset.__getitem__)}, [timed], comparison.repeats)[label]
-        lowest, highest = m.crops_per_s_spread(label)
-        metrics[m.crops_per_s(label)] = rates.median
+        lowest, highest = m.access_crops_per_s_spread_keys(label)
+        metrics[m.access_crops_per_s_key(label)] = rates.median
         metrics[lowest], metrics[highest] = min(rates.per_round), max(rates.per_round)
         metrics.update({m.per_crop(label, k): v for k, v in dataset.reader.stats.per_region().items()})
         dataset.reader.close()
@@ -182,7 +182,9 @@ class Layouts:
             self.ceiling = metrics
         if self.ceiling:
             for label in ACCESSES:
-                metrics[m.ratio_to_memmap(label)] = metrics[m.crops_per_s(label)] / self.ceiling[m.crops_per_s(label)]
+                metrics[m.ratio_to_memmap(label)] = (
+                    metrics[m.access_crops_per_s_key(label)] / self.ceiling[m.access_crops_per_s_key(label)]
+                )
             metrics[m.SIZE_RATIO_TO_MEMMAP] = metrics[m.STORED_BYTES] / self.ceiling[m.STORED_BYTES]
         config = {
             "layout_name": name,
