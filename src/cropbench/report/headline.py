@@ -143,8 +143,9 @@ def _cell_text(cell: Cell | None, runs: int, ceiling: bool) -> str:
 
 
 def _one(values: Iterable[str], what: str) -> str:
+    """The one value, or every distinct one named as ``what``; "" when there is none."""
     found = sorted(set(values))
-    return found[0] if len(found) == 1 else f"{what}: " + "; ".join(found)
+    return found[0] if len(found) == 1 else f"{what}: " + "; ".join(found) if found else ""
 
 
 def _machine(environment: dict[str, Any]) -> str:
@@ -154,7 +155,7 @@ def _machine(environment: dict[str, Any]) -> str:
         str(environment.get("cpu_model") or "unknown CPU"),
         f"{cores} usable of {environment.get('cpu_logical')} logical cores",
         f"{ram / 2**30:.0f} GiB" if isinstance(ram, (int, float)) else "RAM unknown",
-        f"{environment.get('os') or '?'} {environment.get('machine') or ''}".strip(),
+        str(environment.get("machine") or "?"),
     ]
     return ", ".join(parts)
 
@@ -263,6 +264,7 @@ def _provenance(records: Sequence[Record], runs: int, repeats: Sequence[int], so
         "cases",
     )
     commits = sorted({_commit(record.environment) for record in records})
+    systems = _one((str(record.environment.get("os") or "?") for record in records), "systems")
     fractions = [
         float(r.metrics[m.CHUNK_CACHE_FRACTION_OF_PLATE])
         for r in summaries
@@ -277,7 +279,7 @@ def _provenance(records: Sequence[Record], runs: int, repeats: Sequence[int], so
         f"({layouts} layout), each case {sizes or 'not recorded'}, the direct reader's decoded-chunk cache "
         f"(and tensorstore's cache pool) at {cache} of the decoded plate; "
         f"{'commit' if len(commits) == 1 else 'commits'} {', '.join(f'`{c}`' for c in commits)}; "
-        f"{_machine(records[0].environment)}; 1-minute load average {load} over the runs. "
+        f"{_machine(records[0].environment)}, {systems}; 1-minute load average {load} over the runs. "
         "Each cell: the median over runs of each run's median per-block paired ratio (its repeats' median), "
         "with the lowest and highest run. Over the copy ceiling a ratio above 1 is impossible and marked so."
     )
