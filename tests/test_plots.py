@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import matplotlib.pyplot as plt
 import pytest
 from matplotlib.colors import to_hex
 from matplotlib.container import BarContainer
+from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from cropbench import metrics as m
@@ -16,6 +18,17 @@ from cropbench.cli import main
 from cropbench.errors import OutputError
 from cropbench.records import Record, RecordWriter
 from cropbench.report import plots
+
+
+def _on_save(monkeypatch: pytest.MonkeyPatch, seen: Callable[[Figure, Path], None]) -> None:
+    """Hand every figure to ``seen`` as it is saved, whichever figure module draws it."""
+    savefig = Figure.savefig
+
+    def spy(figure: Figure, path: Any, *args: Any, **kwargs: Any) -> None:
+        seen(figure, Path(path))
+        savefig(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
 
 
 def _track2(workers: int, batch: int, rate: float, case_suffix: str = "") -> Record:
@@ -77,15 +90,13 @@ def test_plot_command_draws_track2_and_track3_figures(tmp_path: Path, monkeypatc
         for record in _records():
             writer.write(record)
     titles: dict[str, list[str]] = {}
-    save = plots._save
 
-    def spy(figure: plt.Figure, path: Path) -> Path:
+    def spy(figure: Figure, path: Path) -> None:
         titles[path.name] = [axis.get_title() for axis in figure.axes if axis.get_visible()]
         labels = [axis.get_xlabel() + axis.get_ylabel() for axis in figure.axes if axis.get_visible()]
         assert all(labels), f"{path.name} has an axis without a label"
-        return save(figure, path)
 
-    monkeypatch.setattr(plots, "_save", spy)
+    _on_save(monkeypatch, spy)
     assert main(["plot", str(results), "--out", str(tmp_path / "figures")]) == 0
     expected = {
         "track2_workers_scaling.png": ["Track 2 samples/s vs num_workers (higher is better)"],
@@ -180,13 +191,11 @@ def test_the_cdf_marks_batch_rows_as_latency_per_call(tmp_path: Path, monkeypatc
         return Record(track="1", case=case, config={}, metrics=metrics, environment={})
 
     styles: dict[str, str] = {}
-    save = plots._save
 
-    def keep_styles(figure: plt.Figure, target: Path) -> Path:
+    def keep_styles(figure: Figure, target: Path) -> None:
         styles.update({line.get_label(): line.get_linestyle() for line in figure.axes[0].get_lines()})
-        return save(figure, target)
 
-    monkeypatch.setattr(plots, "_save", keep_styles)
+    _on_save(monkeypatch, keep_styles)
     path = plots.track1_cdf([row("random/direct", 1), row("batch/direct", 32)], tmp_path)
     assert path is not None and path.is_file()
     assert styles == {"random/direct": "-", "batch/direct [latency per call of 32]": "--"}
@@ -224,15 +233,13 @@ def _every_kind_of_bar() -> list[Record]:
     return rows
 
 
-def _drawn(records: list[Record], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, plt.Figure]:
-    figures: dict[str, plt.Figure] = {}
-    save = plots._save
+def _drawn(records: list[Record], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Figure]:
+    figures: dict[str, Figure] = {}
 
-    def keep(figure: plt.Figure, path: Path) -> Path:
+    def keep(figure: Figure, path: Path) -> None:
         figures[path.name] = figure
-        return save(figure, path)
 
-    monkeypatch.setattr(plots, "_save", keep)
+    _on_save(monkeypatch, keep)
     plots.plot_results(records, tmp_path)
     return figures
 

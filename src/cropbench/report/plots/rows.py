@@ -1,0 +1,138 @@
+"""Which rows the figures draw and how they name them: each track's required metrics, runs, labels."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cropbench import metrics as m
+from cropbench.records import Record
+
+#: Metrics each track's figures read (the smoke test checks the rows hold them).
+FIGURE_METRICS: dict[str, tuple[str, ...]] = {
+    "1": (
+        m.P95_MS,
+        m.SAMPLES_PER_S,
+        m.VALIDITY_FLAGS,
+        m.QUANTILES_MS,
+        m.WARMUP_MS,
+        m.P50_MS,
+        m.FIRST_PASS_CURVE_MS,
+        m.EVICTION_VERIFIED,
+    ),
+    "2": (m.CACHE_FRACTION_OF_PLATE, m.SAMPLES_PER_S, m.RUN_SAMPLES_PER_S, m.FIRST_BATCH_MS, m.EPOCH2_FIRST_BATCH_MS),
+    "3": (
+        m.STEP_P50_MS,
+        m.COMPUTE_ONLY_STEP_P50_MS,
+        m.DATA_WAIT_FRACTION,
+        m.STALL_CROSSCHECK,
+        m.TRIED_WORKERS,
+        m.MIN_WORKERS,
+        m.DATA_WAIT_FRACTION_BY_WORKERS,
+        m.IMAGES_PER_S_BY_WORKERS,
+        m.COMPUTE_ONLY_IMAGES_PER_S,
+    ),
+    "layouts": (*(m.access_crops_per_s_key(access) for access in m.ACCESS_PATTERNS), m.STORED_BYTES, m.RAW_BYTES),
+    "peers": (m.SAMPLES_PER_S, m.SKIP_REASON, m.COUNT, m.DIRECT_SPEEDUP),
+}
+
+
+def _numbers(metrics: dict[str, Any], *names: str) -> bool:
+    """Whether every named metric is a finite number (not missing, None, NaN, text or a bool)."""
+    values = [metrics.get(name) for name in names]
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+
+
+#: What a row must hold for its track's figures to draw it at all. A row without it (a failed or
+#: interrupted case, a row written by another tool) is left out with a warning, never a traceback.
+DRAWABLE: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "1": lambda metrics: _numbers(metrics, m.P95_MS, m.SAMPLES_PER_S),
+    "2": lambda metrics: _numbers(metrics, m.SAMPLES_PER_S) or _numbers(metrics, m.FIRST_BATCH_MS),
+    "3": lambda metrics: (
+        _numbers(metrics, m.STEP_P50_MS)
+        or all(
+            metrics.get(name) for name in (m.TRIED_WORKERS, m.DATA_WAIT_FRACTION_BY_WORKERS, m.IMAGES_PER_S_BY_WORKERS)
+        )
+    ),
+    "layouts": lambda metrics: any(_numbers(metrics, m.access_crops_per_s_key(access)) for access in m.ACCESS_PATTERNS),
+    "peers": lambda metrics: _numbers(metrics, m.SAMPLES_PER_S) or bool(metrics.get(m.SKIP_REASON)),
+}
+
+
+def drawable(records: Sequence[Record]) -> list[Record]:
+    """The rows the figures can draw; one warning per track names how many were left out and why."""
+    kept: list[Record] = []
+    left_out: list[Record] = []
+    for record in records:
+        (kept if DRAWABLE.get(record.track, lambda _: True)(record.metrics) else left_out).append(record)
+    for track in dict.fromkeys(r.track for r in left_out):
+        rows = [r for r in left_out if r.track == track]
+        warnings.warn(
+            f"{len(rows)} track {track} {'row lacks' if len(rows) == 1 else 'rows lack'} the metrics its "
+            "figures draw: left out "
+            f"(first: {row_label(rows[0])})",
+            stacklevel=2,
+        )
+    return kept
+
+
+def rows_of(records: Sequence[Record], track: str) -> list[Record]:
+    """The rows of one track, in their order."""
+    return [r for r in records if r.track == track]
+
+
+def row_label(record: Record) -> str:
+    """The row's case, and its repeat when there are several."""
+    return record.case + (f" #{record.repeat}" if record.repeat else "")
+
+
+def runs_in(records: Sequence[Record]) -> list[str]:
+    """Run ids in the order their first row was written."""
+    return list(dict.fromkeys(r.run_id for r in records))
+
+
+def latest_runs(records: Sequence[Record]) -> list[Record]:
+    """Per track, the rows of the last run that wrote that track: figures never mix runs unasked.
+
+    A track whose every row has its own run id (rows written before one id named a whole
+    invocation) cannot be split into runs and is kept whole.
+    """
+    latest = {r.track: r.run_id for r in records}
+    per_row = {
+        track
+        for track in latest
+        if len({r.run_id for r in records if r.track == track}) == sum(r.track == track for r in records)
+    }
+    return [r for r in records if r.track in per_row or latest[r.track] == r.run_id]
+
+
+def label_runs(records: Sequence[Record]) -> list[Record]:
+    """Each row's label and config name its run, so overlaid runs are told apart and never pooled."""
+    if len(runs_in(records)) < 2:
+        return list(records)
+    return [
+        dataclasses.replace(r, case=f"{r.case} [run {r.run_id}]", config={**r.config, "run": r.run_id}) for r in records
+    ]
+
+
+#: Loader knobs named in a panel's title when they differ from these defaults.
+LOADER_DEFAULTS: dict[str, Any] = {
+    "pin_memory": False,
+    "persistent_workers": False,
+    "prefetch_factor": None,
+    "collate": "default",
+    "start_method": "fork",
+}
+
+
+def describe_loading(config: dict[str, Any]) -> str:
+    """A title from config fields: source, access, decode, tier, dtype, and loader knobs off their default."""
+    crop, loader = config.get("crop", {}), config.get("loader", {})
+    parts = [str(config[key]) for key in ("model", "workload", "source", "access") if key in config]
+    parts += [str(crop[key]) for key in ("decode", "tier", "dtype") if key in crop]
+    parts += [f"amp-{config['amp']}"] if "amp" in config else []
+    parts += [f"{key}={loader[key]}" for key, default in LOADER_DEFAULTS.items() if loader.get(key, default) != default]
+    return "/".join(parts)
