@@ -206,6 +206,8 @@ def test_compare_formats_prints_the_table_and_writes_the_rows(
     assert main(["compare-formats", *args]) == 0
     printed = capsys.readouterr().out
     assert "convert or read in place" in printed and "webdataset" in printed
+    for name in ("formats.txt", "formats.png"):  # the table and the figure beside the rows
+        assert f"wrote {tmp_path / 'out' / name}" in printed and (tmp_path / "out" / name).stat().st_size > 0
     rows = read_records(tmp_path / "out" / "results.jsonl")
     assert [row.case for row in rows] == ["ome-zarr/direct", "ome-zarr/zarr", "webdataset"]
     assert not (tmp_path / "out" / "crops").exists()
@@ -253,6 +255,7 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
 ) -> None:
     from cropbench.data.training.litdata_chunks import PLAIN_HTTP_REFUSED
     from cropbench.measure.endpoints import moto_available
+    from cropbench.report.formats_figure import formats_figure
     from cropbench.tracks.conversion import REMOTE, REMOTE_CACHE_BYTES, REMOTE_SKIP_REASON
 
     if not moto_available():
@@ -290,6 +293,8 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
     assert "not read over the store" in records["ome-zarr/zarr"][REMOTE_SKIP_REASON]
     assert m.prefixed(REMOTE, CONVERTING_PAYS_OFF) in streamed
     assert not (tmp_path / "work").exists()
+    figure = formats_figure(rows, tmp_path / "formats.png")  # remote bars beside the local ones
+    assert figure is not None and figure.stat().st_size > 0
 
 
 def test_a_remote_failure_is_one_line_and_litdatas_plain_http_refusal_says_what_refused() -> None:

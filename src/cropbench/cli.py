@@ -268,6 +268,7 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
 def cmd_compare_formats(args: argparse.Namespace) -> int:
     """compare-formats: the plate read in place beside its crops converted into each training format."""
     from cropbench import api
+    from cropbench.report.formats_figure import write_formats_report
     from cropbench.tracks.conversion import FormatComparison, Formats, formats_table
 
     comparison = FormatComparison(
@@ -289,6 +290,8 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     print(formats_table(records))
+    for path in write_formats_report(records, out_dir):
+        print(f"wrote {path}")
     return 0
 
 
