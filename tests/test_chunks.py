@@ -23,6 +23,7 @@ from cropbench.formats.base import warn_missing_chunks
 from cropbench.formats.direct import StageTimedChunkReader, copy_pieces, native
 from cropbench.formats.direct.copies import copy_pieces_python
 from cropbench.formats.direct.keys import FIELD_SHIFT
+from cropbench.formats.direct.records import NATIVE_CHUNK, NATIVE_READ, PIECE, ChannelGroup, Channels, int64_records
 from cropbench.formats.direct.scheduling import SHARES_PER_THREAD
 from cropbench.plates.generate import generate_plate
 
@@ -175,23 +176,24 @@ def test_a_run_cut_between_threads_gives_the_same_bytes(layout_plate: Path, thre
         assert single.stats.reads < threaded.stats.reads <= single.stats.reads + threads * SHARES_PER_THREAD - 1
 
 
-def _random_pieces(rng: np.random.Generator, count: int) -> tuple[list, dict[int, np.ndarray], tuple[int, ...]]:
-    """Pieces over 6 chunks of (4, 20, 24) into 5 slots of (4, 30, 30), every channel or a few."""
+def _random_pieces(
+    rng: np.random.Generator, count: int
+) -> tuple[np.ndarray, Channels, dict[int, np.ndarray], tuple[int, ...]]:
+    """Pieces over 6 chunks of (4, 20, 24) into 5 slots of (4, 30, 30), every channel (group 0) or
+    two of them (groups 1-5)."""
     chunks = {key: rng.integers(0, 60_000, (4, 20, 24), dtype=np.uint16) for key in range(6)}
-    pieces = []
+    groups = [ChannelGroup(0, slice(None), slice(None))] + [
+        ChannelGroup(0, np.sort(rng.choice(4, 2, replace=False)), rng.choice(4, 2, replace=False)) for _ in range(5)
+    ]
+    rows = []
     for _ in range(count):
         h, w = int(rng.integers(1, 21)), int(rng.integers(1, 25))
         sy0, sx0 = int(rng.integers(0, 21 - h)), int(rng.integers(0, 25 - w))
         dy0, dx0 = int(rng.integers(0, 31 - h)), int(rng.integers(0, 31 - w))
-        if rng.random() < 0.5:
-            positions: object = slice(None)
-            offsets: object = slice(None)
-        else:
-            positions = np.sort(rng.choice(4, 2, replace=False)).astype(np.int64)
-            offsets = rng.choice(4, 2, replace=False).astype(np.int64)
+        group = 0 if rng.random() < 0.5 else int(rng.integers(1, 6))
         slot, key = int(rng.integers(0, 5)), int(rng.integers(0, 6))
-        pieces.append((key, slot, positions, offsets, sy0, sy0 + h, sx0, sx0 + w, dy0, dy0 + h, dx0, dx0 + w))
-    return pieces, chunks, (5, 4, 30, 30)
+        rows.append((key, slot, group, sy0, sy0 + h, sx0, sx0 + w, dy0, dy0 + h, dx0, dx0 + w))
+    return int64_records(rows, PIECE), Channels.of(groups, 4), chunks, (5, 4, 30, 30)
 
 
 @needs_native_copies
@@ -216,58 +218,83 @@ def test_the_c_planner_gives_the_pieces_of_the_python_planner(
     ]
     monkeypatch.setattr(native, "plan_pieces", None)
     expected = reader.pieces.plan_regions(regions, channels)
-    assert planned.pieces == expected.pieces
-    assert planned.by_chunk == expected.by_chunk
+    assert planned.pieces.dtype == PIECE
+    np.testing.assert_array_equal(planned.pieces, expected.pieces)
+    assert planned.runs == expected.runs
+    np.testing.assert_array_equal(planned.channels.table, expected.channels.table)
     for (field_index, y0, y1, x0, x1, _, _), single in zip(regions.rows(), singles, strict=True):
-        assert single.pieces == reader.pieces.plan_region(field_index, y0, y1, x0, x1, channels)
-    assert {piece[0] >> FIELD_SHIFT for piece in planned.pieces} == set(regions.field.tolist())
+        alone = reader.pieces.plan_region(field_index, y0, y1, x0, x1, channels)
+        np.testing.assert_array_equal(np.sort(single.pieces, order="key"), np.sort(alone.pieces, order="key"))
+    assert set((planned.pieces["key"] >> FIELD_SHIFT).tolist()) == set(regions.field.tolist())
+    for key, (first, end) in planned.runs.items():  # each chunk's pieces are one run
+        assert (planned.pieces["key"][first:end] == key).all()
+    assert sum(end - first for first, end in planned.runs.values()) == len(planned.pieces)
     table = np.stack(regions.columns())
+    one_group = np.zeros(1, dtype=np.int64)
+    room = np.empty(10_000, dtype=PIECE)
     with pytest.raises(ValueError, match="region 0 is empty"):
         bad = table.copy()
         bad[2, 0] = bad[1, 0]  # y1 == y0
-        native._native.plan_pieces([], {}, bad, None, 8, 8, [(0, slice(None), slice(None))], 44, 32, 16)
+        native._native.plan_pieces(room, bad, None, 8, 8, one_group, 0, 44, 32, 16)
     with pytest.raises(TypeError, match="int64"):
-        native._native.plan_pieces([], {}, table.astype(np.int32), None, 8, 8, [], 44, 32, 16)
+        native._native.plan_pieces(room, table.astype(np.int32), None, 8, 8, one_group, 0, 44, 32, 16)
+    with pytest.raises(ValueError, match="more pieces than the pieces array holds"):
+        native._native.plan_pieces(room[:3], table, None, 8, 8, one_group, 0, 44, 32, 16)
+    with pytest.raises(TypeError, match="88-byte records"):
+        native._native.plan_pieces(np.empty(100, dtype=np.int64), table, None, 8, 8, one_group, 0, 44, 32, 16)
 
 
 @needs_native_copies
 def test_the_c_copies_give_the_bytes_of_numpy_assignment() -> None:
-    pieces, chunks, shape = _random_pieces(np.random.default_rng(7), 400)
+    pieces, channels, chunks, shape = _random_pieces(np.random.default_rng(7), 400)
     expected, copied = np.zeros(shape, dtype=np.uint16), np.zeros(shape, dtype=np.uint16)
-    copy_pieces_python(pieces, chunks, expected)
-    native.copy_pieces(pieces, chunks, copied)
+    copy_pieces_python(pieces, channels, chunks, expected)
+    native.copy_pieces(pieces, channels.table, chunks, copied)
     np.testing.assert_array_equal(copied, expected)
     strided = np.zeros((5, 4, 30, 40), dtype=np.uint16)[..., 5:35]  # rows contiguous, the slot is not
-    native.copy_pieces(pieces, chunks, strided)
+    native.copy_pieces(pieces, channels.table, chunks, strided)
     np.testing.assert_array_equal(strided, expected)
-    by_chunk = sorted(pieces, key=lambda piece: piece[0])  # runs of one chunk's pieces share its buffer
+    by_chunk = np.sort(pieces, order="key", kind="stable")  # runs of one chunk's pieces share its buffer
     expected[:], copied[:] = 0, 0
-    copy_pieces_python(by_chunk, chunks, expected)
-    native.copy_pieces(by_chunk, chunks, copied)
+    copy_pieces_python(by_chunk, channels, chunks, expected)
+    native.copy_pieces(by_chunk, channels.table, chunks, copied)
     np.testing.assert_array_equal(copied, expected)
 
 
 @needs_native_copies
 def test_the_c_copies_refuse_a_piece_outside_its_chunk_or_slot_and_leave_odd_arrays_to_numpy() -> None:
-    pieces, chunks, shape = _random_pieces(np.random.default_rng(8), 20)
+    pieces, channels, chunks, shape = _random_pieces(np.random.default_rng(8), 20)
     out = np.zeros(shape, dtype=np.uint16)
-    key, slot, positions, offsets, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1 = pieces[0]
-    for bad in (
-        (key, 5, positions, offsets, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1),  # no slot 5
-        (key, slot, positions, offsets, 0, 21, sx0, sx1, 0, 21, dx0, dx1),  # past the chunk's 20 rows
-        (key, slot, positions, offsets, sy0, sy1, sx0, sx1, dy0, dy1 + 1, dx0, dx1),  # sizes differ
-        (key, slot, np.array([0, 4]), np.array([0, 1]), sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1),  # no channel 4
+    outside = Channels.of([*channels.groups, ChannelGroup(0, np.array([0, 4]), np.array([0, 1]))], 4)
+    for field, value in (
+        ("slot", 5),  # no slot 5
+        ("sy1", 21),  # past the chunk's 20 rows
+        ("dy1", pieces[0]["dy1"] + 1),  # sizes differ
+        ("group", 6),  # no channel 4 in the output (group 6 of outside), no group 6 in channels
     ):
+        bad = pieces.copy()
+        bad[-1][field] = value
+        if field == "sy1":
+            bad[-1]["sy0"], bad[-1]["dy0"], bad[-1]["dy1"] = 0, 0, 21
         with pytest.raises(ValueError):
-            native.copy_pieces([*pieces, bad], chunks, out)
+            native.copy_pieces(bad, (outside if field == "group" else channels).table, chunks, out)
+        if field == "group":
+            with pytest.raises(ValueError, match="channel group 6 of 6"):
+                native.copy_pieces(bad, channels.table, chunks, out)
     with pytest.raises(KeyError):
-        native.copy_pieces([(99, *pieces[0][1:])], chunks, out)
+        strange = pieces.copy()
+        strange["key"] = 99
+        native.copy_pieces(strange, channels.table, chunks, out)
+    with pytest.raises(TypeError, match="records"):
+        native.copy_pieces(pieces.view(np.int64), channels.table, chunks, out)
+    with pytest.raises(TypeError, match="records"):
+        native.copy_pieces(pieces[::2], channels.table, chunks, out)
     as_float = np.zeros(shape, dtype=np.float32)  # a dtype change: numpy casts, the C copies do not
     with pytest.raises(TypeError):
-        native.copy_pieces(pieces, chunks, as_float)
+        native.copy_pieces(pieces, channels.table, chunks, as_float)
     expected = np.zeros(shape, dtype=np.float32)
-    copy_pieces_python(pieces, chunks, expected)
-    copy_pieces(pieces, chunks, as_float)
+    copy_pieces_python(pieces, channels, chunks, expected)
+    copy_pieces(pieces, channels, chunks, as_float)
     np.testing.assert_array_equal(as_float, expected)
 
 
@@ -276,7 +303,7 @@ def test_reads_are_dealt_to_threads_in_stretches_of_as_many_chunks(layout_plate:
     reader = DirectChunkReader(read_plate_metadata(layout_plate), chunk_cache_bytes=0)
     regions = _regions(24, seed=5)
     regions.field[:] = 1  # one field: in a sharded layout its chunks coalesce into one long run
-    keys = list(dict.fromkeys(piece[0] for piece in reader.pieces.plan_regions(regions, None).pieces))
+    keys = list(reader.pieces.plan_regions(regions, None).runs)
     dealt = reader.reads.plan(keys, reader.source, parts)
     assert len(dealt) == parts
     dealt_keys = [key for share in dealt for read in share for key, _, _ in read[3]]
@@ -308,7 +335,7 @@ def test_few_chunks_are_planned_per_key_into_the_same_reads(tmp_path: Path, part
     _drop_first_chunk(plate / read_plate_metadata(plate).fields[2].path)
     reader = DirectChunkReader(read_plate_metadata(plate), chunk_cache_bytes=0)
     regions = _regions(30, seed=9)
-    every = list(dict.fromkeys(piece[0] for piece in reader.pieces.plan_regions(regions, None).pieces))
+    every = list(reader.pieces.plan_regions(regions, None).runs)
     rng = np.random.default_rng(parts)
     for count in (1, 2, 5, 17, 40):
         keys = [every[i] for i in rng.choice(len(every), count, replace=False)]
@@ -405,8 +432,8 @@ def _counting_native_loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     load_chunks = native.load_chunks
 
-    def counted(reads: list, targets: list) -> object:
-        outcome = load_chunks(reads, targets)
+    def counted(*arguments: object) -> object:
+        outcome = load_chunks(*arguments)
         calls.append(outcome is not None)
         return outcome
 
@@ -456,7 +483,7 @@ def test_native_loads_give_the_bytes_and_counts_of_the_python_path(
 def test_copies_made_while_loading_give_the_bytes_of_the_python_path(
     tiny_plate: Path, channels: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Channel indices the C copies do not take (int32) send the pieces to numpy, the loads staying native."""
+    """The copies made while loading give the Python path's bytes, a selection's channels of either integer type."""
     calls = _counting_native_loads(monkeypatch)
     metadata = read_plate_metadata(tiny_plate)
     regions = _regions(40, seed=8)
@@ -480,18 +507,31 @@ def test_copies_made_while_loading_give_the_bytes_of_the_python_path(
 def test_native_loads_refuse_pieces_outside_the_pieces_given(tiny_plate: Path) -> None:
     chunk = np.empty((5, 8, 8), dtype=np.uint16)
     out = np.zeros((1, 5, 8, 8), dtype=np.uint16)
-    piece = (0, 0, slice(None), slice(None), 0, 8, 0, 8, 0, 8, 0, 8)
-    read = (-1, bytes(tiny_plate / "nothing"), 0, -1, 0, 0, 1)
+    every = Channels.every().table
+    piece = int64_records([(0, 0, 0, 0, 8, 0, 8, 0, 8, 0, 8)], PIECE)
+    paths = [bytes(tiny_plate / "nothing")]
+
+    def reads(chunks: int) -> np.ndarray:
+        return int64_records([(-1, 0, 0, -1, native.RAW, 0, chunks)], NATIVE_READ)
+
+    def chunks(*ranges: tuple[int, int]) -> np.ndarray:
+        return int64_records([(0, -1, first, end) for first, end in ranges], NATIVE_CHUNK)
+
     with pytest.raises(ValueError, match="pieces are not a range"):
-        native.load_chunks([read], [(0, -1, chunk, 0, 2)], [piece], out)
-    with pytest.raises(ValueError, match="chunk 1's pieces are not a range"):  # overlapping ranges
-        two = (-1, bytes(tiny_plate / "nothing"), 0, -1, 0, 0, 2)
-        native.load_chunks([two], [(0, -1, chunk, 0, 1), (0, -1, chunk, 0, 1)], [piece], out)
-    with pytest.raises(TypeError, match="pieces and out come together"):
-        native.load_chunks([read], [(0, -1, chunk, 0, 1)], [piece])
+        native.load_chunks(reads(1), paths, chunks((0, 2)), [chunk], piece, every, out)
+    with pytest.raises(TypeError, match="pieces, channels and out come together"):
+        native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk], piece)
+    with pytest.raises(ValueError, match="arrays and chunks differ"):
+        native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk, chunk], piece, every, out)
+    with pytest.raises(ValueError, match="read 0 is not"):  # no path 1
+        native.load_chunks(reads(1), [], chunks((0, 1)), [chunk], piece, every, out)
+    with pytest.raises(TypeError, match="56-byte records"):
+        native.load_chunks(reads(1).view(np.int64), paths, chunks((0, 1)), [chunk])
     with pytest.raises(ValueError, match="outside its chunk"):
-        native.load_chunks([read], [(0, -1, chunk, 0, 1)], [(*piece[:5], 9, *piece[6:])], out)
-    fetched, absent, *_ = native.load_chunks([read], [(0, -1, chunk, 0, 1)], [piece], out)
+        moved = piece.copy()
+        moved["sy1"] = 9
+        native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk], moved, every, out)
+    fetched, absent, *_ = native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk], piece, every, out)
     assert (fetched, absent) == (0, [0])  # no such file: nothing read, nothing copied
     assert not out.any()
 

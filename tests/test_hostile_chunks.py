@@ -20,6 +20,7 @@ import zarr
 from cropbench.errors import CropbenchError
 from cropbench.formats import DirectChunkReader, Regions, open_plate, read_plate_metadata
 from cropbench.formats.direct import native
+from cropbench.formats.direct.records import NATIVE_CHUNK, NATIVE_READ, int64_records
 
 EMPTY = 2**64 - 1
 
@@ -207,12 +208,17 @@ def test_the_native_loads_decline_a_whole_file_beyond_its_bound_or_not_regular(t
     chunk = np.zeros((1, 2, 2), dtype=np.uint16)
     path = tmp_path / "chunk"
     path.write_bytes(b"\1\0" * 4)
-    read = (-1, os.fsencode(path), 0, 8, native.RAW, 0, 1)
-    assert native.load_chunks([read], [(0, -1, chunk)])[:2] == (8, [])
-    assert native.load_chunks([(-1, os.fsencode(path), 0, 7, native.RAW, 0, 1)], [(0, -1, chunk)]) is None
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    assert native.load_chunks([(-1, os.fsencode(fifo), 0, 8, native.RAW, 0, 1)], [(0, -1, chunk)]) is None
+    paths = [os.fsencode(path), os.fsencode(fifo)]
+    chunks = int64_records([(0, -1, 0, 0)], NATIVE_CHUNK)
+
+    def read(path: int, bound: int) -> np.ndarray:
+        return int64_records([(-1, path, 0, bound, native.RAW, 0, 1)], NATIVE_READ)
+
+    assert native.load_chunks(read(0, 8), paths, chunks, [chunk])[:2] == (8, [])
+    assert native.load_chunks(read(0, 7), paths, chunks, [chunk]) is None
+    assert native.load_chunks(read(1, 8), paths, chunks, [chunk]) is None
 
 
 # -- decoders -------------------------------------------------------------------------------------

@@ -11,14 +11,16 @@
  * nothing: the caller reads those chunks again on the Python path, which decodes them or raises
  * the error it always raised.
  *
- * plan_pieces: the (crop, chunk) pieces of a batch's regions as the tuples copy_pieces and
- * load_chunks take, grouped by chunk key as they are made; the same integer arithmetic as the
- * reader's numpy planner, without its dozens of array calls and per-piece Python on small batches.
+ * plan_pieces: the (crop, chunk) pieces of a batch's regions, written into the array of piece
+ * records copy_pieces and load_chunks take; the same integer arithmetic as the reader's Python
+ * planner, without its per-piece Python.
+ *
+ * What each function takes (arrays of records, whose layout records.py defines once) is described
+ * in cropbench/formats/direct/native.py.
  *
  * copy_pieces: copy every (crop, chunk) piece of a batch from its decoded chunk into the output.
  * The pieces are read and checked with the GIL held, then copied row by row with memcpy without
- * it. Anything this code does not handle (a dtype change, rows that are not contiguous, channel
- * indices that are not int64) raises TypeError, and the caller copies those pieces in Python; a
+ * it. Anything this code does not handle (a dtype change, rows that are not contiguous) raises TypeError, and the caller copies those pieces in Python; a
  * piece outside its chunk or its slot raises ValueError.
  */
 #define PY_SSIZE_T_CLEAN
@@ -68,79 +70,123 @@ static int int64_buffer(PyObject *object, Py_buffer *view, int ndim, const char 
     return 0;
 }
 
-/* The channel selection of a piece: slice(None) (all channels) or a 1-D int64 array. */
-static int channel_indices(PyObject *selection, Py_buffer *view, const int64_t **indices,
-                           Py_ssize_t *count, Py_ssize_t limit) {
-    if (PySlice_Check(selection)) {
-        PySliceObject *slice = (PySliceObject *)selection;
-        if (slice->start != Py_None || slice->stop != Py_None || slice->step != Py_None) {
-            PyErr_SetString(PyExc_TypeError, "only slice(None) channel selections are copied in C");
-            return -1;
-        }
-        *indices = NULL;
-        *count = -1; /* all */
-        return 0;
+/* The records of cropbench/formats/direct/records.py (PIECE, NATIVE_READ, NATIVE_CHUNK): rows of
+ * int64 fields in this order, passed as C-contiguous 1-D NumPy structured arrays. */
+typedef struct {
+    int64_t key, slot, group, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1;
+} PieceRecord;
+typedef struct {
+    int64_t descriptor, path, start, length, codec, first, end;
+} ReadRecord;
+typedef struct {
+    int64_t offset, size, first_piece, end_piece;
+} ChunkRecord;
+
+/* A view of a 1-D C-contiguous array of records of itemsize bytes; TypeError naming it otherwise. */
+static int record_buffer(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, int writable, const char *name) {
+    if (PyObject_GetBuffer(object, view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s is not a%s array", name, writable ? " writable" : "n");
+        return -1;
     }
-    if (int64_buffer(selection, view, 1, "channel selection") < 0) return -1;
-    *indices = (const int64_t *)view->buf;
-    *count = view->shape[0];
-    for (Py_ssize_t i = 0; i < *count; i++) {
-        if ((*indices)[i] < 0 || (*indices)[i] >= limit) {
-            PyBuffer_Release(view);
-            PyErr_SetString(PyExc_ValueError, "channel index outside the chunk or the output");
-            return -1;
-        }
+    if (view->ndim != 1 || view->itemsize != itemsize || !PyBuffer_IsContiguous(view, 'C')) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s is not a C-contiguous 1-D array of %zd-byte records (its dtype in records.py)",
+                     name, itemsize);
+        return -1;
     }
     return 0;
 }
 
-static int as_index(PyObject *item, Py_ssize_t *value) {
-    *value = PyLong_AsSsize_t(item);
-    return (*value == -1 && PyErr_Occurred()) ? -1 : 0;
+/* A channel group: its channel count (-1: all, in order) and its indices in the output and the chunk. */
+typedef struct {
+    Py_ssize_t count;
+    const int64_t *positions, *offsets; /* NULL with count -1 */
+    int64_t max_position, max_offset;   /* -1 when none */
+} Group;
+
+/* The channel table (groups, 1 + 2 * width) int64 as Groups (PyMem; the view holds the indices). */
+static Group *channel_groups(PyObject *object, Py_buffer *view, Py_ssize_t *count) {
+    if (int64_buffer(object, view, 2, "channels") < 0) return NULL;
+    Py_ssize_t columns = view->shape[1], width = (columns - 1) / 2;
+    *count = view->shape[0];
+    Group *groups = PyMem_Calloc(*count ? *count : 1, sizeof(Group));
+    if (groups == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (columns < 1 || columns % 2 == 0) {
+        PyErr_SetString(PyExc_ValueError, "channels is not (groups, 1 + 2 * width)");
+        goto fail;
+    }
+    for (Py_ssize_t g = 0; g < *count; g++) {
+        const int64_t *row = (const int64_t *)view->buf + g * columns;
+        Group *group = &groups[g];
+        group->count = (Py_ssize_t)row[0];
+        group->max_position = group->max_offset = -1;
+        if (group->count == -1) continue;
+        if (group->count < -1 || group->count > width) {
+            PyErr_Format(PyExc_ValueError, "channel group %zd counts %lld channels, not -1 or 0..%zd", g,
+                         (long long)row[0], width);
+            goto fail;
+        }
+        group->positions = row + 1;
+        group->offsets = row + 1 + width;
+        for (Py_ssize_t c = 0; c < group->count; c++) {
+            if (group->positions[c] < 0 || group->offsets[c] < 0) {
+                PyErr_SetString(PyExc_ValueError, "channel index outside the chunk or the output");
+                goto fail;
+            }
+            if (group->positions[c] > group->max_position) group->max_position = group->positions[c];
+            if (group->offsets[c] > group->max_offset) group->max_offset = group->offsets[c];
+        }
+    }
+    return groups;
+fail:
+    PyMem_Free(groups);
+    PyBuffer_Release(view);
+    return NULL;
 }
 
-/* Check one piece (a 12-tuple) against its chunk (source) and the output, and fill in its Copy.
- * Channel selections given as arrays are held in views[*held...]; -1 with an exception set. */
-static int parse_piece(PyObject *piece, Py_ssize_t index, const Py_buffer *source, const Py_buffer *out, Copy *copy,
-                       Py_buffer *views, Py_ssize_t *held) {
-    if (!PyTuple_Check(piece) || PyTuple_GET_SIZE(piece) != 12) {
-        PyErr_SetString(PyExc_TypeError, "a piece is not a 12-tuple");
-        return -1;
-    }
-    Py_ssize_t at[12];
-    for (int i = 4; i < 12; i++)
-        if (as_index(PyTuple_GET_ITEM(piece, i), &at[i]) < 0) return -1;
-    if (as_index(PyTuple_GET_ITEM(piece, 1), &at[1]) < 0) return -1;
+/* Check one piece against its chunk (source), the channel groups and the output, and fill in its
+ * Copy; -1 with an exception set. */
+static int parse_piece(const PieceRecord *piece, Py_ssize_t index, const Py_buffer *source, const Py_buffer *out,
+                       const Group *groups, Py_ssize_t group_count, Copy *copy) {
     if (source->ndim != 3 || source->strides[2] != source->itemsize || source->itemsize != out->itemsize ||
         !same_format(source->format, out->format)) {
         PyErr_SetString(PyExc_TypeError, "a chunk is not a (C, H, W) array of the output's type with contiguous rows");
         return -1;
     }
-    Py_ssize_t slot = at[1], sy0 = at[4], sy1 = at[5], sx0 = at[6], sx1 = at[7];
-    Py_ssize_t dy0 = at[8], dy1 = at[9], dx0 = at[10], dx1 = at[11];
+    int64_t slot = piece->slot, sy0 = piece->sy0, sy1 = piece->sy1, sx0 = piece->sx0, sx1 = piece->sx1;
+    int64_t dy0 = piece->dy0, dy1 = piece->dy1, dx0 = piece->dx0, dx1 = piece->dx1;
     if (slot < 0 || slot >= out->shape[0] || sy0 < 0 || sy1 > source->shape[1] || sy0 > sy1 || sx0 < 0 ||
         sx1 > source->shape[2] || sx0 > sx1 || dy0 < 0 || dy1 > out->shape[2] || dx0 < 0 || dx1 > out->shape[3] ||
         dy1 - dy0 != sy1 - sy0 || dx1 - dx0 != sx1 - sx0) {
         PyErr_Format(PyExc_ValueError, "piece %zd lies outside its chunk or its output slot", index);
         return -1;
     }
-    Py_ssize_t positions_count, offsets_count;
-    if (channel_indices(PyTuple_GET_ITEM(piece, 2), &views[*held], &copy->positions, &positions_count,
-                        out->shape[1]) < 0)
-        return -1;
-    if (copy->positions != NULL) (*held)++;
-    if (channel_indices(PyTuple_GET_ITEM(piece, 3), &views[*held], &copy->offsets, &offsets_count,
-                        source->shape[0]) < 0)
-        return -1;
-    if (copy->offsets != NULL) (*held)++;
-    Py_ssize_t channels = positions_count >= 0 ? positions_count : offsets_count >= 0 ? offsets_count : out->shape[1];
-    if ((positions_count >= 0 && positions_count != channels) || (offsets_count >= 0 && offsets_count != channels) ||
-        (positions_count < 0 && channels > out->shape[1]) || (offsets_count < 0 && channels > source->shape[0]) ||
-        (positions_count < 0 && offsets_count < 0 && source->shape[0] != out->shape[1])) {
-        PyErr_Format(PyExc_ValueError, "piece %zd selects different channel counts in its chunk and the output", index);
+    if (piece->group < 0 || piece->group >= group_count) {
+        PyErr_Format(PyExc_ValueError, "piece %zd names channel group %lld of %zd", index, (long long)piece->group,
+                     group_count);
         return -1;
     }
-    copy->channels = channels;
+    const Group *group = &groups[piece->group];
+    if (group->count < 0) {
+        if (source->shape[0] != out->shape[1]) {
+            PyErr_Format(PyExc_ValueError, "piece %zd selects different channel counts in its chunk and the output",
+                         index);
+            return -1;
+        }
+        copy->channels = out->shape[1];
+    } else {
+        if (group->max_position >= out->shape[1] || group->max_offset >= source->shape[0]) {
+            PyErr_SetString(PyExc_ValueError, "channel index outside the chunk or the output");
+            return -1;
+        }
+        copy->channels = group->count;
+    }
+    copy->positions = group->positions;
+    copy->offsets = group->offsets;
     copy->rows = sy1 - sy0;
     copy->row_bytes = (sx1 - sx0) * out->itemsize;
     copy->source = (const char *)source->buf + sy0 * source->strides[1] + sx0 * source->strides[2];
@@ -180,14 +226,26 @@ static int output_buffer(PyObject *object, Py_buffer *out) {
 
 static PyObject *copy_pieces(PyObject *module, PyObject *args) {
     (void)module;
-    PyObject *pieces, *chunks, *out_object;
-    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &pieces, &PyDict_Type, &chunks, &out_object)) return NULL;
-    Py_buffer out;
+    PyObject *pieces_object, *channels_object, *chunks, *out_object;
+    if (!PyArg_ParseTuple(args, "OOO!O", &pieces_object, &channels_object, &PyDict_Type, &chunks, &out_object))
+        return NULL;
+    Py_buffer out, pieces, channels;
+    Py_ssize_t group_count = 0;
     if (output_buffer(out_object, &out) < 0) return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(pieces);
+    if (record_buffer(pieces_object, &pieces, sizeof(PieceRecord), 0, "pieces") < 0) {
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    Group *groups = channel_groups(channels_object, &channels, &group_count);
+    if (groups == NULL) {
+        PyBuffer_Release(&pieces);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    const PieceRecord *records = pieces.buf;
+    Py_ssize_t count = pieces.shape[0];
     Copy *copies = PyMem_Calloc(count ? count : 1, sizeof(Copy));
-    /* every buffer taken: chunks and channel selections, released once the copies are done */
-    Py_buffer *views = PyMem_Calloc(count ? 3 * count : 1, sizeof(Py_buffer));
+    Py_buffer *views = PyMem_Calloc(count ? count : 1, sizeof(Py_buffer)); /* the chunks' buffers */
     Py_ssize_t held = 0;
     PyObject *result = NULL, *last_chunk = NULL;
     Py_buffer *source = NULL;
@@ -196,23 +254,24 @@ static PyObject *copy_pieces(PyObject *module, PyObject *args) {
         goto done;
     }
     for (Py_ssize_t p = 0; p < count; p++) {
-        PyObject *piece = PyList_GET_ITEM(pieces, p);
-        if (!PyTuple_Check(piece) || PyTuple_GET_SIZE(piece) != 12) {
-            PyErr_SetString(PyExc_TypeError, "a piece is not a 12-tuple");
-            goto done;
+        /* pieces come chunk by chunk: one look-up and one buffer per run of a chunk's pieces */
+        if (p == 0 || records[p].key != records[p - 1].key) {
+            PyObject *key = PyLong_FromLongLong((long long)records[p].key);
+            if (key == NULL) goto done;
+            PyObject *chunk = PyDict_GetItemWithError(chunks, key);
+            Py_DECREF(key);
+            if (chunk == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a piece's chunk is not among the chunks given");
+                goto done;
+            }
+            if (chunk != last_chunk) {
+                source = &views[held];
+                if (PyObject_GetBuffer(chunk, source, PyBUF_RECORDS_RO) < 0) goto done;
+                held++;
+                last_chunk = chunk;
+            }
         }
-        PyObject *chunk = PyDict_GetItemWithError(chunks, PyTuple_GET_ITEM(piece, 0));
-        if (chunk == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a piece's chunk is not among the chunks given");
-            goto done;
-        }
-        if (chunk != last_chunk) { /* pieces come chunk by chunk: one buffer per run of a chunk's pieces */
-            source = &views[held];
-            if (PyObject_GetBuffer(chunk, source, PyBUF_RECORDS_RO) < 0) goto done;
-            held++;
-            last_chunk = chunk;
-        }
-        if (parse_piece(piece, p, source, &out, &copies[p], views, &held) < 0) goto done;
+        if (parse_piece(&records[p], p, source, &out, groups, group_count, &copies[p]) < 0) goto done;
     }
     Py_BEGIN_ALLOW_THREADS
     run_copies(copies, 0, count);
@@ -222,61 +281,29 @@ done:
     for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
     PyMem_Free(views);
     PyMem_Free(copies);
+    PyMem_Free(groups);
+    PyBuffer_Release(&channels);
+    PyBuffer_Release(&pieces);
     PyBuffer_Release(&out);
     return result;
 }
 
 /* ---- plan_pieces ---------------------------------------------------------------------------- */
 
-/* Append the piece to the pieces list and to its chunk's list in by_chunk; -1 with an exception set. */
-static int add_piece(PyObject *pieces, PyObject *by_chunk, long long key, Py_ssize_t slot, PyObject *positions,
-                     PyObject *offsets, const Py_ssize_t numbers[8]) {
-    PyObject *piece = PyTuple_New(12), *key_object = PyLong_FromLongLong(key), *slot_object = PyLong_FromSsize_t(slot);
-    if (piece == NULL || key_object == NULL || slot_object == NULL) goto fail;
-    PyTuple_SET_ITEM(piece, 0, key_object);
-    PyTuple_SET_ITEM(piece, 1, slot_object);
-    key_object = slot_object = NULL; /* the tuple owns them now */
-    PyTuple_SET_ITEM(piece, 2, Py_NewRef(positions));
-    PyTuple_SET_ITEM(piece, 3, Py_NewRef(offsets));
-    for (int i = 0; i < 8; i++) {
-        PyObject *number = PyLong_FromSsize_t(numbers[i]);
-        if (number == NULL) goto fail;
-        PyTuple_SET_ITEM(piece, 4 + i, number);
-    }
-    if (PyList_Append(pieces, piece) < 0) goto fail;
-    PyObject *listed = PyDict_GetItemWithError(by_chunk, PyTuple_GET_ITEM(piece, 0));
-    if (listed == NULL) {
-        if (PyErr_Occurred()) goto fail;
-        listed = PyList_New(0);
-        if (listed == NULL) goto fail;
-        int stored = PyDict_SetItem(by_chunk, PyTuple_GET_ITEM(piece, 0), listed);
-        Py_DECREF(listed); /* the dict holds it */
-        if (stored < 0) goto fail;
-    }
-    if (PyList_Append(listed, piece) < 0) goto fail;
-    Py_DECREF(piece);
-    return 0;
-fail:
-    Py_XDECREF(piece);
-    Py_XDECREF(key_object);
-    Py_XDECREF(slot_object);
-    return -1;
-}
-
 static PyObject *plan_pieces(PyObject *module, PyObject *args) {
     (void)module;
-    PyObject *pieces, *regions_object, *slots_object, *groups, *by_chunk;
-    Py_ssize_t chunk_y, chunk_x;
+    PyObject *pieces_object, *regions_object, *slots_object, *group_chunks_object;
+    Py_ssize_t chunk_y, chunk_x, group_base;
     int field_shift, c_shift, x_bits;
-    if (!PyArg_ParseTuple(args, "O!O!OOnnO!iii", &PyList_Type, &pieces, &PyDict_Type, &by_chunk, &regions_object,
-                          &slots_object, &chunk_y, &chunk_x, &PyList_Type, &groups, &field_shift, &c_shift, &x_bits))
+    if (!PyArg_ParseTuple(args, "OOOnnOniii", &pieces_object, &regions_object, &slots_object, &chunk_y, &chunk_x,
+                          &group_chunks_object, &group_base, &field_shift, &c_shift, &x_bits))
         return NULL;
     if (chunk_y <= 0 || chunk_x <= 0) {
         PyErr_SetString(PyExc_ValueError, "chunk sizes must be positive");
         return NULL;
     }
-    Py_buffer regions = {0}, slots = {0};
-    int have_slots = 0;
+    Py_buffer pieces = {0}, regions = {0}, slots = {0}, group_chunks = {0};
+    int have_slots = 0, have_pieces = 0, have_groups = 0;
     PyObject *result = NULL;
     if (int64_buffer(regions_object, &regions, 2, "regions") < 0) return NULL;
     if (regions.shape[0] != 7) {
@@ -292,40 +319,55 @@ static PyObject *plan_pieces(PyObject *module, PyObject *args) {
             goto done;
         }
     }
+    if (int64_buffer(group_chunks_object, &group_chunks, 1, "group chunks") < 0) goto done;
+    have_groups = 1;
+    if (record_buffer(pieces_object, &pieces, sizeof(PieceRecord), 1, "pieces") < 0) goto done;
+    have_pieces = 1;
+    PieceRecord *record = pieces.buf;
+    Py_ssize_t capacity = pieces.shape[0], written = 0;
     const int64_t *field = regions.buf, *y0 = field + count, *y1 = y0 + count, *x0 = y1 + count, *x1 = x0 + count;
-    const int64_t *out_y0 = x1 + count, *out_x0 = out_y0 + count;
-    for (Py_ssize_t g = 0; g < PyList_GET_SIZE(groups); g++) {
-        PyObject *group = PyList_GET_ITEM(groups, g), *positions, *offsets;
-        long long c_index;
-        if (!PyTuple_Check(group) || !PyArg_ParseTuple(group, "LOO", &c_index, &positions, &offsets)) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a channel group is not (chunk, positions, offsets)");
-            goto done;
-        }
+    const int64_t *out_y0 = x1 + count, *out_x0 = out_y0 + count, *chunks_c = group_chunks.buf;
+    for (Py_ssize_t g = 0; g < group_chunks.shape[0]; g++) {
         for (Py_ssize_t r = 0; r < count; r++) {
             if (y0[r] < 0 || x0[r] < 0 || y1[r] <= y0[r] || x1[r] <= x0[r] || field[r] < 0) {
                 PyErr_Format(PyExc_ValueError, "region %zd is empty or starts before its field", r);
                 goto done;
             }
-            Py_ssize_t slot = have_slots ? (Py_ssize_t)((const int64_t *)slots.buf)[r] : r;
-            long long base = (long long)field[r] << field_shift | c_index << c_shift;
+            int64_t slot = have_slots ? ((const int64_t *)slots.buf)[r] : (int64_t)r;
+            int64_t base = field[r] << field_shift | chunks_c[g] << c_shift;
             for (int64_t iy = y0[r] / chunk_y; iy <= (y1[r] - 1) / chunk_y; iy++) {
                 int64_t top = iy * chunk_y;
                 int64_t sy0 = (y0[r] > top ? y0[r] : top) - top, sy1 = (y1[r] < top + chunk_y ? y1[r] : top + chunk_y) - top;
                 int64_t dy0 = top + sy0 - y0[r] + out_y0[r];
                 for (int64_t ix = x0[r] / chunk_x; ix <= (x1[r] - 1) / chunk_x; ix++) {
+                    if (written == capacity) {
+                        PyErr_SetString(PyExc_ValueError, "the regions have more pieces than the pieces array holds");
+                        goto done;
+                    }
                     int64_t left = ix * chunk_x;
                     int64_t sx0 = (x0[r] > left ? x0[r] : left) - left;
                     int64_t sx1 = (x1[r] < left + chunk_x ? x1[r] : left + chunk_x) - left;
                     int64_t dx0 = left + sx0 - x0[r] + out_x0[r];
-                    Py_ssize_t numbers[8] = {sy0, sy1, sx0, sx1, dy0, dy0 + sy1 - sy0, dx0, dx0 + sx1 - sx0};
-                    if (add_piece(pieces, by_chunk, base | iy << x_bits | ix, slot, positions, offsets, numbers) < 0)
-                        goto done;
+                    PieceRecord *piece = &record[written++];
+                    piece->key = base | iy << x_bits | ix;
+                    piece->slot = slot;
+                    piece->group = group_base + g;
+                    piece->sy0 = sy0;
+                    piece->sy1 = sy1;
+                    piece->sx0 = sx0;
+                    piece->sx1 = sx1;
+                    piece->dy0 = dy0;
+                    piece->dy1 = dy0 + sy1 - sy0;
+                    piece->dx0 = dx0;
+                    piece->dx1 = dx0 + sx1 - sx0;
                 }
             }
         }
     }
-    result = Py_NewRef(Py_None);
+    result = PyLong_FromSsize_t(written);
 done:
+    if (have_pieces) PyBuffer_Release(&pieces);
+    if (have_groups) PyBuffer_Release(&group_chunks);
     if (have_slots) PyBuffer_Release(&slots);
     PyBuffer_Release(&regions);
     return result;
@@ -360,7 +402,7 @@ typedef struct {
 typedef struct {
     Py_ssize_t offset, size; /* inside what the read returned; size -1: all of it */
     Py_buffer target;
-    Py_ssize_t first_piece, end_piece; /* its pieces: copies[first_piece:end_piece] */
+    Py_ssize_t first_piece, end_piece; /* the copies of its pieces: copies[first_piece:end_piece] */
 } Chunk;
 
 static PyObject *bind_blosc(PyObject *module, PyObject *args) {
@@ -455,45 +497,67 @@ static int decode(int codec, const char *source, Py_ssize_t size, Py_buffer *tar
 
 static PyObject *load_chunks(PyObject *module, PyObject *args) {
     (void)module;
-    PyObject *read_list, *chunk_list, *piece_list = NULL, *out_object = NULL;
-    if (!PyArg_ParseTuple(args, "O!O!|O!O", &PyList_Type, &read_list, &PyList_Type, &chunk_list, &PyList_Type,
-                          &piece_list, &out_object))
+    PyObject *read_object, *path_list, *chunk_object, *array_list;
+    PyObject *piece_object = NULL, *channels_object = NULL, *out_object = NULL;
+    if (!PyArg_ParseTuple(args, "OO!OO!|OOO", &read_object, &PyList_Type, &path_list, &chunk_object, &PyList_Type,
+                          &array_list, &piece_object, &channels_object, &out_object))
         return NULL;
-    if ((piece_list == NULL) != (out_object == NULL)) {
-        PyErr_SetString(PyExc_TypeError, "pieces and out come together");
+    if ((piece_object == NULL) != (out_object == NULL) || (piece_object == NULL) != (channels_object == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "pieces, channels and out come together");
         return NULL;
     }
-    Py_ssize_t read_count = PyList_GET_SIZE(read_list), chunk_count = PyList_GET_SIZE(chunk_list);
-    Py_ssize_t piece_count = piece_list == NULL ? 0 : PyList_GET_SIZE(piece_list);
-    Read *reads = PyMem_Calloc(read_count ? read_count : 1, sizeof(Read));
-    Chunk *chunks = PyMem_Calloc(chunk_count ? chunk_count : 1, sizeof(Chunk));
-    Copy *copies = PyMem_Calloc(piece_count ? piece_count : 1, sizeof(Copy));
-    Py_buffer *views = PyMem_Calloc(piece_count ? 2 * piece_count : 1, sizeof(Py_buffer)); /* channel selections */
-    Py_buffer out = {0};
-    int have_out = 0;
-    Py_ssize_t held = 0, held_views = 0, failed_read = -1;
+    Py_buffer read_view = {0}, chunk_view = {0}, piece_view = {0}, channels = {0}, out = {0};
+    int have_reads = 0, have_chunks = 0, have_pieces = 0, have_out = 0;
+    Read *reads = NULL;
+    Chunk *chunks = NULL;
+    Copy *copies = NULL;
+    Group *groups = NULL;
+    Py_ssize_t group_count = 0, held = 0, failed_read = -1, read_count = 0, chunk_count = 0, piece_count = 0;
     PyObject *result = NULL;
-    if (reads == NULL || chunks == NULL || copies == NULL || views == NULL) {
+    if (record_buffer(read_object, &read_view, sizeof(ReadRecord), 0, "reads") < 0) goto done;
+    have_reads = 1;
+    if (record_buffer(chunk_object, &chunk_view, sizeof(ChunkRecord), 0, "chunks") < 0) goto done;
+    have_chunks = 1;
+    read_count = read_view.shape[0];
+    chunk_count = chunk_view.shape[0];
+    if (PyList_GET_SIZE(array_list) != chunk_count) {
+        PyErr_SetString(PyExc_ValueError, "arrays and chunks differ in length");
+        goto done;
+    }
+    if (piece_object != NULL) {
+        if (output_buffer(out_object, &out) < 0) goto done;
+        have_out = 1;
+        if (record_buffer(piece_object, &piece_view, sizeof(PieceRecord), 0, "pieces") < 0) goto done;
+        have_pieces = 1;
+        piece_count = piece_view.shape[0];
+        groups = channel_groups(channels_object, &channels, &group_count);
+        if (groups == NULL) goto done;
+    }
+    const ReadRecord *read_records = read_view.buf;
+    const ChunkRecord *chunk_records = chunk_view.buf;
+    const PieceRecord *piece_records = piece_view.buf;
+    reads = PyMem_Calloc(read_count ? read_count : 1, sizeof(Read));
+    chunks = PyMem_Calloc(chunk_count ? chunk_count : 1, sizeof(Chunk));
+    if (reads == NULL || chunks == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    if (out_object != NULL) {
-        if (output_buffer(out_object, &out) < 0) goto done;
-        have_out = 1;
-    }
     for (Py_ssize_t r = 0; r < read_count; r++) {
-        PyObject *item = PyList_GET_ITEM(read_list, r);
-        PyObject *path;
+        const ReadRecord *record = &read_records[r];
         Read *read = &reads[r];
-        /* (descriptor, path bytes or None, start, length, codec, first chunk, end chunk) */
-        if (!PyTuple_Check(item) ||
-            !PyArg_ParseTuple(item, "iOnninn", &read->descriptor, &path, &read->start, &read->length, &read->codec,
-                              &read->first, &read->end))
-            goto bad_read;
-        if (read->descriptor < 0) {
-            if (!PyBytes_Check(path)) goto bad_read;
+        read->descriptor = (int)record->descriptor;
+        read->start = (Py_ssize_t)record->start;
+        read->length = (Py_ssize_t)record->length;
+        read->codec = (int)record->codec;
+        read->first = (Py_ssize_t)record->first;
+        read->end = (Py_ssize_t)record->end;
+        if (record->descriptor < 0) {
+            PyObject *path;
+            if (record->descriptor != -1 || record->path < 0 || record->path >= PyList_GET_SIZE(path_list) ||
+                !PyBytes_Check(path = PyList_GET_ITEM(path_list, record->path)))
+                goto bad_read;
             read->path = PyBytes_AS_STRING(path); /* the list keeps the bytes alive */
-        } else if (read->start < 0 || read->length < 0) {
+        } else if (record->descriptor > INT32_MAX || read->start < 0 || read->length < 0) {
             goto bad_read;
         }
         if ((read->codec != CODEC_RAW && read->codec != CODEC_BLOSC) ||
@@ -502,45 +566,52 @@ static PyObject *load_chunks(PyObject *module, PyObject *args) {
             goto bad_read;
         continue;
     bad_read:
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "read %zd is not (descriptor, path, start, length, codec, first, end) "
-                                           "with a known codec and its chunks in order", r);
+        PyErr_Format(PyExc_ValueError, "read %zd is not a descriptor or a path's index, a known codec and its "
+                                       "chunks in order", r);
         goto done;
     }
     if (read_count > 0 && reads[read_count - 1].end != chunk_count) {
         PyErr_SetString(PyExc_ValueError, "the reads do not cover every chunk");
         goto done;
     }
+    Py_ssize_t copy_count = 0; /* the chunks' pieces, one Copy each, chunk by chunk */
     for (Py_ssize_t c = 0; c < chunk_count; c++) {
-        PyObject *item = PyList_GET_ITEM(chunk_list, c), *target;
-        Chunk *chunk = &chunks[c];
-        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "nnO|nn", &chunk->offset, &chunk->size, &target,
-                                                      &chunk->first_piece, &chunk->end_piece)) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "chunk %zd is not (offset, size, array[, first piece, end piece])", c);
+        const ChunkRecord *record = &chunk_records[c];
+        if (record->offset < 0 || record->size < -1) {
+            PyErr_Format(PyExc_ValueError, "chunk %zd has a negative offset or size", c);
             goto done;
         }
-        if (PyObject_GetBuffer(target, &chunk->target, PyBUF_RECORDS) < 0) goto done;
+        if (have_pieces && (record->first_piece < 0 || record->end_piece < record->first_piece ||
+                            record->end_piece > piece_count)) {
+            PyErr_Format(PyExc_ValueError, "chunk %zd's pieces are not a range of the pieces given", c);
+            goto done;
+        }
+        if (have_pieces) copy_count += (Py_ssize_t)(record->end_piece - record->first_piece);
+    }
+    copies = PyMem_Calloc(copy_count ? copy_count : 1, sizeof(Copy));
+    if (copies == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    copy_count = 0;
+    for (Py_ssize_t c = 0; c < chunk_count; c++) {
+        const ChunkRecord *record = &chunk_records[c];
+        Chunk *chunk = &chunks[c];
+        chunk->offset = (Py_ssize_t)record->offset;
+        chunk->size = (Py_ssize_t)record->size;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(array_list, c), &chunk->target, PyBUF_RECORDS) < 0) goto done;
         held = c + 1;
         if (!PyBuffer_IsContiguous(&chunk->target, 'C')) {
             PyErr_Format(PyExc_ValueError, "chunk %zd's array is not C-contiguous", c);
             goto done;
         }
-        if (chunk->offset < 0 || chunk->size < -1) {
-            PyErr_Format(PyExc_ValueError, "chunk %zd has a negative offset or size", c);
-            goto done;
-        }
-        if (!have_out) chunk->first_piece = chunk->end_piece = 0; /* nothing to copy */
-        /* each piece parsed once: the ranges follow one another (views holds two per piece) */
-        Py_ssize_t previous_end = c > 0 ? chunks[c - 1].end_piece : 0;
-        if (chunk->first_piece < previous_end || chunk->end_piece < chunk->first_piece ||
-            chunk->end_piece > piece_count) {
-            PyErr_Format(PyExc_ValueError, "chunk %zd's pieces are not a range of the pieces given", c);
-            goto done;
-        }
-        for (Py_ssize_t p = chunk->first_piece; p < chunk->end_piece; p++)
-            if (parse_piece(PyList_GET_ITEM(piece_list, p), p, &chunk->target, &out, &copies[p], views, &held_views) < 0)
+        chunk->first_piece = chunk->end_piece = copy_count;
+        if (!have_pieces) continue; /* nothing to copy */
+        for (int64_t p = record->first_piece; p < record->end_piece; p++)
+            if (parse_piece(&piece_records[p], (Py_ssize_t)p, &chunk->target, &out, groups, group_count,
+                            &copies[copy_count++]) < 0)
                 goto done;
+        chunk->end_piece = copy_count;
     }
     int64_t fetch_ns = 0, decode_ns = 0, copy_ns = 0;
     Py_ssize_t bytes_read = 0, decoded_chunks = 0, decoded_bytes = 0;
@@ -605,10 +676,13 @@ static PyObject *load_chunks(PyObject *module, PyObject *args) {
     result = Py_BuildValue("(nNLLnn)", bytes_read, absent, (long long)fetch_ns, (long long)decode_ns, decoded_chunks,
                            decoded_bytes);
 done:
-    for (Py_ssize_t v = 0; v < held_views; v++) PyBuffer_Release(&views[v]);
     for (Py_ssize_t c = 0; c < held; c++) PyBuffer_Release(&chunks[c].target);
+    if (groups != NULL) PyBuffer_Release(&channels);
+    if (have_pieces) PyBuffer_Release(&piece_view);
     if (have_out) PyBuffer_Release(&out);
-    PyMem_Free(views);
+    if (have_chunks) PyBuffer_Release(&chunk_view);
+    if (have_reads) PyBuffer_Release(&read_view);
+    PyMem_Free(groups);
     PyMem_Free(copies);
     PyMem_Free(chunks);
     PyMem_Free(reads);
@@ -617,14 +691,15 @@ done:
 
 static PyMethodDef methods[] = {
     {"copy_pieces", copy_pieces, METH_VARARGS,
-     "copy_pieces(pieces, chunks, out): copy each (crop, chunk) piece from its chunk into out (B, C, H, W)."},
+     "copy_pieces(pieces, channels, chunks, out): copy each (crop, chunk) piece from its chunk into out (B, C, H, W)."},
     {"plan_pieces", plan_pieces, METH_VARARGS,
-     "plan_pieces(pieces, by_chunk, regions, slots, chunk_y, chunk_x, groups, field_shift, c_shift, x_bits): append "
-     "the (crop, chunk) pieces of regions (7 x n int64) to pieces and to by_chunk[key]."},
+     "plan_pieces(pieces, regions, slots, chunk_y, chunk_x, group_chunks, group_base, field_shift, c_shift, x_bits): "
+     "write the (crop, chunk) pieces of regions (7 x n int64) into pieces; gives how many."},
     {"bind_blosc", bind_blosc, METH_VARARGS,
      "bind_blosc(path): find c-blosc in numcodecs' loaded blosc module at path; False when it is not there."},
     {"load_chunks", load_chunks, METH_VARARGS,
-     "load_chunks(reads, chunks[, pieces, out]): read and decode every chunk, and copy its pieces into out right "
+     "load_chunks(reads, paths, chunks, arrays[, pieces, channels, out]): read and decode every chunk, and copy its "
+     "pieces into out right "
      "after; (bytes read, absent reads, fetch ns, decode ns, chunks decoded, bytes decoded), or None when the "
      "Python path must read them."},
     {NULL, NULL, 0, NULL},

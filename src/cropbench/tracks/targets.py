@@ -38,7 +38,7 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, PeerUnavailableError
 from cropbench.formats import MemmapReader, open_plate
-from cropbench.formats.direct import copy_pieces
+from cropbench.formats.direct import PIECE, Channels, copy_pieces
 from cropbench.measure.protocol import interleaved_blocks, load_into_page_cache, samples_per_s
 from cropbench.plates.convert import materialize_layout
 from cropbench.tracks.context import RunContext, usable_cores
@@ -144,35 +144,32 @@ class CopyCeiling:
         y0, x0 = windows.window_y0.astype(np.int64), windows.window_x0.astype(np.int64)
         cy0, cx0 = np.maximum(y0, 0), np.maximum(x0, 0)
         y1, x1 = np.minimum(y0 + size, height), np.minimum(x0 + size, width)
-        #: Per object: (field, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1), the piece less its slot.
-        self.rectangles = list(
-            zip(
-                *(np.asarray(column).tolist() for column in (windows.field_index, cy0, y1, cx0, x1)),
-                *((cy0 - y0).tolist(), (y1 - y0).tolist(), (cx0 - x0).tolist(), (x1 - x0).tolist()),
-                strict=True,
-            )
-        )
+        #: Per object, its piece (one per crop, its field the "chunk", every channel), its slot 0.
+        self.rectangles = np.zeros(len(y0), dtype=PIECE)
+        rectangle_columns = (windows.field_index, cy0, y1, cx0, x1, cy0 - y0, y1 - y0, cx0 - x0, x1 - x0)
+        names = ("key", "sy0", "sy1", "sx0", "sx1", "dy0", "dy1", "dx0", "dx1")
+        for name, column in zip(names, rectangle_columns, strict=True):
+            self.rectangles[name] = column
+        self.channels = Channels.every()
         self.padded = ((y1 - cy0) < size) | ((x1 - cx0) < size)
 
-    def pieces(self, indices: Sequence[int]) -> list[tuple[Any, ...]]:
-        """One piece per crop (its field is the "chunk"), in the layout ``copy_pieces`` reads."""
-        whole, rectangles = slice(None), self.rectangles
-        return [
-            (field, slot, whole, whole, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1)
-            for slot, (field, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1) in enumerate(rectangles[i] for i in indices)
-        ]
+    def pieces(self, indices: Sequence[int]) -> np.ndarray:
+        """One piece per crop (its field is the "chunk"), as ``copy_pieces`` reads them."""
+        pieces = self.rectangles[np.asarray(indices)]
+        pieces["slot"] = np.arange(len(pieces))
+        return pieces
 
     def __call__(self, indices: Sequence[int]) -> np.ndarray:
         pieces = self.pieces(indices)
         for slot in np.flatnonzero(self.padded[np.asarray(indices)]).tolist():
             self.out[slot] = 0
         if self.pool is None:
-            copy_pieces(pieces, self.fields, self.out)
+            copy_pieces(pieces, self.channels, self.fields, self.out)
             return self.out
         share = -(-len(pieces) // self.threads)
         parts = [pieces[start : start + share] for start in range(0, len(pieces), share)]
-        others = [self.pool.submit(copy_pieces, part, self.fields, self.out) for part in parts[1:]]
-        copy_pieces(parts[0], self.fields, self.out)
+        others = [self.pool.submit(copy_pieces, part, self.channels, self.fields, self.out) for part in parts[1:]]
+        copy_pieces(parts[0], self.channels, self.fields, self.out)
         for other in others:
             other.result()
         return self.out

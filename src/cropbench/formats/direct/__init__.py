@@ -4,6 +4,8 @@
 - :mod:`.layout`: how an array stores its chunks (:class:`ChunkLayout`), its codecs as decoders,
   each field's layout read once (:class:`FieldLayouts`).
 - :mod:`.shards`: shard indexes, read once per process into one table.
+- :mod:`.records`: the records passed between stages and to C (a piece, a native read, a native
+  chunk: NumPy structured dtypes; the channel groups), defined once.
 - :mod:`.planning`: regions -> (crop, chunk) pieces, grouped by chunk.
 - :mod:`.reads`: missing chunks -> byte reads, coalesced within a shard, dealt to decode threads.
 - :mod:`.loads`: reads -> decoded chunks, natively or in Python.
@@ -19,6 +21,16 @@ from __future__ import annotations
 from cropbench.formats.direct.copies import copy_pieces
 from cropbench.formats.direct.layout import ChunkLayout, read_chunk_layout
 from cropbench.formats.direct.reader import DirectChunkReader
+from cropbench.formats.direct.records import PIECE, ChannelGroup, Channels
 from cropbench.formats.direct.timed import StageTimedChunkReader
 
-__all__ = ["ChunkLayout", "DirectChunkReader", "StageTimedChunkReader", "copy_pieces", "read_chunk_layout"]
+__all__ = [
+    "PIECE",
+    "ChannelGroup",
+    "Channels",
+    "ChunkLayout",
+    "DirectChunkReader",
+    "StageTimedChunkReader",
+    "copy_pieces",
+    "read_chunk_layout",
+]

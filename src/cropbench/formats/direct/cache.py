@@ -8,7 +8,6 @@ from typing import NamedTuple
 import numpy as np
 
 from cropbench.formats.base import LruCache, ReadStats
-from cropbench.formats.direct.planning import Piece
 
 #: A chunk loaded: (chunk key, its decoded array, whether it was decoded; False: the fill value).
 LoadedChunk = tuple[int, np.ndarray, bool]
@@ -16,13 +15,13 @@ LoadedChunk = tuple[int, np.ndarray, bool]
 
 class Loaded(NamedTuple):
     """What loading some reads gave: the chunks, bytes read, read calls, and the pieces of those
-    chunks left to copy (the native loads copy the others while decoding). Made per load call: a
-    named tuple costs half a frozen dataclass's construction."""
+    chunks left to copy (:data:`~.records.PIECE` records; the native loads copy the others while
+    decoding). Made per load call: a named tuple costs half a frozen dataclass's construction."""
 
     chunks: list[LoadedChunk]
     fetched: int
     reads: int
-    left: list[Piece]
+    left: np.ndarray
 
 
 class ChunkCache:
@@ -69,9 +68,10 @@ class ChunkCache:
         if len(spare) > limit:
             del spare[: len(spare) - limit]
 
-    def count_touches(self, pieces: list[Piece]) -> None:
-        """Count the chunks the pieces touched, and those among them the store lacks."""
+    def count_touches(self, pieces: np.ndarray) -> None:
+        """Count the chunks the pieces (:data:`~.records.PIECE` records) touched, and those among them
+        the store lacks."""
         self.stats.chunks_touched += len(pieces)
         if self.missing:
-            absent = self.missing
-            self.stats.missing_chunks += sum(piece[0] in absent for piece in pieces)
+            absent = np.fromiter(self.missing, dtype=np.int64, count=len(self.missing))
+            self.stats.missing_chunks += int(np.isin(pieces["key"], absent).sum())

@@ -20,16 +20,20 @@ import numpy as np
 import cropbench.formats.direct.native as native
 from cropbench.errors import StoreError
 from cropbench.formats.direct.cache import ChunkCache, Loaded, LoadedChunk
-from cropbench.formats.direct.copies import pieces_of
 from cropbench.formats.direct.keys import FIELD_SHIFT, chunk_name
 from cropbench.formats.direct.layout import ChunkLayout, FieldLayouts
-from cropbench.formats.direct.planning import Piece
+from cropbench.formats.direct.planning import PiecePlan
 from cropbench.formats.direct.reads import Read
+from cropbench.formats.direct.records import NATIVE_CHUNK, NATIVE_READ, NO_PIECES, int64_records
 from cropbench.formats.sources import ByteSource, FileSource, Request
 
-#: A read as ``load_chunks`` takes it, and a chunk as it takes it (see :mod:`.native`).
-NativeRead = tuple[int, bytes | None, int, int, int, int, int]
-NativeChunk = tuple[int, int, np.ndarray, int, int]
+
+def pieces_of(plan: PiecePlan | None, keys: list[int]) -> np.ndarray:
+    """The pieces in ``plan`` of the chunks ``keys`` (distinct; those the plan lacks have none)."""
+    if plan is None or not keys:
+        return NO_PIECES
+    runs = plan.runs
+    return plan.of_chunks([key for key in keys if key in runs])
 
 
 class ChunkLoader:
@@ -40,33 +44,33 @@ class ChunkLoader:
         self.cache = cache
         self.source = source
 
-    def load(self, reads: list[Read], by_chunk: dict[int, list[Piece]] | None = None, out: Any = None) -> Loaded:
+    def load(self, reads: list[Read], plan: PiecePlan | None = None, out: Any = None) -> Loaded:
         """Fetch and decode the chunks of ``reads`` (any thread), and say which pieces of those chunks
-        (``by_chunk``, by chunk key) are left to copy into ``out``: natively, the pieces of each chunk
-        are copied right after it is decoded, while it is in the CPU's cache, and only the others are left."""
-        by_chunk = by_chunk or {}
+        (in ``plan``) are left to copy into ``out``: natively, the pieces of each chunk are copied
+        right after it is decoded, while it is in the CPU's cache, and only the others are left."""
         if native.load_chunks is not None and reads:
-            loaded = self._load_native(reads, by_chunk, out)
+            loaded = self._load_native(reads, plan, out)
             if loaded is not None:
                 return loaded
         chunks, fetched, count = self._load_python(reads)
-        return Loaded(chunks, fetched, count, pieces_of(reads, by_chunk))
+        return Loaded(chunks, fetched, count, pieces_of(plan, [key for read in reads for key, _, _ in read[3]]))
 
-    def _load_native(
-        self, reads: list[Read], by_chunk: dict[int, list[Piece]], out: np.ndarray | None
-    ) -> Loaded | None:
+    def _load_native(self, reads: list[Read], plan: PiecePlan | None, out: np.ndarray | None) -> Loaded | None:
         """:meth:`load` in C (the reads, the decodes, the copies); None when the Python path must do it."""
         source = self.source()
         if not isinstance(source, FileSource):
             return None
         layouts, codecs, cache = self.layouts.layouts, self.layouts.native_codecs, self.cache
+        runs = {} if plan is None or out is None else plan.runs
         results: list[LoadedChunk] = []
-        native_reads: list[NativeRead] = []
-        targets: list[NativeChunk] = []
-        read_results: list[tuple[int, int]] = []  # per native read: its field, where its chunks start in results
-        ordered: list[Piece] = []  # the pieces of the chunks read here, chunk by chunk
-        left: list[Piece] = []  # the pieces of absent chunks (the fill value), copied afterwards
-        no_pieces: list[Piece] = []
+        read_rows: list[tuple[int, ...]] = []  # NATIVE_READ records, made into one array below
+        chunk_rows: list[tuple[int, int, int, int]] = []  # NATIVE_CHUNK records
+        paths: list[bytes] = []
+        arrays: list[np.ndarray] = []  # what each chunk decodes into
+        read_keys: list[list[int]] = []  # per native read: its chunks' keys
+        read_starts: list[int] = []  # per native read: where its chunks start in results
+        absent_keys: list[int] = []  # chunks the store lacks (the fill value), their pieces copied afterwards
+        no_run = (0, 0)
         spare, getrefcount = cache.spare, sys.getrefcount
         for read in reads:
             key, start, length, entries = read
@@ -77,17 +81,17 @@ class ChunkLoader:
                 return None
             if key is None:
                 results.extend((chunk_key, layout.filled_chunk(), False) for chunk_key, _, _ in entries)
-                left.extend(pieces_of([read], by_chunk))
+                absent_keys.extend(chunk_key for chunk_key, _, _ in entries)
                 continue
             if length < 0:  # a whole chunk file: the C side reads no more than the chunk may hold
-                descriptor, path, length = -1, os.fsencode(source.path(key)), layout.max_encoded
+                descriptor, path, length = -1, len(paths), layout.max_encoded
+                paths.append(os.fsencode(source.path(key)))
             else:
-                opened, path = source.descriptor(key), None
+                opened, path = source.descriptor(key), -1
                 if opened is None:  # a shard that vanished since its index was read: the Python path says so
                     return None
                 descriptor = opened
-            read_results.append((field_index, len(results)))
-            first = len(targets)
+            first = len(chunk_rows)
             shape, dtype = layout.chunk_cyx, layout.dtype
             if cache.spare_kind is None:
                 cache.spare_kind = shape, dtype
@@ -104,43 +108,46 @@ class ChunkLoader:
                             chunk = None
                 if chunk is None:
                     chunk = np.empty(shape, dtype=dtype)
-                first_piece = len(ordered)
-                ordered.extend(by_chunk.get(chunk_key, no_pieces))
-                targets.append((offset, size, chunk, first_piece, len(ordered)))
+                chunk_rows.append((offset, size, *runs.get(chunk_key, no_run)))
+                arrays.append(chunk)
                 results.append((chunk_key, chunk, True))
-            native_reads.append((descriptor, path, start, length, codec, first, len(targets)))
-        copies = (ordered, out) if out is not None else ()
+            read_keys.append([chunk_key for chunk_key, _, _ in entries])
+            read_starts.append(len(results) - len(entries))
+            read_rows.append((descriptor, path, start, length, codec, first, len(chunk_rows)))
+        native_reads, native_chunks = int64_records(read_rows, NATIVE_READ), int64_records(chunk_rows, NATIVE_CHUNK)
+        copies = (plan.pieces, plan.channels.table, out) if plan is not None and runs else ()
         try:
-            outcome = self._native_load(native_reads, targets, *copies)
+            outcome = self._native_load(native_reads, paths, native_chunks, arrays, *copies)
         except TypeError:  # arrays the C copies leave to numpy (a dtype change, ...): found before anything ran
             copies = ()
-            left.extend(ordered)
-            outcome = self._native_load(native_reads, targets)
+            absent_keys.extend(chunk_key for keys in read_keys for chunk_key in keys)
+            outcome = self._native_load(native_reads, paths, native_chunks, arrays)
         if outcome is None:
             return None
         fetched, absent = outcome
         for read_index in absent:  # whole chunk files that do not exist: the fill value, copied in Python
-            field_index, first = read_results[read_index]
-            fill_value = layouts[field_index].fill_value
-            first_chunk, end_chunk = native_reads[read_index][5], native_reads[read_index][6]
-            for index in range(first, first + end_chunk - first_chunk):
+            fill_value = layouts[read_keys[read_index][0] >> FIELD_SHIFT].fill_value
+            for index in range(read_starts[read_index], read_starts[read_index] + len(read_keys[read_index])):
                 chunk_key, chunk, _ = results[index]
                 chunk.fill(fill_value)
                 results[index] = (chunk_key, chunk, False)
             if copies:
-                left.extend(ordered[targets[first_chunk][3] : targets[end_chunk - 1][4]])
+                absent_keys.extend(read_keys[read_index])
         source.count(len(native_reads) - len(absent), fetched)
-        return Loaded(results, fetched, len(native_reads), left)
+        return Loaded(results, fetched, len(native_reads), pieces_of(plan, absent_keys))
 
     def _native_load(
         self,
-        reads: list[NativeRead],
-        targets: list[NativeChunk],
-        pieces: list[Piece] | None = None,
+        reads: np.ndarray,
+        paths: list[bytes],
+        chunks: np.ndarray,
+        arrays: list[np.ndarray],
+        pieces: np.ndarray | None = None,
+        channels: np.ndarray | None = None,
         out: np.ndarray | None = None,
     ) -> tuple[int, list[int]] | None:
         """One native call: (bytes read, reads that found no file), or None when it declined."""
-        outcome = native.load_chunks(reads, targets, *(() if out is None else (pieces, out)))
+        outcome = native.load_chunks(reads, paths, chunks, arrays, *(() if out is None else (pieces, channels, out)))
         if outcome is None:
             return None
         fetched, absent, *work = outcome

@@ -4,41 +4,37 @@ The extension runs the direct reader's hot loops with the GIL released for a who
 optional: built without a C compiler, ``copy_pieces``, ``load_chunks`` and ``plan_pieces`` here are
 None and every stage runs its Python path, which gives the same bytes and counts.
 
-Records the C functions read (every field is checked with the GIL held before anything is copied):
+What the C functions read is typed arrays, checked with the GIL held before anything is copied; the
+records are NumPy structured dtypes of int64 fields defined once in :mod:`.records` (the C side
+checks each array is 1-D, C-contiguous and of the record's item size, a TypeError naming it
+otherwise):
 
-- a **piece** (one crop's part of one chunk) is a 12-tuple, the C side's own representation, made
-  by ``plan_pieces`` or the Python planner and read by ``copy_pieces`` and ``load_chunks``; its
-  fields are :data:`PIECE_FIELDS`: the chunk's key (an int, see :mod:`.keys`), the crop's slot in the
-  output, the channels as (positions in the output, offsets inside the chunk), each ``slice(None)``
-  (all) or a C-contiguous 1-D int64 array, the rectangle inside the chunk and where it lands in the
-  slot. Pieces stay tuples because a batch makes thousands of them: one per (crop, chunk).
-- ``regions`` is a C-contiguous (7, n) int64 array: field, y0, y1, x0, x1, out_y0, out_x0 (the
+- ``pieces``: :data:`~.records.PIECE` records, one crop's part of one chunk (a batch makes
+  thousands: one per (crop, chunk)); ``channels``: the ``table`` of :class:`~.records.Channels`, a
+  (groups, 1 + 2 * width) int64 array whose rows a piece's ``group`` names.
+- ``regions``: a C-contiguous (7, n) int64 array: field, y0, y1, x0, x1, out_y0, out_x0 (the
   columns of :class:`~cropbench.formats.base.Regions`); ``slots`` None or a 1-D int64 array of n.
-- ``out`` is a (B, C, H, W) array whose rows are contiguous, of the chunks' dtype.
-- a **native read** is a 7-tuple (descriptor or -1, path as bytes or None, start, length, codec,
-  first chunk, end chunk): a byte range of an open file, or (descriptor -1) a whole regular file
-  by path, ``length`` then the most bytes it may hold (-1: no bound), opened without blocking;
-  ``codec`` is :data:`RAW` or :data:`BLOSC`; its chunks are ``chunks[first:end]``, the reads' ranges
-  following one another.
-- a **native chunk** is a 5-tuple (offset, size or -1 for all, array, first piece, end piece): where
-  the chunk lies in what its read returned, the C-contiguous array it decodes into, and its pieces
-  ``pieces[first:end]`` (the ranges following one another).
+- ``out``: a (B, C, H, W) array whose rows are contiguous, of the chunks' dtype.
+- ``reads``: :data:`~.records.NATIVE_READ` records, with ``paths`` (a list of bytes) the whole
+  files they name; ``chunks``: :data:`~.records.NATIVE_CHUNK` records, with ``arrays`` (a list of
+  C-contiguous arrays, one per chunk) what each decodes into.
 
 Functions:
 
-- ``plan_pieces(pieces, by_chunk, regions, slots, chunk_y, chunk_x, groups, field_shift, c_shift,
-  x_bits)`` appends each region's pieces, per channel group ``(chunk, positions, offsets)`` in
-  ``groups``, to the list ``pieces`` and to ``by_chunk[key]``. ValueError for an empty region,
-  TypeError for arrays that are not int64.
-- ``copy_pieces(pieces, chunks, out)``: copy each piece from ``chunks[key]`` (a dict of (C, H, W)
-  arrays) into ``out``. TypeError (before copying anything) for what it leaves to numpy: a dtype
-  change, rows that are not contiguous, channel indices that are not int64; ValueError for a
-  piece outside its chunk or slot.
-- ``load_chunks(reads, chunks[, pieces, out])``: read and decode every chunk, copying its pieces
-  into ``out`` right after; gives (bytes read, indices of reads whose file does not exist, fetch
-  ns, decode ns, chunks decoded, bytes decoded), or None when anything is unusual (a short read, a
-  chunk that does not validate, a whole file that is not a regular file or is longer than its
-  bound): the Python path then reads those chunks again, and says what is wrong.
+- ``plan_pieces(pieces, regions, slots, chunk_y, chunk_x, group_chunks, group_base, field_shift,
+  c_shift, x_bits)`` writes each region's pieces, per channel group (its channel chunk in the int64
+  array ``group_chunks``, numbered from ``group_base``), into the array ``pieces`` and gives how many
+  it wrote. ValueError for an empty region or more pieces than the array holds, TypeError for
+  arrays that are not int64.
+- ``copy_pieces(pieces, channels, chunks, out)``: copy each piece from ``chunks[key]`` (a dict of
+  (C, H, W) arrays; the pieces come chunk by chunk, one look-up per run) into ``out``. TypeError
+  (before copying anything) for what it leaves to numpy: a dtype change, rows that are not
+  contiguous; ValueError for a piece outside its chunk or slot.
+- ``load_chunks(reads, paths, chunks, arrays[, pieces, channels, out])``: read and decode every
+  chunk, copying its pieces into ``out`` right after; gives (bytes read, indices of reads whose file
+  does not exist, fetch ns, decode ns, chunks decoded, bytes decoded), or None when anything is
+  unusual (a short read, a chunk that does not validate, a whole file that is not a regular file or
+  is longer than its bound): the Python path then reads those chunks again, and says what is wrong.
 - ``bind_blosc(path)``: find c-blosc's reentrant calls (``blosc_cbuffer_validate``,
   ``blosc_decompress_ctx``) in numcodecs' loaded blosc extension at ``path``; False when they are
   not there. See :func:`bind_blosc`.
@@ -61,8 +57,6 @@ copy_pieces: Any = None if _native is None else _native.copy_pieces
 load_chunks: Any = None if _native is None else _native.load_chunks
 plan_pieces: Any = None if _native is None else _native.plan_pieces
 
-#: The fields of a piece, in order (see the module docstring).
-PIECE_FIELDS = ("key", "slot", "positions", "offsets", "sy0", "sy1", "sx0", "sx1", "dy0", "dy1", "dx0", "dx1")
 #: The codecs ``load_chunks`` decodes, as it names them: none (raw bytes), and blosc.
 RAW, BLOSC = 0, 1
 

@@ -25,7 +25,7 @@ from cropbench.formats.direct.cache import ChunkCache
 from cropbench.formats.direct.keys import MAX_FIELDS
 from cropbench.formats.direct.layout import FieldLayouts
 from cropbench.formats.direct.loads import ChunkLoader
-from cropbench.formats.direct.planning import PiecePlanner, group_by_chunk
+from cropbench.formats.direct.planning import PiecePlanner
 from cropbench.formats.direct.reads import ReadPlanner
 from cropbench.formats.direct.scheduling import BatchScheduler, DecodeThreads
 from cropbench.formats.direct.shards import ShardIndex
@@ -129,8 +129,7 @@ class DirectChunkReader(PlateReader):
     def _fill(
         self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
     ) -> None:
-        pieces = self.pieces.plan_region(field_index, y0, y1, x0, x1, channels)
-        self.scheduler.execute(pieces, group_by_chunk(pieces, {}), out[None])
+        self.scheduler.execute(self.pieces.plan_region(field_index, y0, y1, x0, x1, channels), out[None])
 
     def read_regions(
         self,
@@ -146,7 +145,7 @@ class DirectChunkReader(PlateReader):
         threads decode, with one thread after the reads."""
         self._check_regions(regions, out)
         plan = self.pieces.plan_regions(regions, channels)
-        self.scheduler.execute(plan.pieces, plan.by_chunk, out, meanwhile)
+        self.scheduler.execute(plan, out, meanwhile)
         self.stats.regions += len(regions)
         areas = (regions.y1 - regions.y0) * (regions.x1 - regions.x0)
         self.stats.bytes_delivered += int(areas.sum()) * out.shape[1] * out.itemsize
