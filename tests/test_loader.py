@@ -17,15 +17,17 @@ import torch
 from torch.utils.data import Dataset, SequentialSampler
 
 from cropbench.config import CropConfig
-from cropbench.data.dataset import CropDataset
+from cropbench.data.dataset import CropDataset, SegmentPool
 from cropbench.data.loader import (
     LoaderSpec,
     ScheduledSampler,
+    SegmentReturns,
     TimedCollate,
     build_loader,
     memory_of,
     pickled_size,
     schedule,
+    segment_of,
     stack_collate,
 )
 from cropbench.data.sampling import RandomObjectSampler, sampler_for
@@ -129,6 +131,62 @@ def test_seeded_workers_make_batches_reproducible(tiny_plate: Path) -> None:
 
     first, second = crops(), crops()
     assert len(first) == 6 and all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+def test_a_segment_pool_fills_a_segment_again_only_once_its_ticket_comes_back() -> None:
+    returns = SegmentReturns(workers=2, slots=2)
+    pool = SegmentPool(returns.table, worker=1)
+    first = pool.tensor((4, 3, 5), torch.uint16)
+    second = pool.tensor((4, 3, 5), torch.uint16)
+    assert first.is_shared() and first.shape == (4, 3, 5) and first.is_contiguous()
+    (worker, slot, ticket), other = segment_of(first), segment_of(second)  # type: ignore[misc]
+    assert worker == 1 and other is not None and other[1] != slot
+    unpooled = pool.tensor((4, 3, 5), torch.uint16)  # both segments out: a fresh one, outside the pool
+    assert unpooled.is_shared() and segment_of(unpooled) is None
+    returns.table[1, slot] = ticket - 1  # a stale ticket returns nothing
+    assert segment_of(pool.tensor((4, 3, 5), torch.uint16)) is None
+    returns.table[1, slot] = ticket
+    again = pool.tensor((4, 3, 5), torch.uint16)
+    assert again.data_ptr() == first.data_ptr() and segment_of(again) == (1, slot, segment_of(again)[2])  # type: ignore[index]
+    assert segment_of(again)[2] > ticket  # type: ignore[index]
+    returns.table[1, other[1]] = other[2]  # returned, but the wrong size: the segment is replaced
+    shorter = pool.tensor((2, 3, 5), torch.float32)
+    assert shorter.dtype == torch.float32 and segment_of(shorter) is not None and segment_of(shorter)[1] == other[1]  # type: ignore[index]
+
+
+def test_segment_returns_give_back_a_segment_once_nothing_holds_its_storage() -> None:
+    returns = SegmentReturns(workers=1, slots=3)
+    pooled = SegmentPool(returns.table, worker=0).tensor((2, 8), torch.int16)
+    pooled.fill_(7)
+    # The main process's own mapping of the segment (another process in a real loader).
+    image = torch.empty(0, dtype=torch.int16).set_(pooled.untyped_storage().clone().share_memory_(), 0, (2, 8), (8, 1))
+    _, slot, ticket = segment_of(image)  # type: ignore[misc]
+    returns.watch({"image": image})
+    returns.watch({"image": torch.zeros(2, 8, dtype=torch.int16)})  # not a pooled segment: ignored
+    view = image[1]
+    del image
+    returns.collect()
+    assert returns.table[0, slot] == 0  # a view still holds it
+    del view
+    returns.collect()
+    assert returns.table[0, slot] == ticket
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["uint16", "float32"])
+def test_a_worker_fills_returned_batch_segments_again_and_never_one_still_held(tiny_plate: Path, dtype: str) -> None:
+    dataset = CropDataset(tiny_plate, CropConfig(crop_size=32, dtype=dtype))
+    spec = LoaderSpec(num_workers=1, batch_size=8, collate="stack")
+    orders = schedule(sampler_for(dataset, "random", 0), 8 * 12, 1)
+    expected = [dataset.__getitems__(orders[0][i : i + 8].tolist()).image for i in range(0, 8 * 12, 8)]
+    segments = []
+    for batch, want in zip(build_loader(dataset, spec, ScheduledSampler(orders)), expected, strict=True):
+        segments.append(segment_of(batch["image"]))  # each batch is dropped at the next step
+        assert torch.equal(batch["image"], want)
+    assert None not in segments, "every batch is handed over in a pooled segment"
+    assert len({segment[:2] for segment in segments if segment}) < len(segments), "segments are filled again"
+    held = [batch["image"] for batch in build_loader(dataset, spec, ScheduledSampler(orders))]
+    assert all(torch.equal(got, want) for got, want in zip(held, expected, strict=True))
 
 
 def test_memory_of_reports_the_processes_it_is_given() -> None:

@@ -23,11 +23,19 @@ from typing import Any
 import numpy as np
 import psutil
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 from cropbench import metrics as m
-from cropbench.data.dataset import CropBatch, batch_tensor
+from cropbench.data.dataset import (
+    SEGMENT_MARKER,
+    SEGMENT_TAIL_BYTES,
+    CropBatch,
+    SegmentPool,
+    batch_tensor,
+    use_segments,
+)
 from cropbench.data.sampling import EpochSampler, continued_order
 from cropbench.errors import ConfigError, WorkerError
 
@@ -40,6 +48,9 @@ STACK_COLUMNS = ("index", "object_id", "field_index")
 MIB = 2**20
 #: More worker processes than this is a typo, not a plan: each one forks the main process.
 MAX_WORKERS = 256
+#: Shared-memory segments each worker keeps for its batches beyond the ``prefetch_factor`` in flight:
+#: the one being filled, the one the training loop holds, and one whose return is not yet seen.
+SPARE_SEGMENTS = 3
 
 
 @dataclass(frozen=True)
@@ -159,21 +170,76 @@ def seed_worker(worker_id: int) -> None:
 STORE_VARIABLE_PREFIXES = ("AWS_",)
 
 
+class SegmentReturns:
+    """The main process's side of the workers' :class:`~cropbench.data.dataset.SegmentPool`: which
+    batch segments it has let go of.
+
+    ``table[worker, slot]`` is in shared memory. Each delivered batch's image that lies in a pooled
+    segment is watched through a weak reference to its storage; once nothing in this process holds
+    that storage any more (no tensor, view or numpy array of it), the segment's ticket is written
+    into the table and its worker may fill it again. A batch passed on to yet another process must be
+    cloned first: that process's hold on the segment is not seen here.
+    """
+
+    def __init__(self, workers: int, slots: int) -> None:
+        self.table = torch.zeros((workers, slots), dtype=torch.int64).share_memory_()
+        self._held: list[tuple[StorageWeakRef, int, int, int]] = []
+
+    @property
+    def slots(self) -> int:
+        return int(self.table.shape[1])
+
+    def watch(self, batch: Any) -> None:
+        """Watch the image of a delivered batch (a dict with ``"image"``), if it lies in a pooled segment."""
+        image = batch.get("image") if isinstance(batch, dict) else None
+        if not isinstance(image, torch.Tensor):
+            return
+        segment = segment_of(image)
+        if segment is not None and segment[0] < self.table.shape[0] and segment[1] < self.slots:
+            self._held.append((StorageWeakRef(image.untyped_storage()), *segment))
+
+    def collect(self) -> None:
+        """Return every watched segment this process no longer holds to its worker."""
+        held = []
+        table = self.table.numpy()
+        for reference, worker, slot, ticket in self._held:
+            if reference.expired():
+                table[worker, slot] = ticket
+            else:
+                held.append((reference, worker, slot, ticket))
+        self._held = held
+
+
+def segment_of(image: torch.Tensor) -> tuple[int, int, int] | None:
+    """(worker, slot, ticket) of a batch image that fills a worker's pooled segment, else None."""
+    if not image.is_shared() or image.storage_offset() != 0 or not image.is_contiguous():
+        return None
+    storage = image.untyped_storage()
+    padded = -(-image.nbytes // 8) * 8
+    if storage.nbytes() != padded + SEGMENT_TAIL_BYTES:
+        return None
+    marker, worker, slot, ticket = torch.empty(0, dtype=torch.int64).set_(storage, padded // 8, (4,), (1,)).tolist()
+    return (worker, slot, ticket) if marker == SEGMENT_MARKER and worker >= 0 and slot >= 0 else None
+
+
 @dataclass(frozen=True)
 class WorkerStart:
     """A worker's init function: the builder's store variables (as :data:`STORE_VARIABLE_PREFIXES`
-    selects them, held in memory only), then :func:`seed_worker`."""
+    selects them, held in memory only), the worker's segment pool over ``returns`` (when given), then
+    :func:`seed_worker`."""
 
     variables: tuple[tuple[str, str], ...]
+    returns: torch.Tensor | None = None
 
     @classmethod
-    def now(cls) -> WorkerStart:
-        return cls(tuple((k, v) for k, v in os.environ.items() if k.startswith(STORE_VARIABLE_PREFIXES)))
+    def now(cls, returns: torch.Tensor | None = None) -> WorkerStart:
+        return cls(tuple((k, v) for k, v in os.environ.items() if k.startswith(STORE_VARIABLE_PREFIXES)), returns)
 
     def __call__(self, worker_id: int) -> None:
         for name in [name for name in os.environ if name.startswith(STORE_VARIABLE_PREFIXES)]:
             del os.environ[name]
         os.environ.update(self.variables)
+        use_segments(None if self.returns is None else SegmentPool(self.returns, worker_id))
         seed_worker(worker_id)
 
 
@@ -206,8 +272,9 @@ def stack_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 class TimedCollate:
     """Wraps a collate function and adds its own duration (``collate_ns``) to each batch.
 
-    Run inside a worker, this times the stack into fresh shared memory, page faults included: the
-    cost that makes float32 batches slower to hand over than uint16 ones.
+    Run inside a worker, this times the stack into shared memory: into one of the worker's pooled
+    segments when the main process has returned one, else into a fresh segment, page faults included
+    (the cost that makes float32 batches slower to hand over than uint16 ones).
     """
 
     def __init__(self, collate: Callable[[list[Any]], dict[str, Any]]) -> None:
@@ -248,6 +315,7 @@ def build_loader(
     """
     collate = collate_function(spec.collate)
     workers = spec.num_workers
+    returns = SegmentReturns(workers, (spec.prefetch_factor or 2) + SPARE_SEGMENTS) if workers else None
     return WatchedLoader(
         dataset,
         batch_size=spec.batch_size,
@@ -257,10 +325,11 @@ def build_loader(
         pin_memory=spec.pin_memory if pin_memory is None else pin_memory,
         persistent_workers=spec.persistent_workers,
         prefetch_factor=spec.prefetch_factor,
-        worker_init_fn=WorkerStart.now() if workers else None,
+        worker_init_fn=WorkerStart.now(None if returns is None else returns.table) if workers else None,
         generator=torch.Generator().manual_seed(seed),
         multiprocessing_context=spec.start_method if workers else None,
         timeout=spec.timeout_s if workers else 0,
+        segment_returns=returns,
     )
 
 
@@ -269,14 +338,47 @@ class WatchedLoader(DataLoader[Any]):
 
     A worker that is stopped or stuck while the main process fetches a batch's shared-memory
     descriptor from it blocks ``next()`` past torch's timeout; the watchdog then terminates the
-    workers and ``next()`` raises one :class:`WorkerError` naming the worker.
+    workers and ``next()`` raises one :class:`WorkerError` naming the worker. With ``segment_returns``
+    (:func:`build_loader` gives one to a loader with workers), each ``next()`` first returns the batch
+    segments the caller has let go of to their workers, then watches the batch it delivers.
     """
 
+    def __init__(self, *args: Any, segment_returns: SegmentReturns | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.segment_returns = segment_returns
+
     def __iter__(self) -> Any:
-        iterator = super().__iter__()
-        if self.num_workers == 0 or not self.timeout:
+        iterator: Any = super().__iter__()
+        if self.num_workers == 0:
+            return iterator
+        if self.segment_returns is not None:
+            iterator = _ReturningIterator(iterator, self.segment_returns)
+        if not self.timeout:
             return iterator
         return _WatchedIterator(iterator, float(self.timeout) + WATCHDOG_MARGIN_S)
+
+
+class _ReturningIterator:
+    """Wraps torch's multi-process iterator: returns let-go segments, watches each delivered batch."""
+
+    def __init__(self, iterator: Any, returns: SegmentReturns) -> None:
+        self._iterator = iterator
+        self._returns = returns
+
+    def __iter__(self) -> _ReturningIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._iterator)
+
+    def __getattr__(self, name: str) -> Any:  # _workers and the rest of torch's iterator
+        return getattr(self._iterator, name)
+
+    def __next__(self) -> Any:
+        self._returns.collect()
+        batch = next(self._iterator)
+        self._returns.watch(batch)
+        return batch
 
 
 class _WatchedIterator:
@@ -397,6 +499,7 @@ __all__ = [
     "COLLATES",
     "START_METHODS",
     "LoaderSpec",
+    "SegmentReturns",
     "ScheduledSampler",
     "TimedCollate",
     "batch_collate",
@@ -408,6 +511,7 @@ __all__ = [
     "pickled_size",
     "schedule",
     "seed_worker",
+    "segment_of",
     "stack_collate",
     "worker_pids",
 ]
