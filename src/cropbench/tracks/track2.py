@@ -472,7 +472,9 @@ def run_overhead(
     sampler = ScheduledSampler(orders)
     spec = dataclasses.replace(case.loader, persistent_workers=case.loader.num_workers > 0)
     loader = build_loader(loaded, spec, sampler, case.seed)
-    delivered = []
+    # Each delivered batch is counted and dropped, as a training step drops it: a worker fills a
+    # batch segment again only once the main process has let go of it.
+    delivered: list[tuple[int, torch.dtype]] = []
 
     def through_loader(block: int) -> float:
         sampler.set_epoch(block)
@@ -481,7 +483,9 @@ def run_overhead(
             next(iterator)
         with Stopwatch() as watch:
             for _ in range(case.batches):
-                delivered.append(next(iterator)["image"])
+                image = next(iterator)["image"]
+                delivered.append((int(image.shape[0]), image.dtype))
+                del image
         for _ in iterator:
             raise RuntimeError("the loader delivered more batches than its block holds")
         return watch.seconds
@@ -502,8 +506,8 @@ def run_overhead(
     for block in range(1, case.blocks + 1):
         for name in list(sides)[block % 2 :] + list(sides)[: block % 2]:
             seconds[name].append(sides[name](block))
-    samples = sum(int(image.shape[0]) for image in delivered)
-    if samples != case.blocks * case.batches * batch or any(image.dtype != torch.uint16 for image in delivered):
+    samples = sum(count for count, _ in delivered)
+    if samples != case.blocks * case.batches * batch or any(dtype != torch.uint16 for _, dtype in delivered):
         raise RuntimeError(
             f"the loader delivered {samples} samples, not {case.blocks * case.batches * batch} uint16 ones"
         )
