@@ -144,7 +144,7 @@ def _panel(axis: plt.Axes, panel: Panel, rows: Sequence[Record], repeats: bool) 
     drawn = tuple(s for s in panel.series if any(_measured(s, r) for r in rows)) or panel.series[:1]
     height = 0.8 / len(drawn)
     values: list[float] = []
-    missing: list[dict[str, float]] = [{} for _ in rows]  # per reader: why a series has no bar -> where
+    missing: list[list[tuple[str, float, str]]] = [[] for _ in rows]  # per reader: why no bar, where, colour
     for offset, series in enumerate(drawn):
         positions = [i - 0.4 + height * (offset + 0.5) for i in range(len(rows))]
         numbers = [_number(r.metrics.get(series.metric)) for r in rows]
@@ -163,14 +163,17 @@ def _panel(axis: plt.Axes, panel: Panel, rows: Sequence[Record], repeats: bool) 
         for row, (number, position, record) in enumerate(zip(numbers, positions, rows, strict=True)):
             reason = why_no_bar(record, series.metric) if number is None else "-"
             if reason != "-":  # "-": nothing to say (a row written without the metric)
-                missing[row].setdefault(reason, position)
+                missing[row].append((reason, position, series.color))
     for row, why in enumerate(missing):
-        empty = all(_number(rows[row].metrics.get(s.metric)) is None for s in drawn)
-        if empty and len(why) == 1:  # no bar at all: the one reason across the row
-            axis.text(0, row, " " + next(iter(why)), va="center", fontsize=7, color="dimgray")
+        reasons = {reason for reason, _, _ in why}
+        if len(why) == len(drawn) and len(reasons) == 1:  # no bar at all, for one reason: said once
+            axis.text(0, row, " " + reasons.pop(), va="center", fontsize=7, color="dimgray")
             continue
-        for reason, position in why.items():  # each in its own series' place
-            axis.text(0, position, " " + reason, va="center", fontsize=6 if len(drawn) > 1 else 7, color="dimgray")
+        for reason, position, color in why:  # each in its own series' place and colour
+            small = len(drawn) > 1
+            axis.text(
+                0, position, " " + reason, va="center", fontsize=6 if small else 7, color=color if small else "dimgray"
+            )
     if panel.series[0].metric == SIZE_RATIO_TO_PLATE:
         axis.axvline(1.0, color="black", linestyle=":", linewidth=1)
         values.append(1.0)
