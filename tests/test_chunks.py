@@ -23,7 +23,15 @@ from cropbench.formats.base import warn_missing_chunks
 from cropbench.formats.direct import StageTimedChunkReader, copy_pieces, native
 from cropbench.formats.direct.copies import copy_pieces_python
 from cropbench.formats.direct.keys import FIELD_SHIFT
-from cropbench.formats.direct.records import NATIVE_CHUNK, NATIVE_READ, PIECE, ChannelGroup, Channels, int64_records
+from cropbench.formats.direct.records import (
+    NATIVE_CHUNK,
+    NATIVE_READ,
+    NATIVE_TALLY,
+    PIECE,
+    ChannelGroup,
+    Channels,
+    int64_records,
+)
 from cropbench.formats.direct.scheduling import SHARES_PER_THREAD
 from cropbench.plates.generate import generate_plate
 
@@ -517,22 +525,25 @@ def test_native_loads_refuse_pieces_outside_the_pieces_given(tiny_plate: Path) -
     def chunks(*ranges: tuple[int, int]) -> np.ndarray:
         return int64_records([(0, -1, first, end) for first, end in ranges], NATIVE_CHUNK)
 
+    tally = np.zeros(1, dtype=NATIVE_TALLY)
     with pytest.raises(ValueError, match="pieces are not a range"):
-        native.load_chunks(reads(1), paths, chunks((0, 2)), [chunk], piece, every, out)
+        native.load_chunks(reads(1), paths, chunks((0, 2)), [chunk], tally, piece, every, out)
     with pytest.raises(TypeError, match="pieces, channels and out come together"):
-        native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk], piece)
+        native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk], tally, piece)
     with pytest.raises(ValueError, match="arrays and chunks differ"):
-        native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk, chunk], piece, every, out)
+        native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk, chunk], tally, piece, every, out)
     with pytest.raises(ValueError, match="read 0 is not"):  # no path 1
-        native.load_chunks(reads(1), [], chunks((0, 1)), [chunk], piece, every, out)
+        native.load_chunks(reads(1), [], chunks((0, 1)), [chunk], tally, piece, every, out)
     with pytest.raises(TypeError, match="56-byte records"):
-        native.load_chunks(reads(1).view(np.int64), paths, chunks((0, 1)), [chunk])
+        native.load_chunks(reads(1).view(np.int64), paths, chunks((0, 1)), [chunk], tally)
+    with pytest.raises(TypeError, match="tally is not a writable array"):
+        native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk], b"read-only")
     with pytest.raises(ValueError, match="outside its chunk"):
         moved = piece.copy()
         moved["sy1"] = 9
-        native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk], moved, every, out)
-    fetched, absent, *_ = native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk], piece, every, out)
-    assert (fetched, absent) == (0, [0])  # no such file: nothing read, nothing copied
+        native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk], tally, moved, every, out)
+    absent = native.load_chunks(reads(1), paths, chunks((0, 1)), [chunk], tally, piece, every, out)
+    assert (int(tally[0]["bytes_read"]), absent) == (0, [0])  # no such file: nothing read, nothing copied
     assert not out.any()
 
 

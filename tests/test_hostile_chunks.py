@@ -20,7 +20,7 @@ import zarr
 from cropbench.errors import CropbenchError
 from cropbench.formats import DirectChunkReader, Regions, open_plate, read_plate_metadata
 from cropbench.formats.direct import native
-from cropbench.formats.direct.records import NATIVE_CHUNK, NATIVE_READ, int64_records
+from cropbench.formats.direct.records import NATIVE_CHUNK, NATIVE_READ, NATIVE_TALLY, int64_records
 
 EMPTY = 2**64 - 1
 
@@ -216,9 +216,11 @@ def test_the_native_loads_decline_a_whole_file_beyond_its_bound_or_not_regular(t
     def read(path: int, bound: int) -> np.ndarray:
         return int64_records([(-1, path, 0, bound, native.RAW, 0, 1)], NATIVE_READ)
 
-    assert native.load_chunks(read(0, 8), paths, chunks, [chunk])[:2] == (8, [])
-    assert native.load_chunks(read(0, 7), paths, chunks, [chunk]) is None
-    assert native.load_chunks(read(1, 8), paths, chunks, [chunk]) is None
+    tally = np.zeros(1, dtype=NATIVE_TALLY)
+    assert native.load_chunks(read(0, 8), paths, chunks, [chunk], tally) == []
+    assert int(tally[0]["bytes_read"]) == 8
+    assert native.load_chunks(read(0, 7), paths, chunks, [chunk], tally) is None
+    assert native.load_chunks(read(1, 8), paths, chunks, [chunk], tally) is None
 
 
 # -- decoders -------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ static int int64_buffer(PyObject *object, Py_buffer *view, int ndim, const char 
     return 0;
 }
 
-/* The records of cropbench/formats/direct/records.py (PIECE, NATIVE_READ, NATIVE_CHUNK): rows of
+/* The records of cropbench/formats/direct/records.py (PIECE, NATIVE_READ, NATIVE_CHUNK, NATIVE_TALLY): rows of
  * int64 fields in this order, passed as C-contiguous 1-D NumPy structured arrays. */
 typedef struct {
     int64_t key, slot, group, sy0, sy1, sx0, sx1, dy0, dy1, dx0, dx1;
@@ -81,6 +81,9 @@ typedef struct {
 typedef struct {
     int64_t offset, size, first_piece, end_piece;
 } ChunkRecord;
+typedef struct {
+    int64_t bytes_read, fetch_ns, decode_ns, chunks_decoded, bytes_decoded;
+} TallyRecord;
 
 /* A view of a 1-D C-contiguous array of records of itemsize bytes; TypeError naming it otherwise. */
 static int record_buffer(PyObject *object, Py_buffer *view, Py_ssize_t itemsize, int writable, const char *name) {
@@ -497,17 +500,17 @@ static int decode(int codec, const char *source, Py_ssize_t size, Py_buffer *tar
 
 static PyObject *load_chunks(PyObject *module, PyObject *args) {
     (void)module;
-    PyObject *read_object, *path_list, *chunk_object, *array_list;
+    PyObject *read_object, *path_list, *chunk_object, *array_list, *tally_object;
     PyObject *piece_object = NULL, *channels_object = NULL, *out_object = NULL;
-    if (!PyArg_ParseTuple(args, "OO!OO!|OOO", &read_object, &PyList_Type, &path_list, &chunk_object, &PyList_Type,
-                          &array_list, &piece_object, &channels_object, &out_object))
+    if (!PyArg_ParseTuple(args, "OO!OO!O|OOO", &read_object, &PyList_Type, &path_list, &chunk_object, &PyList_Type,
+                          &array_list, &tally_object, &piece_object, &channels_object, &out_object))
         return NULL;
     if ((piece_object == NULL) != (out_object == NULL) || (piece_object == NULL) != (channels_object == NULL)) {
         PyErr_SetString(PyExc_TypeError, "pieces, channels and out come together");
         return NULL;
     }
-    Py_buffer read_view = {0}, chunk_view = {0}, piece_view = {0}, channels = {0}, out = {0};
-    int have_reads = 0, have_chunks = 0, have_pieces = 0, have_out = 0;
+    Py_buffer read_view = {0}, chunk_view = {0}, piece_view = {0}, channels = {0}, out = {0}, tally_view = {0};
+    int have_reads = 0, have_chunks = 0, have_pieces = 0, have_out = 0, have_tally = 0;
     Read *reads = NULL;
     Chunk *chunks = NULL;
     Copy *copies = NULL;
@@ -518,6 +521,12 @@ static PyObject *load_chunks(PyObject *module, PyObject *args) {
     have_reads = 1;
     if (record_buffer(chunk_object, &chunk_view, sizeof(ChunkRecord), 0, "chunks") < 0) goto done;
     have_chunks = 1;
+    if (record_buffer(tally_object, &tally_view, sizeof(TallyRecord), 1, "tally") < 0) goto done;
+    have_tally = 1;
+    if (tally_view.shape[0] != 1) {
+        PyErr_SetString(PyExc_ValueError, "tally is not one record");
+        goto done;
+    }
     read_count = read_view.shape[0];
     chunk_count = chunk_view.shape[0];
     if (PyList_GET_SIZE(array_list) != chunk_count) {
@@ -673,8 +682,13 @@ static PyObject *load_chunks(PyObject *module, PyObject *args) {
         }
         Py_DECREF(index);
     }
-    result = Py_BuildValue("(nNLLnn)", bytes_read, absent, (long long)fetch_ns, (long long)decode_ns, decoded_chunks,
-                           decoded_bytes);
+    TallyRecord *tally = tally_view.buf;
+    tally->bytes_read = bytes_read;
+    tally->fetch_ns = fetch_ns;
+    tally->decode_ns = decode_ns;
+    tally->chunks_decoded = decoded_chunks;
+    tally->bytes_decoded = decoded_bytes;
+    result = absent;
 done:
     for (Py_ssize_t c = 0; c < held; c++) PyBuffer_Release(&chunks[c].target);
     if (groups != NULL) PyBuffer_Release(&channels);
@@ -682,6 +696,7 @@ done:
     if (have_out) PyBuffer_Release(&out);
     if (have_chunks) PyBuffer_Release(&chunk_view);
     if (have_reads) PyBuffer_Release(&read_view);
+    if (have_tally) PyBuffer_Release(&tally_view);
     PyMem_Free(groups);
     PyMem_Free(copies);
     PyMem_Free(chunks);
@@ -698,10 +713,9 @@ static PyMethodDef methods[] = {
     {"bind_blosc", bind_blosc, METH_VARARGS,
      "bind_blosc(path): find c-blosc in numcodecs' loaded blosc module at path; False when it is not there."},
     {"load_chunks", load_chunks, METH_VARARGS,
-     "load_chunks(reads, paths, chunks, arrays[, pieces, channels, out]): read and decode every chunk, and copy its "
-     "pieces into out right "
-     "after; (bytes read, absent reads, fetch ns, decode ns, chunks decoded, bytes decoded), or None when the "
-     "Python path must read them."},
+     "load_chunks(reads, paths, chunks, arrays, tally[, pieces, channels, out]): read and decode every chunk, and copy "
+     "its pieces into out right after; the indices of reads whose file does not exist (the counts and clocks written "
+     "into tally), or None when the Python path must read them."},
     {NULL, NULL, 0, NULL},
 };
 

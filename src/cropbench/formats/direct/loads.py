@@ -24,7 +24,7 @@ from cropbench.formats.direct.keys import FIELD_SHIFT, chunk_name
 from cropbench.formats.direct.layout import ChunkLayout, FieldLayouts
 from cropbench.formats.direct.planning import PiecePlan
 from cropbench.formats.direct.reads import Read
-from cropbench.formats.direct.records import NATIVE_CHUNK, NATIVE_READ, NO_PIECES, int64_records
+from cropbench.formats.direct.records import NATIVE_CHUNK, NATIVE_READ, NATIVE_TALLY, NO_PIECES, int64_records
 from cropbench.formats.sources import ByteSource, FileSource, Request
 
 
@@ -147,12 +147,20 @@ class ChunkLoader:
         out: np.ndarray | None = None,
     ) -> tuple[int, list[int]] | None:
         """One native call: (bytes read, reads that found no file), or None when it declined."""
-        outcome = native.load_chunks(reads, paths, chunks, arrays, *(() if out is None else (pieces, channels, out)))
-        if outcome is None:
+        tally = np.zeros(1, dtype=NATIVE_TALLY)
+        absent = native.load_chunks(
+            reads, paths, chunks, arrays, tally, *(() if out is None else (pieces, channels, out))
+        )
+        if absent is None:
             return None
-        fetched, absent, *work = outcome
-        self.native_loaded(*work)
-        return fetched, absent
+        counts = tally[0]
+        self.native_loaded(
+            int(counts["fetch_ns"]),
+            int(counts["decode_ns"]),
+            int(counts["chunks_decoded"]),
+            int(counts["bytes_decoded"]),
+        )
+        return int(counts["bytes_read"]), absent
 
     def native_loaded(self, fetch_ns: int, decode_ns: int, chunks: int, nbytes: int) -> None:
         """What a native call measured (ns reading, ns decoding) and decoded, for loaders with stage clocks."""

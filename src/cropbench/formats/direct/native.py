@@ -17,7 +17,8 @@ otherwise):
 - ``out``: a (B, C, H, W) array whose rows are contiguous, of the chunks' dtype.
 - ``reads``: :data:`~.records.NATIVE_READ` records, with ``paths`` (a list of bytes) the whole
   files they name; ``chunks``: :data:`~.records.NATIVE_CHUNK` records, with ``arrays`` (a list of
-  C-contiguous arrays, one per chunk) what each decodes into.
+  C-contiguous arrays, one per chunk) what each decodes into; ``tally``: a one-record
+  :data:`~.records.NATIVE_TALLY` array the loads write their counts and clocks into.
 
 Functions:
 
@@ -30,9 +31,9 @@ Functions:
   (C, H, W) arrays; the pieces come chunk by chunk, one look-up per run) into ``out``. TypeError
   (before copying anything) for what it leaves to numpy: a dtype change, rows that are not
   contiguous; ValueError for a piece outside its chunk or slot.
-- ``load_chunks(reads, paths, chunks, arrays[, pieces, channels, out])``: read and decode every
-  chunk, copying its pieces into ``out`` right after; gives (bytes read, indices of reads whose file
-  does not exist, fetch ns, decode ns, chunks decoded, bytes decoded), or None when anything is
+- ``load_chunks(reads, paths, chunks, arrays, tally[, pieces, channels, out])``: read and decode
+  every chunk, copying its pieces into ``out`` right after; gives the indices of reads whose file
+  does not exist (what it read and measured written into ``tally``), or None when anything is
   unusual (a short read, a chunk that does not validate, a whole file that is not a regular file or
   is longer than its bound): the Python path then reads those chunks again, and says what is wrong.
 - ``bind_blosc(path)``: find c-blosc's reentrant calls (``blosc_cbuffer_validate``,

@@ -31,6 +31,9 @@ NATIVE_READ = _int64_record("descriptor", "path", "start", "length", "codec", "f
 #: One chunk of the native loads: where it lies in what its read returned (``offset``, ``size`` or -1
 #: for all of it), and its pieces ``pieces[first_piece:end_piece]``; it decodes into ``arrays[i]``.
 NATIVE_CHUNK = _int64_record("offset", "size", "first_piece", "end_piece")
+#: What one call of the native loads read and measured: bytes read, ns reading, ns decoding, chunks
+#: and bytes decoded (a one-record array the call writes into).
+NATIVE_TALLY = _int64_record("bytes_read", "fetch_ns", "decode_ns", "chunks_decoded", "bytes_decoded")
 #: No pieces.
 NO_PIECES = np.empty(0, dtype=PIECE)
 
