@@ -358,21 +358,27 @@ class WatchedLoader(DataLoader[Any]):
         return _WatchedIterator(iterator, float(self.timeout) + WATCHDOG_MARGIN_S)
 
 
-class _ReturningIterator:
-    """Wraps torch's multi-process iterator: returns let-go segments, watches each delivered batch."""
+class _IteratorWrapper:
+    """Passes ``len()`` and attributes (``_workers`` and the rest) on to the iterator it wraps."""
 
-    def __init__(self, iterator: Any, returns: SegmentReturns) -> None:
-        self._iterator = iterator
-        self._returns = returns
+    _iterator: Any
 
-    def __iter__(self) -> _ReturningIterator:
+    def __iter__(self) -> _IteratorWrapper:
         return self
 
     def __len__(self) -> int:
         return len(self._iterator)
 
-    def __getattr__(self, name: str) -> Any:  # _workers and the rest of torch's iterator
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._iterator, name)
+
+
+class _ReturningIterator(_IteratorWrapper):
+    """Wraps torch's multi-process iterator: returns let-go segments, watches each delivered batch."""
+
+    def __init__(self, iterator: Any, returns: SegmentReturns) -> None:
+        self._iterator = iterator
+        self._returns = returns
 
     def __next__(self) -> Any:
         self._returns.collect()
@@ -381,7 +387,7 @@ class _ReturningIterator:
         return batch
 
 
-class _WatchedIterator:
+class _WatchedIterator(_IteratorWrapper):
     """Wraps torch's multi-process iterator; a daemon thread enforces the deadline of each ``next()``."""
 
     def __init__(self, iterator: Any, limit_s: float) -> None:
@@ -396,15 +402,6 @@ class _WatchedIterator:
             name="cropbench-loader-watchdog",
             daemon=True,
         ).start()
-
-    def __iter__(self) -> _WatchedIterator:
-        return self
-
-    def __len__(self) -> int:
-        return len(self._iterator)
-
-    def __getattr__(self, name: str) -> Any:  # _workers and the rest of torch's iterator
-        return getattr(self._iterator, name)
 
     def __next__(self) -> Any:
         self._deadline = time.monotonic() + self._limit_s
