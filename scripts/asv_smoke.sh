@@ -17,8 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOG=out/asv-smoke.log
-#: asv's --bench regex (re.search on the benchmark's name): every class but the full grid's.
-DEFAULT_GRID='^(?!(track[0-9]+\.(Full[A-Za-z]*|[A-Za-z]*Latency))\.)'
+# shellcheck source=scripts/asv_grid.sh
+source scripts/asv_grid.sh
 
 # summarise LOG RC: what ran, what was skipped (grouped by reason) and what failed, then the verdict.
 summarise() {
