@@ -1,4 +1,4 @@
-"""The raw memory-mapped layout (the I/O ceiling) and its layout marker."""
+"""The raw memory-mapped layout (the uncompressed reference) and its layout marker."""
 
 from __future__ import annotations
 

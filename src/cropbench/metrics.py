@@ -297,7 +297,7 @@ def access_crops_per_s_spread_keys(access: str) -> tuple[str, str]:
 
 
 def ratio_to_memmap(access: str) -> str:
-    """That throughput divided by the memory-mapped ceiling's."""
+    """That throughput divided by the memory-mapped layout's (a reference layout, not the copy ceiling)."""
     return f"{access}_ratio_to_memmap"
 
 

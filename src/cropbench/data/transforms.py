@@ -1,6 +1,6 @@
 """Transform tiers, kept apart from I/O so their cost can be measured separately.
 
-- ``none``: only the dtype cast (uint16 stays raw): the I/O ceiling.
+- ``none``: only the dtype cast (uint16 stays raw): the I/O cost alone.
 - ``light``: per-channel normalisation to [0, 1] by the plate's display windows, then resize.
 - ``typical``: light + random flips, random 90° rotations and small per-channel intensity jitter.
 

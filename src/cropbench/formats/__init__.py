@@ -7,7 +7,7 @@ format        ``zarr``                        ``direct``                        
 ============  ==============================  ====================================  ============================
 ome-zarr      zarr-python slicing             chunk math + store codecs + LRU       whole fields via ``direct``
 tiff          zarr-python on tifffile's store  mmap (raw) / only touched strips      ``tifffile.imread`` per file
-memmap        does not apply                  one slice of a memory map (ceiling)   whole fields via the map
+memmap        does not apply                  one slice of a memory map (reference) whole fields via the map
 ome-arrow     does not apply                  zero-copy Arrow chunk buffers + LRU   whole fields via ``direct``
 ============  ==============================  ====================================  ============================
 

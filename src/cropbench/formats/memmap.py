@@ -1,4 +1,7 @@
-"""Raw memory-mapped plate: the I/O ceiling every other layout is compared with.
+"""Raw memory-mapped plate: the uncompressed reference layout the layouts track compares others with.
+
+Not the ceiling: the ceiling is the C copy of the same crops from an in-memory copy at the reader's
+thread count (``cropbench run --track targets``), which this layout's per-item work stays below.
 
 All fields live in one C-ordered raw file of shape (fields, c, y, x): no header, no compression,
 no chunk index. A crop is one numpy slice of a memory map, so a read costs the page faults and one
