@@ -59,7 +59,10 @@ def git_commit() -> str | None:
 
 
 def storage_of(path: str | Path) -> dict[str, Any]:
-    """Filesystem, device and medium (nvme/ssd/hdd/tmpfs/overlay/network) holding ``path``."""
+    """Filesystem, device and medium (nvme/ssd/hdd/tmpfs/overlay/network) holding ``path``.
+
+    ``path`` is recorded as given (a relative plate path stays relative, so rows written in a
+    checkout do not carry the checkout's location); it is resolved only to find its mount."""
     target = Path(path).resolve()
     while not target.exists() and target != target.parent:
         target = target.parent
@@ -70,9 +73,9 @@ def storage_of(path: str | Path) -> dict[str, Any]:
         if contains and (best is None or len(str(mount)) > len(str(best.mountpoint))):
             best = partition
     if best is None:
-        return {"path": str(target)}
+        return {"path": str(path)}
     return {
-        "path": str(target),
+        "path": str(path),
         "mountpoint": best.mountpoint,
         "filesystem": best.fstype,
         "device": best.device,
