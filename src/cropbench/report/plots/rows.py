@@ -85,7 +85,7 @@ def rows_of(records: Sequence[Record], track: str) -> list[Record]:
 
 
 def row_label(record: Record) -> str:
-    """The row's case, and its repeat when there are several."""
+    """The row's case, with its repeat number on repeats after the first."""
     return record.case + (f" #{record.repeat}" if record.repeat else "")
 
 
