@@ -38,7 +38,24 @@ fi
 bash scripts/setup.sh
 asv() { env -u CROPBENCH_ASV_FULL .venv/bin/asv "$@"; }
 if [ -n "$machine" ]; then
-  asv machine --yes --machine "$machine" >/dev/null
+  # The machine's full description, as asv detects it or as its committed machine.json has it (a
+  # kernel update would otherwise start a second series on every graph). `asv machine --yes --machine
+  # NAME` would record only the fields that differ from what it detects, and results measured with
+  # such an entry lack the rest, so they do not join the committed ones on the site.
+  .venv/bin/python - "$machine" <<'EOF'
+import json
+import sys
+from pathlib import Path
+
+from asv.machine import Machine, MachineCollection
+
+info = Machine.get_defaults()
+committed = Path("results", sys.argv[1], "machine.json")
+if committed.exists():
+    info.update({key: value for key, value in json.loads(committed.read_text()).items() if key in info})
+info["machine"] = sys.argv[1]
+MachineCollection.save(sys.argv[1], info)
+EOF
 elif [ ! -f "$HOME/.asv-machine.json" ]; then
   asv machine --yes >/dev/null
 fi
