@@ -183,7 +183,8 @@ def test_overrides_reach_every_case_and_cases_they_make_identical_run_once(tiny_
 
 
 def test_the_command_line_sets_every_crop_knob(capsys: pytest.CaptureFixture[str]) -> None:
-    from cropbench.cli import _crop_overrides, build_parser
+    from cropbench.cli import build_parser
+    from cropbench.cli.runs import _crop_overrides
 
     argv = ["run", "--plate", "p", "--decode-threads", "2", "--chunk-cache-bytes", "1024", "--crop-size", "64"]
     args = build_parser().parse_args([*argv, "--decode", "zarr", "--dtype", "bfloat16", "--tier", "light"])

@@ -214,12 +214,12 @@ def test_bad_knobs_exit_2_with_one_line_and_leave_nothing(
 def test_an_os_error_is_one_line_naming_the_path(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cropbench import cli
+    from cropbench.cli import runs
 
     def read_only(args: object) -> int:
         raise PermissionError(13, "Permission denied", "/data/out/results.csv")
 
-    monkeypatch.setattr(cli, "cmd_env", read_only)
+    monkeypatch.setattr(runs, "cmd_env", read_only)
     assert main(["env"]) == 2
     assert capsys.readouterr().err == "cropbench: error: Permission denied: /data/out/results.csv\n"
 
@@ -245,14 +245,14 @@ def test_a_worker_error_is_unwrapped_to_its_cause() -> None:
 def test_an_interrupt_dropped_by_a_destructor_still_stops_the_run_at_the_next_case() -> None:
     """Python reports and drops an exception raised in a destructor or callback; Ctrl-C landing there
     must not be lost (the run would finish with exit 0)."""
-    from cropbench import cli
+    from cropbench.cli import progress
 
-    bar = cli._ProgressBar(False, "cases")
-    cli._INTERRUPTED.clear()
+    bar = progress.ProgressBar(False, "cases")
+    progress.INTERRUPTED.clear()
     try:
         with contextlib.suppress(KeyboardInterrupt):  # where a destructor would drop it
-            cli._on_interrupt(signal.SIGINT, None)
+            progress.on_interrupt(signal.SIGINT, None)
         with pytest.raises(KeyboardInterrupt):
             bar("track 1 next case", None)
     finally:
-        cli._INTERRUPTED.clear()
+        progress.INTERRUPTED.clear()

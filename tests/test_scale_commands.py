@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cropbench.cli import main
+from cropbench.cli.scale import GROWTH_TABLE_NAME, count
 from cropbench.records import RESULTS_NAME
-from cropbench.scale_commands import GROWTH_TABLE_NAME, count
 
 SMALL_FIELDS = ["--field-size", "128", "--channels", "2", "--distinct-fields", "2", "--no-progress"]
 

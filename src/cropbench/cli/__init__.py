@@ -1,0 +1,63 @@
+"""Command line: parse, then delegate. User errors print one line and exit with code 2.
+
+One module per command group, each registering its commands and their handlers: plates
+(``generate``, ``import``, ``upload``, ``realism``), runs (``run``, ``smoke``, ``env``), comparisons
+(``compare-layouts``, ``compare-formats``), results (``plot``, ``report``, ``export``, ``summary``) and
+scale; ``parser`` assembles them, ``options`` holds the options several share, ``progress`` the bars
+and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import warnings
+from collections.abc import Sequence
+
+from cropbench.cli.parser import EXIT_USER_ERROR, build_parser
+from cropbench.cli.progress import INTERRUPTED, on_interrupt
+from cropbench.errors import CropbenchError
+
+
+def one_line(error: BaseException) -> str:
+    """The cause in one line: a DataLoader worker's error is unwrapped from torch's traceback text."""
+    text = str(error).strip()
+    if "Original Traceback" in text:  # torch re-raises a worker's exception with its whole traceback
+        last = text.splitlines()[-1]
+        text = last.split(": ", 1)[1] if ": " in last and "Error" in last.split(": ", 1)[0] else last
+    if isinstance(error, OSError) and error.strerror:
+        names = [str(n) for n in (error.filename, error.filename2) if n]
+        text = f"{error.strerror}: {' -> '.join(names)}" if names else error.strerror
+    lines = text.splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _format_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> str:
+    return f"cropbench: warning: {message}\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what --ranks hands on to each rank
+    warnings.formatwarning = _format_warning
+    INTERRUPTED.clear()
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_interrupt) if on_main_thread else None
+    try:
+        status = int(args.handler(args))
+        if INTERRUPTED.is_set():
+            raise KeyboardInterrupt
+        return status
+    except (CropbenchError, OSError) as error:  # OSError: a user's path (missing, read-only, disk full)
+        print(f"cropbench: error: {one_line(error)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("cropbench: interrupted; every finished row is kept", file=sys.stderr)
+        return 130
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGINT, previous)
+
+
+__all__ = ["build_parser", "main", "one_line"]

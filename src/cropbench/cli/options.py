@@ -1,0 +1,76 @@
+"""Options several commands share: the layout names' help line, and how a plate in an object store is read."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TypeAlias
+
+from cropbench.config import FORMAT_CODECS, LAYOUTS, ZARR_CLIENTS, StoreConfig
+
+#: The subparsers each command group registers its commands on (argparse does not name the type publicly).
+Commands: TypeAlias = "argparse._SubParsersAction[Any]"
+
+
+def layout_names_help() -> str:
+    """The layout names in one short line: families with a codec suffix are written once."""
+    codecs = FORMAT_CODECS["ome-zarr"]
+    families = sorted(n for n in LAYOUTS if all(f"{n}-{c}" in LAYOUTS for c in codecs))
+    others = [n for n in sorted(LAYOUTS) if n not in families and not any(n.startswith(f"{f}-") for f in families)]
+    return f"{', '.join(others)}, or {{{','.join(families)}}}[-{'|-'.join(codecs)}]"
+
+
+def add_store_knobs(parser: argparse.ArgumentParser) -> None:
+    """How a plate in an object store is read (ignored for a local plate); defaults as StoreConfig's."""
+    defaults = StoreConfig()
+    group = parser.add_argument_group(
+        "plates in an object store (s3:// with AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...; http(s)://)"
+    )
+    group.add_argument(
+        "--in-flight", type=int, default=defaults.in_flight, help="requests kept open at once (%(default)s)"
+    )
+    group.add_argument(
+        "--coalesce-gap",
+        type=int,
+        default=defaults.coalesce_gap_bytes,
+        metavar="BYTES",
+        help="byte ranges of a shard closer than this are one request (default: %(default)s)",
+    )
+    group.add_argument(
+        "--timeout", type=float, default=defaults.timeout_s, help="seconds per request (default: %(default)s)"
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=defaults.connect_timeout_s,
+        help="seconds to connect (default: %(default)s)",
+    )
+    group.add_argument(
+        "--retries", type=int, default=defaults.retries, help="retries of a failed request (default: %(default)s)"
+    )
+    group.add_argument(
+        "--latency-ms",
+        type=float,
+        default=defaults.latency_ms,
+        help="inject this delay per request with a loopback proxy (http:// endpoints; default: %(default)s)",
+    )
+    group.add_argument(
+        "--zarr-client",
+        choices=ZARR_CLIENTS,
+        default=defaults.zarr_client,
+        help="zarr-python's store for decode 'zarr' (default: %(default)s)",
+    )
+    group.add_argument("--anonymous", action="store_true", help="unsigned requests even with credentials set")
+
+
+def store_config(args: argparse.Namespace) -> StoreConfig:
+    """The store settings the options of :func:`add_store_knobs` name."""
+    return StoreConfig(
+        in_flight=args.in_flight,
+        coalesce_gap_bytes=args.coalesce_gap,
+        timeout_s=args.timeout,
+        connect_timeout_s=args.connect_timeout,
+        retries=args.retries,
+        latency_ms=args.latency_ms,
+        zarr_client=args.zarr_client,
+        anonymous=args.anonymous,
+    )

@@ -1,0 +1,36 @@
+"""The ``cropbench`` parser: every command group's commands, and usage errors in one line."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+from cropbench.cli.comparisons import add_comparison_commands
+from cropbench.cli.plates import add_plate_commands
+from cropbench.cli.results import add_result_commands
+from cropbench.cli.runs import add_run_commands
+from cropbench.cli.scale import add_scale_commands
+
+EXIT_USER_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line with a hint, like every other user error (its subcommands inherit it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USER_ERROR, f"cropbench: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every ``cropbench`` command; each sets ``handler``, the function that runs it."""
+    parser = _Parser(
+        prog="cropbench",
+        description="Benchmark single-cell crop loading from OME-Zarr plates into PyTorch.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_plate_commands(commands)
+    add_run_commands(commands)
+    add_comparison_commands(commands)
+    add_result_commands(commands)
+    add_scale_commands(commands)
+    return parser
