@@ -1,0 +1,33 @@
+"""scripts/asv_history.sh refuses bad arguments in one line, before it sets up or runs anything."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "asv_history.sh"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--commits", "0"], "--commits must be a positive whole number, got '0'"),
+        (["--commits", "x"], "--commits must be a positive whole number, got 'x'"),
+        (["--bogus"], "unknown argument '--bogus'"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(arguments: list[str], message: str) -> None:
+    result = subprocess.run(["bash", str(SCRIPT), *arguments], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert message in result.stderr
+
+
+def test_the_history_runs_the_default_grid_the_smoke_pass_runs() -> None:
+    text = SCRIPT.read_text()
+    assert "source scripts/asv_grid.sh" in text
+    assert '--bench "$DEFAULT_GRID"' in text
+    assert "source scripts/asv_grid.sh" in (SCRIPT.parent / "asv_smoke.sh").read_text()
