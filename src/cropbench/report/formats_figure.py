@@ -19,12 +19,11 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
-from matplotlib.ticker import ScalarFormatter
 
 from cropbench import metrics as m
 from cropbench.errors import OutputError
 from cropbench.records import Record
-from cropbench.report.plots import FLAGGED_COLOR, FLAGGED_HATCH, flagged, flagged_handle
+from cropbench.report.plots import axis_from_zero, flagged, flagged_handle, horizontal_bars
 from cropbench.tracks.conversion import (
     BREAK_EVEN_EPOCHS,
     CONVERSION_SECONDS,
@@ -149,17 +148,7 @@ def _panel(axis: plt.Axes, panel: Panel, rows: Sequence[Record], repeats: bool) 
         positions = [i - 0.4 + height * (offset + 0.5) for i in range(len(rows))]
         numbers = [_number(r.metrics.get(series.metric)) for r in rows]
         values.extend(v for v in numbers if v is not None)
-        bars = axis.barh(
-            positions,
-            [v or 0.0 for v in numbers],
-            height=height,
-            color=[FLAGGED_COLOR if mark else series.color for mark in marked],
-        )
-        for bar, mark in zip(bars.patches, marked, strict=True):
-            if mark:
-                bar.set_hatch(FLAGGED_HATCH)
-                bar.set_edgecolor(series.color)
-                bar.set_linewidth(0.5)
+        horizontal_bars(axis, positions, [v or 0.0 for v in numbers], series.color, marked, height=height)
         for row, (number, position, record) in enumerate(zip(numbers, positions, rows, strict=True)):
             reason = why_no_bar(record, series.metric) if number is None else "-"
             if reason != "-":  # "-": nothing to say (a row written without the metric)
@@ -177,11 +166,7 @@ def _panel(axis: plt.Axes, panel: Panel, rows: Sequence[Record], repeats: bool) 
     if panel.series[0].metric == SIZE_RATIO_TO_PLATE:
         axis.axvline(1.0, color="black", linestyle=":", linewidth=1)
         values.append(1.0)
-    axis.set_xscale("linear")
-    axis.set_xlim(0.0, max(max(values, default=1.0), 1e-9) * 1.1)
-    formatter = ScalarFormatter(useOffset=False)
-    formatter.set_scientific(False)
-    axis.xaxis.set_major_formatter(formatter)
+    axis_from_zero(axis, values, room=1.1)
     axis.set_yticks(range(len(rows)), [_label(r, repeats) for r in rows])
     axis.invert_yaxis()  # the in-place reference on top, as in the table
     axis.set_title(panel.title, fontsize=10)
