@@ -44,7 +44,15 @@ def test_config_installs_each_commit_without_dependencies() -> None:
     assert config["launch_method"] == "forkserver"
     assert config["matrix"]["req"]["torch"] == ["2.14.1"] and config["matrix"]["req"]["torchvision"] == ["0.29.1"]
     assert config["matrix"]["req"]["zarr"][0].count(".") == 2, "zarr must be pinned exactly"
-    assert all("--no-deps" in command for command in config["build_command"] + config["install_command"])
+    project_install, *extras = config["install_command"]
+    assert all("--no-deps" in command for command in config["build_command"] + [project_install])
+    assert "{wheel_file}" in project_install
+    pins = {name: config["matrix"]["req"][name][0] for name in ("numpy", "zarr", "numcodecs")}
+    for command in extras:
+        assert "{wheel_file}" not in command, "only the first step installs the project"
+        assert "--no-deps" in command or all(
+            f"{name}=={version}" in command.split() for name, version in pins.items()
+        ), f"an extra install step must not move the matrix's pins {pins}: {command}"
     init = (REPO / "benchmarks" / "__init__.py").read_text()
     assert "sys.path" not in init, "benchmarks/__init__.py must not put src/ on sys.path"
 
