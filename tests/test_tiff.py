@@ -168,6 +168,26 @@ def test_a_strip_byte_count_beyond_its_plane_is_refused_before_reading(
     assert isinstance(error, StoreError) and "byte count" in str(error) and path.name in str(error), repr(error)
 
 
+@pytest.mark.parametrize("layout", ["tiff", "tiff-zlib"])
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_header_listing_fewer_strips_than_its_rows_need_is_refused(
+    tiff_plates: dict[str, Path], tmp_path: Path, decode: str, layout: str
+) -> None:
+    plate = _copy(tiff_plates[layout], tmp_path)
+    path = _channel_file(plate)
+    compression = {"compression": "zlib"} if layout == "tiff-zlib" else {}
+    pixels = tifffile.imread(path)
+    tifffile.imwrite(path, pixels, photometric="minisblack", rowsperstrip=8, **compression)
+    with tifffile.TiffFile(path, mode="r+b") as tiff:
+        page = tiff.pages.first
+        assert len(page.dataoffsets) == 25
+        first_offset, first_count = page.dataoffsets[0], page.databytecounts[0]
+        page.tags["StripOffsets"].overwrite((first_offset,), dtype="I")
+        page.tags["StripByteCounts"].overwrite((first_count,), dtype="I")
+    error = _read_bounded(plate, decode)
+    assert isinstance(error, StoreError) and "strip" in str(error) and path.name in str(error), repr(error)
+
+
 @pytest.mark.parametrize(("dtype", "value"), [("uint32", 70_000), ("int16", -5)])
 @pytest.mark.parametrize("layout", ["tiff", "tiff-zlib"])
 @pytest.mark.parametrize("decode", DECODES)

@@ -161,6 +161,12 @@ class TiffPlane:
                 f"{self.path} holds {stored.name} pixels, the plate's are {dtype}: they would wrap or lose "
                 f"their sign; store the channel as {dtype} (or a narrower unsigned type)"
             )
+        strips = self.expected_strips()
+        if len(self.offsets) != strips or len(self.byte_counts) != strips:
+            raise StoreError(
+                f"{self.path}: {len(self.offsets)} strip offsets and {len(self.byte_counts)} byte counts for a "
+                f"plane of {strips} strips ({self.shape[0]} rows, {self.rows_per_strip} per strip): the file is corrupt"
+            )
         limit = segment_limit(self.compression, self.segment_bytes)
         for index, (offset, count) in enumerate(zip(self.offsets, self.byte_counts, strict=True)):
             if count > limit or offset + count > self.file_bytes:
@@ -169,6 +175,12 @@ class TiffPlane:
                     f"plane holds at most {limit:,} bytes and the file has {self.file_bytes:,}: the file is corrupt"
                 )
         return self
+
+    def expected_strips(self) -> int:
+        """How many segments the plane's header must list: one per strip (tiled planes: as many as it lists)."""
+        if self.tiled or len(self.shape) != 2:
+            return len(self.offsets)
+        return -(-self.shape[0] // max(self.rows_per_strip, 1))
 
     def direct_problem(self) -> str | None:
         """Why the direct path cannot read this plane (None: it can)."""
