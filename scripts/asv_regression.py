@@ -39,7 +39,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from cropbench.metrics import SAMPLES_PER_S
+from cropbench.records import Record
 
 REPO = Path(__file__).resolve().parents[1]
 #: The repository's own asv environments (asv.conf.json "env_dir"): reused, not rebuilt.
@@ -301,39 +304,52 @@ def environment_ready(env_dir: Path) -> bool:
 
 
 #: The cases whose crops/s ``real_slowdown`` measures: (label, CropConfig knobs).
-SPEED_CASES = (("random, cache bounded", {"chunk_cache_bytes": 2**20}), ("random, default cache", {}))
+SPEED_CASES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("random, cache bounded", {"chunk_cache_bytes": 2**20}),
+    ("random, default cache", {}),
+)
 #: Crops per speed measurement, and alternating base/injected processes per case.
 SPEED_CROPS = 1500
 SPEED_REPEATS = 3
-SPEED_SCRIPT = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from benchmarks import common
-from cropbench.measure.protocol import time_loop
-plate, knobs, count = sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
-common.one_thread()
-dataset = common.require("cropbench.data.dataset", "CropDataset")(plate, common.crop_config(**knobs))
-indices = common.access_order(dataset, "random", count)
-get = common.sampled(dataset.__getitem__, dataset, "random")
-time_loop(get, indices[: len(dataset)])
-print(json.dumps({"crops_per_s": count / time_loop(get, indices), "module": common.require("cropbench", "__file__")}))
+#: One Track 1 random case through the runner in a fresh process; prints its Record and where
+#: ``module`` was imported from (so a measurement of the wrong code tree fails loudly).
+TRACK1_SCRIPT = """
+import importlib, json, sys
+import cropbench
+from cropbench.config import CropConfig
+from cropbench.tracks.track1 import Track1, Track1Case
+plate, knobs, samples, module = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+case = Track1Case(crop=CropConfig(**knobs), access="random", samples=samples, warmup=64, cold_samples=0)
+(record,) = cropbench.run(plate, tracks=[Track1([case])], torch_threads=1)
+print(json.dumps({"record": json.loads(record.to_json()), "module": importlib.import_module(module).__file__}))
 """
+
+
+def track1_random_rate(source: Path, plate: Path, knobs: dict[str, Any], samples: int, module: str) -> float:
+    """Samples/s of a Track 1 random case (``CropConfig(**knobs)``) with ``source`` first on the path.
+
+    The runner measures it and returns its Record, so the campaigns quote the same samples/s as
+    ``cropbench run``; ``module`` must import from ``source`` (cropbench from a clone, zarr from a
+    release-history worktree).
+    """
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-c", TRACK1_SCRIPT, str(plate), json.dumps(knobs), str(samples), module]
+    result = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
+    measured = json.loads(result.stdout.strip().splitlines()[-1])
+    if not measured["module"].startswith(str(source)):
+        raise RuntimeError(f"the speed measurement imported {module} from {measured['module']}, not from {source}")
+    record = Record.from_dict(measured["record"])
+    return float(record.metrics[SAMPLES_PER_S])
 
 
 def _checkout(clone: Clone, commit: str) -> None:
     _git(clone.path, "checkout", "-q", commit)
 
 
-def crops_per_second(clone: Clone, commit: str, plate: Path, knobs: dict[str, int]) -> float:
-    """Crops/s of ``commit``'s code (its src/ first on the path), random access through the sampler."""
+def crops_at(clone: Clone, commit: str, plate: Path, knobs: dict[str, Any]) -> float:
+    """Random crops/s of ``commit``'s code (its src/ first on the path)."""
     _checkout(clone, commit)
-    environment = {**os.environ, "PYTHONPATH": str(clone.path / "src")}
-    command = [sys.executable, "-c", SPEED_SCRIPT, str(clone.path), str(plate), json.dumps(knobs), str(SPEED_CROPS)]
-    result = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
-    measured = json.loads(result.stdout.strip().splitlines()[-1])
-    if not measured["module"].startswith(str(clone.path)):
-        raise RuntimeError(f"the speed measurement imported cropbench from {measured['module']}, not the clone")
-    return float(measured["crops_per_s"])
+    return track1_random_rate(clone.path / "src", plate, knobs, SPEED_CROPS, "cropbench")
 
 
 def real_slowdown(clone: Clone, kind: str, plate: Path) -> dict[str, float]:
@@ -342,8 +358,8 @@ def real_slowdown(clone: Clone, kind: str, plate: Path) -> dict[str, float]:
     for label, knobs in SPEED_CASES:
         base, injected = [], []
         for _ in range(SPEED_REPEATS):
-            base.append(crops_per_second(clone, clone.base, plate, knobs))
-            injected.append(crops_per_second(clone, clone.injected[kind], plate, knobs))
+            base.append(crops_at(clone, clone.base, plate, knobs))
+            injected.append(crops_at(clone, clone.injected[kind], plate, knobs))
         slowdowns[label] = statistics.median(base) / statistics.median(injected)
         slowdowns[f"{label}, base crops/s"] = statistics.median(base)
     _checkout(clone, "main")
@@ -364,6 +380,16 @@ def write_plate(clone: Clone, destination: Path) -> Path:
     return destination
 
 
+class Outcome(Protocol):
+    """What a tally needs of one gate run: asv's exit code and the benchmarks it marked worse."""
+
+    @property
+    def returncode(self) -> int: ...
+
+    @property
+    def worse(self) -> tuple[str, ...]: ...
+
+
 @dataclass
 class Tally:
     """Comparisons of one kind: how many, how many the gate flagged (exit 1), and what it flagged."""
@@ -372,7 +398,7 @@ class Tally:
     flagged: int = 0
     worse: dict[str, int] = field(default_factory=dict)
 
-    def add(self, comparison: Comparison) -> None:
+    def add(self, comparison: Outcome) -> None:
         self.runs += 1
         self.flagged += comparison.returncode == 1
         for name in comparison.worse:

@@ -131,20 +131,8 @@ def make_branches(history: Path, destination: Path, base: str, kinds: tuple[str,
 #: Random crops per speed measurement, and alternating release/branch processes.
 SPEED_CROPS = 600
 SPEED_REPEATS = 3
-SPEED_SCRIPT = """
-import json, sys
-import zarr
-from cropbench.config import CropConfig
-from cropbench.data.dataset import CropDataset
-from cropbench.data.sampling import access_order
-from cropbench.measure.protocol import configure_threads, time_loop
-plate, count = sys.argv[1], int(sys.argv[2])
-configure_threads(1)
-dataset = CropDataset(plate, CropConfig(decode="zarr", chunk_cache_bytes=2**20))
-indices = [int(i) for i in access_order(dataset, "random", count, 0)]
-time_loop(dataset.__getitem__, indices[: min(len(dataset), 64)])
-print(json.dumps({"crops_per_s": count / time_loop(dataset.__getitem__, indices), "zarr": zarr.__file__}))
-"""
+#: zarr-python's read path with a bounded chunk cache: what the injected regressions slow down.
+SPEED_KNOBS = {"decode": "zarr", "chunk_cache_bytes": 2**20}
 
 
 def source_tree(branches: Branches, ref: str, scratch: Path) -> Path:
@@ -157,15 +145,9 @@ def source_tree(branches: Branches, ref: str, scratch: Path) -> Path:
     return worktree / "src"
 
 
-def crops_per_second(source: Path, plate: Path) -> float:
-    """Random crops/s through zarr-python imported from ``source`` (a worktree's ``src/``)."""
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-c", SPEED_SCRIPT, str(plate), str(SPEED_CROPS)]
-    result = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
-    measured = json.loads(result.stdout.strip().splitlines()[-1])
-    if not measured["zarr"].startswith(str(source)):
-        raise CampaignError(f"the speed measurement imported zarr from {measured['zarr']}, not from {source}")
-    return float(measured["crops_per_s"])
+def zarr_crops_at(source: Path, plate: Path) -> float:
+    """Random crops/s through zarr-python imported from ``source`` (a worktree's ``src/``), via the runner."""
+    return asv_regression.track1_random_rate(source, plate, SPEED_KNOBS, SPEED_CROPS, "zarr")
 
 
 def slowdown(base_rate: Callable[[], float], injected_rate: Callable[[], float], repeats: int) -> dict[str, float]:
@@ -290,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             for kind in kinds:
                 injected_source = source_tree(branches, branches.injected[kind], scratch)
                 slowdowns[kind] = slowdown(
-                    functools.partial(crops_per_second, base_source, plate),
-                    functools.partial(crops_per_second, injected_source, plate),
+                    functools.partial(zarr_crops_at, base_source, plate),
+                    functools.partial(zarr_crops_at, injected_source, plate),
                     SPEED_REPEATS,
                 )
                 print(f"{kind}: x{slowdowns[kind]['slowdown']:.2f} slower outside asv", flush=True)

@@ -246,7 +246,7 @@ def test_the_speed_measurement_imports_each_branchs_zarr_and_the_shard_index_inj
     monkeypatch.setattr(campaign_module, "SPEED_CROPS", 20)
     base = campaign_module.source_tree(branches, branches.base, tmp_path)
     injected = campaign_module.source_tree(branches, branches.injected["shard-index"], tmp_path)
-    assert campaign_module.crops_per_second(base, tiny_plate) > 0
+    assert campaign_module.zarr_crops_at(base, tiny_plate) > 0
     reads = {}
     script = (
         "import sys, json; from cropbench.config import CropConfig; from cropbench.data.dataset import CropDataset; "

@@ -52,6 +52,15 @@ def test_runner_emits_one_complete_record_per_case_and_resume_skips(tiny_plate: 
     assert len(run_tracks([Track1()], "smoke", context, again.append, done=done)) == len(cases) - 3
 
 
+def test_fixed_cases_run_instead_of_the_preset_and_the_record_carries_the_rate(tiny_plate: Path) -> None:
+    context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1})
+    case = Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=40, warmup=4, cold_samples=0)
+    emitted: list[Record] = []
+    (record,) = run_tracks([Track1([case])], "smoke", context, emitted.append)
+    assert record.case == case.label and record.config["crop"]["decode"] == "zarr"
+    assert record.metrics[m.SAMPLES_PER_S] == pytest.approx(40 / record.metrics[m.LOOP_SECONDS])
+
+
 def test_full_preset_covers_the_required_grid() -> None:
     cases = preset_cases("full")
     assert {c.access for c in cases} >= {"random", "grouped-field", "paired"}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -372,11 +372,20 @@ def _io_and_transform_split(
 
 
 class Track1:
-    """Track 1 for the runner: the preset's grid, each case measured by :func:`run_case`."""
+    """Track 1 for the runner: the preset's grid (or ``cases``), each case measured by :func:`run_case`.
+
+    Fixed ``cases`` let a script measure one configuration through the runner and the Record
+    rather than time a loop of its own.
+    """
 
     name = "1"
 
+    def __init__(self, cases: Sequence[Track1Case] | None = None) -> None:
+        self._cases = None if cases is None else list(cases)
+
     def cases(self, preset: str, context: RunContext) -> list[Track1Case]:
+        if self._cases is not None:
+            return list(self._cases)
         return preset_cases(preset, context.samples)
 
     def decode(self, case: Track1Case) -> str:
