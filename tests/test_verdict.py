@@ -103,6 +103,29 @@ def test_track2_is_measured_against_crops_in_memory_of_the_same_dtype() -> None:
     assert "no ceiling in this run for loading in the main process" in verdict(main_process).text()
 
 
+def test_track2_crops_in_memory_bound_only_the_same_workers_batch_and_collate() -> None:
+    def track2(source: str, rate: float, workers: int, batch: int, collate: str = "default") -> Record:
+        loader = {"num_workers": workers, "batch_size": batch, "collate": collate}
+        config = {"source": source, "crop": {"dtype": "float32"}, "loader": loader}
+        return row("2", f"{source}/w{workers}/b{batch}/{collate}", config, None, **{m.SAMPLES_PER_S: rate})
+
+    one_worker = [track2("plate", 23000.0, 2, 64), track2("memory", 6800.0, 1, 128)]
+    (two,) = verdict(one_worker).tracks
+    assert two.value == 23000.0 and two.ratio is None, "one worker's hand-over does not bound two workers"
+    assert "no ceiling in this run at w2/b64: crops already in memory were handed over at w1/b128 only" in (
+        verdict(one_worker).text()
+    )
+    (matched,) = verdict([*one_worker, track2("memory", 46000.0, 2, 64)]).tracks
+    assert matched.ceiling is not None and matched.ceiling.value == 46000.0 and matched.ratio == pytest.approx(0.5)
+    stacked = [track2("plate", 19000.0, 2, 64, "stack"), track2("memory", 9900.0, 2, 64)]
+    assert (
+        "no ceiling in this run at w2/b64/stack-collate: crops already in memory were handed over at w2/b64 only"
+        in (verdict(stacked).text())
+    ), "the default collate's hand-over does not bound the stacked one"
+    (stack_matched,) = verdict([*stacked, track2("memory", 38000.0, 2, 64, "stack")]).tracks
+    assert stack_matched.ratio == pytest.approx(0.5)
+
+
 def track3(case: str, images: float, ceiling: float, stall: float, flags: list[str] | None = None) -> Record:
     config = {"model": case, "loader": {"num_workers": 0}}
     metrics = {m.IMAGES_PER_S: images, m.COMPUTE_ONLY_IMAGES_PER_S: ceiling, m.STALL_CROSSCHECK: stall}

@@ -245,15 +245,32 @@ def _dtype(configuration: Configuration) -> object:
     return configuration.rows[0].config.get("crop", {}).get("dtype")
 
 
+def _loader_shape(configuration: Configuration) -> tuple[int, int | None, str]:
+    """A Track 2 configuration's worker count, batch size and collate."""
+    loader = configuration.rows[0].config.get("loader", {})
+    return int(loader.get("num_workers") or 0), loader.get("batch_size"), str(loader.get("collate", "default"))
+
+
+def _shape_label(workers: int, batch: int | None, collate: str) -> str:
+    return f"w{workers}/b{batch}" + ("" if collate == "default" else f"/{collate}-collate")
+
+
 def _track2_ceiling(
     best: Configuration, value: float, everything: Sequence[Configuration]
 ) -> tuple[Ceiling, float] | str | None:
-    """Crops already in memory: the workers' hand-over alone, of the same dtype where there is one.
-    Loading in the main process hands nothing over, so nothing in the run bounds it."""
-    if not best.rows[0].config.get("loader", {}).get("num_workers"):
+    """Crops already in memory: the workers' hand-over alone, at the same worker count, batch size and
+    collate (another of these hands over at another rate, so it bounds nothing), of the same dtype
+    where there is one. Loading in the main process hands nothing over, so nothing bounds it."""
+    shape = _loader_shape(best)
+    workers = shape[0]
+    if not workers:
         return f"{NO_CEILING} for loading in the main process (crops already in memory bound the workers' hand-over)"
     memory = [c for c in everything if _source(c) == "memory" and c.median(m.SAMPLES_PER_S) is not None]
-    same_dtype = [c for c in memory if _dtype(c) == _dtype(best)] or memory
+    matching = [c for c in memory if _loader_shape(c) == shape]
+    if memory and not matching:
+        shapes = ", ".join(sorted({_shape_label(*s) for s in map(_loader_shape, memory)}))
+        return f"{NO_CEILING} at {_shape_label(*shape)}: crops already in memory were handed over at {shapes} only"
+    same_dtype = [c for c in matching if _dtype(c) == _dtype(best)] or matching
     rates = [rate for c in same_dtype if (rate := c.median(m.SAMPLES_PER_S)) is not None]
     return _ratio("crops already in memory, the workers' hand-over alone", max(rates, default=None), value)
 
