@@ -146,8 +146,13 @@ def source_tree(branches: Branches, ref: str, scratch: Path) -> Path:
 
 
 def zarr_crops_at(source: Path, plate: Path) -> float:
-    """Random crops/s through zarr-python imported from ``source`` (a worktree's ``src/``), via the runner."""
-    return asv_regression.track1_random_rate(source, plate, SPEED_KNOBS, SPEED_CROPS, "zarr")
+    """Random crops/s through zarr-python imported from ``source`` (a worktree's ``src/``), via the runner.
+
+    A measurement of the wrong zarr is a CampaignError, so the campaign ends in its one-line message."""
+    try:
+        return asv_regression.track1_random_rate(source, plate, SPEED_KNOBS, SPEED_CROPS, "zarr")
+    except RuntimeError as error:
+        raise CampaignError(str(error)) from error
 
 
 def slowdown(base_rate: Callable[[], float], injected_rate: Callable[[], float], repeats: int) -> dict[str, float]:

@@ -337,3 +337,14 @@ def test_asv_reads_the_private_configuration_from_another_folder(library: str, t
     )
     assert result.returncode == 0 and "No problems found" in result.stdout, result.stdout + result.stderr
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+
+
+def test_a_speed_measurement_of_the_wrong_zarr_ends_the_campaign_in_its_one_line_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def wrong_tree(*args: object) -> float:
+        raise RuntimeError("the speed measurement imported zarr from /elsewhere, not from the worktree")
+
+    monkeypatch.setattr(campaign_module.asv_regression, "track1_random_rate", wrong_tree)
+    with pytest.raises(campaign_module.CampaignError, match="imported zarr from /elsewhere"):
+        campaign_module.zarr_crops_at(tmp_path / "src", tmp_path / "plate.zarr")

@@ -262,7 +262,7 @@ def _track2_ceiling(
     collate (another of these hands over at another rate, so it bounds nothing), of the same dtype
     where there is one. Loading in the main process hands nothing over, so nothing bounds it."""
     shape = _loader_shape(best)
-    workers = shape[0]
+    workers, _, _ = shape
     if not workers:
         return f"{NO_CEILING} for loading in the main process (crops already in memory bound the workers' hand-over)"
     memory = [c for c in everything if _source(c) == "memory" and c.median(m.SAMPLES_PER_S) is not None]
