@@ -12,10 +12,10 @@ on the identical branch and ``--per-kind`` times per regression, in a seeded ran
 the load average around each run. The table, a summary and every comparison's output go to
 ``--out``:
 
-    .venv/bin/python scripts/library_campaign.py --out results-gate/zarr-library
+    .venv/bin/python scripts/library_campaign.py --out results-gate/zarr-library-$(date +%F)
 
-About 1-2 minutes a comparison once asv's environment is built (``asv.zarr.conf.json``'s, in
-.asv/env); 25 comparisons by default. Run it alone on the machine.
+About 4 minutes a comparison on a 2-core machine once asv's environment is built
+(``asv.zarr.conf.json``'s, in .asv/env); 20 comparisons by default. Run it alone on the machine.
 """
 
 from __future__ import annotations
@@ -62,8 +62,12 @@ INJECTIONS = {
         Injection("shard-index", "the sharding codec reads the shard index again for every chunk it reads"),
         Injection("extra-copy", "the codec pipeline copies every decoded chunk once more"),
         Injection("slow-store", "the local store reads every byte range twice (the first read discarded)"),
+        Injection("store-latency", "every get of the local store waits 0.15 ms first (a slower store round trip)"),
     )
 }
+#: What a campaign injects unless told: the injections that cost zarr-python 1.25x or more outside asv
+#: (``extra-copy`` and ``slow-store`` cost about 1.05x, below what the gate's 1.2 factor resolves).
+DEFAULT_KINDS = ("shard-index", "store-latency")
 
 
 class CampaignError(RuntimeError):
@@ -253,7 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--history", type=Path, default=HISTORY, help="the zarr release history (default: %(default)s)")
     parser.add_argument("--release", help="the release the branches start from (default: the newest)")
-    parser.add_argument("--kinds", default=",".join(INJECTIONS), help="comma-separated (default: %(default)s)")
+    parser.add_argument(
+        "--kinds",
+        default=",".join(DEFAULT_KINDS),
+        help=f"comma-separated, of {', '.join(INJECTIONS)} (default: %(default)s)",
+    )
     parser.add_argument("--identical", type=int, default=10, help="identical-code comparisons (default: %(default)s)")
     parser.add_argument("--per-kind", type=int, default=5, help="comparisons per injection (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random order (default: %(default)s)")

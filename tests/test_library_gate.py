@@ -192,6 +192,14 @@ def test_every_patch_file_is_an_injection() -> None:
     assert sorted(path.stem for path in campaign_module.PATCHES.glob("*.patch")) == sorted(INJECTIONS)
 
 
+def test_the_default_kinds_are_injections_and_an_unknown_kind_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert campaign_module.DEFAULT_KINDS and set(campaign_module.DEFAULT_KINDS) <= set(INJECTIONS)
+    with pytest.raises(SystemExit) as exit_info:
+        campaign_module.main(["--kinds", "shard-index,no-such-kind", "--out", "unused"])
+    assert exit_info.value.code == 2
+    assert "--kinds: unknown no-such-kind" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("kind", sorted(INJECTIONS))
 def test_each_patch_applies_to_the_installed_zarrs_source_and_compiles(kind: str, tmp_path: Path) -> None:
     injection = INJECTIONS[kind]
