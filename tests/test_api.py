@@ -191,3 +191,18 @@ def test_the_command_line_sets_every_crop_knob(capsys: pytest.CaptureFixture[str
     assert _crop_overrides(args) == CropOverrides(64, "zarr", "bfloat16", "light", 1024, 2)
     assert main(["run", "--plate", "missing.zarr", "--decode-threads", "0", "--no-progress"]) == 2
     assert "decode_threads must be a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_a_preset_one_of_the_tracks_lacks_is_refused_before_any_case_runs(
+    tiny_plate: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'grid' is Track 1's alone: asked of Tracks 1 and 2 together, the run stops before Track 1's hours."""
+    out = tmp_path / "out"
+    code = main(
+        ["run", "--plate", str(tiny_plate), "--track", "1", "--track", "2", "--preset", "grid"]
+        + ["--out", str(out), "--no-progress"]
+    )
+    assert code == 2
+    assert "preset='grid' is not one of" in capsys.readouterr().err
+    results = out / "results.jsonl"
+    assert not results.exists() or read_records(results) == [], "no case ran"

@@ -256,3 +256,18 @@ def test_an_interrupt_dropped_by_a_destructor_still_stops_the_run_at_the_next_ca
             bar("track 1 next case", None)
     finally:
         progress.INTERRUPTED.clear()
+
+
+def test_the_progress_bar_counts_planned_cases_and_shows_the_time_left(capsys: pytest.CaptureFixture[str]) -> None:
+    from cropbench.cli import progress
+
+    bar = progress.ProgressBar(True, "cases")
+    try:
+        bar.cases(0, 4)
+        bar("track 1 a case", None)
+        bar.cases(3, 4)
+        bar("track 1 a case", Record(track="1", case="a", case_id="x", config={}, metrics={}, environment={}))
+    finally:
+        bar.close()
+    shown = capsys.readouterr().err.split("\r")[-1]
+    assert "3/4" in shown and "<" in shown, f"cases done/total and elapsed<left: {shown!r}"

@@ -49,7 +49,15 @@ def test_runner_emits_one_complete_record_per_case_and_resume_skips(tiny_plate: 
     assert len({r.case_id for r in emitted}) == len(cases) and all(r.config["layout"] for r in emitted)
     again: list[Record] = []
     done = frozenset(r.key for r in emitted[:3])
-    assert len(run_tracks([Track1()], "smoke", context, again.append, done=done)) == len(cases) - 3
+    counted: list[tuple[int, int]] = []
+
+    class Counter:
+        def cases(self, done: int, total: int) -> None:
+            counted.append((done, total))
+
+    assert len(run_tracks([Track1()], "smoke", context, again.append, done=done, counter=Counter())) == len(cases) - 3
+    left = len(cases) - 3
+    assert counted == [(i, left) for i in range(left + 1)], "the resumed run counts only the cases left, to the end"
 
 
 def test_fixed_cases_run_instead_of_the_preset_and_the_record_carries_the_rate(tiny_plate: Path) -> None:
@@ -61,13 +69,23 @@ def test_fixed_cases_run_instead_of_the_preset_and_the_record_carries_the_rate(t
     assert record.metrics[m.SAMPLES_PER_S] == pytest.approx(40 / record.metrics[m.LOOP_SECONDS])
 
 
-def test_full_preset_covers_the_required_grid() -> None:
+def test_full_preset_sweeps_one_knob_at_a_time_and_grid_keeps_the_product() -> None:
     cases = preset_cases("full")
-    assert {c.access for c in cases} >= {"random", "grouped-field", "paired"}
-    assert len({c.crop.crop_size for c in cases}) >= 2 and len({c.crop.channels for c in cases}) >= 2
+    assert len(cases) <= 30, "the full preset fits an afternoon; the product of the knobs is 'grid'"
+    assert {(c.access, c.crop.decode) for c in cases if c.batch_size == 1 and c.cache == "warm"} >= {
+        (access, decode)
+        for access in ("random", "grouped-field", "chunk-aware", "paired")
+        for decode in ("direct", "field", "zarr")
+    }
+    assert len({c.crop.crop_size for c in cases}) >= 3 and len({c.crop.channels for c in cases}) >= 2
     assert {c.crop.tier for c in cases} == {"none", "light", "typical"}
-    assert len({c.crop.dtype for c in cases}) >= 2 and len({c.crop.decode for c in cases}) >= 2
-    assert min(c.samples for c in cases) >= 1000
+    assert len({c.crop.dtype for c in cases}) >= 3 and {c.cache for c in cases} == {"warm", "cold"}
+    assert {c.crop.decode_threads for c in cases if c.batch_size > 1} == {1, 2}
+    assert min(c.samples for c in cases) >= 1000, "a p99 with ten samples beyond it"
+    assert len({c.label for c in cases}) == len(cases)
+    grid = preset_cases("grid")
+    assert len(grid) > 200 and {c.crop.tier for c in grid} == {"none", "light", "typical"}
+    assert len({c.label for c in grid}) == len(grid)
 
 
 def test_cold_cache_state_evicts_before_every_steady_block(tiny_plate: Path) -> None:

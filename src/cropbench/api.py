@@ -26,6 +26,7 @@ from cropbench.records import CSV_NAME, RESULTS_NAME, Record, RecordWriter, read
 from cropbench.tracks import TRACKS, RunContext, Track, run_tracks
 from cropbench.tracks.distributed import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
 from cropbench.tracks.layouts import LayoutComparison, Layouts, WorkFolder
+from cropbench.tracks.runner import CaseCounter
 from cropbench.tracks.stores import StoreLayouts, StoreLayoutsTrack
 
 #: Called with a status message, and with the record when one has just been measured.
@@ -127,7 +128,8 @@ def run(
             progress(f"track {record.track} {record.case}", measured[-1])
 
     try:
-        run_tracks(chosen, preset, context, emit, repeats=repeats, done=done)
+        counter = progress if isinstance(progress, CaseCounter) else None
+        run_tracks(chosen, preset, context, emit, repeats=repeats, done=done, counter=counter)
     finally:
         if writer is not None:
             writer.close()

@@ -14,7 +14,7 @@ import json
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from cropbench import metrics as m
 from cropbench.config import CropConfig, CropOverrides
@@ -141,6 +141,56 @@ def ratio_to_local(local_samples_per_s: float | None, measured: dict[str, Any]) 
     }
 
 
+@runtime_checkable
+class CaseCounter(Protocol):
+    """A progress display that also shows how many of the planned cases are done (and so the time left)."""
+
+    def cases(self, done: int, total: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One case and repeat a run will measure."""
+
+    track: Track
+    case: Any
+    repeat: int
+
+
+def plan(
+    tracks: Sequence[Track],
+    preset: str,
+    context: RunContext,
+    *,
+    repeats: int = 1,
+    done: Collection[tuple[str, str, int]] = frozenset(),
+) -> list[Planned]:
+    """Every case and repeat of ``tracks`` still to measure, in the order they run.
+
+    Cases the overrides made identical run once; cases whose decode path the plate's layout lacks,
+    and rows already in ``done`` (``--resume``), are left out, each skip said through progress.
+    """
+    planned: list[Planned] = []
+    for track in tracks:
+        seen: set[str] = set()
+        for preset_case in track.cases(preset, context):
+            try:
+                case = with_overrides(preset_case, context.overrides)
+            except ConfigError as error:
+                context.progress(f"track {track.name} {preset_case.label}: not run with the overrides ({error})")
+                continue
+            identity = case_identity(track.name, case, context)
+            if identity in seen:
+                continue
+            seen.add(identity)
+            decode = track.decode(case)
+            if decode is not None and decode not in context.decodes:
+                context.progress(f"track {track.name} {case.label}: decode {decode} does not apply to {context.layout}")
+                continue
+            planned += [Planned(track, case, r) for r in range(repeats) if (track.name, identity, r) not in done]
+    return planned
+
+
 def run_tracks(
     tracks: Sequence[Track],
     preset: str,
@@ -149,61 +199,52 @@ def run_tracks(
     *,
     repeats: int = 1,
     done: Collection[tuple[str, str, int]] = frozenset(),
+    counter: CaseCounter | None = None,
 ) -> list[Record]:
     """Run every case of every track ``repeats`` times, handing each record to ``emit`` at once.
 
     ``done`` holds the ``Record.key`` of rows already measured (``--resume``); they are not measured
     again, and rows a case is made of (a worker search's steps) are not written twice. Every record
-    of the call shares one ``run_id``.
+    of the call shares one ``run_id``. ``counter`` is told the cases done out of those planned, before
+    the first and after each.
     """
     run_id = uuid.uuid4().hex[:12]
     written: list[Record] = []
-    for track in tracks:
-        planned: set[str] = set()  # cases the overrides made identical run once
-        for preset_case in track.cases(preset, context):
-            try:
-                case = with_overrides(preset_case, context.overrides)
-            except ConfigError as error:
-                context.progress(f"track {track.name} {preset_case.label}: not run with the overrides ({error})")
+    cases = plan(tracks, preset, context, repeats=repeats, done=done)
+    for finished, item in enumerate(cases):
+        track, case, repeat = item.track, item.case, item.repeat
+        if counter is not None:
+            counter.cases(finished, len(cases))
+        local = local_rates(track, case, repeat, context)
+        context.progress(f"track {track.name} {case.label} (repeat {repeat})")
+        for row in track.measure(case, repeat, context):
+            case_id = case_identity(track.name, row.case, context)
+            if row.case is not case and (track.name, case_id, repeat) in done:
                 continue
-            if case_identity(track.name, case, context) in planned:
-                continue
-            planned.add(case_identity(track.name, case, context))
-            decode = track.decode(case)
-            if decode is not None and decode not in context.decodes:
-                context.progress(f"track {track.name} {case.label}: decode {decode} does not apply to {context.layout}")
-                continue
-            for repeat in range(repeats):
-                if (track.name, case_identity(track.name, case, context), repeat) in done:
-                    continue
-                local = local_rates(track, case, repeat, context)
-                context.progress(f"track {track.name} {case.label} (repeat {repeat})")
-                for row in track.measure(case, repeat, context):
-                    case_id = case_identity(track.name, row.case, context)
-                    if row.case is not case and (track.name, case_id, repeat) in done:
-                        continue
-                    config = {
-                        "plate": context.location,
-                        "layout": context.layout,
-                        "threads": context.thread_settings,
-                        **({"store": context.remote["store"]} if context.remote is not None else {}),
-                        **row.config,
-                    }
-                    record = Record(
-                        track=track.name,
-                        case=row.case.label,
-                        case_id=case_id,
-                        config=config,
-                        metrics={  # what a row measured of its own store settings wins over the run's
-                            **store_metrics(context.remote, row.metrics, context.server_requests_per_s),
-                            **row.metrics,
-                            **ratio_to_local(local.get(row.case.label), row.metrics),
-                        },
-                        environment=context.environment,
-                        seed=row.seed,
-                        repeat=repeat,
-                        run_id=run_id,
-                    )
-                    emit(record)
-                    written.append(record)
+            config = {
+                "plate": context.location,
+                "layout": context.layout,
+                "threads": context.thread_settings,
+                **({"store": context.remote["store"]} if context.remote is not None else {}),
+                **row.config,
+            }
+            record = Record(
+                track=track.name,
+                case=row.case.label,
+                case_id=case_id,
+                config=config,
+                metrics={  # what a row measured of its own store settings wins over the run's
+                    **store_metrics(context.remote, row.metrics, context.server_requests_per_s),
+                    **row.metrics,
+                    **ratio_to_local(local.get(row.case.label), row.metrics),
+                },
+                environment=context.environment,
+                seed=row.seed,
+                repeat=repeat,
+                run_id=run_id,
+            )
+            emit(record)
+            written.append(record)
+    if counter is not None:
+        counter.cases(len(cases), len(cases))
     return written

@@ -123,29 +123,71 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
         ]
         return [dataclasses.replace(base, access=access, crop=c) for access, c in grid] + batched
     if preset == "full":
-        base = Track1Case(samples=1000 if samples is None else samples, warmup=50, cold_samples=200)
-        cases = []
-        for access, size, channels, tier, dtype, decode in itertools.product(
-            ("random", "grouped-field", "paired"),
-            (64, 128),
-            (None, ("DNA", "RNA", "Mito")),
-            ("none", "light", "typical"),
-            ("float32", "bfloat16"),
-            ("direct", "field", "zarr"),
-        ):
-            crop = CropConfig(crop_size=size, channels=channels, tier=tier, dtype=dtype, decode=decode)
-            cases.append(dataclasses.replace(base, access=access, crop=crop))
-        for access, size, decode, threads in itertools.product(
-            ("random", "grouped-field"),
-            (64, 128),
-            ("direct", "field", "zarr"),
-            (1, 2),
-        ):
-            if threads == 1 or decode == "direct":
-                crop = CropConfig(crop_size=size, decode=decode, decode_threads=threads)
-                cases.append(dataclasses.replace(base, access=access, crop=crop, batch_size=FULL_BATCH))
-        return cases
-    raise ConfigError(f"preset={preset!r} is not one of smoke, full")
+        return _full_cases(_steady_base(samples))
+    if preset == "grid":
+        return _grid_cases(_steady_base(samples))
+    raise ConfigError(f"preset={preset!r} is not one of smoke, full, grid")
+
+
+def _steady_base(samples: int | None) -> Track1Case:
+    """The full presets' case: 1,000 steady samples (a p99 with ten points beyond it), 200 cold."""
+    return Track1Case(samples=1000 if samples is None else samples, warmup=50, cold_samples=200)
+
+
+def _full_cases(base: Track1Case) -> list[Track1Case]:
+    """Every access pattern through every decode path at the base crop (96 px, all channels, no
+    transforms, float32), then one knob at a time around random access on ``direct``: crop size,
+    channels, transform tier, dtype, a cold cache in steady state, and batched reads at 1 and 2 decode
+    threads. About 30 cases: minutes on 2 cores, where the product of the knobs (``grid``) takes hours.
+    """
+    crop = CropConfig(crop_size=96)
+    cases = [
+        dataclasses.replace(base, access=access, crop=crop.replace(decode=decode))
+        for access in ("random", "grouped-field", "chunk-aware", "paired")
+        for decode in ("direct", "field", "zarr")
+    ]
+    knobs = [
+        *(crop.replace(crop_size=size) for size in (64, 128, 256)),
+        crop.replace(channels=("DNA", "RNA", "Mito")),
+        crop.replace(tier="light"),
+        crop.replace(tier="typical"),
+        crop.replace(dtype="bfloat16"),
+        crop.replace(dtype="uint16"),
+    ]
+    cases += [dataclasses.replace(base, crop=knob) for knob in knobs]
+    cases.append(dataclasses.replace(base, crop=crop, cache="cold"))
+    cases += [
+        dataclasses.replace(base, access=access, crop=crop.replace(decode_threads=threads), batch_size=FULL_BATCH)
+        for access in ("random", "grouped-field")
+        for threads in (1, 2)
+    ]
+    return cases
+
+
+def _grid_cases(base: Track1Case) -> list[Track1Case]:
+    """The product of the knobs (access × crop size × channels × tier × dtype × decode path, 216 cases)
+    and batched reads per decode path and thread count: hours on 2 cores."""
+    cases = []
+    for access, size, channels, tier, dtype, decode in itertools.product(
+        ("random", "grouped-field", "paired"),
+        (64, 128),
+        (None, ("DNA", "RNA", "Mito")),
+        ("none", "light", "typical"),
+        ("float32", "bfloat16"),
+        ("direct", "field", "zarr"),
+    ):
+        crop = CropConfig(crop_size=size, channels=channels, tier=tier, dtype=dtype, decode=decode)
+        cases.append(dataclasses.replace(base, access=access, crop=crop))
+    for access, size, decode, threads in itertools.product(
+        ("random", "grouped-field"),
+        (64, 128),
+        ("direct", "field", "zarr"),
+        (1, 2),
+    ):
+        if threads == 1 or decode == "direct":
+            crop = CropConfig(crop_size=size, decode=decode, decode_threads=threads)
+            cases.append(dataclasses.replace(base, access=access, crop=crop, batch_size=FULL_BATCH))
+    return cases
 
 
 def _indices(dataset: CropDataset, case: Track1Case, needed: int) -> list[int]:

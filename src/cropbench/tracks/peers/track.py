@@ -25,6 +25,7 @@ from cropbench.tracks.peers.spatialdata_tiles import SpatialDataTiles
 from cropbench.tracks.peers.tensorstores import TensorStoreBatched, TensorStorePerCrop
 from cropbench.tracks.peers.zarr_python import ZarrKeptOpen, ZarrOpenPerCrop, ZarrsKeptOpen
 from cropbench.tracks.runner import Row
+from cropbench.tracks.validity import validity
 
 TRACK = "peers"
 #: cropbench's own decode paths, measured before the peers (direct first: the others' denominator).
@@ -240,6 +241,17 @@ class Peers:
         rate = metrics.get(m.SAMPLES_PER_S)
         if not metrics.get(m.SKIPPED):
             metrics[m.RESIDENT_AFTER] = resident_fraction(shared.files)
+            # Track 1's flags on the same terms: a p95 on fewer than 200 timed calls (a time-capped
+            # loop) or crops drawn more than once are not numbers to quote.
+            metrics.update(
+                validity(
+                    shared.reference.config,
+                    None,
+                    items_drawn=len(shared.indices),
+                    objects=len(shared.reference),
+                    p95_reliable=bool(metrics.get(m.P95_RELIABLE)),
+                )
+            )
         if name == "cropbench-direct" and rate:
             shared.direct_samples_per_s = rate
         direct = shared.direct_samples_per_s
