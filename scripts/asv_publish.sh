@@ -34,6 +34,7 @@ if [[ "$repo" != *://* && ! -d "$repo" ]]; then
 fi
 .venv/bin/asv publish "$@"
 .venv/bin/python scripts/asv_offline_html.py "$html_dir"
+.venv/bin/python scripts/asv_site_tidy.py "$html_dir"
 if [ "$config" = asv.conf.json ]; then
   if .venv/bin/python -c "import mkdocs, material" 2>/dev/null; then
     bash scripts/docs_build.sh --site-dir "$html_dir/docs"
