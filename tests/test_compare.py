@@ -75,7 +75,11 @@ def test_cli_writes_rows_csv_and_the_figure(
     assert [r.case for r in read_records(out / "results.jsonl")] == ["memmap", "tiff"]
     assert (out / "results.csv").is_file() and (out / "plots" / "layouts_comparison.png").is_file()
     assert (out / "plates" / "tiff" / "cropbench_layout.json").is_file()
-    assert "× memmap" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "× memmap" in printed
+    verdict = printed[printed.index("\nVerdict") :]
+    assert "track layouts (storage layouts): best tiff" in verdict, "it ends in the same verdict block as run"
+    assert "the memory-mapped raw plate" in verdict
 
 
 def test_without_keep_a_run_removes_only_what_it_wrote(tiny_plate: Path, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ def cmd_compare_layouts(args: argparse.Namespace) -> int:
     if is_url(args.plate):
         return _compare_layouts_in_store(args)
     from cropbench.report.summary import summary_table
+    from cropbench.report.verdict import verdict
     from cropbench.tracks.layouts import LayoutComparison, default_layouts
 
     out_dir = Path(args.out)
@@ -42,6 +43,7 @@ def cmd_compare_layouts(args: argparse.Namespace) -> int:
         bar.close()
     print(summary_table(records))
     draw_figures(out_dir / RESULTS_NAME, out_dir / "plots")
+    print(f"\n{verdict(records).text()}")
     return 0
 
 
@@ -54,6 +56,7 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
     """compare-layouts --plate URL: requests/crop and crops/s per layout, each served on loopback behind
     --latency-ms (rows of track 'store-layouts' in OUT/results.jsonl, a table on stdout)."""
     from cropbench import api
+    from cropbench.report.verdict import verdict
     from cropbench.tracks.stores import STORE_LAYOUTS, StoreLayouts, layouts_table
 
     ignored = [f"--{name}" for name, default in COMPARE_LOCAL_DEFAULTS.items() if getattr(args, name) != default]
@@ -87,6 +90,7 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     print(layouts_table(records))
+    print(f"\n{verdict(records).text()}")
     return 0
 
 
