@@ -247,6 +247,10 @@ def _commit_release(worktree: Path, name: str, release: Release) -> str:
         top = _extract(release.sdist, Path(scratch))
         for entry in top.iterdir():
             shutil.move(str(entry), worktree / entry.name)
+    # Empty the index first so that git hashes every file: sdists give files fixed mtimes (often 0),
+    # and a file of a release with the size of the last release's one, on a reused inode, would
+    # otherwise look unchanged to git's stat check and be committed with the last release's content.
+    _git(worktree, "read-tree", "--empty")
     _git(worktree, "add", "--all", ".")
     dates = {}
     if release.date is not None:

@@ -325,3 +325,18 @@ def test_main_says_what_is_wrong_in_one_line(
 def test_newest_version_skips_pre_releases_unless_asked() -> None:
     assert history.newest_version(["1.0.0", "1.10.0", "2.0.0rc1", "junk"]) == "1.10.0"
     assert history.newest_version(["1.0.0", "2.0.0rc1"], pre=True) == "2.0.0rc1"
+
+
+def test_a_file_of_the_same_size_and_mtime_is_committed_with_its_new_content(
+    fake_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sdist files share an mtime; git's stat check must not take 1.1.0's __init__.py for 1.0.0's."""
+    # The coarsest stat check a user's git configuration may ask for: whole-second mtime and size only.
+    for index, (key, value) in enumerate((("core.trustCtime", "false"), ("core.checkStat", "minimal"))):
+        monkeypatch.setenv(f"GIT_CONFIG_KEY_{index}", key)
+        monkeypatch.setenv(f"GIT_CONFIG_VALUE_{index}", value)
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "2")
+    destination = tmp_path / "history"
+    history.build_history("fake-lib", _releases(fake_cache, ["1.0.0", "1.1.0"]), destination)
+    assert _git(destination, "show", "v1.1.0:pkg/__init__.py") == "VERSION = '1.1.0'"
+    assert _git(destination, "show", "v1.1.0:PKG-INFO") == "Version: 1.1.0"
