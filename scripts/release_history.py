@@ -19,6 +19,9 @@ latest``, the newest the index offers). The releases the history lacks are commi
 is kept, and the commits already there keep their hashes, so committed results still match:
 
     .venv/bin/python scripts/release_history.py zarr --last 3.1.7     # adds v3.1.7 to .asv/history/zarr
+
+``--force`` rebuilds a history instead, only one this script built (``MARKER_KEY`` in its git
+configuration), never a user's folder or repository; the new one is built beside it and swapped in.
 """
 
 from __future__ import annotations
