@@ -54,31 +54,34 @@ run_dir=.asv/gate/$(date -u +%Y%m%dT%H%M%SZ)-${base_commit:0:10}-${head_commit:0
 mkdir -p "$run_dir"
 # The machine entry (asked for interactively by asv otherwise), the private configuration and the
 # asv command, from the gate's settings in scripts/asv_regression.py and scripts/library_gate.py.
-mapfile -t command < <(.venv/bin/python - "$run_dir" "$base_commit" "$head_commit" <<'EOF'
+lines=$(.venv/bin/python - "$run_dir" "$base_commit" "$head_commit" <<'EOF'
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, "scripts")
 from asv.machine import Machine, MachineCollection
-from asv.util import UserError
+from asv.util import UserError, load_json
 
 import library_gate
 from asv_regression import GATE_ATTRIBUTES, GATE_BENCH, GATE_FACTOR
 
 run_dir, base, head = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3]
 machine = "gate"
+path = Path(MachineCollection.get_machine_file_path())
 try:
-    MachineCollection.load(machine)
-except UserError:
+    known = load_json(str(path), MachineCollection.api_version) if path.exists() else {}
+except (UserError, ValueError, OSError) as error:
+    sys.exit(f"gate: error: {path} is not asv's machine file ({' '.join(str(error).split())}); fix or remove it")
+if machine not in known:
     MachineCollection.save(machine, {**Machine.get_defaults(), "machine": machine})
 gate = library_gate.LibraryGate("cropbench", "asv.conf.json", GATE_BENCH, GATE_FACTOR, GATE_ATTRIBUTES)
 config_path = run_dir / "asv.gate.conf.json"
 config_path.write_text(json.dumps(library_gate.private_config(gate, run_dir / "results"), indent=4) + "\n")
 print("\n".join(library_gate.asv_command(gate, config_path, base, head, machine=machine)[1:]))
 EOF
-)
-[ ${#command[@]} -gt 0 ] || fail "could not write the gate's configuration in $run_dir"
+) || exit 2
+mapfile -t command <<<"$lines"
 echo "gate: $base (${base_commit:0:10}) -> $head (${head_commit:0:10}); asv's output also in $run_dir/continuous.txt"
 if [ "$dry_run" = 1 ]; then
   printf '%q ' .venv/bin/asv "${command[@]}"

@@ -147,3 +147,10 @@ def test_dry_run_prints_the_command_and_runs_nothing(clone: Path) -> None:
     result = _gate(clone, "--dry-run", "HEAD~2")
     assert result.returncode == 0, result.stderr
     assert "continuous" in result.stdout and not (clone / ".venv" / "bin" / "asv-arguments").exists()
+
+
+def test_a_damaged_machine_file_is_one_line(clone: Path) -> None:
+    (clone.parent / "home" / ".asv-machine.json").write_text("garbage{")
+    result = _gate(clone)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "is not asv's machine file" in result.stderr
