@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.name} has no preset range; pass --first and --last")
     destination = args.dest or HISTORY_DIR / args.name
     try:
-        check_arguments(first, last, destination, args.cache, args.force)
+        check_arguments(args.name, first, last, destination, args.cache, args.force)
         return _run(args, first, last, destination)
     except HistoryError as error:
         print(f"release_history: error: {error}", file=sys.stderr)
@@ -473,8 +473,14 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def check_arguments(first: str, last: str, destination: Path, cache: Path, force: bool) -> None:
+#: A project name as the package index spells it (PEP 508); the default --dest is a folder of that name.
+_PROJECT_NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
+
+
+def check_arguments(name: str, first: str, last: str, destination: Path, cache: Path, force: bool) -> None:
     """Every argument checked before anything is asked of the package index or written."""
+    if not _PROJECT_NAME.match(name):
+        raise HistoryError(f"{name!r} is not a project name; expected letters, digits, '.', '-' and '_', such as zarr")
     parse_version(first, "--first")
     if last != "latest":
         parse_version(last, "--last")

@@ -442,3 +442,14 @@ def test_an_unreachable_package_index_is_one_line(
     monkeypatch.setattr(history, "JSON_URL", "http://127.0.0.1:9/{name}/json")
     with pytest.raises(history.HistoryError, match="--no-dates"):
         history.upload_dates("fake-lib")
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", "-x", ""])
+def test_main_refuses_a_name_that_is_no_project_name(
+    tmp_path: Path, offline_registry: None, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """The default --dest is .asv/history/NAME: a name with ../ would build outside it."""
+    arguments = ["--first", "1.0.0", "--last", "1.1.0", "--cache", str(tmp_path / "sdists"), "--", name]
+    assert history.main(arguments) == 2
+    _one_line_error(capsys, "is not a project name")
+    assert not (tmp_path / "sdists").exists()
