@@ -113,15 +113,14 @@ def parse_version(text: str, argument: str) -> Version:
         raise HistoryError(f"{argument} {text!r} is not a version; expected one such as 3.1.6") from None
 
 
-def _pip(*args: str, capture: bool = True) -> str:
-    """Run pip in this interpreter; its failure is a HistoryError with pip's last error line."""
-    command = [sys.executable, "-m", "pip", *args]
-    result = subprocess.run(command, capture_output=True, text=True)
+def _pip(*args: str) -> str:
+    """pip's output in this interpreter; its failure is a HistoryError with pip's last error line."""
+    result = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
     if result.returncode != 0:
         lines = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
         last = lines[-1].strip() if lines else f"exit code {result.returncode}"
         raise HistoryError(f"pip {' '.join(args)} failed: {last} (is the package index reachable?)")
-    return result.stdout if capture else ""
+    return result.stdout
 
 
 def available_versions(name: str) -> list[str]:
