@@ -26,15 +26,29 @@ while [ $# -gt 0 ]; do
     *) echo "asv_history: error: unknown argument '$1'; $usage" >&2; exit 2 ;;
   esac
 done
-[[ "$commits" =~ ^[1-9][0-9]*$ ]] || { echo "asv_history: error: --commits must be a positive whole number, got '$commits'" >&2; exit 2; }
-available=$(git rev-list --count main)
+fail() {
+  echo "asv_history: error: $*" >&2
+  exit 2
+}
+[[ "$commits" =~ ^[1-9][0-9]*$ ]] || fail "--commits must be a positive whole number, got '$commits'"
+# The machine name is a folder under results/: letters, digits, '.', '-' and '_', no '..'.
+if [ -n "$machine" ] && { [[ ! "$machine" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || [[ "$machine" == *..* ]]; }; then
+  fail "--machine '$machine' is not a machine name; expected letters, digits, '.', '-' and '_' (no '..'), such as gpu-node-1"
+fi
 if [ -z "$range" ]; then
+  git rev-parse --verify -q main >/dev/null || fail "this repository has no branch main; pass --range A..B"
+  available=$(git rev-list --count main)
   if [ "$commits" -ge "$available" ]; then
     range=$(git rev-list --max-parents=0 main | tail -n 1)..main
   else
     range="main~$commits..main"
   fi
 fi
+# asv hands the range to git rev-list: checked here, so a bad one is one line, not asv's traceback.
+if [[ "$range" == -* ]] || ! count=$(git rev-list --count "$range" -- 2>/dev/null); then
+  fail "--range '$range' is not a commit range of this repository; expected A..B, such as main~5..main"
+fi
+[ "$count" -gt 0 ] || fail "--range '$range' holds no commits; expected A..B with B ahead of A"
 bash scripts/setup.sh
 asv() { env -u CROPBENCH_ASV_FULL .venv/bin/asv "$@"; }
 if [ -n "$machine" ]; then
@@ -59,7 +73,7 @@ EOF
 elif [ ! -f "$HOME/.asv-machine.json" ]; then
   asv machine --yes >/dev/null
 fi
-echo "asv_history: the default grid over $range ($(git rev-list --count "$range") commits), one round each ..."
+echo "asv_history: the default grid over $range ($count commits), one round each ..."
 asv run --skip-existing-successful -a rounds=1 --show-stderr --bench "$DEFAULT_GRID" \
   ${machine:+--machine "$machine"} "$range"
 echo "asv_history: done; commit results/ and publish with: bash scripts/asv_publish.sh"

@@ -5,6 +5,8 @@ bootstrap, stupidtable and blueimp-md5 from CDNs; on an air-gapped cluster the p
 nothing. This copies vendor/asv-www/ (filled from the npm registry by scripts/asv_vendor.sh) to
 html/vendor/ and points every such tag at the copy. A CDN link it has no copy for is an error,
 so an asv upgrade that needs another library fails loudly instead of publishing a blank page.
+It also leaves ``SITE_MARKER`` in the site: ``asv publish`` empties its folder first, and
+scripts/asv_publish.sh lets it do so only to a folder that holds the marker (or nothing).
 
     .venv/bin/python scripts/asv_offline_html.py html      (scripts/asv_publish.sh runs it)
 """
@@ -12,6 +14,7 @@ so an asv upgrade that needs another library fails loudly instead of publishing 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 from pathlib import Path
@@ -31,6 +34,8 @@ LOCAL_COPIES = {
     "bootstrap.min.js": "vendor/js/bootstrap.min.js",
     "bootstrap.min.css": "vendor/css/bootstrap.min.css",
 }
+#: The file that makes a folder a site scripts/asv_publish.sh published, and so one it may replace.
+SITE_MARKER = ".cropbench-asv-site.json"
 _REMOTE_TAG = re.compile(r"<(script|link)\b[^>]*?(?:src|href)=\"(https?://[^\"]+)\"[^>]*>", re.IGNORECASE)
 #: Subresource-integrity attributes name the CDN file's hash; the local copy need not match it.
 _CDN_ATTRIBUTES = re.compile(r"\s+(?:integrity|crossorigin|referrerpolicy)=\"[^\"]*\"")
@@ -38,6 +43,25 @@ _CDN_ATTRIBUTES = re.compile(r"\s+(?:integrity|crossorigin|referrerpolicy)=\"[^\
 
 class OfflineError(RuntimeError):
     """The page asks for a remote file that has no vendored copy, or html/ is not a published site."""
+
+
+def refusal(html_dir: Path) -> str | None:
+    """Why ``asv publish`` may not write to ``html_dir`` (None: it may): it empties the folder first."""
+    if html_dir.is_symlink():
+        return "it is a symbolic link, not a site folder this script published"
+    if not html_dir.exists():
+        return None
+    if not html_dir.is_dir():
+        return "it is a file, not a folder"
+    if not any(html_dir.iterdir()):
+        return None
+    try:
+        marker = json.loads((html_dir / SITE_MARKER).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        marker = None
+    if not isinstance(marker, dict) or marker.get("cropbench_site") != 1:
+        return f"it holds files and no {SITE_MARKER}, so it is not a site scripts/asv_publish.sh published"
+    return None
 
 
 def localise(page: str) -> str:
@@ -59,6 +83,7 @@ def make_offline(html_dir: Path) -> list[Path]:
     """Copy the vendored files into ``html_dir`` and rewrite its pages; return the pages changed."""
     if not (html_dir / "index.json").exists():
         raise OfflineError(f"{html_dir} holds no published asv site (no index.json); run `asv publish` first")
+    (html_dir / SITE_MARKER).write_text(json.dumps({"cropbench_site": 1, "written_by": "scripts/asv_publish.sh"}))
     shutil.copytree(VENDOR, html_dir / "vendor", dirs_exist_ok=True)
     changed = []
     for page in sorted(html_dir.glob("*.html")):

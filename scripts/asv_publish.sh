@@ -4,28 +4,60 @@
 # in html/docs/. Extra arguments go to `asv publish`:
 #   bash scripts/asv_publish.sh                                # html/ and html/docs/
 #   bash scripts/asv_publish.sh --config asv.zarr.conf.json    # html-zarr/ (zarr-python's releases)
-# A format library's history needs its release-history repository (scripts/release_history.py);
-# without it this says in one line how to build it.
+#   bash scripts/asv_publish.sh --html-dir /tmp/site           # anywhere else
+# asv publish empties the site folder first: an existing folder is replaced only when this script
+# published it (its marker, scripts/asv_offline_html.py's SITE_MARKER); any other folder that holds
+# something is refused in one line. A format library's history needs its release-history repository
+# (scripts/release_history.py); without it this says in one line how to build it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=asv.conf.json
+html_override=""
 previous=""
 for argument in "$@"; do
+  case "$previous" in
+    --config) config=$argument ;;
+    --html-dir | -o) html_override=$argument ;;
+  esac
   case "$argument" in
     --config=*) config=${argument#--config=} ;;
-    *) [ "$previous" = "--config" ] && config=$argument ;;
+    --html-dir=*) html_override=${argument#--html-dir=} ;;
   esac
   previous=$argument
 done
 [ -f "$config" ] || { echo "asv_publish: error: no asv configuration $config" >&2; exit 2; }
-# repo and html_dir of the configuration (asv's JSON allows // comments).
-read -r repo html_dir < <(.venv/bin/python - "$config" <<'EOF'
+# The configuration's repo and site folder as asv resolves them (from the configuration's folder),
+# checked before asv runs: an unreadable configuration or a folder this script did not publish ends
+# here in one line.
+site=$(.venv/bin/python - "$config" "$html_override" <<'EOF'
 import sys
+from pathlib import Path
+
+sys.path.insert(0, "scripts")
 from asv import util
-conf = util.load_json(sys.argv[1], js_comments=True)
-print(conf.get("repo", "."), conf.get("html_dir", "html"))
+from asv.config import Config
+from asv_offline_html import refusal
+
+config, override = Path(sys.argv[1]), sys.argv[2]
+try:
+    conf = Config.load(str(config))
+except (ValueError, TypeError, OSError, util.UserError) as error:
+    reason = " ".join(str(error).split())
+    sys.exit(f"asv_publish: error: {config} is not an asv configuration ({reason}); expected asv's JSON with a repo")
+base = config.resolve().parent
+repo = str(conf.repo)
+html_dir = base / (override or str(getattr(conf, "html_dir", "html")))
+reason = refusal(html_dir)
+if reason:
+    sys.exit(f"asv_publish: error: refusing to replace {html_dir}: {reason}; remove it yourself or pass --html-dir")
+print(repo if "://" in repo else base / repo)
+print(html_dir)
 EOF
-)
+) || exit 2
+{
+  read -r repo
+  read -r html_dir
+} <<<"$site"
 if [[ "$repo" != *://* && ! -d "$repo" ]]; then
   library=$(basename "$repo")
   echo "asv_publish: error: $config measures the release history in $repo, which does not exist;" \

@@ -458,9 +458,9 @@ def campaign(
 
 
 def gate_command() -> str:
-    """The gate as a command line (README quotes it)."""
+    """The gate as a command line (docs/asv.md quotes it; scripts/gate.sh runs it)."""
     attributes = " ".join(f"-a {attribute}" for attribute in GATE_ATTRIBUTES)
-    return f'asv continuous --factor {GATE_FACTOR} {attributes} -b "{GATE_BENCH}" main HEAD'
+    return f'asv continuous --factor {GATE_FACTOR} {attributes} -b "{GATE_BENCH}" BASE HEAD'
 
 
 def table(summary: dict[str, Any], kinds: tuple[str, ...]) -> str:

@@ -87,7 +87,51 @@ def _commit(path: Path, message: str) -> str:
 
 def newest_release(history: Path) -> str:
     """The newest ``v<version>`` tag of the history (what ``git describe`` of main names)."""
-    return _git(history, "describe", "--tags", "--abbrev=0", "main")
+    try:
+        return _git(history, "describe", "--tags", "--abbrev=0", "main")
+    except subprocess.CalledProcessError:
+        raise CampaignError(f"{history} has no release tag on a branch main; it is not a release history") from None
+
+
+def check_history(history: Path, release: str | None) -> str:
+    """The release the campaign starts from, once ``history`` is a release history that has it."""
+    if not (history / ".git").exists():
+        raise CampaignError(
+            f"--history {history} is not a release history (no git repository there); "
+            "build it with .venv/bin/python scripts/release_history.py zarr"
+        )
+    if release is None:
+        return newest_release(history)
+    found = subprocess.run(
+        ["git", "-C", str(history), "rev-parse", "--verify", "-q", f"refs/tags/{release}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode != 0:
+        tags = _git(history, "tag", "--list", "--sort=-version:refname").split()
+        raise CampaignError(
+            f"--release {release!r} is not a release tag of {history}; expected one of {', '.join(tags[:5]) or 'none'}"
+        )
+    return release
+
+
+def check_arguments(args: argparse.Namespace) -> tuple[tuple[str, ...], str]:
+    """The kinds and the release, once every argument is checked (before anything is built or measured)."""
+    kinds = tuple(kind for kind in args.kinds.split(",") if kind)
+    unknown = [kind for kind in kinds if kind not in INJECTIONS]
+    if unknown:
+        raise CampaignError(f"--kinds: unknown {', '.join(unknown)} (known: {', '.join(INJECTIONS)})")
+    for name in ("identical", "per_kind"):
+        if getattr(args, name) < 0:
+            flag = "--" + name.replace("_", "-")
+            raise CampaignError(f"{flag} must be 0 or more comparisons, got {getattr(args, name)}")
+    if args.identical + args.per_kind * len(kinds) == 0:
+        raise CampaignError("the campaign has no comparisons: give --identical or --per-kind (with --kinds) above 0")
+    if os.path.lexists(args.out) and not args.out.is_dir():
+        raise CampaignError(f"--out {args.out} is a file, not a folder; give a new folder")
+    if args.out.exists() and any(args.out.iterdir()):
+        raise CampaignError(f"--out {args.out} is not empty; give a new folder (nothing there is replaced)")
+    return kinds, check_history(args.history, args.release)
 
 
 @dataclass(frozen=True)
@@ -268,16 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--machine", help="asv machine name (default: asv's)")
     parser.add_argument("--out", type=Path, required=True, help="where the table and every comparison go")
     args = parser.parse_args(argv)
-    kinds = tuple(kind for kind in args.kinds.split(",") if kind)
-    unknown = [kind for kind in kinds if kind not in INJECTIONS]
-    if unknown:
-        parser.error(f"--kinds: unknown {', '.join(unknown)} (known: {', '.join(INJECTIONS)})")
-    if args.out.exists() and any(args.out.iterdir()):
-        parser.error(f"--out {args.out} is not empty; give a new folder (nothing there is replaced)")
     try:
+        kinds, release = check_arguments(args)
         with tempfile.TemporaryDirectory(prefix="library-campaign-") as name:
             scratch = Path(name)
-            release = args.release or newest_release(args.history)
             branches = make_branches(args.history, scratch / "zarr", release, kinds)
             plate = write_plate(scratch / "smoke.zarr")
             base_source = source_tree(branches, branches.base, scratch)
@@ -299,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
             summary = campaign(branches, gate, slowdowns, order, args.out, scratch)
     except (CampaignError, library_gate.GateError) as error:
         print(f"library_campaign: error: {error}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as error:
+        detail = " ".join(str(error.stderr or "").split()) or f"exit code {error.returncode}"
+        print(f"library_campaign: error: {' '.join(map(str, error.cmd))} failed: {detail}", file=sys.stderr)
         return 2
     print(table(summary), end="")
     return 0

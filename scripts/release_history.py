@@ -19,6 +19,9 @@ latest``, the newest the index offers). The releases the history lacks are commi
 is kept, and the commits already there keep their hashes, so committed results still match:
 
     .venv/bin/python scripts/release_history.py zarr --last 3.1.7     # adds v3.1.7 to .asv/history/zarr
+
+``--force`` rebuilds a history instead, only one this script built (``MARKER_KEY`` in its git
+configuration), never a user's folder or repository; the new one is built beside it and swapped in.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ LIBRARIES: dict[str, tuple[str, str]] = {
     "ome-arrow": ("0.0.2", "0.1.0"),
 }
 _AUTHOR = ("release history", "release-history@localhost")
+#: The git configuration entry (the project's name) that marks a repository as a history this script
+#: built: ``--force`` replaces only such a repository, never a user's folder or their own repository.
+MARKER_KEY = "cropbench.releaseHistory"
 _SDIST_SUFFIXES = (".tar.gz", ".tgz", ".zip")
 
 
@@ -82,7 +88,7 @@ def parse_available_versions(pip_index_output: str) -> list[str]:
 
 def select_range(versions: Sequence[str], first: str, last: str, pre: bool = False) -> list[str]:
     """The versions from ``first`` to ``last`` (both included), oldest first; pre-releases only if asked."""
-    low, high = Version(first), Version(last)
+    low, high = parse_version(first, "--first"), parse_version(last, "--last")
     if low > high:
         raise HistoryError(f"first version {first} is newer than last version {last}")
     chosen = []
@@ -99,12 +105,27 @@ def select_range(versions: Sequence[str], first: str, last: str, pre: bool = Fal
     return [str(version) for version in sorted(set(chosen))]
 
 
+def parse_version(text: str, argument: str) -> Version:
+    """``text`` as a version, or a HistoryError that names ``argument``."""
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise HistoryError(f"{argument} {text!r} is not a version; expected one such as 3.1.6") from None
+
+
+def _pip(*args: str) -> str:
+    """pip's output in this interpreter; its failure is a HistoryError with pip's last error line."""
+    result = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        lines = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else f"exit code {result.returncode}"
+        raise HistoryError(f"pip {' '.join(args)} failed: {last} (is the package index reachable?)")
+    return result.stdout
+
+
 def available_versions(name: str) -> list[str]:
     """Every version of ``name`` the configured package index offers (``pip index versions``)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", name], check=True, capture_output=True, text=True
-    )
-    return parse_available_versions(result.stdout)
+    return parse_available_versions(_pip("index", "versions", name))
 
 
 def _normalise(name: str) -> str:
@@ -129,22 +150,7 @@ def download_sdist(name: str, version: str, cache: Path) -> Path:
     found = find_sdist(cache, name, version)
     if found is not None:
         return found
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "--dest",
-            str(cache),
-            f"{name}=={version}",
-        ],
-        check=True,
-    )
+    _pip("download", "--quiet", "--no-deps", "--no-binary", ":all:", "--dest", str(cache), f"{name}=={version}")
     found = find_sdist(cache, name, version)
     if found is None:
         raise HistoryError(f"pip download of {name}=={version} left no sdist in {cache}")
@@ -168,8 +174,15 @@ def parse_upload_dates(project_json: Mapping[str, object]) -> dict[str, dt.datet
 
 def upload_dates(name: str) -> dict[str, dt.datetime]:
     """Version -> upload time for ``name``, one request to the registry's JSON page."""
-    with urllib.request.urlopen(JSON_URL.format(name=name), timeout=60) as response:  # noqa: S310 (fixed https URL)
-        return parse_upload_dates(json.load(response))
+    url = JSON_URL.format(name=name)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (fixed https URL)
+            document = json.load(response)
+    except (OSError, ValueError) as error:
+        raise HistoryError(f"cannot read the upload dates from {url}: {error}; pass --no-dates to do without") from None
+    if not isinstance(document, dict):
+        raise HistoryError(f"{url} holds a JSON {type(document).__name__}, not the registry's project page")
+    return parse_upload_dates(document)
 
 
 def _extract(sdist: Path, destination: Path) -> Path:
@@ -184,6 +197,26 @@ def _extract(sdist: Path, destination: Path) -> Path:
     if len(tops) != 1 or not tops[0].is_dir():
         raise HistoryError(f"{sdist.name}: expected one top-level folder, found {sorted(p.name for p in tops)}")
     return tops[0]
+
+
+def _git_config(path: Path, key: str) -> str | None:
+    """The value of ``key`` in the git configuration of the repository at ``path`` (None if unset)."""
+    result = subprocess.run(["git", "-C", str(path), "config", "--get", key], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def replace_refusal(destination: Path) -> str | None:
+    """Why ``--force`` may not replace ``destination`` (None: it may): only a history this script built."""
+    if destination.is_symlink():
+        return "it is a symbolic link"
+    if not destination.is_dir():
+        return "it is a file, not a folder"
+    if not (destination / ".git").is_dir() or _git_config(destination, MARKER_KEY) is None:
+        return f"it is not a release history this script built (no {MARKER_KEY} in its git configuration)"
+    others = other_branches(destination)
+    if others:
+        return f"it holds branches besides main ({', '.join(others)}) that --force would delete"
+    return None
 
 
 def _git(path: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -215,29 +248,47 @@ def build_history(name: str, releases: Sequence[Release], destination: Path, for
     """
     if not releases:
         raise HistoryError(f"no releases of {name} to commit")
-    if destination.exists() and any(destination.iterdir()):
-        if not force:
-            raise HistoryError(
-                f"{destination} exists and is not empty; run without --force on a release history to add "
-                "releases to it, or pass --force to rebuild it"
-            )
-        others = other_branches(destination) if (destination / ".git").exists() else []
-        if others:
-            raise HistoryError(
-                f"{destination} holds branches besides main ({', '.join(others)}); --force would delete them. "
-                "Add releases without --force (branches are kept), or rebuild into another --dest"
-            )
-        shutil.rmtree(destination)
-    destination.mkdir(parents=True, exist_ok=True)
-    _git(destination, "init", "-q", "-b", "main")
-    _git(destination, "config", "user.name", _AUTHOR[0])
-    _git(destination, "config", "user.email", _AUTHOR[1])
-    _git(destination, "config", "core.excludesFile", os.devnull)
-    commits = []
-    for release in releases:
-        commits.append(_commit_release(destination, name, release))
-        _git(destination, "tag", f"v{release.version}")
+    check_destination(destination, force)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    # Built beside the destination and swapped in when complete: a failure leaves the old one as it was.
+    scratch = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", suffix=".partial", dir=destination.parent))
+    try:
+        built = scratch / destination.name
+        built.mkdir()
+        _git(built, "init", "-q", "-b", "main")
+        _git(built, "config", "user.name", _AUTHOR[0])
+        _git(built, "config", "user.email", _AUTHOR[1])
+        _git(built, "config", "core.excludesFile", os.devnull)
+        _git(built, "config", MARKER_KEY, name)
+        commits = []
+        for release in releases:
+            commits.append(_commit_release(built, name, release))
+            _git(built, "tag", f"v{release.version}")
+        check_destination(destination, force)
+        if os.path.lexists(destination):
+            os.rename(destination, scratch / "replaced")
+        os.rename(built, destination)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return commits
+
+
+def check_destination(destination: Path, force: bool) -> None:
+    """Raise HistoryError unless a new history may go to ``destination``: free, empty, or (forced) ours."""
+    if not os.path.lexists(destination) or (
+        destination.is_dir() and not destination.is_symlink() and not any(destination.iterdir())
+    ):
+        return
+    if not force:
+        raise HistoryError(
+            f"{destination} exists and is not empty; run without --force on a release history to add "
+            "releases to it, or pass --force to rebuild it"
+        )
+    reason = replace_refusal(destination)
+    if reason:
+        raise HistoryError(
+            f"--force refuses to replace {destination}: {reason}; remove it yourself or choose another --dest"
+        )
 
 
 def _commit_release(worktree: Path, name: str, release: Release) -> str:
@@ -247,6 +298,10 @@ def _commit_release(worktree: Path, name: str, release: Release) -> str:
         top = _extract(release.sdist, Path(scratch))
         for entry in top.iterdir():
             shutil.move(str(entry), worktree / entry.name)
+    # Empty the index first so that git hashes every file: sdists give files fixed mtimes (often 0),
+    # and a file of a release with the size of the last release's one, on a reused inode, would
+    # otherwise look unchanged to git's stat check and be committed with the last release's content.
+    _git(worktree, "read-tree", "--empty")
     _git(worktree, "add", "--all", ".")
     dates = {}
     if release.date is not None:
@@ -285,6 +340,13 @@ def released_versions(destination: Path) -> dict[str, str]:
     return versions
 
 
+def _require_repository(destination: Path) -> None:
+    if not (destination / ".git").exists():
+        raise HistoryError(
+            f"{destination} exists and is not a release history (no git repository); choose another --dest"
+        )
+
+
 def extend_history(name: str, releases: Sequence[Release], destination: Path) -> list[str]:
     """Commit the releases the history at ``destination`` lacks on top of its ``main``; their hashes.
 
@@ -293,10 +355,7 @@ def extend_history(name: str, releases: Sequence[Release], destination: Path) ->
     a temporary worktree, so a maintainer's checkout of another branch is left alone; where ``main``
     is checked out, it is fast-forwarded (refused while it has uncommitted changes).
     """
-    if not (destination / ".git").exists():
-        raise HistoryError(
-            f"{destination} exists and is not a release history (no git repository); choose another --dest"
-        )
+    _require_repository(destination)
     try:
         tip = _git(destination, "rev-parse", "--verify", "-q", "refs/heads/main")
     except subprocess.CalledProcessError:
@@ -384,9 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="rebuild the repository at --dest instead of adding releases to it; refused while it holds "
-        "branches besides main (if its hashes change, delete asv's build clones, .asv/env/*/project: they share "
-        "its objects but keep the old tags, so builds get dev versions)",
+        help="rebuild the repository at --dest instead of adding releases to it; only a history this script "
+        "built, and refused while it holds branches besides main (if its hashes change, delete asv's build "
+        "clones, .asv/env/*/project: they share its objects but keep the old tags, so builds get dev versions)",
     )
     parser.add_argument(
         "--env-root",
@@ -401,10 +460,36 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.name} has no preset range; pass --first and --last")
     destination = args.dest or HISTORY_DIR / args.name
     try:
+        check_arguments(args.name, first, last, destination, args.cache, args.force)
         return _run(args, first, last, destination)
     except HistoryError as error:
         print(f"release_history: error: {error}", file=sys.stderr)
-        return 2
+    except subprocess.CalledProcessError as error:
+        detail = " ".join(str(error.stderr or "").split()) or f"exit code {error.returncode}"
+        print(f"release_history: error: {' '.join(map(str, error.cmd))} failed: {detail}", file=sys.stderr)
+    except OSError as error:
+        print(f"release_history: error: {error.filename or destination}: {error.strerror or error}", file=sys.stderr)
+    return 2
+
+
+#: A project name as the package index spells it (PEP 508); the default --dest is a folder of that name.
+_PROJECT_NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
+
+
+def check_arguments(name: str, first: str, last: str, destination: Path, cache: Path, force: bool) -> None:
+    """Every argument checked before anything is asked of the package index or written."""
+    if not _PROJECT_NAME.match(name):
+        raise HistoryError(f"{name!r} is not a project name; expected letters, digits, '.', '-' and '_', such as zarr")
+    parse_version(first, "--first")
+    if last != "latest":
+        parse_version(last, "--last")
+    for path, argument in ((destination, "--dest"), (cache, "--cache")):
+        if os.path.lexists(path) and not path.is_dir():
+            raise HistoryError(f"{argument} {path} is a file, not a folder; expected a folder or a new path")
+    if force:
+        check_destination(destination, force=True)
+    elif destination.exists() and any(destination.iterdir()):
+        _require_repository(destination)
 
 
 def _run(args: argparse.Namespace, first: str, last: str, destination: Path) -> int:

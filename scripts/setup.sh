@@ -3,30 +3,9 @@
 # a no-op when up to date.
 # The first run downloads and unpacks about 6.5 GB (most of it torch's CUDA build): about 10 minutes on a
 # 2-core machine. It prints one line per package pip collects or downloads (with its size) and per install
-# step; pip's whole output goes to .venv/setup-pip.log.
+# step, and "setup: pip still working (N s)" every 30 s while pip runs (resolving prints nothing for a while);
+# pip's whole output goes to .venv/setup-pip.log.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3.11}
-command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-stamp=.venv/.cropbench-setup
-log=.venv/setup-pip.log
-# [remote]: the object-store clients and the loopback S3 server the remote tests start (tests/test_remote.py);
-# [docs]: mkdocs and its theme, for scripts/docs_build.sh and the site scripts/asv_publish.sh publishes.
-extras=dev,remote,docs
-want=$({ cat pyproject.toml setup.py src/cropbench/formats/_native.c; echo "$extras"; } | sha256sum | cut -c1-16)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  exit 0
-fi
-started=$SECONDS
-if [ -x .venv/bin/python ]; then
-  echo "setup: updating .venv (pyproject.toml, setup.py, the C extension or the extras changed, or the last setup" \
-    "did not finish)"
-else
-  echo "setup: building .venv from pyproject.toml: torch, torchvision, zarr, the dev and docs tools, about 6.5 GB" \
-    "(most of it torch's CUDA build); about 10 minutes on a 2-core machine. Later runs skip this."
-  "$PYTHON" -m venv .venv
-fi
-: >"$log"
 
 # talk: pip's output in, a short line per step out (what pip collects, downloads with its size, builds,
 # installs), errors in full; the rest only in the log. fflush: each line shows as pip gets there.
@@ -52,15 +31,63 @@ talk() {
   '
 }
 
-# pip_install WHAT ARGS...: pip install ARGS, its steps on the terminal, its whole output in the log.
+# heartbeat SECONDS COMMAND...: run COMMAND, and while it runs print a line every SECONDS, so a resolver
+# that is thinking (or backtracking) without output does not look like a hang; COMMAND's exit code.
+heartbeat() {
+  local interval=$1 started=$SECONDS beat rc=0
+  shift
+  (
+    while sleep "$interval" >/dev/null 2>&1; do
+      echo "setup: pip still working ($((SECONDS - started)) s)"
+    done
+  ) &
+  beat=$!
+  "$@" || rc=$?
+  kill "$beat" 2>/dev/null || true
+  wait "$beat" 2>/dev/null || true
+  return "$rc"
+}
+
+# pip_logged ARGS...: pip install ARGS, its steps on the terminal, its whole output in the log.
+pip_logged() {
+  .venv/bin/python -m pip install --progress-bar off "$@" 2>&1 | tee -a "$log" | talk
+}
+
+# pip_install WHAT ARGS...: pip_logged with a heartbeat every 30 s; one line if it fails.
 pip_install() {
   local what=$1
   shift
-  if ! .venv/bin/python -m pip install --progress-bar off "$@" 2>&1 | tee -a "$log" | talk; then
+  if ! heartbeat 30 pip_logged "$@"; then
     echo "setup: pip could not install $what; its whole output is in $log" >&2
     exit 1
   fi
 }
+
+# Sourced (tests/test_setup.py): the functions above only.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
+
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+stamp=.venv/.cropbench-setup
+log=.venv/setup-pip.log
+# [remote]: the object-store clients and the loopback S3 server the remote tests start (tests/test_remote.py);
+# [docs]: mkdocs and its theme, for scripts/docs_build.sh and the site scripts/asv_publish.sh publishes.
+extras=dev,remote,docs
+want=$({ cat pyproject.toml setup.py src/cropbench/formats/_native.c; echo "$extras"; } | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+started=$SECONDS
+if [ -x .venv/bin/python ]; then
+  echo "setup: updating .venv (pyproject.toml, setup.py, the C extension or the extras changed, or the last setup" \
+    "did not finish)"
+else
+  echo "setup: building .venv from pyproject.toml: torch, torchvision, zarr, the dev and docs tools, about 6.5 GB" \
+    "(most of it torch's CUDA build); about 10 minutes on a 2-core machine. Later runs skip this."
+  "$PYTHON" -m venv .venv
+fi
+: >"$log"
 
 echo "setup: upgrading pip"
 pip_install pip --upgrade pip

@@ -1,4 +1,8 @@
-"""scripts/asv_history.sh refuses bad arguments in one line, before it sets up or runs anything."""
+"""scripts/asv_history.sh refuses bad arguments in one line, before it sets up or runs anything.
+
+A machine name is a folder under results/ (``../`` would write outside the repository), and the
+range goes to git through asv (a bad one was asv's traceback).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,12 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "asv_history.sh"
         (["--commits", "0"], "--commits must be a positive whole number, got '0'"),
         (["--commits", "x"], "--commits must be a positive whole number, got 'x'"),
         (["--bogus"], "unknown argument '--bogus'"),
+        (["--machine", "../../outside"], "--machine '../../outside' is not a machine name"),
+        (["--machine", "a..b"], "--machine 'a..b' is not a machine name"),
+        (["--machine", "with/slash"], "--machine 'with/slash' is not a machine name"),
+        (["--range", "no-such-commit..main"], "--range 'no-such-commit..main' is not a commit range"),
+        (["--range", "--all"], "--range '--all' is not a commit range"),
+        (["--range", "HEAD..HEAD"], "--range 'HEAD..HEAD' holds no commits"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(arguments: list[str], message: str) -> None:

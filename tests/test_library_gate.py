@@ -194,9 +194,7 @@ def test_every_patch_file_is_an_injection() -> None:
 
 def test_the_default_kinds_are_injections_and_an_unknown_kind_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert campaign_module.DEFAULT_KINDS and set(campaign_module.DEFAULT_KINDS) <= set(INJECTIONS)
-    with pytest.raises(SystemExit) as exit_info:
-        campaign_module.main(["--kinds", "shard-index,no-such-kind", "--out", "unused"])
-    assert exit_info.value.code == 2
+    assert campaign_module.main(["--kinds", "shard-index,no-such-kind", "--out", "unused"]) == 2
     assert "--kinds: unknown no-such-kind" in capsys.readouterr().err
 
 
@@ -312,9 +310,46 @@ def test_campaign_tallies_each_kind_and_writes_the_table(tmp_path: Path, branche
 
 def test_the_campaign_refuses_an_out_folder_that_holds_anything(tmp_path: Path) -> None:
     (tmp_path / "kept.txt").write_text("mine\n")
-    with pytest.raises(SystemExit):
-        campaign_module.main(["--out", str(tmp_path)])
+    assert campaign_module.main(["--out", str(tmp_path)]) == 2
     assert (tmp_path / "kept.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--history", "{tmp}/missing"], "--history {tmp}/missing is not a release history"),
+        (["--history", "{tmp}/plain"], "--history {tmp}/plain is not a release history"),
+        (["--release", "v9.9.9"], "--release 'v9.9.9' is not a release tag of {history}; expected one of v3.1.6"),
+        (["--out", "{tmp}/a-file"], "--out {tmp}/a-file is a file, not a folder"),
+        (["--identical", "-1"], "--identical must be 0 or more comparisons, got -1"),
+        (["--per-kind", "-3"], "--per-kind must be 0 or more comparisons, got -3"),
+        (["--identical", "0", "--per-kind", "0"], "the campaign has no comparisons"),
+        (["--identical", "0", "--kinds", ""], "the campaign has no comparisons"),
+    ],
+)
+def test_the_campaign_checks_every_argument_before_it_starts_in_one_line(
+    fake_history: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    arguments: list[str],
+    message: str,
+) -> None:
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "a-file").write_text("mine\n")
+
+    def no_work(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the campaign started before its arguments were checked")
+
+    monkeypatch.setattr(campaign_module, "make_branches", no_work)
+    filled = [argument.format(tmp=tmp_path) for argument in arguments]
+    out = ["--out", str(tmp_path / "out")] if "--out" not in arguments else []
+    assert campaign_module.main(["--history", str(fake_history), *out, *filled]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("library_campaign: error: ") and error.count("\n") == 1, error
+    assert message.format(tmp=tmp_path, history=fake_history) in error
+    assert not (tmp_path / "out").exists(), "nothing is written"
+    assert (tmp_path / "a-file").read_text() == "mine\n"
 
 
 def test_the_workflow_gates_every_library_when_a_release_appears() -> None:

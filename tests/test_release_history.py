@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -325,3 +326,130 @@ def test_main_says_what_is_wrong_in_one_line(
 def test_newest_version_skips_pre_releases_unless_asked() -> None:
     assert history.newest_version(["1.0.0", "1.10.0", "2.0.0rc1", "junk"]) == "1.10.0"
     assert history.newest_version(["1.0.0", "2.0.0rc1"], pre=True) == "2.0.0rc1"
+
+
+def test_a_file_of_the_same_size_and_mtime_is_committed_with_its_new_content(
+    fake_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sdist files share an mtime; git's stat check must not take 1.1.0's __init__.py for 1.0.0's."""
+    # The coarsest stat check a user's git configuration may ask for: whole-second mtime and size only.
+    for index, (key, value) in enumerate((("core.trustCtime", "false"), ("core.checkStat", "minimal"))):
+        monkeypatch.setenv(f"GIT_CONFIG_KEY_{index}", key)
+        monkeypatch.setenv(f"GIT_CONFIG_VALUE_{index}", value)
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "2")
+    destination = tmp_path / "history"
+    history.build_history("fake-lib", _releases(fake_cache, ["1.0.0", "1.1.0"]), destination)
+    assert _git(destination, "show", "v1.1.0:pkg/__init__.py") == "VERSION = '1.1.0'"
+    assert _git(destination, "show", "v1.1.0:PKG-INFO") == "Version: 1.1.0"
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], *fragments: str) -> None:
+    error = capsys.readouterr().err
+    assert error.startswith("release_history: error: ") and error.count("\n") == 1, error
+    for fragment in fragments:
+        assert fragment in error, error
+
+
+def test_force_refuses_a_users_folder_and_a_users_repository(
+    fake_cache: Path, tmp_path: Path, offline_registry: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--force replaces only a history this script built: never a folder or a repository of a user's own."""
+    folder = tmp_path / "folder"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "notes.txt").write_text("mine\n")
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    (repository / "work.py").write_text("WORK = 1\n")
+    _git(repository, "init", "-q", "-b", "main")
+    _git(repository, "add", "work.py")
+    _git(repository, "-c", "user.name=me", "-c", "user.email=me@localhost", "commit", "-q", "-m", "my work")
+    mine = _git(repository, "rev-parse", "main")
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    common = ["fake-lib", "--first", "1.0.0", "--last", "1.1.0", "--cache", str(fake_cache), "--force"]
+    for destination, reason in ((folder, "not a release history"), (repository, "not a release history")):
+        assert history.main([*common, "--dest", str(destination)]) == 2
+        _one_line_error(capsys, f"--force refuses to replace {destination}", reason)
+    assert history.main([*common, "--dest", str(link)]) == 2
+    _one_line_error(capsys, "symbolic link")
+    assert (folder / "data" / "notes.txt").read_text() == "mine\n"
+    assert _git(repository, "rev-list", "main") == mine and (repository / "work.py").exists()
+    # A history it built carries its marker and is rebuilt.
+    built = tmp_path / "history"
+    assert history.main([*common, "--dest", str(built)]) == 0
+    assert history.main([*common, "--dest", str(built)]) == 0
+    assert _git(built, "config", "--get", history.MARKER_KEY) == "fake-lib"
+
+
+def test_a_failed_rebuild_leaves_the_history_as_it_was(fake_cache: Path, tmp_path: Path) -> None:
+    destination = tmp_path / "history"
+    (commit,) = history.build_history("fake-lib", _releases(fake_cache, ["1.0.0"]), destination)
+    broken = tmp_path / "broken.tar.gz"
+    with tarfile.open(broken, "w:gz") as archive:
+        info = tarfile.TarInfo("loose-file.txt")
+        archive.addfile(info, io.BytesIO(b""))
+    with pytest.raises(history.HistoryError, match="expected one top-level folder"):
+        history.build_history("fake-lib", [history.Release("1.1.0", broken)], destination, force=True)
+    assert _git(destination, "rev-list", "main") == commit
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == [], "no scratch left"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragments"),
+    [
+        (["--first", "banana", "--last", "1.1.0"], ["--first 'banana' is not a version"]),
+        (["--first", "1.0.0", "--last", "banana"], ["--last 'banana' is not a version"]),
+    ],
+)
+def test_main_refuses_a_version_that_is_no_version(
+    fake_cache: Path,
+    tmp_path: Path,
+    offline_registry: None,
+    capsys: pytest.CaptureFixture[str],
+    arguments: list[str],
+    fragments: list[str],
+) -> None:
+    assert history.main(["fake-lib", *arguments, "--cache", str(fake_cache), "--dest", str(tmp_path / "h")]) == 2
+    _one_line_error(capsys, *fragments)
+    assert not (tmp_path / "h").exists()
+
+
+@pytest.mark.parametrize("argument", ["--dest", "--cache"])
+def test_main_refuses_a_file_as_a_folder(
+    fake_cache: Path, tmp_path: Path, offline_registry: None, capsys: pytest.CaptureFixture[str], argument: str
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine\n")
+    folders = {"--dest": str(tmp_path / "h"), "--cache": str(fake_cache), argument: str(a_file)}
+    arguments = ["fake-lib", "--first", "1.0.0", "--last", "1.1.0", "--dest", folders["--dest"]]
+    assert history.main([*arguments, "--cache", folders["--cache"]]) == 2
+    _one_line_error(capsys, f"{argument} {a_file} is a file, not a folder")
+    assert a_file.read_text() == "mine\n"
+
+
+def test_an_unreachable_package_index_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pip's own failure (here: an index nobody listens on) ends in its last error line, not a traceback."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    assert history.main(["fake-lib", "--first", "1.0.0", "--last", "1.1.0", "--dest", str(tmp_path / "h")]) == 2
+    _one_line_error(capsys, "pip index versions fake-lib failed", "is the package index reachable?")
+    monkeypatch.setattr(history, "JSON_URL", "http://127.0.0.1:9/{name}/json")
+    with pytest.raises(history.HistoryError, match="--no-dates"):
+        history.upload_dates("fake-lib")
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", "-x", ""])
+def test_main_refuses_a_name_that_is_no_project_name(
+    tmp_path: Path, offline_registry: None, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """The default --dest is .asv/history/NAME: a name with ../ would build outside it."""
+    arguments = ["--first", "1.0.0", "--last", "1.1.0", "--cache", str(tmp_path / "sdists"), "--", name]
+    assert history.main(arguments) == 2
+    _one_line_error(capsys, "is not a project name")
+    assert not (tmp_path / "sdists").exists()

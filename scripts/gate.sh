@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The pull-request gate (docs/asv.md, "The gate"): `asv continuous` of a base commit against the
+# commit under test, over Track 1's decode path on the direct reader, factor 1.2, one round (the
+# settings scripts/asv_regression.py measures, GATE_*). Exit code asv's: 1 when a gated benchmark
+# got worse by more than the factor (asv's table above ends in "PERFORMANCE DECREASED"), 0 otherwise;
+# 2 for bad arguments, before anything runs.
+#   bash scripts/gate.sh                   # origin/main against HEAD (HEAD~1 where origin/main is HEAD or absent)
+#   bash scripts/gate.sh BASE [HEAD]       # any two commits, base first
+#   bash scripts/gate.sh --dry-run [...]   # check, write the configuration, print the asv command; run nothing
+# It runs .venv/bin/asv (scripts/setup.sh makes it) and asks nothing: the machine is recorded as "gate"
+# in ~/.asv-machine.json when that entry is missing (what `asv machine --yes` would detect), so it
+# runs without a terminal. asv's environment is the repository's (.asv/env, built on first use: about
+# 6 GB and some minutes, reused by every later run and by scripts/asv_history.sh); each run's results,
+# configuration and asv output go to a new folder .asv/gate/<time>-<base>-<head>/ (git-ignored, never
+# under the committed results/), so results saved earlier are never compared as if measured now.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+usage="usage: bash scripts/gate.sh [--dry-run] [BASE [HEAD]]"
+fail() {
+  echo "gate: error: $*" >&2
+  exit 2
+}
+dry_run=0
+positional=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) dry_run=1 ;;
+    -h | --help)
+      echo "$usage"
+      exit 0
+      ;;
+    -*) fail "unknown option '$1'; $usage" ;;
+    *) positional+=("$1") ;;
+  esac
+  shift
+done
+[ ${#positional[@]} -le 2 ] || fail "too many arguments (${positional[*]}); $usage"
+[ -x .venv/bin/asv ] || fail ".venv/bin/asv not found; set up first: bash scripts/setup.sh"
+commit_of() { git rev-parse --verify -q "$1^{commit}" 2>/dev/null; }
+head=${positional[1]:-HEAD}
+head_commit=$(commit_of "$head") || fail "HEAD '$head' is not a commit of this repository"
+if [ ${#positional[@]} -ge 1 ]; then
+  base=${positional[0]}
+elif origin=$(commit_of origin/main) && [ "$origin" != "$head_commit" ]; then
+  base=origin/main
+else
+  base=HEAD~1
+fi
+base_commit=$(commit_of "$base") || fail "BASE '$base' is not a commit of this repository; name one: $usage"
+[ "$base_commit" != "$head_commit" ] ||
+  fail "BASE '$base' and HEAD '$head' are the same commit (${head_commit:0:10}); the gate compares two different commits"
+
+run_dir=.asv/gate/$(date -u +%Y%m%dT%H%M%SZ)-${base_commit:0:10}-${head_commit:0:10}
+mkdir -p "$run_dir"
+# The machine entry (asked for interactively by asv otherwise), the private configuration and the
+# asv command, from the gate's settings in scripts/asv_regression.py and scripts/library_gate.py.
+lines=$(.venv/bin/python - "$run_dir" "$base_commit" "$head_commit" <<'EOF'
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, "scripts")
+from asv.machine import Machine, MachineCollection
+from asv.util import UserError, load_json
+
+import library_gate
+from asv_regression import GATE_ATTRIBUTES, GATE_BENCH, GATE_FACTOR
+
+run_dir, base, head = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3]
+machine = "gate"
+path = Path(MachineCollection.get_machine_file_path())
+try:
+    known = load_json(str(path), MachineCollection.api_version) if path.exists() else {}
+except (UserError, ValueError, OSError) as error:
+    sys.exit(f"gate: error: {path} is not asv's machine file ({' '.join(str(error).split())}); fix or remove it")
+if machine not in known:
+    MachineCollection.save(machine, {**Machine.get_defaults(), "machine": machine})
+gate = library_gate.LibraryGate("cropbench", "asv.conf.json", GATE_BENCH, GATE_FACTOR, GATE_ATTRIBUTES)
+config_path = run_dir / "asv.gate.conf.json"
+config_path.write_text(json.dumps(library_gate.private_config(gate, run_dir / "results"), indent=4) + "\n")
+print("\n".join(library_gate.asv_command(gate, config_path, base, head, machine=machine)[1:]))
+EOF
+) || exit 2
+mapfile -t command <<<"$lines"
+echo "gate: $base (${base_commit:0:10}) -> $head (${head_commit:0:10}); asv's output also in $run_dir/continuous.txt"
+if [ "$dry_run" = 1 ]; then
+  printf '%q ' .venv/bin/asv "${command[@]}"
+  echo
+  exit 0
+fi
+rc=0
+env -u CROPBENCH_ASV_FULL .venv/bin/asv "${command[@]}" </dev/null 2>&1 | tee "$run_dir/continuous.txt" || rc=${PIPESTATUS[0]}
+if [ "$rc" = 1 ] && grep -q "PERFORMANCE DECREASED" "$run_dir/continuous.txt"; then
+  echo "gate: FAILED: a gated benchmark got worse by more than the factor (rows marked + above)"
+elif [ "$rc" != 0 ]; then
+  echo "gate: FAILED: asv continuous exited $rc (see $run_dir/continuous.txt)"
+else
+  echo "gate: passed: no gated benchmark got worse by more than the factor"
+fi
+exit "$rc"
