@@ -133,6 +133,9 @@ def test_presets_cover_the_required_grid() -> None:
     assert twins and twins[0] < persistent[0], "the non-persistent twin runs first"
     with pytest.raises(ConfigError):
         preset_cases("huge")
+    on_the_full_plate = preset_cases("full", objects=5384)
+    assert max(c.samples * c.epochs for c in on_the_full_plate) <= 5384, "two epochs read no crop twice"
+    assert [c.label for c in on_the_full_plate] == labels
 
 
 def test_gpu_preset_times_whole_rounds_at_the_gpu_batch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,6 +83,11 @@ class RunContext:
         return CropDataset(plate or self.plate, crop, objects=self.object_table, reader=reader)
 
     @cached_property
+    def object_count(self) -> int:
+        """Objects a dataset over the run's plate serves (its object table's rows in the plate's fields)."""
+        return len(self.dataset(CropConfig()))
+
+    @cached_property
     def fingerprint(self) -> str:
         """What identifies the plate's content: name, fields, shapes, layout, stored bytes, object table.
 

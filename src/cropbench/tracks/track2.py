@@ -307,11 +307,17 @@ def run_case(
     return metrics
 
 
-def preset_cases(preset: str, samples: int | None = None) -> list[Track2Case]:
+#: Samples per epoch of the full preset, on a plate that holds two epochs of them or more.
+FULL_SAMPLES_PER_EPOCH = 4096
+
+
+def preset_cases(preset: str, samples: int | None = None, objects: int | None = None) -> list[Track2Case]:
     """The Track 2 grid: the workers × batch-size sweep, then one knob at a time around a base.
 
     Non-persistent cases come before their persistent twin so the runner can report the epoch-2
-    gain of persistence on the twin's row.
+    gain of persistence on the twin's row. With ``objects`` (the plate's), the full preset's epochs
+    draw no crop twice: both epochs together read at most every object once (unless ``samples`` says
+    otherwise).
     """
     if preset == "gpu":
         return gpu_cases(samples)
@@ -321,7 +327,8 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track2Case]:
     if preset == "smoke":
         per_epoch, sizes, workers, tiers = samples or 1024, (16, 64), [0, 1, 2], ("none",)
     elif preset == "full":
-        per_epoch, sizes, workers, tiers = samples or 4096, (16, 64, 256), worker_counts(), ("none", "typical")
+        fits = FULL_SAMPLES_PER_EPOCH if objects is None else min(FULL_SAMPLES_PER_EPOCH, objects // 2)
+        per_epoch, sizes, workers, tiers = samples or fits, (16, 64, 256), worker_counts(), ("none", "typical")
     else:
         raise ConfigError(f"preset={preset!r} is not one of smoke, full, gpu, overhead (Track 2 only)")
     crop = CropConfig(crop_size=96)
@@ -575,7 +582,7 @@ class Track2:
     def cases(self, preset: str, context: RunContext) -> list[Track2Case] | list[OverheadCase]:
         if preset == "overhead":
             return overhead_cases(context.samples)
-        return preset_cases(preset, context.samples)
+        return preset_cases(preset, context.samples, context.object_count if preset == "full" else None)
 
     def decode(self, case: Track2Case | OverheadCase) -> str:
         return case.crop.decode
