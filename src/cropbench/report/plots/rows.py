@@ -10,6 +10,7 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.records import Record
+from cropbench.report.text import FIGURE_LABEL_CHARS, figure_label
 
 #: Metrics each track's figures read (the smoke test checks the rows hold them).
 FIGURE_METRICS: dict[str, tuple[str, ...]] = {
@@ -85,8 +86,8 @@ def rows_of(records: Sequence[Record], track: str) -> list[Record]:
 
 
 def row_label(record: Record) -> str:
-    """The row's case, with its repeat number on repeats after the first."""
-    return record.case + (f" #{record.repeat}" if record.repeat else "")
+    """The row's case, with its repeat number on repeats after the first, as a figure draws it."""
+    return figure_label(record.case) + (f" #{record.repeat}" if record.repeat else "")
 
 
 def runs_in(records: Sequence[Record]) -> list[str]:
@@ -95,18 +96,27 @@ def runs_in(records: Sequence[Record]) -> list[str]:
 
 
 def latest_runs(records: Sequence[Record]) -> list[Record]:
-    """Per track, the rows of the last run that wrote that track: figures never mix runs unasked.
+    """The rows figures draw unasked: per configuration (track, case id, repeat), its latest row, so a run
+    resumed after an interruption draws whole and a rerun replaces what it measured again; figures never
+    mix two measurements of one configuration.
 
-    A track whose every row has its own run id (rows written before one id named a whole
+    Rows without a case id (written before it existed) go by run: per track, the rows of its last run;
+    a track whose every such row has its own run id (rows written before one id named a whole
     invocation) cannot be split into runs and is kept whole.
     """
-    latest = {r.track: r.run_id for r in records}
+    newest = {r.key: index for index, r in enumerate(records) if r.case_id}
+    unkeyed = [r for r in records if not r.case_id]
+    latest = {r.track: r.run_id for r in unkeyed}
     per_row = {
         track
         for track in latest
-        if len({r.run_id for r in records if r.track == track}) == sum(r.track == track for r in records)
+        if len({r.run_id for r in unkeyed if r.track == track}) == sum(r.track == track for r in unkeyed)
     }
-    return [r for r in records if r.track in per_row or latest[r.track] == r.run_id]
+    return [
+        r
+        for index, r in enumerate(records)
+        if (newest.get(r.key) == index if r.case_id else r.track in per_row or latest[r.track] == r.run_id)
+    ]
 
 
 def label_runs(records: Sequence[Record]) -> list[Record]:
@@ -135,4 +145,4 @@ def describe_loading(config: dict[str, Any]) -> str:
     parts += [str(crop[key]) for key in ("decode", "tier", "dtype") if key in crop]
     parts += [f"amp-{config['amp']}"] if "amp" in config else []
     parts += [f"{key}={loader[key]}" for key, default in LOADER_DEFAULTS.items() if loader.get(key, default) != default]
-    return "/".join(parts)
+    return figure_label("/".join(parts), 2 * FIGURE_LABEL_CHARS)
