@@ -347,3 +347,40 @@ def test_memmap_and_cropbench_direct_are_named_references_not_ceilings() -> None
     (track,) = verdict(layouts).tracks
     assert track.ratio == pytest.approx(2.5) and track.ceiling is not None and track.ceiling.kind == "reference"
     assert "2.50x the reference measured in the same run: the memory-mapped raw plate" in verdict(layouts).text()
+
+
+def test_impossible_rates_are_never_the_best() -> None:
+    """A rate that cannot be true (1e300, negative, not finite) or a p95 below its p50 is flagged
+    impossible, with its reason, and the best is the highest rate of the rows left."""
+    rows = [
+        track1("direct", 900.0),
+        track1("zarr", 1e300),
+        track1("field", -123.0),
+        track1("tiff", float("inf")),
+        row("1", "random/memmap", {"decode": "memmap"}, **{m.SAMPLES_PER_S: 5000.0, m.P50_MS: 2.0, m.P95_MS: 1.0}),
+    ]
+    (one,) = verdict(rows).tracks
+    assert one.best is not None and one.best.label == "random/direct" and one.value == 900.0
+    assert dict(one.reasons) == {"impossible": 4}
+    text = verdict(rows).text()
+    assert "random/zarr: samples_per_s is 1e+300" in text and "p95_ms 1 is below p50_ms 2" in text
+
+
+def test_a_track2_rate_above_its_same_shape_ceiling_is_impossible_never_quoted_as_a_multiple() -> None:
+    def track2(source: str, rate: float, collate: str = "default", access: str = "random") -> Record:
+        config = {
+            "source": source,
+            "access": access,
+            "loader": {"num_workers": 2, "batch_size": 64, "collate": collate},
+        }
+        return row("2", f"{source}/{access}/w2/b64/{collate}", config, **{m.SAMPLES_PER_S: rate})
+
+    rows = [track2("plate", 9308.0), track2("memory", 6563.0), track2("plate", 10_000_000.0, "stack")]
+    rows += [track2("memory", 8500.0, "stack"), track2("plate", 5000.0, access="grouped")]
+    answer = verdict(rows)
+    (two,) = answer.tracks
+    assert two.best is not None and two.best.label == "plate/grouped/w2/b64/default" and two.value == 5000.0
+    assert two.ratio is not None and two.ratio <= 1.0
+    text = answer.text()
+    assert "1.42x the in-memory ceiling at the same shape w2/b64 (6,563)" in text, text
+    assert "0.76x the ceiling measured in the same run: crops already in memory" in text, "5,000 over 6,563"

@@ -46,7 +46,7 @@ SMOKE_NOTE = (
     "than the reader's cache)"
 )
 #: Impossible configurations named, with their reasons, under a track's verdict.
-IMPOSSIBLE_EXAMPLES = 3
+IMPOSSIBLE_EXAMPLES = 5
 #: Said where a track's best configuration has nothing in the run to be measured against.
 NO_CEILING = "no ceiling in this run"
 #: Each validity flag in plain words: why a row carrying it must not be quoted, and what to do.

@@ -113,6 +113,21 @@ def contradictions(track: str, metrics: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
+def with_contradictions(track: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` with ``impossible`` among its validity flags and its reasons under ``impossible_reasons``
+    where :func:`contradictions` finds any (as written to disk); unchanged otherwise."""
+    reasons = contradictions(track, metrics)
+    if not reasons:
+        return metrics
+    stored = metrics.get(m.VALIDITY_FLAGS)
+    flags = list(stored) if isinstance(stored, list) else []
+    return {
+        **metrics,
+        m.VALIDITY_FLAGS: flags if IMPOSSIBLE in flags else [*flags, IMPOSSIBLE],
+        m.IMPOSSIBLE_REASONS: reasons,
+    }
+
+
 def _track3_contradictions(metrics: Mapping[str, Any]) -> list[str]:
     reasons = []
     step, compute = _number(metrics.get(m.STEP_P50_MS)), _number(metrics.get(m.COMPUTE_ONLY_STEP_P50_MS))
