@@ -218,6 +218,7 @@ _SECTIONS = ("config", "metrics", "environment")
 _SCALARS: dict[str, type | tuple[type, ...]] = {
     "track": str,
     "case": str,
+    "case_id": str,
     "seed": int,
     "repeat": int,
     "run_id": str,
@@ -233,6 +234,8 @@ MAX_LINE_BYTES = 16 * 2**20
 MAX_DEPTH = 32
 MAX_LABEL_CHARS = 1_000
 MAX_TEXT_CHARS = 65_536
+#: Parts of a row's config that are objects wherever they appear (reports read fields inside them).
+CONFIG_SECTIONS = ("crop", "loader", "reader", "case", "store", "threads")
 #: Fields of a row that name it (what tables, figures and the verdict print).
 _LABELS = ("track", "case", "case_id", "run_id", "timestamp")
 #: A JSON string, escapes and all (unrolled: no backtracking on long strings).
@@ -271,6 +274,10 @@ def _row_problem(data: dict[str, Any]) -> str | None:
     longest = _longest_text(data)
     if longest > MAX_TEXT_CHARS:
         return f"it holds a text of {longest:,} characters; at most {MAX_TEXT_CHARS:,}"
+    for name in CONFIG_SECTIONS:
+        section = data["config"].get(name)
+        if section is not None and not isinstance(section, dict):
+            return f"its config {name!r} is {_short(section)}, not an object"
     flags = data["metrics"].get("validity_flags")
     if flags is not None and not (isinstance(flags, list) and all(isinstance(flag, str) for flag in flags)):
         return f"its validity_flags are {_short(flags)}, not a list of flag names"

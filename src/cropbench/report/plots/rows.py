@@ -43,8 +43,29 @@ FIGURE_METRICS: dict[str, tuple[str, ...]] = {
 
 def _numbers(metrics: dict[str, Any], *names: str) -> bool:
     """Whether every named metric is a finite number (not missing, None, NaN, text or a bool)."""
-    values = [metrics.get(name) for name in names]
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    return all(_finite(metrics.get(name)) for name in names)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+#: Metrics the figures read as a list of finite numbers, as a flag, as text; every other metric they
+#: read (:data:`FIGURE_METRICS`) is a finite number. Missing or None is always allowed.
+FIGURE_LISTS = frozenset(
+    {
+        m.QUANTILES_MS,
+        m.WARMUP_MS,
+        m.FIRST_PASS_CURVE_MS,
+        m.TRIED_WORKERS,
+        m.DATA_WAIT_FRACTION_BY_WORKERS,
+        m.IMAGES_PER_S_BY_WORKERS,
+    }
+)
+FIGURE_FLAGS = frozenset({m.EVICTION_VERIFIED})
+FIGURE_TEXTS = frozenset({m.SKIP_REASON, m.VALIDITY_FLAGS})
+#: Read by the figures beside :data:`FIGURE_METRICS` (the CDF's calls per item, the first-batch bars...).
+FIGURE_EXTRAS = (m.ITEMS_PER_CALL, m.COUNT, m.P95_MS, m.P50_MS, m.STEP_P50_MS, m.IMAGES_PER_S, m.MIN_WORKERS)
 
 
 #: What a row must hold for its track's figures to draw it at all. A row without it (a failed or
@@ -63,12 +84,51 @@ DRAWABLE: dict[str, Callable[[dict[str, Any]], bool]] = {
 }
 
 
+def wrongly_typed(record: Record) -> str | None:
+    """The first metric the row's figures read that holds the wrong kind of value (None when all fit):
+    a row from elsewhere may hold text, NaN or a list where a figure needs a number."""
+    metrics = record.metrics
+    for name in (*FIGURE_METRICS.get(record.track, ()), *FIGURE_EXTRAS):
+        value = metrics.get(name)
+        if value is None or name in FIGURE_TEXTS:
+            continue
+        if name in FIGURE_LISTS:
+            fits = isinstance(value, list) and all(_finite(item) for item in value)
+        elif name in FIGURE_FLAGS:
+            fits = isinstance(value, bool)
+        else:
+            fits = _finite(value)
+        if not fits:
+            return name
+    lists = [
+        metrics.get(name) for name in (m.TRIED_WORKERS, m.DATA_WAIT_FRACTION_BY_WORKERS, m.IMAGES_PER_S_BY_WORKERS)
+    ]
+    if (
+        all(isinstance(value, list) for value in lists)
+        and len({len(value) for value in lists if value is not None}) > 1
+    ):
+        return m.TRIED_WORKERS
+    return None
+
+
 def drawable(records: Sequence[Record]) -> list[Record]:
     """The rows the figures can draw; one warning per track names how many were left out and why."""
     kept: list[Record] = []
     left_out: list[Record] = []
+    mistyped: list[tuple[Record, str]] = []
     for record in records:
+        wrong = wrongly_typed(record)
+        if wrong is not None:
+            mistyped.append((record, wrong))
+            continue
         (kept if DRAWABLE.get(record.track, lambda _: True)(record.metrics) else left_out).append(record)
+    if mistyped:
+        record, name = mistyped[0]
+        warnings.warn(
+            f"{len(mistyped)} {'row holds' if len(mistyped) == 1 else 'rows hold'} a value no figure can draw: "
+            f"left out (first: {row_label(record)}, {name})",
+            stacklevel=2,
+        )
     for track in dict.fromkeys(r.track for r in left_out):
         rows = [r for r in left_out if r.track == track]
         warnings.warn(
