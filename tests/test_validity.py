@@ -104,3 +104,10 @@ def test_numbers_that_break_their_own_frame_are_contradictions() -> None:
     assert contradictions("1", {m.SAMPLES_PER_S: 900.0, m.P50_MS: 1.0, m.P95_MS: 2.0, m.P99_MS: 3.0}) == []
     written = with_contradictions("3", {**fed, m.VALIDITY_FLAGS: ["few-samples"]})
     assert written[m.VALIDITY_FLAGS] == ["few-samples", IMPOSSIBLE] and written[m.IMPOSSIBLE_REASONS]
+
+
+def test_a_list_of_rates_is_judged_rate_by_rate() -> None:
+    from cropbench.tracks.validity import contradictions
+
+    assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, 1100.0]}) == []
+    assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, -1.0, "x"]}) == ["epoch_samples_per_s is -1"]

@@ -61,8 +61,9 @@ PLAIN_REASONS: dict[str, str] = {
 #: Track → flag → the plain reason where a track gives the flag a meaning of its own.
 TRACK_REASONS: dict[str, dict[str, str]] = {
     "3": {
-        IMPOSSIBLE: "its numbers contradict each other (the compute-only baseline outlasted the whole loaded "
-        "step): the machine's speed changed during the run; run again on an idle machine",
+        IMPOSSIBLE: "its numbers contradict each other (a step no slower than its compute alone, a data wait "
+        "its cross-check does not confirm, or images/s above the compute-only rate): the machine's speed changed "
+        "during the run; run again on an idle machine",
     },
     "targets": {
         IMPOSSIBLE: "the reader beat the copy ceiling, which no reader of the same crops can pass: the ceiling "

@@ -87,13 +87,17 @@ def contradictions(track: str, metrics: Mapping[str, Any]) -> list[str]:
     """
     reasons = []
     for key, value in metrics.items():
-        if not key.endswith(RATE_SUFFIX) or value is None:
+        if not key.endswith(RATE_SUFFIX) or value is None or isinstance(value, dict):
             continue
-        rate = _number(value)
-        if rate is None:
-            reasons.append(f"{key} is not a number")
-        elif not math.isfinite(rate) or rate < 0 or rate > PLAUSIBLE_RATE_LIMIT:
-            reasons.append(f"{key} is {rate:g}")
+        # A list holds one rate per epoch, per worker count, per round: each is a rate.
+        for rate in map(_number, value if isinstance(value, list) else [value]):
+            if rate is None:
+                reasons.append(f"{key} is not a number")
+            elif not math.isfinite(rate) or rate < 0 or rate > PLAUSIBLE_RATE_LIMIT:
+                reasons.append(f"{key} is {rate:g}")
+            else:
+                continue
+            break
     for key in [key for key in metrics if key.endswith(m.P50_MS)]:
         family = key.removesuffix(m.P50_MS)
         values = [(name, _number(metrics.get(family + name))) for name in PERCENTILES if family + name in metrics]
