@@ -6,8 +6,9 @@ must not be quoted. Track ``targets`` answers with its paired ratios instead: pe
 direct reader over the copy ceiling at the same thread count and over each peer at its best.
 Rows are grouped by their config fields (repeats of one configuration differ only in their seed) and
 each configuration is judged on the median over its repeats; a configuration is quotable when none
-of its rows carries a flag. The best configuration is the best quotable one; when none is, the best
-flagged one, said to be flagged.
+of its rows carries a flag. The best configuration is the one with the highest rate (samples/s,
+crops/s; Track 3: images/s, judged per model) among the quotable ones; when none is quotable, among the
+flagged ones, said to be flagged; never one flagged ``impossible``. Every track's answer says the rule.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ PLAIN_REASONS: dict[str, str] = {
 #: Track → flag → the plain reason where a track gives the flag a meaning of its own.
 TRACK_REASONS: dict[str, dict[str, str]] = {
     "3": {
-        IMPOSSIBLE: "its numbers contradict each other (a step no slower than its compute alone, a data wait "
+        IMPOSSIBLE: "its numbers contradict each other (a step faster than its compute alone, a data wait "
         "its cross-check does not confirm, or images/s above the compute-only rate): the machine's speed changed "
         "during the run; run again on an idle machine",
     },
