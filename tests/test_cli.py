@@ -115,14 +115,41 @@ def test_report_writes_the_page_and_figures_of_an_existing_results_file(
     assert (tmp_path / "page" / "plots" / "track1_latency_throughput.png").is_file()
     assert "data:image/png;base64," in page
     assert page.count("<tr") == 4, "the page lists every row of the file (a header and three rows)"
-    assert printed.strip().splitlines()[-3].endswith("best random/direct: 900 samples/s"), printed
-    assert "2 configurations carry no flag" in printed, "the verdict covers the latest run only"
+    assert "track 1 (Dataset __getitem__): best random/direct: 900 samples/s\n" in printed, printed
+    assert "all 2 configurations carry no flag" in printed
     assert results.read_bytes() == before, "the results file is read, never written"
     assert main(["report", str(results)]) == 0 and (results.parent / "report.html").is_file()
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert main(["report", str(empty)]) == 2
     assert capsys.readouterr().err.startswith(f"cropbench: error: {empty} holds no rows")
+
+
+def test_report_and_summary_judge_every_row_of_a_resumed_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run interrupted and resumed leaves two run ids in one file: the verdict covers both, and the
+    figures draw the latest row of every configuration."""
+    from cropbench.report.plots import latest_runs
+
+    results = tmp_path / "out" / "results.jsonl"
+    decodes = [("zarr", 100.0), ("field", 300.0), ("direct", 900.0), ("tiff", 50.0)]
+    for part in (decodes[:3], decodes[3:]):  # the first run, interrupted; then --resume: one writer each
+        with RecordWriter(results) as writer:
+            for decode, rate in part:
+                metrics = {"samples_per_s": rate, "p95_ms": 2.0, "validity_flags": []}
+                config = {"access": "random", "crop": {"decode": decode}}
+                case = f"random/{decode}"
+                writer.write(Record(track="1", case=case, case_id=case, config=config, metrics=metrics, environment={}))
+    rows = read_records(results)
+    assert len({r.run_id for r in rows}) == 2
+    assert len(latest_runs(rows)) == 4, "the resumed fragment and the rows before it are drawn alike"
+    assert main(["report", str(results)]) == 0
+    printed = capsys.readouterr().out
+    assert "best random/direct: 900 samples/s" in printed and "all 4 configurations carry no flag" in printed, printed
+    assert main(["summary", str(results)]) == 0
+    printed = capsys.readouterr().out
+    assert "all 4 configurations carry no flag" in printed and "random/tiff" in printed, printed
 
 
 def test_summary_refuses_an_unknown_metric_and_shows_no_interval_from_one_sample(

@@ -320,3 +320,17 @@ def test_rows_of_tracks_without_figures_draw_nothing_and_raise_nothing(tmp_path:
         Record(track="remote", case="direct/w0/b32", config={}, metrics={"samples_per_s": 5.0}, environment={}),
     ]
     assert plots.plot_results(rows, tmp_path) == [] and not list(tmp_path.iterdir())
+
+
+def test_a_track3_row_whose_wait_disagrees_with_its_crosscheck_is_drawn_flagged_not_fed() -> None:
+    """1.7 % data wait against a 13.2 % cross-check was drawn as a green "fed" bar."""
+    metrics = {
+        m.STEP_P50_MS: 100.0,
+        m.COMPUTE_ONLY_STEP_P50_MS: 90.0,
+        m.DATA_WAIT_FRACTION: 0.017,
+        m.STALL_CROSSCHECK: 0.132,
+        m.VALIDITY_FLAGS: [],
+    }
+    row = Record(track="3", case="resnet18/amp-bf16", config={}, metrics=metrics, environment={})
+    assert plots.flagged(row)
+    assert not plots.flagged(dataclasses.replace(row, metrics={**metrics, m.STALL_CROSSCHECK: 0.03}))

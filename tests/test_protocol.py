@@ -153,3 +153,29 @@ def test_steady_state_reports_named_metrics_under_a_prefix(clock: FakeClock) -> 
     assert metrics[m.prefixed(m.IO, m.COUNT)] == 120
     assert metrics[m.prefixed(m.IO, m.P50_MS)] == pytest.approx(2.0)
     assert np.isclose(metrics[m.prefixed(m.IO, m.HARNESS_OVERHEAD)], 0.0)
+
+
+@pytest.mark.parametrize("items", [50, 150, 7])
+def test_steady_state_harness_overhead_is_not_negative_when_the_first_reader_of_an_item_pays_more(
+    clock: FakeClock, items: int
+) -> None:
+    """With an odd number of blocks the tight loop went first once more and paid the first reads alone:
+    over one block its time was twice the timed loop's (an overhead of -0.5)."""
+    seen: set[int] = set()
+
+    def get(item: int) -> None:
+        clock.now += 0.001 if item in seen else 0.002
+        seen.add(item)
+
+    metrics = steady_state(get, list(range(items)))
+    assert metrics[m.HARNESS_OVERHEAD] == pytest.approx(0.0, abs=0.1)
+    assert metrics[m.COUNT] == items
+
+
+def test_paired_blocks_are_even_in_number_and_near_equal_in_size() -> None:
+    from cropbench.measure.protocol import paired_blocks
+
+    assert [len(block) for block in paired_blocks(list(range(50)), 50)] == [25, 25]
+    assert [len(block) for block in paired_blocks(list(range(101)), 50)] == [26, 25, 25, 25]
+    assert paired_blocks([7], 50) == [[7]] and paired_blocks([], 50) == []
+    assert sum(paired_blocks(list(range(233)), 50), []) == list(range(233))

@@ -85,3 +85,29 @@ def test_the_summary_explains_impossible_in_the_terms_of_each_tracks_rows() -> N
     track3, targets = table.split("\n\n")
     assert flag_meaning("impossible", "3") in track3 and flag_meaning("impossible", "targets") not in track3
     assert flag_meaning("impossible", "targets") in targets and "1.400" in targets
+
+
+def test_numbers_that_break_their_own_frame_are_contradictions() -> None:
+    """Rows as a smoke run wrote them, unflagged: each is now impossible, with its reason."""
+    from cropbench.tracks.validity import IMPOSSIBLE, contradictions, with_contradictions
+
+    resnet = {m.STEP_P50_MS: 465.2, m.COMPUTE_ONLY_STEP_P50_MS: 468.1, m.DATA_WAIT_FRACTION: 0.05}
+    assert any("below its compute-only p50" in why for why in contradictions("3", resnet))
+    fed = {m.DATA_WAIT_FRACTION: 0.017, m.STALL_CROSSCHECK: 0.132}
+    assert any("differ by more than 5%" in why for why in contradictions("3", fed))
+    assert contradictions("3", {m.DATA_WAIT_FRACTION: 0.03, m.STALL_CROSSCHECK: 0.06}) == []
+    assert any("harness_overhead is -0.31" in why for why in contradictions("1", {m.HARNESS_OVERHEAD: -0.31}))
+    assert contradictions("1", {m.HARNESS_OVERHEAD: -0.01}) == [], "noise around zero is no contradiction"
+    for rate in (1e300, -123.0, float("nan"), float("inf"), "<script>alert(1)</script>"):
+        assert contradictions("1", {m.SAMPLES_PER_S: rate}), rate
+    assert contradictions("1", {m.P50_MS: 2.0, m.P95_MS: 1.0, m.P99_MS: 3.0}) == ["p95_ms 1 is below p50_ms 2"]
+    assert contradictions("1", {m.SAMPLES_PER_S: 900.0, m.P50_MS: 1.0, m.P95_MS: 2.0, m.P99_MS: 3.0}) == []
+    written = with_contradictions("3", {**fed, m.VALIDITY_FLAGS: ["few-samples"]})
+    assert written[m.VALIDITY_FLAGS] == ["few-samples", IMPOSSIBLE] and written[m.IMPOSSIBLE_REASONS]
+
+
+def test_a_list_of_rates_is_judged_rate_by_rate() -> None:
+    from cropbench.tracks.validity import contradictions
+
+    assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, 1100.0]}) == []
+    assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, -1.0, "x"]}) == ["epoch_samples_per_s is -1"]

@@ -126,18 +126,21 @@ def test_track2_crops_in_memory_bound_only_the_same_workers_batch_and_collate() 
     assert stack_matched.ratio == pytest.approx(0.5)
 
 
-def track3(case: str, images: float, ceiling: float, stall: float, flags: list[str] | None = None) -> Record:
-    config = {"model": case, "loader": {"num_workers": 0}}
+def track3(
+    case: str, images: float, ceiling: float, stall: float, flags: list[str] | None = None, model: str | None = None
+) -> Record:
+    config = {"model": model or case, "loader": {"num_workers": 0 if model is None else case}}
     metrics = {m.IMAGES_PER_S: images, m.COMPUTE_ONLY_IMAGES_PER_S: ceiling, m.STALL_CROSSCHECK: stall}
     return row("3", case, config, flags, **metrics)
 
 
-def test_track3_ranks_on_the_share_of_its_own_model_and_never_reports_more_than_the_ceiling() -> None:
+def test_track3_ranks_on_images_per_s_at_each_model_and_never_reports_more_than_the_ceiling() -> None:
+    resnet = [track3("w0", 50.0, 60.0, 0.2, model="resnet18"), track3("w2", 35.0, 36.0, 0.03, model="resnet18")]
     rows = [
-        track3("resnet18", 50.0, 60.0, 0.2),
+        *resnet,
         track3("smallcnn", 900.0, 1000.0, 0.1),
-        track3("impossible", 1300.0, 1000.0, 0.0, ["impossible"]),
-        track3("old-negative", 1780.0, 1000.0, -0.78),
+        track3("impossible", 1300.0, 1000.0, 0.0, ["impossible"], model="smallcnn"),
+        track3("old-negative", 1780.0, 1000.0, -0.78, model="smallcnn"),
     ]
     search = row(
         "3",
@@ -146,15 +149,23 @@ def test_track3_ranks_on_the_share_of_its_own_model_and_never_reports_more_than_
         **{m.TRIED_WORKERS: [0, 1], m.MIN_WORKERS_ANSWER: "1"},
     )
     answer = verdict([*rows, search])
-    (three,) = answer.tracks
-    assert three.best is not None and three.best.label == "smallcnn" and three.value == 900.0
-    assert three.ratio == pytest.approx(0.9) and three.ceiling is not None and three.ceiling.value == 1000.0
-    assert three.configurations == 4 and three.quotable == 2, "the search's summary is not a measurement row"
-    assert dict(three.reasons) == {"impossible": 2}, "a negative stall read back from old rows is impossible too"
-    assert "fewest workers that keep emulated40ms/w* fed: 1" in answer.text()
-    only_impossible = verdict(rows[2:]).tracks[0]
+    resnet18, smallcnn, emulated = answer.tracks
+    assert resnet18.best is not None and resnet18.best.label == "w0" and resnet18.value == 50.0, (
+        "the faster configuration of the model, not the one nearer its own ceiling (w2: 0.97 of it)"
+    )
+    assert smallcnn.best is not None and smallcnn.best.label == "smallcnn" and smallcnn.value == 900.0
+    assert smallcnn.ratio == pytest.approx(0.9) and smallcnn.ceiling is not None and smallcnn.ceiling.value == 1000.0
+    assert smallcnn.configurations == 3 and smallcnn.quotable == 1
+    assert dict(smallcnn.reasons) == {"impossible": 2}, "a negative stall read back from old rows is impossible too"
+    assert emulated.configurations == 0, "the search's summary is not a measurement row"
+    text = answer.text()
+    assert "track 3 (training loop, model resnet18): best w0: 50 images/s" in text
+    assert "chosen as the highest images/s of 2 configurations without flags" in text
+    assert "old-negative: stall cross-check -78.0% is negative" in text
+    assert "fewest workers that keep emulated40ms/w* fed: 1" in text
+    (only_impossible,) = verdict(rows[3:]).tracks
     assert only_impossible.best is None, "an impossible row is never named best, flagged or not"
-    assert "no configuration measured a number" in verdict(rows[2:]).text()
+    assert "no configuration measured a number" in verdict(rows[3:]).text()
 
 
 def test_a_flagged_best_is_stated_with_the_ratio_capped_by_the_stall() -> None:
@@ -168,7 +179,7 @@ def test_a_flagged_best_is_stated_with_the_ratio_capped_by_the_stall() -> None:
 
 def test_the_smoke_preset_says_what_the_run_proves_before_the_tracks() -> None:
     lines = verdict([track1("direct", 900.0, ["few-samples"])], preset="smoke").lines()
-    note = [line for line in lines[1:] if not line.startswith("  track")][:-3]
+    note = [line for line in lines[1:] if not line.startswith("  track")][:-4]  # less the track's own lines
     assert lines[0] == HEADING and " ".join(line.strip() for line in note) == SMOKE_NOTE
     assert "--preset full" in SMOKE_NOTE
     assert lines[1 + len(note)].startswith("  track 1 (Dataset __getitem__): best random/direct")
@@ -336,3 +347,40 @@ def test_memmap_and_cropbench_direct_are_named_references_not_ceilings() -> None
     (track,) = verdict(layouts).tracks
     assert track.ratio == pytest.approx(2.5) and track.ceiling is not None and track.ceiling.kind == "reference"
     assert "2.50x the reference measured in the same run: the memory-mapped raw plate" in verdict(layouts).text()
+
+
+def test_impossible_rates_are_never_the_best() -> None:
+    """A rate that cannot be true (1e300, negative, not finite) or a p95 below its p50 is flagged
+    impossible, with its reason, and the best is the highest rate of the rows left."""
+    rows = [
+        track1("direct", 900.0),
+        track1("zarr", 1e300),
+        track1("field", -123.0),
+        track1("tiff", float("inf")),
+        row("1", "random/memmap", {"decode": "memmap"}, **{m.SAMPLES_PER_S: 5000.0, m.P50_MS: 2.0, m.P95_MS: 1.0}),
+    ]
+    (one,) = verdict(rows).tracks
+    assert one.best is not None and one.best.label == "random/direct" and one.value == 900.0
+    assert dict(one.reasons) == {"impossible": 4}
+    text = verdict(rows).text()
+    assert "random/zarr: samples_per_s is 1e+300" in text and "p95_ms 1 is below p50_ms 2" in text
+
+
+def test_a_track2_rate_above_its_same_shape_ceiling_is_impossible_never_quoted_as_a_multiple() -> None:
+    def track2(source: str, rate: float, collate: str = "default", access: str = "random") -> Record:
+        config = {
+            "source": source,
+            "access": access,
+            "loader": {"num_workers": 2, "batch_size": 64, "collate": collate},
+        }
+        return row("2", f"{source}/{access}/w2/b64/{collate}", config, **{m.SAMPLES_PER_S: rate})
+
+    rows = [track2("plate", 9308.0), track2("memory", 6563.0), track2("plate", 10_000_000.0, "stack")]
+    rows += [track2("memory", 8500.0, "stack"), track2("plate", 5000.0, access="grouped")]
+    answer = verdict(rows)
+    (two,) = answer.tracks
+    assert two.best is not None and two.best.label == "plate/grouped/w2/b64/default" and two.value == 5000.0
+    assert two.ratio is not None and two.ratio <= 1.0
+    text = answer.text()
+    assert "1.42x the in-memory ceiling at the same shape w2/b64 (6,563)" in text, text
+    assert "0.76x the ceiling measured in the same run: crops already in memory" in text, "5,000 over 6,563"

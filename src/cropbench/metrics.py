@@ -82,6 +82,8 @@ CUDA_MAX_ALLOCATED_MIB = "cuda_max_allocated_mib"
 # Shared by several tracks.
 OBJECTS = "objects"
 VALIDITY_FLAGS = "validity_flags"
+#: Why a row is flagged impossible: one short sentence per contradiction (``tracks.validity.contradictions``).
+IMPOSSIBLE_REASONS = "impossible_reasons"
 ITEMS_PER_CALL = "items_per_call"
 FIRST_BATCH_MS = "first_batch_ms"
 ITER_CREATE_MS = "iter_create_ms"

@@ -17,7 +17,9 @@ import datetime as _dt
 import errno
 import fcntl
 import json
+import math
 import os
+import re
 import tempfile
 import uuid
 import warnings
@@ -25,6 +27,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from cropbench.errors import OutputError
 
@@ -214,6 +218,7 @@ _SECTIONS = ("config", "metrics", "environment")
 _SCALARS: dict[str, type | tuple[type, ...]] = {
     "track": str,
     "case": str,
+    "case_id": str,
     "seed": int,
     "repeat": int,
     "run_id": str,
@@ -221,18 +226,96 @@ _SCALARS: dict[str, type | tuple[type, ...]] = {
 }
 
 
+#: Bounds of a row read back: a line longer than this is not decoded at all, a row nested deeper
+#: (JSON objects and lists inside each other) is not decoded (a deep enough one would exhaust the
+#: decoder's recursion), and no label or other text of a row is longer. Real rows are a few KiB,
+#: nested four to six levels, with labels under a hundred characters.
+MAX_LINE_BYTES = 16 * 2**20
+MAX_DEPTH = 32
+MAX_LABEL_CHARS = 1_000
+MAX_TEXT_CHARS = 65_536
+#: Parts of a row's config that are objects wherever they appear (reports read fields inside them).
+CONFIG_SECTIONS = ("crop", "loader", "reader", "case", "store")
+#: Fields of a row that name it (what tables, figures and the verdict print).
+_LABELS = ("track", "case", "case_id", "run_id", "timestamp")
+#: A JSON string, escapes and all (unrolled: no backtracking on long strings).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+class SkippedRow(OutputError):
+    """A line that is a record of ours whose content cannot be trusted: reading skips it with a warning."""
+
+
+def nesting_depth(line: bytes) -> int:
+    """How deeply the JSON objects and lists of ``line`` nest, counted without decoding it."""
+    skeleton = np.frombuffer(_JSON_STRING.sub(b'""', line), dtype=np.uint8)
+    opens = (skeleton == ord("{")) | (skeleton == ord("["))
+    closes = (skeleton == ord("}")) | (skeleton == ord("]"))
+    return int(np.cumsum(opens.astype(np.int64) - closes.astype(np.int64)).max(initial=0))
+
+
+def _longest_text(value: Any) -> int:
+    """The longest string (key or value) in ``value``; its depth is bounded before this is called."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return max((max(len(str(k)), _longest_text(v)) for k, v in value.items()), default=0)
+    if isinstance(value, list):
+        return max((_longest_text(item) for item in value), default=0)
+    return 0
+
+
+def _row_problem(data: dict[str, Any]) -> str | None:
+    """Why a record-shaped row cannot be read as one (None when it can): text too long, flags not a list."""
+    for name in _LABELS:
+        value = data.get(name)
+        if isinstance(value, str) and len(value) > MAX_LABEL_CHARS:
+            return f"{name!r} is {len(value):,} characters long; at most {MAX_LABEL_CHARS:,}"
+    longest = _longest_text(data)
+    if longest > MAX_TEXT_CHARS:
+        return f"it holds a text of {longest:,} characters; at most {MAX_TEXT_CHARS:,}"
+    for name in CONFIG_SECTIONS:
+        section = data["config"].get(name)
+        if section is not None and not isinstance(section, dict):
+            return f"its config {name!r} is {_short(section)}, not an object"
+    flags = data["metrics"].get("validity_flags")
+    if flags is not None and not (isinstance(flags, list) and all(isinstance(flag, str) for flag in flags)):
+        return f"its validity_flags are {_short(flags)}, not a list of flag names"
+    for name in ("seed", "repeat"):
+        value = data.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+            return f"{name!r} is {_short(value)}"
+    return None
+
+
+def _short(value: Any) -> str:
+    """``value`` for a message: its repr, cut to a readable length."""
+    text = repr(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def _parse_line(line: str, where: str) -> Record:
-    """A record from one line, or an OutputError naming ``file:line`` and what is wrong."""
+    """A record from one line, or an OutputError naming ``file:line`` and what is wrong.
+
+    A record of ours whose content cannot be trusted (nested too deep, text too long, flags that are
+    not a list) raises :class:`SkippedRow`, which reading a file turns into a warning.
+    """
+    encoded = line.encode("utf-8", errors="surrogatepass")
+    if len(encoded) > MAX_LINE_BYTES:
+        raise SkippedRow(f"{where}: skipped: the line is {len(encoded):,} bytes long; at most {MAX_LINE_BYTES:,}")
+    depth = nesting_depth(encoded)
+    if depth > MAX_DEPTH:
+        raise SkippedRow(f"{where}: skipped: it nests {depth:,} levels deep; at most {MAX_DEPTH}")
     try:
         data = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise OutputError(f"{where} is not a valid record: {error}") from error
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise OutputError(f"{where} is not a valid record: {_short(str(error))}") from None
     if not isinstance(data, dict):
         raise OutputError(f"{where} is not a valid record: expected a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise OutputError(
-            f"{where} has schema_version {version!r}; this cropbench reads {SCHEMA_VERSION} (use another --out)"
+            f"{where} has schema_version {_short(version)}; this cropbench reads {SCHEMA_VERSION} (use another --out)"
         )
     for name in ("track", "case", *_SECTIONS):
         if name not in data:
@@ -242,7 +325,10 @@ def _parse_line(line: str, where: str) -> Record:
             raise OutputError(f"{where} is not a valid record: {name!r} is {type(data[name]).__name__}, not an object")
     for name, kind in _SCALARS.items():
         if name in data and (not isinstance(data[name], kind) or isinstance(data[name], bool)):
-            raise OutputError(f"{where} is not a valid record: {name!r} is {data[name]!r}")
+            raise OutputError(f"{where} is not a valid record: {name!r} is {_short(data[name])}")
+    problem = _row_problem(data)
+    if problem is not None:
+        raise SkippedRow(f"{where}: skipped: {problem}")
     return Record.from_dict(data)
 
 
@@ -269,7 +355,13 @@ def _iter_records(source: Path, with_tail: bool) -> Iterator[Record]:
     torn = lines.pop()  # b"" when the file ends with a newline
     for number, line in enumerate(lines, start=1):
         if line.strip():
-            yield _parse_line(_decoded(line, f"{source}:{number}"), f"{source}:{number}")
+            where = f"{source}:{number}"
+            try:
+                record = _parse_line(_decoded(line, where), where)
+            except SkippedRow as skipped:
+                warnings.warn(str(skipped), RuntimeWarning, stacklevel=3)
+                continue
+            yield record
     if with_tail and torn.strip():
         where = f"{source}:{len(lines) + 1}"
         try:
@@ -293,9 +385,27 @@ def read_records(path: str | Path) -> list[Record]:
     return list(iter_records(path))
 
 
+#: A cell starting with one of these is read as a formula by spreadsheets (CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """``value`` for a CSV cell: text a spreadsheet would run as a formula gets a leading ``'`` (as
+    OWASP advises); numbers, negative ones included, stay numbers."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        try:
+            float(value)
+        except ValueError:
+            return "'" + value
+    return value
+
+
 def write_csv(records: Iterable[Record], path: str | Path) -> Path:
-    """Export records as CSV with the union of their flat columns (stable order)."""
-    rows = [record.flat() for record in records]
+    """Export records as CSV with the union of their flat columns (stable order); formula-like text
+    is neutralised (:func:`spreadsheet_safe`)."""
+    rows = [
+        {spreadsheet_safe(key): spreadsheet_safe(value) for key, value in record.flat().items()} for record in records
+    ]
     columns: dict[str, None] = {}
     for row in rows:
         columns.update(dict.fromkeys(row))

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from cropbench.cli.parser import EXIT_USER_ERROR, build_parser
 from cropbench.cli.progress import INTERRUPTED, on_interrupt
 from cropbench.errors import CropbenchError
+from cropbench.report.text import one_line_safe
 
 
 def one_line(error: BaseException) -> str:
@@ -34,7 +35,8 @@ def one_line(error: BaseException) -> str:
 
 
 def _format_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> str:
-    return f"cropbench: warning: {message}\n"
+    """One line per warning; a warning may quote a row's text, so its control characters are escaped."""
+    return f"cropbench: warning: {one_line_safe(str(message))}\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise KeyboardInterrupt
         return status
     except (CropbenchError, OSError) as error:  # OSError: a user's path (missing, read-only, disk full)
-        print(f"cropbench: error: {one_line(error)}", file=sys.stderr)
+        print(f"cropbench: error: {one_line_safe(one_line(error))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("cropbench: interrupted; every finished row is kept", file=sys.stderr)

@@ -11,19 +11,34 @@ from cropbench.cli.options import Commands
 from cropbench.errors import ConfigError
 from cropbench.metrics import SAMPLES_PER_S
 from cropbench.records import Record, read_records, write_csv
+from cropbench.report.flags import judge_rows
+from cropbench.report.text import terminal_safe
+
+
+def echo(text: str) -> None:
+    """Print ``text`` with the control characters a row may carry shown as escapes, never obeyed."""
+    print(terminal_safe(text))
+
+
+def load_rows(results: Path) -> list[Record]:
+    """Every row of a results file, judged once (:func:`cropbench.report.flags.judge_rows`)."""
+    return judge_rows(read_records(results))
 
 
 def draw_figures(results: Path, out_dir: Path, all_runs: bool = False) -> list[Path]:
     """Draw the figures of a results file into ``out_dir``, naming each file written."""
     from cropbench.report.plots import plot_results, runs_in
 
-    records = read_records(results)
+    records = load_rows(results)
     figures = plot_results(records, out_dir, all_runs=all_runs)
     for path in figures:
-        print(f"wrote {path}")
+        echo(f"wrote {path}")
     runs = len(runs_in(records))
     if runs > 1 and not all_runs:
-        print(f"figures show each track's latest run; {results} holds {runs} runs (plot --all-runs overlays them)")
+        echo(
+            f"figures show the latest row of each configuration; {results} holds {runs} runs "
+            "(plot --all-runs overlays them)"
+        )
     return figures
 
 
@@ -32,8 +47,9 @@ def write_report_page(records: Sequence[Record], out_dir: Path, figures: Sequenc
     from cropbench.report.html import write_report
     from cropbench.report.verdict import verdict
 
+    records = judge_rows(records)
     answer = verdict(records, preset)
-    print(f"report (verdict, figures, rows, environment): {write_report(records, out_dir, figures, answer=answer)}")
+    echo(f"report (verdict, figures, rows, environment): {write_report(records, out_dir, figures, answer=answer)}")
     return answer.text()
 
 
@@ -44,35 +60,28 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Figures, OUT/report.html and the verdict for an existing results file."""
-    from cropbench.report.html import write_report
-    from cropbench.report.plots import latest_runs
-    from cropbench.report.verdict import verdict
-
+    """Figures, OUT/report.html and the verdict for an existing results file: every row of it judged."""
     results = Path(args.results)
     out_dir = Path(args.out) if args.out else results.parent
-    records = read_records(results)
+    records = load_rows(results)
     if not records:
         raise ConfigError(f"{results} holds no rows: nothing to report (run 'cropbench run --out DIR' first)")
     figures = draw_figures(results, out_dir / "plots")
-    answer = verdict(latest_runs(records))  # each track's latest run, as the figures show
-    print(f"report (verdict, figures, rows, environment): {write_report(records, out_dir, figures, answer=answer)}")
-    print(f"\n{answer.text()}")
+    echo(f"\n{write_report_page(records, out_dir, figures, None)}")
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     path = write_csv(read_records(args.results), args.csv)
-    print(f"wrote {path}")
+    echo(f"wrote {path}")
     return 0
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from cropbench.report.plots import latest_runs
     from cropbench.report.stability import format_repeat_summary, numeric_metrics, summarise_repeats
     from cropbench.report.verdict import verdict
 
-    records = read_records(args.results)
+    records = load_rows(Path(args.results))
     known = numeric_metrics(records)
     if args.metric not in known:
         close = [m for m in known if args.metric[:6] in m][:8] or known[:8]
@@ -80,8 +89,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
             f"--metric {args.metric!r} is in no row of {args.results}; "
             f"try {', '.join(close)} ({len(known)} numeric metrics in all)"
         )
-    print(format_repeat_summary(summarise_repeats(records, args.metric)))
-    print(f"\n{verdict(latest_runs(records)).text()}")
+    echo(format_repeat_summary(summarise_repeats(records, args.metric)))
+    echo(f"\n{verdict(records).text()}")
     return 0
 
 
@@ -101,8 +110,8 @@ def add_result_commands(commands: Commands) -> None:
         "report",
         help="write report.html, figures and the verdict for a results file",
         description="Draw the figures of RESULTS into DIR/plots, write DIR/report.html (one page: verdict, figures, "
-        "every row, environment) and print the verdict. The verdict and figures cover each track's latest run; "
-        "the page lists every row.",
+        "every row, environment) and print the verdict. The verdict judges every row of the file (a run resumed "
+        "after an interruption included); the figures draw the latest row of each configuration.",
     )
     report.add_argument("results", help="results.jsonl")
     report.add_argument("--out", metavar="DIR", help="folder for report.html and plots/ (default: beside the results)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, store_config
 from cropbench.cli.progress import ProgressBar
-from cropbench.cli.results import draw_figures, write_report_page
+from cropbench.cli.results import draw_figures, echo, load_rows, write_report_page
 from cropbench.config import (
     DECODE_PATHS,
     DEFAULT_CHUNK_CACHE_BYTES,
@@ -60,21 +60,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         bar.close()
     if not leader:
         return 0
-    print(summary_table(records))
+    echo(summary_table(records))
     if args.repeats > 1:
         from cropbench.report.stability import format_repeat_summary, summarise_repeats
 
-        print("\n" + format_repeat_summary(summarise_repeats(records)))
-    print(f"\n{len(records)} rows appended to {out_dir / RESULTS_NAME}; CSV at {out_dir / CSV_NAME}")
+        echo("\n" + format_repeat_summary(summarise_repeats(records)))
+    echo(f"\n{len(records)} rows appended to {out_dir / RESULTS_NAME}; CSV at {out_dir / CSV_NAME}")
+    # The verdict judges every row of the file: a resumed run's rows and those written before it alike.
+    every = load_rows(out_dir / RESULTS_NAME) if (out_dir / RESULTS_NAME).is_file() else records
     if args.plot:
-        answer = write_report_page(
-            records, out_dir, draw_figures(out_dir / RESULTS_NAME, out_dir / "plots"), args.preset
-        )
+        answer = write_report_page(every, out_dir, draw_figures(out_dir / RESULTS_NAME, out_dir / "plots"), args.preset)
     else:
         from cropbench.report.verdict import verdict
 
-        answer = verdict(records, args.preset).text()
-    print(f"\n{answer}")
+        answer = verdict(every, args.preset).text()
+    echo(f"\n{answer}")
     return 0
 
 
@@ -138,10 +138,10 @@ def cmd_smoke(args: argparse.Namespace) -> int:
         print(
             f"generated {done.plate} ({generated.objects} objects, compression ratio {generated.compression_ratio:.2f})"
         )
-    print(summary_table(done.records))
+    echo(summary_table(done.records))
     figures = draw_figures(out_dir / RESULTS_NAME, out_dir / "plots")
-    print(f"\nrows in {out_dir / RESULTS_NAME} and {out_dir / CSV_NAME}")
-    print(f"\n{write_report_page(done.records, out_dir, figures, 'smoke')}")
+    echo(f"\nrows in {out_dir / RESULTS_NAME} and {out_dir / CSV_NAME}")
+    echo(f"\n{write_report_page(done.records, out_dir, figures, 'smoke')}")
     return 0
 
 

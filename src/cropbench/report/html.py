@@ -15,10 +15,11 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from cropbench import metrics as m
 from cropbench.errors import OutputError
 from cropbench.records import Record
 from cropbench.report.flags import row_flags
-from cropbench.report.summary import SUMMARY_COLUMNS, cell_value, format_cell
+from cropbench.report.summary import SUMMARY_COLUMNS, cell_value, format_cell, impossible_rows
 from cropbench.report.verdict import HEADING, Verdict, track_lines, verdict
 from cropbench.tracks.validity import flag_meaning
 
@@ -34,8 +35,10 @@ h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom:
 .verdict h3 { font-size: 1em; margin: 0.9em 0 0.2em; }
 .verdict ul { margin: 0.2em 0; } .verdict ul:empty { display: none; } .verdict .note { font-weight: 600; }
 .wide { overflow-x: auto; } table { border-collapse: collapse; font-size: 0.82em; margin: 0.5em 0 1em; }
-th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
-th { background: #f0f0f0; } td.case, th.case { text-align: left; white-space: normal; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.4em; text-align: right; white-space: nowrap; }
+th { background: #f0f0f0; white-space: normal; min-width: 3.5em; }
+td.case, th.case { text-align: left; white-space: normal; overflow-wrap: anywhere; min-width: 12em; }
+td.flags { text-align: left; white-space: normal; min-width: 8em; }
 tr.flagged td { color: #888; background: repeating-linear-gradient(135deg, #f7f7f7 0 6px, #efefef 6px 12px); }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; }
@@ -150,7 +153,7 @@ def _rows_section(records: Sequence[Record]) -> str:
         for row in rows:
             flagged = bool(row_flags(row))
             label = row.case + (f" #{row.repeat}" if row.repeat else "")
-            cells = "".join(f"<td>{_text(format_cell(cell_value(row, key), fmt))}</td>" for _, key, fmt in columns)
+            cells = "".join(_cell(cell_value(row, key), key, fmt) for _, key, fmt in columns)
             style = ' class="flagged"' if flagged else ""
             parts.append(f'<tr{style}><td class="case">{_text(label)}</td><td>{_text(row.run_id)}</td>{cells}</tr>')
         parts.append("</table></div>")
@@ -158,11 +161,22 @@ def _rows_section(records: Sequence[Record]) -> str:
         if raised:
             items = "".join(
                 f"<li><code>{_text(flag)}</code>: {_text(flag_meaning(flag, track))}</li>" for flag in raised
-            )
+            ) + "".join(f"<li>{_text(label)}: {_text(why)}</li>" for label, why in impossible_rows(rows))
             parts.append(f'<ul class="legend">{items}</ul>')
     if not by_track:
         parts.append("<p>no rows</p>")
     return "\n".join(parts)
+
+
+def _cell(value: object, key: str, fmt: str) -> str:
+    """A table cell; flags wrap (one per line where the window is narrow), so no table outgrows the page."""
+    if key == m.VALIDITY_FLAGS:
+        return f'<td class="flags">{_text(format_cell(value, fmt).replace(",", ", "))}</td>'
+    return f"<td>{_text(format_cell(value, fmt))}</td>"
+
+
+#: Environment values in bytes (keys ending so) are shown in GiB.
+BYTES_SUFFIX = "_bytes"
 
 
 def _environment_section(records: Sequence[Record]) -> str:
@@ -186,6 +200,8 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
         name = f"{prefix}{key}"
         if isinstance(value, dict) and value:
             flat.update(_flatten(value, f"{name}."))
+        elif name.endswith(BYTES_SUFFIX) and isinstance(value, int) and not isinstance(value, bool):
+            flat[name] = f"{value / 2**30:,.1f} GiB"
         else:
             flat[name] = value if isinstance(value, str) else json.dumps(value, default=str)
     return flat

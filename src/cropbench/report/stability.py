@@ -7,13 +7,16 @@ and warns when CV exceeds 5 % or when a tail percentile rests on too few samples
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from cropbench import metrics as m
 from cropbench.records import Record
+from cropbench.report.flags import IMPOSSIBLE, row_flags
 
 CV_LIMIT = 0.05
 BOOTSTRAP_RESAMPLES = 2000
@@ -60,17 +63,26 @@ def summarise_repeats(
         if metric in record.metrics and record.metrics[metric] is not None:
             groups.setdefault((record.track, record.case_id or f"label:{record.case}"), []).append(record)
     summaries = []
-    for (track, _), rows in groups.items():
-        case = rows[0].case
+    for (track, _), every in groups.items():
+        case = every[0].case
+        # A value that is not a finite number (text, NaN, infinity) is no measurement: left out, and said.
+        rows = [r for r in every if _finite(r.metrics[metric]) is not None]
+        if not rows:
+            continue
         values = [float(r.metrics[metric]) for r in rows]
         mean = float(np.mean(values))
         cv = float(np.std(values, ddof=1) / mean) if len(values) > 1 and mean else 0.0
         warnings = []
+        if len(rows) < len(every):
+            warnings.append(f"{len(every) - len(rows)} row(s) not a finite number left out")
+        impossible = sum(IMPOSSIBLE in row_flags(r) for r in rows)
+        if impossible:
+            warnings.append(f"{impossible} impossible row(s)")
         if cv > cv_limit:
             warnings.append(f"CV {cv:.1%} > {cv_limit:.0%}")
         for tail, reliable in (("p95", m.P95_RELIABLE), ("p99", m.P99_RELIABLE)):
             if any(r.metrics.get(reliable) is False for r in rows):
-                counts = sorted({int(r.metrics.get(m.COUNT, 0)) for r in rows})
+                counts = sorted({int(_finite(r.metrics.get(m.COUNT)) or 0) for r in rows})
                 warnings.append(f"{tail} rests on {counts[0]} samples")
         if len(values) < 3:
             warnings.append(f"only {len(values)} repeat(s)")
@@ -89,6 +101,13 @@ def summarise_repeats(
             )
         )
     return summaries
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` when it is a finite number (not text, a bool, NaN or an infinity); else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def numeric_metrics(records: Iterable[Record]) -> list[str]:

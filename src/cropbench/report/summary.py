@@ -6,11 +6,12 @@ table, so a number that measures cache hits or re-reads cannot pass for a measur
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 from cropbench import metrics as m
 from cropbench.records import Record
-from cropbench.report.flags import row_flags
+from cropbench.report.flags import impossible_reasons, row_flags
 from cropbench.tracks.validity import flag_meaning
 
 #: Columns shown per track: (header, metric key, format).
@@ -142,7 +143,26 @@ def flag_legend(rows: Sequence[Record], track: str | None = None) -> list[str]:
         return []
     lines = ["flags (a flagged row checks the wiring; it is not a measurement to quote):"]
     lines += [f"  {flag}: {flag_meaning(flag, track)}" for flag in sorted(raised)]
+    lines += [f"    {label}: {reasons}" for label, reasons in impossible_rows(rows)]
     return lines
+
+
+#: Impossible rows named with their reasons under a table; the rest are counted.
+IMPOSSIBLE_NAMED = 10
+
+
+def impossible_rows(rows: Sequence[Record]) -> list[tuple[str, str]]:
+    """(label, reasons) of the impossible rows among ``rows``, the first :data:`IMPOSSIBLE_NAMED` of them,
+    then how many more there are."""
+    found = [
+        (row.case + (f" #{row.repeat}" if row.repeat else ""), "; ".join(why))
+        for row in rows
+        if (why := impossible_reasons(row))
+    ]
+    more = len(found) - IMPOSSIBLE_NAMED
+    return found[:IMPOSSIBLE_NAMED] + (
+        [(f"{more} more impossible rows", "see impossible_reasons in each row")] if more > 0 else []
+    )
 
 
 def cell_value(row: Record, key: str) -> object:
@@ -158,6 +178,8 @@ def format_cell(value: object, fmt: str) -> str:
         return "-"
     if isinstance(value, list):
         return ",".join(str(item) for item in value) or "ok"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} (not a number to quote)"
     try:
         return fmt.format(value)
     except (ValueError, TypeError):

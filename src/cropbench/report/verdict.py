@@ -6,8 +6,9 @@ must not be quoted. Track ``targets`` answers with its paired ratios instead: pe
 direct reader over the copy ceiling at the same thread count and over each peer at its best.
 Rows are grouped by their config fields (repeats of one configuration differ only in their seed) and
 each configuration is judged on the median over its repeats; a configuration is quotable when none
-of its rows carries a flag. The best configuration is the best quotable one; when none is, the best
-flagged one, said to be flagged.
+of its rows carries a flag. The best configuration is the one with the highest rate (samples/s,
+crops/s; Track 3: images/s, judged per model) among the quotable ones; when none is quotable, among the
+flagged ones, said to be flagged; never one flagged ``impossible``. Every track's answer says the rule.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ import numpy as np
 
 from cropbench import metrics as m
 from cropbench.records import Record
-from cropbench.report.flags import IMPOSSIBLE, row_flags
+from cropbench.report.flags import (
+    IMPOSSIBLE,
+    crop_dtype,
+    impossible_reasons,
+    judge_rows,
+    loader_shape,
+    row_flags,
+    shape_label,
+    source,
+)
 from cropbench.tracks.layouts import CEILING as MEMMAP_LAYOUT
 from cropbench.tracks.validity import flag_meaning
 
@@ -36,6 +46,8 @@ SMOKE_NOTE = (
     "not to measure; for numbers run --preset full (cropbench run --preset full on a plate larger "
     "than the reader's cache)"
 )
+#: Impossible configurations named, with their reasons, under a track's verdict.
+IMPOSSIBLE_EXAMPLES = 5
 #: Said where a track's best configuration has nothing in the run to be measured against.
 NO_CEILING = "no ceiling in this run"
 #: Each validity flag in plain words: why a row carrying it must not be quoted, and what to do.
@@ -50,8 +62,9 @@ PLAIN_REASONS: dict[str, str] = {
 #: Track → flag → the plain reason where a track gives the flag a meaning of its own.
 TRACK_REASONS: dict[str, dict[str, str]] = {
     "3": {
-        IMPOSSIBLE: "its numbers contradict each other (the compute-only baseline outlasted the whole loaded "
-        "step): the machine's speed changed during the run; run again on an idle machine",
+        IMPOSSIBLE: "its numbers contradict each other (a step faster than its compute alone, a data wait "
+        "its cross-check does not confirm, or images/s above the compute-only rate): the machine's speed changed "
+        "during the run; run again on an idle machine",
     },
     "targets": {
         IMPOSSIBLE: "the reader beat the copy ceiling, which no reader of the same crops can pass: the ceiling "
@@ -125,6 +138,12 @@ class TrackVerdict:
     answer: tuple[str, ...] = ()
     #: What ``configurations`` counts, singular and plural.
     nouns: tuple[str, str] = ("configuration", "configurations")
+    #: What part of the track this answer covers where a track answers per part (Track 3: per model).
+    subject: str = ""
+    #: How the best configuration was chosen, said under it.
+    chosen_by: str = ""
+    #: A few impossible configurations, each with why: ``label: reason``.
+    impossible: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -158,7 +177,7 @@ class Verdict:
 
 def track_lines(verdict: TrackVerdict) -> list[str]:
     """One track's lines: the best configuration, its ratio to the ceiling, further answers, the flags."""
-    title = TRACK_TITLES.get(verdict.track, verdict.track)
+    title = TRACK_TITLES.get(verdict.track, verdict.track) + (f", {verdict.subject}" if verdict.subject else "")
     head = f"track {verdict.track} ({title}): "
     best = verdict.best
     if verdict.answer:
@@ -175,6 +194,8 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
                 f"{verdict.ratio:.2f}x the {verdict.ceiling.kind} measured in the same run: {verdict.ceiling.name} "
                 f"({_number(verdict.ceiling.value)} {verdict.unit})"
             )
+        if verdict.chosen_by:
+            lines.append(f"chosen as {verdict.chosen_by}")
     lines += list(verdict.notes)
     total, quotable = verdict.configurations, verdict.quotable
     one, many = verdict.nouns
@@ -187,7 +208,10 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
             lines.append(f"none of its {total} {many} may be quoted:")
         else:
             lines.append(f"{quotable} of {total} {many} carry no flag; the others must not be quoted:")
-    lines += [f"  - {plain_reason(flag, verdict.track)} ({flag}: {count})" for flag, count in verdict.reasons]
+    for flag, count in verdict.reasons:
+        lines.append(f"  - {plain_reason(flag, verdict.track)} ({flag}: {count})")
+        if flag == IMPOSSIBLE:
+            lines += [f"  - {example}" for example in verdict.impossible]
     return lines
 
 
@@ -213,9 +237,9 @@ class _Rule:
     #: A string says why there is none for this configuration.
     ceiling: CeilingOf
     notes: Callable[[Sequence[Configuration]], tuple[str, ...]] = lambda _: ()
-    #: What "best" ranks on when not the value itself (Track 3: the share of its own model's rate,
-    #: since images/s of different models do not compare).
-    rank: Callable[[Configuration], float | None] | None = None
+    #: What part of the track a configuration belongs to where the track is judged per part (Track 3:
+    #: its model, since images/s of different models do not compare); None: the track is judged whole.
+    part: Callable[[Configuration], str] | None = None
     #: The track's answer in lines where it is not one best configuration (see ``TrackVerdict.answer``).
     answer: Callable[[Sequence[Configuration]], tuple[str, ...]] | None = None
     #: Which measured configurations the flag counts cover, and what they are called.
@@ -238,21 +262,16 @@ def _reference(name: str, reference: float | None, value: float) -> tuple[Ceilin
 
 
 def _source(configuration: Configuration) -> str:
-    return str(configuration.rows[0].config.get("source", "plate"))
+    return source(configuration.rows[0])
 
 
 def _dtype(configuration: Configuration) -> object:
-    return configuration.rows[0].config.get("crop", {}).get("dtype")
+    return crop_dtype(configuration.rows[0])
 
 
 def _loader_shape(configuration: Configuration) -> tuple[int, int | None, str]:
     """A Track 2 configuration's worker count, batch size and collate."""
-    loader = configuration.rows[0].config.get("loader", {})
-    return int(loader.get("num_workers") or 0), loader.get("batch_size"), str(loader.get("collate", "default"))
-
-
-def _shape_label(workers: int, batch: int | None, collate: str) -> str:
-    return f"w{workers}/b{batch}" + ("" if collate == "default" else f"/{collate}-collate")
+    return loader_shape(configuration.rows[0])
 
 
 def _track2_ceiling(
@@ -266,10 +285,10 @@ def _track2_ceiling(
     if not workers:
         return f"{NO_CEILING} for loading in the main process (crops already in memory bound the workers' hand-over)"
     memory = [c for c in everything if _source(c) == "memory" and c.median(m.SAMPLES_PER_S) is not None]
-    matching = [c for c in memory if _loader_shape(c) == shape]
+    matching = [c for c in memory if _loader_shape(c) == shape and IMPOSSIBLE not in c.flags]
     if memory and not matching:
-        shapes = ", ".join(sorted({_shape_label(*s) for s in map(_loader_shape, memory)}))
-        return f"{NO_CEILING} at {_shape_label(*shape)}: crops already in memory were handed over at {shapes} only"
+        shapes = ", ".join(sorted({shape_label(*s) for s in map(_loader_shape, memory)}))
+        return f"{NO_CEILING} at {shape_label(*shape)}: crops already in memory were handed over at {shapes} only"
     same_dtype = [c for c in matching if _dtype(c) == _dtype(best)] or matching
     rates = [rate for c in same_dtype if (rate := c.median(m.SAMPLES_PER_S)) is not None]
     return _ratio("crops already in memory, the workers' hand-over alone", max(rates, default=None), value)
@@ -307,6 +326,14 @@ def _track3_ceiling(
         return None
     ceiling = value / ratio if ratio > 0 else baseline
     return Ceiling("its model's compute-only rate, batches already on the device", ceiling), ratio
+
+
+def _model(configuration: Configuration) -> str:
+    """A Track 3 configuration's model (a worker search names it in its case)."""
+    config = configuration.rows[0].config
+    case = config.get("case")
+    model = config.get("model") or (case.get("model") if isinstance(case, dict) else None)
+    return f"model {model}" if model else ""
 
 
 def _track3_notes(configurations: Sequence[Configuration]) -> tuple[str, ...]:
@@ -521,7 +548,7 @@ RULES: dict[str, _Rule] = {
         lambda c: c.median(m.IMAGES_PER_S),
         _track3_ceiling,
         _track3_notes,
-        _track3_fed,
+        part=_model,
     ),
     "layouts": _Rule(
         "crops/s", lambda c: not _is_memmap(c), lambda c: c.median(m.access_crops_per_s_key("random")), _layouts_ceiling
@@ -569,24 +596,22 @@ def configurations(records: Iterable[Record]) -> list[Configuration]:
     ]
 
 
-def judge_track(track: str, groups: Sequence[Configuration]) -> TrackVerdict:
-    """One track's verdict from its configurations."""
+def judge_track(track: str, groups: Sequence[Configuration], subject: str = "") -> TrackVerdict:
+    """One track's verdict from its configurations (``subject``: the part of the track they are)."""
     rule = RULES.get(track, DEFAULT_RULE)
     measured = [c for c in groups if _measured(c)]
     counted = [c for c in measured if rule.counted(c)]
-    rank = rule.rank or rule.value
-    ranked = [
-        (score, value, c)
-        for c in measured
-        if rule.competes(c) and (value := rule.value(c)) is not None and (score := rank(c)) is not None
-    ]
-    candidates = [entry for entry in ranked if IMPOSSIBLE not in entry[2].flags]
-    pool = [entry for entry in candidates if entry[2].quotable] or candidates
-    _, value, best = max(pool, key=lambda entry: entry[0]) if pool else (None, None, None)
+    ranked = [(value, c) for c in measured if rule.competes(c) and (value := rule.value(c)) is not None]
+    candidates = [entry for entry in ranked if IMPOSSIBLE not in entry[1].flags]
+    clean = [entry for entry in candidates if entry[1].quotable]
+    pool = clean or candidates
+    value, best = max(pool, key=lambda entry: entry[0]) if pool else (None, None)
     found = rule.ceiling(best, value, groups) if best is not None and value is not None else None
     note = found if isinstance(found, str) else NO_CEILING
     found = None if isinstance(found, str) else found
     reasons = Counter(flag for c in counted for flag in c.flags)
+    among = f"{len(pool)} {'configuration' if len(pool) == 1 else 'configurations'}"
+    kind = "without flags" if clean else "flagged, none being clean; impossible ones never"
     return TrackVerdict(
         track=track,
         configurations=len(counted),
@@ -601,17 +626,44 @@ def judge_track(track: str, groups: Sequence[Configuration]) -> TrackVerdict:
         ceiling_note=note,
         answer=rule.answer(measured) if rule.answer else (),
         nouns=rule.nouns,
+        subject=subject,
+        chosen_by=f"the highest {rule.unit} of {among} {kind}" if best is not None else "",
+        impossible=tuple(f"{c.label}: {why}" for c in counted if (why := _why_impossible(c)))[:IMPOSSIBLE_EXAMPLES],
     )
 
 
-def verdict(records: Iterable[Record], preset: str | None = None) -> Verdict:
-    """The verdict over ``records`` (one run's rows, as a run returns them or as read back).
+def _why_impossible(configuration: Configuration) -> str:
+    """Why the first impossible row of the configuration is impossible ("" when none is)."""
+    for row in configuration.rows:
+        reasons = impossible_reasons(row)
+        if reasons:
+            return "; ".join(reasons)
+    return ""
 
-    ``preset`` names the case grid when known: a smoke run says what it proves before the tracks.
+
+def judge(track: str, groups: Sequence[Configuration]) -> list[TrackVerdict]:
+    """A track's verdicts: one, or one per part where the track is judged per part (Track 3: per model)."""
+    rule = RULES.get(track, DEFAULT_RULE)
+    if rule.part is None:
+        return [judge_track(track, groups)]
+    parts = list(dict.fromkeys(rule.part(c) for c in groups))
+    if len(parts) < 2:
+        return [judge_track(track, groups, parts[0] if parts else "")]
+    return [judge_track(track, [c for c in groups if rule.part(c) == part], part) for part in parts]
+
+
+def verdict(records: Iterable[Record], preset: str | None = None) -> Verdict:
+    """The verdict over ``records`` (every row given: a run's, or a whole results file read back).
+
+    Rows are judged first (:func:`cropbench.report.flags.judge_rows`), so a row whose numbers cannot all
+    be true is never the best. ``preset`` names the case grid when known: a smoke run says what it
+    proves before the tracks.
     """
-    groups = configurations(records)
+    groups = configurations(judge_rows(records))
     tracks = list(dict.fromkeys(c.rows[0].track for c in groups))
-    return Verdict(tuple(judge_track(t, [c for c in groups if c.rows[0].track == t]) for t in tracks), preset)
+    return Verdict(
+        tuple(answer for t in tracks for answer in judge(t, [c for c in groups if c.rows[0].track == t])), preset
+    )
 
 
 def _measured(configuration: Configuration) -> bool:

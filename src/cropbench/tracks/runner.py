@@ -21,6 +21,7 @@ from cropbench.config import CropConfig, CropOverrides
 from cropbench.errors import ConfigError
 from cropbench.records import Record, jsonable
 from cropbench.tracks.context import RunContext
+from cropbench.tracks.validity import with_contradictions
 
 
 class Case(Protocol):
@@ -233,11 +234,16 @@ def run_tracks(
                 case=row.case.label,
                 case_id=case_id,
                 config=config,
-                metrics={  # what a row measured of its own store settings wins over the run's
-                    **store_metrics(context.remote, row.metrics, context.server_requests_per_s),
-                    **row.metrics,
-                    **ratio_to_local(local.get(row.case.label), row.metrics),
-                },
+                # What a row measured of its own store settings wins over the run's; numbers that
+                # cannot all be true are flagged as written.
+                metrics=with_contradictions(
+                    track.name,
+                    {
+                        **store_metrics(context.remote, row.metrics, context.server_requests_per_s),
+                        **row.metrics,
+                        **ratio_to_local(local.get(row.case.label), row.metrics),
+                    },
+                ),
                 environment=context.environment,
                 seed=row.seed,
                 repeat=repeat,

@@ -7,6 +7,10 @@ track gives the flag a meaning of its own). A flagged row checks the wiring; it 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from cropbench import metrics as m
@@ -22,6 +26,23 @@ RATE_AGREEMENT_TOLERANCE = 0.25
 IMPOSSIBLE_TOLERANCE = 0.05
 #: The flag of a row whose numbers contradict each other.
 IMPOSSIBLE = "impossible"
+#: Track 3: a loaded step's p50 this much below the compute-only p50 (the same compute on batches
+#: already on the device) is not noise; the medians of the same compute agree closer than that.
+STEP_BELOW_COMPUTE_TOLERANCE = 0.005
+#: Track 3: the data-wait fraction (timed around next()) and its cross-check (the step time compute
+#: alone does not explain) measure the same stall; beyond this gap (a share of the step) they disagree.
+WAIT_AGREEMENT_TOLERANCE = 0.05
+#: The per-item clocks of the timed loop cannot make it faster than the loop without them: a harness
+#: overhead below minus this means the two loops did not read under the same conditions.
+HARNESS_OVERHEAD_TOLERANCE = 0.05
+#: A rate over a ceiling or reference measured in the same run, at the same shape, beyond this
+#: share above 1: the rate passed what bounds it.
+CEILING_TOLERANCE = 0.05
+#: No reader in one machine delivers more items (crops, images, requests) per second than this.
+PLAUSIBLE_RATE_LIMIT = 1e9
+#: Suffixes of rate metrics (items per second) and of the latency summaries (p50 <= p95 <= p99).
+RATE_SUFFIX = "_per_s"
+PERCENTILES = (m.P50_MS, m.P95_MS, m.P99_MS)
 
 #: Flag → what it means.
 VALIDITY_FLAGS: dict[str, str] = {
@@ -31,20 +52,100 @@ VALIDITY_FLAGS: dict[str, str] = {
     "rate!=1/mean": f"samples/s and 1 / mean latency differ by more than {RATE_AGREEMENT_TOLERANCE:.0%}",
     "few-samples": f"the p95 rests on fewer than {min_samples_for(0.95)} timings "
     f"(fewer than {TAIL_OBSERVATIONS} beyond it): a tail estimate from too few samples",
-    IMPOSSIBLE: "two of the row's numbers contradict each other, so at least one of them is wrong",
+    IMPOSSIBLE: "two of the row's numbers contradict each other (or one cannot be true), so at least one of "
+    "them is wrong; the row's impossible_reasons say which",
 }
 #: Track → flag → what the flag means on that track's rows, where the track gives it a meaning of its own.
 TRACK_FLAGS: dict[str, dict[str, str]] = {
     "3": {
         IMPOSSIBLE: f"the compute-only baseline, measured apart, took over {IMPOSSIBLE_TOLERANCE:.0%} longer than "
-        "the whole loaded step: the machine's speed changed between the two (the stall uses the loop's own "
-        "compute time)",
+        f"the whole loaded step, the step p50 fell over {STEP_BELOW_COMPUTE_TOLERANCE:.1%} below the compute-only "
+        f"p50, or the data wait and its cross-check differ by over {WAIT_AGREEMENT_TOLERANCE:.0%} of the step: the "
+        "machine's speed changed between the measurements (the row's impossible_reasons say which)",
     },
     "targets": {
         IMPOSSIBLE: "the reader's median per-block ratio to the copy ceiling at its own thread count is above 1: "
         "the reader beat a ceiling no reader of the same crops can pass, so the ceiling or the timing is wrong",
     },
 }
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float when it is a number (NaN and infinities too); None for anything else."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def contradictions(track: str, metrics: Mapping[str, Any]) -> list[str]:
+    """Why the numbers of one row cannot all be true (empty when nothing contradicts), each in a few words.
+
+    Rates are numbers, finite, at least 0 and below :data:`PLAUSIBLE_RATE_LIMIT`; latency percentiles are
+    finite, at least 0 and ordered p50 <= p95 <= p99; the harness overhead is not negative beyond
+    :data:`HARNESS_OVERHEAD_TOLERANCE`; Track 3's step is not faster than its compute alone and its two
+    measures of the data wait agree (:data:`STEP_BELOW_COMPUTE_TOLERANCE`, :data:`WAIT_AGREEMENT_TOLERANCE`).
+    """
+    reasons = []
+    for key, value in metrics.items():
+        if not key.endswith(RATE_SUFFIX) or value is None or isinstance(value, dict):
+            continue
+        # A list holds one rate per epoch, per worker count, per round: each is a rate.
+        for rate in map(_number, value if isinstance(value, list) else [value]):
+            if rate is None:
+                reasons.append(f"{key} is not a number")
+            elif not math.isfinite(rate) or rate < 0 or rate > PLAUSIBLE_RATE_LIMIT:
+                reasons.append(f"{key} is {rate:g}")
+            else:
+                continue
+            break
+    for key in [key for key in metrics if key.endswith(m.P50_MS)]:
+        family = key.removesuffix(m.P50_MS)
+        values = [(name, _number(metrics.get(family + name))) for name in PERCENTILES if family + name in metrics]
+        present = [(name, value) for name, value in values if value is not None]
+        for name, value in present:
+            if not math.isfinite(value) or value < 0:
+                reasons.append(f"{family}{name} is {value:g}")
+        for (low, below), (high, above) in zip(present, present[1:], strict=False):
+            if math.isfinite(below) and math.isfinite(above) and above < below:
+                reasons.append(f"{family}{high} {above:g} is below {family}{low} {below:g}")
+    for key, value in metrics.items():
+        overhead = _number(value) if key.endswith(m.HARNESS_OVERHEAD) else None
+        if overhead is not None and overhead < -HARNESS_OVERHEAD_TOLERANCE:
+            reasons.append(f"{key} is {overhead:+.2f}: the timed loop ran faster than the loop without clocks")
+    if track == "3":
+        reasons += _track3_contradictions(metrics)
+    return reasons
+
+
+def with_contradictions(track: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` with ``impossible`` among its validity flags and its reasons under ``impossible_reasons``
+    where :func:`contradictions` finds any (as written to disk); unchanged otherwise."""
+    reasons = contradictions(track, metrics)
+    if not reasons:
+        return metrics
+    stored = metrics.get(m.VALIDITY_FLAGS)
+    flags = list(stored) if isinstance(stored, list) else []
+    return {
+        **metrics,
+        m.VALIDITY_FLAGS: flags if IMPOSSIBLE in flags else [*flags, IMPOSSIBLE],
+        m.IMPOSSIBLE_REASONS: reasons,
+    }
+
+
+def _track3_contradictions(metrics: Mapping[str, Any]) -> list[str]:
+    reasons = []
+    step, compute = _number(metrics.get(m.STEP_P50_MS)), _number(metrics.get(m.COMPUTE_ONLY_STEP_P50_MS))
+    if step is not None and compute is not None and step < compute * (1.0 - STEP_BELOW_COMPUTE_TOLERANCE):
+        reasons.append(f"step p50 {step:.1f} ms is below its compute-only p50 {compute:.1f} ms")
+    images, ceiling = _number(metrics.get(m.IMAGES_PER_S)), _number(metrics.get(m.COMPUTE_ONLY_IMAGES_PER_S))
+    if images is not None and ceiling and math.isfinite(images) and images > ceiling * (1.0 + CEILING_TOLERANCE):
+        reasons.append(f"images/s {images:,.1f} is {images / ceiling:.2f}x its compute-only rate {ceiling:,.1f}")
+    wait, stall = _number(metrics.get(m.DATA_WAIT_FRACTION)), _number(metrics.get(m.STALL_CROSSCHECK))
+    if wait is not None and stall is not None and abs(wait - stall) > WAIT_AGREEMENT_TOLERANCE:
+        reasons.append(
+            f"data wait {wait:.1%} and its cross-check {stall:.1%} differ by more than {WAIT_AGREEMENT_TOLERANCE:.0%}"
+        )
+    return reasons
 
 
 def flag_meaning(flag: str, track: str | None = None) -> str:

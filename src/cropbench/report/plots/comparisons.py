@@ -12,6 +12,7 @@ from cropbench import metrics as m
 from cropbench.records import Record
 from cropbench.report.plots.drawing import axis_from_zero, flagged, flagged_handle, horizontal_bars, save_figure
 from cropbench.report.plots.rows import row_label, rows_of
+from cropbench.report.text import figure_label
 
 
 def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
@@ -101,7 +102,14 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
             rows = measured[name]
             if not rows:
                 reason = str(loaders[name][-1].metrics.get(m.SKIP_REASON, ""))
-                axis.text(0.01 * high, position, f"skipped: {reason[:120]}", va="center", fontsize=7, color="gray")
+                axis.text(
+                    0.01 * high,
+                    position,
+                    f"skipped: {figure_label(reason, 120)}",
+                    va="center",
+                    fontsize=7,
+                    color="gray",
+                )
                 continue
             note = (f"{rate:,.0f}/s" if rate >= 10 else f"{rate:,.1f}/s") + f" (n={rows[-1].metrics.get(m.COUNT, '?')}"
             note += f", {len(rows)} runs)" if len(rows) > 1 else ")"
@@ -121,11 +129,14 @@ def peers_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
         axis_from_zero(axis, every, room=1.6)
         if any(marked):
             axis.legend(handles=[flagged_handle()], fontsize=7, loc="lower right")
-        axis.set_yticks(positions, names, fontsize=8)
+        axis.set_yticks(positions, [figure_label(name) for name in names], fontsize=8)
         axis.invert_yaxis()
         axis.grid(axis="x", alpha=0.3)
         size = loaders[names[0]][0].config.get("crop_size", "?")
-        axis.set_title(f"{plate} — {size}px crops, all channels, random order (higher is better)", fontsize=9)
+        axis.set_title(
+            f"{figure_label(plate)} — {figure_label(str(size))}px crops, all channels, random order (higher is better)",
+            fontsize=9,
+        )
         axis.set_xlabel(
             "samples/s, one process, warm page cache (bar: median, dots: repeats); blue: cropbench, "
             "orange: peers; dotted: cropbench direct",

@@ -33,6 +33,8 @@ FLAGGED_HATCH = "///"
 FLAGGED_NOTE = "grey, hatched: flagged (see the summary), not a measurement to quote"
 #: Hatches drawn in a series' colour need a wider line than matplotlib's default to be seen.
 plt.rcParams["hatch.linewidth"] = 1.2
+#: Labels come from rows (case names, config values): a ``$`` in one is drawn, never typeset as mathtext.
+plt.rcParams["text.parse_math"] = False
 
 
 def flagged(record: Record) -> bool:

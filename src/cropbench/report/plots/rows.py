@@ -10,6 +10,7 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.records import Record
+from cropbench.report.text import FIGURE_LABEL_CHARS, figure_label
 
 #: Metrics each track's figures read (the smoke test checks the rows hold them).
 FIGURE_METRICS: dict[str, tuple[str, ...]] = {
@@ -42,8 +43,29 @@ FIGURE_METRICS: dict[str, tuple[str, ...]] = {
 
 def _numbers(metrics: dict[str, Any], *names: str) -> bool:
     """Whether every named metric is a finite number (not missing, None, NaN, text or a bool)."""
-    values = [metrics.get(name) for name in names]
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    return all(_finite(metrics.get(name)) for name in names)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+#: Metrics the figures read as a list of finite numbers, as a flag, as text; every other metric they
+#: read (:data:`FIGURE_METRICS`) is a finite number. Missing or None is always allowed.
+FIGURE_LISTS = frozenset(
+    {
+        m.QUANTILES_MS,
+        m.WARMUP_MS,
+        m.FIRST_PASS_CURVE_MS,
+        m.TRIED_WORKERS,
+        m.DATA_WAIT_FRACTION_BY_WORKERS,
+        m.IMAGES_PER_S_BY_WORKERS,
+    }
+)
+FIGURE_FLAGS = frozenset({m.EVICTION_VERIFIED})
+FIGURE_TEXTS = frozenset({m.SKIP_REASON, m.VALIDITY_FLAGS})
+#: Read by the figures beside :data:`FIGURE_METRICS` (the CDF's calls per item, the first-batch bars...).
+FIGURE_EXTRAS = (m.ITEMS_PER_CALL, m.COUNT, m.P95_MS, m.P50_MS, m.STEP_P50_MS, m.IMAGES_PER_S, m.MIN_WORKERS)
 
 
 #: What a row must hold for its track's figures to draw it at all. A row without it (a failed or
@@ -62,12 +84,51 @@ DRAWABLE: dict[str, Callable[[dict[str, Any]], bool]] = {
 }
 
 
+def wrongly_typed(record: Record) -> str | None:
+    """The first metric the row's figures read that holds the wrong kind of value (None when all fit):
+    a row from elsewhere may hold text, NaN or a list where a figure needs a number."""
+    metrics = record.metrics
+    for name in (*FIGURE_METRICS.get(record.track, ()), *FIGURE_EXTRAS):
+        value = metrics.get(name)
+        if value is None or name in FIGURE_TEXTS:
+            continue
+        if name in FIGURE_LISTS:
+            fits = isinstance(value, list) and all(_finite(item) for item in value)
+        elif name in FIGURE_FLAGS:
+            fits = isinstance(value, bool)
+        else:
+            fits = _finite(value)
+        if not fits:
+            return name
+    lists = [
+        metrics.get(name) for name in (m.TRIED_WORKERS, m.DATA_WAIT_FRACTION_BY_WORKERS, m.IMAGES_PER_S_BY_WORKERS)
+    ]
+    if (
+        all(isinstance(value, list) for value in lists)
+        and len({len(value) for value in lists if value is not None}) > 1
+    ):
+        return m.TRIED_WORKERS
+    return None
+
+
 def drawable(records: Sequence[Record]) -> list[Record]:
     """The rows the figures can draw; one warning per track names how many were left out and why."""
     kept: list[Record] = []
     left_out: list[Record] = []
+    mistyped: list[tuple[Record, str]] = []
     for record in records:
+        wrong = wrongly_typed(record)
+        if wrong is not None:
+            mistyped.append((record, wrong))
+            continue
         (kept if DRAWABLE.get(record.track, lambda _: True)(record.metrics) else left_out).append(record)
+    if mistyped:
+        record, name = mistyped[0]
+        warnings.warn(
+            f"{len(mistyped)} {'row holds' if len(mistyped) == 1 else 'rows hold'} a value no figure can draw: "
+            f"left out (first: {row_label(record)}, {name})",
+            stacklevel=2,
+        )
     for track in dict.fromkeys(r.track for r in left_out):
         rows = [r for r in left_out if r.track == track]
         warnings.warn(
@@ -85,8 +146,8 @@ def rows_of(records: Sequence[Record], track: str) -> list[Record]:
 
 
 def row_label(record: Record) -> str:
-    """The row's case, with its repeat number on repeats after the first."""
-    return record.case + (f" #{record.repeat}" if record.repeat else "")
+    """The row's case, with its repeat number on repeats after the first, as a figure draws it."""
+    return figure_label(record.case) + (f" #{record.repeat}" if record.repeat else "")
 
 
 def runs_in(records: Sequence[Record]) -> list[str]:
@@ -95,18 +156,27 @@ def runs_in(records: Sequence[Record]) -> list[str]:
 
 
 def latest_runs(records: Sequence[Record]) -> list[Record]:
-    """Per track, the rows of the last run that wrote that track: figures never mix runs unasked.
+    """The rows figures draw unasked: per configuration (track, case id, repeat), its latest row, so a run
+    resumed after an interruption draws whole and a rerun replaces what it measured again; figures never
+    mix two measurements of one configuration.
 
-    A track whose every row has its own run id (rows written before one id named a whole
+    Rows without a case id (written before it existed) go by run: per track, the rows of its last run;
+    a track whose every such row has its own run id (rows written before one id named a whole
     invocation) cannot be split into runs and is kept whole.
     """
-    latest = {r.track: r.run_id for r in records}
+    newest = {r.key: index for index, r in enumerate(records) if r.case_id}
+    unkeyed = [r for r in records if not r.case_id]
+    latest = {r.track: r.run_id for r in unkeyed}
     per_row = {
         track
         for track in latest
-        if len({r.run_id for r in records if r.track == track}) == sum(r.track == track for r in records)
+        if len({r.run_id for r in unkeyed if r.track == track}) == sum(r.track == track for r in unkeyed)
     }
-    return [r for r in records if r.track in per_row or latest[r.track] == r.run_id]
+    return [
+        r
+        for index, r in enumerate(records)
+        if (newest.get(r.key) == index if r.case_id else r.track in per_row or latest[r.track] == r.run_id)
+    ]
 
 
 def label_runs(records: Sequence[Record]) -> list[Record]:
@@ -135,4 +205,4 @@ def describe_loading(config: dict[str, Any]) -> str:
     parts += [str(crop[key]) for key in ("decode", "tier", "dtype") if key in crop]
     parts += [f"amp-{config['amp']}"] if "amp" in config else []
     parts += [f"{key}={loader[key]}" for key, default in LOADER_DEFAULTS.items() if loader.get(key, default) != default]
-    return "/".join(parts)
+    return figure_label("/".join(parts), 2 * FIGURE_LABEL_CHARS)
