@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.records import Record
+from cropbench.report.summary import cell_value as summary_cell_value
 from cropbench.report.summary import summary_table
 from cropbench.tracks import track1, track2, track3
-from cropbench.tracks.validity import VALIDITY_FLAGS, flag_meaning, validity
+from cropbench.tracks.validity import MIN_RATE_TIMINGS, VALIDITY_FLAGS, flag_meaning, validity
 
 #: The tiny plate decodes to about 1.9 MiB and holds about 100 objects: the default 32 MiB cache holds
 #: all of it, 64 KiB does not.
@@ -20,7 +22,7 @@ BIG_CACHE = CropConfig(crop_size=32)
 
 def test_track2_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
     flagged = track2.run_case(
-        tiny_plate, track2.Track2Case(crop=BIG_CACHE, loader=LoaderSpec(batch_size=16), samples=160)
+        tiny_plate, track2.Track2Case(crop=BIG_CACHE, loader=LoaderSpec(batch_size=16), samples=96)
     )
     assert {"cache>=plate", "re-reads", "few-samples"} <= set(flagged[m.VALIDITY_FLAGS]) <= set(VALIDITY_FLAGS)
     assert flagged[m.CACHE_FRACTION_OF_PLATE] > 1
@@ -59,14 +61,27 @@ def test_the_summary_prints_track2_and_track3_flags_and_explains_them() -> None:
     ]
     table = summary_table(rows)
     assert table.count("few-samples") == 4, "in each track's row and under each track's table"
-    assert VALIDITY_FLAGS["few-samples"] in table
+    assert "timed batches" in table and "timed steps" in table, "in the terms of each track's headline, its rate"
+
+
+def test_a_track2_rate_on_enough_batches_is_quoted_and_its_short_tail_is_not_shown(tiny_plate: Path) -> None:
+    case = track2.Track2Case(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=4), samples=72, epochs=1)
+    metrics = track2.run_case(tiny_plate, case)
+    assert MIN_RATE_TIMINGS <= metrics[m.prefixed(m.BATCH, m.COUNT)] < 200
+    assert metrics[m.prefixed(m.BATCH, m.P95_RELIABLE)] is False
+    assert "few-samples" not in metrics[m.VALIDITY_FLAGS], "the rate rests on enough batches"
+    row = Record(track="2", case="c", config={}, metrics=metrics, environment={})
+    assert summary_cell_value(row, m.BATCH_P95_MS) is None, "a p95 on too few batches is not shown"
+    assert summary_cell_value(row, m.BATCH_P50_MS) == metrics[m.BATCH_P50_MS]
+    short = track2.run_case(tiny_plate, dataclasses.replace(case, samples=32))
+    assert "few-samples" in short[m.VALIDITY_FLAGS], "a rate on 7 batches is not quoted"
 
 
 def test_impossible_is_a_flag_like_the_others_and_explained_in_each_tracks_terms() -> None:
     crop = CropConfig(crop_size=32)
-    raised = validity(crop, None, items_drawn=10, objects=100, p95_reliable=True, impossible=True)
+    raised = validity(crop, None, items_drawn=10, objects=100, enough_timings=True, impossible=True)
     assert raised[m.VALIDITY_FLAGS] == ["impossible"]
-    assert validity(crop, None, items_drawn=10, objects=100, p95_reliable=True)[m.VALIDITY_FLAGS] == []
+    assert validity(crop, None, items_drawn=10, objects=100, enough_timings=True)[m.VALIDITY_FLAGS] == []
     assert "longer than the whole loaded step" in flag_meaning("impossible", "3")
     targets = flag_meaning("impossible", "targets")
     assert "beat" in targets and "the ceiling or the timing is wrong" in targets and "compute-only" not in targets

@@ -169,6 +169,9 @@ def cell_value(row: Record, key: str) -> object:
     """The row's value of ``key``; its flags as :func:`row_flags` reads them (None in rows without any)."""
     if key == m.VALIDITY_FLAGS and m.VALIDITY_FLAGS in row.metrics:
         return row_flags(row)
+    for tail, reliable in ((m.P95_MS, m.P95_RELIABLE), (m.P99_MS, m.P99_RELIABLE)):
+        if key.endswith(tail) and row.metrics.get(key.removesuffix(tail) + reliable) is False:
+            return None  # a tail on too few timings is not shown (the row keeps it, with its *_reliable)
     return row.metrics.get(key)
 
 

@@ -61,7 +61,9 @@ PLAIN_REASONS: dict[str, str] = {
 }
 #: Track → flag → the plain reason where a track gives the flag a meaning of its own.
 TRACK_REASONS: dict[str, dict[str, str]] = {
+    "2": {"few-samples": "its rate rests on too few timed batches: run more samples per epoch (--samples)"},
     "3": {
+        "few-samples": "its rate rests on too few timed steps: run more steps (--samples)",
         IMPOSSIBLE: "its numbers contradict each other (a step faster than its compute alone, a data wait "
         "its cross-check does not confirm, or images/s above the compute-only rate): the machine's speed changed "
         "during the run; run again on an idle machine",

@@ -311,7 +311,7 @@ def row_validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader)
             reader,
             items_drawn=metrics[m.ITEMS_DRAWN],
             objects=metrics[m.OBJECTS],
-            p95_reliable=metrics[m.P95_RELIABLE],
+            enough_timings=metrics[m.P95_RELIABLE],
             eviction_unverified=case.cold_samples > 0
             and not metrics.get(m.EVICTION_VERIFIED, False)
             and reader.metadata.remote is None,

@@ -44,6 +44,17 @@ PLAUSIBLE_RATE_LIMIT = 1e9
 RATE_SUFFIX = "_per_s"
 PERCENTILES = (m.P50_MS, m.P95_MS, m.P99_MS)
 
+#: Timed batches (Track 2) or steps (Track 3) a rate rests on at the least before it is quoted. Their
+#: headline is the rate; their batch or step p95 needs ``min_samples_for(0.95)`` timings and is shown
+#: only where it has them (the row's ``*_p95_reliable`` says whether).
+MIN_RATE_TIMINGS = 16
+
+
+def enough_rate_timings(count: object) -> bool:
+    """Whether a Track 2 or 3 rate rests on at least :data:`MIN_RATE_TIMINGS` timed batches or steps."""
+    return isinstance(count, int) and not isinstance(count, bool) and count >= MIN_RATE_TIMINGS
+
+
 #: Flag → what it means.
 VALIDITY_FLAGS: dict[str, str] = {
     "cache>=plate": "the reader's cache holds the whole decoded plate: steady state measures cache hits",
@@ -57,7 +68,11 @@ VALIDITY_FLAGS: dict[str, str] = {
 }
 #: Track → flag → what the flag means on that track's rows, where the track gives it a meaning of its own.
 TRACK_FLAGS: dict[str, dict[str, str]] = {
+    "2": {
+        "few-samples": f"the rate rests on fewer than {MIN_RATE_TIMINGS} timed batches: run more samples per epoch",
+    },
     "3": {
+        "few-samples": f"the rate rests on fewer than {MIN_RATE_TIMINGS} timed steps: run more steps",
         IMPOSSIBLE: f"the compute-only baseline, measured apart, took over {IMPOSSIBLE_TOLERANCE:.0%} longer than "
         f"the whole loaded step, the step p50 fell over {STEP_BELOW_COMPUTE_TOLERANCE:.1%} below the compute-only "
         f"p50, or the data wait and its cross-check differ by over {WAIT_AGREEMENT_TOLERANCE:.0%} of the step: the "
@@ -176,7 +191,7 @@ def validity(
     reader: PlateReader | None,
     items_drawn: int,
     objects: int,
-    p95_reliable: bool,
+    enough_timings: bool,
     eviction_unverified: bool = False,
     rate_over_inverse_mean: float | None = None,
     impossible: bool = False,
@@ -184,7 +199,8 @@ def validity(
     """The row's cache fraction and the names of the flags in :data:`VALIDITY_FLAGS` that apply.
 
     ``items_drawn`` counts every item the case reads (cold, warm-up and steady), ``objects`` those
-    the plate holds; ``p95_reliable`` says whether the p95 the row reports rests on enough timings;
+    the plate holds; ``enough_timings`` says whether the row's headline rests on enough timings (Track 1
+    and the peers: their p95; Tracks 2 and 3, whose headline is a rate: :func:`enough_rate_timings`);
     ``impossible`` says that two of the row's numbers contradict each other (see :data:`TRACK_FLAGS`).
     """
     fraction = cache_fraction_of_plate(crop, reader)
@@ -194,7 +210,7 @@ def validity(
         "not-evicted": eviction_unverified,
         "rate!=1/mean": rate_over_inverse_mean is not None
         and abs(rate_over_inverse_mean - 1.0) > RATE_AGREEMENT_TOLERANCE,
-        "few-samples": not p95_reliable,
+        "few-samples": not enough_timings,
         IMPOSSIBLE: impossible,
     }
     return {

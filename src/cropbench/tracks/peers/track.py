@@ -249,7 +249,7 @@ class Peers:
                     None,
                     items_drawn=len(shared.indices),
                     objects=len(shared.reference),
-                    p95_reliable=bool(metrics.get(m.P95_RELIABLE)),
+                    enough_timings=bool(metrics.get(m.P95_RELIABLE)),
                 )
             )
         if name == "cropbench-direct" and rate:

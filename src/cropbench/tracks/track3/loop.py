@@ -51,7 +51,7 @@ from cropbench.metrics import prefixed
 from cropbench.objects import ObjectTable
 from cropbench.tracks.track3.cases import AU_THRESHOLD, Track3Case
 from cropbench.tracks.track3.compute import ModelWrap, StepCompute
-from cropbench.tracks.validity import IMPOSSIBLE_TOLERANCE, validity
+from cropbench.tracks.validity import IMPOSSIBLE_TOLERANCE, enough_rate_timings, validity
 
 #: Distinct batches the compute-only baseline cycles through.
 BASELINE_BATCHES = 2
@@ -292,7 +292,7 @@ def run_case(
                 dataset.reader,
                 items_drawn=batch * (case.steps + case.warmup_steps),
                 objects=len(dataset),
-                p95_reliable=metrics[prefixed(m.STEP, m.P95_RELIABLE)],
+                enough_timings=enough_rate_timings(metrics[prefixed(m.STEP, m.COUNT)]),
                 impossible=impossible,
             ),
             **device_info(device),
