@@ -54,3 +54,28 @@ def test_the_new_tracks_show_their_own_columns() -> None:
     }
     row = summary_table([one("store-layouts", **layouts)]).splitlines()[2].split()[2:]
     assert row[:3] == ["12.0", "1.00", "50.0"] and row[5] == "5.0"
+
+
+def test_a_skipped_peers_reason_sits_under_the_table_not_in_a_column() -> None:
+    reason = "spatialdata cannot be imported (No module named 'spatialdata'); " + "its pins conflict " * 10
+    rows = [
+        Record(
+            track="peers",
+            case="cropbench-direct/96px/all",
+            config={},
+            metrics={m.SAMPLES_PER_S: 900.0, m.COUNT: 300, m.VALIDITY_FLAGS: []},
+            environment={},
+        ),
+        Record(
+            track="peers",
+            case="spatialdata-tiles/96px/all",
+            config={},
+            metrics={m.SKIPPED: True, m.SKIP_REASON: reason},
+            environment={},
+        ),
+    ]
+    table = summary_table(rows)
+    widths = [len(line) for line in table.splitlines() if "/96px/all" in line and ":" not in line]
+    assert len(widths) == 2 and max(widths) < 140, "a reason in a column padded every row to its length"
+    assert f"  spatialdata-tiles/96px/all: {reason}" in table.splitlines()
+    assert "flags" in table.splitlines()[0], "peer rows show their flags like every track"

@@ -68,7 +68,8 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
         ("p50 ms", m.P50_MS, "{:.3f}"),
         ("p95 ms", m.P95_MS, "{:.3f}"),
         ("n", m.COUNT, "{}"),
-        ("skipped", m.SKIP_REASON, "{}"),
+        ("flags", m.VALIDITY_FLAGS, "{}"),
+        ("skipped", m.SKIPPED, "{}"),
     ),
     "targets": (
         ("crops/s", m.CROPS_PER_S, "{:,.0f}"),
@@ -131,6 +132,7 @@ def summary_table(records: Iterable[Record]) -> str:
         ]
         lines.insert(1, "-" * len(lines[0]))
         lines += flag_legend(rows, track)
+        lines += skip_legend(rows)
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -145,6 +147,15 @@ def flag_legend(rows: Sequence[Record], track: str | None = None) -> list[str]:
     lines += [f"  {flag}: {flag_meaning(flag, track)}" for flag in sorted(raised)]
     lines += [f"    {label}: {reasons}" for label, reasons in impossible_rows(rows)]
     return lines
+
+
+def skip_legend(rows: Sequence[Record]) -> list[str]:
+    """Why each skipped row was skipped, under the table (a reason is a sentence: a column would widen
+    every line of the table to the longest)."""
+    skipped = [row for row in rows if row.metrics.get(m.SKIPPED)]
+    if not skipped:
+        return []
+    return ["skipped (not measured here):"] + [f"  {row.case}: {row.metrics.get(m.SKIP_REASON, '')}" for row in skipped]
 
 
 #: Impossible rows named with their reasons under a table; the rest are counted.
@@ -169,6 +180,8 @@ def cell_value(row: Record, key: str) -> object:
     """The row's value of ``key``; its flags as :func:`row_flags` reads them (None in rows without any)."""
     if key == m.VALIDITY_FLAGS and m.VALIDITY_FLAGS in row.metrics:
         return row_flags(row)
+    if key == m.SKIPPED:
+        return "yes" if row.metrics.get(m.SKIPPED) else None
     for tail, reliable in ((m.P95_MS, m.P95_RELIABLE), (m.P99_MS, m.P99_RELIABLE)):
         if key.endswith(tail) and row.metrics.get(key.removesuffix(tail) + reliable) is False:
             return None  # a tail on too few timings is not shown (the row keeps it, with its *_reliable)
