@@ -31,6 +31,8 @@ ACCESS_PATTERNS = ("random", "grouped-field", "grouped-well", "chunk-aware", "pa
 CACHE_STATES = ("warm", "cold")
 #: The decoded-chunk cache of a reader when nothing else is said: the one default of every read path.
 DEFAULT_CHUNK_CACHE_BYTES = 32 * 2**20
+#: The largest seed: numpy's generators take no negative seed, its legacy global RNG none of 2**32 or more.
+MAX_SEED = 2**32 - 1
 
 
 def _require(condition: bool, message: str) -> None:
@@ -44,6 +46,15 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 def _positive(name: str, value: int) -> None:
     _require(isinstance(value, int) and value > 0, f"{name} must be a positive integer, got {value!r}")
+
+
+def check_seed(value: int, name: str = "seed") -> int:
+    """``value`` if it is a seed every generator accepts (a whole number from 0 to :data:`MAX_SEED`)."""
+    _require(
+        isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED,
+        f"{name} must be a whole number from 0 to {MAX_SEED}, got {value!r}",
+    )
+    return value
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,7 @@ class PlateSpec:
         _require(self.field_height >= 64 and self.field_width >= 64, "field_height and field_width must be >= 64")
         _require(self.cells_per_field >= 1, f"cells_per_field must be >= 1, got {self.cells_per_field}")
         _require(self.name.isidentifier(), f"name must be a plain identifier, got {self.name!r}")
+        check_seed(self.seed)
 
     @property
     def channel_names(self) -> tuple[str, ...]:
@@ -233,6 +245,7 @@ class CropConfig:
             _positive("output_size", self.output_size)
         _require(self.chunk_cache_bytes >= 0, f"chunk_cache_bytes must be >= 0, got {self.chunk_cache_bytes}")
         _positive("field_cache_fields", self.field_cache_fields)
+        check_seed(self.seed)
         if self.channels is not None:
             _require(len(self.channels) > 0, "channels must name at least one channel (or be None for all)")
             object.__setattr__(self, "channels", tuple(self.channels))

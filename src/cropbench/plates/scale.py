@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
@@ -43,6 +44,10 @@ PLATE_ROWS, PLATE_COLUMNS, PRODUCTION_SITES = 16, 24, 9
 MAX_OBJECTS = 2_000_000
 #: Fields whose objects are written to the object table's Parquet file as one row group.
 TABLE_BATCH_FIELDS = 64
+#: The largest field edge in pixels (a 16k × 16k field of 8 channels is 4 GiB; cameras give 1-5k).
+MAX_FIELD_SIZE = 16384
+#: Bytes per pixel the renderer holds at its peak besides the field itself (float coordinate grids and maps).
+RENDER_BYTES_PER_PIXEL = 64
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ class ScaleSpec:
                 raise ConfigError(f"{knob} must be a positive integer, got {value!r}")
         if self.objects > MAX_OBJECTS:
             raise ConfigError(f"objects must be at most {MAX_OBJECTS:,}, got {self.objects:,}")
+        if self.field_size > MAX_FIELD_SIZE:
+            raise ConfigError(f"field_size must be at most {MAX_FIELD_SIZE:,} pixels, got {self.field_size:,}")
         if not isinstance(self.distinct_fields, int) or self.distinct_fields < 0:
             raise ConfigError(
                 f"distinct_fields must be an integer >= 0 (0: render every field), got {self.distinct_fields!r}"
@@ -123,6 +130,12 @@ class ScaleSpec:
     def raw_bytes(self) -> int:
         return self.fields * self.field_bytes
 
+    @property
+    def memory_bytes(self) -> int:
+        """About the most memory writing the plate holds: one field being rendered and the kept templates."""
+        templates = min(self.distinct_fields, self.fields) if self.distinct_fields else 1
+        return self.field_size**2 * RENDER_BYTES_PER_PIXEL + templates * self.field_bytes
+
     def geometry(self, ranges: tuple[tuple[float, float], ...] = ()) -> PlateGeometry:
         wells = self.well_sites()
         return PlateGeometry(
@@ -132,6 +145,18 @@ class ScaleSpec:
             tuple(well for well, _ in wells),
             tuple(count for _, count in wells),
             display_ranges=ranges,
+        )
+
+
+def check_fits_in_memory(spec: ScaleSpec, available: int | None = None) -> None:
+    """Raise ConfigError before anything is written when rendering ``spec``'s fields needs more than the
+    memory ``available`` (default: what the machine has free now)."""
+    free = psutil.virtual_memory().available if available is None else available
+    if spec.memory_bytes > free:
+        raise ConfigError(
+            f"fields of {spec.field_size:,} px × {spec.channels} channels ({spec.distinct_fields} distinct) need "
+            f"about {spec.memory_bytes / 2**30:.1f} GiB of memory to render, more than the "
+            f"{free / 2**30:.1f} GiB free; lower the field size, channels or distinct fields"
         )
 
 
@@ -220,6 +245,7 @@ def generate_scale_plate(
     only when complete; on any error or interrupt the temporary sibling is removed.
     """
     destination = Path(path)
+    check_fits_in_memory(spec)
     started = time.perf_counter()
     with staged(destination, overwrite) as scratch:
         objects = _write_scale_plate(scratch, spec, layout, progress, on_field, table_batch_fields)
@@ -270,9 +296,11 @@ def _write_scale_plate(
 
 __all__ = [
     "MAX_OBJECTS",
+    "MAX_FIELD_SIZE",
     "TABLE_BATCH_FIELDS",
     "FieldSource",
     "ObjectTableStream",
     "ScaleSpec",
+    "check_fits_in_memory",
     "generate_scale_plate",
 ]
