@@ -256,3 +256,24 @@ def test_an_interrupt_dropped_by_a_destructor_still_stops_the_run_at_the_next_ca
             bar("track 1 next case", None)
     finally:
         progress.INTERRUPTED.clear()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--plate", "/nonexistent/plate.zarr"],
+        ["--plate", ".", "--objects", "/nonexistent/cells.parquet"],
+        ["--plate", "s3://bucket/plate.zarr", "--local-plate", "/nonexistent/plate.zarr"],
+    ],
+)
+def test_run_refuses_a_missing_path_before_importing_torch(arguments: list[str], tmp_path: Path) -> None:
+    # Importing torch takes seconds: a typo in a path is reported without waiting for it.
+    program = (
+        "import sys\nfrom cropbench.cli import main\n"
+        f"code = main(['run', *{arguments!r}, '--out', {str(tmp_path / 'out')!r}])\n"
+        "print(code, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False)
+    assert done.stdout.split() == ["2", "False"], done.stderr
+    assert done.stderr.startswith("cropbench: error: --") and "does not exist" in done.stderr
+    assert done.stderr.count("\n") == 1

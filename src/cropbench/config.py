@@ -344,7 +344,9 @@ class StoreConfig:
             # An infinite deadline would switch the request watchdog off: a dripping server could hold a run forever.
             _require(0 < seconds <= MAX_TIMEOUT_S, f"{name} must be > 0 and at most {MAX_TIMEOUT_S:g} s, got {seconds}")
         _require(isinstance(self.retries, int) and self.retries >= 0, f"retries must be >= 0, got {self.retries}")
-        _require(self.latency_ms >= 0, f"latency_ms must be >= 0, got {self.latency_ms}")
+        _require(
+            0 <= self.latency_ms <= MAX_TIMEOUT_S * 1000, f"latency_ms must be 0 to a timeout, got {self.latency_ms}"
+        )
         _choice("zarr_client", self.zarr_client, ZARR_CLIENTS)
         _require(
             not self.endpoint or self.endpoint.startswith(("http://", "https://")),
