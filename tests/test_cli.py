@@ -277,3 +277,13 @@ def test_run_refuses_a_missing_path_before_importing_torch(arguments: list[str],
     assert done.stdout.split() == ["2", "False"], done.stderr
     assert done.stderr.startswith("cropbench: error: --") and "does not exist" in done.stderr
     assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("option", ["--seed", "--plate-multiple", "--limit-mib"])
+def test_an_option_given_a_bare_double_dash_is_a_usage_error(option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse hands "--" on as an empty list, unconverted: OutOfMemory then compared a list with 2.
+    with pytest.raises(SystemExit) as stop:
+        main(["scale", "out-of-memory", "--out", "o", "--work", "w", f"{option}=--"])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"cropbench: error: argument {option}: expected one value") and "\n" not in error
