@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from cropbench.cli.options import seed, whole_number
 from cropbench.config import CELL_PAINTING_CHANNELS, LAYOUTS, layout_by_name
 from cropbench.errors import ConfigError
@@ -180,10 +182,8 @@ def cmd_scale_sweep(args: argparse.Namespace) -> int:
 
 
 def _check_machine_holds(limit_bytes: int, plate_bytes: int, work: Path) -> None:
-    """Before any plate is written: the limit must be below this machine's memory and the plates must
-    fit on the disk of ``--work`` (one at a time: each is removed before the next unless kept)."""
-    import psutil
-
+    """Before any plate is written: the limit must be below this machine's memory and the plates
+    (``plate_bytes`` in all) must fit on the disk of ``--work``."""
     total = psutil.virtual_memory().total
     if limit_bytes >= total:
         raise ConfigError(
@@ -194,7 +194,7 @@ def _check_machine_holds(limit_bytes: int, plate_bytes: int, work: Path) -> None
     free = shutil.disk_usage(existing).free
     if plate_bytes > free:
         raise ConfigError(
-            f"a plate of {plate_bytes / 2**30:.1f} GiB (--limit-mib × --plate-multiple) does not fit in the "
+            f"plates of {plate_bytes / 2**30:.1f} GiB (--limit-mib × --plate-multiple) do not fit in the "
             f"{free / 2**30:.1f} GiB free under --work {work}; lower either or choose another --work"
         )
 
@@ -212,7 +212,8 @@ def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
         seed=args.seed,
         cached=not args.no_cached,
     )
-    _check_machine_holds(comparison.limit_bytes, comparison.target_bytes, Path(args.work))
+    kept = len(comparison.layouts) if args.keep else 1  # without --keep each plate goes before the next
+    _check_machine_holds(comparison.limit_bytes, kept * comparison.target_bytes, Path(args.work))
     check_fits_in_memory(dataclasses.replace(comparison.plate, objects=MAX_OBJECTS))
     out = Path(args.out)
     rows = layout_rows(comparison, args.work, args.keep, not args.no_progress, print, args.require_cgroup)
