@@ -287,3 +287,25 @@ def test_an_option_given_a_bare_double_dash_is_a_usage_error(option: str, capsys
     assert stop.value.code == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith(f"cropbench: error: argument {option}: expected one value") and "\n" not in error
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["--ram-fraction", "nan"], "ram_fraction must be > 0 and at most 16, got nan"),
+        (["--ram-fraction", "inf"], "ram_fraction must be > 0 and at most 16, got inf"),
+        (["--height", "1000000000"], "field_height and field_width must be 64 to 16384"),
+        (["--seed", "-1"], "argument --seed: expected a whole number from 0"),
+    ],
+)
+def test_generate_refuses_sizes_no_machine_holds_in_one_line(
+    arguments: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # These were a ValueError, an OverflowError and numpy's 1.96 TiB allocation, each a traceback.
+    try:
+        code = main(["generate", "--out", str(tmp_path / "p.zarr"), "--no-progress", *arguments])
+    except SystemExit as stop:
+        code = stop.code  # type: ignore[assignment]
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and expected in error and error.startswith("cropbench: error: ") and "\n" not in error
+    assert not (tmp_path / "p.zarr").exists()

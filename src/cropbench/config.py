@@ -31,6 +31,8 @@ ACCESS_PATTERNS = ("random", "grouped-field", "grouped-well", "chunk-aware", "pa
 CACHE_STATES = ("warm", "cold")
 #: The decoded-chunk cache of a reader when nothing else is said: the one default of every read path.
 DEFAULT_CHUNK_CACHE_BYTES = 32 * 2**20
+#: The largest field edge in pixels (a 16k × 16k field of 8 channels is 4 GiB; cameras give 1-5k).
+MAX_FIELD_SIZE = 16384
 #: The largest seed: numpy's generators take no negative seed, its legacy global RNG none of 2**32 or more.
 MAX_SEED = 2**32 - 1
 
@@ -76,7 +78,10 @@ class PlateSpec:
             _positive(knob, getattr(self, knob))
         _require(self.rows <= 16 and self.columns <= 24, "rows must be <= 16 and columns <= 24 (a 384-well plate)")
         _require(self.channels <= len(CELL_PAINTING_CHANNELS), f"channels must be <= {len(CELL_PAINTING_CHANNELS)}")
-        _require(self.field_height >= 64 and self.field_width >= 64, "field_height and field_width must be >= 64")
+        _require(
+            64 <= self.field_height <= MAX_FIELD_SIZE and 64 <= self.field_width <= MAX_FIELD_SIZE,
+            f"field_height and field_width must be 64 to {MAX_FIELD_SIZE}, got {self.field_height}×{self.field_width}",
+        )
         _require(self.cells_per_field >= 1, f"cells_per_field must be >= 1, got {self.cells_per_field}")
         _require(self.name.isidentifier(), f"name must be a plain identifier, got {self.name!r}")
         check_seed(self.seed)

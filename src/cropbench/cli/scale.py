@@ -17,9 +17,9 @@ from typing import Any
 import psutil
 
 from cropbench.cli.options import seed, whole_number
-from cropbench.config import CELL_PAINTING_CHANNELS, LAYOUTS, layout_by_name
+from cropbench.config import CELL_PAINTING_CHANNELS, LAYOUTS, MAX_FIELD_SIZE, layout_by_name
 from cropbench.errors import ConfigError
-from cropbench.plates.scale import MAX_FIELD_SIZE, MAX_OBJECTS, ScaleSpec, check_fits_in_memory
+from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_fits_in_memory
 from cropbench.records import RESULTS_NAME, Record, RecordWriter
 
 _OBJECTS = whole_number(1, MAX_OBJECTS)

@@ -29,7 +29,7 @@ import psutil
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from cropbench.config import CELL_PAINTING_CHANNELS, LayoutSpec, PlateSpec
+from cropbench.config import CELL_PAINTING_CHANNELS, MAX_FIELD_SIZE, LayoutSpec, PlateSpec
 from cropbench.errors import ConfigError
 from cropbench.formats import PlateGeometry, create_plate_writer
 from cropbench.formats.omezarr import row_name
@@ -44,8 +44,6 @@ PLATE_ROWS, PLATE_COLUMNS, PRODUCTION_SITES = 16, 24, 9
 MAX_OBJECTS = 2_000_000
 #: Fields whose objects are written to the object table's Parquet file as one row group.
 TABLE_BATCH_FIELDS = 64
-#: The largest field edge in pixels (a 16k × 16k field of 8 channels is 4 GiB; cameras give 1-5k).
-MAX_FIELD_SIZE = 16384
 #: Bytes per pixel the renderer holds at its peak besides the field itself (float coordinate grids and maps).
 RENDER_BYTES_PER_PIXEL = 64
 
@@ -73,7 +71,7 @@ class ScaleSpec:
                 raise ConfigError(f"{knob} must be a positive integer, got {value!r}")
         if self.objects > MAX_OBJECTS:
             raise ConfigError(f"objects must be at most {MAX_OBJECTS:,}, got {self.objects:,}")
-        if self.field_size > MAX_FIELD_SIZE:
+        if self.field_size > MAX_FIELD_SIZE:  # before field_spec() below says it of field_height and field_width
             raise ConfigError(f"field_size must be at most {MAX_FIELD_SIZE:,} pixels, got {self.field_size:,}")
         if not isinstance(self.distinct_fields, int) or self.distinct_fields < 0:
             raise ConfigError(
@@ -296,7 +294,6 @@ def _write_scale_plate(
 
 __all__ = [
     "MAX_OBJECTS",
-    "MAX_FIELD_SIZE",
     "TABLE_BATCH_FIELDS",
     "FieldSource",
     "ObjectTableStream",
