@@ -298,3 +298,56 @@ def test_the_progress_bar_counts_planned_cases_and_shows_the_time_left(capsys: p
         bar.close()
     shown = capsys.readouterr().err.split("\r")[-1]
     assert "3/4" in shown and "<" in shown, f"cases done/total and elapsed<left: {shown!r}"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--plate", "/nonexistent/plate.zarr"],
+        ["--plate", ".", "--objects", "/nonexistent/cells.parquet"],
+        ["--plate", "s3://bucket/plate.zarr", "--local-plate", "/nonexistent/plate.zarr"],
+    ],
+)
+def test_run_refuses_a_missing_path_before_importing_torch(arguments: list[str], tmp_path: Path) -> None:
+    # Importing torch takes seconds: a typo in a path is reported without waiting for it.
+    program = (
+        "import sys\nfrom cropbench.cli import main\n"
+        f"code = main(['run', *{arguments!r}, '--out', {str(tmp_path / 'out')!r}])\n"
+        "print(code, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False)
+    assert done.stdout.split() == ["2", "False"], done.stderr
+    assert done.stderr.startswith("cropbench: error: --") and "does not exist" in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("option", ["--seed", "--plate-multiple", "--limit-mib"])
+def test_an_option_given_a_bare_double_dash_is_a_usage_error(option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse hands "--" on as an empty list, unconverted: OutOfMemory then compared a list with 2.
+    with pytest.raises(SystemExit) as stop:
+        main(["scale", "out-of-memory", "--out", "o", "--work", "w", f"{option}=--"])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"cropbench: error: argument {option}: expected one value") and "\n" not in error
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["--ram-fraction", "nan"], "ram_fraction must be > 0 and at most 16, got nan"),
+        (["--ram-fraction", "inf"], "ram_fraction must be > 0 and at most 16, got inf"),
+        (["--height", "1000000000"], "field_height and field_width must be 64 to 16384"),
+        (["--seed", "-1"], "argument --seed: expected a whole number from 0"),
+    ],
+)
+def test_generate_refuses_sizes_no_machine_holds_in_one_line(
+    arguments: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # These were a ValueError, an OverflowError and numpy's 1.96 TiB allocation, each a traceback.
+    try:
+        code = main(["generate", "--out", str(tmp_path / "p.zarr"), "--no-progress", *arguments])
+    except SystemExit as stop:
+        code = stop.code  # type: ignore[assignment]
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and expected in error and error.startswith("cropbench: error: ") and "\n" not in error
+    assert not (tmp_path / "p.zarr").exists()

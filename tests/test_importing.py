@@ -163,10 +163,8 @@ def test_orig_channels_pathnames_csv_and_image_metadata_prefix(tmp_path: Path) -
     for channel in CHANNELS:
         columns[f"Image_PathName_Orig{channel}"] = lambda c: str(elsewhere)
     pacsv.write_csv(_table(columns), tmp_path / "cells.csv")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    plate = import_plate(
-        tmp_path / "cells.csv", empty, tmp_path / "p", layout_by_name("tiff-zlib"), progress=False
+    plate = import_plate(  # the recorded folder lies under --images, which names no file itself
+        tmp_path / "cells.csv", tmp_path / "recorded", tmp_path / "p", layout_by_name("tiff-zlib"), progress=False
     ).path
     _check_plate(plate)
     assert read_plate_metadata(plate).format == "tiff"
@@ -751,3 +749,42 @@ def test_lower_case_metadata_columns_are_read_and_take_part_in_the_case_check(
     pq.write_table(_table(columns), tmp_path / "cells.parquet")
     with pytest.raises(ImportInputError, match=r"matches both .*metadata_Well.* and .*METADATA_WELL"):
         plan_import(tmp_path / "cells.parquet", folder)
+
+
+def _escaping(names: dict[tuple[int, str], str], channel: str, outside: str) -> dict[tuple[int, str], str]:
+    """``names`` with the last field's ``channel`` file replaced by ``outside``."""
+    return {**names, (len(FIELDS) - 1, channel): outside}
+
+
+@pytest.mark.parametrize("how", ["parent", "absolute", "link"])
+def test_a_file_outside_the_image_folder_is_refused_naming_its_row(
+    images: tuple[Path, Any], tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, names = images
+    other = tmp_path / "other.tif"  # beside --images: readable, a TIFF of the right shape
+    tifffile.imwrite(other, _pixels(0, 0))
+    outside = {"parent": "../other.tif", "absolute": str(other), "link": "link.tif"}[how]
+    (folder / "link.tif").symlink_to(other)
+    pq.write_table(_table(_cellprofiler_columns(_escaping(names, "ER", outside))), tmp_path / "cells.parquet")
+    arguments = ["import", "--table", str(tmp_path / "cells.parquet"), "--images", str(folder)]
+    assert main([*arguments, "--out", str(tmp_path / "p.zarr"), "--no-progress"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("cropbench: error: table row 4 names image file") and "\n" not in error
+    assert "(channel ER)" in error and "outside --images" in error
+    assert not (tmp_path / "p.zarr").exists()
+
+
+def test_a_recorded_folder_outside_the_image_folder_is_not_read(images: tuple[Path, Any], tmp_path: Path) -> None:
+    folder, names = images
+    elsewhere = tmp_path / "elsewhere"
+    _write_named_tiffs(elsewhere)
+    for path in elsewhere.iterdir():  # same names, other pixels: the plate must hold --images' pixels
+        tifffile.imwrite(path, np.full((HEIGHT, WIDTH), 7, np.uint16))
+    columns = _cellprofiler_columns(names)
+    for channel in CHANNELS:
+        columns[f"Image_PathName_{channel}"] = lambda c: str(elsewhere)
+    pq.write_table(_table(columns), tmp_path / "cells.parquet")
+    imported = import_plate(
+        tmp_path / "cells.parquet", folder, tmp_path / "p.zarr", layout_by_name("default"), progress=False
+    )
+    _check_plate(imported.path)

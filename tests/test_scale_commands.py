@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cropbench.cli import main
 from cropbench.cli.scale import GROWTH_TABLE_NAME, count
+from cropbench.config import CropConfig, PlateSpec
+from cropbench.errors import ConfigError
+from cropbench.plates.scale import FieldSource, ScaleSpec, check_fits_in_memory
 from cropbench.records import RESULTS_NAME
+from cropbench.tracks import scale as scale_track
+from cropbench.tracks.scale import ScaleSweep, uninterrupted
 
 SMALL_FIELDS = ["--field-size", "128", "--channels", "2", "--distinct-fields", "2", "--no-progress"]
 
@@ -45,3 +53,161 @@ def test_sweep_writes_rows_and_the_growth_table(tmp_path: Path) -> None:
     assert {row["track"] for row in rows} == {"scale"}
     assert "| 300 | " in (out / GROWTH_TABLE_NAME).read_text()
     assert not work.exists()
+
+
+def _refused(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run ``cropbench ARGUMENTS``: it must exit 2 with one ``cropbench: error:`` line; returns that line."""
+    try:
+        code = main(arguments)
+    except SystemExit as stop:  # argparse: a usage error
+        code = stop.code  # type: ignore[assignment]
+    error = capsys.readouterr().err.strip()
+    assert code == 2, error
+    assert error.startswith("cropbench: error: ") and "\n" not in error, error
+    return error
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--field-size", "300000"),
+        ("--field-size", "nan"),
+        ("--field-size", "32"),
+        ("--channels", "9"),
+        ("--channels", "inf"),
+        ("--distinct-fields", "-1"),
+        ("--crop-size", "0"),
+        ("--samples", "1e400"),
+        ("--workers", "-2"),
+        ("--objects", "3e6"),
+    ],
+)
+def test_a_sweep_option_out_of_range_is_one_line_naming_it_before_any_work(
+    option: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, work = tmp_path / "out", tmp_path / "work"
+    error = _refused(["scale", "sweep", "--out", str(out), "--work", str(work), option, value], capsys)
+    assert f"argument {option}:" in error
+    assert not out.exists() and not work.exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["--field-size", "128", "--crop-size", "200"], "crop_size 200 is larger than the field (128 px)"),
+        (["--field-size", "16384", "--distinct-fields", "100000", "--objects", "1e6"], "of memory to render"),
+        (["--workers", "100000"], "workers must be at most"),
+    ],
+)
+def test_a_sweep_the_plate_or_machine_cannot_hold_is_refused_before_any_work(
+    arguments: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, work = tmp_path / "out", tmp_path / "work"
+    assert expected in _refused(["scale", "sweep", "--out", str(out), "--work", str(work), *arguments], capsys)
+    assert not out.exists() and not work.exists()
+
+
+def test_an_out_of_memory_limit_above_the_machines_memory_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = ["scale", "out-of-memory", "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w")]
+    assert "is not below this machine's memory" in _refused([*arguments, "--limit-mib", "1e9"], capsys)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "w").exists()
+
+
+def test_rendering_more_than_the_free_memory_is_refused() -> None:
+    spec = ScaleSpec(objects=1000, field_size=1080, channels=5)
+    check_fits_in_memory(spec, available=spec.memory_bytes)
+    with pytest.raises(ConfigError, match="GiB of memory to render"):
+        check_fits_in_memory(spec, available=spec.memory_bytes - 1)
+
+
+@pytest.mark.parametrize("value", ["-1", "4294967296", "1.5", "ten"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["scale", "generate", "--out", "x.zarr", "--objects", "300"],
+        ["scale", "sweep", "--out", "o", "--work", "w"],
+        ["scale", "out-of-memory", "--out", "o", "--work", "w"],
+        ["generate", "--out", "x.zarr"],
+        ["compare-layouts", "--plate", "p.zarr"],
+    ],
+)
+def test_a_seed_no_generator_accepts_is_one_line_naming_it(
+    command: list[str], value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "argument --seed:" in _refused([*command, "--seed", value], capsys)
+
+
+def test_configs_refuse_a_negative_seed() -> None:
+    with pytest.raises(ConfigError, match="seed must be a whole number from 0"):
+        ScaleSpec(seed=-1)
+    with pytest.raises(ConfigError, match="seed must be a whole number from 0"):
+        CropConfig(seed=-1)
+    with pytest.raises(ConfigError, match="seed must be a whole number from 0"):
+        PlateSpec(seed=2**32)
+
+
+def _stub_sweep(monkeypatch: pytest.MonkeyPatch, stop_after: int) -> None:
+    """``sweep_rows`` that yields one row per count and is stopped by SIGTERM after ``stop_after`` rows."""
+
+    def rows(sweep: ScaleSweep, *_: object) -> Iterator[tuple[dict[str, object], dict[str, object]]]:
+        for done, objects in enumerate(sweep.objects):
+            if done == stop_after:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield {"objects": objects}, {"objects": objects}
+
+    monkeypatch.setattr(scale_track, "sweep_rows", rows)
+
+
+def test_sigterm_ends_a_sweep_in_one_line_keeping_every_finished_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _stub_sweep(monkeypatch, stop_after=2)
+    out = tmp_path / "out"
+    code = main(["scale", "sweep", "--out", str(out), "--work", str(tmp_path / "w"), "--objects", "1", "2", "3", "4"])
+    assert code == 130
+    assert capsys.readouterr().err.strip() == "cropbench: interrupted; every finished row is kept"
+    rows = [json.loads(line) for line in (out / RESULTS_NAME).read_text().splitlines()]
+    assert [row["case"] for row in rows] == ["1 objects", "2 objects"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handler is the caller's again"
+
+
+def test_sigterm_while_a_plate_is_measured_leaves_no_plate_or_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def measure(plate: Path, sweep: ScaleSweep) -> dict[str, object]:
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM stops the sweep here")
+
+    monkeypatch.setattr(scale_track, "measure_point_in_child", measure)
+    work = tmp_path / "work"
+    work.mkdir()
+    arguments = ["scale", "sweep", "--out", str(tmp_path / "out"), "--work", str(work), "--objects", "100"]
+    assert main([*arguments, *SMALL_FIELDS]) == 130
+    assert list(work.iterdir()) == []
+
+
+def test_sigterm_while_a_plate_is_written_leaves_no_partial_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = FieldSource.__call__
+
+    def render(self: FieldSource, position: int) -> object:
+        if position == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, position)
+
+    monkeypatch.setattr(FieldSource, "__call__", render)
+    arguments = ["scale", "sweep", "--out", str(tmp_path / "out"), "--work", str(tmp_path), "--objects", "300"]
+    assert main([*arguments, *SMALL_FIELDS]) == 130
+    assert [path.name for path in tmp_path.iterdir()] == ["out"]
+
+
+def test_removing_a_plate_is_not_cut_short_by_an_interrupt(tmp_path: Path) -> None:
+    finished = []
+    # The SIGINT takes effect (Python's handler: KeyboardInterrupt) only once the block has run.
+    with pytest.raises(KeyboardInterrupt), uninterrupted():
+        os.kill(os.getpid(), signal.SIGINT)
+        finished.append(True)
+    assert finished == [True]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,11 +17,22 @@ from typing import Any
 
 import pytest
 
+from cropbench import api
 from cropbench.cli import main
-from cropbench.config import StoreConfig
+from cropbench.config import CropConfig, StoreConfig
 from cropbench.errors import ConfigError, CropbenchError, StoreError
 from cropbench.formats import sources
-from cropbench.formats.sources import FileSource, RemoteSource, is_url, mirror_metadata, split_url
+from cropbench.formats.sources import (
+    REMOTE_POINTER,
+    FileSource,
+    RemoteSource,
+    is_url,
+    mirror_metadata,
+    split_url,
+    write_index,
+)
+from cropbench.tracks import TRACKS
+from cropbench.tracks.track1 import Track1Case
 
 #: Seconds a hostile-server case may take at most (its deadline is well under this).
 CASE_LIMIT_S = 6.0
@@ -332,3 +344,52 @@ def test_store_deadlines_are_finite(field: str, seconds: float) -> None:
     # An infinite deadline would switch off the watchdog that ends a dripping request.
     with pytest.raises(ConfigError, match=field):
         StoreConfig(**{field: seconds})
+
+
+def serve_files(root: Path) -> Callable[[BaseHTTPRequestHandler], None]:
+    """Answers of a static file server with byte ranges (``bytes=a-b`` and ``bytes=-n``), as nginx gives."""
+
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        path = root / handler.path.partition("?")[0].lstrip("/")
+        if not path.is_file():
+            send(404, b"")(handler)
+            return
+        data = path.read_bytes()
+        ranged = handler.headers.get("Range", "").removeprefix("bytes=")
+        if not ranged:
+            send(200, data)(handler)
+            return
+        first, _, last = ranged.partition("-")
+        part = data[-int(last) :] if not first else data[int(first) : int(last) + 1]
+        send(206, part)(handler)
+
+    return respond
+
+
+def test_credentials_in_a_plate_url_reach_no_row_and_no_cache_file(
+    hostile: tuple[Hostile, str], tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class OneCase(TRACKS["1"]):  # type: ignore[misc, valid-type]
+        def cases(self, preset: str, context: object) -> list[Track1Case]:
+            return [Track1Case(crop=CropConfig(), samples=4, warmup=1, cold_samples=1)]
+
+    state, endpoint = hostile
+    shutil.copytree(tiny_plate, tmp_path / "www" / "tiny.zarr")
+    write_index(tmp_path / "www" / "tiny.zarr")
+    state.respond = serve_files(tmp_path / "www")
+    state.keep_alive = True
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    secret = "s3cr@t-pass"
+    host = endpoint.removeprefix("http://")
+    url = f"http://reader:{secret}@{host}/tiny.zarr"
+    store = StoreConfig(endpoint=f"http://reader:{secret}@{host}")
+    records = api.run(url, [OneCase()], out_dir=tmp_path / "out", store=store)
+    assert records and records[0].config["plate"] == f"http://reader:***@{host}/tiny.zarr"
+    assert records[0].config["store"]["endpoint"] == f"http://reader:***@{host}"
+    written = [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
+    cached = [path for path in (tmp_path / "cache").rglob("*") if path.is_file()]
+    for path in written + cached:
+        assert b"s3cr" not in path.read_bytes(), path
+    pointers = [path for path in cached if path.name == REMOTE_POINTER]
+    assert pointers and all(path.stat().st_mode & 0o777 == 0o600 for path in pointers)
+    assert not any("s3cr" in request for request in state.requests)

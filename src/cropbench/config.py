@@ -31,6 +31,10 @@ ACCESS_PATTERNS = ("random", "grouped-field", "grouped-well", "chunk-aware", "pa
 CACHE_STATES = ("warm", "cold")
 #: The decoded-chunk cache of a reader when nothing else is said: the one default of every read path.
 DEFAULT_CHUNK_CACHE_BYTES = 32 * 2**20
+#: The largest field edge in pixels (a 16k × 16k field of 8 channels is 4 GiB; cameras give 1-5k).
+MAX_FIELD_SIZE = 16384
+#: The largest seed: numpy's generators take no negative seed, its legacy global RNG none of 2**32 or more.
+MAX_SEED = 2**32 - 1
 
 
 def _require(condition: bool, message: str) -> None:
@@ -44,6 +48,15 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 def _positive(name: str, value: int) -> None:
     _require(isinstance(value, int) and value > 0, f"{name} must be a positive integer, got {value!r}")
+
+
+def check_seed(value: int, name: str = "seed") -> int:
+    """``value`` if it is a seed every generator accepts (a whole number from 0 to :data:`MAX_SEED`)."""
+    _require(
+        isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED,
+        f"{name} must be a whole number from 0 to {MAX_SEED}, got {value!r}",
+    )
+    return value
 
 
 @dataclass(frozen=True)
@@ -65,9 +78,13 @@ class PlateSpec:
             _positive(knob, getattr(self, knob))
         _require(self.rows <= 16 and self.columns <= 24, "rows must be <= 16 and columns <= 24 (a 384-well plate)")
         _require(self.channels <= len(CELL_PAINTING_CHANNELS), f"channels must be <= {len(CELL_PAINTING_CHANNELS)}")
-        _require(self.field_height >= 64 and self.field_width >= 64, "field_height and field_width must be >= 64")
+        _require(
+            64 <= self.field_height <= MAX_FIELD_SIZE and 64 <= self.field_width <= MAX_FIELD_SIZE,
+            f"field_height and field_width must be 64 to {MAX_FIELD_SIZE}, got {self.field_height}×{self.field_width}",
+        )
         _require(self.cells_per_field >= 1, f"cells_per_field must be >= 1, got {self.cells_per_field}")
         _require(self.name.isidentifier(), f"name must be a plain identifier, got {self.name!r}")
+        check_seed(self.seed)
 
     @property
     def channel_names(self) -> tuple[str, ...]:
@@ -233,6 +250,7 @@ class CropConfig:
             _positive("output_size", self.output_size)
         _require(self.chunk_cache_bytes >= 0, f"chunk_cache_bytes must be >= 0, got {self.chunk_cache_bytes}")
         _positive("field_cache_fields", self.field_cache_fields)
+        check_seed(self.seed)
         if self.channels is not None:
             _require(len(self.channels) > 0, "channels must name at least one channel (or be None for all)")
             object.__setattr__(self, "channels", tuple(self.channels))
@@ -331,7 +349,9 @@ class StoreConfig:
             # An infinite deadline would switch the request watchdog off: a dripping server could hold a run forever.
             _require(0 < seconds <= MAX_TIMEOUT_S, f"{name} must be > 0 and at most {MAX_TIMEOUT_S:g} s, got {seconds}")
         _require(isinstance(self.retries, int) and self.retries >= 0, f"retries must be >= 0, got {self.retries}")
-        _require(self.latency_ms >= 0, f"latency_ms must be >= 0, got {self.latency_ms}")
+        _require(
+            0 <= self.latency_ms <= MAX_TIMEOUT_S * 1000, f"latency_ms must be 0 to a timeout, got {self.latency_ms}"
+        )
         _choice("zarr_client", self.zarr_client, ZARR_CLIENTS)
         _require(
             not self.endpoint or self.endpoint.startswith(("http://", "https://")),

@@ -5,6 +5,9 @@ One module per command group, each registering its commands and their handlers: 
 (``compare-layouts``, ``compare-formats``), results (``plot``, ``report``, ``export``, ``summary``) and
 scale; ``parser`` assembles them, ``options`` holds the options several share, ``progress`` the bars
 and Ctrl-C.
+
+Ctrl-C and SIGTERM end every command the same way: as a KeyboardInterrupt, so each ``finally`` runs
+(scratch plates and folders are removed, finished rows stay) and one line is printed.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from cropbench.cli.parser import EXIT_USER_ERROR, build_parser
 from cropbench.cli.progress import INTERRUPTED, on_interrupt
 from cropbench.errors import CropbenchError
 from cropbench.report.text import one_line_safe
+
+#: Signals that stop a command as Ctrl-C does (SIGTERM: ``kill``, a batch scheduler, a container stop).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def one_line(error: BaseException) -> str:
@@ -45,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _format_warning
     INTERRUPTED.clear()
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_interrupt) if on_main_thread else None
+    previous = {number: signal.signal(number, on_interrupt) for number in STOP_SIGNALS} if on_main_thread else {}
     try:
         status = int(args.handler(args))
         if INTERRUPTED.is_set():
@@ -58,8 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("cropbench: interrupted; every finished row is kept", file=sys.stderr)
         return 130
     finally:
-        if on_main_thread:
-            signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 __all__ = ["build_parser", "main", "one_line"]

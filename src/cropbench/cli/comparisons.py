@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, store_config
+from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, seed, store_config
 from cropbench.cli.progress import ProgressBar
 from cropbench.cli.results import draw_figures
 from cropbench.config import LAYOUTS
@@ -168,7 +168,7 @@ def add_comparison_commands(commands: Commands) -> None:
         default=COMPARE_LOCAL_DEFAULTS["repeats"],
         help="timed passes, median kept (default: %(default)s)",
     )
-    compare.add_argument("--seed", type=int, default=COMPARE_LOCAL_DEFAULTS["seed"], help="sampling seed")
+    compare.add_argument("--seed", type=seed, default=COMPARE_LOCAL_DEFAULTS["seed"], help="sampling seed")
     compare.add_argument(
         "--objects",
         default=COMPARE_LOCAL_DEFAULTS["objects"],

@@ -1,14 +1,44 @@
-"""Options several commands share: the layout names' help line, and how a plate in an object store is read."""
+"""Options several commands share: the layout names' help line, how a plate in an object store is read,
+and the types of whole-number options (seeds, sizes, counts) that refuse what is out of range at once."""
 
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
-from cropbench.config import FORMAT_CODECS, LAYOUTS, ZARR_CLIENTS, StoreConfig
+from cropbench.config import FORMAT_CODECS, LAYOUTS, MAX_SEED, ZARR_CLIENTS, StoreConfig
 
 #: The subparsers each command group registers its commands on (argparse does not name the type publicly).
 Commands: TypeAlias = "argparse._SubParsersAction[Any]"
+
+
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high`` (written 1000, 1_000 or 1e3), else a usage
+    error naming the option and the range, before anything runs."""
+    span = f"from {low:,} to {high:,}" if high is not None else f"of at least {low:,}"
+
+    def parse(text: str) -> int:
+        cleaned = text.strip().replace("_", "")
+        try:
+            number: int | None = int(cleaned)
+        except ValueError:
+            try:
+                value = float(cleaned)
+            except ValueError:
+                value = math.nan
+            number = int(value) if math.isfinite(value) and value.is_integer() else None
+        if number is None or number < low or (high is not None and number > high):
+            raise argparse.ArgumentTypeError(f"expected a whole number {span}, got {text!r}")
+        return number
+
+    parse.__name__ = "whole number"  # what argparse names the type in its own messages
+    return parse
+
+
+#: ``--seed``: what every generator accepts.
+seed = whole_number(0, MAX_SEED)
 
 
 def layout_names_help() -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from cropbench.cli.comparisons import add_comparison_commands
 from cropbench.cli.plates import add_plate_commands
@@ -19,6 +19,12 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USER_ERROR, f"cropbench: error: {message} (see '{self.prog} --help')\n")
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # argparse drops a value of "--" (``--seed=--``) and hands the option an empty list, unconverted.
+        if action.nargs is None and action.option_strings and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected one value, got '--'")
+        return super()._get_values(action, arg_strings)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, store_config
+from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, seed, store_config
 from cropbench.config import FORMAT_CODECS, LAYOUTS, LayoutSpec, PlateSpec, layout_by_name, plate_preset
 from cropbench.plates.generate import GeneratedPlate
 
@@ -25,7 +25,7 @@ def _add_size_knobs(parser: argparse.ArgumentParser) -> None:
     size.add_argument("--height", type=int, dest="field_height", help="field height in pixels")
     size.add_argument("--width", type=int, dest="field_width", help="field width in pixels")
     size.add_argument("--cells", type=int, dest="cells_per_field", help="cells per field (about)")
-    size.add_argument("--seed", type=int, help="generator seed")
+    size.add_argument("--seed", type=seed, help="generator seed")
     size.add_argument("--name", help="plate name")
     size.add_argument(
         "--ram-fraction",

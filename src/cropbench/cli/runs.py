@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, store_config
+from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, store_config, whole_number
 from cropbench.cli.progress import ProgressBar
 from cropbench.cli.results import draw_figures, echo, load_rows, write_report_page
 from cropbench.config import (
@@ -18,10 +20,23 @@ from cropbench.config import (
     TRANSFORM_TIERS,
     CropOverrides,
 )
+from cropbench.errors import ConfigError
 from cropbench.records import CSV_NAME, RESULTS_NAME
+
+#: A plate given as a URL (``s3://``, ``https://``): checked by the store it names, not here.
+URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def check_run_paths(args: argparse.Namespace) -> None:
+    """The local paths ``run`` reads must be there, checked before torch is imported (seconds) to measure."""
+    named = {"--plate": args.plate, "--objects": args.objects, "--local-plate": args.local_plate}
+    for option, path in named.items():
+        if path is not None and not URL_SCHEME.match(path) and not os.path.exists(path):
+            raise ConfigError(f"{option} {path} does not exist")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    check_run_paths(args)
     from cropbench import api
     from cropbench.report.summary import summary_table
     from cropbench.tracks.distributed import check_timeout, launch_rank
@@ -81,18 +96,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _add_crop_knobs(parser: argparse.ArgumentParser) -> None:
     """Crop knobs fixed for every case of the run, over what the preset sets (``CropOverrides``)."""
     group = parser.add_argument_group("crop knobs (override the preset for every case)")
-    group.add_argument("--crop-size", type=int, help="crop edge in pixels")
+    group.add_argument("--crop-size", type=whole_number(1), help="crop edge in pixels")
     group.add_argument("--decode", choices=DECODE_PATHS, help="decode path")
     group.add_argument("--dtype", choices=OUTPUT_DTYPES, help="output dtype")
     group.add_argument("--tier", choices=TRANSFORM_TIERS, help="transform tier")
     group.add_argument(
         "--chunk-cache-bytes",
-        type=int,
+        type=whole_number(0),
         metavar="BYTES",
         help=f"decoded-chunk cache per reader (default: {DEFAULT_CHUNK_CACHE_BYTES}, unless the preset sets one)",
     )
     group.add_argument(
-        "--decode-threads", type=int, metavar="N", help="threads that read and decode chunks in one process"
+        "--decode-threads", type=whole_number(1), metavar="N", help="threads that read and decode chunks in one process"
     )
 
 
@@ -176,10 +191,12 @@ def add_run_commands(commands: Commands) -> None:
         "uint16 batches/s through the DataLoader over Track 1's batched rate at the same threads)",
     )
     run.add_argument("--out", default="out", help="output directory (default: %(default)s)")
-    run.add_argument("--samples", type=int, help="steady-state samples per case (overrides the preset)")
-    run.add_argument("--repeats", type=int, default=1, help="repeat each case with seed+repeat")
+    run.add_argument("--samples", type=whole_number(1), help="steady-state samples per case (overrides the preset)")
+    run.add_argument("--repeats", type=whole_number(1), default=1, help="repeat each case with seed+repeat")
     run.add_argument("--resume", action="store_true", help="skip cases already in OUT/results.jsonl")
-    run.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (0 = torch default)")
+    run.add_argument(
+        "--torch-threads", type=whole_number(0), default=1, help="torch intra-op threads (0 = torch default)"
+    )
     run.add_argument("--plot", action="store_true", help="draw figures into OUT/plots and write OUT/report.html")
     run.add_argument(
         "--layout",
@@ -201,7 +218,7 @@ def add_run_commands(commands: Commands) -> None:
     )
     run.add_argument(
         "--ranks",
-        type=int,
+        type=whole_number(1),
         metavar="N",
         help="run as N ranks on this machine through torch's launcher (as torchrun --standalone "
         "--nproc-per-node N -m cropbench run ...; tracks 2 and 3)",

@@ -8,12 +8,21 @@ The command line's part of :mod:`cropbench.plates.scale`, :mod:`cropbench.tracks
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from cropbench.config import LAYOUTS, layout_by_name
+import psutil
+
+from cropbench.cli.options import seed, whole_number
+from cropbench.config import CELL_PAINTING_CHANNELS, LAYOUTS, MAX_FIELD_SIZE, layout_by_name
+from cropbench.errors import ConfigError
+from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_fits_in_memory
 from cropbench.records import RESULTS_NAME, Record, RecordWriter
+
+_OBJECTS = whole_number(1, MAX_OBJECTS)
 
 #: Files beside the rows: the growth table and the out-of-memory table, as Markdown.
 GROWTH_TABLE_NAME = "growth.md"
@@ -23,12 +32,11 @@ OUT_OF_MEMORY_TABLE_NAME = "out_of_memory.md"
 def count(text: str) -> int:
     """A whole number of objects, written 1000, 1_000 or 1e3."""
     try:
-        value = float(text.replace("_", ""))
-    except ValueError:
-        value = float("nan")
-    if not value.is_integer() or value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of objects such as 1000 or 1e6, got {text!r}")
-    return int(value)
+        return _OBJECTS(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of objects from 1 to {MAX_OBJECTS:,} such as 1000 or 1e6, got {text!r}"
+        ) from None
 
 
 def add_scale_commands(commands: Any) -> None:
@@ -53,9 +61,11 @@ def add_scale_commands(commands: Any) -> None:
     sweep.add_argument("--work", required=True, help="where the plates are written (removed unless --keep)")
     sweep.add_argument("--objects", type=count, nargs="+", default=[10**3, 10**4, 10**5, 10**6], help="object counts")
     sweep.add_argument("--layout", default="default", choices=sorted(LAYOUTS), metavar="NAME", help="named layout")
-    sweep.add_argument("--crop-size", type=int, default=96, help="crop edge in pixels")
-    sweep.add_argument("--samples", type=int, default=1000, help="Track 1 steady-state samples per access")
-    sweep.add_argument("--workers", type=int, default=2, help="DataLoader workers of the Track 2 first batch")
+    sweep.add_argument("--crop-size", type=whole_number(1), default=96, help="crop edge in pixels")
+    sweep.add_argument("--samples", type=whole_number(1), default=1000, help="Track 1 steady-state samples per access")
+    sweep.add_argument(
+        "--workers", type=whole_number(0), default=2, help="DataLoader workers of the Track 2 first batch"
+    )
     sweep.add_argument("--keep", action="store_true", help="keep the plates in --work (and reuse them next time)")
     _add_field_knobs(sweep)
     sweep.set_defaults(handler=cmd_scale_sweep)
@@ -66,10 +76,12 @@ def add_scale_commands(commands: Any) -> None:
     limited.add_argument(
         "--layouts", nargs="+", default=["default", "tiles", "planes"], metavar="NAME", help="named layouts"
     )
-    limited.add_argument("--limit-mib", type=int, default=1024, help="memory limit of the reading process, MiB")
+    limited.add_argument(
+        "--limit-mib", type=whole_number(1), default=1024, help="memory limit of the reading process, MiB"
+    )
     limited.add_argument("--plate-multiple", type=float, default=4.0, help="plate size over the limit (2-8)")
-    limited.add_argument("--crop-size", type=int, default=96, help="crop edge in pixels")
-    limited.add_argument("--samples", type=int, default=2000, help="random crops timed per layout")
+    limited.add_argument("--crop-size", type=whole_number(1), default=96, help="crop edge in pixels")
+    limited.add_argument("--samples", type=whole_number(1), default=2000, help="random crops timed per layout")
     limited.add_argument("--no-cached", action="store_true", help="skip the same crops with the plate in memory")
     limited.add_argument(
         "--require-cgroup", action="store_true", help="fail instead of falling back to eviction without a cgroup"
@@ -81,22 +93,30 @@ def add_scale_commands(commands: Any) -> None:
 
 def _add_field_knobs(parser: argparse.ArgumentParser) -> None:
     fields = parser.add_argument_group("fields")
-    fields.add_argument("--field-size", type=int, default=1080, help="field edge in pixels (default: %(default)s)")
-    fields.add_argument("--channels", type=int, default=5, help="channels per field (default: %(default)s)")
+    fields.add_argument(
+        "--field-size",
+        type=whole_number(64, MAX_FIELD_SIZE),
+        default=1080,
+        help="field edge in pixels (default: %(default)s)",
+    )
+    fields.add_argument(
+        "--channels",
+        type=whole_number(1, len(CELL_PAINTING_CHANNELS)),
+        default=5,
+        help="channels per field (default: %(default)s)",
+    )
     fields.add_argument(
         "--distinct-fields",
-        type=int,
+        type=whole_number(0),
         default=8,
         help="fields rendered and then written in turn (0 = render every field; default: %(default)s)",
     )
-    fields.add_argument("--seed", type=int, default=0, help="generator seed")
+    fields.add_argument("--seed", type=seed, default=0, help="generator seed")
     fields.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _plate(args: argparse.Namespace, objects: int = 1) -> Any:
+def _plate(args: argparse.Namespace, objects: int = 1) -> ScaleSpec:
     """The ScaleSpec of the field knobs (``--field-size``, ``--channels``, ``--distinct-fields``, ``--seed``)."""
-    from cropbench.plates.scale import ScaleSpec
-
     return ScaleSpec(
         objects=objects,
         field_size=args.field_size,
@@ -148,6 +168,7 @@ def cmd_scale_sweep(args: argparse.Namespace) -> int:
         workers=args.workers,
         seed=args.seed,
     )
+    check_fits_in_memory(sweep.spec(max(sweep.objects)))
     out = Path(args.out)
     rows = (
         (f"{metrics['objects']} objects", config, metrics)
@@ -158,6 +179,24 @@ def cmd_scale_sweep(args: argparse.Namespace) -> int:
     (out / GROWTH_TABLE_NAME).write_text(table + "\n")
     print(f"\n{table}\n\nrows in {out / RESULTS_NAME}; table in {out / GROWTH_TABLE_NAME}")
     return 0
+
+
+def _check_machine_holds(limit_bytes: int, plate_bytes: int, work: Path) -> None:
+    """Before any plate is written: the limit must be below this machine's memory and the plates
+    (``plate_bytes`` in all) must fit on the disk of ``--work``."""
+    total = psutil.virtual_memory().total
+    if limit_bytes >= total:
+        raise ConfigError(
+            f"--limit-mib {limit_bytes // 2**20} is not below this machine's memory ({total // 2**20} MiB): "
+            "nothing would be out of memory; lower it"
+        )
+    existing = next(folder for folder in (work.absolute(), *work.absolute().parents) if folder.exists())
+    free = shutil.disk_usage(existing).free
+    if plate_bytes > free:
+        raise ConfigError(
+            f"plates of {plate_bytes / 2**30:.1f} GiB (--limit-mib × --plate-multiple) do not fit in the "
+            f"{free / 2**30:.1f} GiB free under --work {work}; lower either or choose another --work"
+        )
 
 
 def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
@@ -173,6 +212,9 @@ def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
         seed=args.seed,
         cached=not args.no_cached,
     )
+    kept = len(comparison.layouts) if args.keep else 1  # without --keep each plate goes before the next
+    _check_machine_holds(comparison.limit_bytes, kept * comparison.target_bytes, Path(args.work))
+    check_fits_in_memory(dataclasses.replace(comparison.plate, objects=MAX_OBJECTS))
     out = Path(args.out)
     rows = layout_rows(comparison, args.work, args.keep, not args.no_progress, print, args.require_cgroup)
     records = _write_rows(out, TRACK, rows, args.work)

@@ -59,7 +59,7 @@ def git_commit() -> str | None:
 
 
 def storage_of(path: str | Path) -> dict[str, Any]:
-    """Filesystem, device and medium (nvme/ssd/hdd/tmpfs/overlay/network) holding ``path``.
+    """Filesystem, device and medium (see :func:`medium`) holding ``path``.
 
     ``path`` is recorded as given (a relative plate path stays relative, so rows written in a
     checkout do not carry the checkout's location); it is resolved only to find its mount."""
@@ -79,11 +79,20 @@ def storage_of(path: str | Path) -> dict[str, Any]:
         "mountpoint": best.mountpoint,
         "filesystem": best.fstype,
         "device": best.device,
-        "medium": _medium(best.device, best.fstype),
+        "medium": medium(best.device, best.fstype),
     }
 
 
-def _medium(device: str, filesystem: str) -> str:
+#: Block devices of a hypervisor or of the kernel itself (virtio, Xen, loop, device mapper, RAID, RAM,
+#: network blocks): their rotational flag says nothing of the disk under them (virtio's is 1 by default).
+VIRTUAL_BLOCK_PREFIXES = ("vd", "xvd", "loop", "dm-", "md", "zram", "nbd", "rbd")
+#: Vendor or model words of disks a hypervisor emulates (QEMU, VMware, Hyper-V, VirtualBox, cloud volumes).
+VIRTUAL_DISK_WORDS = ("qemu", "vmware", "virtual", "vbox", "persistentdisk", "elastic block store")
+
+
+def medium(device: str, filesystem: str, sys_block: Path = Path("/sys/block")) -> str:
+    """What holds a filesystem: tmpfs, overlay, network, nvme, ssd, hdd, virtual (a disk a hypervisor
+    presents, whose rotational flag cannot be trusted), or unknown; ``sys_block`` is sysfs's block folder."""
     if filesystem in ("tmpfs", "ramfs"):
         return "tmpfs"
     if filesystem in ("overlay", "fuse.overlayfs"):
@@ -93,12 +102,32 @@ def _medium(device: str, filesystem: str) -> str:
     name = Path(device).name
     if name.startswith("nvme"):
         return "nvme"
-    block = name.rstrip("0123456789") if not name.startswith("nvme") else name
-    rotational = Path(f"/sys/block/{block}/queue/rotational")
+    block = name.rstrip("0123456789")
+    if block.startswith(VIRTUAL_BLOCK_PREFIXES) or name.startswith(VIRTUAL_BLOCK_PREFIXES):
+        return "virtual"
+    folder = sys_block / block
     try:
-        return "hdd" if rotational.read_text().strip() == "1" else "ssd"
+        rotational = (folder / "queue" / "rotational").read_text().strip()
     except OSError:
         return "unknown"
+    described = " ".join(_read(folder / "device" / part) for part in ("vendor", "model")).lower()
+    if any(word in described for word in VIRTUAL_DISK_WORDS) or "virtio" in _resolved(folder / "device"):
+        return "virtual"
+    return "hdd" if rotational == "1" else "ssd"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _resolved(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except OSError:
+        return ""
 
 
 def gpu_info() -> dict[str, Any]:

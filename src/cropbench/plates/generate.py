@@ -36,10 +36,14 @@ class GeneratedPlate:
         return self.raw_bytes / max(self.stored_bytes, 1)
 
 
+#: The largest plate :func:`spec_for_ram_fraction` makes, as a multiple of this machine's RAM.
+MAX_RAM_FRACTION = 16.0
+
+
 def spec_for_ram_fraction(spec: PlateSpec, fraction: float) -> PlateSpec:
     """Grow ``fields_per_well`` so the raw plate is about ``fraction`` × this machine's RAM."""
-    if fraction <= 0:
-        raise ConfigError(f"ram_fraction must be > 0, got {fraction}")
+    if not 0 < fraction <= MAX_RAM_FRACTION:  # nan and inf too
+        raise ConfigError(f"ram_fraction must be > 0 and at most {MAX_RAM_FRACTION:g}, got {fraction}")
     target = fraction * psutil.virtual_memory().total
     wells = spec.rows * spec.columns
     fields_per_well = max(1, int(np.ceil(target / (wells * spec.field_bytes))))

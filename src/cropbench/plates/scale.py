@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from cropbench.config import CELL_PAINTING_CHANNELS, LayoutSpec, PlateSpec
+from cropbench.config import CELL_PAINTING_CHANNELS, MAX_FIELD_SIZE, LayoutSpec, PlateSpec
 from cropbench.errors import ConfigError
 from cropbench.formats import PlateGeometry, create_plate_writer
 from cropbench.formats.omezarr import row_name
@@ -43,6 +44,8 @@ PLATE_ROWS, PLATE_COLUMNS, PRODUCTION_SITES = 16, 24, 9
 MAX_OBJECTS = 2_000_000
 #: Fields whose objects are written to the object table's Parquet file as one row group.
 TABLE_BATCH_FIELDS = 64
+#: Bytes per pixel the renderer holds at its peak besides the field itself (float coordinate grids and maps).
+RENDER_BYTES_PER_PIXEL = 64
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class ScaleSpec:
                 raise ConfigError(f"{knob} must be a positive integer, got {value!r}")
         if self.objects > MAX_OBJECTS:
             raise ConfigError(f"objects must be at most {MAX_OBJECTS:,}, got {self.objects:,}")
+        if self.field_size > MAX_FIELD_SIZE:  # before field_spec() below says it of field_height and field_width
+            raise ConfigError(f"field_size must be at most {MAX_FIELD_SIZE:,} pixels, got {self.field_size:,}")
         if not isinstance(self.distinct_fields, int) or self.distinct_fields < 0:
             raise ConfigError(
                 f"distinct_fields must be an integer >= 0 (0: render every field), got {self.distinct_fields!r}"
@@ -123,6 +128,12 @@ class ScaleSpec:
     def raw_bytes(self) -> int:
         return self.fields * self.field_bytes
 
+    @property
+    def memory_bytes(self) -> int:
+        """About the most memory writing the plate holds: one field being rendered and the kept templates."""
+        templates = min(self.distinct_fields, self.fields) if self.distinct_fields else 1
+        return self.field_size**2 * RENDER_BYTES_PER_PIXEL + templates * self.field_bytes
+
     def geometry(self, ranges: tuple[tuple[float, float], ...] = ()) -> PlateGeometry:
         wells = self.well_sites()
         return PlateGeometry(
@@ -132,6 +143,18 @@ class ScaleSpec:
             tuple(well for well, _ in wells),
             tuple(count for _, count in wells),
             display_ranges=ranges,
+        )
+
+
+def check_fits_in_memory(spec: ScaleSpec, available: int | None = None) -> None:
+    """Raise ConfigError before anything is written when rendering ``spec``'s fields needs more than the
+    memory ``available`` (default: what the machine has free now)."""
+    free = psutil.virtual_memory().available if available is None else available
+    if spec.memory_bytes > free:
+        raise ConfigError(
+            f"fields of {spec.field_size:,} px × {spec.channels} channels ({spec.distinct_fields} distinct) need "
+            f"about {spec.memory_bytes / 2**30:.1f} GiB of memory to render, more than the "
+            f"{free / 2**30:.1f} GiB free; lower the field size, channels or distinct fields"
         )
 
 
@@ -220,6 +243,7 @@ def generate_scale_plate(
     only when complete; on any error or interrupt the temporary sibling is removed.
     """
     destination = Path(path)
+    check_fits_in_memory(spec)
     started = time.perf_counter()
     with staged(destination, overwrite) as scratch:
         objects = _write_scale_plate(scratch, spec, layout, progress, on_field, table_batch_fields)
@@ -274,5 +298,6 @@ __all__ = [
     "FieldSource",
     "ObjectTableStream",
     "ScaleSpec",
+    "check_fits_in_memory",
     "generate_scale_plate",
 ]

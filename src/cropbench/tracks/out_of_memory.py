@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, layout_by_name
+from cropbench.config import CropConfig, check_seed, layout_by_name
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
@@ -47,7 +47,7 @@ from cropbench.measure.memory_limit import (
 from cropbench.measure.protocol import evict, load_into_page_cache, resident_fraction, time_loop
 from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, generate_scale_plate
 from cropbench.tracks.layouts import WorkFolder
-from cropbench.tracks.scale import work_folder
+from cropbench.tracks.scale import check_crop, deaf_to_stops, uninterrupted, work_folder
 
 TRACK = "out-of-memory"
 #: The default layout and two others that read very different amounts per crop.
@@ -105,6 +105,8 @@ class OutOfMemory:
                 raise ConfigError(f"{knob} must be >= 1, got {getattr(self, knob)}")
         if self.warmup < 0:
             raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
+        check_crop(self.crop_size, self.plate)
+        check_seed(self.seed)
 
     def crop(self) -> CropConfig:
         return CropConfig(crop_size=self.crop_size, dtype="uint16", seed=self.seed)
@@ -196,7 +198,9 @@ def layout_rows(
                 )
                 say(f"{name}: random crops inside {comparison.limit_bytes / 2**20:.0f} MiB")
                 args = (str(destination), crop, comparison.samples, comparison.warmup, comparison.seed)
-                limited = run_limited(random_pass, (*args, True), comparison.limit_bytes, require_cgroup=require_cgroup)
+                limited = run_limited(
+                    deaf_to_stops, (random_pass, *args, True), comparison.limit_bytes, require_cgroup=require_cgroup
+                )
                 metrics: dict[str, Any] = {
                     m.OBJECTS: written.objects,
                     m.FIELDS: written.fields,
@@ -210,7 +214,8 @@ def layout_rows(
                 if CACHED + CROPS_PER_S in metrics and metrics[CROPS_PER_S]:
                     metrics[LIMITED_OVER_CACHED] = metrics[CROPS_PER_S] / metrics[CACHED + CROPS_PER_S]
             finally:
-                work.done(destination)
+                with uninterrupted():
+                    work.done(destination)
             config = {
                 "comparison": dataclasses.asdict(comparison),
                 "scale_spec": dataclasses.asdict(spec),
@@ -231,7 +236,7 @@ def _cached(
     if stored > CACHED_FRACTION_OF_AVAILABLE * available:
         return {CACHED_SKIPPED: f"the plate ({stored / 2**30:.1f} GiB) does not fit in the free memory"}
     say(f"{plate.name}: the same crops in the page cache")
-    value, _ = run_in_child(random_pass, (*args, False))
+    value, _ = run_in_child(deaf_to_stops, (random_pass, *args, False))
     return {CACHED + key: item for key, item in value.items()}
 
 

@@ -23,6 +23,8 @@ import contextlib
 import dataclasses
 import math
 import resource
+import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, layout_by_name
+from cropbench.config import CropConfig, check_seed, layout_by_name
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec
 from cropbench.data.sampling import GroupedSampler, RandomObjectSampler
@@ -51,6 +53,10 @@ GROWTH_OBJECTS = (10**3, 10**4, 10**5, 10**6)
 GROWTH_TOLERANCE = 0.15
 #: Sampler orders timed per count (the fastest is kept: an order is pure computation).
 SAMPLER_REPEATS = 3
+#: Signals that stop a sweep (Ctrl-C, ``kill``), held back while a plate is removed.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The most DataLoader workers of the Track 2 first batch.
+MAX_WORKERS = 256
 
 # Metric names of a scale row.
 PLATE_STORED_BYTES = "plate_stored_bytes"
@@ -120,12 +126,22 @@ class ScaleSweep:
         for knob in ("warmup", "workers"):
             if getattr(self, knob) < 0:
                 raise ConfigError(f"{knob} must be >= 0, got {getattr(self, knob)}")
+        if self.workers > MAX_WORKERS:
+            raise ConfigError(f"workers must be at most {MAX_WORKERS}, got {self.workers}")
+        check_crop(self.crop_size, self.plate)
+        check_seed(self.seed)
 
     def spec(self, objects: int) -> ScaleSpec:
         return dataclasses.replace(self.plate, objects=objects)
 
     def crop(self) -> CropConfig:
         return CropConfig(crop_size=self.crop_size, dtype="uint16", seed=self.seed)
+
+
+def check_crop(crop_size: int, plate: ScaleSpec) -> None:
+    """A crop must fit in a field of the plate."""
+    if crop_size > plate.field_size:
+        raise ConfigError(f"crop_size {crop_size} is larger than the field ({plate.field_size} px); lower it")
 
 
 def _fastest_ns(call: Callable[[], Any], repeats: int = SAMPLER_REPEATS) -> int:
@@ -187,8 +203,16 @@ def measure_point(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
 
 def measure_point_in_child(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
     """:func:`measure_point` in a fresh forked child."""
-    value, _ = run_in_child(measure_point, (plate, sweep))
+    value, _ = run_in_child(deaf_to_stops, (measure_point, plate, sweep))
     return dict(value)
+
+
+def deaf_to_stops(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` in a forked child that leaves Ctrl-C to its parent: the terminal sends it to
+    the whole process group, and the parent ends the child itself, with no traceback from the child."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return function(*args)
 
 
 def scale_plate(
@@ -210,9 +234,32 @@ def scale_plate(
         if same_layout and attributes.get("scale_spec") == dataclasses.asdict(spec):
             return kept, None
     destination = work.destination(name)
-    return destination, generate_scale_plate(
-        destination, spec, layout_by_name(layout_name), overwrite=True, progress=progress
-    )
+    try:
+        return destination, generate_scale_plate(
+            destination, spec, layout_by_name(layout_name), overwrite=True, progress=progress
+        )
+    except BaseException:  # an interrupt too: the hidden folder ``destination`` may be in goes with it
+        with uninterrupted():
+            work.done(destination)
+        raise
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block has run, then take effect as they would have: removing
+    a plate is never cut short with part of it left behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {number: signal.signal(number, lambda n, _: received.append(n)) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if received:
+            signal.raise_signal(received[0])
 
 
 @contextlib.contextmanager
@@ -252,7 +299,8 @@ def sweep_rows(
                 metrics[GENERATE_SECONDS] = generated.write_seconds if generated else None
             finally:
                 if generated is not None:
-                    work.done(plate)
+                    with uninterrupted():
+                        work.done(plate)
             config = {
                 "sweep": dataclasses.asdict(sweep),
                 "scale_spec": dataclasses.asdict(spec),
@@ -364,10 +412,13 @@ __all__ = [
     "Cost",
     "Growth",
     "ScaleSweep",
+    "deaf_to_stops",
+    "check_crop",
     "faster_than_linear",
     "growth",
     "growth_table",
     "measure_point",
     "measure_point_in_child",
     "sweep_rows",
+    "uninterrupted",
 ]

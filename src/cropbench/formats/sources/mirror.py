@@ -20,7 +20,8 @@ from cropbench.formats.sources.files import FileSource
 from cropbench.formats.sources.remote import RemoteSource
 from cropbench.formats.sources.urls import redact, s3_endpoint, split_url
 
-#: The pointer file of a mirror: the URL, the store settings, and the plate's stored bytes.
+#: The pointer file of a mirror (mode 0600): the URL and the store settings, credentials masked, and the
+#: plate's stored bytes.
 REMOTE_POINTER = "cropbench_remote.json"
 #: Keys a mirror downloads (metadata and tables); chunk and shard objects stay in the store.
 _MIRRORED_SUFFIXES = ("zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata", ".json", ".parquet", ".csv")
@@ -84,8 +85,11 @@ def mirror_metadata(url: str, config: StoreConfig | None = None, cache_dir: Path
             target.write_bytes(data)
     finally:
         source.close()
-    pointer = {"url": url, "store": dataclasses.asdict(config), "stored_bytes": sum(size for _, size in entries)}
-    (root / REMOTE_POINTER).write_text(json.dumps(pointer, indent=1))
+    # Credentials masked: requests never send a URL's user part, and the pointer's URL and endpoint reach rows.
+    store = dataclasses.asdict(dataclasses.replace(config, endpoint=redact(config.endpoint)))
+    pointer = {"url": redact(url), "store": store, "stored_bytes": sum(size for _, size in entries)}
+    with os.fdopen(os.open(root / REMOTE_POINTER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as file:
+        file.write(json.dumps(pointer, indent=1))
     return root
 
 

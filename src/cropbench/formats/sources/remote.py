@@ -15,7 +15,7 @@ from cropbench.config import StoreConfig
 from cropbench.errors import StoreError
 from cropbench.formats.sources.base import ByteSource, Request
 from cropbench.formats.sources.failures import status_error, store_error
-from cropbench.formats.sources.urls import http_url, redact, s3_endpoint, split_url
+from cropbench.formats.sources.urls import http_url, redact, s3_endpoint, split_url, without_credentials
 from cropbench.formats.sources.watchdog import Watchdog, watched_pool_manager, watching
 
 #: Pages of an S3 listing read at most (1,000 keys a page): a server that never stops listing is an error.
@@ -41,7 +41,7 @@ class RemoteSource(ByteSource):
 
     def __init__(self, url: str, config: StoreConfig) -> None:
         super().__init__()
-        self._scheme, self._bucket, self._prefix = split_url(url)
+        self._scheme, self._bucket, self._prefix = split_url(without_credentials(url))
         self._url = url  # with its credentials, to mask them in client libraries' messages
         self.location = redact(url)
         self.config = config
@@ -68,9 +68,9 @@ class RemoteSource(ByteSource):
         """Where an object (or, with ``query``, the bucket's listing) is requested."""
         path = "/".join(part for part in (self._prefix, key) if part)
         if self._scheme != "s3":
-            base = http_url(f"{self._scheme}://{self._bucket}", self.config).rstrip("/")
+            base = without_credentials(http_url(f"{self._scheme}://{self._bucket}", self.config)).rstrip("/")
             return f"{base}/{quote(path)}" + (f"?{query}" if query else "")
-        endpoint = s3_endpoint(self.config).rstrip("/")
+        endpoint = without_credentials(s3_endpoint(self.config)).rstrip("/")
         if query:  # the bucket's listing: path-style on an S3-compatible server, virtual-hosted on AWS
             return f"{endpoint}/{self._bucket}?{query}" if endpoint else f"{_aws_host(self._bucket)}/?{query}"
         base = f"{endpoint}/{self._bucket}" if endpoint else _aws_host(self._bucket)

@@ -15,7 +15,7 @@ from cropbench.errors import ConfigError
 REMOTE_SCHEMES = ("s3", "http", "https")
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@]*)@")
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)@")
 
 
 def redact(url: str) -> str:
@@ -26,6 +26,12 @@ def redact(url: str) -> str:
         return f"{match[1]}{user}:***@" if colon else f"{match[1]}***@"
 
     return _USERINFO.sub(hide, url, count=1)
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without its user part: where requests go (urllib3 never sent a URL's user part anyway, and a
+    SigV4 signature over a host that carries it would put the password into a header)."""
+    return _USERINFO.sub(r"\1", url, count=1)
 
 
 def is_url(plate: str | Path) -> bool:

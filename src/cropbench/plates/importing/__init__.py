@@ -9,7 +9,8 @@ its field. The naming variants these tools produce are resolved here:
   row + column columns;
 - files as ``Image_FileName_<Channel>`` or ``Image_FileName_Orig<Channel>`` (also without the
   ``Image_`` prefix), with optional ``Image_PathName_*`` folders, resolved against the image
-  folder when the recorded folder does not exist here;
+  folder when the recorded folder does not exist here or lies outside it; every file must resolve
+  (links followed) to a place under the image folder, else the row naming it is an error;
 - without file name columns, Phenix-style names in the image folder
   (``r01c01f01p01-ch2sk1fk1fl1.tiff``: row, column, field, plane, channel; channels ``ch1``…);
 - centroids ``<Compartment>_Location_Center_X/Y`` and boxes

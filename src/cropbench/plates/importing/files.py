@@ -41,11 +41,32 @@ class FieldSource:
 
 
 def _resolve_file(images: Path, name: str, folder: str | None) -> Path:
+    """The recorded folder's file when it lies under ``images``, else the name under ``images``."""
     if folder:
         recorded = Path(folder) / name
-        if recorded.is_file():
+        if recorded.is_file() and recorded.resolve().is_relative_to(images.resolve()):
             return recorded
     return images / name
+
+
+def check_files_inside(
+    images: Path, row_files: Sequence[tuple[Path, ...]], sources: Sequence[str], row_numbers: Sequence[int]
+) -> None:
+    """Every file must resolve (links followed) to a place under ``images``: a name like ``../x.tif``, an
+    absolute path or a link out of the folder would put pixels from elsewhere into the plate."""
+    root = images.resolve()
+    checked: set[Path] = set()
+    for row, files in zip(row_numbers, row_files, strict=True):
+        for source, path in zip(sources, files, strict=True):
+            if path in checked:
+                continue
+            resolved = path.resolve()
+            if not resolved.is_relative_to(root):
+                raise ImportInputError(
+                    f"table row {row} names image file {path} (channel {source}), which is {resolved}, outside "
+                    f"--images {images}; import reads only files under the image folder"
+                )
+            checked.add(path)
 
 
 def files_from_columns(

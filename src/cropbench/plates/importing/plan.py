@@ -39,6 +39,7 @@ from cropbench.plates.importing.files import (
     IMAGE_SUFFIXES,
     FieldSource,
     check_files_exist,
+    check_files_inside,
     check_shapes,
     field_numbers,
     files_from_columns,
@@ -185,6 +186,7 @@ def plan_import(table_path: str | Path, images: str | Path, options: ImportOptio
 
     fields, field_of_row = _group_fields(wells, sites, row_files)
     check_files_exist(fields, [source for source, _ in chosen], source_names=available)
+    check_files_inside(images_dir, row_files, [source for source, _ in chosen], row_numbers.tolist())
     channel_names = tuple(target for _, target in chosen)
     field_shape, dtype = check_shapes(fields, channel_names)
     _check_inside(centroid_y, centroid_x, field_shape, fields, field_of_row, row_numbers)
