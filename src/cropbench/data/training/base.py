@@ -24,6 +24,7 @@ import importlib
 import importlib.metadata
 import json
 import math
+import os
 import re
 import shutil
 from abc import ABC, abstractmethod
@@ -305,6 +306,16 @@ def check_free_space(folder: Path, needed: int, what: str) -> None:
         )
 
 
+def write_failure(what: str, error: BaseException) -> StoreError:
+    """A library's error while writing as one line; a full disk says so however the library words it."""
+    text = str(error).strip()
+    first = text.splitlines()[0][:300] if text else type(error).__name__
+    if getattr(error, "errno", None) == errno.ENOSPC or os.strerror(errno.ENOSPC) in text:
+        full = f"[Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}"
+        return StoreError(f"{what}: {first if first.startswith(full[:10]) else f'{full} ({first})'}")
+    return StoreError(f"{what}: {first}")
+
+
 def read_failure(store: Path, files: Iterable[str], error: BaseException, reading: str) -> StoreError:
     """A library's error while reading a crop store as one StoreError naming the store and, where the
     library's message names one (or only one file can be at fault), the damaged file."""
@@ -418,7 +429,7 @@ class TrainingFormat(ABC):
             except CropbenchError:
                 raise
             except Exception as error:  # the library's own error types, a full disk among them
-                raise StoreError(f"{what}: {error}") from error
+                raise write_failure(what, error) from error
             info = CropStoreInfo(
                 format=self.name,
                 library=self.library,
