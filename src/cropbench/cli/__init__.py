@@ -19,6 +19,9 @@ from cropbench.cli.parser import EXIT_USER_ERROR, build_parser
 from cropbench.cli.progress import INTERRUPTED, on_interrupt
 from cropbench.errors import CropbenchError
 
+#: Signals that stop a command cleanly: the interrupted case is dropped, finished rows and nothing else kept.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 def one_line(error: BaseException) -> str:
     """The cause in one line: a DataLoader worker's error is unwrapped from torch's traceback text."""
@@ -43,7 +46,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _format_warning
     INTERRUPTED.clear()
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_interrupt) if on_main_thread else None
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        received.append(signum)
+        on_interrupt(signum, frame)
+
+    # SIGTERM stops a command as Ctrl-C does, so its finally paths remove scratch folders before it exits.
+    previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS} if on_main_thread else {}
     try:
         status = int(args.handler(args))
         if INTERRUPTED.is_set():
@@ -53,11 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cropbench: error: {one_line(error)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        print("cropbench: interrupted; every finished row is kept", file=sys.stderr)
-        return 130
+        number = received[-1] if received else signal.SIGINT
+        name = "" if number == signal.SIGINT else f" ({signal.Signals(number).name})"
+        print(f"cropbench: interrupted{name}; every finished row is kept", file=sys.stderr)
+        return 128 + number
     finally:
-        if on_main_thread:
-            signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 __all__ = ["build_parser", "main", "one_line"]

@@ -1,14 +1,24 @@
-"""Options several commands share: the layout names' help line, and how a plate in an object store is read."""
+"""Options several commands share: the layout names' help line, how a plate in an object store is read, and
+the line naming what a command left on disk."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, TypeAlias
 
 from cropbench.config import FORMAT_CODECS, LAYOUTS, ZARR_CLIENTS, StoreConfig
 
 #: The subparsers each command group registers its commands on (argparse does not name the type publicly).
 Commands: TypeAlias = "argparse._SubParsersAction[Any]"
+
+
+def left_behind(path: Path, what: str) -> str | None:
+    """One line saying where a command left data on disk and how large it is; None when nothing is there."""
+    if not path.is_dir() or path.is_symlink():
+        return None
+    sizes = [p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    return f"{what}: {path} ({sum(sizes) / 2**20:.1f} MiB)" if sizes else None
 
 
 def layout_names_help() -> str:

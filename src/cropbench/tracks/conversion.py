@@ -63,6 +63,9 @@ from cropbench.data.training import (
     FormatUnavailableError,
     S3Access,
     TrainingFormat,
+    check_shard_bytes,
+    crop_dataset,
+    needed_bytes,
     training_format,
 )
 from cropbench.errors import ConfigError
@@ -170,7 +173,8 @@ class FormatComparison:
     def __post_init__(self) -> None:
         for name in self.formats:
             training_format(name)
-        for knob in ("crop_size", "samples", "repeats", "batch_size", "epochs", "shard_bytes"):
+        check_shard_bytes(self.shard_bytes)
+        for knob in ("crop_size", "samples", "repeats", "batch_size", "epochs"):
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{knob} must be a whole number >= 1, got {value!r}")
@@ -197,6 +201,30 @@ class FormatComparison:
         return CropConfig(
             crop_size=self.crop_size, channels=self.channels, dtype="uint16", tier="none", decode=decode, seed=self.seed
         )
+
+
+def check_plate(
+    plate: str | Path,
+    comparison: FormatComparison,
+    objects: ObjectTable | str | Path | None = None,
+    *,
+    shard_chosen: bool = False,
+) -> int:
+    """Check the comparison against the plate before anything is measured or written: the crop fits a
+    field, the channels and the object table are the plate's, and a shard size the user chose is not
+    larger than the whole store (each format would write a single shard). Returns the store's bytes."""
+    dataset = crop_dataset(plate, comparison.crop_size, comparison.channels, objects)
+    try:
+        store = needed_bytes(len(dataset), (len(dataset.channel_indices), comparison.crop_size, comparison.crop_size))
+    finally:
+        dataset.reader.close()
+    if shard_chosen and comparison.shard_bytes > max(store, 1):
+        raise ConfigError(
+            f"a shard of {comparison.shard_bytes / 2**20:g} MiB is larger than the whole store "
+            f"({store / 2**20:.3g} MiB of crops of {plate}): every format would write one shard; "
+            f"choose at most {store / 2**20:.3g} MiB"
+        )
+    return store
 
 
 @dataclass(frozen=True)
@@ -695,6 +723,7 @@ __all__ = [
     "Formats",
     "FormatUnavailableError",
     "break_even",
+    "check_plate",
     "convert_crops",
     "formats_table",
     "timed_epochs",

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from cropbench.data.training.base import (
     MANIFEST_NAME,
+    MAX_SHARD_BYTES,
     CropStoreInfo,
     CutBatch,
     EpochSpec,
     FormatUnavailableError,
     S3Access,
     TrainingFormat,
+    check_shard_bytes,
     crop_dataset,
     cut_crops,
+    needed_bytes,
     not_a_store,
     sample,
 )
@@ -43,6 +46,7 @@ def training_format(name: str) -> TrainingFormat:
 
 __all__ = [
     "MANIFEST_NAME",
+    "MAX_SHARD_BYTES",
     "TRAINING_FORMATS",
     "CropStoreInfo",
     "CutBatch",
@@ -50,8 +54,10 @@ __all__ = [
     "FormatUnavailableError",
     "S3Access",
     "TrainingFormat",
+    "check_shard_bytes",
     "crop_dataset",
     "cut_crops",
+    "needed_bytes",
     "sample",
     "not_a_store",
     "training_format",

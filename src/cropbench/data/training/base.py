@@ -372,8 +372,6 @@ class TrainingFormat(ABC):
     module: ClassVar[str]
     #: Versions of the library this format was written and tested with: [lowest, below).
     versions: ClassVar[tuple[str, str]]
-    #: The pip extra of cropbench that installs it.
-    extra: ClassVar[str]
     #: Whether the library's Dataset reads one crop by index (random access), not only in its own order.
     random_access: ClassVar[bool] = True
     #: Why the format is not read from an object store here (None: :meth:`remote_epoch_loader` does).
@@ -382,7 +380,7 @@ class TrainingFormat(ABC):
     @classmethod
     def install_hint(cls) -> str:
         lowest, below = cls.versions
-        return f".venv/bin/pip install -e '.[{cls.extra}]' (or pip install '{cls.library}>={lowest},<{below}')"
+        return f"scripts/setup_formats.sh installs it (or: .venv/bin/pip install '{cls.library}>={lowest},<{below}')"
 
     @classmethod
     def library_version(cls) -> str:

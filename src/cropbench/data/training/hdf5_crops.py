@@ -43,7 +43,6 @@ class Hdf5Format(TrainingFormat):
     library = "h5py"
     module = "h5py"
     versions = ("3.8", "4")
-    extra = "hdf5"
     remote = "h5py reads local files (its ros3 driver for S3 is not measured here)"
 
     def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:

@@ -38,7 +38,6 @@ class LitdataFormat(TrainingFormat):
     library = "litdata"
     module = "litdata"
     versions = ("0.2.50", "0.3")
-    extra = "litdata"
 
     def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
         from litdata.streaming.writer import BinaryWriter

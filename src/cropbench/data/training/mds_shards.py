@@ -20,6 +20,8 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.training.base import CropStoreInfo, CutBatch, EpochSpec, S3Access, TrainingFormat
 
 INDEX_NAME = "index.json"
+#: What mosaicml-streaming imports, installed beside it (it is installed without its dependencies).
+MDS_IMPORTS = ("transformers<5", "xxhash", "zstd", "catalogue", "brotli", "python-snappy")
 
 
 class MdsFormat(TrainingFormat):
@@ -29,15 +31,14 @@ class MdsFormat(TrainingFormat):
     library = "mosaicml-streaming"
     module = "streaming"
     versions = ("0.11", "0.14")
-    extra = "mosaicml-streaming"
 
     @classmethod
     def install_hint(cls) -> str:
         # The package pins numpy<2.2 and xxhash<4; installed without its dependencies it keeps the tested numpy.
         lowest, below = cls.versions
         return (
-            f".venv/bin/pip install --no-deps '{cls.library}>={lowest},<{below}' && .venv/bin/pip install "
-            "'transformers<5' xxhash zstd catalogue brotli python-snappy"
+            f"scripts/setup_formats.sh installs it (or: .venv/bin/pip install --no-deps '{cls.library}>={lowest},"
+            f"<{below}' && .venv/bin/pip install {' '.join(repr(name) for name in MDS_IMPORTS)})"
         )
 
     def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:

@@ -48,7 +48,6 @@ class WebDatasetFormat(TrainingFormat):
     library = "webdataset"
     module = "webdataset"
     versions = ("0.2.90", "2")
-    extra = "webdataset"
     random_access = False
     remote = None
 
