@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import math
+import sys
 import tempfile
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
@@ -403,7 +405,10 @@ def remote_epochs(
         upload(store, endpoint, BUCKET, fmt.name)
         s3 = S3Access(proxy, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
         cache = scratch / "cache"
-        with environment_variables(fmt.remote_environment(s3)), recorded(endpoint):
+        # What the library prints on stderr (litdata prints its prefetch thread's traceback there) is
+        # held back: a failure is the row's one-line answer, and after a success it is passed on.
+        said = io.StringIO()
+        with environment_variables(fmt.remote_environment(s3)), recorded(endpoint), contextlib.redirect_stderr(said):
             try:
                 loader = fmt.remote_epoch_loader(
                     f"s3://{BUCKET}/{fmt.name}", cache, s3, plate_name, comparison.epoch_spec()
@@ -413,6 +418,7 @@ def remote_epochs(
                 )
             except Exception as error:  # any failure of the library's own client is the row's answer
                 return {REMOTE_SKIP_REASON: fmt.remote_failure(error)}
+        sys.stderr.write(said.getvalue())
         return over_store(metrics, scratch, cache, latency)
 
 
