@@ -332,9 +332,10 @@ class CheckedDataset(Dataset[dict[str, Any]]):
 
     def __init__(self, dataset: Any, store: Path, files: Iterable[str]) -> None:
         self.dataset, self.store, self.files = dataset, store, tuple(files)
+        self.length = len(dataset)  # some libraries read their index only here: an error while opening
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        return self.length
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         index = int(index)
