@@ -473,3 +473,19 @@ def test_a_library_failing_over_the_loopback_store_leaves_no_traceback_on_stderr
     assert "Traceback" not in capfd.readouterr().err  # litdata printed its prefetch thread's traceback there
     if REMOTE_SKIP_REASON in row:  # litdata refuses the plain-http loopback store in one line
         assert "\n" not in row[REMOTE_SKIP_REASON]
+
+
+def test_compare_formats_onto_a_disk_too_small_is_one_line_before_anything_runs(
+    tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from cropbench.cli import main
+
+    if "hdf5" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**30, 2**30, 2**10))  # type: ignore[attr-defined]
+    assert main(compare_formats(tiny_plate, tmp_path, "--work", str(tmp_path / "work"))) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("cropbench: error: cannot write crop stores under") and "[Errno 28]" in error
+    assert "\n" not in error and not (tmp_path / "out").exists() and not (tmp_path / "work").exists()

@@ -96,7 +96,7 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
     import sys
 
     from cropbench import api
-    from cropbench.data.training import TRAINING_FORMATS
+    from cropbench.data.training import TRAINING_FORMATS, check_free_space
     from cropbench.report.formats_figure import write_formats_report
     from cropbench.tracks.conversion import FormatComparison, Formats, check_plate, formats_table
 
@@ -111,13 +111,16 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
         shard_bytes=_shard_bytes(args.shard_mib),
         remote_latency_ms=args.latency_ms,
     )
-    check_plate(args.plate, comparison, args.objects, shard_chosen=args.shard_mib is not None)
+    store_bytes = check_plate(args.plate, comparison, args.objects, shard_chosen=args.shard_mib is not None)
     skipped = {name: TRAINING_FORMATS[name].available() for name in dict.fromkeys(comparison.formats)}
     for name, reason in skipped.items():
         if reason is not None:
             print(f"cropbench: skipping {name}: {reason}", file=sys.stderr)
     out_dir = Path(args.out)
     work = Path(args.work) if args.work else out_dir / "crops"
+    written = sum(reason is None for reason in skipped.values())  # kept stores add up; others one at a time
+    if written:
+        check_free_space(work, store_bytes * (written if args.keep else 1), f"cannot write crop stores under {work}")
     track = Formats(comparison, work, keep=args.keep)
     bar = ProgressBar(not args.no_progress, "formats", len(comparison.readers()))
     try:

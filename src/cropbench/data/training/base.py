@@ -298,7 +298,8 @@ def needed_bytes(count: int, shape: tuple[int, ...]) -> int:
 def check_free_space(folder: Path, needed: int, what: str) -> None:
     """Refuse a write the disk under ``folder`` cannot hold, before the library starts it: a library
     that meets a full disk mid-write may not recover (h5py can crash the process on close)."""
-    free = shutil.disk_usage(folder).free
+    existing = next(path for path in (folder, *folder.parents) if path.exists())
+    free = shutil.disk_usage(existing).free
     if needed > free:
         raise StoreError(
             f"{what}: [Errno {errno.ENOSPC}] No space left on device: about {needed / 2**20:.1f} MiB needed, "
@@ -421,7 +422,7 @@ class TrainingFormat(ABC):
         with staged(destination, overwrite, refuse=not_a_store) as folder:
             what = f"{self.name}: cannot write crops to {destination}"
             shape = (len(dataset.channel_indices), dataset.config.crop_size, dataset.config.crop_size)
-            check_free_space(folder.parent, needed_bytes(len(dataset), shape), what)
+            check_free_space(destination.parent, needed_bytes(len(dataset), shape), what)
             try:
                 folder.mkdir()
                 self._write(folder, cut_crops(dataset), dataset, shard_bytes)
