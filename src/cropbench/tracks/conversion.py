@@ -43,6 +43,7 @@ import io
 import math
 import sys
 import tempfile
+import threading
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -407,7 +408,7 @@ def remote_epochs(
         cache = scratch / "cache"
         # What the library prints on stderr (litdata prints its prefetch thread's traceback there) is
         # held back: a failure is the row's one-line answer, and after a success it is passed on.
-        said = io.StringIO()
+        said, before = io.StringIO(), set(threading.enumerate())
         with environment_variables(fmt.remote_environment(s3)), recorded(endpoint), contextlib.redirect_stderr(said):
             try:
                 loader = fmt.remote_epoch_loader(
@@ -417,6 +418,9 @@ def remote_epochs(
                     REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
                 )
             except Exception as error:  # any failure of the library's own client is the row's answer
+                # litdata's prefetch thread hands its error over before printing it: let it finish here.
+                for thread in set(threading.enumerate()) - before:
+                    thread.join(timeout=5)
                 return {REMOTE_SKIP_REASON: fmt.remote_failure(error)}
         sys.stderr.write(said.getvalue())
         return over_store(metrics, scratch, cache, latency)
