@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +94,6 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
 
 def cmd_compare_formats(args: argparse.Namespace) -> int:
     """compare-formats: the plate read in place beside its crops converted into each training format."""
-    import sys
-
     from cropbench import api
     from cropbench.data.training import TRAINING_FORMATS, check_free_space
     from cropbench.report.formats_figure import write_formats_report
