@@ -219,8 +219,14 @@ def test_compare_formats_prints_the_table_and_writes_the_rows(
     ("extra", "message"),
     [
         (["--channels", "DNA,Nope"], "unknown channel 'Nope'"),
-        (["--shard-mib", "0"], "shard_bytes must be a whole number >= 1, got 0"),
+        (["--shard-mib", "0"], "--shard-mib must be a finite number of MiB from 9.5e-07 to 4096, got 0"),
+        (["--shard-mib", "nan"], "--shard-mib must be a finite number of MiB from 9.5e-07 to 4096, got nan"),
+        (["--shard-mib", "inf"], "--shard-mib must be a finite number of MiB from 9.5e-07 to 4096, got inf"),
+        (["--shard-mib", "1e12"], "--shard-mib must be a finite number of MiB from 9.5e-07 to 4096, got 1e+12"),
+        (["--shard-mib", "1000"], "a shard of 1000 MiB is larger than the whole store"),
+        (["--crop-size", "100000"], "crop_size=100000 is larger than the field (200x240)"),
         (["--epochs", "0"], "epochs must be a whole number >= 1, got 0"),
+        (["--latency-ms", "nan"], "remote_latency_ms must be from 0 to 60000"),
     ],
 )
 def test_compare_formats_user_errors_are_one_line(
@@ -232,6 +238,7 @@ def test_compare_formats_user_errors_are_one_line(
     assert main(args) == 2
     error = capsys.readouterr().err
     assert error.startswith("cropbench: error:") and message in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # every option is checked before anything runs
 
 
 def test_each_repeat_is_set_against_its_own_in_place_reference(tiny_plate: Path, tmp_path: Path) -> None:
@@ -321,3 +328,164 @@ def test_a_remote_failure_is_one_line_and_litdatas_plain_http_refusal_says_what_
     plain = S3Access("http://127.0.0.1:9000", "key", "secret", "us-east-1")
     assert litdata.remote_environment(plain) == {"AWS_ALLOW_HTTP": "true"}
     assert litdata.remote_environment(dataclasses.replace(plain, endpoint="https://s3.example.org")) == {}
+
+
+def compare_formats(plate: Path, tmp_path: Path, *extra: str) -> list[str]:
+    """compare-formats' arguments for a fast run of HDF5 on ``plate``, writing under ``tmp_path``."""
+    args = ["compare-formats", "--plate", str(plate), "--out", str(tmp_path / "out"), "--crop-size", "32"]
+    return [*args, "--samples", "10", "--workers", "0", "--epochs", "1", "--format", "hdf5", "--no-progress", *extra]
+
+
+def test_compare_formats_never_replaces_a_users_folder_with_a_hand_made_manifest(
+    tiny_plate: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cropbench.cli import main
+    from cropbench.data.training import MANIFEST_NAME
+
+    if "hdf5" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
+    mine = tmp_path / "work" / "hdf5"
+    mine.mkdir(parents=True)
+    (mine / "mine.txt").write_text("keep me")
+    (mine / MANIFEST_NAME).write_text("{}")
+    assert main(compare_formats(tiny_plate, tmp_path, "--work", str(tmp_path / "work"), "--keep")) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"cropbench: error: refusing to replace {mine}") and "\n" not in error
+    assert main(compare_formats(tiny_plate, tmp_path, "--work", str(tmp_path / "work"))) == 0
+    assert sorted(p.name for p in mine.iterdir()) == [MANIFEST_NAME, "mine.txt"]
+    assert (mine / "mine.txt").read_text() == "keep me" and (mine / MANIFEST_NAME).read_text() == "{}"
+    assert [p.name for p in (tmp_path / "work").iterdir()] == ["hdf5"]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_ctrl_c_during_a_conversion_is_one_line_and_leaves_no_scratch(
+    keep: bool, tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cropbench.cli import main
+    from cropbench.data.training import base
+
+    if "hdf5" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
+    cut = base.cut_crops
+
+    def interrupted(dataset: Any, batch: int = base.CUT_BATCH) -> Any:
+        yield from list(cut(dataset, 16))[:2]  # two batches reach h5py's file, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(base, "cut_crops", interrupted)
+    work = tmp_path / "work"
+    work.mkdir()
+    assert main(compare_formats(tiny_plate, tmp_path, "--work", str(work), *(["--keep"] if keep else []))) == 130
+    assert capsys.readouterr().err.strip() == "cropbench: interrupted; every finished row is kept"
+    assert list(work.iterdir()) == []
+
+
+SIGTERM_DURING_CONVERSION = """
+import sys, time
+from cropbench.cli import main
+from cropbench.data.training import base
+cut = base.cut_crops
+def slow(dataset, batch=base.CUT_BATCH):
+    yield from list(cut(dataset, 16))[:2]  # two batches reach h5py's file, then it waits for SIGTERM
+    print("converting", flush=True)
+    time.sleep(120)
+base.cut_crops = slow
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_sigterm_during_a_conversion_is_one_line_and_leaves_no_scratch(
+    keep: bool, tiny_plate: Path, tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    if "hdf5" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
+    work = tmp_path / "work"
+    work.mkdir()
+    args = compare_formats(tiny_plate, tmp_path, "--work", str(work), *(["--keep"] if keep else []))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_DURING_CONVERSION, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "converting"
+        assert any(p.name.endswith(".partial") for p in work.iterdir())  # the store being written
+        process.send_signal(signal.SIGTERM)
+        _, error = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, error
+    assert error.strip() == "cropbench: interrupted (SIGTERM); every finished row is kept"
+    assert list(work.iterdir()) == []
+
+
+def test_every_skipped_format_is_one_line_naming_the_install_script(
+    tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cropbench.cli import main
+
+    for cls in TRAINING_FORMATS.values():
+        monkeypatch.setattr(cls, "module", "cropbench_no_such_module")
+    args = compare_formats(tiny_plate, tmp_path)
+    assert main([*args[:-3], "--format", "hdf5", "--format", "mds", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    skipped = [line for line in captured.err.splitlines() if line.startswith("cropbench: skipping")]
+    assert len(skipped) == 2 and all("scripts/setup_formats.sh installs it" in line for line in skipped)
+    assert captured.out.strip().splitlines()[-1].startswith("no training format was measured")
+
+
+def test_kept_crop_stores_are_named_with_their_size(
+    tiny_plate: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cropbench.cli import main
+
+    if "hdf5" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
+    work = tmp_path / "work"
+    assert main(compare_formats(tiny_plate, tmp_path, "--work", str(work), "--keep")) == 0
+    size = sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
+    assert f"crop stores kept in: {work} ({size / 2**20:.1f} MiB)" in capsys.readouterr().out
+
+
+def test_a_library_failing_over_the_loopback_store_leaves_no_traceback_on_stderr(
+    tiny_plate: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from cropbench.data.training import training_format
+    from cropbench.measure.endpoints import moto_available
+    from cropbench.tracks.conversion import REMOTE_SKIP_REASON, remote_epochs
+
+    if not moto_available():
+        pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")
+    if "litdata" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["litdata"].available() or "")
+    done = convert_crops(tiny_plate, tmp_path / "litdata", "litdata", crop_size=32, shard_bytes=200_000)
+    comparison = dataclasses.replace(TINY, formats=("litdata",), epochs=1, remote_latency_ms=1)
+    capfd.readouterr()
+    row = remote_epochs(training_format("litdata"), done.path, done.info.plate_name, comparison, done.info.count)
+    assert "Traceback" not in capfd.readouterr().err  # litdata printed its prefetch thread's traceback there
+    if REMOTE_SKIP_REASON in row:  # litdata refuses the plain-http loopback store in one line
+        assert "\n" not in row[REMOTE_SKIP_REASON]
+
+
+def test_compare_formats_onto_a_disk_too_small_is_one_line_before_anything_runs(
+    tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from cropbench.cli import main
+
+    if "hdf5" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**30, 2**30, 2**10))  # type: ignore[attr-defined]
+    assert main(compare_formats(tiny_plate, tmp_path, "--work", str(tmp_path / "work"))) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("cropbench: error: cannot write crop stores under") and "[Errno 28]" in error
+    assert "\n" not in error and not (tmp_path / "out").exists() and not (tmp_path / "work").exists()

@@ -299,7 +299,9 @@ def test_run_peers_records_a_missing_extra_as_a_skipped_row(
     assert "scripts/setup_peers.sh" in PEERS["spatialdata-tiles"].install_hint, "spatialdata cannot share .venv"
 
 
-def test_cli_run_peers_writes_peer_rows_and_the_figure(tiny_plate: Path, tmp_path: Path) -> None:
+def test_cli_run_peers_writes_peer_rows_and_the_figure(
+    tiny_plate: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     code = main(
         [
@@ -322,6 +324,9 @@ def test_cli_run_peers_writes_peer_rows_and_the_figure(tiny_plate: Path, tmp_pat
     assert (out / "plots" / "peers_comparison.png").stat().st_size > 0
     lines = (out / "results.jsonl").read_text().splitlines()
     assert all(json.loads(line)["track"] == "peers" for line in lines)
+    left = tiny_plate.parent / f"{tiny_plate.name}.peers"  # the peers' copies, reused by the next run
+    size = sum(p.stat().st_size for p in left.rglob("*") if p.is_file())
+    assert f"peer loaders' copies of the plate kept in: {left} ({size / 2**20:.1f} MiB)" in capsys.readouterr().out
 
 
 def test_peers_figure_draws_measured_and_skipped_rows(tmp_path: Path) -> None:

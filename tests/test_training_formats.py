@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from conftest import TINY_SPEC
@@ -280,3 +285,137 @@ def test_a_folder_that_is_not_a_store_is_never_replaced(reference: CropDataset, 
     fmt.write(reference, store, shard_bytes=SHARD_BYTES)
     fmt.write(reference, store, shard_bytes=SHARD_BYTES, overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "store"]
+
+
+def read_everything(fmt: TrainingFormat, path: Path) -> None:
+    """Every crop by index (where the format has random access), then one epoch in order."""
+    if fmt.random_access:
+        dataset = fmt.map_dataset(path)
+        for index in range(len(dataset)):  # type: ignore[arg-type]
+            dataset[index]
+    for _ in fmt.epoch_loader(path, EpochSpec(batch_size=8, shuffle=False)):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("name", "file"),
+    [
+        ("webdataset", "crops-000001.tar"),  # tarfile.ReadError
+        ("mds", "index.json"),  # UnicodeDecodeError
+        ("litdata", "index.json"),  # UnicodeDecodeError
+        ("mds", "shard.00001.mds"),  # IndexError
+        ("litdata", "chunk-0-1.bin"),
+        ("hdf5", "crops.h5"),
+    ],
+)
+def test_a_file_replaced_by_garbage_of_its_size_is_a_store_error_naming_it(
+    name: str, file: str, stores: dict[str, Path], tmp_path: Path
+) -> None:
+    path = damaged_copy(stores, name, tmp_path)
+    target = path / file
+    target.write_bytes(np.random.default_rng(7).integers(0, 256, target.stat().st_size, dtype=np.uint8).tobytes())
+    with pytest.raises(StoreError, match=re.escape(file)) as caught:
+        read_everything(training_format(name), path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_manifest_nested_deep_is_a_store_error(stores: dict[str, Path], tmp_path: Path) -> None:
+    name = next(iter(stores), None)
+    if name is None:
+        pytest.skip("no training format library is installed")
+    path = damaged_copy(stores, name, tmp_path)
+    (path / MANIFEST_NAME).write_text("[" * 100_000 + "]" * 100_000)  # RecursionError in json
+    with pytest.raises(StoreError, match=f"{MANIFEST_NAME}: its JSON is nested too deep"):
+        training_format(name).epoch_loader(path, EpochSpec(batch_size=8, shuffle=False))
+    (path / MANIFEST_NAME).write_text('{"manifest_version": 1, "files": {}, "count": "many"}')
+    with pytest.raises(StoreError, match="not a crop store manifest: format, library"):
+        CropStoreInfo.read(path)
+
+
+def test_an_hdf5_store_declaring_more_crops_than_it_holds_is_refused_before_allocating(
+    stores: dict[str, Path], tmp_path: Path
+) -> None:
+    import h5py
+
+    usable("hdf5")
+    path = damaged_copy(stores, "hdf5", tmp_path)
+    manifest = path / MANIFEST_NAME
+    original = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**original, "crop_size": 40_000}))
+    with pytest.raises(StoreError, match=r"declares \d+ crops of \(5, 40000, 40000\)"):
+        training_format("hdf5").map_dataset(path)
+    manifest.write_text(json.dumps(original))
+    # The file itself declares 40,000 x 40,000 crops (HDF5 allocates chunks lazily, so it stays small).
+    with h5py.File(path / "crops.h5", "w") as handle:
+        handle.create_dataset("crops", shape=(original["count"], 5, 40_000, 40_000), dtype="<u2", chunks=(1, 5, 64, 64))
+        for column in ("object_id", "field", "field_index", "crop_y0", "crop_x0", "index", "centroid_y"):
+            handle.create_dataset(f"objects/{column}", shape=(40_000 * 40_000,), dtype="<i8", chunks=(4096,))
+    os.truncate(path / "crops.h5", original["files"]["crops.h5"])  # padded to the size the manifest names
+    with pytest.raises(StoreError, match=r"crops.h5: /crops is uint16 .*40000, 40000\), expected"):
+        training_format("hdf5").map_dataset(path)
+
+
+def test_a_users_folder_with_a_hand_made_manifest_is_never_replaced(
+    stores: dict[str, Path], reference: CropDataset, tmp_path: Path
+) -> None:
+    fmt = usable("hdf5")
+    mine = tmp_path / "hdf5"
+    mine.mkdir()
+    (mine / "mine.txt").write_text("keep me")
+    (mine / MANIFEST_NAME).write_text("{}")
+    with pytest.raises(OutputError, match="refusing to replace .* not a complete crop store"):
+        fmt.write(reference, mine, shard_bytes=SHARD_BYTES, overwrite=True)
+    assert (mine / "mine.txt").read_text() == "keep me"
+    store = damaged_copy(stores, "hdf5", tmp_path)  # a complete store with a user's file beside it
+    (store / "notes.txt").write_text("keep me")
+    with pytest.raises(
+        OutputError, match=r"refusing to replace .* files its crop store manifest does not name \(notes"
+    ):
+        fmt.write(reference, store, shard_bytes=SHARD_BYTES, overwrite=True)
+    assert (store / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING_FORMATS))
+def test_a_disk_too_small_for_the_store_is_refused_before_writing(
+    name: str, reference: CropDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fmt = usable(name)
+    monkeypatch.setattr(training_base.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**30, 2**30, 2**20))  # type: ignore[attr-defined]
+    with pytest.raises(StoreError, match=rf"{name}: cannot write crops to .*\[Errno 28\] No space left on device"):
+        fmt.write(reference, tmp_path / "crops", shard_bytes=SHARD_BYTES)
+    assert list(tmp_path.iterdir()) == []
+
+
+FULL_DISK_WRITE = """
+import sys
+from cropbench.data.training import base, crop_dataset, training_format
+from cropbench.errors import StoreError
+base.check_free_space = lambda *args: None  # the disk fills up mid-write, after the check
+try:
+    training_format("hdf5").write(crop_dataset(sys.argv[1], 32, None, None), sys.argv[2], shard_bytes=10**6)
+except StoreError as error:
+    print(error)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounting a small tmpfs needs root")
+def test_hdf5_onto_a_disk_that_fills_up_mid_write_is_one_error_and_no_crash(plate: Path, tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=False).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = subprocess.run(
+            [sys.executable, "-c", FULL_DISK_WRITE, str(plate), str(disk / "crops")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]  # h5py crashed (SIGSEGV) closing the file before
+        assert "hdf5: cannot write crops" in done.stdout and "[Errno 28]" in done.stdout
+        assert list(disk.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

@@ -23,7 +23,8 @@ from cropbench.cli.progress import INTERRUPTED, on_interrupt
 from cropbench.errors import CropbenchError
 from cropbench.report.text import one_line_safe
 
-#: Signals that stop a command as Ctrl-C does (SIGTERM: ``kill``, a batch scheduler, a container stop).
+#: Signals that stop a command as Ctrl-C does (SIGTERM: ``kill``, a batch scheduler, a container stop): the
+#: interrupted case is dropped, finished rows kept, scratch removed by the commands' finally paths.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -51,7 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _format_warning
     INTERRUPTED.clear()
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {number: signal.signal(number, on_interrupt) for number in STOP_SIGNALS} if on_main_thread else {}
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        received.append(signum)
+        on_interrupt(signum, frame)
+
+    # SIGTERM stops a command as Ctrl-C does, so its finally paths remove scratch folders before it exits.
+    previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS} if on_main_thread else {}
     try:
         status = int(args.handler(args))
         if INTERRUPTED.is_set():
@@ -61,8 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cropbench: error: {one_line_safe(one_line(error))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        print("cropbench: interrupted; every finished row is kept", file=sys.stderr)
-        return 130
+        number = received[-1] if received else signal.SIGINT
+        name = "" if number == signal.SIGINT else f" ({signal.Signals(number).name})"
+        print(f"cropbench: interrupted{name}; every finished row is kept", file=sys.stderr)
+        return 128 + number
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)

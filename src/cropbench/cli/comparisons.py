@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, seed, store_config
+from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, left_behind, seed, store_config
 from cropbench.cli.progress import ProgressBar
 from cropbench.cli.results import draw_figures
 from cropbench.config import LAYOUTS
@@ -97,8 +99,9 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
 def cmd_compare_formats(args: argparse.Namespace) -> int:
     """compare-formats: the plate read in place beside its crops converted into each training format."""
     from cropbench import api
+    from cropbench.data.training import TRAINING_FORMATS, check_free_space
     from cropbench.report.formats_figure import write_formats_report
-    from cropbench.tracks.conversion import FormatComparison, Formats, formats_table
+    from cropbench.tracks.conversion import FormatComparison, Formats, check_plate, formats_table
 
     comparison = FormatComparison(
         formats=tuple(args.format or FormatComparison().formats),
@@ -108,11 +111,20 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
         workers=args.workers,
         batch_size=args.batch_size,
         epochs=args.epochs,
-        shard_bytes=int(args.shard_mib * 2**20),
+        shard_bytes=_shard_bytes(args.shard_mib),
         remote_latency_ms=args.latency_ms,
     )
+    store_bytes = check_plate(args.plate, comparison, args.objects, shard_chosen=args.shard_mib is not None)
+    skipped = {name: TRAINING_FORMATS[name].available() for name in dict.fromkeys(comparison.formats)}
+    for name, reason in skipped.items():
+        if reason is not None:
+            print(f"cropbench: skipping {name}: {reason}", file=sys.stderr)
     out_dir = Path(args.out)
-    track = Formats(comparison, Path(args.work) if args.work else out_dir / "crops", keep=args.keep)
+    work = Path(args.work) if args.work else out_dir / "crops"
+    written = sum(reason is None for reason in skipped.values())  # kept stores add up; others one at a time
+    if written:
+        check_free_space(work, store_bytes * (written if args.keep else 1), f"cannot write crop stores under {work}")
+    track = Formats(comparison, work, keep=args.keep)
     bar = ProgressBar(not args.no_progress, "formats", len(comparison.readers()))
     try:
         records = api.run(args.plate, [track], out_dir=out_dir, objects=args.objects, progress=bar)
@@ -121,7 +133,32 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
     print(formats_table(records))
     for path in write_formats_report(records, out_dir):
         print(f"wrote {path}")
+    kept = left_behind(work, "crop stores kept in") if args.keep else None
+    if kept:
+        print(kept)
+    if all(reason is not None for reason in skipped.values()):
+        print(
+            "no training format was measured: none of their libraries is installed here "
+            "(scripts/setup_formats.sh installs them into .venv)"
+        )
     return 0
+
+
+#: The shard size compare-formats writes unless --shard-mib says otherwise.
+DEFAULT_SHARD_MIB = 64.0
+
+
+def _shard_bytes(shard_mib: float | None) -> int:
+    """--shard-mib as bytes: a finite size from one byte to the largest shard every format can index."""
+    from cropbench.data.training import MAX_SHARD_BYTES
+
+    mib = DEFAULT_SHARD_MIB if shard_mib is None else shard_mib
+    if not (math.isfinite(mib) and 1 <= mib * 2**20 <= MAX_SHARD_BYTES):
+        raise ConfigError(
+            f"--shard-mib must be a finite number of MiB from {1 / 2**20:.2g} to {MAX_SHARD_BYTES / 2**20:.0f}, "
+            f"got {mib:g}"
+        )
+    return int(mib * 2**20)
 
 
 def add_comparison_commands(commands: Commands) -> None:
@@ -201,7 +238,11 @@ def add_comparison_commands(commands: Commands) -> None:
     )
     formats.add_argument("--batch-size", type=int, default=64, help="batch size of the epochs (default: %(default)s)")
     formats.add_argument("--epochs", type=int, default=2, help="shuffled epochs per reader (default: %(default)s)")
-    formats.add_argument("--shard-mib", type=float, default=64, help="shard or chunk size (default: %(default)s)")
+    formats.add_argument(
+        "--shard-mib",
+        type=float,
+        help=f"shard or chunk size, at most the store's size (default: {DEFAULT_SHARD_MIB:g})",
+    )
     formats.add_argument("--objects", help="object table (Parquet/CSV) for plates without cropbench's table")
     formats.add_argument(
         "--latency-ms",

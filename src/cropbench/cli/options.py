@@ -1,11 +1,13 @@
 """Options several commands share: the layout names' help line, how a plate in an object store is read,
-and the types of whole-number options (seeds, sizes, counts) that refuse what is out of range at once."""
+the types of whole-number options (seeds, sizes, counts) that refuse what is out of range at once, and the
+line naming what a command left on disk."""
 
 from __future__ import annotations
 
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeAlias
 
 from cropbench.config import FORMAT_CODECS, LAYOUTS, MAX_SEED, ZARR_CLIENTS, StoreConfig
@@ -39,6 +41,14 @@ def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
 
 #: ``--seed``: what every generator accepts.
 seed = whole_number(0, MAX_SEED)
+
+
+def left_behind(path: Path, what: str) -> str | None:
+    """One line saying where a command left data on disk and how large it is; None when nothing is there."""
+    if not path.is_dir() or path.is_symlink():
+        return None
+    sizes = [p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    return f"{what}: {path} ({sum(sizes) / 2**20:.1f} MiB)" if sizes else None
 
 
 def layout_names_help() -> str:

@@ -9,7 +9,14 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, store_config, whole_number
+from cropbench.cli.options import (
+    Commands,
+    add_store_knobs,
+    layout_names_help,
+    left_behind,
+    store_config,
+    whole_number,
+)
 from cropbench.cli.progress import ProgressBar
 from cropbench.cli.results import draw_figures, echo, load_rows, write_report_page
 from cropbench.config import (
@@ -40,6 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.report.summary import summary_table
     from cropbench.tracks.distributed import check_timeout, launch_rank
+    from cropbench.tracks.peers.base import peers_folder
 
     if args.rank_timeout is not None:
         check_timeout(args.rank_timeout)  # before any rank starts or anything is measured
@@ -76,6 +84,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not leader:
         return 0
     echo(summary_table(records))
+    kept = left_behind(peers_folder(args.plate), "peer loaders' copies of the plate kept in") if args.peers else None
+    if kept:
+        print(f"\n{kept} (reused by the next run; remove it to free the space)")
     if args.repeats > 1:
         from cropbench.report.stability import format_repeat_summary, summarise_repeats
 

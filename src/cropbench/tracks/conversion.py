@@ -39,8 +39,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import math
+import sys
 import tempfile
+import threading
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -63,6 +66,9 @@ from cropbench.data.training import (
     FormatUnavailableError,
     S3Access,
     TrainingFormat,
+    check_shard_bytes,
+    crop_dataset,
+    needed_bytes,
     training_format,
 )
 from cropbench.errors import ConfigError
@@ -170,7 +176,8 @@ class FormatComparison:
     def __post_init__(self) -> None:
         for name in self.formats:
             training_format(name)
-        for knob in ("crop_size", "samples", "repeats", "batch_size", "epochs", "shard_bytes"):
+        check_shard_bytes(self.shard_bytes)
+        for knob in ("crop_size", "samples", "repeats", "batch_size", "epochs"):
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{knob} must be a whole number >= 1, got {value!r}")
@@ -197,6 +204,30 @@ class FormatComparison:
         return CropConfig(
             crop_size=self.crop_size, channels=self.channels, dtype="uint16", tier="none", decode=decode, seed=self.seed
         )
+
+
+def check_plate(
+    plate: str | Path,
+    comparison: FormatComparison,
+    objects: ObjectTable | str | Path | None = None,
+    *,
+    shard_chosen: bool = False,
+) -> int:
+    """Check the comparison against the plate before anything is measured or written: the crop fits a
+    field, the channels and the object table are the plate's, and a shard size the user chose is not
+    larger than the whole store (each format would write a single shard). Returns the store's bytes."""
+    dataset = crop_dataset(plate, comparison.crop_size, comparison.channels, objects)
+    try:
+        store = needed_bytes(len(dataset), (len(dataset.channel_indices), comparison.crop_size, comparison.crop_size))
+    finally:
+        dataset.reader.close()
+    if shard_chosen and comparison.shard_bytes > max(store, 1):
+        raise ConfigError(
+            f"a shard of {comparison.shard_bytes / 2**20:g} MiB is larger than the whole store "
+            f"({store / 2**20:.3g} MiB of crops of {plate}): every format would write one shard; "
+            f"choose at most {store / 2**20:.3g} MiB"
+        )
+    return store
 
 
 @dataclass(frozen=True)
@@ -375,7 +406,10 @@ def remote_epochs(
         upload(store, endpoint, BUCKET, fmt.name)
         s3 = S3Access(proxy, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
         cache = scratch / "cache"
-        with environment_variables(fmt.remote_environment(s3)), recorded(endpoint):
+        # What the library prints on stderr (litdata prints its prefetch thread's traceback there) is
+        # held back: a failure is the row's one-line answer, and after a success it is passed on.
+        said, before = io.StringIO(), set(threading.enumerate())
+        with environment_variables(fmt.remote_environment(s3)), recorded(endpoint), contextlib.redirect_stderr(said):
             try:
                 loader = fmt.remote_epoch_loader(
                     f"s3://{BUCKET}/{fmt.name}", cache, s3, plate_name, comparison.epoch_spec()
@@ -384,7 +418,11 @@ def remote_epochs(
                     REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
                 )
             except Exception as error:  # any failure of the library's own client is the row's answer
+                # litdata's prefetch thread hands its error over before printing it: let it finish here.
+                for thread in set(threading.enumerate()) - before:
+                    thread.join(timeout=5)
                 return {REMOTE_SKIP_REASON: fmt.remote_failure(error)}
+        sys.stderr.write(said.getvalue())
         return over_store(metrics, scratch, cache, latency)
 
 
@@ -695,6 +733,7 @@ __all__ = [
     "Formats",
     "FormatUnavailableError",
     "break_even",
+    "check_plate",
     "convert_crops",
     "formats_table",
     "timed_epochs",

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from cropbench.data.training.base import (
     MANIFEST_NAME,
+    MAX_SHARD_BYTES,
     CropStoreInfo,
     CutBatch,
     EpochSpec,
     FormatUnavailableError,
     S3Access,
     TrainingFormat,
+    check_free_space,
+    check_shard_bytes,
     crop_dataset,
     cut_crops,
+    needed_bytes,
     not_a_store,
     sample,
 )
@@ -43,6 +47,7 @@ def training_format(name: str) -> TrainingFormat:
 
 __all__ = [
     "MANIFEST_NAME",
+    "MAX_SHARD_BYTES",
     "TRAINING_FORMATS",
     "CropStoreInfo",
     "CutBatch",
@@ -50,8 +55,11 @@ __all__ = [
     "FormatUnavailableError",
     "S3Access",
     "TrainingFormat",
+    "check_free_space",
+    "check_shard_bytes",
     "crop_dataset",
     "cut_crops",
+    "needed_bytes",
     "sample",
     "not_a_store",
     "training_format",

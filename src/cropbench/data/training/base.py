@@ -17,16 +17,21 @@ as a user of that library would, and delivers cropbench's sample dicts (:func:`s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import importlib
 import importlib.metadata
 import json
+import math
+import os
 import re
+import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -143,6 +148,8 @@ class CropStoreInfo:
             document = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise StoreError(f"cannot read {path}: {error}") from error
+        except RecursionError:
+            raise StoreError(f"cannot read {path}: its JSON is nested too deep to be a manifest") from None
         if not isinstance(document, dict) or document.get("manifest_version") != MANIFEST_VERSION:
             found = document.get("manifest_version") if isinstance(document, dict) else document
             raise StoreError(
@@ -155,11 +162,15 @@ class CropStoreInfo:
         ):
             raise StoreError(f"{path}: 'files' must map relative paths inside the store to sizes in bytes")
         known = {f.name for f in dataclasses.fields(cls)}
-        try:
-            document["channel_names"] = tuple(document["channel_names"])
-            return cls(**{key: value for key, value in document.items() if key in known})
-        except (KeyError, TypeError) as error:
-            raise StoreError(f"{path} is not a crop store manifest: {error}") from error
+        wrong = [name for name, kind in _MANIFEST_TYPES.items() if not _is(document.get(name), kind)]
+        if wrong or not all(isinstance(name, str) for name in document.get("channel_names", ())):
+            raise StoreError(
+                f"{path} is not a crop store manifest: {', '.join(wrong) or 'channel_names'} missing or mistyped"
+            )
+        if document["crop_size"] < 1 or document["count"] < 0 or document["shard_bytes"] < 1:
+            raise StoreError(f"{path} is not a crop store manifest: crop_size, count or shard_bytes out of range")
+        document["channel_names"] = tuple(document["channel_names"])
+        return cls(**{key: value for key, value in document.items() if key in known})
 
     def check_files(self, folder: Path) -> None:
         """Every file the writer left is there with the size it had: a truncated shard or a missing
@@ -174,6 +185,26 @@ class CropStoreInfo:
                     f"crop store {folder}: {name} holds {found} bytes, {size} were written (truncated or "
                     "changed; convert the plate again)"
                 )
+
+
+#: The manifest's fields by the JSON type each must have (``int``: a whole number, not a bool).
+_MANIFEST_TYPES: dict[str, type] = {
+    "format": str,
+    "library": str,
+    "library_version": str,
+    "plate": str,
+    "plate_name": str,
+    "crop_size": int,
+    "channel_names": list,
+    "count": int,
+    "dtype": str,
+    "border": str,
+    "shard_bytes": int,
+}
+
+
+def _is(value: Any, kind: type) -> bool:
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
 
 
 def _inside(name: str) -> bool:
@@ -231,10 +262,107 @@ def file_sizes(folder: Path) -> dict[str, int]:
 
 
 def not_a_store(path: Path) -> str | None:
-    """Why ``path`` may not be replaced by a new crop store: it is not one (None when it is)."""
-    if path.is_symlink() or not (path / MANIFEST_NAME).is_file():
+    """Why ``path`` may not be replaced by a new crop store (None when it may): only a complete store
+    cropbench wrote, whose manifest names exactly the files there with their sizes, is replaced, so a
+    user's folder holding a stray or hand-made ``cropbench_crops.json`` is never deleted."""
+    if path.is_symlink() or not path.is_dir() or not (path / MANIFEST_NAME).is_file():
         return "it is not a crop store cropbench wrote"
+    try:
+        info = CropStoreInfo.read(path)
+        info.check_files(path)
+    except StoreError as error:
+        return f"it is not a complete crop store cropbench wrote ({error})"
+    extra = sorted(set(file_sizes(path)) - set(info.files))
+    if extra:
+        return f"it holds files its crop store manifest does not name ({', '.join(extra[:3])})"
     return None
+
+
+#: The largest shard or chunk a format is asked for: MDS and litdata index a shard's samples with 32-bit offsets.
+MAX_SHARD_BYTES = 2**32 - 1
+
+
+def check_shard_bytes(shard_bytes: int) -> None:
+    """A shard or chunk size every format can write: a whole number of bytes from 1 to :data:`MAX_SHARD_BYTES`."""
+    if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or not 1 <= shard_bytes <= MAX_SHARD_BYTES:
+        raise ConfigError(
+            f"shard_bytes must be a whole number from 1 to {MAX_SHARD_BYTES} (4 GiB), got {shard_bytes!r}"
+        )
+
+
+def needed_bytes(count: int, shape: tuple[int, ...]) -> int:
+    """Bytes a store of ``count`` uint16 crops of ``shape`` holds at least (every format stores them raw)."""
+    return count * math.prod(shape) * np.dtype(np.uint16).itemsize
+
+
+def check_free_space(folder: Path, needed: int, what: str) -> None:
+    """Refuse a write the disk under ``folder`` cannot hold, before the library starts it: a library
+    that meets a full disk mid-write may not recover (h5py can crash the process on close)."""
+    existing = next(path for path in (folder, *folder.parents) if path.exists())
+    free = shutil.disk_usage(existing).free
+    if needed > free:
+        raise StoreError(
+            f"{what}: [Errno {errno.ENOSPC}] No space left on device: about {needed / 2**20:.1f} MiB needed, "
+            f"{free / 2**20:.1f} MiB free under {folder}"
+        )
+
+
+def write_failure(what: str, error: BaseException) -> StoreError:
+    """A library's error while writing as one line; a full disk says so however the library words it."""
+    text = str(error).strip()
+    first = text.splitlines()[0][:300] if text else type(error).__name__
+    if getattr(error, "errno", None) == errno.ENOSPC or os.strerror(errno.ENOSPC) in text:
+        full = f"[Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}"
+        return StoreError(f"{what}: {first if first.startswith(full[:10]) else f'{full} ({first})'}")
+    return StoreError(f"{what}: {first}")
+
+
+def read_failure(store: Path, files: Iterable[str], error: BaseException, reading: str) -> StoreError:
+    """A library's error while reading a crop store as one StoreError naming the store and, where the
+    library's message names one (or only one file can be at fault), the damaged file."""
+    text = " ".join(str(part) for part in (error, *getattr(error, "args", ()), error.__cause__, error.__context__))
+    names = sorted(files, key=len, reverse=True)
+    named = next((name for name in names if Path(name).name in text), names[0] if len(names) == 1 else None)
+    first = next((line for line in str(error).strip().splitlines() if line.strip()), "")
+    where = f"{store / named}" if named else f"crop store {store} (the library does not say which file)"
+    return StoreError(f"cannot read {reading} of {where}: {type(error).__name__}: {first[:300]}")
+
+
+class CheckedDataset(Dataset[dict[str, Any]]):
+    """A library's map-style Dataset whose read errors become one StoreError naming the file."""
+
+    def __init__(self, dataset: Any, store: Path, files: Iterable[str]) -> None:
+        self.dataset, self.store, self.files = dataset, store, tuple(files)
+        self.length = len(dataset)  # some libraries read their index only here: an error while opening
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        index = int(index)
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} outside a crop store of {len(self)} crops")
+        try:
+            return cast(dict[str, Any], self.dataset[index])
+        except CropbenchError:
+            raise
+        except Exception as error:  # whatever the library raises on a damaged file
+            raise read_failure(self.store, self.files, error, f"crop {index}") from error
+
+
+class CheckedLoader:
+    """A library's loader whose read errors, in this process or a worker, become one StoreError."""
+
+    def __init__(self, loader: Iterable[dict[str, Any]], store: Path, files: Iterable[str]) -> None:
+        self.loader, self.store, self.files = loader, store, tuple(files)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            yield from self.loader
+        except CropbenchError:
+            raise
+        except Exception as error:
+            raise read_failure(self.store, self.files, error, "an epoch") from error
 
 
 class TrainingFormat(ABC):
@@ -246,8 +374,6 @@ class TrainingFormat(ABC):
     module: ClassVar[str]
     #: Versions of the library this format was written and tested with: [lowest, below).
     versions: ClassVar[tuple[str, str]]
-    #: The pip extra of cropbench that installs it.
-    extra: ClassVar[str]
     #: Whether the library's Dataset reads one crop by index (random access), not only in its own order.
     random_access: ClassVar[bool] = True
     #: Why the format is not read from an object store here (None: :meth:`remote_epoch_loader` does).
@@ -256,7 +382,7 @@ class TrainingFormat(ABC):
     @classmethod
     def install_hint(cls) -> str:
         lowest, below = cls.versions
-        return f".venv/bin/pip install -e '.[{cls.extra}]' (or pip install '{cls.library}>={lowest},<{below}')"
+        return f"scripts/setup_formats.sh installs it (or: .venv/bin/pip install '{cls.library}>={lowest},<{below}')"
 
     @classmethod
     def library_version(cls) -> str:
@@ -290,16 +416,20 @@ class TrainingFormat(ABC):
     ) -> CropStoreInfo:
         """Cut every crop of ``dataset`` once and write them at ``destination``; returns the manifest."""
         version = self.library_version()
-        if shard_bytes < 1:
-            raise StoreError(f"shard_bytes must be >= 1, got {shard_bytes}")
+        check_shard_bytes(shard_bytes)
         destination = Path(destination)
         # Written beside the destination, renamed into place when complete; only a crop store is replaced.
         with staged(destination, overwrite, refuse=not_a_store) as folder:
+            what = f"{self.name}: cannot write crops to {destination}"
+            shape = (len(dataset.channel_indices), dataset.config.crop_size, dataset.config.crop_size)
+            check_free_space(destination.parent, needed_bytes(len(dataset), shape), what)
             try:
                 folder.mkdir()
                 self._write(folder, cut_crops(dataset), dataset, shard_bytes)
-            except (OSError, ValueError, RuntimeError) as error:
-                raise StoreError(f"{self.name}: cannot write crops to {destination}: {error}") from error
+            except CropbenchError:
+                raise
+            except Exception as error:  # the library's own error types, a full disk among them
+                raise write_failure(what, error) from error
             info = CropStoreInfo(
                 format=self.name,
                 library=self.library,
@@ -325,19 +455,54 @@ class TrainingFormat(ABC):
         if info.format != self.name:
             raise StoreError(f"crop store {folder} holds format {info.format!r}, not {self.name!r}")
         info.check_files(folder)
+        declared = needed_bytes(info.count, info.shape)
+        if declared > info.stored_bytes:  # crops are stored raw: a store cannot hold more than its files
+            raise StoreError(
+                f"crop store {folder} declares {info.count} crops of {info.shape} ({declared} bytes) but its files "
+                f"hold {info.stored_bytes} bytes (a damaged manifest; convert the plate again)"
+            )
         return info
+
+    def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
+        """Item ``i`` by index through the library's Dataset (where ``random_access``; else a ConfigError);
+        whatever the library raises on a damaged file is a StoreError naming it."""
+        if not self.random_access:
+            raise ConfigError(f"{self.name} reads its shards in order and has no random access by index")
+        info = self.open(path)
+        with self._reading(Path(path), info, "the index"):
+            return CheckedDataset(self._map_dataset(Path(path), info), Path(path), info.files)
+
+    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
+        """Batches of one epoch as the library's users load them: its Dataset, its shuffling, its loader;
+        whatever the library raises on a damaged file is a StoreError naming it."""
+        info = self.open(path)
+        with self._reading(Path(path), info, "the index"):
+            return CheckedLoader(self._epoch_loader(Path(path), info, spec), Path(path), info.files)
+
+    @contextlib.contextmanager
+    def _reading(self, store: Path, info: CropStoreInfo, reading: str) -> Iterator[None]:
+        try:
+            yield
+        except CropbenchError:
+            raise
+        except Exception as error:
+            raise read_failure(store, self.index_files(info), error, reading) from error
+
+    def index_files(self, info: CropStoreInfo) -> list[str]:
+        """The files a library reads when it opens a store (those at fault when opening fails)."""
+        return sorted(info.files)
 
     @abstractmethod
     def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
         """Write the crops into ``folder`` (which exists and is empty)."""
 
     @abstractmethod
-    def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
-        """Item ``i`` by index through the library's Dataset (where ``random_access``; else a ConfigError)."""
+    def _map_dataset(self, path: Path, info: CropStoreInfo) -> Dataset[dict[str, Any]]:
+        """The library's Dataset by index over the checked store at ``path``."""
 
     @abstractmethod
-    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
-        """Batches of one epoch as the library's users load them: its Dataset, its shuffling, its loader."""
+    def _epoch_loader(self, path: Path, info: CropStoreInfo, spec: EpochSpec) -> Iterable[dict[str, Any]]:
+        """The library's loader of one epoch over the checked store at ``path``."""
 
     def remote_environment(self, s3: S3Access) -> dict[str, str]:
         """Environment variables the library's S3 client reads (set around the remote epochs, workers included)."""

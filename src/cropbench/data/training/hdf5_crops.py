@@ -23,6 +23,7 @@ from cropbench.data.training.base import (
     FLOAT_COLUMNS,
     INTEGER_COLUMNS,
     STRING_COLUMNS,
+    CropStoreInfo,
     CutBatch,
     EpochSpec,
     TrainingFormat,
@@ -42,7 +43,6 @@ class Hdf5Format(TrainingFormat):
     library = "h5py"
     module = "h5py"
     versions = ("3.8", "4")
-    extra = "hdf5"
     remote = "h5py reads local files (its ros3 driver for S3 is not measured here)"
 
     def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
@@ -51,7 +51,9 @@ class Hdf5Format(TrainingFormat):
         shape = (len(dataset.channel_indices), dataset.config.crop_size, dataset.config.crop_size)
         columns: dict[str, list[np.ndarray]] = {name: [] for name in (*INTEGER_COLUMNS, *FLOAT_COLUMNS)}
         wells: list[str] = []
-        with h5py.File(folder / FILE_NAME, "w") as handle:
+        # No chunk cache: every write is whole chunks, and a dirty cached chunk that cannot be flushed
+        # (a full disk) crashes h5py when the file closes.
+        with h5py.File(folder / FILE_NAME, "w", rdcc_nbytes=0) as handle:
             crops = handle.create_dataset(CROPS, shape=(len(dataset), *shape), dtype="<u2", chunks=(1, *shape))
             for batch in batches:
                 start = int(batch.columns["index"][0])
@@ -65,13 +67,15 @@ class Hdf5Format(TrainingFormat):
             group.create_dataset("well", data=np.array(wells, dtype=object), dtype=h5py.string_dtype())
             handle.attrs["plate_name"] = dataset.plate_name
 
-    def map_dataset(self, path: str | Path) -> Hdf5CropDataset:
-        info = self.open(path)
-        return Hdf5CropDataset(Path(path) / FILE_NAME, info.plate_name, info.count)
+    def index_files(self, info: CropStoreInfo) -> list[str]:
+        return [FILE_NAME]
 
-    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
+    def _map_dataset(self, path: Path, info: CropStoreInfo) -> Hdf5CropDataset:
+        return Hdf5CropDataset(path / FILE_NAME, info)
+
+    def _epoch_loader(self, path: Path, info: CropStoreInfo, spec: EpochSpec) -> Iterable[dict[str, Any]]:
         return DataLoader(
-            self.map_dataset(path),
+            self._map_dataset(path, info),
             batch_size=spec.batch_size,
             shuffle=spec.shuffle,
             num_workers=spec.workers,
@@ -82,18 +86,29 @@ class Hdf5Format(TrainingFormat):
 class Hdf5CropDataset(Dataset[dict[str, Any]]):
     """Crops of an HDF5 crop store by index; the file is opened once per process, on first read."""
 
-    def __init__(self, path: Path, plate_name: str, count: int) -> None:
+    def __init__(self, path: Path, info: CropStoreInfo) -> None:
         import h5py
 
-        self.path, self.plate_name = path, plate_name
+        self.path, self.plate_name = path, info.plate_name
+        count = info.count
         try:
             with h5py.File(path, "r") as handle:
                 crops = handle[CROPS]
-                if crops.shape[0] != count or crops.dtype != np.uint16:
-                    raise StoreError(f"{path}: /{CROPS} is {crops.dtype} {crops.shape}, expected {count} uint16 crops")
-                self.columns = {name: handle[OBJECTS][name][()] for name in (*INTEGER_COLUMNS, *FLOAT_COLUMNS)}
-                self.columns["well"] = handle[OBJECTS]["well"].asstr()[()]
-        except (OSError, KeyError) as error:
+                # Shapes are checked against the manifest before anything is allocated: a file declaring
+                # more than it holds is refused, not read into memory.
+                if crops.shape != (count, *info.shape) or crops.dtype != np.uint16:
+                    raise StoreError(
+                        f"{path}: /{CROPS} is {crops.dtype} {crops.shape}, expected uint16 {(count, *info.shape)}"
+                    )
+                group = handle[OBJECTS]
+                for name in (*INTEGER_COLUMNS, *FLOAT_COLUMNS, *STRING_COLUMNS):
+                    if group[name].shape != (count,):
+                        raise StoreError(
+                            f"{path}: /{OBJECTS}/{name} has shape {group[name].shape}, expected ({count},)"
+                        )
+                self.columns = {name: group[name][()] for name in (*INTEGER_COLUMNS, *FLOAT_COLUMNS)}
+                self.columns["well"] = group["well"].asstr()[()]
+        except (OSError, KeyError, TypeError, ValueError, AttributeError) as error:
             raise StoreError(f"cannot read HDF5 crop store {path}: {error}") from error
         self._handle: Any = None
         self._pid = -1

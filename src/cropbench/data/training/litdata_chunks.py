@@ -22,7 +22,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from cropbench.data.dataset import CropDataset
-from cropbench.data.training.base import CutBatch, EpochSpec, S3Access, TrainingFormat, sample
+from cropbench.data.training.base import CropStoreInfo, CutBatch, EpochSpec, S3Access, TrainingFormat, sample
 
 INDEX_NAME = "index.json"
 
@@ -38,7 +38,6 @@ class LitdataFormat(TrainingFormat):
     library = "litdata"
     module = "litdata"
     versions = ("0.2.50", "0.3")
-    extra = "litdata"
 
     def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
         from litdata.streaming.writer import BinaryWriter
@@ -51,12 +50,14 @@ class LitdataFormat(TrainingFormat):
         writer.done()
         writer.merge()
 
-    def _dataset(self, path: str | Path, *, shuffle: bool = False, seed: int = 0) -> Any:
+    def index_files(self, info: CropStoreInfo) -> list[str]:
+        return [INDEX_NAME]
+
+    def _dataset(self, path: Path, info: CropStoreInfo, *, shuffle: bool = False, seed: int = 0) -> Any:
         import litdata
 
-        info = self.open(path)
         return litdata.StreamingDataset(
-            str(Path(path).resolve()),
+            str(path.resolve()),
             shuffle=shuffle,
             seed=seed,
             transform=functools.partial(_to_sample, plate_name=info.plate_name),
@@ -64,13 +65,13 @@ class LitdataFormat(TrainingFormat):
 
     remote = None
 
-    def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
-        return LitdataCrops(self._dataset(path))
+    def _map_dataset(self, path: Path, info: CropStoreInfo) -> Dataset[dict[str, Any]]:
+        return self._dataset(path, info)
 
-    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
+    def _epoch_loader(self, path: Path, info: CropStoreInfo, spec: EpochSpec) -> Iterable[dict[str, Any]]:
         import litdata
 
-        dataset = self._dataset(path, shuffle=spec.shuffle, seed=spec.seed)
+        dataset = self._dataset(path, info, shuffle=spec.shuffle, seed=spec.seed)
         return litdata.StreamingDataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.workers)
 
     def remote_epoch_loader(
@@ -111,19 +112,3 @@ PLAIN_HTTP_REFUSED = (
     "litdata {version} fetches chunks through obstore with its own client options, which refuse a "
     "plain-http endpoint such as the loopback store's (AWS_ALLOW_HTTP=true does not reach them)"
 )
-
-
-class LitdataCrops(Dataset[dict[str, Any]]):
-    """``litdata.StreamingDataset`` by index (it takes Python ints only)."""
-
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        index = int(index)
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} outside a crop store of {len(self)} crops")
-        return self.dataset[index]

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch.utils.data import DataLoader, Dataset
 
 from cropbench.data.dataset import CropDataset
-from cropbench.data.training.base import CutBatch, EpochSpec, S3Access, TrainingFormat
+from cropbench.data.training.base import CropStoreInfo, CutBatch, EpochSpec, S3Access, TrainingFormat
 
 INDEX_NAME = "index.json"
+#: What mosaicml-streaming imports, installed beside it (it is installed without its dependencies).
+MDS_IMPORTS = ("transformers<5", "xxhash", "zstd", "catalogue", "brotli", "python-snappy")
 
 
 class MdsFormat(TrainingFormat):
@@ -29,15 +31,14 @@ class MdsFormat(TrainingFormat):
     library = "mosaicml-streaming"
     module = "streaming"
     versions = ("0.11", "0.14")
-    extra = "mosaicml-streaming"
 
     @classmethod
     def install_hint(cls) -> str:
         # The package pins numpy<2.2 and xxhash<4; installed without its dependencies it keeps the tested numpy.
         lowest, below = cls.versions
         return (
-            f".venv/bin/pip install --no-deps '{cls.library}>={lowest},<{below}' && .venv/bin/pip install "
-            "'transformers<5' xxhash zstd catalogue brotli python-snappy"
+            f"scripts/setup_formats.sh installs it (or: .venv/bin/pip install --no-deps '{cls.library}>={lowest},"
+            f"<{below}' && .venv/bin/pip install {' '.join(repr(name) for name in MDS_IMPORTS)})"
         )
 
     def _write(self, folder: Path, batches: Iterator[CutBatch], dataset: CropDataset, shard_bytes: int) -> None:
@@ -50,15 +51,19 @@ class MdsFormat(TrainingFormat):
                 for position in range(len(batch)):
                     writer.write({"image": batch.images[position], "meta": batch.row(position)})
 
-    def _dataset(self, path: str | Path, *, shuffle: bool = False, seed: int = 0, batch_size: int = 1) -> Any:
+    def index_files(self, info: CropStoreInfo) -> list[str]:
+        return [INDEX_NAME]
+
+    def _dataset(
+        self, path: Path, info: CropStoreInfo, *, shuffle: bool = False, seed: int = 0, batch_size: int = 1
+    ) -> Any:
         from streaming.base.util import clean_stale_shared_memory
 
         from cropbench.data.training.mds_dataset import MdsCrops
 
-        info = self.open(path)
         clean_stale_shared_memory()  # shared memory left by a dataset of an earlier process
         return MdsCrops(
-            local=str(Path(path).resolve()),
+            local=str(path.resolve()),
             plate_name=info.plate_name,
             shuffle=shuffle,
             shuffle_seed=seed,
@@ -67,11 +72,11 @@ class MdsFormat(TrainingFormat):
 
     remote = None
 
-    def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
-        return self._dataset(path)
+    def _map_dataset(self, path: Path, info: CropStoreInfo) -> Dataset[dict[str, Any]]:
+        return cast(Dataset[dict[str, Any]], self._dataset(path, info))
 
-    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
-        dataset = self._dataset(path, shuffle=spec.shuffle, seed=spec.seed, batch_size=spec.batch_size)
+    def _epoch_loader(self, path: Path, info: CropStoreInfo, spec: EpochSpec) -> Iterable[dict[str, Any]]:
+        dataset = self._dataset(path, info, shuffle=spec.shuffle, seed=spec.seed, batch_size=spec.batch_size)
         return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.workers)
 
     def remote_environment(self, s3: S3Access) -> dict[str, str]:

@@ -20,7 +20,15 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset
 
 from cropbench.data.dataset import CropDataset
-from cropbench.data.training.base import MANIFEST_NAME, CutBatch, EpochSpec, S3Access, TrainingFormat, sample
+from cropbench.data.training.base import (
+    MANIFEST_NAME,
+    CropStoreInfo,
+    CutBatch,
+    EpochSpec,
+    S3Access,
+    TrainingFormat,
+    sample,
+)
 from cropbench.errors import ConfigError, StoreError
 
 SHARD_PATTERN = "crops-%06d.tar"
@@ -40,7 +48,6 @@ class WebDatasetFormat(TrainingFormat):
     library = "webdataset"
     module = "webdataset"
     versions = ("0.2.90", "2")
-    extra = "webdataset"
     random_access = False
     remote = None
 
@@ -55,16 +62,12 @@ class WebDatasetFormat(TrainingFormat):
                     row = batch.row(position)
                     sink.write({"__key__": f"{row['index']:09d}", "npy": batch.images[position], "json": row})
 
-    def shards(self, path: str | Path) -> list[str]:
-        """The store's shards in order, each checked against the manifest."""
-        info = self.open(path)
-        return [str(Path(path).resolve() / name) for name in sorted(info.files) if name.endswith(".tar")]
-
-    def map_dataset(self, path: str | Path) -> Dataset[dict[str, Any]]:
+    def _map_dataset(self, path: Path, info: CropStoreInfo) -> Dataset[dict[str, Any]]:
         raise ConfigError("webdataset reads tar shards in order and has no random access by index")
 
-    def epoch_loader(self, path: str | Path, spec: EpochSpec) -> Iterable[dict[str, Any]]:
-        return self._loader(self.shards(path), self.open(path).plate_name, spec)
+    def _epoch_loader(self, path: Path, info: CropStoreInfo, spec: EpochSpec) -> Iterable[dict[str, Any]]:
+        shards = [str(path.resolve() / name) for name in sorted(info.files) if name.endswith(".tar")]
+        return self._loader(shards, info.plate_name, spec)
 
     def remote_epoch_loader(
         self, url: str, cache: Path, s3: S3Access, plate_name: str, spec: EpochSpec

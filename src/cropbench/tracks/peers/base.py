@@ -98,6 +98,11 @@ class CropWindows:
         return hasher.hexdigest()[:16]
 
 
+def peers_folder(plate: str | Path) -> Path:
+    """Where peers keep the copies of ``plate`` they read (``PLATE.peers`` beside it), reused by later runs."""
+    return Path(f"{Path(plate)}.peers")
+
+
 class PeerDataset(Dataset[dict[str, Any]], ABC):
     """One peer loader over the windows of a :class:`CropWindows`; item ``i`` is cropbench's item ``i``."""
 
@@ -147,7 +152,7 @@ class PeerDataset(Dataset[dict[str, Any]], ABC):
         return {}
 
     def _work_file(self, name: str) -> Path:
-        folder = self.work_dir or Path(f"{self.windows.plate}.peers")
+        folder = self.work_dir or peers_folder(self.windows.plate)
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
