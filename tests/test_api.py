@@ -189,8 +189,10 @@ def test_the_command_line_sets_every_crop_knob(capsys: pytest.CaptureFixture[str
     argv = ["run", "--plate", "p", "--decode-threads", "2", "--chunk-cache-bytes", "1024", "--crop-size", "64"]
     args = build_parser().parse_args([*argv, "--decode", "zarr", "--dtype", "bfloat16", "--tier", "light"])
     assert _crop_overrides(args) == CropOverrides(64, "zarr", "bfloat16", "light", 1024, 2)
-    assert main(["run", "--plate", "missing.zarr", "--decode-threads", "0", "--no-progress"]) == 2
-    assert "decode_threads must be a positive integer, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "--plate", "missing.zarr", "--decode-threads", "0", "--no-progress"])
+    assert stop.value.code == 2
+    assert "argument --decode-threads: expected a whole number of at least 1, got '0'" in capsys.readouterr().err
 
 
 def test_a_preset_one_of_the_tracks_lacks_is_refused_before_any_case_runs(

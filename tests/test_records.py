@@ -264,3 +264,16 @@ def test_parse_record_validates_one_line() -> None:
     assert parse_record(record.to_json()) == record
     with pytest.raises(OutputError, match="not a valid record: no 'metrics'"):
         parse_record(json.dumps({"schema_version": SCHEMA_VERSION, "track": "t", "case": "c", "config": {}}))
+
+
+def test_a_reader_named_by_a_string_is_read_back(tmp_path: Path) -> None:
+    """Track formats names its reader ('ome-zarr/direct'); track targets describes it in an object: both read."""
+    path = tmp_path / "results.jsonl"
+    rows = [
+        Record(
+            track="formats", case="ome-zarr/direct", config={"reader": "ome-zarr/direct"}, metrics={}, environment={}
+        ),
+        Record(track="targets", case="t", config={"reader": {"decode_threads": 1}}, metrics={}, environment={}),
+    ]
+    path.write_text("".join(row.to_json() + "\n" for row in rows))
+    assert [row.config["reader"] for row in read_records(path)] == ["ome-zarr/direct", {"decode_threads": 1}]

@@ -235,7 +235,8 @@ MAX_DEPTH = 32
 MAX_LABEL_CHARS = 1_000
 MAX_TEXT_CHARS = 65_536
 #: Parts of a row's config that are objects wherever they appear (reports read fields inside them).
-CONFIG_SECTIONS = ("crop", "loader", "reader", "case", "store")
+#: ``reader`` is not one of them: an object in track targets' rows, the reader's name in track formats'.
+CONFIG_SECTIONS = ("crop", "loader", "case", "store")
 #: Fields of a row that name it (what tables, figures and the verdict print).
 _LABELS = ("track", "case", "case_id", "run_id", "timestamp")
 #: A JSON string, escapes and all (unrolled: no backtracking on long strings).

@@ -101,6 +101,7 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.data.training import TRAINING_FORMATS, check_free_space
     from cropbench.report.formats_figure import write_formats_report
+    from cropbench.report.verdict import verdict
     from cropbench.tracks.conversion import FormatComparison, Formats, check_plate, formats_table
 
     comparison = FormatComparison(
@@ -141,6 +142,7 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
             "no training format was measured: none of their libraries is installed here "
             "(scripts/setup_formats.sh installs them into .venv)"
         )
+    print(f"\n{verdict(records).text()}")
     return 0
 
 

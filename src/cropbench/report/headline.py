@@ -91,8 +91,8 @@ def _is_summary(record: Record) -> bool:
 
 
 def _threads(record: Record) -> int:
-    reader = record.config.get("reader") or {}
-    if "decode_threads" in reader:
+    reader = record.config.get("reader")
+    if isinstance(reader, dict) and "decode_threads" in reader:
         return int(reader["decode_threads"])
     raise OutputError(f"targets row {record.case!r} (run {record.run_id}) names no decode_threads for its reader")
 

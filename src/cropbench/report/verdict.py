@@ -35,6 +35,7 @@ from cropbench.report.flags import (
     shape_label,
     source,
 )
+from cropbench.tracks import conversion
 from cropbench.tracks.layouts import CEILING as MEMMAP_LAYOUT
 from cropbench.tracks.validity import flag_meaning
 
@@ -83,6 +84,7 @@ TRACK_TITLES: dict[str, str] = {
     "targets": "direct reader against the copy ceiling and peers",
     "remote": "a plate in an object store",
     "store-layouts": "layouts in an object store",
+    "formats": "crops converted to training formats",
 }
 
 
@@ -412,7 +414,8 @@ def paired_ratios(configurations: Iterable[Configuration]) -> list[PairedRatio]:
         median, q1, q3 = (c.median(metric) for metric in (m.RATIO_MEDIAN, m.RATIO_Q1, m.RATIO_Q3))
         if median is None or not config.get("reference_name") or not config.get("access"):
             continue
-        threads = (config.get("reader") or {}).get("decode_threads")
+        reader = config.get("reader")
+        threads = reader.get("decode_threads") if isinstance(reader, dict) else None
         found.append(
             PairedRatio(
                 access=str(config["access"]),
@@ -495,6 +498,41 @@ def _local_reference(name: str, local_metric: str, ratio_metric: str | None = No
     return reference
 
 
+def _is_in_place(configuration: Configuration) -> bool:
+    return configuration.rows[0].config.get(conversion.READER) == conversion.REFERENCE
+
+
+def _formats_ceiling(
+    best: Configuration, value: float, everything: Sequence[Configuration]
+) -> tuple[Ceiling, float] | str | None:
+    """The plate read in place: the reference each converted store's epochs were measured in turns with,
+    so the ratio is the interleaved one of the best store's own row."""
+    ratio = best.median(conversion.EPOCH_RATIO_TO_IN_PLACE)
+    if ratio is None or ratio <= 0:
+        return f"no epochs of {conversion.REFERENCE} measured in turns with it in this run"
+    return Ceiling(
+        f"the plate read in place ({conversion.REFERENCE}), epochs in turns", value / ratio, "reference"
+    ), ratio
+
+
+def _formats_notes(configurations: Sequence[Configuration]) -> tuple[str, ...]:
+    """Per converted store: after how many epochs converting pays off (its conversion cost over the saving
+    of its epochs measured in turns with the plate in place), or that it never does."""
+    notes = []
+    for c in configurations:
+        if _is_in_place(c) or c.rows[0].metrics.get(m.SKIPPED):
+            continue
+        reader = c.rows[0].config.get(conversion.READER, c.label)
+        # The break-even of the epochs measured in turns with the plate in place (like for like).
+        pays = c.rows[0].metrics.get(m.prefixed(conversion.INTERLEAVED, conversion.CONVERTING_PAYS_OFF))
+        epochs = c.median(m.prefixed(conversion.INTERLEAVED, conversion.BREAK_EVEN_EPOCHS))
+        if pays is False:
+            notes.append(f"{reader}: converting never pays off (its epochs are no faster than reading in place)")
+        elif epochs is not None:
+            notes.append(f"{reader}: converting pays off after {epochs:,.1f} epochs")
+    return tuple(notes)
+
+
 def _kib(value: float | None) -> str:
     return "?" if value is None else f"{value / 1024:,.0f} KiB"
 
@@ -571,6 +609,13 @@ RULES: dict[str, _Rule] = {
         lambda c: c.median(m.SAMPLES_PER_S),
         _local_reference("the same case on local disk", m.LOCAL_SAMPLES_PER_S, m.RATIO_TO_LOCAL),
         _remote_notes,
+    ),
+    "formats": _Rule(
+        "crops/s, shuffled epochs",
+        lambda c: not _is_in_place(c),
+        lambda c: c.median(m.prefixed(conversion.SHUFFLED, m.SAMPLES_PER_S)),
+        _formats_ceiling,
+        _formats_notes,
     ),
     "store-layouts": _Rule(
         "crops/s, direct path",
