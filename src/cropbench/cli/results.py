@@ -11,7 +11,6 @@ from cropbench.cli.options import Commands
 from cropbench.errors import ConfigError
 from cropbench.metrics import SAMPLES_PER_S
 from cropbench.records import Record, read_records, write_csv
-from cropbench.report.flags import judge_rows
 from cropbench.report.text import terminal_safe
 
 
@@ -22,6 +21,8 @@ def echo(text: str) -> None:
 
 def load_rows(results: Path) -> list[Record]:
     """Every row of a results file, judged once (:func:`cropbench.report.flags.judge_rows`)."""
+    from cropbench.report.flags import judge_rows  # imports the tracks (and torch): not before a command runs
+
     return judge_rows(read_records(results))
 
 
@@ -44,6 +45,7 @@ def draw_figures(results: Path, out_dir: Path, all_runs: bool = False) -> list[P
 
 def write_report_page(records: Sequence[Record], out_dir: Path, figures: Sequence[Path], preset: str | None) -> str:
     """Write OUT/report.html (verdict, figures, rows, environment); returns the verdict's text."""
+    from cropbench.report.flags import judge_rows
     from cropbench.report.html import write_report
     from cropbench.report.verdict import verdict
 
