@@ -443,7 +443,9 @@ def test_every_skipped_format_is_one_line_naming_the_install_script(
     captured = capsys.readouterr()
     skipped = [line for line in captured.err.splitlines() if line.startswith("cropbench: skipping")]
     assert len(skipped) == 2 and all("scripts/setup_formats.sh installs it" in line for line in skipped)
-    assert captured.out.strip().splitlines()[-1].startswith("no training format was measured")
+    lines = captured.out.strip().splitlines()
+    said = lines.index(next(line for line in lines if line.startswith("no training format was measured")))
+    assert lines[said + 2] == "Verdict", "said plainly, just before the verdict block"
 
 
 def test_kept_crop_stores_are_named_with_their_size(

@@ -127,9 +127,11 @@ def test_smoke_and_run_end_in_the_verdict_and_write_the_report_beside_the_result
     assert verdict_block[-1].strip().startswith("- "), "the verdict is the last thing printed"
     page = (tmp_path / "smoke" / REPORT_NAME).read_text()
     assert "data:image/png;base64," in page and HEADING in page
-    assert main(["run", "--plate", "p.zarr", "--out", str(tmp_path / "run"), "--no-progress", "--plot"]) == 0
+    plate = tmp_path / "p.zarr"  # run checks that the plate is there before the (faked) measurement
+    plate.mkdir()
+    assert main(["run", "--plate", str(plate), "--out", str(tmp_path / "run"), "--no-progress", "--plot"]) == 0
     assert HEADING in capsys.readouterr().out and (tmp_path / "run" / REPORT_NAME).is_file()
-    assert main(["run", "--plate", "p.zarr", "--out", str(tmp_path / "bare"), "--no-progress"]) == 0
+    assert main(["run", "--plate", str(plate), "--out", str(tmp_path / "bare"), "--no-progress"]) == 0
     assert HEADING in capsys.readouterr().out and not (tmp_path / "bare" / REPORT_NAME).exists(), "no plots, no page"
 
 
