@@ -14,7 +14,7 @@ ratios need 1.2 (docs/asv.md, docs/format-history.md):
 - ``DirectReads``: cropbench's own chunk reader, decoded-chunk cache 1 MiB (in cropbench's gate).
 
 Each case skips where valgrind is missing (with the install command) or the library is. One call
-runs two children under valgrind: about 30-60 s, mostly the children's imports.
+runs two children under valgrind: 1-3 minutes on a busy 2-core machine, mostly their imports.
 """
 
 from __future__ import annotations

@@ -50,9 +50,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 #: The factor of the instruction counts (benchmarks/instructions.py): three runs of each case agreed
-#: within 0.5 % on a busy 2-core machine (docs/format-history.md), so 1.04 leaves a margin of eight
-#: times that and flags a 5 % change of the CPU work in the read path.
-INSTRUCTIONS_FACTOR = 1.04
+#: within 0.12 % on a busy 2-core machine (docs/asv.md, "Instructions, wall time and counts"), so 1.03
+#: leaves a margin of twenty times that and flags a 3 % change of the CPU work in the read path.
+INSTRUCTIONS_FACTOR = 1.03
 
 
 @dataclass(frozen=True)
