@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cropbench.errors import ConfigError, StoreError
 from cropbench.measure import instructions
 from cropbench.measure.instructions import (
     VALGRIND_INSTALL,
@@ -109,7 +110,9 @@ def _fake_valgrind(folder: Path, body: str) -> str:
     return str(path)
 
 
-def test_count_instructions_reads_the_childs_cachegrind_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_count_instructions_reads_the_childs_cachegrind_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_plate: Path
+) -> None:
     # writes a count that grows with the crops the child is asked for (the last argument's "count")
     body = (
         'for a in "$@"; do case "$a" in --cachegrind-out-file=*) out="${a#*=}";; esac; last="$a"; done\n'
@@ -117,18 +120,31 @@ def test_count_instructions_reads_the_childs_cachegrind_file(monkeypatch: pytest
         'printf "events: Ir\\nsummary: %d\\n" $((1000 + 7 * count)) > "$out"\n'
     )
     monkeypatch.setattr(instructions, "valgrind_binary", lambda: _fake_valgrind(tmp_path, body))
-    measured = measure_instructions(InstructionWorkload("plate.zarr", crops=10, scale=3))
+    measured = measure_instructions(InstructionWorkload(str(tiny_plate), crops=10, scale=3))
     assert (measured.small, measured.large, measured.small_crops, measured.large_crops) == (1070, 1210, 10, 30)
     assert measured.per_crop == 7.0
 
 
-def test_a_failing_child_is_one_error_naming_the_plate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    fake = _fake_valgrind(tmp_path, 'echo "python: No such plate" >&2\nexit 3\n')
+def test_a_failing_child_is_one_error_naming_the_plate(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_plate: Path
+) -> None:
+    fake = _fake_valgrind(tmp_path, 'echo "MemoryError: out of memory" >&2\nexit 3\n')
     monkeypatch.setattr(instructions, "valgrind_binary", lambda: fake)
-    with pytest.raises(
-        InstructionCountError, match=r"missing\.zarr \(zarr, random\) failed \(exit 3\): .*No such plate"
-    ):
-        count_instructions(InstructionWorkload("missing.zarr", decode="zarr"), 5)
+    with pytest.raises(InstructionCountError, match=r"tiny\.zarr \(zarr, random\) failed \(exit 3\): MemoryError"):
+        count_instructions(InstructionWorkload(str(tiny_plate), decode="zarr"), 5)
+
+
+def test_a_bad_plate_or_decode_path_is_refused_before_valgrind_starts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_plate: Path
+) -> None:
+    calls = tmp_path / "calls"
+    fake = _fake_valgrind(tmp_path, f"touch {calls}\n")
+    monkeypatch.setattr(instructions, "valgrind_binary", lambda: fake)
+    with pytest.raises(StoreError, match="missing"):
+        count_instructions(InstructionWorkload(str(tmp_path / "missing.zarr")), 5)
+    with pytest.raises(ConfigError, match="decode='as-py' does not apply to the ome-zarr layout"):
+        count_instructions(InstructionWorkload(str(tiny_plate), decode="as-py"), 5)
+    assert not calls.exists()
 
 
 @pytest.mark.parametrize("access", ["random", "grouped-field"])

@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from cropbench.errors import CropbenchError
+from cropbench.errors import ConfigError, CropbenchError
+from cropbench.formats import read_plate_metadata, supported_decodes
 
 #: How to install valgrind (Debian and Ubuntu); the error of a machine without it names it.
 VALGRIND_INSTALL = "apt-get install -y valgrind"
@@ -96,16 +97,16 @@ class InstructionWorkload:
 
     def __post_init__(self) -> None:
         if self.decode not in DECODES:
-            raise ValueError(f"decode must be one of {', '.join(DECODES)}, got {self.decode!r}")
+            raise ConfigError(f"decode must be one of {', '.join(DECODES)}, got {self.decode!r}")
         if self.access not in ACCESSES:
-            raise ValueError(f"access must be one of {', '.join(ACCESSES)}, got {self.access!r}")
+            raise ConfigError(f"access must be one of {', '.join(ACCESSES)}, got {self.access!r}")
         for name in ("crop_size", "crops"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.scale < 2:
-            raise ValueError(f"scale must be at least 2 (the larger run reads scale * crops), got {self.scale}")
+            raise ConfigError(f"scale must be at least 2 (the larger run reads scale * crops), got {self.scale}")
         if self.chunk_cache_bytes < 0:
-            raise ValueError(f"chunk_cache_bytes must be 0 or more, got {self.chunk_cache_bytes}")
+            raise ConfigError(f"chunk_cache_bytes must be 0 or more, got {self.chunk_cache_bytes}")
 
 
 @dataclass(frozen=True)
@@ -161,9 +162,20 @@ def valgrind_binary() -> str:
     return path
 
 
+def check_workload(workload: InstructionWorkload) -> None:
+    """The plate and its decode path, checked here: under valgrind a bad one would fail after a minute of imports."""
+    metadata = read_plate_metadata(workload.plate)
+    if workload.decode not in supported_decodes(metadata):
+        raise ConfigError(
+            f"decode={workload.decode!r} does not apply to the {metadata.format} layout of {workload.plate}; "
+            f"it supports {', '.join(supported_decodes(metadata))}"
+        )
+
+
 def count_instructions(workload: InstructionWorkload, crops: int) -> int:
     """Instructions of one child that reads the warm-up and then ``crops`` crops of ``workload``, under valgrind."""
     valgrind = valgrind_binary()
+    check_workload(workload)
     source = str(Path(__file__).resolve().parents[2])  # the folder holding the cropbench package
     environment = {**os.environ, **PINNED_ENVIRONMENT}
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, (source, os.environ.get("PYTHONPATH"))))
