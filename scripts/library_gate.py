@@ -168,6 +168,15 @@ def asv_command(
     return [*command, base, head]
 
 
+def gate_commands(gate: LibraryGate, base: str = "BASE", head: str = "HEAD") -> str:
+    """Every asv call of the gate as one line, ``;`` between them (what a campaign's summary records)."""
+    calls = (
+        asv_command(gate, Path(f"CONFIG-{name}"), base, head, factor, bench=bench)
+        for name, bench, factor in gate.steps()
+    )
+    return "; ".join(" ".join(call) for call in calls)
+
+
 def maintainer_command(gate: LibraryGate) -> str:
     """The gate as the one line docs/format-history.md quotes."""
     return f"python scripts/library_gate.py {gate.library} BASE HEAD"

@@ -154,6 +154,7 @@ def test_the_instruction_counts_are_a_step_of_their_own_with_the_tighter_factor(
     assert instructions == {"bench": GATES["zarr"].instructions_bench, "factor": str(gate_module.INSTRUCTIONS_FACTOR)}
     assert wall == {"bench": GATES["zarr"].bench, "factor": "1.2"}
     assert 1.03 <= gate_module.INSTRUCTIONS_FACTOR <= 1.05
+    assert gate_module.gate_commands(GATES["zarr"]).count("asv continuous") == 2
     # --factor changes the wall-clock step only
     assert [factor for _, _, factor in GATES["zarr"].steps(1.3)] == [gate_module.INSTRUCTIONS_FACTOR, 1.3]
 
