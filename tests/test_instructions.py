@@ -189,3 +189,18 @@ def test_two_real_counts_agree_within_one_percent(tiny_plate: Path) -> None:
     first, second = measure_instructions(workload), measure_instructions(workload)
     assert first.per_crop > 0
     assert abs(first.per_crop - second.per_crop) <= 0.01 * first.per_crop
+
+
+def test_the_child_pins_the_libraries_threads() -> None:
+    script = (
+        "import pyarrow, zarr\n"
+        "from numcodecs import blosc\n"
+        "from cropbench.measure.instructions import pin_library_threads\n"
+        "pin_library_threads()\n"
+        "print(pyarrow.cpu_count(), pyarrow.io_thread_count(), zarr.config.get('threading.max_workers'),"
+        " zarr.config.get('async.concurrency'), blosc.use_threads)\n"
+    )
+    source = str(Path(instructions.__file__).resolve().parents[2])
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={"PYTHONPATH": source})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "1", "1", "1", "False"]

@@ -18,7 +18,8 @@ What is pinned so that the same code gives the same count (:data:`PINNED_ENVIRON
 - ``PYTHONDONTWRITEBYTECODE=1``: a run that writes ``.pyc`` files makes the next one cheaper;
   with it every run compiles the same modules (start-up, which differencing drops anyway);
 - one thread everywhere: OpenMP, BLAS, blosc (``BLOSC_NTHREADS`` and numcodecs' ``use_threads``),
-  zarr's ``threading.max_workers`` and ``async.concurrency``; valgrind runs threads one at a time,
+  zarr's ``threading.max_workers`` and ``async.concurrency``, Arrow's CPU and I/O pools (OME-Arrow
+  plates are Parquet files read by pyarrow); valgrind runs threads one at a time,
   and fewer threads means fewer scheduling-dependent wake-ups counted;
 - the crops: a seeded order of the plate's objects (``random``: every object once per epoch in a
   seeded permutation; ``grouped-field``: fields in seeded order, objects in order inside each),
@@ -67,6 +68,7 @@ PINNED_ENVIRONMENT = {
     "NUMEXPR_NUM_THREADS": "1",
     "ZARR_THREADING__MAX_WORKERS": "1",
     "ZARR_ASYNC__CONCURRENCY": "1",
+    "ARROW_IO_THREADS": "1",
 }
 #: valgrind's tool and options: count instructions only (no cache simulation: ten times faster).
 VALGRIND_OPTIONS = ("--tool=cachegrind", "--cache-sim=no")
@@ -237,7 +239,7 @@ def crop_windows(reader: Any, objects: Any, crop_size: int) -> tuple[np.ndarray,
 
 
 def pin_library_threads() -> None:
-    """One thread in blosc and in zarr's event loop and pool, where they are installed (child side)."""
+    """One thread in blosc, zarr's event loop and pool and Arrow's pools, where they are loaded (child side)."""
     try:
         from numcodecs import blosc
 
@@ -249,6 +251,11 @@ def pin_library_threads() -> None:
         import zarr
 
         zarr.config.set({"threading.max_workers": 1, "async.concurrency": 1})
+    if "pyarrow" in sys.modules:
+        import pyarrow
+
+        pyarrow.set_cpu_count(1)
+        pyarrow.set_io_thread_count(1)
 
 
 def read_crops(workload: InstructionWorkload, count: int) -> int:
