@@ -144,6 +144,8 @@ def test_a_bad_plate_or_decode_path_is_refused_before_valgrind_starts(
         count_instructions(InstructionWorkload(str(tmp_path / "missing.zarr")), 5)
     with pytest.raises(ConfigError, match="decode='as-py' does not apply to the ome-zarr layout"):
         count_instructions(InstructionWorkload(str(tiny_plate), decode="as-py"), 5)
+    with pytest.raises(ConfigError, match="crop_size=4096 is larger than the fields of"):
+        count_instructions(InstructionWorkload(str(tiny_plate), crop_size=4096), 5)
     assert not calls.exists()
 
 

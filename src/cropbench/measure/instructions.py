@@ -172,6 +172,11 @@ def check_workload(workload: InstructionWorkload) -> None:
             f"decode={workload.decode!r} does not apply to the {metadata.format} layout of {workload.plate}; "
             f"it supports {', '.join(supported_decodes(metadata))}"
         )
+    _, height, width = metadata.field_shape
+    if workload.crop_size > min(height, width):
+        raise ConfigError(
+            f"crop_size={workload.crop_size} is larger than the fields of {workload.plate} ({height}x{width})"
+        )
 
 
 def count_instructions(workload: InstructionWorkload, crops: int) -> int:
@@ -212,7 +217,7 @@ def measure_instructions(workload: InstructionWorkload) -> InstructionCount:
 def crop_order(field_index: np.ndarray, access: str, count: int, seed: int) -> np.ndarray:
     """``count`` object indices in the access pattern's seeded order, epoch after epoch."""
     if access not in ACCESSES:
-        raise ValueError(f"access must be one of {', '.join(ACCESSES)}, got {access!r}")
+        raise ConfigError(f"access must be one of {', '.join(ACCESSES)}, got {access!r}")
     orders: list[np.ndarray] = []
     epoch = 0
     while sum(len(order) for order in orders) < count:
@@ -230,7 +235,7 @@ def crop_windows(reader: Any, objects: Any, crop_size: int) -> tuple[np.ndarray,
     """(field index, y0, x0) of every object's window: centred on it, shifted inside the field."""
     _, height, width = reader.metadata.field_shape
     if crop_size > min(height, width):
-        raise ValueError(f"crop_size={crop_size} is larger than the field ({height}x{width})")
+        raise ConfigError(f"crop_size={crop_size} is larger than the field ({height}x{width})")
     lookup = {(info.well, info.field): info.index for info in reader.metadata.fields}
     field_index = np.array([lookup[key] for key in zip(objects.well.tolist(), objects.field.tolist(), strict=True)])
     y0 = np.floor(objects.centroid_y - (crop_size - 1) / 2 + 0.5).astype(np.int64)
