@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-#: The factor of the instruction counts (benchmarks/instructions.py): three runs of each case agreed
-#: within 0.12 % on a busy 2-core machine (docs/asv.md, "Instructions, wall time and counts"), so 1.03
-#: leaves a margin of twenty times that and flags a 3 % change of the CPU work in the read path.
+#: The factor of the instruction counts (benchmarks/instructions.py): four runs of each case agreed
+#: within 0.21 % on a busy 2-core machine (docs/asv.md, "Instructions, wall time and counts"), so 1.03
+#: leaves a margin of more than ten times that and flags a 3 % change of the CPU work in the read path.
 INSTRUCTIONS_FACTOR = 1.03
 
 
