@@ -110,6 +110,8 @@ ADDED_IN: dict[str, str] = {
         ),
         "ddad099",
     ),
+    "cropbench.measure.instructions.measure_instructions": "9e20e58",
+    "cropbench.measure.instructions.InstructionWorkload": "9e20e58",
     "cropbench.plates.scale.generate_scale_plate": "a354f74",
     "cropbench.plates.scale.ScaleSpec": "a354f74",
     "cropbench.measure.memory_limit.cgroup_parent": "2e1c751",

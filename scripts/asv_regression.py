@@ -54,6 +54,10 @@ MACHINE = "cropbench-regression"
 GATE_FACTOR = 1.2
 GATE_BENCH = r"^track1\.(Fetch\.track_relative_cost|Decoding\.track_\w+|Stages\.track_\w+)\('random', 'direct'"
 GATE_ATTRIBUTES = ("rounds=1",)
+#: The direct reader's instructions per crop (benchmarks/instructions.py), gated by scripts/gate.sh in
+#: an ``asv continuous`` call of their own with the instruction factor (scripts/library_gate.py
+#: ``INSTRUCTIONS_FACTOR``); the campaign below measures the wall-clock gate above.
+GATE_INSTRUCTIONS_BENCH = r"^instructions\.DirectReads\.track_instructions_per_crop\('random'\)"
 SLOWDOWN_PATCH = """
 
 # --- injected by scripts/asv_regression.py: every crop takes {factor} times as long ---

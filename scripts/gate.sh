@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The pull-request gate (docs/asv.md, "The gate"): `asv continuous` of a base commit against the
-# commit under test, over Track 1's decode path on the direct reader, factor 1.2, one round (the
-# settings scripts/asv_regression.py measures, GATE_*). Exit code asv's: 1 when a gated benchmark
-# got worse by more than the factor (asv's table above ends in "PERFORMANCE DECREASED"), 0 otherwise;
-# 2 for bad arguments, before anything runs.
+# commit under test, twice: the direct reader's instructions per crop (factor 1.03, scripts/library_gate.py
+# INSTRUCTIONS_FACTOR), then Track 1's decode path on the direct reader, factor 1.2, one round (the
+# settings scripts/asv_regression.py measures, GATE_*). Exit code: 1 when a gated benchmark got worse
+# by more than its factor (asv's table above ends in "PERFORMANCE DECREASED"), asv's own when it
+# failed otherwise, 0 when neither call flagged anything; 2 for bad arguments, before anything runs.
 #   bash scripts/gate.sh                   # origin/main against HEAD (HEAD~1 where origin/main is HEAD or absent)
 #   bash scripts/gate.sh BASE [HEAD]       # any two commits, base first
 #   bash scripts/gate.sh --dry-run [...]   # check, write the configuration, print the asv command; run nothing
@@ -52,9 +53,10 @@ base_commit=$(commit_of "$base") || fail "BASE '$base' is not a commit of this r
 
 run_dir=.asv/gate/$(date -u +%Y%m%dT%H%M%SZ)-${base_commit:0:10}-${head_commit:0:10}
 mkdir -p "$run_dir"
-# The machine entry (asked for interactively by asv otherwise), the private configuration and the
-# asv command, from the gate's settings in scripts/asv_regression.py and scripts/library_gate.py.
-lines=$(.venv/bin/python - "$run_dir" "$base_commit" "$head_commit" <<'EOF'
+# The machine entry (asked for interactively by asv otherwise), the private configurations and the
+# asv commands (one per step, written to <step>.args, one argument a line; the step names printed),
+# from the gate's settings in scripts/asv_regression.py and scripts/library_gate.py.
+steps=$(.venv/bin/python - "$run_dir" "$base_commit" "$head_commit" <<'EOF'
 import json
 import sys
 from pathlib import Path
@@ -64,7 +66,7 @@ from asv.machine import Machine, MachineCollection
 from asv.util import UserError, load_json
 
 import library_gate
-from asv_regression import GATE_ATTRIBUTES, GATE_BENCH, GATE_FACTOR
+from asv_regression import GATE_ATTRIBUTES, GATE_BENCH, GATE_FACTOR, GATE_INSTRUCTIONS_BENCH
 
 run_dir, base, head = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3]
 machine = "gate"
@@ -75,26 +77,41 @@ except (UserError, ValueError, OSError) as error:
     sys.exit(f"gate: error: {path} is not asv's machine file ({' '.join(str(error).split())}); fix or remove it")
 if machine not in known:
     MachineCollection.save(machine, {**Machine.get_defaults(), "machine": machine})
-gate = library_gate.LibraryGate("cropbench", "asv.conf.json", GATE_BENCH, GATE_FACTOR, GATE_ATTRIBUTES)
-config_path = run_dir / "asv.gate.conf.json"
-config_path.write_text(json.dumps(library_gate.private_config(gate, run_dir / "results"), indent=4) + "\n")
-print("\n".join(library_gate.asv_command(gate, config_path, base, head, machine=machine)[1:]))
+gate = library_gate.LibraryGate(
+    "cropbench", "asv.conf.json", GATE_BENCH, GATE_FACTOR, GATE_ATTRIBUTES, instructions_bench=GATE_INSTRUCTIONS_BENCH
+)
+for name, bench, factor in gate.steps():
+    results = run_dir / ("results" if name == "wall-time" else f"results-{name}")
+    config_path = run_dir / f"asv.gate.{name}.conf.json"
+    config_path.write_text(json.dumps(library_gate.private_config(gate, results), indent=4) + "\n")
+    command = library_gate.asv_command(gate, config_path, base, head, factor, machine, bench)
+    (run_dir / f"{name}.args").write_text("\n".join(command[1:]) + "\n")
+    print(name)
 EOF
 ) || exit 2
-mapfile -t command <<<"$lines"
 echo "gate: $base (${base_commit:0:10}) -> $head (${head_commit:0:10}); asv's output also in $run_dir/continuous.txt"
-if [ "$dry_run" = 1 ]; then
-  printf '%q ' .venv/bin/asv "${command[@]}"
-  echo
-  exit 0
-fi
 rc=0
-env -u CROPBENCH_ASV_FULL .venv/bin/asv "${command[@]}" </dev/null 2>&1 | tee "$run_dir/continuous.txt" || rc=${PIPESTATUS[0]}
+for step in $steps; do
+  mapfile -t command <"$run_dir/$step.args"
+  if [ "$dry_run" = 1 ]; then
+    printf '%q ' .venv/bin/asv "${command[@]}"
+    echo
+    continue
+  fi
+  step_rc=0
+  env -u CROPBENCH_ASV_FULL .venv/bin/asv "${command[@]}" </dev/null 2>&1 | tee -a "$run_dir/continuous.txt" ||
+    step_rc=${PIPESTATUS[0]}
+  # asv's first failure (not 0, not 1) is the exit code; otherwise 1 when any step flagged
+  if [ "$rc" = 0 ] || { [ "$rc" = 1 ] && [ "$step_rc" != 0 ]; }; then
+    rc=$step_rc
+  fi
+done
+[ "$dry_run" = 0 ] || exit 0
 if [ "$rc" = 1 ] && grep -q "PERFORMANCE DECREASED" "$run_dir/continuous.txt"; then
-  echo "gate: FAILED: a gated benchmark got worse by more than the factor (rows marked + above)"
+  echo "gate: FAILED: a gated benchmark got worse by more than its factor (rows marked + above)"
 elif [ "$rc" != 0 ]; then
   echo "gate: FAILED: asv continuous exited $rc (see $run_dir/continuous.txt)"
 else
-  echo "gate: passed: no gated benchmark got worse by more than the factor"
+  echo "gate: passed: no gated benchmark got worse by more than its factor"
 fi
 exit "$rc"

@@ -264,7 +264,7 @@ def campaign(
             print(json.dumps(record), flush=True)
             shutil.rmtree(run.results_dir.parent, ignore_errors=True)
     summary = {
-        "gate": " ".join(library_gate.asv_command(library_gate.LIBRARY_GATES["zarr"], Path("CONFIG"), "BASE", "HEAD")),
+        "gate": library_gate.gate_commands(library_gate.LIBRARY_GATES["zarr"]),
         "release": branches.base,
         "order": order,
         "minutes": round((time.time() - started) / 60, 1),

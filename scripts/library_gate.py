@@ -10,7 +10,12 @@ zarr-python; a library's gate selects the library's own read path instead (``LIB
 - ``ome-arrow``: ``track1.ArrowFetch.track_relative_cost``, zero-copy ``direct`` and the
   reference script's ``as-py`` (random access; ome-arrow exposes no counts).
 
-One round (asv keeps only the last round's value of a ``track_*`` benchmark) and factor 1.2.
+Each library's gate also holds its cases of ``instructions`` (instructions per crop counted under
+valgrind: ``ZarrReads``, ``ArrowReads``), whose same code repeats within a fraction of a per cent:
+they get their own, tighter factor (``INSTRUCTIONS_FACTOR``), so the gate is two ``asv continuous``
+calls (asv takes one ``--factor`` per call), the instruction counts first, each from its own empty
+results folder. One round (asv keeps only the last round's value of a ``track_*`` benchmark);
+factor 1.2 for the wall-clock ratios and counts.
 
 ``asv continuous`` compares what it finds in its results folder for the two commits: every
 parameter set of the selected benchmarks that any earlier run saved there, not only the ones this
@@ -44,22 +49,43 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+#: The factor of the instruction counts (benchmarks/instructions.py): four runs of each case agreed
+#: within 0.21 % on a busy 2-core machine (docs/asv.md, "Instructions, wall time and counts"), so 1.03
+#: leaves a margin of more than ten times that and flags a 3 % change of the CPU work in the read path.
+INSTRUCTIONS_FACTOR = 1.03
 
 
 @dataclass(frozen=True)
 class LibraryGate:
-    """What the gate of one format library runs: its asv configuration, benchmarks, factor and attributes."""
+    """What the gate of one format library runs: its asv configuration, benchmarks, factors and attributes.
+
+    ``bench`` is gated with ``factor``; ``instructions_bench``, where given, with ``instructions_factor``
+    in a call of its own (asv continuous takes one factor per call).
+    """
 
     library: str
     config: str
     bench: str
     factor: float = 1.2
     attributes: tuple[str, ...] = ("rounds=1",)
+    instructions_bench: str | None = None
+    instructions_factor: float = INSTRUCTIONS_FACTOR
 
     def __post_init__(self) -> None:
-        if self.factor <= 1.0:
-            raise ValueError(f"factor must be above 1 (a ratio after / before), got {self.factor}")
+        for name in ("factor", "instructions_factor"):
+            if getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be above 1 (a ratio after / before), got {getattr(self, name)}")
         re.compile(self.bench)
+        if self.instructions_bench is not None:
+            re.compile(self.instructions_bench)
+
+    def steps(self, factor: float | None = None) -> tuple[tuple[str, str, float], ...]:
+        """(name, benchmarks, factor) of each asv continuous call, instruction counts first; ``factor``
+        replaces the wall-clock factor only."""
+        wall = ("wall-time", self.bench, factor or self.factor)
+        if self.instructions_bench is None:
+            return (wall,)
+        return (("instructions", self.instructions_bench, self.instructions_factor), wall)
 
 
 LIBRARY_GATES = {
@@ -70,11 +96,13 @@ LIBRARY_GATES = {
             r"^(track1\.Fetch\.track_relative_cost\('(random|grouped-field)', 'zarr', 'bounded'\)"
             r"|zarr_stages\.ZarrCounts\.track_\w+\('(random|grouped-field)'\))"
         ),
+        instructions_bench=r"^instructions\.ZarrReads\.track_instructions_per_crop\('(random|grouped-field)'\)",
     ),
     "ome-arrow": LibraryGate(
         library="ome-arrow",
         config="asv.ome-arrow.conf.json",
         bench=r"^track1\.ArrowFetch\.track_relative_cost\('random', '(direct|as-py)'\)",
+        instructions_bench=r"^instructions\.ArrowReads\.track_instructions_per_crop\('(direct|as-py)'\)",
     ),
 }
 
@@ -127,15 +155,26 @@ def asv_command(
     head: str,
     factor: float | None = None,
     machine: str | None = None,
+    bench: str | None = None,
 ) -> list[str]:
-    """The ``asv continuous`` command line of the gate (base first, then the commit under test)."""
+    """The ``asv continuous`` command line of the gate (base first, then the commit under test);
+    ``bench`` and ``factor`` select another step of it (:meth:`LibraryGate.steps`)."""
     command = ["asv", "continuous", "--config", str(config_path), "--factor", str(factor or gate.factor)]
     for attribute in gate.attributes:
         command += ["-a", attribute]
-    command += ["-b", gate.bench, "--show-stderr"]
+    command += ["-b", bench or gate.bench, "--show-stderr"]
     if machine is not None:
         command += ["--machine", machine]
     return [*command, base, head]
+
+
+def gate_commands(gate: LibraryGate, base: str = "BASE", head: str = "HEAD") -> str:
+    """Every asv call of the gate as one line, ``;`` between them (what a campaign's summary records)."""
+    calls = (
+        asv_command(gate, Path(f"CONFIG-{name}"), base, head, factor, bench=bench)
+        for name, bench, factor in gate.steps()
+    )
+    return "; ".join(" ".join(call) for call in calls)
 
 
 def maintainer_command(gate: LibraryGate) -> str:
@@ -178,17 +217,29 @@ def run_gate(
     home: Path | None = None,
     runner: Runner = _run_asv,
 ) -> GateRun:
-    """``asv continuous`` of the gate from the empty results folder ``workdir/results``."""
-    results_dir = workdir / "results"
-    check_results_dir(results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    config_path = workdir / f"asv.{gate.library}.gate.conf.json"
-    config_path.write_text(json.dumps(private_config(gate, results_dir, repo), indent=4) + "\n")
+    """``asv continuous`` of each step of the gate, each from an empty results folder under ``workdir``
+    (``results`` for the wall-clock step, ``results-instructions`` for the instruction counts).
+
+    The exit code is the first one that is neither 0 nor 1 (asv failed), else 1 if any step flagged.
+    """
+    steps = gate.steps(factor)
+    folders = [workdir / ("results" if name == "wall-time" else f"results-{name}") for name, _, _ in steps]
+    for folder in folders:
+        check_results_dir(folder)
     environment = {**os.environ, **({"HOME": str(home)} if home is not None else {})}
     environment.pop("CROPBENCH_ASV_FULL", None)  # the full grid never runs in a gate
-    result = runner(asv_command(gate, config_path, base, head, factor, machine), environment)
-    output = result.stdout + result.stderr
-    return GateRun(returncode=result.returncode, worse=worse_rows(output), output=output, results_dir=results_dir)
+    codes, outputs = [], []
+    for (name, bench, step_factor), results_dir in zip(steps, folders, strict=True):
+        results_dir.mkdir(parents=True, exist_ok=True)
+        config_path = workdir / f"asv.{gate.library}.gate.{name}.conf.json"
+        config_path.write_text(json.dumps(private_config(gate, results_dir, repo), indent=4) + "\n")
+        result = runner(asv_command(gate, config_path, base, head, step_factor, machine, bench), environment)
+        codes.append(result.returncode)
+        outputs.append(f"library_gate: {name} (factor {step_factor})\n{result.stdout}{result.stderr}")
+    failed = [code for code in codes if code not in (0, 1)]
+    output = "".join(outputs)
+    returncode = failed[0] if failed else max(codes)
+    return GateRun(returncode=returncode, worse=worse_rows(output), output=output, results_dir=folders[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("base", help="the commit, tag or branch to compare against (e.g. v3.1.5, main)")
     parser.add_argument("head", help="the commit, tag or branch under test")
     parser.add_argument("--repo", help="the library's repository (default: the configuration's release history)")
-    parser.add_argument("--factor", type=float, help="asv --factor (default: the gate's, 1.2)")
+    parser.add_argument("--factor", type=float, help="asv --factor of the wall-clock step (default: the gate's, 1.2)")
     parser.add_argument("--machine", help="asv machine name (default: asv's)")
     parser.add_argument(
         "--results-dir", type=Path, help="keep the configuration and results here (a new or empty folder)"
@@ -230,9 +281,10 @@ def main(argv: list[str] | None = None) -> int:
 def _gate_or_dry_run(gate: LibraryGate, args: argparse.Namespace, workdir: Path) -> GateRun | None:
     """Run the gate in ``workdir`` (configuration and results), or print what it would run."""
     if args.dry_run:
-        config_path = workdir / f"asv.{gate.library}.gate.conf.json"
-        command = asv_command(gate, config_path, args.base, args.head, args.factor, args.machine)
-        print(" ".join(_quote(part) for part in command))
+        for name, bench, factor in gate.steps(args.factor):
+            config_path = workdir / f"asv.{gate.library}.gate.{name}.conf.json"
+            command = asv_command(gate, config_path, args.base, args.head, factor, args.machine, bench)
+            print(" ".join(_quote(part) for part in command))
         print(json.dumps(private_config(gate, workdir / "results", args.repo), indent=4))
         return None
     return run_gate(gate, args.base, args.head, workdir, args.repo, args.factor, args.machine)

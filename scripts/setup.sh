@@ -63,12 +63,33 @@ pip_install() {
   fi
 }
 
-# Sourced (tests/test_setup.py): the functions above only.
+# apt_optional PACKAGE TOOL WHAT: install a system package with apt-get (through sudo -n unless root) when
+# TOOL is neither on the PATH nor in /usr/sbin; never fatal: where it cannot be installed, one line says
+# so and what will skip (WHAT).
+apt_optional() {
+  local package=$1 tool=$2 what=$3 sudo=""
+  if command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ]; then
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: $tool is not installed and there is no apt-get (install $package); $what" >&2
+    return 0
+  fi
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  if ! { $sudo apt-get update -q && $sudo apt-get install -y -q "$package"; } >/dev/null 2>&1; then
+    echo "setup: could not install $package (apt-get install -y $package); $what" >&2
+  fi
+  return 0
+}
+
+# Sourced (tests/test_setup.py, .ci/run): the functions above only.
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+# valgrind counts instructions for benchmarks/instructions.py (a system package, not a Python one).
+apt_optional valgrind valgrind "the instruction-count benchmarks and tests will skip"
 stamp=.venv/.cropbench-setup
 log=.venv/setup-pip.log
 # [remote]: the object-store clients and the loopback S3 server the remote tests start (tests/test_remote.py);

@@ -345,3 +345,37 @@ def test_zarr_stage_benchmarks_run_and_split_the_zarr_path(
         if suite_name == "ZarrCounts":
             again = {name: getattr(instance, name)(access) for name in _benchmark_methods(suite)}
             assert again == values, "counts do not depend on the clock"
+
+
+@pytest.mark.parametrize(
+    ("suite_name", "params", "decode"),
+    [("ZarrReads", ("grouped-field",), "zarr"), ("DirectReads", ("random",), "direct")],
+)
+def test_instruction_benchmarks_count_their_workload(
+    suite_name: str, params: tuple[str, ...], decode: str, tiny_plate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body reports the measure's instructions per crop of its workload (the count: test_instructions)."""
+    instructions = importlib.import_module("benchmarks.instructions")
+    measure = importlib.import_module("cropbench.measure.instructions")
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: f"/usr/bin/{name}")
+    suite = getattr(instructions, suite_name)
+    assert suite.params == (list(suite.params[0]),) and len(suite.params) == len(suite.param_names)
+    instance = suite()
+    instance.setup({"default": str(tiny_plate)}, *params)
+    assert (instance.workload.decode, instance.workload.access) == (decode, params[0])
+    assert instance.workload.crops == instructions.CROPS[decode]
+    counted: list[Any] = []
+    instance.measure = lambda workload: counted.append(workload) or measure.InstructionCount(100, 900, 20, 100)
+    assert instance.track_instructions_per_crop(*params) == 10.0
+    assert counted == [instance.workload]
+    assert suite.track_instructions_per_crop.unit == measure.UNIT
+
+
+def test_instruction_benchmarks_skip_without_valgrind_or_ome_arrow(monkeypatch: pytest.MonkeyPatch) -> None:
+    instructions = importlib.import_module("benchmarks.instructions")
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: None)
+    with pytest.raises(NotImplementedError, match="valgrind is not installed: apt-get install -y valgrind"):
+        instructions.ZarrReads().setup({"default": "plate.zarr"}, "random")
+    unavailable = {"ome-arrow": common.UNAVAILABLE + "ome-arrow is not installed"}
+    with pytest.raises(NotImplementedError, match="ome-arrow is not installed"):
+        instructions.ArrowReads().setup(unavailable, "direct")

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import asv_regression  # noqa: E402
+import library_gate  # noqa: E402
 
 #: What the gate needs from the working tree (it may differ from what is committed).
 GATE_FILES = ("scripts/gate.sh", "scripts/library_gate.py", "scripts/asv_regression.py", "asv.conf.json")
@@ -54,6 +55,7 @@ def clone(tmp_path: Path) -> Path:
     (bin_dir / "asv").write_text(
         "#!/usr/bin/env bash\n"
         'printf "%s\\n" "$@" > "$(dirname "$0")/asv-arguments"\n'
+        'printf "%s\\n" "$*" >> "$(dirname "$0")/asv-calls"\n'
         'cat > "$(dirname "$0")/asv-stdin"\n'
         'if [ -n "${GATE_TEST_WORSE:-}" ]; then cat "$GATE_TEST_WORSE"; exit 1; fi\n'
         'echo "BENCHMARKS NOT SIGNIFICANTLY CHANGED."\n'
@@ -126,6 +128,17 @@ def test_a_fresh_clone_compares_the_commit_before_head_without_a_terminal(clone:
     assert _git(clone, "status", "--porcelain", "--untracked-files=all", "--", ".asv", "results") == ""
     assert "BENCHMARKS NOT SIGNIFICANTLY CHANGED." in result.stdout and "gate: passed" in result.stdout
     assert (run_dir / "continuous.txt").read_text().startswith("BENCHMARKS NOT SIGNIFICANTLY CHANGED.")
+
+
+def test_the_instruction_counts_are_gated_first_in_a_call_with_their_own_factor(clone: Path) -> None:
+    assert _gate(clone).returncode == 0
+    calls = (clone / ".venv" / "bin" / "asv-calls").read_text().splitlines()
+    assert len(calls) == 2
+    assert f"--factor {library_gate.INSTRUCTIONS_FACTOR} " in calls[0]
+    assert f"-b {asv_regression.GATE_INSTRUCTIONS_BENCH} " in calls[0]
+    assert f"--factor {asv_regression.GATE_FACTOR} " in calls[1] and f"-b {asv_regression.GATE_BENCH} " in calls[1]
+    configs = [json.loads(Path(call.split("--config ")[1].split()[0]).read_text()) for call in calls]
+    assert configs[0]["results_dir"] != configs[1]["results_dir"], "each call from its own empty results folder"
 
 
 def test_base_defaults_to_origin_main_when_head_moved_past_it(clone: Path) -> None:

@@ -137,13 +137,55 @@ def test_each_run_starts_from_an_empty_results_folder(tmp_path: Path, monkeypatc
     fake = _FakeAsv(TABLE, returncode=1)
     first = gate_module.run_gate(GATES["zarr"], "v3.0.9", "v3.0.10", tmp_path / "one", runner=fake)
     second = gate_module.run_gate(GATES["zarr"], "v3.0.9", "v3.0.10", tmp_path / "two", runner=fake)
-    assert fake.found == [[], []], "asv found no results saved by an earlier run"
+    assert fake.found == [[]] * 4, "asv found no results saved by an earlier run or step"
     assert first.returncode == 1 and first.worse == ("track1.Fetch.track_relative_cost('random', 'zarr', 'bounded')",)
     assert second.results_dir != first.results_dir
     # A folder that already holds results is refused, not reused.
     with pytest.raises(gate_module.GateError, match="not empty"):
         gate_module.run_gate(GATES["zarr"], "v3.0.9", "v3.0.10", tmp_path / "one", runner=fake)
-    assert len(fake.commands) == 2
+    assert len(fake.commands) == 4
+
+
+def test_the_instruction_counts_are_a_step_of_their_own_with_the_tighter_factor(tmp_path: Path) -> None:
+    fake = _FakeAsv()
+    run = gate_module.run_gate(GATES["zarr"], "v3.1.5", "v3.1.6", tmp_path, runner=fake)
+    assert run.returncode == 0 and len(fake.commands) == 2
+    instructions, wall = ({"bench": c[c.index("-b") + 1], "factor": c[c.index("--factor") + 1]} for c in fake.commands)
+    assert instructions == {"bench": GATES["zarr"].instructions_bench, "factor": str(gate_module.INSTRUCTIONS_FACTOR)}
+    assert wall == {"bench": GATES["zarr"].bench, "factor": "1.2"}
+    assert 1.03 <= gate_module.INSTRUCTIONS_FACTOR <= 1.05
+    assert gate_module.gate_commands(GATES["zarr"]).count("asv continuous") == 2
+    # --factor changes the wall-clock step only
+    assert [factor for _, _, factor in GATES["zarr"].steps(1.3)] == [gate_module.INSTRUCTIONS_FACTOR, 1.3]
+
+
+@pytest.mark.parametrize(
+    ("library", "expected"),
+    [
+        (
+            "zarr",
+            [
+                "ZarrReads.track_instructions_per_crop('grouped-field')",
+                "ZarrReads.track_instructions_per_crop('random')",
+            ],
+        ),
+        (
+            "ome-arrow",
+            ["ArrowReads.track_instructions_per_crop('as-py')", "ArrowReads.track_instructions_per_crop('direct')"],
+        ),
+    ],
+)
+def test_each_library_gates_its_own_instruction_counts(library: str, expected: list[str]) -> None:
+    bench = GATES[library].instructions_bench
+    assert bench is not None
+    selected = sorted(name for name in _benchmark_names() if re.search(bench, name))
+    assert selected == [f"instructions.{name}" for name in expected]
+    assert not [name for name in selected if re.search(GATES[library].bench, name)], "each step its own benchmarks"
+
+
+def test_a_failing_step_is_the_gates_exit_code(tmp_path: Path) -> None:
+    fake = _FakeAsv(TABLE, returncode=2)
+    assert gate_module.run_gate(GATES["ome-arrow"], "a", "b", tmp_path, runner=fake).returncode == 2
 
 
 def test_the_command_line_refuses_a_results_folder_with_results_in_one_line(
@@ -168,6 +210,8 @@ def test_a_dry_run_prints_the_command_and_runs_nothing(tmp_path: Path, capsys: p
 def test_factor_must_be_a_ratio_above_one() -> None:
     with pytest.raises(ValueError, match="above 1"):
         gate_module.LibraryGate("zarr", "asv.zarr.conf.json", "x", factor=0.8)
+    with pytest.raises(ValueError, match="instructions_factor must be above 1"):
+        gate_module.LibraryGate("zarr", "asv.zarr.conf.json", "x", instructions_bench="y", instructions_factor=1.0)
 
 
 # --- the detection campaign (scripts/library_campaign.py) ---

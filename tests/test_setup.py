@@ -81,3 +81,44 @@ def test_the_remote_extra_leaves_pip_nothing_to_backtrack_through() -> None:
     # Each boto3 release needs the botocore of its own number or newer: boto3's range is aiobotocore's botocore's.
     assert str(remote["boto3"].specifier) == str(botocore.specifier)
     assert remote["boto3"].specifier.contains(version("boto3"))
+
+
+def _fake_tools(folder: Path, **scripts: str) -> str:
+    """A PATH holding only the given stand-ins (and the shell tools apt_optional uses)."""
+    folder.mkdir()
+    for name in ("id", "cat", "bash"):
+        (folder / name).symlink_to(subprocess.run(["which", name], capture_output=True, text=True).stdout.strip())
+    for name, body in scripts.items():
+        (folder / name).write_text(f"#!/bin/bash\n{body}\n")
+        (folder / name).chmod(0o755)
+    return str(folder)
+
+
+def _apt_optional(path: str) -> subprocess.CompletedProcess[str]:
+    return _bash(f'PATH="{path}"\napt_optional fakepkg faketool "the fake tests will skip"\necho "rc=$?"')
+
+
+def test_apt_optional_leaves_an_installed_tool_alone(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    path = _fake_tools(tmp_path / "bin", faketool="", **{"apt-get": f'echo "$*" >> {calls}'})
+    result = _apt_optional(path)
+    assert result.stdout.strip() == "rc=0" and result.stderr == "" and not calls.exists()
+
+
+def test_apt_optional_installs_a_missing_tool_with_apt_get(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    log = f'echo "$*" >> {calls}'
+    path = _fake_tools(tmp_path / "bin", sudo=f'{log}; shift; "$@"', **{"apt-get": log})
+    result = _apt_optional(path)
+    assert result.stdout.strip() == "rc=0" and result.stderr == ""
+    installs = [line for line in calls.read_text().splitlines() if "install" in line]
+    assert installs and installs[-1].endswith("install -y -q fakepkg")
+
+
+def test_apt_optional_is_never_fatal_and_says_what_skips(tmp_path: Path) -> None:
+    failing = _fake_tools(tmp_path / "failing", sudo='shift; "$@"', **{"apt-get": "exit 100"})
+    result = _apt_optional(failing)
+    assert result.stdout.strip() == "rc=0"
+    assert result.stderr == "setup: could not install fakepkg (apt-get install -y fakepkg); the fake tests will skip\n"
+    result = _apt_optional(_fake_tools(tmp_path / "bare"))
+    assert result.stdout.strip() == "rc=0" and result.stderr.count("\n") == 1 and "no apt-get" in result.stderr

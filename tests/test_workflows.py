@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -57,6 +58,10 @@ def test_the_pull_request_gate_is_the_one_readme_recommends() -> None:
     gate = " ".join(step.get("run", "") for step in workflow["jobs"]["gate"]["steps"])
     assert "asv continuous" in gate and '--factor "$ASV_FACTOR"' in gate
     assert '-b "$ASV_BENCH"' in gate and '-a "$ASV_ATTRIBUTES"' in gate
+    library_gate = importlib.import_module("library_gate")
+    assert workflow["env"]["ASV_INSTRUCTIONS_FACTOR"] == str(library_gate.INSTRUCTIONS_FACTOR)
+    assert workflow["env"]["ASV_INSTRUCTIONS_BENCH"] == asv_regression.GATE_INSTRUCTIONS_BENCH
+    assert '--factor "$ASV_INSTRUCTIONS_FACTOR"' in gate and '-b "$ASV_INSTRUCTIONS_BENCH"' in gate
 
 
 def test_main_measures_new_commits_and_publishes_the_site_with_vendored_assets() -> None:
