@@ -208,10 +208,13 @@ def test_compare_formats_prints_the_table_and_writes_the_rows(
     assert main(["compare-formats", *args]) == 0
     printed = capsys.readouterr().out
     assert "convert or read in place" in printed and "webdataset" in printed
-    verdict = printed[printed.index("\nVerdict") :]
-    assert "track formats (crops converted to training formats): best webdataset" in verdict
-    assert "the plate read in place (ome-zarr/direct), epochs in turns" in verdict, "the same verdict block as run"
-    assert "webdataset: converting " in verdict, "after how many epochs it pays off, or never"
+    verdict = printed[printed.index("\nVerdict") :]  # the same verdict block as run
+    if TRAINING_FORMATS["webdataset"].available() is None:
+        assert "track formats (crops converted to training formats): best webdataset" in verdict
+        assert "the plate read in place (ome-zarr/direct), epochs in turns" in verdict
+        assert "webdataset: converting " in verdict, "after how many epochs it pays off, or never"
+    else:  # its library is missing: the plate read in place never competes as the best converted store
+        assert "track formats (crops converted to training formats): no configuration measured a number" in verdict
     for name in ("formats.txt", "formats.png"):  # the table and the figure beside the rows
         assert f"wrote {tmp_path / 'out' / name}" in printed and (tmp_path / "out" / name).stat().st_size > 0
     rows = read_records(tmp_path / "out" / "results.jsonl")

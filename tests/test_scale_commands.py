@@ -206,8 +206,13 @@ def test_sigterm_while_a_plate_is_written_leaves_no_partial_folder(
 
 def test_removing_a_plate_is_not_cut_short_by_an_interrupt(tmp_path: Path) -> None:
     finished = []
-    # The SIGINT takes effect (Python's handler: KeyboardInterrupt) only once the block has run.
-    with pytest.raises(KeyboardInterrupt), uninterrupted():
-        os.kill(os.getpid(), signal.SIGINT)
-        finished.append(True)
+    # The SIGINT takes effect (Python's handler: KeyboardInterrupt) only once the block has run. Python's
+    # own handler is installed here: an earlier test of the session may have left another one.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), uninterrupted():
+            os.kill(os.getpid(), signal.SIGINT)
+            finished.append(True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert finished == [True]

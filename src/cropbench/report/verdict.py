@@ -499,7 +499,8 @@ def _local_reference(name: str, local_metric: str, ratio_metric: str | None = No
 
 
 def _is_in_place(configuration: Configuration) -> bool:
-    return configuration.rows[0].config.get(conversion.READER) == conversion.REFERENCE
+    """Whether the row reads the plate in place (cropbench's own readers), not a converted crop store."""
+    return configuration.rows[0].config.get(conversion.READER) in conversion.IN_PLACE
 
 
 def _formats_ceiling(
