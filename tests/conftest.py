@@ -92,6 +92,19 @@ def _one_torch_thread() -> None:
     torch.set_num_threads(1)
 
 
+#: The fuzz tiers' plate: two small fields of two channels, a few cells each.
+FUZZ_SPEC = PlateSpec(
+    name="fuzz",
+    rows=1,
+    columns=1,
+    fields_per_well=2,
+    channels=2,
+    field_height=64,
+    field_width=64,
+    cells_per_field=6,
+    seed=3,
+)
+
 #: Small plates for hostile-input tests (damaged copies): a few chunks per field in each layout.
 HOSTILE_SPEC = PlateSpec(
     name="hostile",

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import slow_fuzz_seed
+from conftest import FUZZ_SPEC, slow_fuzz_seed
 
 from cropbench.cli import main, one_line
-from cropbench.config import LAYOUTS, CropConfig, PlateSpec
+from cropbench.config import LAYOUTS, CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.errors import CropbenchError
 from cropbench.formats import read_plate_metadata
@@ -35,17 +35,6 @@ from cropbench.plates.convert import convert_plate
 from cropbench.plates.generate import generate_plate
 from cropbench.records import Record, RecordWriter
 
-FUZZ_SPEC = PlateSpec(
-    name="fuzz",
-    rows=1,
-    columns=1,
-    fields_per_well=2,
-    channels=2,
-    field_height=64,
-    field_width=64,
-    cells_per_field=6,
-    seed=3,
-)
 DECODES = {"ome-zarr": ("zarr", "direct"), "tiff": ("direct", "zarr"), "memmap": ("direct",)}
 MUTATIONS = ("truncate", "flip", "delete")
 BAD_JSON = ("", "{", "[]", "null", "{}", '{"zarr_format": 3, "node_type": "group", "attributes": []}')

@@ -25,25 +25,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import slow_fuzz_seed
+from conftest import FUZZ_SPEC, slow_fuzz_seed
 
-from cropbench.config import LAYOUTS, PlateSpec
+from cropbench.config import LAYOUTS
 from cropbench.data.dataset import CropDataset
 from cropbench.data.training import MANIFEST_NAME, TRAINING_FORMATS, EpochSpec, crop_dataset, training_format
 from cropbench.errors import StoreError
 from cropbench.plates.generate import generate_plate
 
-FUZZ_SPEC = PlateSpec(
-    name="fuzz",
-    rows=1,
-    columns=1,
-    fields_per_well=2,
-    channels=2,
-    field_height=64,
-    field_width=64,
-    cells_per_field=6,
-    seed=3,
-)
 CROP_SIZE = 24
 #: Small shards, so every sharded format writes several.
 SHARD_BYTES = 8_000
