@@ -186,6 +186,8 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
     best = verdict.best
     if verdict.answer:
         lines = [head + verdict.answer[0], *verdict.answer[1:]]
+    elif (best is None or verdict.value is None) and dict(verdict.reasons).get(IMPOSSIBLE):
+        lines = [head + "no configuration to name: every one that measured a number contradicts itself (below)"]
     elif best is None or verdict.value is None:
         lines = [head + "no configuration measured a number"]
     else:
