@@ -1,0 +1,75 @@
+"""mkdocs hook: the API and command-line reference pages are generated from the code, never typed.
+
+A page holding ``<!-- generated:api -->`` gets one mkdocstrings block per public name of
+``cropbench`` (``cropbench._PUBLIC``: the names ``import cropbench`` exports, each with the module
+that defines it), grouped by that module, so a name added to the package appears in the reference
+and one moved to another module follows it. A page holding ``<!-- generated:cli -->`` gets the
+``--help`` of every ``cropbench`` command, as the parser prints it. Both read this checkout's
+``src/``, not whichever cropbench the building Python has installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+API_MARKER = "<!-- generated:api -->"
+CLI_MARKER = "<!-- generated:cli -->"
+#: The width the help text is wrapped at, so the page does not depend on the building terminal.
+HELP_COLUMNS = "100"
+
+
+def _use_checkout_sources(config: Any) -> None:
+    source = str(Path(config["config_file_path"]).resolve().parent / "src")
+    if source not in sys.path:
+        sys.path.insert(0, source)
+
+
+def api_blocks() -> str:
+    """One section per defining module, one mkdocstrings block per public name in it."""
+    public: dict[str, str] = importlib.import_module("cropbench")._PUBLIC
+    by_module: dict[str, list[str]] = {}
+    for name, module in public.items():
+        by_module.setdefault(module, []).append(name)
+    sections = []
+    for module, names in by_module.items():
+        blocks = "\n\n".join(f"::: {module}.{name}" for name in sorted(names))
+        listed = ", ".join(f"`cropbench.{name}`" for name in sorted(names))
+        sections.append(f"## `{module}`\n\n{listed}\n\n{blocks}")
+    return "\n\n".join(sections)
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str) -> list[tuple[str, argparse.ArgumentParser]]:
+    found = [(prefix, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.extend(_commands(sub, f"{prefix} {name}"))
+    return found
+
+
+def cli_blocks() -> str:
+    """Each command's ``--help``, in the order the parser lists them."""
+    os.environ["COLUMNS"] = HELP_COLUMNS
+    parser = importlib.import_module("cropbench.cli.parser").build_parser()
+    sections = []
+    for command, sub in _commands(parser, "cropbench"):
+        sections.append(f"## `{command}`\n\n```text\n{sub.format_help().rstrip()}\n```")
+    return "\n\n".join(sections)
+
+
+def on_config(config: Any) -> Any:
+    _use_checkout_sources(config)
+    return config
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if API_MARKER in markdown:
+        markdown = markdown.replace(API_MARKER, api_blocks())
+    if CLI_MARKER in markdown:
+        markdown = markdown.replace(CLI_MARKER, cli_blocks())
+    return markdown
