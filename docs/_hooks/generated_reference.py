@@ -19,6 +19,8 @@ from typing import Any
 
 API_MARKER = "<!-- generated:api -->"
 CLI_MARKER = "<!-- generated:cli -->"
+#: Where most readers start (``cropbench.run``, ``CropDataset``); the other modules follow in ``_PUBLIC``'s order.
+FIRST_MODULES = ("cropbench.api", "cropbench.data.dataset")
 #: The width the help text is wrapped at, so the page does not depend on the building terminal.
 HELP_COLUMNS = "100"
 
@@ -32,11 +34,13 @@ def _use_checkout_sources(config: Any) -> None:
 def api_blocks() -> str:
     """One section per defining module, one mkdocstrings block per public name in it."""
     public: dict[str, str] = importlib.import_module("cropbench")._PUBLIC
-    by_module: dict[str, list[str]] = {}
+    by_module: dict[str, list[str]] = {module: [] for module in FIRST_MODULES}
     for name, module in public.items():
         by_module.setdefault(module, []).append(name)
     sections = []
     for module, names in by_module.items():
+        if not names:
+            continue
         blocks = "\n\n".join(f"::: {module}.{name}" for name in sorted(names))
         listed = ", ".join(f"`cropbench.{name}`" for name in sorted(names))
         sections.append(f"## `{module}`\n\n{listed}\n\n{blocks}")

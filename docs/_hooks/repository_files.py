@@ -2,10 +2,11 @@
 
 README.md and CONTRIBUTING.md live at the repository's root, where GitHub shows them, and link to
 ``docs/SECTION/NAME.md``; the pages in docs/ (one folder per section) link back to
-``../../CONTRIBUTING.md`` and to committed results (``../../results/...``). So that neither text is kept twice, the site takes README.md as its home page
-(``index.md``) and CONTRIBUTING.md as ``contributing.md``, rewriting their links to the site's
-layout, and copies every other repository file a page links to under ``repository/``. A link to a
-repository file that does not exist is left alone, so ``mkdocs build --strict`` reports it.
+``../../CONTRIBUTING.md`` and to committed results (``../../results/...``). So that neither text is
+kept twice, the site takes README.md as its home page (``index.md``) and CONTRIBUTING.md as
+``contributing.md``, rewriting their links to the site's layout, and copies every other repository
+file a page links to under ``repository/``. A link to a repository file that does not exist is left
+alone, so ``mkdocs build --strict`` reports it.
 """
 
 from __future__ import annotations
