@@ -181,8 +181,8 @@ def test_the_api_reference_documents_the_public_names() -> None:
 
 
 def test_the_site_builds_strict(tmp_path: Path) -> None:
-    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
-        pytest.skip("mkdocs is not installed: pip install -e '.[docs]'")
+    if any(importlib.util.find_spec(name) is None for name in ("mkdocs", "material", "mkdocstrings_handlers")):
+        pytest.skip("mkdocs, its theme or mkdocstrings is not installed: pip install -e '.[docs]'")
     site = tmp_path / "site"
     built = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
