@@ -9,6 +9,7 @@ import subprocess
 import sys
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,12 +166,17 @@ def test_the_nav_parser_reads_sections_and_pages() -> None:
     assert nav_pages(config) == {"index.md", "tutorial/one.md"}
 
 
-def test_the_api_reference_documents_the_public_names() -> None:
+def docs_hook(name: str) -> Any:
+    """A module of docs/_hooks/, which mkdocs loads by path rather than as a package."""
     sys.path.insert(0, str(DOCS / "_hooks"))
     try:
-        generated_reference = importlib.import_module("generated_reference")
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(DOCS / "_hooks"))
+
+
+def test_the_api_reference_documents_the_public_names() -> None:
+    generated_reference = docs_hook("generated_reference")
     assert generated_reference.API_MARKER in API_PAGE.read_text(encoding="utf-8")
     blocks = generated_reference.api_blocks()
     for name in cropbench.__all__:
@@ -225,3 +231,10 @@ def test_publishing_a_missing_release_history_says_how_to_build_it(tmp_path: Pat
     assert "does not exist" in lines[0]
     assert "scripts/release_history.py zarr" in lines[0]
     assert not (tmp_path / "history").exists()
+
+
+def test_sphinx_roles_in_docstrings_read_as_sphinx_shows_them() -> None:
+    rendered = "see :class:<code>~cropbench.config.StoreConfig</code> and :mod:<code>cropbench.tracks</code>"
+    assert docs_hook("generated_reference").without_sphinx_roles(rendered) == (
+        "see <code>StoreConfig</code> and <code>cropbench.tracks</code>"
+    )

@@ -4,7 +4,8 @@ A page holding ``<!-- generated:api -->`` gets one mkdocstrings block per public
 ``cropbench`` (``cropbench._PUBLIC``: the names ``import cropbench`` exports, each with the module
 that defines it), grouped by that module, so a name added to the package appears in the reference
 and one moved to another module follows it. A page holding ``<!-- generated:cli -->`` gets the
-``--help`` of every ``cropbench`` command, as the parser prints it. Both read this checkout's
+``--help`` of every ``cropbench`` command, as the parser prints it. The docstrings' Sphinx roles
+(``:class:`~x.Y```) are shown as Sphinx shows them. Both read this checkout's
 ``src/``, not whichever cropbench the building Python has installed.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ API_MARKER = "<!-- generated:api -->"
 CLI_MARKER = "<!-- generated:cli -->"
 #: Where most readers start (``cropbench.run``, ``CropDataset``); the other modules follow in ``_PUBLIC``'s order.
 FIRST_MODULES = ("cropbench.api", "cropbench.data.dataset")
+#: A Sphinx cross-reference role as the docstrings write it (:class:`~cropbench.config.StoreConfig`),
+#: once rendered: mkdocstrings keeps the role's name in front of the code span.
+_SPHINX_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc):<code>(~?)([\w.]+)</code>")
 #: The width the help text is wrapped at, so the page does not depend on the building terminal.
 HELP_COLUMNS = "100"
 
@@ -66,6 +71,16 @@ def cli_blocks() -> str:
     return "\n\n".join(sections)
 
 
+def without_sphinx_roles(html: str) -> str:
+    """The rendered docstrings with ``:class:`~a.b.C``` shown as Sphinx shows it: ``C`` (``a.b.C`` without ``~``)."""
+
+    def name(match: re.Match[str]) -> str:
+        shown = match.group(2).rsplit(".", 1)[-1] if match.group(1) else match.group(2)
+        return f"<code>{shown}</code>"
+
+    return _SPHINX_ROLE.sub(name, html)
+
+
 def on_config(config: Any) -> Any:
     _use_checkout_sources(config)
     return config
@@ -77,3 +92,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, cli_blocks())
     return markdown
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    return without_sphinx_roles(html)
