@@ -5,7 +5,7 @@ read in a child process under ``valgrind --tool=cachegrind --cache-sim=no``, twi
 five times as many after the same warm-up), and the difference per extra crop is the value
 (:mod:`cropbench.measure.instructions`). Identical code gives the same value within a fraction of
 a per cent on a busy machine, so these are gated with a factor near 1.03 where the wall-clock
-ratios need 1.2 (docs/asv.md, docs/format-history.md):
+ratios need 1.2 (docs/explanation/benchmark-kinds.md, docs/results/gate.md):
 
 - ``ZarrReads``: zarr-python slicing of the zarr-written plate, random and grouped-field access
   (``track1.Fetch``'s ``zarr`` case, in zarr's gate);

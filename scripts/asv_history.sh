@@ -8,7 +8,7 @@
 #   bash scripts/asv_history.sh --machine NAME    # results under results/NAME/ (default: this host's name)
 # asv builds its environment in .asv/env on first use (torch, torchvision and zarr pinned in
 # asv.conf.json, ~6 GB, a few minutes), then installs each commit's cropbench into it. One round per
-# benchmark: a track_* value is one call whatever the rounds (docs/asv.md, "The gate"). About 7 minutes
+# benchmark: a track_* value is one call whatever the rounds (docs/how-to/gate-a-change.md, "The gate"). About 7 minutes
 # per commit on 2 cores. Commit results/<machine>/ afterwards and publish with scripts/asv_publish.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."

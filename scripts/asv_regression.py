@@ -462,7 +462,7 @@ def campaign(
 
 
 def gate_command() -> str:
-    """The gate as a command line (docs/asv.md quotes it; scripts/gate.sh runs it)."""
+    """The gate as a command line (docs/how-to/gate-a-change.md quotes it; scripts/gate.sh runs it)."""
     attributes = " ".join(f"-a {attribute}" for attribute in GATE_ATTRIBUTES)
     return f'asv continuous --factor {GATE_FACTOR} {attributes} -b "{GATE_BENCH}" BASE HEAD'
 

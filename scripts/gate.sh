@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pull-request gate (docs/asv.md, "The gate"): `asv continuous` of a base commit against the
+# The pull-request gate (docs/how-to/gate-a-change.md, "The gate"): `asv continuous` of a base commit against the
 # commit under test, twice: the direct reader's instructions per crop (factor 1.03, scripts/library_gate.py
 # INSTRUCTIONS_FACTOR), then Track 1's decode path on the direct reader, factor 1.2, one round (the
 # settings scripts/asv_regression.py measures, GATE_*). Exit code: 1 when a gated benchmark got worse

@@ -40,7 +40,7 @@
 #   same steps with smoke plates, few samples, and Track 3's smoke preset instead of the CUDA presets.
 # Duration: at most the budget plus the summary (~460 s): run it under an outer timeout of 480 s or more.
 # The previous grid (zarr and planes rows besides) ran 376 s on one H200 with 16 cores (2026-11-30,
-# docs/gpu.md); this one has not run on a GPU yet.
+# docs/results/gpu.md); this one has not run on a GPU yet.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)

@@ -1,6 +1,6 @@
 """The gate for a format library: does a commit of zarr-python (or ome-arrow) make its own read path slower?
 
-cropbench's own gate (docs/asv.md) watches cropbench's ``direct`` reader, which never calls
+cropbench's own gate (docs/how-to/gate-a-change.md) watches cropbench's ``direct`` reader, which never calls
 zarr-python; a library's gate selects the library's own read path instead (``LIBRARY_GATES``):
 
 - ``zarr``: ``track1.Fetch.track_relative_cost`` with ``decode='zarr'`` (zarr-python slicing of
@@ -50,7 +50,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 #: The factor of the instruction counts (benchmarks/instructions.py): four runs of each case agreed
-#: within 0.21 % on a busy 2-core machine (docs/asv.md, "Instructions, wall time and counts"), so 1.03
+#: within 0.21 % on a busy 2-core machine (docs/results/gate.md, "Instruction counts"), so 1.03
 #: leaves a margin of more than ten times that and flags a 3 % change of the CPU work in the read path.
 INSTRUCTIONS_FACTOR = 1.03
 
@@ -178,7 +178,7 @@ def gate_commands(gate: LibraryGate, base: str = "BASE", head: str = "HEAD") -> 
 
 
 def maintainer_command(gate: LibraryGate) -> str:
-    """The gate as the one line docs/format-history.md quotes."""
+    """The gate as the one line docs/how-to/format-library.md quotes."""
     return f"python scripts/library_gate.py {gate.library} BASE HEAD"
 
 

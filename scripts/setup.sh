@@ -93,7 +93,7 @@ apt_optional valgrind valgrind "the instruction-count benchmarks and tests will 
 stamp=.venv/.cropbench-setup
 log=.venv/setup-pip.log
 # [remote]: the object-store clients and the loopback S3 server the remote tests start (tests/test_remote.py);
-# [docs]: mkdocs and its theme, for scripts/docs_build.sh and the site scripts/asv_publish.sh publishes.
+# [docs]: mkdocs, its theme and mkdocstrings (the API reference), for scripts/docs_build.sh and the site scripts/asv_publish.sh publishes.
 extras=dev,remote,docs
 want=$({ cat pyproject.toml setup.py src/cropbench/formats/_native.c; echo "$extras"; } | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

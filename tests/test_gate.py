@@ -3,7 +3,7 @@
 The checks run the script itself in a shallow clone of this repository (its tip is origin/main, as
 in a fresh clone), with the working tree's gate files copied in. asv is a stand-in that records its
 arguments and answers as ``asv continuous`` does; the machine entry is asv's own, in a private HOME
-with stdin closed. A real gate builds asv's environment (gigabytes, minutes): docs/asv.md.
+with stdin closed. A real gate builds asv's environment (gigabytes, minutes): docs/how-to/gate-a-change.md.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_rows_go_to_the_argument_else_out_dir_else_results_gpu(
 
 
 def test_the_docs_name_the_default_folder() -> None:
-    docs = (SCRIPT.parents[1] / "docs" / "gpu.md").read_text()
+    docs = (SCRIPT.parents[1] / "docs" / "how-to" / "gpu.md").read_text()
     assert "results/gpu/check" in docs and "first argument" in docs
 
 

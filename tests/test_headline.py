@@ -264,13 +264,13 @@ def test_the_table_renders_the_rows_the_track_writes(tiny_plate: Path, tmp_path:
 
 
 def markdown_pages() -> list[Path]:
-    return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def test_one_page_alone_holds_the_headline_and_the_readme_links_to_it() -> None:
     holding = [page.relative_to(ROOT).as_posix() for page in markdown_pages() if START in page.read_text("utf-8")]
     assert holding == [PAGE], "no figure is typed in two places"
-    assert "docs/decode-paths.md#the-headline-ratios" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "docs/results/decode-paths.md#the-headline-ratios" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_docs_headline_is_the_rendering_of_the_committed_rows() -> None:

@@ -100,7 +100,7 @@ def test_the_asv_command_is_the_documented_gate(tmp_path: Path) -> None:
     assert command[:2] == ["asv", "continuous"] and command[-2:] == ["v3.1.5", "v3.1.6"]
     assert command[command.index("--factor") + 1] == "1.2" and command[command.index("-a") + 1] == "rounds=1"
     assert command[command.index("-b") + 1] == gate.bench and command[command.index("--machine") + 1] == "m"
-    docs = (REPO / "docs" / "format-history.md").read_text()
+    docs = (REPO / "docs" / "how-to" / "format-library.md").read_text()
     for library in GATES:
         assert gate_module.maintainer_command(GATES[library]).replace("BASE HEAD", "") in docs
 

@@ -49,8 +49,10 @@ def test_the_pull_request_gate_is_the_one_readme_recommends() -> None:
     import asv_regression
 
     assert "bash scripts/gate.sh" in (REPO / "README.md").read_text(), "README no longer gives the gate's command"
-    asv_page = (REPO / "docs" / "asv.md").read_text()
-    assert asv_regression.gate_command() in asv_page, "docs/asv.md no longer quotes the gate asv_regression.py runs"
+    asv_page = (REPO / "docs" / "how-to" / "gate-a-change.md").read_text()
+    assert asv_regression.gate_command() in asv_page, (
+        "docs/how-to/gate-a-change.md no longer quotes the gate asv_regression.py runs"
+    )
     workflow = _asv_workflow()
     assert workflow["env"]["ASV_FACTOR"] == str(asv_regression.GATE_FACTOR)
     assert workflow["env"]["ASV_BENCH"] == asv_regression.GATE_BENCH

@@ -29,7 +29,7 @@ from cropbench.report.flags import IMPOSSIBLE, row_flags
 TRACK = "targets"
 #: Where the rows and the table live, relative to the repository root.
 ROWS_FOLDER = "results/targets"
-PAGE = "docs/decode-paths.md"
+PAGE = "docs/results/decode-paths.md"
 #: The marker lines around the generated table; everything between them is replaced.
 START = "<!-- headline:start -->"
 END = "<!-- headline:end -->"

@@ -388,7 +388,7 @@ def gpu_cases(samples: int | None = None) -> list[Track2Case]:
     together deliver in lockstep, so a steady window of part of a round would miscount them. The most
     workers also run a second epoch (epoch-2 start-up), and once more persistent. Sizes stay small: the
     whole grid must fit a few minutes of GPU time. zarr-python's path is left out (a sixth of ``direct``
-    on one H200 with 16 cores: docs/gpu.md).
+    on one H200 with 16 cores: docs/results/gpu.md).
     """
     least = -(-samples // GPU_BATCH) if samples else GPU_STEADY_BATCHES
     counts = worker_counts()

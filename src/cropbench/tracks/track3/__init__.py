@@ -1,6 +1,6 @@
 """Track 3: an end-to-end loop of fixed steps — does the loader keep the model fed?
 
-Three model kinds answer different questions (see docs/tracks.md):
+Three model kinds answer different questions (see docs/explanation/measurement.md):
 - ``resnet18``: does this loader starve a standard model on this machine? (on CPU: never)
 - ``smallcnn``: a light model whose steps are short enough for the loader to matter on CPU.
 - ``emulated``: a fixed compute time per step with the CPU left idle, as MLPerf Storage's DLIO does:
