@@ -1,6 +1,6 @@
 """The direct decode path's reader: the stages of this package composed behind the reader interface.
 
-zarr-python spends ~0.2–0.4 ms of Python and asyncio machinery per slicing call, which dominates
+zarr-python's Python and asyncio machinery per slicing call, not the decoding, dominates the cost of
 random single-cell access. This reader reads the same chunk files with the store's own codecs
 (numcodecs' Blosc and Zstd; on a local plate, blosc and raw chunks are read and decoded by the C
 extension with numcodecs' own c-blosc), keeps decoded chunks in a per-process LRU bounded in bytes,
