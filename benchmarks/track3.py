@@ -35,10 +35,10 @@ class _Training:
     def prepare(self, plate: str, model: str, num_workers: int, device: str) -> None:
         import torch
 
-        if device == "cuda" and not torch.cuda.is_available():
-            raise NotImplementedError("no CUDA device on this machine")
         from cropbench.data.loader import LoaderSpec
 
+        if device == "cuda" and not torch.cuda.is_available():
+            raise NotImplementedError("no CUDA device on this machine")
         one_thread()
         self.plate = plate
         self.training_case = import_track_piece("training case")
