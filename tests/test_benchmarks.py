@@ -117,6 +117,19 @@ def test_a_name_this_commit_of_cropbench_lacks_is_a_skip_and_other_errors_are_no
         setup_using_a_name_wrongly()
 
 
+def test_a_suite_skips_on_a_commit_without_a_name_only_its_bodies_use(
+    tiny_plate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bodies' measure is imported in setup, so its absence is asv's skip, not a failed benchmark."""
+    monkeypatch.delattr(protocol, "relative_cost")
+    with pytest.raises(NotImplementedError, match="cannot import name 'relative_cost'"):
+        track1.Fetch().setup({"default": str(tiny_plate)}, "random", "direct", "bounded")
+    monkeypatch.undo()
+    monkeypatch.delattr(protocol, "Stopwatch")
+    with pytest.raises(NotImplementedError, match="cannot import name 'Stopwatch'"):
+        track1.Stages().setup({"default": str(tiny_plate)}, "random", "direct", "bounded")
+
+
 @pytest.mark.parametrize("piece", sorted(common.TRACK_MODULES))
 def test_every_track_module_the_suites_call_is_in_this_checkout(piece: str) -> None:
     assert common.import_track_piece(piece).__name__ == common.TRACK_MODULES[piece]
