@@ -11,7 +11,7 @@ import zarr
 
 from cropbench.config import ReaderOptions
 from cropbench.errors import ConfigError, StoreError
-from cropbench.formats import open_plate, read_plate_metadata
+from cropbench.formats import DIRECT_READERS, open_plate, read_plate_metadata
 from cropbench.formats.base import LruCache, PlateGeometry
 
 DECODES = ("zarr", "direct", "field")
@@ -79,6 +79,12 @@ def test_each_reader_is_built_from_one_options_object(tiny_plate: Path) -> None:
     finally:
         direct.close()
         field.close()
+    metadata, options = read_plate_metadata(tiny_plate), ReaderOptions(chunk_cache_bytes=12345, decode_threads=2)
+    for reader_class in DIRECT_READERS.values():  # built by the same call; nothing is opened before a read
+        reader = reader_class.from_options(metadata, options)
+        assert type(reader) is reader_class
+        assert getattr(reader, "chunk_cache_bytes", options.chunk_cache_bytes) == options.chunk_cache_bytes
+        reader.close()
     with pytest.raises(ConfigError, match="decode_threads must be a positive integer, got 0"):
         ReaderOptions(decode_threads=0)
     with pytest.raises(ConfigError, match="chunk_cache_bytes must be >= 0, got -1"):
