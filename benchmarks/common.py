@@ -1,14 +1,18 @@
-"""Shared helpers of the asv suites: plates made once, parameters, skips, and the references.
+"""Shared pieces of the asv suites: plates made once, parameters, skips, and the in-memory reference.
 
-Benchmark bodies stay one to three lines; what they need is built here. asv imports the suites
-under every commit it measures, so cropbench is imported lazily through :func:`require`: a commit
-that predates a track or a knob turns into a skip (``NotImplementedError`` in ``setup``), not a
-failed import of the whole suite.
+Benchmark bodies stay one to three lines; what they need is built here, by calls into cropbench.
+
+**Older commits.** asv imports the suites under every commit it measures, so no suite imports
+cropbench at module level: each ``setup`` imports what its benchmarks use, inside
+:func:`skips_older_commits`, which turns a cropbench module or name the measured commit lacks into
+asv's skip (``NotImplementedError``, naming it). Nothing maps names to commits; on the current
+checkout every benchmark must run (tests/test_benchmarks.py runs each once), which is what catches a
+rename. The modules of the tracks the suites call are named in :data:`TRACK_MODULES` only.
 
 The default grid (the classes without ``Full`` or ``Latency`` in their name) reads the smoke
 plate in the default layout. Its Track 1 cases run with the decoded-chunk cache ``bounded``
-(1 MiB, a twelfth of the plate's 11.7 MB of decoded pixels, so nearly every sample decodes its
-chunks) and at cropbench's ``default`` budget (the plate fits: timed samples hit the cache).
+(1 MiB, far below the smoke plate's decoded pixels, so nearly every sample decodes its chunks) and
+at cropbench's ``default`` budget (the plate fits: timed samples hit the cache).
 
 asv 0.6 keeps, for a ``track_*`` benchmark, only the value of the last round (``add_result``
 replaces it; there are no samples to pool), so each side of ``asv continuous`` is one call. A
@@ -22,16 +26,18 @@ The full grid is its own classes (``FullFetch``, ``Latency``, ...), with fixed p
 skip unless ``CROPBENCH_ASV_FULL=1`` is set when they run (:func:`require_full_grid`), so the
 benchmark names and parameters never depend on the environment asv was started in. They hold the
 larger plate, every layout, and raw wall-clock values (p95 ms, ms per sample, first-batch ms),
-which varied 1.3-1.9x between processes on the 2-core development machine.
+which move between processes far more than the in-call ratios (docs/asv.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -52,8 +58,33 @@ BOUNDED_CACHE_BYTES = 2**20
 CACHES = ("bounded", "default")
 #: What an installed ome-arrow must offer for cropbench to write its layouts: keyword -> first release.
 OME_ARROW_WRITER_KEYWORDS = {"chunk_shape": "0.0.6", "chunk_encoding": "0.0.10", "chunk_compression": "0.0.10"}
-#: Prefix of a ``make_full_plates`` value that is a reason, not a path.
+#: Prefix of a ``setup_cache`` plate value that is a reason, not a path.
 UNAVAILABLE = "unavailable: "
+#: The cropbench module of each track-level piece the suites call (the one place that names them).
+TRACK_MODULES = {
+    "dataset case": "cropbench.tracks.track1",
+    "loader case": "cropbench.tracks.track2",
+    "training case": "cropbench.tracks.track3",
+    "out of memory": "cropbench.tracks.out_of_memory",
+    "work folder": "cropbench.tracks.layouts",
+}
+
+
+@contextlib.contextmanager
+def skips_older_commits() -> Iterator[None]:
+    """asv's skip where the measured commit's cropbench lacks a module or name imported inside
+    (a decorator of ``setup`` and ``setup_cache``, or a ``with`` block); other errors pass through."""
+    try:
+        yield
+    except ImportError as error:
+        if not (error.name or "").startswith("cropbench"):
+            raise
+        raise NotImplementedError(f"this commit of cropbench lacks what the benchmark uses: {error}") from error
+
+
+def import_track_piece(piece: str) -> ModuleType:
+    """The cropbench module of a track-level piece (:data:`TRACK_MODULES`), for use in :func:`skips_older_commits`."""
+    return importlib.import_module(TRACK_MODULES[piece])
 
 
 def full_grid_enabled() -> bool:
@@ -66,105 +97,14 @@ def require_full_grid(what: str) -> None:
         raise NotImplementedError(f"{what}: full grid, runs with {FULL_GRID_SWITCH}=1")
 
 
-#: Symbols the suites use that older commits lack: ``module.name`` -> the commit it appeared in.
-#: Only these turn into an asv skip on a commit without them; any other missing symbol is a broken
-#: benchmark (a rename, a typo) and fails.
-ADDED_IN: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "cropbench.data.dataset.CropDataset",
-            "cropbench.data.dataset.PairedViews",
-            "cropbench.data.loader.LoaderSpec",
-            "cropbench.data.loader.ScheduledSampler",
-            "cropbench.data.loader.build_loader",
-            "cropbench.data.loader.schedule",
-            "cropbench.data.sampling.access_order",
-            "cropbench.data.sampling.sampler_for",
-            "cropbench.data.transforms.TORCH_DTYPES",
-            "cropbench.measure.protocol.configure_threads",
-            "cropbench.plates.generate.generate_plate",
-        ),
-        "c9c71ed",
-    ),
-    "cropbench.measure.protocol.relative_cost": "a4c3d6b",
-    "cropbench.measure.protocol.Stopwatch": "638c776",
-    "cropbench.formats.read_plate_metadata": "c9c71ed",
-    "cropbench.formats.direct.StageTimedChunkReader": "c9c71ed",  # formats.chunks in older commits
-    "cropbench.tracks.track1.run_case": "4cec727",
-    "cropbench.config.StoreConfig": "2f18851",
-    "cropbench.formats.sources.mirror_metadata": "2f18851",
-    "cropbench.measure.endpoints.nginx_binary": "2f18851",
-    "cropbench.measure.endpoints.http_plate": "cf64caa",
-    "cropbench.measure.remote.requests_per_crop": "cf64caa",
-    "cropbench.metrics.REQUESTS_PER_CROP": "e583338",
-    "cropbench.metrics.BYTES_TRANSFERRED_PER_CROP": "e583338",
-    **dict.fromkeys(
-        (
-            "cropbench.measure.zarr_stages.measure_stages",
-            "cropbench.measure.zarr_stages.STORE",
-            "cropbench.measure.zarr_stages.CODEC",
-            "cropbench.measure.zarr_stages.INDEX_ASSEMBLE",
-            "cropbench.measure.zarr_stages.STORE_READS_PER_CROP",
-            "cropbench.measure.zarr_stages.STORE_BYTES_PER_CROP",
-            "cropbench.measure.zarr_stages.CHUNKS_DECODED_PER_CROP",
-        ),
-        "ddad099",
-    ),
-    "cropbench.measure.instructions.measure_instructions": "9e20e58",
-    "cropbench.measure.instructions.InstructionWorkload": "9e20e58",
-    "cropbench.plates.scale.generate_scale_plate": "a354f74",
-    "cropbench.plates.scale.ScaleSpec": "a354f74",
-    "cropbench.measure.memory_limit.cgroup_parent": "2e1c751",
-    "cropbench.measure.memory_limit.process_read_bytes": "2e1c751",
-    "cropbench.measure.memory_limit.run_limited": "2e1c751",
-    **dict.fromkeys(
-        (
-            "cropbench.tracks.out_of_memory.OutOfMemory",
-            "cropbench.tracks.out_of_memory.plate_spec_for",
-            "cropbench.tracks.out_of_memory.random_pass",
-            "cropbench.tracks.out_of_memory.CROPS_PER_S",
-            "cropbench.tracks.out_of_memory.DEVICE_BYTES_PER_CROP",
-        ),
-        "fb7103c",
-    ),
-    **dict.fromkeys(
-        (
-            "cropbench.tracks.track2.MemoryCrops",
-            "cropbench.tracks.track2.Track2Case",
-            "cropbench.tracks.track2.run_case",
-            "cropbench.tracks.track3.Track3Case",
-            "cropbench.tracks.track3.run_case",
-        ),
-        "e715620",
-    ),
-}
-
-
-def require(module: str, name: str) -> Any:
-    """``module.name`` from the installed cropbench; a skip only if ``ADDED_IN`` says older commits lack it."""
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as error:
-        added = ADDED_IN.get(f"{module}.{name}")
-        if added is None:
-            raise LookupError(
-                f"{module}.{name} is missing ({error}) and is not in benchmarks.common.ADDED_IN: "
-                "a renamed or removed symbol; update the benchmark, or list the commit it appeared in"
-            ) from error
-        raise NotImplementedError(f"{module}.{name} is not in this commit of cropbench (added in {added})") from error
-
-
-def track1_case(**knobs: Any) -> Any:
-    """A Track 1 case: ``Track1Case`` lives beside the other tracks' cases, in ``config`` in older commits."""
-    case_class = getattr(importlib.import_module("cropbench.tracks.track1"), "Track1Case", None)
-    return (case_class or require("cropbench.config", "Track1Case"))(**knobs)
-
-
 def full_layouts() -> list[str]:
     """Every named layout of this commit (the full grid's ``layout`` values)."""
     try:
-        return sorted(require("cropbench.config", "LAYOUTS"))
-    except (LookupError, NotImplementedError):
+        with skips_older_commits():
+            from cropbench.config import LAYOUTS
+
+            return sorted(LAYOUTS)
+    except NotImplementedError:
         return ["default"]
 
 
@@ -194,9 +134,13 @@ def missing_writer_feature(layout: Any) -> str | None:
 
 
 def _write_plates(preset: str, names: Sequence[str]) -> dict[str, str]:
-    generate_plate = require("cropbench.plates.generate", "generate_plate")
-    spec = require("cropbench.config", "plate_preset")(preset)
-    layout_by_name = require("cropbench.config", "layout_by_name")
+    """Each named layout's plate path, or why it could not be written (a setup_cache may not skip: asv fails it)."""
+    try:
+        with skips_older_commits():
+            from cropbench.config import layout_by_name, plate_preset
+            from cropbench.plates.generate import generate_plate
+    except NotImplementedError as older:
+        return dict.fromkeys(names, UNAVAILABLE + str(older))
     plates = {}
     for name in names:
         try:
@@ -209,7 +153,7 @@ def _write_plates(preset: str, names: Sequence[str]) -> dict[str, str]:
             plates[name] = UNAVAILABLE + missing
             continue
         path = Path(PLATE_DIR, preset, f"{name}.zarr").absolute()
-        generate_plate(path, spec, layout, overwrite=True, progress=False)
+        generate_plate(path, plate_preset(preset), layout, overwrite=True, progress=False)
         plates[name] = str(path)
     return plates
 
@@ -239,7 +183,9 @@ def plate_for(plates: dict[str, str], layout: str) -> str:
 
 def one_thread() -> None:
     """One torch intra-op thread, as the CLI runs: 2-core machines otherwise oversubscribe."""
-    require("cropbench.measure.protocol", "configure_threads")(1)
+    from cropbench.measure.protocol import configure_threads
+
+    configure_threads(1)
 
 
 def channel_names(channels: str) -> tuple[str, ...] | None:
@@ -248,24 +194,29 @@ def channel_names(channels: str) -> tuple[str, ...] | None:
 
 
 def crop_config(**knobs: Any) -> Any:
-    """A CropConfig, or a skip when this commit rejects or lacks one of the knobs."""
-    config_class = require("cropbench.config", "CropConfig")
-    try:
-        return config_class(**knobs)
-    except TypeError as error:
-        raise NotImplementedError(f"CropConfig of this commit does not take {sorted(knobs)}: {error}") from error
+    from cropbench.config import CropConfig
+
+    return CropConfig(**knobs)
+
+
+def crop_dataset(plate: str | Path, crop: Any, **options: Any) -> Any:
+    from cropbench.data.dataset import CropDataset
+
+    return CropDataset(plate, crop, **options)
 
 
 def getter(dataset: Any, access: str) -> Callable[[int], Any]:
     """What a training loop calls per object: one view, or two views for ``paired``."""
-    if access == "paired":
-        return require("cropbench.data.dataset", "PairedViews")(dataset).__getitem__
-    return dataset.__getitem__
+    from cropbench.data.dataset import PairedViews
+
+    return PairedViews(dataset).__getitem__ if access == "paired" else dataset.__getitem__
 
 
 def access_order(dataset: Any, access: str, count: int, seed: int = 0) -> list[int]:
     """``count`` indices in the access pattern's order (:func:`cropbench.data.sampling.access_order`)."""
-    return [int(i) for i in require("cropbench.data.sampling", "access_order")(dataset, access, count, seed)]
+    from cropbench.data.sampling import access_order as order
+
+    return [int(i) for i in order(dataset, access, count, seed)]
 
 
 class Suite:
@@ -310,6 +261,8 @@ class MemoryReference:
     def __init__(self, dataset: Any) -> None:
         import torch
 
+        from cropbench.data.transforms import TORCH_DTYPES
+
         reader = dataset.reader
         channels = list(dataset.channel_indices)
         self.fields = [reader.read_field(i)[channels] for i in range(len(reader.metadata.fields))]
@@ -319,7 +272,7 @@ class MemoryReference:
         self.field_index = np.asarray(dataset.field_index)
         self.y0 = np.clip(np.asarray(dataset.window_y0), 0, height - size)
         self.x0 = np.clip(np.asarray(dataset.window_x0), 0, width - size)
-        self.dtype = require("cropbench.data.transforms", "TORCH_DTYPES")[dataset.config.dtype]
+        self.dtype = TORCH_DTYPES[dataset.config.dtype]
         self._from_numpy = torch.from_numpy
 
     def __call__(self, index: int) -> Any:
@@ -330,7 +283,9 @@ class MemoryReference:
 
 def relative_cost(get: Callable[[int], Any], reference: Callable[[int], Any], indices: Sequence[int]) -> float:
     """:func:`cropbench.measure.protocol.relative_cost` over blocks of ``BLOCK`` crops, ``TRIM`` dropped at each end."""
-    return float(require("cropbench.measure.protocol", "relative_cost")(get, reference, indices, BLOCK, TRIM))
+    from cropbench.measure.protocol import relative_cost as cost
+
+    return float(cost(get, reference, indices, BLOCK, TRIM))
 
 
 class SamplerStream:
@@ -357,28 +312,19 @@ class SamplerStream:
 
 def sampled(get: Callable[[int], Any], dataset: Any, access: str) -> Callable[[int], Any]:
     """``get`` of the index the access pattern's sampler yields next (the same order as :func:`access_order`)."""
-    stream = SamplerStream(require("cropbench.data.sampling", "sampler_for")(dataset, access, 0))
+    from cropbench.data.sampling import sampler_for
+
+    stream = SamplerStream(sampler_for(dataset, access, 0))
     return lambda expected: get(stream(expected))
-
-
-def stage_timed_reader_class() -> Any:
-    """``StageTimedChunkReader``: in ``cropbench.formats.direct``, in ``cropbench.formats.chunks`` in older commits."""
-    try:
-        return require("cropbench.formats.direct", "StageTimedChunkReader")
-    except NotImplementedError as missing:
-        try:
-            return importlib.import_module("cropbench.formats.chunks").StageTimedChunkReader
-        except (ImportError, AttributeError):
-            raise missing from None
 
 
 def stage_timed_dataset(plate: str, crop: Any) -> Any:
     """A ``direct`` dataset whose reader clocks fetch, decode and assembly and counts the decode step's work."""
-    metadata = require("cropbench.formats", "read_plate_metadata")(plate)
-    reader = stage_timed_reader_class()(metadata, crop.chunk_cache_bytes)
-    if not hasattr(reader, "decode_calls"):
-        raise NotImplementedError("this commit's stage-timed reader does not count decode calls (added in b4465d5)")
-    return require("cropbench.data.dataset", "CropDataset")(plate, crop, reader=reader)
+    from cropbench.formats import read_plate_metadata
+    from cropbench.formats.direct import StageTimedChunkReader
+
+    reader = StageTimedChunkReader(read_plate_metadata(plate), crop.chunk_cache_bytes)
+    return crop_dataset(plate, crop, reader=reader)
 
 
 def stage_costs(
@@ -390,9 +336,11 @@ def stage_costs(
     stage's share and the cost come from one measurement; ``assemble`` is the reader's time outside
     fetch and decode (planning, cache lookups, copying pieces into the crop).
     """
+    from cropbench.measure.protocol import Stopwatch
+
     stage_ns = dataset.reader.stage_ns
     stage_ns.update(fetch=0, decode=0, region=0)
-    total = require("cropbench.measure.protocol", "Stopwatch")()
+    total = Stopwatch()
     cost = relative_cost(total.wrap(get), reference, indices) / max(total.ns, 1)
     assemble = stage_ns["region"] - stage_ns["fetch"] - stage_ns["decode"]
     return {"fetch": cost * stage_ns["fetch"], "decode": cost * stage_ns["decode"], "assemble": cost * assemble}

@@ -22,9 +22,8 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from .common import BOUNDED_CACHE_BYTES, ArrowSuite, Suite, plate_for, require
+from .common import BOUNDED_CACHE_BYTES, ArrowSuite, Suite, plate_for, skips_older_commits
 
-MODULE = "cropbench.measure.instructions"
 #: Crops of the smaller run per decode path (the larger reads five times as many): enough extra
 #: crops that their instructions stand well above the start-up's run-to-run wobble.
 CROPS = {"zarr": 20, "direct": 100, "as-py": 4}
@@ -41,12 +40,14 @@ class _Instructions:
     timeout = 900  # two children under valgrind, slower beside other work
     version = "1"
 
+    @skips_older_commits()
     def prepare(self, plate: str, decode: str, access: str) -> None:
+        from cropbench.measure.instructions import InstructionWorkload, measure_instructions
+
         if shutil.which("valgrind") is None:
             raise NotImplementedError(f"valgrind is not installed: {VALGRIND_INSTALL}")
-        self.measure = require(MODULE, "measure_instructions")
-        workload = require(MODULE, "InstructionWorkload")
-        self.workload = workload(
+        self.measure = measure_instructions
+        self.workload = InstructionWorkload(
             plate, decode=decode, access=access, crops=CROPS[decode], chunk_cache_bytes=BOUNDED_CACHE_BYTES
         )
 

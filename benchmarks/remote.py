@@ -19,7 +19,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .common import BLOCK, Suite, access_order, crop_config, one_thread, plate_for, relative_cost, require
+from .common import (
+    BLOCK,
+    Suite,
+    access_order,
+    crop_config,
+    crop_dataset,
+    one_thread,
+    plate_for,
+    relative_cost,
+    skips_older_commits,
+)
 
 #: Random crops counted per ``track_requests_per_crop`` / ``track_bytes_per_crop`` value.
 COUNTED_CROPS = 64
@@ -37,21 +47,28 @@ class Store(Suite):
     #: 2: the counted crops are drawn by the library's random sampler (they were a permutation of its own).
     version = "2"
 
+    @skips_older_commits()
     def setup(self, plates: dict[str, str], decode: str) -> None:
+        from cropbench import metrics
+        from cropbench.config import StoreConfig
+        from cropbench.formats.sources import mirror_metadata
+        from cropbench.measure.endpoints import http_plate, nginx_binary
+        from cropbench.measure.remote import requests_per_crop
+
         missing = [name for name in CLIENT_PACKAGES[decode] if importlib.util.find_spec(name) is None]
         if missing:
             raise NotImplementedError(f"the {decode} path over HTTP needs {', '.join(missing)} (not installed)")
-        if require("cropbench.measure.endpoints", "nginx_binary")() is None:
+        if nginx_binary() is None:
             raise NotImplementedError("nginx is not installed (apt-get install -y nginx): no HTTP server to read from")
         one_thread()
         self.decode = decode
         self.local = Path(plate_for(plates, "default"))
+        self.requests_per_crop, self.metrics = requests_per_crop, metrics
         self._stack = contextlib.ExitStack()
         try:
-            url = self._stack.enter_context(require("cropbench.measure.endpoints", "http_plate")(self.local))
+            url = self._stack.enter_context(http_plate(self.local))
             cache = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="cropbench-mirrors-")))
-            store = require("cropbench.config", "StoreConfig")()
-            self.mirror = require("cropbench.formats.sources", "mirror_metadata")(url, store, cache)
+            self.mirror = mirror_metadata(url, StoreConfig(), cache)
         except BaseException:
             self._stack.close()
             raise
@@ -63,25 +80,22 @@ class Store(Suite):
             stack.close()
 
     def _counts(self) -> dict[str, float]:
-        counted: dict[str, float] = require("cropbench.measure.remote", "requests_per_crop")(
-            self.mirror, self.decode, COUNTED_CROPS, cache_bytes=0
-        )
+        counted: dict[str, float] = self.requests_per_crop(self.mirror, self.decode, COUNTED_CROPS, cache_bytes=0)
         return counted
 
     def track_requests_per_crop(self, *params: Any) -> float:
-        return float(self._counts()[require("cropbench.metrics", "REQUESTS_PER_CROP")])
+        return float(self._counts()[self.metrics.REQUESTS_PER_CROP])
 
     track_requests_per_crop.unit = "requests/crop"  # type: ignore[attr-defined]
 
     def track_bytes_per_crop(self, *params: Any) -> float:
-        return float(self._counts()[require("cropbench.metrics", "BYTES_TRANSFERRED_PER_CROP")])
+        return float(self._counts()[self.metrics.BYTES_TRANSFERRED_PER_CROP])
 
     track_bytes_per_crop.unit = "bytes/crop"  # type: ignore[attr-defined]
 
     def track_relative_cost(self, *params: Any) -> float:
-        dataset_class = require("cropbench.data.dataset", "CropDataset")
         crop = crop_config(decode=self.decode, chunk_cache_bytes=0)
-        remote, local = dataset_class(self.mirror, crop), dataset_class(self.local, crop)
+        remote, local = crop_dataset(self.mirror, crop), crop_dataset(self.local, crop)
         indices = access_order(local, "random", BLOCK * REMOTE_BLOCKS)
         return relative_cost(remote.__getitem__, local.__getitem__, indices)
 

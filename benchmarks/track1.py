@@ -29,18 +29,19 @@ from .common import (
     cache_knobs,
     channel_names,
     crop_config,
+    crop_dataset,
     decode_work,
     full_layouts,
     getter,
+    import_track_piece,
     one_thread,
     plate_for,
     relative_cost,
-    require,
     require_full_grid,
     sampled,
+    skips_older_commits,
     stage_costs,
     stage_timed_dataset,
-    track1_case,
 )
 
 #: Steady-state samples per ``run_case`` call: enough for a reliable p95 (200 needed).
@@ -51,12 +52,11 @@ class _Crops:
     """Reads one crop configuration through one access pattern (no benchmarks; mixed into suites)."""
 
     def prepare(self, plate: str, access: str, crop: Any, stage_timed: bool = False) -> None:
+        from cropbench.measure.protocol import relative_cost  # noqa: F401 - the bodies' measure, checked here
+
         one_thread()
         self.plate, self.access, self.crop = plate, access, crop
-        if stage_timed:
-            self.dataset = stage_timed_dataset(plate, crop)
-        else:
-            self.dataset = require("cropbench.data.dataset", "CropDataset")(plate, crop)
+        self.dataset = stage_timed_dataset(plate, crop) if stage_timed else crop_dataset(plate, crop)
         self.get = getter(self.dataset, access)
         self.indices = access_order(self.dataset, access, BLOCK * RELATIVE_BLOCKS)
         self.block = self.indices[:BLOCK]
@@ -77,6 +77,7 @@ class _DefaultCrops(_Crops, Suite):
     #: Whether the reader needs the ``direct`` path's instruments (stage clocks, decode counts).
     instrumented = False
 
+    @skips_older_commits()
     def setup(self, plates: dict[str, str], access: str, decode: str, cache: str) -> None:
         if decode != "direct" and self.instrumented:
             raise NotImplementedError(f"the {decode} path has no stage clocks or decode counters (only 'direct')")
@@ -122,7 +123,10 @@ class Stages(_DefaultCrops):
 
     instrumented = True
 
+    @skips_older_commits()
     def setup(self, plates: dict[str, str], access: str, decode: str, cache: str) -> None:
+        from cropbench.measure.protocol import Stopwatch  # noqa: F401 - used by common.stage_costs, checked here
+
         if cache != "bounded":
             raise NotImplementedError("the whole plate is in the cache: nothing is fetched or decoded (see 'bounded')")
         super().setup(plates, access, decode, cache)
@@ -153,6 +157,7 @@ class ArrowFetch(_Crops, ArrowSuite):
     params = (["random"], ["direct", "as-py"])
     param_names = ("access", "decode")
 
+    @skips_older_commits()
     def setup(self, plates: dict[str, str], access: str, decode: str) -> None:
         self.prepare(plate_for(plates, "ome-arrow"), access, crop_config(decode=decode))
 
@@ -175,6 +180,7 @@ class _FullCrops(_Crops, FullSuite):
     )
     param_names = ("access", "decode", "crop_size", "channels", "tier", "layout")
 
+    @skips_older_commits()
     def setup(
         self,
         plates: dict[str, str],
@@ -188,6 +194,7 @@ class _FullCrops(_Crops, FullSuite):
         require_full_grid(type(self).__name__)
         crop = crop_config(crop_size=crop_size, channels=channel_names(channels), decode=decode, tier=tier)
         self.prepare(plate_for(plates, layout), access, crop)
+        self.dataset_case = import_track_piece("dataset case")
 
 
 class FullFetch(_FullCrops):
@@ -207,14 +214,10 @@ class Latency(_FullCrops):
             self.get(index)
 
     def _run_case(self) -> dict[str, Any]:
-        case = track1_case(
-            crop=self.crop,
-            access=self.access,
-            samples=RUN_CASE_SAMPLES,
-            warmup=30,
-            cold_samples=0,
+        case = self.dataset_case.Track1Case(
+            crop=self.crop, access=self.access, samples=RUN_CASE_SAMPLES, warmup=30, cold_samples=0
         )
-        return require("cropbench.tracks.track1", "run_case")(self.plate, case, evict_first=False)
+        return self.dataset_case.run_case(self.plate, case, evict_first=False)
 
     def track_p95_ms(self, *params: Any) -> float:
         return float(self._run_case()["p95_ms"])

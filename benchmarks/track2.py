@@ -14,7 +14,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import FullSuite, Suite, crop_config, full_layouts, one_thread, plate_for, require, require_full_grid
+from .common import (
+    FullSuite,
+    Suite,
+    crop_config,
+    crop_dataset,
+    full_layouts,
+    import_track_piece,
+    one_thread,
+    plate_for,
+    require_full_grid,
+    skips_older_commits,
+)
 
 #: Samples per epoch: a few dozen batches, so an epoch is short but not one batch.
 EPOCH_SAMPLES = 512
@@ -37,31 +48,29 @@ class _Loading:
     repeat = (5, 10, 4.0)
 
     def prepare(self, plate: str, num_workers: int, batch_size: int, decode: str, tier: str) -> None:
+        from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader, schedule
+        from cropbench.data.sampling import sampler_for
+        from cropbench.measure.protocol import relative_cost
+
         one_thread()
         self.plate = plate
-        loader_spec = require("cropbench.data.loader", "LoaderSpec")(num_workers=num_workers, batch_size=batch_size)
+        self.loader_case = import_track_piece("loader case")
+        self.loader_spec = LoaderSpec(num_workers=num_workers, batch_size=batch_size)
         crop = crop_config(crop_size=96, decode=decode, tier=tier)
-        self.case = require("cropbench.tracks.track2", "Track2Case")(
-            crop=crop,
-            loader=loader_spec,
-            samples=EPOCH_SAMPLES,
-            epochs=2,
-        )
-        dataset = require("cropbench.data.dataset", "CropDataset")(plate, crop)
-        sampler = require("cropbench.data.sampling", "sampler_for")(dataset, "random", 0)
-        orders = require("cropbench.data.loader", "schedule")(sampler, EPOCH_SAMPLES, 1)
-        self.dataset, self.loader_spec, self.orders = dataset, loader_spec, orders
-        self.loader = self.build(dataset)
+        self.case = self.loader_case.Track2Case(crop=crop, loader=self.loader_spec, samples=EPOCH_SAMPLES, epochs=2)
+        self.dataset = crop_dataset(plate, crop)
+        self.orders = schedule(sampler_for(self.dataset, "random", 0), EPOCH_SAMPLES, 1)
+        self.scheduled_sampler, self.build_loader, self.relative_cost = ScheduledSampler, build_loader, relative_cost
+        self.loader = self.build(self.dataset)
 
     def build(self, dataset: Any) -> Any:
-        scheduled = require("cropbench.data.loader", "ScheduledSampler")(self.orders)
-        return require("cropbench.data.loader", "build_loader")(dataset, self.loader_spec, scheduled, 0)
+        return self.build_loader(dataset, self.loader_spec, self.scheduled_sampler(self.orders), 0)
 
     def relative_epoch(self) -> float:
         """Plate epochs over memory epochs, taking turns pair by pair; trimmed mean of the pairs' ratios."""
-        memory_loader = self.build(require("cropbench.tracks.track2", "MemoryCrops")(self.dataset))
+        memory_loader = self.build(self.loader_case.MemoryCrops(self.dataset))
         return float(
-            require("cropbench.measure.protocol", "relative_cost")(
+            self.relative_cost(
                 lambda _: drain(self.loader), lambda _: drain(memory_loader), range(EPOCH_PAIRS), 1, EPOCH_TRIM
             )
         )
@@ -74,6 +83,7 @@ class _DefaultLoading(_Loading, Suite):
     param_names = ("num_workers", "batch_size", "decode", "tier")
     version = "2"
 
+    @skips_older_commits()
     def setup(self, plates: dict[str, str], num_workers: int, batch_size: int, decode: str, tier: str) -> None:
         self.prepare(plate_for(plates, "default"), num_workers, batch_size, decode, tier)
 
@@ -96,6 +106,7 @@ class _FullLoading(_Loading, FullSuite):
     params = ([0, 1, 2, 4], [16, 64, 256], ["direct", "zarr", "field"], ["none", "typical"], full_layouts())
     param_names = ("num_workers", "batch_size", "decode", "tier", "layout")
 
+    @skips_older_commits()
     def setup(
         self, plates: dict[str, str], num_workers: int, batch_size: int, decode: str, tier: str, layout: str
     ) -> None:
@@ -116,7 +127,7 @@ class LoaderLatency(_FullLoading):
     """Raw milliseconds from ``run_case`` (full grid only)."""
 
     def _run_case(self) -> dict[str, Any]:
-        return require("cropbench.tracks.track2", "run_case")(self.plate, self.case)
+        return self.loader_case.run_case(self.plate, self.case)
 
     def time_epoch(self, *params: Any) -> None:
         drain(self.loader)

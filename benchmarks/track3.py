@@ -13,7 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import FullSuite, Suite, crop_config, full_layouts, one_thread, plate_for, require, require_full_grid
+from .common import (
+    FullSuite,
+    Suite,
+    crop_config,
+    full_layouts,
+    import_track_piece,
+    one_thread,
+    plate_for,
+    require_full_grid,
+    skips_older_commits,
+)
 
 #: Timed steps (after warm-up) per run: short on CPU, long enough for a fraction to mean something.
 STEPS = 12
@@ -25,18 +35,16 @@ class _Training:
     def prepare(self, plate: str, model: str, num_workers: int, device: str) -> None:
         import torch
 
+        from cropbench.data.loader import LoaderSpec
+
         if device == "cuda" and not torch.cuda.is_available():
             raise NotImplementedError("no CUDA device on this machine")
         one_thread()
         self.plate = plate
-        loader_spec = require("cropbench.data.loader", "LoaderSpec")(
-            num_workers=num_workers,
-            batch_size=64,
-            pin_memory=device == "cuda",
-        )
-        self.case = require("cropbench.tracks.track3", "Track3Case")(
+        self.training_case = import_track_piece("training case")
+        self.case = self.training_case.Track3Case(
             crop=crop_config(crop_size=96, tier="light"),
-            loader=loader_spec,
+            loader=LoaderSpec(num_workers=num_workers, batch_size=64, pin_memory=device == "cuda"),
             model=model,
             device=device,
             steps=STEPS,
@@ -45,7 +53,7 @@ class _Training:
         )
 
     def run_case(self) -> dict[str, Any]:
-        return require("cropbench.tracks.track3", "run_case")(self.plate, self.case)
+        return self.training_case.run_case(self.plate, self.case)
 
     def step_over_compute(self) -> float:
         metrics = self.run_case()
@@ -59,6 +67,7 @@ class Loop(_Training, Suite):
     param_names = ("model", "num_workers", "device")
     version = "2"
 
+    @skips_older_commits()
     def setup(self, plates: dict[str, str], model: str, num_workers: int, device: str) -> None:
         self.prepare(plate_for(plates, "default"), model, num_workers, device)
 
@@ -74,6 +83,7 @@ class _FullTraining(_Training, FullSuite):
     params = (["smallcnn", "resnet18", "emulated"], [0, 1, 2], ["cpu", "cuda"], full_layouts())
     param_names = ("model", "num_workers", "device", "layout")
 
+    @skips_older_commits()
     def setup(self, plates: dict[str, str], model: str, num_workers: int, device: str, layout: str) -> None:
         require_full_grid(type(self).__name__)
         self.prepare(plate_for(plates, layout), model, num_workers, device)

@@ -24,16 +24,16 @@ from .common import (
     access_order,
     cache_knobs,
     crop_config,
+    crop_dataset,
     getter,
     one_thread,
     plate_for,
-    require,
     sampled,
+    skips_older_commits,
 )
 
 #: Crops behind one ``ZarrCounts`` value (counts do not need many).
 COUNTED_CROPS = 256
-STAGES_MODULE = "cropbench.measure.zarr_stages"
 
 
 class _ZarrCrops(Suite):
@@ -43,11 +43,14 @@ class _ZarrCrops(Suite):
     param_names = ("access",)
     version = "1"
 
+    @skips_older_commits()
     def setup(self, plates: dict[str, str], access: str) -> None:
-        self.measure = require(STAGES_MODULE, "measure_stages")
+        from cropbench.measure import zarr_stages
+
+        self.stages = zarr_stages
         one_thread()
         crop = crop_config(decode="zarr", **cache_knobs("bounded"))
-        self.dataset = require("cropbench.data.dataset", "CropDataset")(plate_for(plates, "default"), crop)
+        self.dataset = crop_dataset(plate_for(plates, "default"), crop)
         self.access = access
         self.indices = access_order(self.dataset, access, BLOCK * RELATIVE_BLOCKS)
         get = getter(self.dataset, access)
@@ -62,17 +65,19 @@ class ZarrStages(_ZarrCrops):
     """``Fetch.track_relative_cost`` of the ``zarr`` path split into zarr's stages, in the same units."""
 
     def _stage(self, stage: str) -> float:
-        measured = self.measure(self._get(), self.indices, reference=MemoryReference(self.dataset), block=BLOCK)
+        measured = self.stages.measure_stages(
+            self._get(), self.indices, reference=MemoryReference(self.dataset), block=BLOCK
+        )
         return float(measured.relative_stages()[stage])
 
     def track_store(self, *params: Any) -> float:
-        return self._stage(require(STAGES_MODULE, "STORE"))
+        return self._stage(self.stages.STORE)
 
     def track_codec(self, *params: Any) -> float:
-        return self._stage(require(STAGES_MODULE, "CODEC"))
+        return self._stage(self.stages.CODEC)
 
     def track_index_assemble(self, *params: Any) -> float:
-        return self._stage(require(STAGES_MODULE, "INDEX_ASSEMBLE"))
+        return self._stage(self.stages.INDEX_ASSEMBLE)
 
     track_store.unit = track_codec.unit = track_index_assemble.unit = "x in-memory copy"  # type: ignore[attr-defined]
 
@@ -81,20 +86,20 @@ class ZarrCounts(_ZarrCrops):
     """zarr-python's work per crop: store reads, bytes from the store, chunks through the codec pipeline."""
 
     def _count(self, name: str) -> float:
-        counts = self.measure(self._get(), self.indices[:COUNTED_CROPS]).counts()
-        return float(counts[require(STAGES_MODULE, name)])
+        counts = self.stages.measure_stages(self._get(), self.indices[:COUNTED_CROPS]).counts()
+        return float(counts[name])
 
     def track_store_reads_per_crop(self, *params: Any) -> float:
-        return self._count("STORE_READS_PER_CROP")
+        return self._count(self.stages.STORE_READS_PER_CROP)
 
     track_store_reads_per_crop.unit = "reads/crop"  # type: ignore[attr-defined]
 
     def track_store_bytes_per_crop(self, *params: Any) -> float:
-        return self._count("STORE_BYTES_PER_CROP")
+        return self._count(self.stages.STORE_BYTES_PER_CROP)
 
     track_store_bytes_per_crop.unit = "bytes/crop"  # type: ignore[attr-defined]
 
     def track_chunks_decoded_per_crop(self, *params: Any) -> float:
-        return self._count("CHUNKS_DECODED_PER_CROP")
+        return self._count(self.stages.CHUNKS_DECODED_PER_CROP)
 
     track_chunks_decoded_per_crop.unit = "chunks/crop"  # type: ignore[attr-defined]

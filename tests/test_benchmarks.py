@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import importlib.util
 import json
@@ -18,6 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import common, track1, track2, track3  # noqa: E402
+from cropbench.config import plate_preset  # noqa: E402
 from cropbench.measure import protocol  # noqa: E402
 
 SUITES = [track1.Fetch, track1.Decoding, track1.Stages, track2.Loader, track3.Loop]
@@ -81,7 +83,7 @@ def test_parameters_do_not_depend_on_the_environment(monkeypatch: pytest.MonkeyP
 def test_cache_parameter_bounds_the_chunk_cache_far_below_the_smoke_plate() -> None:
     assert common.cache_knobs("default") == {}
     assert common.cache_knobs("bounded") == {"chunk_cache_bytes": common.BOUNDED_CACHE_BYTES}
-    smoke = common.require("cropbench.config", "plate_preset")("smoke")
+    smoke = plate_preset("smoke")
     fields = smoke.rows * smoke.columns * smoke.fields_per_well
     decoded_bytes = fields * smoke.channels * smoke.field_height * smoke.field_width * 2
     assert decoded_bytes > common.BOUNDED_CACHE_BYTES * 8
@@ -89,27 +91,65 @@ def test_cache_parameter_bounds_the_chunk_cache_far_below_the_smoke_plate() -> N
         common.cache_knobs("tiny")
 
 
-def test_require_skips_only_symbols_listed_as_added_later(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert common.require("cropbench.config", "CropConfig").__name__ == "CropConfig"
-    with pytest.raises(LookupError, match="not in benchmarks.common.ADDED_IN"):
-        common.require("cropbench.tracks.track9", "run_case")
-    with pytest.raises(LookupError, match="not in benchmarks.common.ADDED_IN"):
-        common.require("cropbench.config", "NoSuchThing")
-    monkeypatch.setitem(common.ADDED_IN, "cropbench.config.NoSuchThing", "abc1234")
-    with pytest.raises(NotImplementedError, match="not in this commit"):
-        common.require("cropbench.config", "NoSuchThing")
+@common.skips_older_commits()
+def _setup_importing(module: str) -> None:
+    importlib.import_module(module)
 
 
-@pytest.mark.parametrize("symbol", sorted(common.ADDED_IN))
-def test_every_symbol_listed_as_added_later_is_in_this_checkout(symbol: str) -> None:
-    module, name = symbol.rsplit(".", 1)
-    assert getattr(importlib.import_module(module), name, None) is not None, f"{symbol} is gone: fix the benchmark"
+def test_a_name_this_commit_of_cropbench_lacks_is_a_skip_and_other_errors_are_not() -> None:
+    with pytest.raises(NotImplementedError, match="lacks what the benchmark uses: No module named 'cropbench.track9'"):
+        _setup_importing("cropbench.track9")
+    with pytest.raises(ModuleNotFoundError, match="no_such_package"):  # not cropbench's: a broken environment
+        _setup_importing("no_such_package")
+
+    @common.skips_older_commits()
+    def setup_importing_a_name() -> None:
+        from cropbench.config import NoSuchThing  # type: ignore[attr-defined]  # noqa: F401
+
+    with pytest.raises(NotImplementedError, match="cannot import name 'NoSuchThing'"):
+        setup_importing_a_name()
+
+    @common.skips_older_commits()
+    def setup_using_a_name_wrongly() -> None:
+        _ = protocol.NoSuchThing  # type: ignore[attr-defined]
+
+    with pytest.raises(AttributeError):  # only imports skip: a name used wrongly fails, however old the commit
+        setup_using_a_name_wrongly()
+
+
+def test_a_suite_skips_on_a_commit_without_a_name_only_its_bodies_use(
+    tiny_plate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bodies' measure is imported in setup, so its absence is asv's skip, not a failed benchmark."""
+    monkeypatch.delattr(protocol, "relative_cost")
+    with pytest.raises(NotImplementedError, match="cannot import name 'relative_cost'"):
+        track1.Fetch().setup({"default": str(tiny_plate)}, "random", "direct", "bounded")
+    monkeypatch.undo()
+    monkeypatch.delattr(protocol, "Stopwatch")
+    with pytest.raises(NotImplementedError, match="cannot import name 'Stopwatch'"):
+        track1.Stages().setup({"default": str(tiny_plate)}, "random", "direct", "bounded")
+
+
+@pytest.mark.parametrize("piece", sorted(common.TRACK_MODULES))
+def test_every_track_module_the_suites_call_is_in_this_checkout(piece: str) -> None:
+    assert common.import_track_piece(piece).__name__ == common.TRACK_MODULES[piece]
+
+
+def test_a_commit_that_cannot_write_the_plates_gives_reasons_not_a_failed_setup_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    generate = importlib.import_module("cropbench.plates.generate")
+    monkeypatch.delattr(generate, "generate_plate")
+    plates = common.make_plates()
+    assert plates["default"].startswith(common.UNAVAILABLE) and "generate_plate" in plates["default"]
+    with pytest.raises(NotImplementedError, match="generate_plate"):
+        common.plate_for(plates, "default")
     with pytest.raises(NotImplementedError, match="was not generated"):
         common.plate_for({"default": "x"}, "sharded")
 
 
 def test_copy_ceiling_cuts_the_same_pixels_as_the_dataset(tiny_plate: Path) -> None:
-    dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    dataset = common.crop_dataset(tiny_plate, common.crop_config(crop_size=64))
     ceiling = common.MemoryReference(dataset)
     _, height, width = dataset.reader.metadata.field_shape
     inside = [
@@ -123,7 +163,7 @@ def test_copy_ceiling_cuts_the_same_pixels_as_the_dataset(tiny_plate: Path) -> N
 
 
 def test_relative_cost_rises_with_a_slower_crop_path(tiny_plate: Path) -> None:
-    dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    dataset = common.crop_dataset(tiny_plate, common.crop_config(crop_size=64))
     ceiling = common.MemoryReference(dataset)
     indices = common.access_order(dataset, "random", common.BLOCK * 20)
 
@@ -145,7 +185,7 @@ def test_trimmed_mean_drops_the_extremes() -> None:
 
 
 def test_access_order_continues_into_further_epochs(tiny_plate: Path) -> None:
-    dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    dataset = common.crop_dataset(tiny_plate, common.crop_config(crop_size=64))
     order = common.access_order(dataset, "grouped-field", 2 * len(dataset) + 3)
     assert len(order) == 2 * len(dataset) + 3
     assert sorted(order[: len(dataset)]) == list(range(len(dataset)))
@@ -221,7 +261,7 @@ def test_uninstrumented_zarr_path_skips_rather_than_reporting_zero(suite: Any, t
 
 
 def test_sampler_stream_yields_the_access_order_across_epochs(tiny_plate: Path) -> None:
-    dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, common.crop_config(crop_size=64))
+    dataset = common.crop_dataset(tiny_plate, common.crop_config(crop_size=64))
     for access in ("random", "grouped-field"):
         order = common.access_order(dataset, access, 2 * len(dataset) + 5)
         seen: list[int] = []
@@ -234,10 +274,10 @@ def test_sampler_stream_yields_the_access_order_across_epochs(tiny_plate: Path) 
 def test_decode_work_counts_a_chunk_decoded_twice(tiny_plate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The stats count each chunk once however often it is decoded; the decode step's counters count the work."""
     crop = common.crop_config(crop_size=64, chunk_cache_bytes=0)
-    dataset = common.require("cropbench.data.dataset", "CropDataset")(tiny_plate, crop)
+    dataset = common.crop_dataset(tiny_plate, crop)
     indices = common.access_order(dataset, "random", len(dataset))
     once = common.decode_work(str(tiny_plate), crop, "random", indices)
-    loader = common.require("cropbench.formats.direct.loads", "ChunkLoader")
+    loader = importlib.import_module("cropbench.formats.direct.loads").ChunkLoader
     load = loader.load
 
     def twice(self: Any, reads: Any, *copies: Any) -> Any:
@@ -300,13 +340,16 @@ def test_every_teardown_tolerates_a_setup_that_skipped(suite: Any, monkeypatch: 
     """asv calls ``teardown`` after a ``setup`` that raised NotImplementedError; a teardown error is a failure."""
     monkeypatch.delenv(common.FULL_GRID_SWITCH, raising=False)
 
-    def missing(module: str, name: str) -> Any:
-        raise NotImplementedError(f"{module}.{name} is not in this commit of cropbench")
+    # No plate was generated and no cropbench module is there (an old commit): every case skips.
+    real_import = builtins.__import__
 
-    # No plate was generated and no cropbench symbol is there (an old commit): every case skips.
-    for module in (common, sys.modules[suite.__module__]):
-        if hasattr(module, "require"):
-            monkeypatch.setattr(module, "require", missing)
+    def older_commit(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("cropbench"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", older_commit)
+    monkeypatch.setattr(common, "TRACK_MODULES", dict.fromkeys(common.TRACK_MODULES, "cropbench.not_yet"))
     params = [values[0] for values in getattr(suite, "params", ())]
     instance = suite()
     with pytest.raises(NotImplementedError):

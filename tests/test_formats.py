@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import zarr
 
+from cropbench.config import ReaderOptions
 from cropbench.errors import ConfigError, StoreError
-from cropbench.formats import open_plate, read_plate_metadata
+from cropbench.formats import DIRECT_READERS, open_plate, read_plate_metadata
 from cropbench.formats.base import LruCache, PlateGeometry
 
 DECODES = ("zarr", "direct", "field")
@@ -66,6 +67,28 @@ def test_readers_pickle_without_their_caches(tiny_plate: Path, decode: str) -> N
     clone = pickle.loads(pickle.dumps(reader))
     assert len(pickle.dumps(reader)) < 20_000
     assert np.array_equal(clone.read_region(1, 10, 60, 20, 70), before)
+
+
+def test_each_reader_is_built_from_one_options_object(tiny_plate: Path) -> None:
+    """``open_plate`` hands every format's reader the same options; the field cache's reader caches no chunks."""
+    direct = open_plate(tiny_plate, "direct", chunk_cache_bytes=12345, decode_threads=2)
+    field = open_plate(tiny_plate, "field", chunk_cache_bytes=12345, decode_threads=2)
+    try:
+        assert (direct.chunk_cache_bytes, direct.decode_threads) == (12345, 2)
+        assert (field.inner.chunk_cache_bytes, field.inner.decode_threads) == (0, 2)
+    finally:
+        direct.close()
+        field.close()
+    metadata, options = read_plate_metadata(tiny_plate), ReaderOptions(chunk_cache_bytes=12345, decode_threads=2)
+    for reader_class in DIRECT_READERS.values():  # built by the same call; nothing is opened before a read
+        reader = reader_class.from_options(metadata, options)
+        assert type(reader) is reader_class
+        assert getattr(reader, "chunk_cache_bytes", options.chunk_cache_bytes) == options.chunk_cache_bytes
+        reader.close()
+    with pytest.raises(ConfigError, match="decode_threads must be a positive integer, got 0"):
+        ReaderOptions(decode_threads=0)
+    with pytest.raises(ConfigError, match="chunk_cache_bytes must be >= 0, got -1"):
+        ReaderOptions(chunk_cache_bytes=-1)
 
 
 def test_direct_path_counts_read_amplification(tiny_plate: Path) -> None:

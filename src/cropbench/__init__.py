@@ -1,7 +1,8 @@
 """cropbench: honest numbers for single-cell crop loading from OME-Zarr plates into PyTorch.
 
 Importing cropbench sets ``OMP_WAIT_POLICY=PASSIVE`` unless the variable is already set: on small
-machines, OpenMP threads spinning beside DataLoader workers changed results 3–25×. It must be set
+machines, OpenMP threads spinning beside DataLoader workers change results several-fold (docs/tracks.md
+has the measurement). It must be set
 before torch loads its OpenMP runtime, hence here; every record carries the value in force.
 
 The public names below load on first use, so ``import cropbench`` (and the CLI's ``--help``) does not

@@ -222,6 +222,20 @@ def layout_by_name(name: str) -> LayoutSpec:
 
 
 @dataclass(frozen=True)
+class ReaderOptions:
+    """The knobs of a format's own reader, as one object: every reader is built from it by the same
+    call, and takes the knobs that apply to it (a memory map has nothing to cache or decode)."""
+
+    chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES
+    #: Threads that read, decode and copy chunks in one process (the OME-Zarr chunk reader's).
+    decode_threads: int = 1
+
+    def __post_init__(self) -> None:
+        _require(self.chunk_cache_bytes >= 0, f"chunk_cache_bytes must be >= 0, got {self.chunk_cache_bytes}")
+        _positive("decode_threads", self.decode_threads)
+
+
+@dataclass(frozen=True)
 class CropConfig:
     """How :class:`cropbench.data.dataset.CropDataset` cuts, decodes and transforms each crop."""
 

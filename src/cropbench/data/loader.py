@@ -248,8 +248,8 @@ def stack_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
     Inside a worker the images are stacked straight into shared memory (as default_collate does),
     so crossing the process boundary costs one copy, not two. Every torch tensor in a batch travels
-    as its own shared-memory segment whose file descriptor the main process fetches over a socket
-    (about 0.5-1 ms each on a 2-core x86_64 VM); numpy columns travel inside the pickle instead. default_collate
+    as its own shared-memory segment whose file descriptor the main process fetches over a socket,
+    a round trip per tensor; numpy columns travel inside the pickle instead. default_collate
     makes a tensor per numeric metadata key, ten per cropbench batch. A :class:`CropBatch` is one
     tensor already: it is passed on without stacking.
     """

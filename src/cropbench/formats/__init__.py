@@ -21,7 +21,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from cropbench.config import DECODE_PATHS, DEFAULT_CHUNK_CACHE_BYTES, LayoutSpec
+from cropbench.config import DECODE_PATHS, DEFAULT_CHUNK_CACHE_BYTES, LayoutSpec, ReaderOptions
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import ngff
 from cropbench.formats.base import (
@@ -126,20 +126,12 @@ def open_plate(
             f"decode={decode!r} does not apply to the {metadata.format} layout of {metadata.path}; "
             f"it supports {', '.join(supported_decodes(metadata))}"
         )
-    if decode == "field":
-        return FieldCacheReader(metadata, _direct_reader(metadata, 0, decode_threads), field_cache_fields)
+    own_reader = DIRECT_READERS[metadata.format].from_options
+    if decode == "field":  # the field cache holds whole fields: its reader needs no chunk cache of its own
+        return FieldCacheReader(metadata, own_reader(metadata, ReaderOptions(0, decode_threads)), field_cache_fields)
     if decode == "direct":
-        return _direct_reader(metadata, chunk_cache_bytes, decode_threads)
+        return own_reader(metadata, ReaderOptions(chunk_cache_bytes, decode_threads))
     return LIBRARY_READERS[metadata.format][1](metadata)
-
-
-def _direct_reader(metadata: PlateMetadata, chunk_cache_bytes: int, decode_threads: int = 1) -> PlateReader:
-    reader_class = DIRECT_READERS[metadata.format]
-    if reader_class is MemmapReader:  # nothing to decode, nothing to cache
-        return MemmapReader(metadata)
-    if reader_class is DirectChunkReader:
-        return DirectChunkReader(metadata, chunk_cache_bytes=chunk_cache_bytes, decode_threads=decode_threads)
-    return reader_class(metadata, chunk_cache_bytes=chunk_cache_bytes)  # type: ignore[call-arg]
 
 
 def plate_objects(plate: str | Path, location: tuple[str, int] | None = None) -> ObjectTable:

@@ -17,13 +17,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
 import psutil
 
 from cropbench import metrics as m
-from cropbench.config import LayoutSpec
+from cropbench.config import LayoutSpec, ReaderOptions
 from cropbench.errors import ConfigError, OutputError, StoreError
 from cropbench.formats.metadata import ArrayMetadata
 
@@ -168,6 +168,12 @@ class PlateReader(ABC):
     def __init__(self, metadata: PlateMetadata) -> None:
         self.metadata = metadata
         self.stats = ReadStats()
+
+    @classmethod
+    def from_options(cls, metadata: PlateMetadata, options: ReaderOptions) -> Self:
+        """The reader of ``metadata`` with the ``options`` that apply to it: one signature for every
+        reader, so the factory picks a class from a table. This reader takes none of them."""
+        return cls(metadata)
 
     def read_region(
         self,

@@ -23,13 +23,13 @@ Decode paths, named for what they do:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, ReaderOptions
 from cropbench.errors import ConfigError, ObjectTableError, StoreError
 from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
 from cropbench.formats.marker import write_marker
@@ -196,6 +196,10 @@ class OmeArrowReader(PlateReader):
         self._fields: LruCache[int, _FieldChunks] = LruCache(ROW_GROUP_BUDGET_BYTES, keep_newest=True)
         self._codecs: dict[str, pa.Codec] = {}
         self._dtype = np.dtype(metadata.dtype).newbyteorder("<")
+
+    @classmethod
+    def from_options(cls, metadata: PlateMetadata, options: ReaderOptions) -> Self:
+        return cls(metadata, chunk_cache_bytes=options.chunk_cache_bytes)
 
     def _config_state(self) -> dict[str, Any]:
         return {"chunk_cache_bytes": self.chunk_cache_bytes}

@@ -22,12 +22,12 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import tifffile
 
-from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, ReaderOptions
 from cropbench.errors import StoreError
 from cropbench.formats.base import LruCache, PlateMetadata, PlateReader, PlateWriter, chunk_spans
 from cropbench.formats.marker import write_marker
@@ -218,6 +218,10 @@ class TiffReader(PlateReader):
         self._checked: dict[int, list[TiffPlane]] = {}
         self._maps: dict[tuple[int, int], np.memmap] = {}
         self._descriptors: dict[Path, int] = {}
+
+    @classmethod
+    def from_options(cls, metadata: PlateMetadata, options: ReaderOptions) -> Self:
+        return cls(metadata, chunk_cache_bytes=options.chunk_cache_bytes)
 
     def _config_state(self) -> dict[str, Any]:
         return {"chunk_cache_bytes": self.chunk_cache_bytes}

@@ -1,8 +1,8 @@
 """Instructions per crop: the CPU work of a plate reader's read path, counted by valgrind, not timed.
 
-A wall clock on a shared machine moves more than a small regression does (identical code read up to
-1.2x apart between runs of the gates); the number of instructions a fixed workload executes does
-not depend on the neighbours. This counts them: a child process reads a fixed, seeded list of crops
+A wall clock on a shared machine moves more than a small regression does (identical code reads far
+apart between runs of the gates: docs/asv.md); the number of instructions a fixed workload executes
+does not depend on the neighbours. This counts them: a child process reads a fixed, seeded list of crops
 through one of cropbench's plate readers (``direct``: cropbench's chunk reader or OME-Arrow's
 zero-copy path; ``zarr``: zarr-python slicing of the plate; ``as-py``: OME-Arrow's reference
 script's way) under ``valgrind --tool=cachegrind --cache-sim=no``, which counts every instruction

@@ -331,7 +331,7 @@ def rss_bytes() -> int:
 def configure_threads(torch_threads: int) -> dict[str, Any]:
     """Pin torch's intra-op threads and report the OpenMP settings that shape results.
 
-    On a 2-core machine, OpenMP threads spinning while workers decode changed results 3–25×;
+    On a small machine, OpenMP threads spinning while workers decode change results several-fold;
     one intra-op thread and ``OMP_WAIT_POLICY=PASSIVE`` (set by the CLI before torch loads) avoid it.
     """
     import torch

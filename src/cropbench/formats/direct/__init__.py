@@ -1,8 +1,10 @@
 """The direct decode path for OME-Zarr: a reader composed of stages, each a module with one job.
 
 - :mod:`.keys`: a chunk's (and a shard's) key, one int packed from its field and grid position.
-- :mod:`.layout`: how an array stores its chunks (:class:`ChunkLayout`), its codecs as decoders,
-  each field's layout read once (:class:`FieldLayouts`).
+- :mod:`.codecs`: the store codecs (blosc, zstd, gzip/zlib, crc32c), one module per family behind
+  one interface.
+- :mod:`.layout`: how an array stores its chunks (:class:`ChunkLayout`) and which codecs decode
+  them, each field's layout read once (:class:`FieldLayouts`).
 - :mod:`.shards`: shard indexes, read once per process into one table.
 - :mod:`.records`: the records passed between stages and to C (a piece, a native read, a native
   chunk: NumPy structured dtypes; the channel groups), defined once.

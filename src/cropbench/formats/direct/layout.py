@@ -1,6 +1,7 @@
 """How a zarr array stores its chunks, reduced to what decoding needs: :class:`ChunkLayout`, read
-from ``zarr.json`` (v3) or ``.zarray`` (v2), the store codecs as decoders, and :class:`FieldLayouts`,
-each field's layout read once and checked against what the direct reader supports.
+from ``zarr.json`` (v3) or ``.zarray`` (v2), with its store codecs (:mod:`.codecs`) in decode order,
+and :class:`FieldLayouts`, each field's layout read once and checked against what the direct reader
+supports.
 
 Supported: (c, y, x) or singleton-(t, z) uint arrays, zarr v3 with ``bytes`` +
 ``blosc``/``zstd``/``gzip``/``crc32c`` codecs, optionally inside ``sharding_indexed``, and zarr v2
@@ -12,29 +13,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numcodecs
-import numcodecs.blosc
 import numpy as np
 
 import cropbench.formats.direct.native as native
 from cropbench.errors import StoreError
 from cropbench.formats.base import PlateMetadata
+from cropbench.formats.direct.codecs import BLOSC, CODECS, Codec
 from cropbench.formats.direct.keys import MAX_C_CHUNKS, MAX_YX_CHUNKS
 from cropbench.formats.metadata import ArrayMetadata
 from cropbench.formats.ngff import read_array_metadata
-
-#: A store codec's decode: (encoded bytes, the most bytes it may give) -> decoded bytes; ValueError
-#: (or a codec's own error) when the input is corrupt or would decode to more than that.
-Decoder = Callable[[Any, int], Any]
-BLOSC_HEADER_BYTES = 16
-#: What c-blosc adds to a chunk at most (its header; an incompressible chunk is stored as is).
-BLOSC_MAX_OVERHEAD = 16
 
 
 @dataclass(frozen=True)
@@ -49,7 +40,7 @@ class ChunkLayout:
     separator: str
     v3_prefix: bool
     #: The store codecs in decode order, each with the most bytes it may give.
-    decoders: tuple[tuple[Decoder, int], ...]
+    codecs: tuple[tuple[Codec, int], ...]
     index_decoders_checksum: bool
     index_at_end: bool
     fill_value: int | float
@@ -116,126 +107,17 @@ class ChunkLayout:
         return f"c{self.separator}{joined}" if self.v3_prefix else joined
 
 
-def blosc_decompress(data: Any, limit: int) -> bytes:
-    """numcodecs' blosc decompression, once the chunk holds every byte its header counts (c-blosc
-    does not know the buffer's length and would read past a truncated chunk's end) and the header
-    promises no more than ``limit`` bytes (c-blosc allocates what it promises)."""
-    view = memoryview(data)
-    if len(view) < BLOSC_HEADER_BYTES:
-        raise ValueError(f"truncated: {len(view)} bytes, less than a blosc header")
-    decoded = int.from_bytes(view[4:8], "little")
-    compressed = int.from_bytes(view[12:16], "little")
-    if compressed > len(view):
-        raise ValueError(f"truncated: the blosc header counts {compressed} bytes, the chunk has {len(view)}")
-    if decoded > limit:
-        raise ValueError(f"the blosc header promises {decoded} bytes, more than the chunk's {limit}")
-    return numcodecs.blosc.decompress(view)
-
-
-_ZSTD = numcodecs.Zstd()
-
-
-def zstd_decompress(data: Any, limit: int) -> Any:
-    """numcodecs' zstd decompression into a buffer of ``limit`` bytes: a frame that says it holds
-    more is refused before anything is allocated, one that holds fewer is cut to what it holds."""
-    content = zstd_content_size(data)
-    if content is None:  # a frame that does not say its size (a streaming writer's): decoded whole, then checked
-        decoded = _ZSTD.decode(data)
-        if len(decoded) > limit:
-            raise ValueError(f"the zstd frame decodes to {len(decoded)} bytes, more than the chunk's {limit}")
-        return decoded
-    if content > limit:
-        raise ValueError(f"the zstd frame says it holds {content} bytes, more than the chunk's {limit}")
-    return _ZSTD.decode(data, out=np.empty(content, dtype=np.uint8))
-
-
-def zstd_content_size(data: Any) -> int | None:
-    """The decoded size a zstd frame's header states, or None when it states none."""
-    view = memoryview(data)
-    if len(view) < 6 or bytes(view[:4]) != b"\x28\xb5\x2f\xfd":
-        raise ValueError("not a zstd frame")
-    descriptor = view[4]
-    single_segment = descriptor >> 5 & 1
-    size_bytes = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
-    if size_bytes == 0:
-        return None
-    start = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
-    if len(view) < start + size_bytes:
-        raise ValueError("truncated: the zstd frame header is cut short")
-    return int.from_bytes(view[start : start + size_bytes], "little") + (256 if size_bytes == 2 else 0)
-
-
-def gzip_decompress(data: Any, limit: int) -> bytes:
-    """A gzip stream (every member) inflated to at most ``limit`` bytes."""
-    return _inflate(data, limit, zlib.MAX_WBITS | 16)
-
-
-def zlib_decompress(data: Any, limit: int) -> bytes:
-    """A zlib stream inflated to at most ``limit`` bytes."""
-    return _inflate(data, limit, zlib.MAX_WBITS)
-
-
-def _inflate(data: Any, limit: int, wbits: int) -> bytes:
-    parts: list[bytes] = []
-    remaining, left = bytes(data), limit + 1
-    while remaining:
-        stream = zlib.decompressobj(wbits)
-        parts.append(stream.decompress(remaining, left))
-        left -= len(parts[-1])
-        if left <= 0:
-            raise ValueError(f"the stream inflates to more than the chunk's {limit} bytes")
-        if not stream.eof:
-            raise ValueError("truncated: the compressed stream ends early")
-        remaining = stream.unused_data if wbits & 16 else b""
-    return b"".join(parts)
-
-
-def checked_crc32c(data: Any, limit: int) -> memoryview:
-    """The chunk without its trailing crc32c, once the checksum matches (zarr-python checks it too)."""
-    view = memoryview(data)
-    if len(view) < 4 or crc32c(view[:-4]) != int.from_bytes(view[-4:], "little"):  # type: ignore[arg-type]
-        raise ValueError("crc32c checksum mismatch")
-    return view[:-4]
-
-
-def crc32c(data: bytes) -> int:
-    import google_crc32c  # a zarr dependency; imported lazily, used once per shard
-
-    return int(google_crc32c.value(bytes(data)))
-
-
-def _zstd_bound(size: int) -> int:
-    """ZSTD_COMPRESSBOUND, and room for a frame header and checksum."""
-    return size + (size >> 8) + ((128 << 10) - size >> 11 if size < 128 << 10 else 0) + 64
-
-
-def _deflate_bound(size: int) -> int:
-    """zlib's deflateBound, generously: stored blocks cost 5 bytes per 64 KiB, a gzip wrapper 18."""
-    return size + (size >> 10) + 1024
-
-
-#: Each codec the direct path decodes: its decode, and the most bytes it may store for n decoded.
-CODECS: dict[str, tuple[Decoder, Callable[[int], int]]] = {
-    "blosc": (blosc_decompress, lambda size: size + BLOSC_MAX_OVERHEAD),
-    "zstd": (zstd_decompress, _zstd_bound),
-    "gzip": (gzip_decompress, _deflate_bound),
-    "zlib": (zlib_decompress, _deflate_bound),
-    "crc32c": (checked_crc32c, lambda size: size + 4),
-}
-
-
-def _decoders(names: list[str], decoded_bytes: int, where: str) -> tuple[tuple[tuple[Decoder, int], ...], int]:
-    """The decoders of bytes-to-bytes codecs ``names`` (store order), each with the most bytes it
+def _decode_order(names: list[str], decoded_bytes: int, where: str) -> tuple[tuple[tuple[Codec, int], ...], int]:
+    """The bytes-to-bytes codecs ``names`` (store order) in decode order, each with the most bytes it
     may give, and the most bytes a stored chunk may hold."""
-    decoders: list[tuple[Decoder, int]] = []
+    codecs: list[tuple[Codec, int]] = []
     size = decoded_bytes
     for name in names:
         if name not in CODECS:
             raise StoreError(f"{where}: codec {name!r} is not supported by the direct decode path; use decode='zarr'")
-        decode, bound = CODECS[name]
-        decoders.append((decode, size))
-        size = bound(size)
-    return tuple(reversed(decoders)), size
+        codecs.append((CODECS[name], size))
+        size = CODECS[name].max_encoded(size)
+    return tuple(reversed(codecs)), size
 
 
 def read_chunk_layout(array_dir: Path) -> ChunkLayout:
@@ -252,7 +134,7 @@ def chunk_layout(array: ArrayMetadata) -> ChunkLayout:
             raise StoreError(f"{where}: v2 filters are not supported by the direct decode path")
         if array.order != "C":
             raise StoreError(f"{where}: Fortran-ordered chunks are not supported by the direct decode path")
-        decoders, max_encoded = _decoders([codec.name for codec in array.codecs], decoded_bytes, where)
+        codecs, max_encoded = _decode_order([codec.name for codec in array.codecs], decoded_bytes, where)
         return ChunkLayout(
             shape=array.shape,
             dtype=array.dtype,
@@ -261,16 +143,16 @@ def chunk_layout(array: ArrayMetadata) -> ChunkLayout:
             zarr_format=2,
             separator=array.separator,
             v3_prefix=False,
-            decoders=decoders,
+            codecs=codecs,
             index_decoders_checksum=False,
             index_at_end=True,
             fill_value=array.fill_value,
             max_encoded=max_encoded,
         )
-    codecs = array.sharding.codecs if array.sharding else array.codecs
-    if codecs[0].name != "bytes":
-        raise StoreError(f"{where}: codec {codecs[0].name!r} is not supported by the direct decode path")
-    decoders, max_encoded = _decoders([codec.name for codec in codecs[1:]], decoded_bytes, where)
+    stored = array.sharding.codecs if array.sharding else array.codecs
+    if stored[0].name != "bytes":
+        raise StoreError(f"{where}: codec {stored[0].name!r} is not supported by the direct decode path")
+    codecs, max_encoded = _decode_order([codec.name for codec in stored[1:]], decoded_bytes, where)
     return ChunkLayout(
         shape=array.shape,
         dtype=array.dtype,
@@ -279,7 +161,7 @@ def chunk_layout(array: ArrayMetadata) -> ChunkLayout:
         zarr_format=3,
         separator=array.separator,
         v3_prefix=array.v3_prefix,
-        decoders=decoders,
+        codecs=codecs,
         index_decoders_checksum=bool(array.sharding and array.sharding.index_checksum),
         index_at_end=array.sharding.index_at_end if array.sharding else True,
         fill_value=array.fill_value,
@@ -289,9 +171,9 @@ def chunk_layout(array: ArrayMetadata) -> ChunkLayout:
 
 def native_codec(layout: ChunkLayout) -> int | None:
     """What the native loads call the layout's codec, or None when they cannot decode it."""
-    if not layout.decoders:
+    if not layout.codecs:
         return native.RAW
-    if [decoder for decoder, _ in layout.decoders] == [blosc_decompress]:
+    if [codec for codec, _ in layout.codecs] == [BLOSC]:
         if native.BLOSC_BOUND:
             return native.BLOSC
         if native.load_chunks is not None:

@@ -211,8 +211,8 @@ class ChunkLoader:
         """One chunk through the store's codecs, as a (c, y, x) array; StoreError when it is corrupt."""
         data: Any = encoded
         try:
-            for decoder, limit in layout.decoders:
-                data = decoder(data, limit)
+            for codec, limit in layout.codecs:
+                data = codec.decode(data, limit)
             size = memoryview(data).nbytes
         except Exception as error:  # codecs raise RuntimeError, ValueError, ... on corrupt input
             raise StoreError(

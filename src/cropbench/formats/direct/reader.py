@@ -1,6 +1,6 @@
 """The direct decode path's reader: the stages of this package composed behind the reader interface.
 
-zarr-python spends ~0.2–0.4 ms of Python and asyncio machinery per slicing call, which dominates
+zarr-python's Python and asyncio machinery per slicing call, not the decoding, dominates the cost of
 random single-cell access. This reader reads the same chunk files with the store's own codecs
 (numcodecs' Blosc and Zstd; on a local plate, blosc and raw chunks are read and decoded by the C
 extension with numcodecs' own c-blosc), keeps decoded chunks in a per-process LRU bounded in bytes,
@@ -13,12 +13,12 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numcodecs.blosc
 import numpy as np
 
-from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, ReaderOptions
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, Regions
 from cropbench.formats.direct.cache import ChunkCache
@@ -100,6 +100,10 @@ class DirectChunkReader(PlateReader):
         self.threads = DecodeThreads(decode_threads)
         self.scheduler = BatchScheduler(self.cache, self.reads, self.loader, self.threads, self._source)
         numcodecs.blosc.use_threads = False
+
+    @classmethod
+    def from_options(cls, metadata: PlateMetadata, options: ReaderOptions) -> Self:
+        return cls(metadata, chunk_cache_bytes=options.chunk_cache_bytes, decode_threads=options.decode_threads)
 
     def _config_state(self) -> dict[str, Any]:
         return {"chunk_cache_bytes": self.chunk_cache_bytes, "decode_threads": self.decode_threads}

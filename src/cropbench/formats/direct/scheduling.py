@@ -34,9 +34,8 @@ from cropbench.formats.sources import ByteSource
 PARALLEL_COPY_PIECES = 64
 #: Parts a threaded batch (of at least :data:`~.reads.FEW_KEYS` chunks to load) is cut into per decode
 #: thread: the threads take them one at a time, so one that starts late (woken up, waiting for the
-#: GIL) or decodes slower takes fewer, and one thread's Python runs while the others decode.
-#: Interleaved in one process, 2 threads over 1 on the full plate (random; grouped by field):
-#: 1.37-1.45x and 1.30-1.38x with one part per thread, 1.51-1.54x and 1.39-1.42x with 4.
+#: GIL) or decodes slower takes fewer, and one thread's Python runs while the others decode
+#: (docs/decode-paths.md has what 1 and 4 parts per thread measured).
 SHARES_PER_THREAD = 4
 
 
@@ -125,10 +124,10 @@ class BatchScheduler:
         meanwhile: Callable[[], Any] | None = None,
     ) -> None:
         """Read and decode each chunk the plan's pieces need once, then copy
-        every piece into ``out`` (B, C, H, W). Interleaved in one process, grouped batches (3/4 of
-        their chunks cached) ran 1.42-1.43x over one thread with half the cached chunks left to the
-        last part, 1.34-1.36x with none. The caller's ``meanwhile`` (Python) runs on this thread
-        after its copies, while the pool thread decodes."""
+        every piece into ``out`` (B, C, H, W). Half the cached chunks' copies are left to the last
+        part, so the thread that runs out of reads first still has work while the others decode.
+        The caller's ``meanwhile`` (Python) runs on this thread after its copies, while the pool
+        thread decodes."""
         runs = plan.runs
         chunks = self.cache.lru.get_many(runs)
         missing = len(runs) - len(chunks)

@@ -10,8 +10,9 @@ import numpy as np
 
 from cropbench.errors import StoreError
 from cropbench.formats.base import ReadStats
+from cropbench.formats.direct.codecs.crc32c import crc32c
 from cropbench.formats.direct.keys import chunk_name, field_of
-from cropbench.formats.direct.layout import FieldLayouts, crc32c
+from cropbench.formats.direct.layout import FieldLayouts
 from cropbench.formats.sources import ByteSource, FileSource
 
 
