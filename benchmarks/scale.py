@@ -43,7 +43,7 @@ def make_out_of_memory_plate() -> dict[str, Any]:
         ),
     )
     root = Path(PLATE_DIR, "scale").absolute()
-    work = require("cropbench.tracks.layouts", "WorkFolder")(root, keep=True)
+    work = require("cropbench.harness.work", "WorkFolder")(root, keep=True)
     spec = require("cropbench.tracks.out_of_memory", "plate_spec_for")(comparison, "default", work)
     layout = require("cropbench.config", "layout_by_name")("default")
     path = root / "out-of-memory-default.zarr"

@@ -1,12 +1,12 @@
 """Track 2 in asv: DataLoader epochs and what the training loop waits for.
 
 ``Loader.track_relative_epoch`` is the time of an epoch read from the plate over the time of the
-same loader serving crops already in memory (:class:`cropbench.tracks.track2.MemoryCrops`), the
+same loader serving crops already in memory (:class:`cropbench.harness.loader_case.MemoryCrops`), the
 two taking turns epoch by epoch inside one call (:func:`cropbench.measure.protocol.relative_cost`
 with one epoch per block, the extreme pairs trimmed). It is not part of the recommended gate:
 worker start-up dominates a 512-sample epoch and the ratio still moves between processes (see
 README). ``FullLoader`` and ``LoaderLatency`` are the full grid (``CROPBENCH_ASV_FULL=1``), the
-latter with the raw wall-clock numbers of :func:`cropbench.tracks.track2.run_case`. asv's
+latter with the raw wall-clock numbers of :func:`cropbench.harness.loader_case.run_case`. asv's
 ``peakmem_*`` sees only the main process, so worker memory is left to ``cropbench run``.
 """
 
@@ -41,7 +41,7 @@ class _Loading:
         self.plate = plate
         loader_spec = require("cropbench.data.loader", "LoaderSpec")(num_workers=num_workers, batch_size=batch_size)
         crop = crop_config(crop_size=96, decode=decode, tier=tier)
-        self.case = require("cropbench.tracks.track2", "Track2Case")(
+        self.case = require("cropbench.harness.loader_case", "Track2Case")(
             crop=crop,
             loader=loader_spec,
             samples=EPOCH_SAMPLES,
@@ -59,7 +59,7 @@ class _Loading:
 
     def relative_epoch(self) -> float:
         """Plate epochs over memory epochs, taking turns pair by pair; trimmed mean of the pairs' ratios."""
-        memory_loader = self.build(require("cropbench.tracks.track2", "MemoryCrops")(self.dataset))
+        memory_loader = self.build(require("cropbench.harness.loader_case", "MemoryCrops")(self.dataset))
         return float(
             require("cropbench.measure.protocol", "relative_cost")(
                 lambda _: drain(self.loader), lambda _: drain(memory_loader), range(EPOCH_PAIRS), 1, EPOCH_TRIM
@@ -116,7 +116,7 @@ class LoaderLatency(_FullLoading):
     """Raw milliseconds from ``run_case`` (full grid only)."""
 
     def _run_case(self) -> dict[str, Any]:
-        return require("cropbench.tracks.track2", "run_case")(self.plate, self.case)
+        return require("cropbench.harness.loader_case", "run_case")(self.plate, self.case)
 
     def time_epoch(self, *params: Any) -> None:
         drain(self.loader)

@@ -1,6 +1,6 @@
 """Track 3 in asv: an end-to-end loop — does the loader keep the model fed?
 
-``Loop`` wraps :func:`cropbench.tracks.track3.run_case`: a fixed number of training steps, each
+``Loop`` wraps :func:`cropbench.tracks.training.run_case`: a fixed number of training steps, each
 split into data wait and compute, and a compute-only baseline on batches already in place.
 ``track_step_over_compute`` is mean step time over compute-only step time, from one call; the
 two are not interleaved block by block, so it is not part of the recommended gate (see README).
@@ -34,7 +34,7 @@ class _Training:
             batch_size=64,
             pin_memory=device == "cuda",
         )
-        self.case = require("cropbench.tracks.track3", "Track3Case")(
+        self.case = require("cropbench.tracks.training", "Track3Case")(
             crop=crop_config(crop_size=96, tier="light"),
             loader=loader_spec,
             model=model,
@@ -45,7 +45,7 @@ class _Training:
         )
 
     def run_case(self) -> dict[str, Any]:
-        return require("cropbench.tracks.track3", "run_case")(self.plate, self.case)
+        return require("cropbench.tracks.training", "run_case")(self.plate, self.case)
 
     def step_over_compute(self) -> float:
         metrics = self.run_case()

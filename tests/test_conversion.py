@@ -15,8 +15,7 @@ from cropbench import api
 from cropbench import metrics as m
 from cropbench.data.training import TRAINING_FORMATS, CropStoreInfo
 from cropbench.errors import ConfigError, OutputError
-from cropbench.tracks import conversion
-from cropbench.tracks.conversion import (
+from cropbench.metrics import (
     BREAK_EVEN_EPOCHS,
     CONVERSION_PEAK_RSS_GROWTH_BYTES,
     CONVERSION_SECONDS,
@@ -30,13 +29,10 @@ from cropbench.tracks.conversion import (
     RANDOM_RATIO_TO_IN_PLACE,
     SHUFFLED,
     SIZE_RATIO_TO_PLATE,
-    FormatComparison,
-    Formats,
-    break_even,
-    convert_crops,
-    formats_table,
-    timed_epochs,
 )
+from cropbench.report.tables import formats_table
+from cropbench.tracks import formats as conversion
+from cropbench.tracks.formats import FormatComparison, Formats, break_even, convert_crops, timed_epochs
 
 AVAILABLE = [name for name, cls in TRAINING_FORMATS.items() if cls.available() is None]
 #: A comparison small enough for the fast tier: correctness, not numbers.
@@ -271,8 +267,8 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
 ) -> None:
     from cropbench.data.training.litdata_chunks import PLAIN_HTTP_REFUSED
     from cropbench.measure.endpoints import moto_available
+    from cropbench.metrics import REMOTE, REMOTE_CACHE_BYTES, REMOTE_SKIP_REASON
     from cropbench.report.formats_figure import formats_figure
-    from cropbench.tracks.conversion import REMOTE, REMOTE_CACHE_BYTES, REMOTE_SKIP_REASON
 
     if not moto_available():
         pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")
@@ -469,7 +465,8 @@ def test_a_library_failing_over_the_loopback_store_leaves_no_traceback_on_stderr
 ) -> None:
     from cropbench.data.training import training_format
     from cropbench.measure.endpoints import moto_available
-    from cropbench.tracks.conversion import REMOTE_SKIP_REASON, remote_epochs
+    from cropbench.metrics import REMOTE_SKIP_REASON
+    from cropbench.tracks.formats import remote_epochs
 
     if not moto_available():
         pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")

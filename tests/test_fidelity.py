@@ -13,8 +13,8 @@ from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import RandomObjectSampler
 from cropbench.formats import open_plate
+from cropbench.harness.dataset_case import Track1Case, case_fidelity_hash
 from cropbench.measure.fidelity import fidelity_hash
-from cropbench.tracks.track1 import Track1Case, case_fidelity_hash
 
 
 @pytest.mark.parametrize("access", ["random", "paired", "chunk-aware"])

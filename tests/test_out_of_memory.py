@@ -8,10 +8,10 @@ import pytest
 
 from cropbench.config import CropConfig
 from cropbench.errors import ConfigError
+from cropbench.harness.work import WorkFolder
 from cropbench.measure import memory_limit as ml
 from cropbench.plates.scale import ScaleSpec
 from cropbench.tracks import out_of_memory as oom
-from cropbench.tracks.layouts import WorkFolder
 
 MIB = 2**20
 

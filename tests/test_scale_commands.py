@@ -14,10 +14,11 @@ from cropbench.cli import main
 from cropbench.cli.scale import GROWTH_TABLE_NAME, count
 from cropbench.config import CropConfig, PlateSpec
 from cropbench.errors import ConfigError
+from cropbench.harness.work import uninterrupted
 from cropbench.plates.scale import FieldSource, ScaleSpec, check_fits_in_memory
 from cropbench.records import RESULTS_NAME
 from cropbench.tracks import scale as scale_track
-from cropbench.tracks.scale import ScaleSweep, uninterrupted
+from cropbench.tracks.scale import ScaleSweep
 
 SMALL_FIELDS = ["--field-size", "128", "--channels", "2", "--distinct-fields", "2", "--no-progress"]
 

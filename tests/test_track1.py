@@ -11,11 +11,13 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig, plate_preset
 from cropbench.errors import ConfigError
 from cropbench.formats import read_plate_metadata
+from cropbench.harness.context import RunContext
+from cropbench.harness.dataset_case import STAGE_SUM_TOLERANCE, Track1Case, run_case
+from cropbench.harness.runner import run_tracks
+from cropbench.harness.validity import VALIDITY_FLAGS
 from cropbench.metrics import MISSING_CHUNKS
 from cropbench.records import Record
-from cropbench.tracks import RunContext, run_tracks
-from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, Track1, Track1Case, preset_cases, run_case
-from cropbench.tracks.validity import VALIDITY_FLAGS
+from cropbench.tracks.dataset import Track1, preset_cases
 
 
 def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> None:

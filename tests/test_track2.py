@@ -11,20 +11,20 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
+from cropbench.harness import context
+from cropbench.harness.context import RunContext
+from cropbench.harness.loader_case import Track2Case, crosscheck, run_case
+from cropbench.harness.runner import run_tracks
 from cropbench.records import Record, parse_record
 from cropbench.report.plots import plot_results
-from cropbench.tracks import RunContext, context, run_tracks
-from cropbench.tracks.track2 import (
+from cropbench.tracks.loader import (
     GPU_BATCH,
     GPU_STEADY_BATCHES,
     OverheadCase,
     Track2,
-    Track2Case,
-    crosscheck,
     overhead_cases,
     persistent_gain,
     preset_cases,
-    run_case,
     run_overhead,
 )
 

@@ -14,10 +14,11 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import run_tracks
 from cropbench.records import Record, parse_record
 from cropbench.report.plots import plot_results
-from cropbench.tracks import RunContext, run_tracks
-from cropbench.tracks.track3 import (
+from cropbench.tracks.training import (
     AU_THRESHOLD,
     ThreadSplit,
     Track3,
@@ -326,7 +327,7 @@ def test_training_on_a_real_label_of_the_object_table(tiny_plate: Path) -> None:
     import numpy as np
 
     from cropbench.objects import ObjectTable, read_object_table
-    from cropbench.tracks.track3.loop import _loader, _preparer
+    from cropbench.tracks.training.loop import _loader, _preparer
 
     table = read_object_table(tiny_plate)
     treatments = np.array(["taxol", "DMSO", "aspirin", None], dtype=object)[np.arange(len(table)) % 4]

@@ -8,11 +8,13 @@ from pathlib import Path
 from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
+from cropbench.harness import dataset_case as track1
+from cropbench.harness import loader_case as track2
+from cropbench.harness.validity import MIN_RATE_TIMINGS, VALIDITY_FLAGS, flag_meaning, validity
 from cropbench.records import Record
 from cropbench.report.summary import cell_value as summary_cell_value
 from cropbench.report.summary import summary_table
-from cropbench.tracks import track1, track2, track3
-from cropbench.tracks.validity import MIN_RATE_TIMINGS, VALIDITY_FLAGS, flag_meaning, validity
+from cropbench.tracks import training as track3
 
 #: The tiny plate decodes to about 1.9 MiB and holds about 100 objects: the default 32 MiB cache holds
 #: all of it, 64 KiB does not.
@@ -104,7 +106,7 @@ def test_the_summary_explains_impossible_in_the_terms_of_each_tracks_rows() -> N
 
 def test_numbers_that_break_their_own_frame_are_contradictions() -> None:
     """Rows as a smoke run wrote them, unflagged: each is now impossible, with its reason."""
-    from cropbench.tracks.validity import IMPOSSIBLE, contradictions, with_contradictions
+    from cropbench.harness.validity import IMPOSSIBLE, contradictions, with_contradictions
 
     resnet = {m.STEP_P50_MS: 465.2, m.COMPUTE_ONLY_STEP_P50_MS: 468.1, m.DATA_WAIT_FRACTION: 0.05}
     assert any("below its compute-only p50" in why for why in contradictions("3", resnet))
@@ -122,7 +124,7 @@ def test_numbers_that_break_their_own_frame_are_contradictions() -> None:
 
 
 def test_a_list_of_rates_is_judged_rate_by_rate() -> None:
-    from cropbench.tracks.validity import contradictions
+    from cropbench.harness.validity import contradictions
 
     assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, 1100.0]}) == []
     assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, -1.0, "x"]}) == ["epoch_samples_per_s is -1"]

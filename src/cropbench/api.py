@@ -15,19 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cropbench.config import CropOverrides, LayoutSpec, StoreConfig, plate_preset
+from cropbench.distributed import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import is_url
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import CaseCounter, Track, run_tracks
+from cropbench.harness.work import WorkFolder
 from cropbench.measure import environment
 from cropbench.measure.endpoints import remote_plate, server_ceiling
 from cropbench.measure.protocol import configure_threads
 from cropbench.plates.convert import materialize_layout
 from cropbench.plates.generate import GeneratedPlate, generate_plate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, RecordWriter, read_records, write_csv
-from cropbench.tracks import TRACKS, RunContext, Track, run_tracks
-from cropbench.tracks.distributed import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
-from cropbench.tracks.layouts import LayoutComparison, Layouts, WorkFolder
-from cropbench.tracks.runner import CaseCounter
-from cropbench.tracks.stores import StoreLayouts, StoreLayoutsTrack
+from cropbench.tracks import track_named
+from cropbench.tracks.layouts import LayoutComparison, Layouts
+from cropbench.tracks.store_layouts import StoreLayouts, StoreLayoutsTrack
 
 #: Called with a status message, and with the record when one has just been measured.
 Progress = Callable[[str, Record | None], None]
@@ -52,7 +54,8 @@ def run(
     local_plate: str | Path | None = None,
     overrides: CropOverrides | None = None,
 ) -> list[Record]:
-    """Measure ``tracks`` (names in ``TRACKS``, or track objects) on ``plate``; returns this run's records.
+    """Measure ``tracks`` (names or aliases in :data:`cropbench.tracks.TRACKS`, or track objects) on
+    ``plate``; returns this run's records.
 
     ``layout`` runs them on the plate rewritten in that named layout (converted once, under
     ``layout_dir`` or ``<plate>.layouts/``); ``objects`` is an object table for plates without one
@@ -68,12 +71,10 @@ def run(
     knobs (decode threads, chunk cache, crop size...) for every case, over what the preset sets.
 
     Started by ``torchrun``, each rank calls this: tracks 2 and 3 run across the ranks (see
-    :mod:`cropbench.tracks.distributed`), rank 0 alone writes and returns the records, and a rank that
+    :mod:`cropbench.distributed`), rank 0 alone writes and returns the records, and a rank that
     dies or hangs fails the others within ``rank_timeout_s``.
     """
-    unknown = [t for t in tracks if isinstance(t, str) and t not in TRACKS]
-    if unknown:
-        raise ConfigError(f"track {unknown[0]!r} is not one of {', '.join(TRACKS)}")
+    named = {t: track_named(t) for t in tracks if isinstance(t, str)}  # an unknown name fails here, first
     if repeats < 1:
         raise ConfigError(f"repeats must be >= 1, got {repeats}")
     if samples is not None and samples < 1:
@@ -84,7 +85,7 @@ def run(
     if is_url(plate):
         if layout is not None:
             raise ConfigError(f"--layout rewrites a local plate; {plate} is in a store (convert locally, then upload)")
-        if "peers" in tracks:
+        if any(info.name == "peers" for info in named.values()):
             raise ConfigError(f"peers read local plates only; {plate} is in a store (drop --peers)")
         source = remote.enter_context(remote_plate(str(plate), store or StoreConfig()))
     else:
@@ -113,7 +114,7 @@ def run(
     )
     if context.local is not None and context.local.metadata.fields != context.metadata.fields:
         raise ConfigError(f"--local-plate {local_plate} is not the plate at {plate} (their fields differ)")
-    chosen = [TRACKS[t]() if isinstance(t, str) else t for t in tracks]
+    chosen = [named[t].build() if isinstance(t, str) else t for t in tracks]
     chosen = distribute(chosen, cluster) if cluster is not None else chosen
     results = Path(out_dir) / RESULTS_NAME if out_dir is not None else None
     writer = RecordWriter(results) if results is not None and writes else None

@@ -45,19 +45,19 @@ def check_run_paths(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     check_run_paths(args)
     from cropbench import api
+    from cropbench.distributed import check_timeout, launch_rank
     from cropbench.report.summary import summary_table
-    from cropbench.tracks.distributed import check_timeout, launch_rank
     from cropbench.tracks.peers.base import peers_folder
 
     if args.rank_timeout is not None:
         check_timeout(args.rank_timeout)  # before any rank starts or anything is measured
     if args.ranks is not None:
-        from cropbench.tracks.distributed import launch_local
+        from cropbench.distributed import launch_local
 
         launch_local(args.ranks, _without_ranks(args.argv))
         return 0
     out_dir = Path(args.out)
-    tracks = [*(args.track or ([] if args.peers else ["1"])), *(["peers"] if args.peers else [])]
+    tracks = [*(args.track or ([] if args.peers else ["dataset"])), *(["peers"] if args.peers else [])]
     leader = launch_rank() == 0  # under torchrun only rank 0 reports (and writes)
     bar = ProgressBar(not args.no_progress and leader, "cases")
     try:
@@ -186,10 +186,10 @@ def add_run_commands(commands: Commands) -> None:
     run.add_argument(
         "--track",
         action="append",
-        metavar="1|2|3|remote|targets",
-        help="track to run: 1 Dataset, 2 DataLoader, 3 end-to-end, remote (requests/crop and loader crops/s of a "
-        "plate in a store), targets (the direct reader over the fetch ceiling and the peers, interleaved) "
-        "(repeatable; default 1)",
+        metavar="NAME",
+        help="track to run, by name or number: dataset or 1 (Dataset __getitem__), loader or 2 (DataLoader), "
+        "training or 3 (end to end), remote (requests/crop and loader crops/s of a plate in a store), targets "
+        "(the direct reader over the fetch ceiling and the peers, interleaved) (repeatable; default dataset)",
     )
     run.add_argument(
         "--preset",

@@ -35,6 +35,7 @@ from cropbench.config import CropConfig, check_seed, layout_by_name
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
+from cropbench.harness.work import WorkFolder, deaf_to_stops, uninterrupted, work_folder
 from cropbench.measure.memory_limit import (
     DEVICE_READ_BYTES,
     MEMORY_LIMIT_BYTES,
@@ -45,9 +46,7 @@ from cropbench.measure.memory_limit import (
     run_limited,
 )
 from cropbench.measure.protocol import evict, load_into_page_cache, resident_fraction, time_loop
-from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, generate_scale_plate
-from cropbench.tracks.layouts import WorkFolder
-from cropbench.tracks.scale import check_crop, deaf_to_stops, uninterrupted, work_folder
+from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_crop, generate_scale_plate
 
 TRACK = "out-of-memory"
 #: The default layout and two others that read very different amounts per crop.

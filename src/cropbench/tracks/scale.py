@@ -8,9 +8,9 @@ count left in the allocator:
   ``CropDataset`` over the plate's object table, and the bytes per object;
 - sampler and index cost per sample: one epoch's order of the random and the grouped-by-field
   samplers, and the field grouping they need;
-- Track 1 random and grouped rates (:func:`cropbench.tracks.track1.run_case`, no cold pass), with
+- Track 1 random and grouped rates (:func:`cropbench.harness.dataset_case.run_case`, no cold pass), with
   the fraction of the plate in the page cache when they ran;
-- Track 2 first batch (:func:`cropbench.tracks.track2.run_case`): worker start-up includes
+- Track 2 first batch (:func:`cropbench.harness.loader_case.run_case`): worker start-up includes
   handing each worker the dataset, whose pickle grows with the table.
 
 :func:`growth` fits each cost against the object count on log-log axes and names the costs that
@@ -19,12 +19,9 @@ grow faster than expected (construction and memory linearly, per-sample costs no
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import resource
-import signal
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +36,12 @@ from cropbench.data.loader import LoaderSpec
 from cropbench.data.sampling import GroupedSampler, RandomObjectSampler
 from cropbench.errors import ConfigError
 from cropbench.formats import read_plate_metadata
+from cropbench.harness import dataset_case, loader_case
+from cropbench.harness.work import WorkFolder, deaf_to_stops, uninterrupted, work_folder
 from cropbench.measure.memory_limit import run_in_child
 from cropbench.measure.protocol import Stopwatch, resident_fraction, rss_bytes
 from cropbench.plates.generate import GeneratedPlate, stored_size
-from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, generate_scale_plate
-from cropbench.tracks import track1, track2
-from cropbench.tracks.layouts import WorkFolder
+from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_crop, generate_scale_plate
 
 TRACK = "scale"
 #: The object counts of the issue's growth table.
@@ -53,8 +50,6 @@ GROWTH_OBJECTS = (10**3, 10**4, 10**5, 10**6)
 GROWTH_TOLERANCE = 0.15
 #: Sampler orders timed per count (the fastest is kept: an order is pure computation).
 SAMPLER_REPEATS = 3
-#: Signals that stop a sweep (Ctrl-C, ``kill``), held back while a plate is removed.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: The most DataLoader workers of the Track 2 first batch.
 MAX_WORKERS = 256
 
@@ -138,12 +133,6 @@ class ScaleSweep:
         return CropConfig(crop_size=self.crop_size, dtype="uint16", seed=self.seed)
 
 
-def check_crop(crop_size: int, plate: ScaleSpec) -> None:
-    """A crop must fit in a field of the plate."""
-    if crop_size > plate.field_size:
-        raise ConfigError(f"crop_size {crop_size} is larger than the field ({plate.field_size} px); lower it")
-
-
 def _fastest_ns(call: Callable[[], Any], repeats: int = SAMPLER_REPEATS) -> int:
     fastest = None
     for _ in range(repeats):
@@ -186,15 +175,15 @@ def measure_point(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
     }
     dataset.reader.close()
     for access, name in (("random", TRACK1_RANDOM_SAMPLES_PER_S), ("grouped-field", TRACK1_GROUPED_SAMPLES_PER_S)):
-        case = track1.Track1Case(
+        case = dataset_case.Track1Case(
             crop=crop, access=access, samples=sweep.samples, warmup=sweep.warmup, cold_samples=0, seed=sweep.seed
         )
-        metrics[name] = track1.run_case(plate, case)[m.SAMPLES_PER_S]
+        metrics[name] = dataset_case.run_case(plate, case)[m.SAMPLES_PER_S]
     loader = LoaderSpec(num_workers=sweep.workers, batch_size=sweep.batch_size)
     batches = max(2 * max(sweep.workers, 1), 2)
-    first = track2.run_case(
+    first = loader_case.run_case(
         plate,
-        track2.Track2Case(crop=crop, loader=loader, samples=batches * sweep.batch_size, epochs=1, seed=sweep.seed),
+        loader_case.Track2Case(crop=crop, loader=loader, samples=batches * sweep.batch_size, epochs=1, seed=sweep.seed),
     )
     metrics[TRACK2_FIRST_BATCH_MS] = first[m.FIRST_BATCH_MS]
     metrics[TRACK2_PICKLE_BYTES] = first.get(m.DATASET_PICKLE_BYTES)
@@ -205,14 +194,6 @@ def measure_point_in_child(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
     """:func:`measure_point` in a fresh forked child."""
     value, _ = run_in_child(deaf_to_stops, (measure_point, plate, sweep))
     return dict(value)
-
-
-def deaf_to_stops(function: Callable[..., Any], *args: Any) -> Any:
-    """``function(*args)`` in a forked child that leaves Ctrl-C to its parent: the terminal sends it to
-    the whole process group, and the parent ends the child itself, with no traceback from the child."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    return function(*args)
 
 
 def scale_plate(
@@ -242,37 +223,6 @@ def scale_plate(
         with uninterrupted():
             work.done(destination)
         raise
-
-
-@contextlib.contextmanager
-def uninterrupted() -> Iterator[None]:
-    """Ctrl-C and SIGTERM wait until the block has run, then take effect as they would have: removing
-    a plate is never cut short with part of it left behind."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = {number: signal.signal(number, lambda n, _: received.append(n)) for number in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        if received:
-            signal.raise_signal(received[0])
-
-
-@contextlib.contextmanager
-def work_folder(work_dir: str | Path, keep: bool) -> Iterator[WorkFolder]:
-    """A :class:`~cropbench.tracks.layouts.WorkFolder`; on leaving (an interrupt too), its root is
-    removed if this run made it and nothing is left in it."""
-    work = WorkFolder(work_dir, keep)
-    try:
-        yield work
-    finally:
-        if not work.existed:
-            with contextlib.suppress(OSError):
-                work.root.rmdir()
 
 
 def sweep_rows(
@@ -412,13 +362,10 @@ __all__ = [
     "Cost",
     "Growth",
     "ScaleSweep",
-    "deaf_to_stops",
-    "check_crop",
     "faster_than_linear",
     "growth",
     "growth_table",
     "measure_point",
     "measure_point_in_child",
     "sweep_rows",
-    "uninterrupted",
 ]

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from cropbench import metrics as m
-from cropbench.tracks.track3.cases import ThreadSplit, Track3Case, WorkerSearch
-from cropbench.tracks.track3.loop import run_case
+from cropbench.tracks.training.cases import ThreadSplit, Track3Case, WorkerSearch
+from cropbench.tracks.training.loop import run_case
 
 
 def search_summary(search: WorkerSearch, results: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:

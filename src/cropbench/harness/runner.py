@@ -19,9 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 from cropbench import metrics as m
 from cropbench.config import CropConfig, CropOverrides
 from cropbench.errors import ConfigError
+from cropbench.harness.context import RunContext
+from cropbench.harness.validity import with_contradictions
 from cropbench.records import Record, jsonable
-from cropbench.tracks.context import RunContext
-from cropbench.tracks.validity import with_contradictions
 
 
 class Case(Protocol):

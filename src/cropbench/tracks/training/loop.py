@@ -37,6 +37,7 @@ from cropbench.data.distributed import SamplerFactory
 from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader, memory_of, schedule, worker_pids
 from cropbench.data.sampling import sampler_for
 from cropbench.errors import ConfigError
+from cropbench.harness.validity import IMPOSSIBLE_TOLERANCE, enough_rate_timings, validity
 from cropbench.measure.accelerator import (
     NvmlSampler,
     cuda_memory,
@@ -49,9 +50,8 @@ from cropbench.measure.accelerator import (
 from cropbench.measure.protocol import samples_per_s, summarise_ms
 from cropbench.metrics import prefixed
 from cropbench.objects import ObjectTable
-from cropbench.tracks.track3.cases import AU_THRESHOLD, Track3Case
-from cropbench.tracks.track3.compute import ModelWrap, StepCompute
-from cropbench.tracks.validity import IMPOSSIBLE_TOLERANCE, enough_rate_timings, validity
+from cropbench.tracks.training.cases import AU_THRESHOLD, Track3Case
+from cropbench.tracks.training.compute import ModelWrap, StepCompute
 
 #: Distinct batches the compute-only baseline cycles through.
 BASELINE_BATCHES = 2
@@ -209,7 +209,7 @@ def stall_crosscheck(step_mean_ms: float, compute_only_mean_ms: float, busy_frac
     The baseline is measured in a loop of its own: running it between the loaded steps instead would
     hand the workers free time to fill their queue and shrink the very wait being measured.
     ``impossible``: the baseline took longer than the whole loaded step, beyond
-    :data:`~cropbench.tracks.validity.IMPOSSIBLE_TOLERANCE`, so the machine's speed changed between the two.
+    :data:`~cropbench.harness.validity.IMPOSSIBLE_TOLERANCE`, so the machine's speed changed between the two.
     """
     loop_compute_ms = busy_fraction * step_mean_ms
     stall = 1.0 - min(compute_only_mean_ms, loop_compute_ms) / step_mean_ms
