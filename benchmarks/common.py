@@ -100,6 +100,8 @@ ADDED_IN: dict[str, str] = {
     "cropbench.measure.endpoints.http_plate": "cf64caa",
     "cropbench.measure.remote.requests_per_crop": "cf64caa",
     "cropbench.metrics.REQUESTS_PER_CROP": "e583338",
+    # Named in tracks.out_of_memory from fb7103c until every metric name moved into cropbench.metrics.
+    "cropbench.metrics.DEVICE_BYTES_PER_CROP": "fb7103c",
     "cropbench.metrics.BYTES_TRANSFERRED_PER_CROP": "e583338",
     **dict.fromkeys(
         (
@@ -125,8 +127,6 @@ ADDED_IN: dict[str, str] = {
             "cropbench.tracks.out_of_memory.OutOfMemory",
             "cropbench.tracks.out_of_memory.plate_spec_for",
             "cropbench.tracks.out_of_memory.random_pass",
-            "cropbench.tracks.out_of_memory.CROPS_PER_S",
-            "cropbench.tracks.out_of_memory.DEVICE_BYTES_PER_CROP",
         ),
         "fb7103c",
     ),

@@ -78,11 +78,11 @@ class OutOfMemory:
         return dict(run.value)
 
     def track_device_bytes_per_crop(self, cached: dict[str, Any]) -> float:
-        return float(self._limited_pass()[require("cropbench.tracks.out_of_memory", "DEVICE_BYTES_PER_CROP")])
+        return float(self._limited_pass()[require("cropbench.metrics", "DEVICE_BYTES_PER_CROP")])
 
     track_device_bytes_per_crop.unit = "bytes/crop"  # type: ignore[attr-defined]
 
     def track_crops_per_s(self, cached: dict[str, Any]) -> float:
-        return float(self._limited_pass()[require("cropbench.tracks.out_of_memory", "CROPS_PER_S")])
+        return float(self._limited_pass()[require("cropbench.metrics", "CROPS_PER_S")])
 
     track_crops_per_s.unit = "crops/s"  # type: ignore[attr-defined]

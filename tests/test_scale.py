@@ -15,6 +15,7 @@ import pytest
 from cropbench.config import LAYOUTS, CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.errors import ConfigError, OutputError
+from cropbench.metrics import CONSTRUCTION_RSS_BYTES, CONSTRUCTION_SECONDS, TRACK1_RANDOM_SAMPLES_PER_S
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
 from cropbench.plates.scale import (
     PLATE_COLUMNS,
@@ -22,18 +23,9 @@ from cropbench.plates.scale import (
     ScaleSpec,
     generate_scale_plate,
 )
+from cropbench.report.growth import COSTS, faster_than_linear, growth, growth_table
 from cropbench.tracks import scale as sweep_module
-from cropbench.tracks.scale import (
-    CONSTRUCTION_RSS_BYTES,
-    CONSTRUCTION_SECONDS,
-    COSTS,
-    TRACK1_RANDOM_SAMPLES_PER_S,
-    ScaleSweep,
-    faster_than_linear,
-    growth,
-    growth_table,
-    sweep_rows,
-)
+from cropbench.tracks.scale import ScaleSweep, sweep_rows
 
 #: Small fields, few channels: a plate of dozens of fields writes in seconds.
 SMALL = ScaleSpec(objects=120, field_size=96, channels=2, cells_per_field=8, distinct_fields=2, seed=3)

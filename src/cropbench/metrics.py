@@ -391,3 +391,43 @@ REMOTE_SKIP_REASON = "remote_skip_reason"
 REMOTE_REQUESTS = "remote_requests"
 #: Bytes the library left in its local cache after the remote epochs.
 REMOTE_CACHE_BYTES = "remote_cache_bytes"
+
+# A run under a memory limit (``measure.memory_limit``): the limit, how it was applied, what was read.
+MEMORY_LIMIT_BYTES = "memory_limit_bytes"
+MEMORY_LIMIT_MECHANISM = "memory_limit_mechanism"
+MEMORY_LIMIT_NOTE = "memory_limit_note"
+CGROUP_PEAK_BYTES = "cgroup_peak_bytes"
+DEVICE_READ_BYTES = "device_read_bytes"
+DEVICE_READ_SOURCE = "device_read_source"
+CGROUP_READ_BYTES = "cgroup_read_bytes"
+
+# Track scale (``tracks.scale``): one row per object count, the costs the growth table follows.
+PLATE_RAW_BYTES = "plate_raw_bytes"
+GENERATE_SECONDS = "generate_seconds"
+CONSTRUCTION_SECONDS = "construction_seconds"
+CONSTRUCTION_RSS_BYTES = "construction_rss_bytes"
+CONSTRUCTION_PEAK_RSS_BYTES = "construction_peak_rss_bytes"
+BYTES_PER_OBJECT = "construction_bytes_per_object"
+GROUP_KEYS_NS_PER_SAMPLE = "group_keys_ns_per_sample"
+RANDOM_ORDER_NS_PER_SAMPLE = "random_order_ns_per_sample"
+GROUPED_ORDER_NS_PER_SAMPLE = "grouped_order_ns_per_sample"
+RESIDENT_FRACTION = "plate_resident_fraction"
+TRACK1_RANDOM_SAMPLES_PER_S = "track1_random_samples_per_s"
+TRACK1_GROUPED_SAMPLES_PER_S = "track1_grouped_samples_per_s"
+TRACK2_FIRST_BATCH_MS = "track2_first_batch_ms"
+TRACK2_PICKLE_BYTES = "track2_dataset_pickle_bytes"
+
+# Track out-of-memory (``tracks.out_of_memory``): one row per layout, read under a memory limit; ``cached_``
+# prefixes the same pass with the plate in the page cache.
+PLATE_OVER_LIMIT = "plate_over_limit"
+#: The plate came out smaller than ``plate_multiple`` × the limit (the probe misjudged its compression).
+PLATE_BELOW_MULTIPLE = "plate_below_multiple"
+DEVICE_BYTES_PER_CROP = "device_bytes_per_crop"
+DEVICE_OVER_READER = "device_over_reader"
+DEVICE_OVER_DELIVERED = "device_over_delivered"
+LOADAVG_BEFORE = "loadavg_before"
+LOADAVG_AFTER = "loadavg_after"
+RESIDENT_BEFORE_PASS = "resident_before_pass"
+CACHED_ = "cached_"
+CACHED_SKIPPED = "cached_skipped"
+LIMITED_OVER_CACHED = "limited_over_cached"

@@ -157,7 +157,8 @@ def _write_rows(out: Path, track: str, rows: Iterable[tuple[str, dict[str, Any],
 
 
 def cmd_scale_sweep(args: argparse.Namespace) -> int:
-    from cropbench.tracks.scale import TRACK, ScaleSweep, growth_table, sweep_rows
+    from cropbench.report.growth import growth_table
+    from cropbench.tracks.scale import TRACK, ScaleSweep, sweep_rows
 
     sweep = ScaleSweep(
         objects=tuple(args.objects),
@@ -200,7 +201,8 @@ def _check_machine_holds(limit_bytes: int, plate_bytes: int, work: Path) -> None
 
 
 def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
-    from cropbench.tracks.out_of_memory import TRACK, OutOfMemory, layout_rows, out_of_memory_table
+    from cropbench.report.tables import out_of_memory_table
+    from cropbench.tracks.out_of_memory import TRACK, OutOfMemory, layout_rows
 
     comparison = OutOfMemory(
         layouts=tuple(args.layouts),

@@ -77,7 +77,7 @@ def uninterrupted() -> Iterator[None]:
 
 @contextlib.contextmanager
 def work_folder(work_dir: str | Path, keep: bool) -> Iterator[WorkFolder]:
-    """A :class:`~cropbench.tracks.layouts.WorkFolder`; on leaving (an interrupt too), its root is
+    """A :class:`WorkFolder`; on leaving (an interrupt too), its root is
     removed if this run made it and nothing is left in it."""
     work = WorkFolder(work_dir, keep)
     try:

@@ -1,4 +1,5 @@
-"""Text tables of the comparison tracks, printed and written beside their rows: one function per track."""
+"""Tables of the comparison tracks, printed and written beside their rows: one function per track
+(the scale sweep's growth table is in :mod:`cropbench.report.growth`)."""
 
 from __future__ import annotations
 
@@ -89,9 +90,42 @@ def layouts_table(records: Sequence[Record]) -> str:
         row = record.metrics
         cells = [f"  {row[m.LAYOUT]:<22} {row[m.STORED_MIB]:7.1f} MiB"]
         for decode, key in READ_PATHS.items():
-            cells.append(
-                f"{decode} {row[key + m.REQUESTS_PER_CROP]:5.2f} req/crop {row[key + m.SAMPLES_PER_S]:7.1f}/s "
-                f"(local {row[key + m.LOCAL_SAMPLES_PER_S]:7.1f}/s)"
-            )
+            requests, rate = row[m.prefixed(key, m.REQUESTS_PER_CROP)], row[m.prefixed(key, m.SAMPLES_PER_S)]
+            local = row[m.prefixed(key, m.LOCAL_SAMPLES_PER_S)]
+            cells.append(f"{decode} {requests:5.2f} req/crop {rate:7.1f}/s (local {local:7.1f}/s)")
         lines.append("  ".join(cells))
     return "\n".join(lines)
+
+
+def out_of_memory_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """Layouts side by side as Markdown: limit, plate, device bytes per crop, crops/s inside the limit
+    and in the page cache, and the load average each ran under."""
+    lines = [
+        "| layout | limit MiB | mechanism | plate GiB | × limit | device kB/crop | device/reader | "
+        "crops/s limited | crops/s cached | loadavg limited | loadavg cached |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rows:
+        cells = [
+            name,
+            f"{row[m.MEMORY_LIMIT_BYTES] / 2**20:.0f}",
+            str(row.get(m.MEMORY_LIMIT_MECHANISM, "-")),
+            f"{row[m.PLATE_STORED_BYTES] / 2**30:.2f}",
+            f"{row[m.PLATE_OVER_LIMIT]:.1f}",
+            _fixed(row.get(m.DEVICE_BYTES_PER_CROP), 1e3, 1),
+            _fixed(row.get(m.DEVICE_OVER_READER), 1, 2),
+            _fixed(row.get(m.CROPS_PER_S), 1, 0),
+            _fixed(row.get(m.prefixed(m.CACHED_, m.CROPS_PER_S)), 1, 0)
+            if m.prefixed(m.CACHED_, m.CROPS_PER_S) in row
+            else row.get(m.CACHED_SKIPPED, "-"),
+            f"{row.get(m.LOADAVG_BEFORE, 0):.2f}-{row.get(m.LOADAVG_AFTER, 0):.2f}",
+            f"{row[m.prefixed(m.CACHED_, m.LOADAVG_BEFORE)]:.2f}-{row[m.prefixed(m.CACHED_, m.LOADAVG_AFTER)]:.2f}"
+            if m.prefixed(m.CACHED_, m.LOADAVG_BEFORE) in row
+            else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _fixed(value: Any, scale: float, digits: int) -> str:
+    return "-" if value is None else f"{value / scale:,.{digits}f}"

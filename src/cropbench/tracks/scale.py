@@ -13,21 +13,19 @@ count left in the allocator:
 - Track 2 first batch (:func:`cropbench.harness.loader_case.run_case`): worker start-up includes
   handing each worker the dataset, whose pickle grows with the table.
 
-:func:`growth` fits each cost against the object count on log-log axes and names the costs that
-grow faster than expected (construction and memory linearly, per-sample costs not at all).
+:func:`cropbench.report.growth.growth` fits each cost against the object count on log-log axes and
+names the costs that grow faster than expected (construction and memory linearly, per-sample costs
+not at all).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import resource
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from cropbench import metrics as m
 from cropbench.config import CropConfig, check_seed, layout_by_name
@@ -46,53 +44,10 @@ from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_crop, generate_
 TRACK = "scale"
 #: The object counts of the issue's growth table.
 GROWTH_OBJECTS = (10**3, 10**4, 10**5, 10**6)
-#: A cost is named when its fitted exponent exceeds what is expected by more than this.
-GROWTH_TOLERANCE = 0.15
 #: Sampler orders timed per count (the fastest is kept: an order is pure computation).
 SAMPLER_REPEATS = 3
 #: The most DataLoader workers of the Track 2 first batch.
 MAX_WORKERS = 256
-
-# Metric names of a scale row.
-PLATE_STORED_BYTES = "plate_stored_bytes"
-PLATE_RAW_BYTES = "plate_raw_bytes"
-GENERATE_SECONDS = "generate_seconds"
-CONSTRUCTION_SECONDS = "construction_seconds"
-CONSTRUCTION_RSS_BYTES = "construction_rss_bytes"
-CONSTRUCTION_PEAK_RSS_BYTES = "construction_peak_rss_bytes"
-BYTES_PER_OBJECT = "construction_bytes_per_object"
-GROUP_KEYS_NS_PER_SAMPLE = "group_keys_ns_per_sample"
-RANDOM_ORDER_NS_PER_SAMPLE = "random_order_ns_per_sample"
-GROUPED_ORDER_NS_PER_SAMPLE = "grouped_order_ns_per_sample"
-RESIDENT_FRACTION = "plate_resident_fraction"
-TRACK1_RANDOM_SAMPLES_PER_S = "track1_random_samples_per_s"
-TRACK1_GROUPED_SAMPLES_PER_S = "track1_grouped_samples_per_s"
-TRACK2_FIRST_BATCH_MS = "track2_first_batch_ms"
-TRACK2_PICKLE_BYTES = "track2_dataset_pickle_bytes"
-
-
-@dataclass(frozen=True)
-class Cost:
-    """A cost the growth table follows: its metric, how it turns into a cost (rates are inverted),
-    and the exponent of the object count it should grow with."""
-
-    metric: str
-    title: str
-    expected: float
-    inverse: bool = False
-
-
-#: Costs fitted against the object count: total costs grow linearly, per-sample costs stay flat.
-COSTS = (
-    Cost(CONSTRUCTION_SECONDS, "dataset construction (s)", 1.0),
-    Cost(CONSTRUCTION_RSS_BYTES, "dataset memory (bytes)", 1.0),
-    Cost(GROUP_KEYS_NS_PER_SAMPLE, "field grouping per sample", 0.0),
-    Cost(RANDOM_ORDER_NS_PER_SAMPLE, "random sampler per sample", 0.0),
-    Cost(GROUPED_ORDER_NS_PER_SAMPLE, "grouped sampler per sample", 0.0),
-    Cost(TRACK1_RANDOM_SAMPLES_PER_S, "Track 1 random, time per sample", 0.0, inverse=True),
-    Cost(TRACK1_GROUPED_SAMPLES_PER_S, "Track 1 grouped, time per sample", 0.0, inverse=True),
-    Cost(TRACK2_FIRST_BATCH_MS, "Track 2 first batch", 0.0),
-)
 
 
 @dataclass(frozen=True)
@@ -147,9 +102,9 @@ def _index_costs(dataset: CropDataset, seed: int) -> dict[str, float]:
     count = len(dataset)
     keys = dataset.group_keys("field")
     return {
-        GROUP_KEYS_NS_PER_SAMPLE: _fastest_ns(lambda: dataset.group_keys("field")) / count,
-        RANDOM_ORDER_NS_PER_SAMPLE: _fastest_ns(RandomObjectSampler(count, seed).order) / count,
-        GROUPED_ORDER_NS_PER_SAMPLE: _fastest_ns(GroupedSampler(keys, seed).order) / count,
+        m.GROUP_KEYS_NS_PER_SAMPLE: _fastest_ns(lambda: dataset.group_keys("field")) / count,
+        m.RANDOM_ORDER_NS_PER_SAMPLE: _fastest_ns(RandomObjectSampler(count, seed).order) / count,
+        m.GROUPED_ORDER_NS_PER_SAMPLE: _fastest_ns(GroupedSampler(keys, seed).order) / count,
     }
 
 
@@ -165,16 +120,16 @@ def measure_point(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
     count = len(dataset)
     metrics: dict[str, Any] = {
         m.OBJECTS: count,
-        CONSTRUCTION_SECONDS: construction.seconds,
-        CONSTRUCTION_RSS_BYTES: rss_after - rss_before,
+        m.CONSTRUCTION_SECONDS: construction.seconds,
+        m.CONSTRUCTION_RSS_BYTES: rss_after - rss_before,
         # A forked child starts with its parent's high-water mark: a peak below it is not seen (None).
-        CONSTRUCTION_PEAK_RSS_BYTES: peak_after - rss_before if peak_after > peak_before else None,
-        BYTES_PER_OBJECT: (rss_after - rss_before) / count,
+        m.CONSTRUCTION_PEAK_RSS_BYTES: peak_after - rss_before if peak_after > peak_before else None,
+        m.BYTES_PER_OBJECT: (rss_after - rss_before) / count,
         **_index_costs(dataset, sweep.seed),
-        RESIDENT_FRACTION: resident_fraction(dataset.reader.files()),
+        m.RESIDENT_FRACTION: resident_fraction(dataset.reader.files()),
     }
     dataset.reader.close()
-    for access, name in (("random", TRACK1_RANDOM_SAMPLES_PER_S), ("grouped-field", TRACK1_GROUPED_SAMPLES_PER_S)):
+    for access, name in (("random", m.TRACK1_RANDOM_SAMPLES_PER_S), ("grouped-field", m.TRACK1_GROUPED_SAMPLES_PER_S)):
         case = dataset_case.Track1Case(
             crop=crop, access=access, samples=sweep.samples, warmup=sweep.warmup, cold_samples=0, seed=sweep.seed
         )
@@ -185,8 +140,8 @@ def measure_point(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
         plate,
         loader_case.Track2Case(crop=crop, loader=loader, samples=batches * sweep.batch_size, epochs=1, seed=sweep.seed),
     )
-    metrics[TRACK2_FIRST_BATCH_MS] = first[m.FIRST_BATCH_MS]
-    metrics[TRACK2_PICKLE_BYTES] = first.get(m.DATASET_PICKLE_BYTES)
+    metrics[m.TRACK2_FIRST_BATCH_MS] = first[m.FIRST_BATCH_MS]
+    metrics[m.TRACK2_PICKLE_BYTES] = first.get(m.DATASET_PICKLE_BYTES)
     return metrics
 
 
@@ -244,9 +199,9 @@ def sweep_rows(
                     report(f"{objects:,} objects: measuring")
                 metrics = measure_point_in_child(plate, sweep)
                 metrics[m.FIELDS] = spec.fields
-                metrics[PLATE_RAW_BYTES] = spec.raw_bytes
-                metrics[PLATE_STORED_BYTES] = generated.stored_bytes if generated else stored_size(plate)
-                metrics[GENERATE_SECONDS] = generated.write_seconds if generated else None
+                metrics[m.PLATE_RAW_BYTES] = spec.raw_bytes
+                metrics[m.PLATE_STORED_BYTES] = generated.stored_bytes if generated else stored_size(plate)
+                metrics[m.GENERATE_SECONDS] = generated.write_seconds if generated else None
             finally:
                 if generated is not None:
                     with uninterrupted():
@@ -262,109 +217,9 @@ def sweep_rows(
             yield config, metrics
 
 
-@dataclass(frozen=True)
-class Growth:
-    """A cost's fitted exponent of the object count, against the one expected."""
-
-    cost: Cost
-    exponent: float
-
-    @property
-    def faster_than_expected(self) -> bool:
-        return self.exponent > self.cost.expected + GROWTH_TOLERANCE
-
-    def describe(self) -> str:
-        return f"{self.cost.title} grows as N^{self.exponent:.2f} (expected N^{self.cost.expected:g})"
-
-
-def growth(rows: Sequence[dict[str, Any]]) -> list[Growth]:
-    """Each cost's least-squares exponent on log-log axes over the rows that have it (two counts at least)."""
-    fitted = []
-    for cost in COSTS:
-        points = [
-            (float(row[m.OBJECTS]), float(row[cost.metric]))
-            for row in rows
-            if isinstance(row.get(cost.metric), (int, float)) and row[cost.metric] > 0 and row.get(m.OBJECTS)
-        ]
-        if len({n for n, _ in points}) < 2:
-            continue
-        counts = np.log([n for n, _ in points])
-        values = np.log([1.0 / v if cost.inverse else v for _, v in points])
-        slope = float(np.polyfit(counts, values, 1)[0])
-        fitted.append(Growth(cost, slope))
-    return fitted
-
-
-def faster_than_linear(rows: Sequence[dict[str, Any]]) -> list[Growth]:
-    """The costs whose growth exceeds what is expected (the total work then grows faster than linearly)."""
-    return [item for item in growth(rows) if item.faster_than_expected]
-
-
-def growth_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The growth table as Markdown, then the costs that grow faster than expected, named."""
-    header = (
-        "| objects | fields | construction s | MB RAM | bytes/object (marginal) | random order ns/sample | "
-        "Track 1 random samples/s | Track 1 grouped samples/s | Track 2 first batch ms | plate cached |"
-    )
-    lines = [header, "|" + "---|" * (header.count("|") - 1)]
-    previous: dict[str, Any] | None = None
-    for row in sorted(rows, key=lambda r: r[m.OBJECTS]):
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    f"{row[m.OBJECTS]:,}",
-                    f"{row.get(m.FIELDS, 0):,}",
-                    _number(row.get(CONSTRUCTION_SECONDS), 3),
-                    _number(_mb(row.get(CONSTRUCTION_RSS_BYTES)), 1),
-                    _number(_marginal_bytes(previous, row), 0),
-                    _number(row.get(RANDOM_ORDER_NS_PER_SAMPLE), 1),
-                    _number(row.get(TRACK1_RANDOM_SAMPLES_PER_S), 0),
-                    _number(row.get(TRACK1_GROUPED_SAMPLES_PER_S), 0),
-                    _number(row.get(TRACK2_FIRST_BATCH_MS), 0),
-                    _number(row.get(RESIDENT_FRACTION), 2),
-                ]
-            )
-            + " |"
-        )
-        previous = row
-    named = faster_than_linear(rows)
-    lines.append("")
-    if not named:
-        lines.append("No cost grows faster than expected over these counts.")
-    for item in named:
-        lines.append(f"Grows faster than expected: {item.describe()}.")
-    return "\n".join(lines)
-
-
-def _marginal_bytes(previous: dict[str, Any] | None, row: dict[str, Any]) -> float | None:
-    """Memory per object added since the previous count: what an object costs, without the fixed costs
-    (imports, plate metadata) that dominate a small plate's bytes per object."""
-    if previous is None or previous.get(CONSTRUCTION_RSS_BYTES) is None or row.get(CONSTRUCTION_RSS_BYTES) is None:
-        return None
-    added = row[m.OBJECTS] - previous[m.OBJECTS]
-    return (row[CONSTRUCTION_RSS_BYTES] - previous[CONSTRUCTION_RSS_BYTES]) / added if added else None
-
-
-def _mb(value: Any) -> float | None:
-    return None if value is None else value / 1e6
-
-
-def _number(value: Any, digits: int) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return f"{value:,.{digits}f}"
-
-
 __all__ = [
-    "COSTS",
     "GROWTH_OBJECTS",
-    "Cost",
-    "Growth",
     "ScaleSweep",
-    "faster_than_linear",
-    "growth",
-    "growth_table",
     "measure_point",
     "measure_point_in_child",
     "sweep_rows",
