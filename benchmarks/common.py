@@ -94,6 +94,7 @@ ADDED_IN: dict[str, str] = {
     # Tracks 1-3 were modules cropbench.tracks.track1/track2/track3 before the tracks were named by track
     # and their measurements moved below them; commits before that skip what they name here.
     "cropbench.harness.dataset_case.run_case": "4cec727",
+    "cropbench.harness.context.RunContext": "4cec727",
     "cropbench.config.StoreConfig": "2f18851",
     "cropbench.formats.sources.mirror_metadata": "2f18851",
     "cropbench.measure.endpoints.nginx_binary": "2f18851",

@@ -214,7 +214,9 @@ class Latency(_FullCrops):
             warmup=30,
             cold_samples=0,
         )
-        return require("cropbench.harness.dataset_case", "run_case")(self.plate, case, evict_first=False)
+        return require("cropbench.harness.dataset_case", "run_case")(
+            require("cropbench.harness.context", "RunContext")(plate=self.plate), case, evict_first=False
+        )
 
     def track_p95_ms(self, *params: Any) -> float:
         return float(self._run_case()["p95_ms"])

@@ -116,7 +116,9 @@ class LoaderLatency(_FullLoading):
     """Raw milliseconds from ``run_case`` (full grid only)."""
 
     def _run_case(self) -> dict[str, Any]:
-        return require("cropbench.harness.loader_case", "run_case")(self.plate, self.case)
+        return require("cropbench.harness.loader_case", "run_case")(
+            require("cropbench.harness.context", "RunContext")(plate=self.plate), self.case
+        )
 
     def time_epoch(self, *params: Any) -> None:
         drain(self.loader)

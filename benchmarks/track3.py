@@ -45,7 +45,9 @@ class _Training:
         )
 
     def run_case(self) -> dict[str, Any]:
-        return require("cropbench.tracks.training", "run_case")(self.plate, self.case)
+        return require("cropbench.tracks.training", "run_case")(
+            require("cropbench.harness.context", "RunContext")(plate=self.plate), self.case
+        )
 
     def step_over_compute(self) -> float:
         metrics = self.run_case()

@@ -15,6 +15,7 @@ from cropbench import api
 from cropbench import metrics as m
 from cropbench.data.training import TRAINING_FORMATS, CropStoreInfo
 from cropbench.errors import ConfigError, OutputError
+from cropbench.harness.context import RunContext
 from cropbench.metrics import (
     BREAK_EVEN_EPOCHS,
     CONVERSION_PEAK_RSS_GROWTH_BYTES,
@@ -52,7 +53,7 @@ TINY = FormatComparison(
 def test_a_conversion_records_its_time_memory_and_bytes(tiny_plate: Path, tmp_path: Path) -> None:
     if "hdf5" not in AVAILABLE:
         pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
-    done = convert_crops(tiny_plate, tmp_path / "crops", "hdf5", crop_size=32, shard_bytes=10**6)
+    done = convert_crops(RunContext(plate=tiny_plate), tmp_path / "crops", "hdf5", crop_size=32, shard_bytes=10**6)
     assert done.path == tmp_path / "crops" and done.seconds > 0
     assert done.info == CropStoreInfo.read(done.path)
     assert done.info.stored_bytes == sum(p.stat().st_size for p in done.path.iterdir() if p.suffix == ".h5")
@@ -60,7 +61,7 @@ def test_a_conversion_records_its_time_memory_and_bytes(tiny_plate: Path, tmp_pa
     assert metrics[m.STORED_BYTES] == done.info.stored_bytes
     assert done.peak_rss_bytes is None or metrics[CONVERSION_PEAK_RSS_GROWTH_BYTES] >= 0
     with pytest.raises(OutputError, match="already exists"):
-        convert_crops(tiny_plate, tmp_path / "crops", "hdf5", crop_size=32)
+        convert_crops(RunContext(plate=tiny_plate), tmp_path / "crops", "hdf5", crop_size=32)
     assert sorted(os.listdir(tmp_path)) == ["crops"]
 
 
@@ -472,7 +473,9 @@ def test_a_library_failing_over_the_loopback_store_leaves_no_traceback_on_stderr
         pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")
     if "litdata" not in AVAILABLE:
         pytest.skip(TRAINING_FORMATS["litdata"].available() or "")
-    done = convert_crops(tiny_plate, tmp_path / "litdata", "litdata", crop_size=32, shard_bytes=200_000)
+    done = convert_crops(
+        RunContext(plate=tiny_plate), tmp_path / "litdata", "litdata", crop_size=32, shard_bytes=200_000
+    )
     comparison = dataclasses.replace(TINY, formats=("litdata",), epochs=1, remote_latency_ms=1)
     capfd.readouterr()
     row = remote_epochs(training_format("litdata"), done.path, done.info.plate_name, comparison, done.info.count)

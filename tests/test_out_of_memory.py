@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from cropbench import api
 from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.errors import ConfigError
 from cropbench.harness.work import WorkFolder
 from cropbench.measure import memory_limit as ml
 from cropbench.plates.scale import ScaleSpec
+from cropbench.records import RESULTS_NAME, read_records
 from cropbench.report.tables import out_of_memory_table
 from cropbench.tracks import out_of_memory as oom
 
@@ -73,10 +75,13 @@ def test_a_plate_twice_the_limit_is_read_from_the_device_inside_it(tmp_path: Pat
         warmup=20,
     )
     work = tmp_path / "work"
-    rows = list(oom.layout_rows(comparison, work, progress=False))
+    records = api.compare_out_of_memory(comparison, tmp_path / "out", work, bars=False)
     assert not work.exists()  # plates removed
-    name, config, metrics = rows[0]
+    record = records[0]
+    name, config, metrics = record.case, record.config, record.metrics
     assert name == "default" and config["layout_label"] == "call-yx64-blosc-lz4-shard-field"
+    assert record.track == "out-of-memory" and record.case_id and record.run_id and record.repeat == 0
+    assert [row.key for row in read_records(tmp_path / "out" / RESULTS_NAME)] == [record.key]
     assert metrics[m.PLATE_OVER_LIMIT] >= 2 and not metrics[m.PLATE_BELOW_MULTIPLE]
     assert metrics[m.MEMORY_LIMIT_MECHANISM] in ml.MECHANISMS
     if metrics[m.MEMORY_LIMIT_MECHANISM] == ml.FADVISE:

@@ -10,6 +10,7 @@ from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.harness import dataset_case as track1
 from cropbench.harness import loader_case as track2
+from cropbench.harness.context import RunContext
 from cropbench.harness.validity import MIN_RATE_TIMINGS, VALIDITY_FLAGS, flag_meaning, validity
 from cropbench.records import Record
 from cropbench.report.summary import cell_value as summary_cell_value
@@ -24,16 +25,17 @@ BIG_CACHE = CropConfig(crop_size=32)
 
 def test_track2_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
     flagged = track2.run_case(
-        tiny_plate, track2.Track2Case(crop=BIG_CACHE, loader=LoaderSpec(batch_size=16), samples=96)
+        RunContext(plate=tiny_plate), track2.Track2Case(crop=BIG_CACHE, loader=LoaderSpec(batch_size=16), samples=96)
     )
     assert {"cache>=plate", "re-reads", "few-samples"} <= set(flagged[m.VALIDITY_FLAGS]) <= set(VALIDITY_FLAGS)
     assert flagged[m.CACHE_FRACTION_OF_PLATE] > 1
     honest = track2.run_case(
-        tiny_plate, track2.Track2Case(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=8), samples=48)
+        RunContext(plate=tiny_plate), track2.Track2Case(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=8), samples=48)
     )
     assert not {"cache>=plate", "re-reads"} & set(honest[m.VALIDITY_FLAGS])
     memory = track2.run_case(
-        tiny_plate, track2.Track2Case(crop=BIG_CACHE, source="memory", loader=LoaderSpec(batch_size=8), samples=48)
+        RunContext(plate=tiny_plate),
+        track2.Track2Case(crop=BIG_CACHE, source="memory", loader=LoaderSpec(batch_size=8), samples=48),
     )
     assert memory[m.CACHE_FRACTION_OF_PLATE] is None, "crops held in memory: no reader cache to flag"
 
@@ -46,13 +48,13 @@ def test_track3_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
         steps=4,
         warmup_steps=1,
     )
-    metrics = track3.run_case(tiny_plate, case)
+    metrics = track3.run_case(RunContext(plate=tiny_plate), case)
     assert {"cache>=plate", "re-reads", "few-samples"} <= set(metrics[m.VALIDITY_FLAGS]), "160 items, 4 steps"
 
 
 def test_a_batched_track1_case_with_few_calls_is_flagged_as_too_few_samples(tiny_plate: Path) -> None:
     case = track1.Track1Case(crop=SMALL_CACHE, samples=64, warmup=8, cold_samples=0, batch_size=8)
-    metrics = track1.run_case(tiny_plate, case)
+    metrics = track1.run_case(RunContext(plate=tiny_plate), case)
     assert metrics[m.COUNT] == 8 and "few-samples" in metrics[m.VALIDITY_FLAGS]
 
 
@@ -68,14 +70,14 @@ def test_the_summary_prints_track2_and_track3_flags_and_explains_them() -> None:
 
 def test_a_track2_rate_on_enough_batches_is_quoted_and_its_short_tail_is_not_shown(tiny_plate: Path) -> None:
     case = track2.Track2Case(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=4), samples=72, epochs=1)
-    metrics = track2.run_case(tiny_plate, case)
+    metrics = track2.run_case(RunContext(plate=tiny_plate), case)
     assert MIN_RATE_TIMINGS <= metrics[m.prefixed(m.BATCH, m.COUNT)] < 200
     assert metrics[m.prefixed(m.BATCH, m.P95_RELIABLE)] is False
     assert "few-samples" not in metrics[m.VALIDITY_FLAGS], "the rate rests on enough batches"
     row = Record(track="2", case="c", config={}, metrics=metrics, environment={})
     assert summary_cell_value(row, m.BATCH_P95_MS) is None, "a p95 on too few batches is not shown"
     assert summary_cell_value(row, m.BATCH_P50_MS) == metrics[m.BATCH_P50_MS]
-    short = track2.run_case(tiny_plate, dataclasses.replace(case, samples=32))
+    short = track2.run_case(RunContext(plate=tiny_plate), dataclasses.replace(case, samples=32))
     assert "few-samples" in short[m.VALIDITY_FLAGS], "a rate on 7 batches is not quoted"
 
 

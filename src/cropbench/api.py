@@ -20,7 +20,7 @@ from cropbench.errors import ConfigError
 from cropbench.formats.sources import is_url
 from cropbench.harness.context import RunContext
 from cropbench.harness.runner import CaseCounter, Track, run_tracks
-from cropbench.harness.work import WorkFolder
+from cropbench.harness.work import WorkFolder, WorkSite, work_folder
 from cropbench.measure import environment
 from cropbench.measure.endpoints import remote_plate, server_ceiling
 from cropbench.measure.protocol import configure_threads
@@ -29,6 +29,8 @@ from cropbench.plates.generate import GeneratedPlate, generate_plate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, RecordWriter, read_records, write_csv
 from cropbench.tracks import track_named
 from cropbench.tracks.layouts import LayoutComparison, Layouts
+from cropbench.tracks.out_of_memory import OutOfMemory, OutOfMemoryTrack
+from cropbench.tracks.scale import ScaleSweep, ScaleTrack
 from cropbench.tracks.store_layouts import StoreLayouts, StoreLayoutsTrack
 
 #: Called with a status message, and with the record when one has just been measured.
@@ -116,30 +118,50 @@ def run(
         raise ConfigError(f"--local-plate {local_plate} is not the plate at {plate} (their fields differ)")
     chosen = [named[t].build() if isinstance(t, str) else t for t in tracks]
     chosen = distribute(chosen, cluster) if cluster is not None else chosen
-    results = Path(out_dir) / RESULTS_NAME if out_dir is not None else None
-    writer = RecordWriter(results) if results is not None and writes else None
-    done = frozenset(r.key for r in read_records(results)) if resume and results and results.exists() else frozenset()
+    results = Results(out_dir, progress, writes=writes)
+    done = results.done() if resume else frozenset()
     done = cluster.broadcast(done, "resume") if cluster is not None else done
-    measured: list[Record] = []
-
-    def emit(record: Record) -> None:
-        stored = writer.write(record) if writer is not None else None
-        measured.append(stored if isinstance(stored, Record) else record)
-        if progress is not None:
-            progress(f"track {record.track} {record.case}", measured[-1])
-
     try:
         counter = progress if isinstance(progress, CaseCounter) else None
-        run_tracks(chosen, preset, context, emit, repeats=repeats, done=done, counter=counter)
+        run_tracks(chosen, preset, context, results.emit, repeats=repeats, done=done, counter=counter)
     finally:
-        if writer is not None:
-            writer.close()
+        results.close()
         remote.close()
         if cluster is not None:
             cluster.close()
-    if results is not None and writes:
-        write_csv(read_records(results), results.with_name(CSV_NAME))
-    return measured
+    results.write_csv()
+    return results.measured
+
+
+class Results:
+    """Where a run's records go: each appended to ``out_dir/results.jsonl`` as it is measured (by the
+    writing rank only) and handed to ``progress``; ``results.csv`` rewritten at the end."""
+
+    def __init__(self, out_dir: str | Path | None, progress: Progress | None, writes: bool = True) -> None:
+        self.path = Path(out_dir) / RESULTS_NAME if out_dir is not None else None
+        self.writer = RecordWriter(self.path) if self.path is not None and writes else None
+        self.progress = progress
+        self.measured: list[Record] = []
+
+    def done(self) -> frozenset[tuple[str, str, int]]:
+        """The keys of the rows already written (what ``--resume`` skips)."""
+        if self.path is None or not self.path.exists():
+            return frozenset()
+        return frozenset(record.key for record in read_records(self.path))
+
+    def emit(self, record: Record) -> None:
+        stored = self.writer.write(record) if self.writer is not None else None
+        self.measured.append(stored if isinstance(stored, Record) else record)
+        if self.progress is not None:
+            self.progress(f"track {record.track} {record.case}", self.measured[-1])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def write_csv(self) -> None:
+        if self.path is not None and self.writer is not None:
+            write_csv(read_records(self.path), self.path.with_name(CSV_NAME))
 
 
 def compare_layouts(
@@ -179,6 +201,59 @@ def compare_layouts_in_store(
     return run(url, [track], out_dir=out_dir, store=source, progress=progress)
 
 
+def sweep_scale(
+    sweep: ScaleSweep,
+    out_dir: str | Path,
+    work_dir: str | Path,
+    *,
+    keep: bool = False,
+    bars: bool = True,
+    progress: Progress | None = None,
+) -> list[Record]:
+    """The growth sweep (track ``scale``): per object count of ``sweep`` a scale plate under ``work_dir``
+    (removed after measuring unless ``keep``; one kept earlier is reused) and its costs, one record each
+    in ``out_dir/results.jsonl`` as it is measured. ``bars`` shows the plates' write progress."""
+    return _run_in_work_folder(ScaleTrack(sweep, bars), sweep.layout, out_dir, work_dir, keep, progress)
+
+
+def compare_out_of_memory(
+    comparison: OutOfMemory,
+    out_dir: str | Path,
+    work_dir: str | Path,
+    *,
+    keep: bool = False,
+    require_cgroup: bool = False,
+    bars: bool = True,
+    progress: Progress | None = None,
+) -> list[Record]:
+    """Layouts on plates larger than a memory limit (track ``out-of-memory``): per layout a plate under
+    ``work_dir`` (removed after measuring unless ``keep``) read inside the limit and in the page cache,
+    one record each in ``out_dir/results.jsonl`` as it is measured."""
+    track = OutOfMemoryTrack(comparison, bars, require_cgroup)
+    return _run_in_work_folder(track, "", out_dir, work_dir, keep, progress)
+
+
+def _run_in_work_folder(
+    track: Track[WorkSite],
+    layout: str,
+    out_dir: str | Path,
+    work_dir: str | Path,
+    keep: bool,
+    progress: Progress | None,
+) -> list[Record]:
+    """A track that writes its own plates, through the runner, in a work folder left as it found it."""
+    results = Results(out_dir, progress)
+    report = (lambda message: progress(message, None)) if progress else None
+    try:
+        with work_folder(work_dir, keep) as work:
+            site = WorkSite(work, layout, environment=environment.collect(work_dir), report=report)
+            # These tracks have no presets: their comparison is the whole measurement.
+            run_tracks([track], "full", site, results.emit)
+    finally:
+        results.close()
+    return results.measured
+
+
 def _local_context(plate: str | Path, objects: str | Path | None, samples: int | None) -> RunContext:
     """The run's plate on local disk, the reference of a plate in a store (same object table and samples)."""
     return RunContext(plate=Path(plate), objects=Path(objects) if objects is not None else None, samples=samples)
@@ -216,4 +291,14 @@ def smoke(
     return SmokeRun(plate, generated, run(plate, SMOKE_TRACKS, "smoke", out_dir, progress=progress))
 
 
-__all__ = ["Progress", "SmokeRun", "compare_layouts", "compare_layouts_in_store", "run", "smoke"]
+__all__ = [
+    "Progress",
+    "Results",
+    "SmokeRun",
+    "compare_layouts",
+    "compare_layouts_in_store",
+    "compare_out_of_memory",
+    "run",
+    "smoke",
+    "sweep_scale",
+]

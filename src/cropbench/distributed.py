@@ -289,13 +289,13 @@ def _measure_rank(case: DistributedCase, repeat: int, context: RunContext, clust
     if isinstance(inner, loader_case.Track2Case):
         share = per_rank(inner.samples, case.ranks, case.balance)
         ran = dataclasses.replace(inner, samples=share)
-        metrics = loader_case.run_case(context.plate, ran, context.object_table, shard=shard)
+        metrics = loader_case.run_case(context, ran, shard=shard)
         samples, seconds = share * ran.epochs, float(metrics[m.LOOP_SECONDS])
         wait, consumed = seconds, share * ran.epochs
     else:
         ran = inner
         wrap = cluster.ddp if inner.model != "emulated" else None
-        metrics = training.run_case(context.plate, ran, None, context.object_table, shard=shard, wrap=wrap)
+        metrics = training.run_case(context, ran, None, shard=shard, wrap=wrap)
         samples = inner.loader.batch_size * inner.steps
         seconds = float(metrics[m.LOOP_SECONDS])
         wait = float(metrics[m.DATA_WAIT_FRACTION]) * seconds

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,9 +27,9 @@ from cropbench.config import ACCESS_PATTERNS, CACHE_STATES, CropConfig
 from cropbench.data.dataset import CropDataset, PairedViews
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
-from cropbench.formats import read_plate_metadata
 from cropbench.formats.base import PlateReader, ReadStats, warn_missing_chunks
 from cropbench.formats.direct import StageTimedChunkReader
+from cropbench.harness.context import RunContext
 from cropbench.harness.validity import decoded_plate_bytes, enough_rate_timings, validity
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.protocol import (
@@ -44,7 +43,6 @@ from cropbench.measure.protocol import (
     time_each,
 )
 from cropbench.metrics import prefixed
-from cropbench.objects import ObjectTable
 
 WARMUP_CURVE_POINTS = 50
 FIRST_PASS_CURVE_POINTS = 200
@@ -125,14 +123,13 @@ def _count_items(metrics: dict[str, Any], prefix: str, batch_size: int) -> dict[
 
 
 def run_case(
-    plate: str | Path,
+    context: RunContext,
     case: Track1Case,
     evict_first: bool = True,
-    objects: ObjectTable | str | Path | None = None,
 ) -> dict[str, Any]:
-    """Measure one case and return its metrics (the caller wraps them in a record)."""
+    """Measure one case on the run's plate and return its metrics (the caller wraps them in a record)."""
     rss_start = rss_bytes()
-    dataset = CropDataset(plate, case.crop, objects=objects)
+    dataset = context.dataset(case.crop)
     get = _getter(dataset, case.access, case.batch_size)
     total = case.cold_samples + case.warmup + case.samples
     indices = _indices(dataset, case, total)
@@ -191,11 +188,11 @@ def run_case(
         metrics[m.WARMUP_MEAN_MS] = float(warmup_latencies.mean() / 1e6)
         metrics[m.WARMUP_OVER_STEADY] = metrics[m.WARMUP_MEAN_MS] / max(metrics[m.P50_MS], 1e-9)
     if case.crop.tier != "none":
-        metrics.update(_io_and_transform_split(plate, case, steady, metrics, objects))
+        metrics.update(_io_and_transform_split(context, case, steady, metrics))
     if case.crop.decode == "direct" and dataset.reader.metadata.format == "ome-zarr" and batch == 1:
-        metrics.update(_stage_split(plate, case, steady[:STAGE_SPLIT_ITEMS], objects))
+        metrics.update(_stage_split(context, case, steady[:STAGE_SPLIT_ITEMS]))
     metrics[m.FIDELITY_ITEMS] = FIDELITY_ITEMS
-    metrics[m.FIDELITY_SHA256] = case_fidelity_hash(plate, case, objects)
+    metrics[m.FIDELITY_SHA256] = case_fidelity_hash(context, case)
     metrics[m.RSS_START_BYTES], metrics[m.RSS_END_BYTES] = rss_start, rss_bytes()
     metrics[m.DECODED_PLATE_BYTES] = decoded_plate_bytes(dataset.reader)
     metrics[m.CHUNK_CACHE_FRACTION_OF_PLATE] = case.crop.chunk_cache_bytes / metrics[m.DECODED_PLATE_BYTES]
@@ -231,10 +228,10 @@ def row_validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader)
     }
 
 
-def case_fidelity_hash(plate: str | Path, case: Track1Case, objects: ObjectTable | str | Path | None = None) -> str:
+def case_fidelity_hash(context: RunContext, case: Track1Case) -> str:
     """Hash of the first ``FIDELITY_ITEMS`` items of the case's seeded order, from a fresh dataset
     (read as the case reads them: batched items hash as the same items read one by one)."""
-    dataset = CropDataset(plate, case.crop, objects=objects)
+    dataset = context.dataset(case.crop)
     get = _getter(dataset, case.access, case.batch_size)
     calls = _calls(_indices(dataset, case, FIDELITY_ITEMS), case.batch_size)
     items = (get(call) for call in calls)
@@ -250,10 +247,9 @@ class _TimedPlan:
 
 
 def _stage_split(
-    plate: str | Path,
+    context: RunContext,
     case: Track1Case,
     indices: list[int],
-    objects: ObjectTable | str | Path | None,
 ) -> dict[str, Any]:
     """Per-item time in each stage of the fast path: index, fetch, decode, assemble, transform, collate.
 
@@ -263,9 +259,8 @@ def _stage_split(
     wrap and the sample's dict. The stages add up to ``stage_total_ms`` within
     ``STAGE_SUM_TOLERANCE`` (rounding); a negative stage would mean two clocks overlap.
     """
-    metadata = read_plate_metadata(plate)
-    reader = StageTimedChunkReader(metadata, case.crop.chunk_cache_bytes)
-    dataset = CropDataset(plate, case.crop, objects=objects, reader=reader)
+    reader = StageTimedChunkReader(context.metadata, case.crop.chunk_cache_bytes)
+    dataset = context.dataset(case.crop, reader=reader)
     get = _getter(dataset, case.access)
     time_each(get, indices[: case.warmup])
     timed_plan = _TimedPlan(dataset.plan)
@@ -297,19 +292,18 @@ def _stage_split(
 
 
 def _io_and_transform_split(
-    plate: str | Path,
+    context: RunContext,
     case: Track1Case,
     steady: list[Any],
     metrics: dict[str, Any],
-    objects: ObjectTable | str | Path | None = None,
 ) -> dict[str, Any]:
     """Same indices with tier ``none`` (I/O only), and the transform alone on in-memory crops."""
-    io_dataset = CropDataset(plate, case.crop.replace(tier="none", dtype="uint16"), objects=objects)
+    io_dataset = context.dataset(case.crop.replace(tier="none", dtype="uint16"))
     io_get = _getter(io_dataset, case.access, case.batch_size)
     time_each(io_get, steady[: max(case.warmup // case.batch_size, 1)])
     io = _count_items(steady_state(io_get, steady, m.IO), m.IO, case.batch_size)
     views = 2 if case.access == "paired" else 1
-    reference = CropDataset(plate, case.crop, objects=objects)
+    reference = context.dataset(case.crop)
     items = list(itertools.chain.from_iterable(steady)) if case.batch_size > 1 else steady
     raws = [torch.from_numpy(io_dataset.read_raw(i)) for i in items[:TRANSFORM_ONLY_ITEMS]]
     transform_latencies = time_each(

@@ -49,11 +49,11 @@ from cropbench.data.loader import (
 from cropbench.data.sampling import sampler_for
 from cropbench.data.transforms import TORCH_DTYPES
 from cropbench.errors import ConfigError
+from cropbench.harness.context import RunContext
 from cropbench.harness.validity import enough_rate_timings, validity
 from cropbench.measure.accelerator import DEVICES, resolve_device, synchroniser
 from cropbench.measure.protocol import Stopwatch, crosscheck_clock_ns, samples_per_s, summarise_ms
 from cropbench.measure.remote import crop_config
-from cropbench.objects import ObjectTable
 
 SOURCES = ("plate", "memory")
 #: Largest relative gap allowed between reported and independently measured samples/s.
@@ -257,9 +257,8 @@ def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> d
 
 
 def run_case(
-    plate: str | Path,
+    context: RunContext,
     case: Track2Case,
-    objects: ObjectTable | str | Path | None = None,
     *,
     shard: SamplerFactory | None = None,
 ) -> dict[str, Any]:
@@ -267,7 +266,7 @@ def run_case(
 
     ``shard`` builds the sampler instead of the case's access pattern (one rank's share of a distributed epoch).
     """
-    base = CropDataset(plate, loader_crop(case.crop, case.pipeline), objects=objects)
+    base = context.dataset(loader_crop(case.crop, case.pipeline))
     dataset: Dataset[dict[str, Any]] = MemoryCrops(base) if case.source == "memory" else base
     order = shard(base) if shard is not None else sampler_for(base, case.access, case.seed)
     orders = schedule(order, case.samples, case.epochs)
@@ -316,4 +315,4 @@ def loader_rate(plate: Path, decode: str, crops: int, batch_size: int, crop_size
     Workers start by forkserver: obstore (the zarr path's client) does not survive a fork."""
     loader = LoaderSpec(num_workers=workers, batch_size=batch_size, start_method="forkserver" if workers else "fork")
     case = Track2Case(crop=crop_config(decode, crop_size), loader=loader, samples=max(crops, 2 * batch_size), epochs=1)
-    return float(run_case(plate, case)[m.SAMPLES_PER_S])
+    return float(run_case(RunContext(plate=plate), case)[m.SAMPLES_PER_S])

@@ -10,8 +10,11 @@ import signal
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cropbench.config import DECODE_PATHS
 
 
 class WorkFolder:
@@ -86,3 +89,37 @@ def work_folder(work_dir: str | Path, keep: bool) -> Iterator[WorkFolder]:
         if not work.existed:
             with contextlib.suppress(OSError):
                 work.root.rmdir()
+
+
+@dataclass(eq=False)
+class WorkSite:
+    """Where a track that writes its own plates runs (``scale``, ``out-of-memory``): a work folder, not
+    one plate. Such a track's cases name their plates in full (spec and layout), so a case's identity
+    needs no plate fingerprint, and each row's config names the plate it wrote; ``layout`` is the
+    run's layout, or ``""`` where each case names its own."""
+
+    work: WorkFolder
+    layout: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+    report: Callable[[str], None] | None = None
+
+    #: The runner's knobs of a plate run that a work folder has none of: no overrides, no pinned
+    #: threads, no store, no local copy.
+    overrides = None
+    thread_settings: dict[str, Any] = field(default_factory=dict)
+    server_requests_per_s = None
+    remote = None
+    local: WorkSite | None = None
+    fingerprint = ""
+
+    @property
+    def location(self) -> str:
+        return str(self.work.root)
+
+    @property
+    def decodes(self) -> tuple[str, ...]:
+        return tuple(DECODE_PATHS)
+
+    def progress(self, message: str) -> None:
+        if self.report is not None:
+            self.report(message)

@@ -131,5 +131,5 @@ class Track1:
 
     def measure(self, case: Track1Case, repeat: int, context: RunContext) -> Iterator[Row]:
         repeated = seeded(case, repeat)
-        metrics = run_case(context.plate, repeated, objects=context.object_table)
+        metrics = run_case(context, repeated)
         yield Row(case, dataclasses.asdict(repeated), metrics, repeated.seed)

@@ -219,17 +219,16 @@ class Conversion:
 
 
 def convert_crops(
-    plate: str | Path,
+    context: RunContext,
     destination: str | Path,
     format_name: str,
     *,
     crop_size: int = 96,
     channels: tuple[str, ...] | None = None,
-    objects: ObjectTable | str | Path | None = None,
     shard_bytes: int = 64 * 2**20,
     overwrite: bool = False,
 ) -> Conversion:
-    """Cut the crops of ``plate`` once with cropbench's reader and write them in ``format_name`` at
+    """Cut the crops of the run's plate once with cropbench's reader and write them in ``format_name`` at
     ``destination`` (into a temporary sibling, renamed into place when complete).
 
     The clock and the memory peak cover cutting and writing (what converting costs a lab), not
@@ -237,7 +236,7 @@ def convert_crops(
     """
     fmt = training_format(format_name)
     fmt.library_version()  # imports the library: off the clock
-    dataset = CropDataset(plate, CropConfig(crop_size=crop_size, channels=channels, dtype="uint16"), objects=objects)
+    dataset = context.dataset(CropConfig(crop_size=crop_size, channels=channels, dtype="uint16"))
     with PeakMemory() as memory, Stopwatch() as clock:
         info = fmt.write(dataset, destination, shard_bytes=shard_bytes, overwrite=overwrite)
     dataset.reader.close()
@@ -544,12 +543,11 @@ class Formats:
         try:
             context.progress(f"{fmt.name}: converting")
             conversion = convert_crops(
-                context.plate,
+                context,
                 destination,
                 fmt.name,
                 crop_size=comparison.crop_size,
                 channels=comparison.channels,
-                objects=context.object_table,
                 shard_bytes=comparison.shard_bytes,
                 overwrite=True,
             )

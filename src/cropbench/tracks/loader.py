@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,6 @@ import torch
 
 from cropbench import metrics as m
 from cropbench.config import ACCESS_PATTERNS, CropConfig
-from cropbench.data.dataset import CropDataset
 from cropbench.data.device_pipeline import PIPELINES, boundaries
 from cropbench.data.loader import (
     LoaderSpec,
@@ -30,7 +28,6 @@ from cropbench.harness.loader_case import Track2Case, run_case
 from cropbench.harness.ratios import paired_ratios
 from cropbench.harness.runner import Row, seeded
 from cropbench.measure.protocol import Stopwatch, samples_per_s
-from cropbench.objects import ObjectTable
 
 FULL_SAMPLES_PER_EPOCH = 4096
 
@@ -192,13 +189,11 @@ class OverheadCase:
         )
 
 
-def run_overhead(
-    plate: str | Path, case: OverheadCase, objects: ObjectTable | str | Path | None = None
-) -> dict[str, Any]:
+def run_overhead(context: RunContext, case: OverheadCase) -> dict[str, Any]:
     """Measure one :class:`OverheadCase`: both rates, their ratio overall and paired per block."""
     batch = case.loader.batch_size
-    loaded = CropDataset(plate, case.crop, objects=objects)
-    reader = CropDataset(plate, case.crop.replace(decode_threads=case.reader_threads), objects=objects)
+    loaded = context.dataset(case.crop)
+    reader = context.dataset(case.crop.replace(decode_threads=case.reader_threads))
     per_block = (case.warmup + case.batches) * batch
     flat = continued_order(sampler_for(loaded, case.access, case.seed), per_block * (case.blocks + 1))
     orders = [flat[block * per_block : (block + 1) * per_block] for block in range(case.blocks + 1)]
@@ -314,10 +309,10 @@ class Track2:
     def measure(self, case: Track2Case | OverheadCase, repeat: int, context: RunContext) -> Iterator[Row]:
         if isinstance(case, OverheadCase):
             ran = seeded(case, repeat)
-            yield Row(case, dataclasses.asdict(ran), run_overhead(context.plate, ran, context.object_table), ran.seed)
+            yield Row(case, dataclasses.asdict(ran), run_overhead(context, ran), ran.seed)
             return
         repeated = seeded(case, repeat)
-        metrics = run_case(context.plate, repeated, objects=context.object_table)
+        metrics = run_case(context, repeated)
         self.measured[(case.label, repeat)] = metrics
         twin = _persistent_twin(case)
         if twin is not None and (twin, repeat) in self.measured:

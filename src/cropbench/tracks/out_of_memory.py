@@ -32,10 +32,11 @@ import psutil
 
 from cropbench import metrics as m
 from cropbench.config import CropConfig, check_seed, layout_by_name
-from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
-from cropbench.harness.work import WorkFolder, deaf_to_stops, uninterrupted, work_folder
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import Row
+from cropbench.harness.work import WorkFolder, WorkSite, deaf_to_stops, uninterrupted
 from cropbench.measure.memory_limit import (
     MIN_LIMIT_BYTES,
     process_read_bytes,
@@ -99,7 +100,7 @@ class OutOfMemory:
 def random_pass(plate: str, crop: CropConfig, samples: int, warmup: int, seed: int, cold: bool) -> dict[str, Any]:
     """Random crops of ``plate``: evicted first (``cold``) or loaded into the page cache; the device
     bytes and reader counters of the timed pass only (the warm-up opens files and fills the chunk cache)."""
-    dataset = CropDataset(plate, crop)
+    dataset = RunContext(plate=Path(plate)).dataset(crop)
     files = dataset.reader.files()
     metrics: dict[str, Any] = {}
     if cold:
@@ -156,56 +157,83 @@ def plate_spec_for(comparison: OutOfMemory, layout_name: str, work: WorkFolder) 
     return dataclasses.replace(base, objects=fields * base.fewest_per_field)
 
 
-def layout_rows(
+def measure_layout(
     comparison: OutOfMemory,
-    work_dir: str | Path,
-    keep: bool = False,
+    name: str,
+    work: WorkFolder,
     progress: bool = True,
     report: Callable[[str], None] | None = None,
     require_cgroup: bool = False,
-) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(layout, config, metrics) per layout; each plate removed unless ``keep``."""
-    with work_folder(work_dir, keep) as work:
-        crop = comparison.crop()
-        for name in comparison.layouts:
-            say = report or (lambda _: None)
-            spec = plate_spec_for(comparison, name, work)
-            say(f"{name}: writing {spec.fields:,} fields (about {comparison.target_bytes / 2**30:.1f} GiB stored)")
-            destination = work.destination(f"out-of-memory-{name}.zarr")
-            try:
-                written = generate_scale_plate(
-                    destination, spec, layout_by_name(name), overwrite=True, progress=progress
-                )
-                say(f"{name}: random crops inside {comparison.limit_bytes / 2**20:.0f} MiB")
-                args = (str(destination), crop, comparison.samples, comparison.warmup, comparison.seed)
-                limited = run_limited(
-                    deaf_to_stops, (random_pass, *args, True), comparison.limit_bytes, require_cgroup=require_cgroup
-                )
-                metrics: dict[str, Any] = {
-                    m.OBJECTS: written.objects,
-                    m.FIELDS: written.fields,
-                    m.PLATE_STORED_BYTES: written.stored_bytes,
-                    m.PLATE_OVER_LIMIT: written.stored_bytes / comparison.limit_bytes,
-                    m.PLATE_BELOW_MULTIPLE: written.stored_bytes < comparison.target_bytes,
-                    **limited.as_metrics(),
-                    **limited.value,  # the timed pass's device bytes replace the child's whole run's
-                }
-                metrics.update(_cached(comparison, destination, args, written.stored_bytes, say))
-                if m.prefixed(m.CACHED_, m.CROPS_PER_S) in metrics and metrics[m.CROPS_PER_S]:
-                    metrics[m.LIMITED_OVER_CACHED] = (
-                        metrics[m.CROPS_PER_S] / metrics[m.prefixed(m.CACHED_, m.CROPS_PER_S)]
-                    )
-            finally:
-                with uninterrupted():
-                    work.done(destination)
-            config = {
-                "comparison": dataclasses.asdict(comparison),
-                "scale_spec": dataclasses.asdict(spec),
-                "layout_name": name,
-                "layout_label": layout_by_name(name).label,
-                "plate": str(destination),
-            }
-            yield name, config, metrics
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config, metrics) of one layout: its plate under ``work``, always removed after measuring."""
+    say = report or (lambda _: None)
+    spec = plate_spec_for(comparison, name, work)
+    say(f"{name}: writing {spec.fields:,} fields (about {comparison.target_bytes / 2**30:.1f} GiB stored)")
+    destination = work.destination(f"out-of-memory-{name}.zarr")
+    try:
+        written = generate_scale_plate(destination, spec, layout_by_name(name), overwrite=True, progress=progress)
+        say(f"{name}: random crops inside {comparison.limit_bytes / 2**20:.0f} MiB")
+        args = (str(destination), comparison.crop(), comparison.samples, comparison.warmup, comparison.seed)
+        limited = run_limited(
+            deaf_to_stops, (random_pass, *args, True), comparison.limit_bytes, require_cgroup=require_cgroup
+        )
+        metrics: dict[str, Any] = {
+            m.OBJECTS: written.objects,
+            m.FIELDS: written.fields,
+            m.PLATE_STORED_BYTES: written.stored_bytes,
+            m.PLATE_OVER_LIMIT: written.stored_bytes / comparison.limit_bytes,
+            m.PLATE_BELOW_MULTIPLE: written.stored_bytes < comparison.target_bytes,
+            **limited.as_metrics(),
+            **limited.value,  # the timed pass's device bytes replace the child's whole run's
+        }
+        metrics.update(_cached(comparison, destination, args, written.stored_bytes, say))
+        if m.prefixed(m.CACHED_, m.CROPS_PER_S) in metrics and metrics[m.CROPS_PER_S]:
+            metrics[m.LIMITED_OVER_CACHED] = metrics[m.CROPS_PER_S] / metrics[m.prefixed(m.CACHED_, m.CROPS_PER_S)]
+    finally:
+        with uninterrupted():
+            work.done(destination)
+    config = {
+        "comparison": dataclasses.asdict(comparison),
+        "scale_spec": dataclasses.asdict(spec),
+        "layout_name": name,
+        "layout_label": layout_by_name(name).label,
+        "plate": str(destination),
+    }
+    return config, metrics
+
+
+@dataclass(frozen=True)
+class OutOfMemoryCase:
+    """One layout of a comparison out of memory."""
+
+    comparison: OutOfMemory
+    layout_name: str
+
+    @property
+    def label(self) -> str:
+        return self.layout_name
+
+
+class OutOfMemoryTrack:
+    """Track ``out-of-memory`` for the runner: one case per layout of ``comparison``, each on its own
+    plate under the site's work folder (:func:`measure_layout`)."""
+
+    name = TRACK
+
+    def __init__(self, comparison: OutOfMemory, progress: bool = True, require_cgroup: bool = False) -> None:
+        self.comparison, self.progress, self.require_cgroup = comparison, progress, require_cgroup
+
+    def cases(self, preset: str, context: WorkSite) -> list[OutOfMemoryCase]:
+        return [OutOfMemoryCase(self.comparison, name) for name in self.comparison.layouts]
+
+    def decode(self, case: OutOfMemoryCase) -> None:
+        return None
+
+    def measure(self, case: OutOfMemoryCase, repeat: int, context: WorkSite) -> Iterator[Row]:
+        config, metrics = measure_layout(
+            case.comparison, case.layout_name, context.work, self.progress, context.progress, self.require_cgroup
+        )
+        yield Row(case, config, metrics, case.comparison.seed)
 
 
 def _cached(
@@ -225,7 +253,9 @@ def _cached(
 __all__ = [
     "DEFAULT_LAYOUTS",
     "OutOfMemory",
-    "layout_rows",
+    "OutOfMemoryCase",
+    "OutOfMemoryTrack",
+    "measure_layout",
     "plate_spec_for",
     "random_pass",
 ]

@@ -35,7 +35,9 @@ from cropbench.data.sampling import GroupedSampler, RandomObjectSampler
 from cropbench.errors import ConfigError
 from cropbench.formats import read_plate_metadata
 from cropbench.harness import dataset_case, loader_case
-from cropbench.harness.work import WorkFolder, deaf_to_stops, uninterrupted, work_folder
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import Row
+from cropbench.harness.work import WorkFolder, WorkSite, deaf_to_stops, uninterrupted
 from cropbench.measure.memory_limit import run_in_child
 from cropbench.measure.protocol import Stopwatch, resident_fraction, rss_bytes
 from cropbench.plates.generate import GeneratedPlate, stored_size
@@ -113,8 +115,9 @@ def measure_point(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
     crop = sweep.crop()
     rss_before = rss_bytes()
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    with Stopwatch() as construction:
-        dataset = CropDataset(plate, crop)
+    with Stopwatch() as construction:  # the plate's metadata and object table read, the crops indexed
+        context = RunContext(plate=plate)
+        dataset = context.dataset(crop)
     rss_after = rss_bytes()
     peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     count = len(dataset)
@@ -133,11 +136,11 @@ def measure_point(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
         case = dataset_case.Track1Case(
             crop=crop, access=access, samples=sweep.samples, warmup=sweep.warmup, cold_samples=0, seed=sweep.seed
         )
-        metrics[name] = dataset_case.run_case(plate, case)[m.SAMPLES_PER_S]
+        metrics[name] = dataset_case.run_case(context, case)[m.SAMPLES_PER_S]
     loader = LoaderSpec(num_workers=sweep.workers, batch_size=sweep.batch_size)
     batches = max(2 * max(sweep.workers, 1), 2)
     first = loader_case.run_case(
-        plate,
+        context,
         loader_case.Track2Case(crop=crop, loader=loader, samples=batches * sweep.batch_size, epochs=1, seed=sweep.seed),
     )
     metrics[m.TRACK2_FIRST_BATCH_MS] = first[m.FIRST_BATCH_MS]
@@ -180,41 +183,71 @@ def scale_plate(
         raise
 
 
-def sweep_rows(
+def measure_count(
     sweep: ScaleSweep,
-    work_dir: str | Path,
-    keep: bool = False,
+    objects: int,
+    work: WorkFolder,
     progress: bool = True,
     report: Callable[[str], None] | None = None,
-) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """(config, metrics) per object count, smallest first; plates removed unless ``keep``."""
-    with work_folder(work_dir, keep) as work:
-        for objects in sweep.objects:
-            spec = sweep.spec(objects)
-            if report is not None:
-                report(f"{objects:,} objects: {spec.fields:,} fields of {spec.field_size} px")
-            plate, generated = scale_plate(work, spec, sweep.layout, progress)
-            try:
-                if report is not None:
-                    report(f"{objects:,} objects: measuring")
-                metrics = measure_point_in_child(plate, sweep)
-                metrics[m.FIELDS] = spec.fields
-                metrics[m.PLATE_RAW_BYTES] = spec.raw_bytes
-                metrics[m.PLATE_STORED_BYTES] = generated.stored_bytes if generated else stored_size(plate)
-                metrics[m.GENERATE_SECONDS] = generated.write_seconds if generated else None
-            finally:
-                if generated is not None:
-                    with uninterrupted():
-                        work.done(plate)
-            config = {
-                "sweep": dataclasses.asdict(sweep),
-                "scale_spec": dataclasses.asdict(spec),
-                "layout": sweep.layout,
-                "layout_label": layout_by_name(sweep.layout).label,
-                "plate": str(plate),
-                "kept": keep,
-            }
-            yield config, metrics
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config, metrics) of one object count: its plate under ``work`` (removed after measuring unless
+    kept), every cost measured in a fresh child."""
+    say = report or (lambda _: None)
+    spec = sweep.spec(objects)
+    say(f"{objects:,} objects: {spec.fields:,} fields of {spec.field_size} px")
+    plate, generated = scale_plate(work, spec, sweep.layout, progress)
+    try:
+        say(f"{objects:,} objects: measuring")
+        metrics = measure_point_in_child(plate, sweep)
+        metrics[m.FIELDS] = spec.fields
+        metrics[m.PLATE_RAW_BYTES] = spec.raw_bytes
+        metrics[m.PLATE_STORED_BYTES] = generated.stored_bytes if generated else stored_size(plate)
+        metrics[m.GENERATE_SECONDS] = generated.write_seconds if generated else None
+    finally:
+        if generated is not None:
+            with uninterrupted():
+                work.done(plate)
+    config = {
+        "sweep": dataclasses.asdict(sweep),
+        "scale_spec": dataclasses.asdict(spec),
+        "layout": sweep.layout,
+        "layout_label": layout_by_name(sweep.layout).label,
+        "plate": str(plate),
+        "kept": work.keep,
+    }
+    return config, metrics
+
+
+@dataclass(frozen=True)
+class ScaleCase:
+    """One object count of a sweep."""
+
+    sweep: ScaleSweep
+    objects: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.objects} objects"
+
+
+class ScaleTrack:
+    """Track ``scale`` for the runner: one case per object count of ``sweep``, smallest first, each on
+    its own scale plate under the site's work folder (:func:`measure_count`)."""
+
+    name = TRACK
+
+    def __init__(self, sweep: ScaleSweep, progress: bool = True) -> None:
+        self.sweep, self.progress = sweep, progress
+
+    def cases(self, preset: str, context: WorkSite) -> list[ScaleCase]:
+        return [ScaleCase(self.sweep, objects) for objects in self.sweep.objects]
+
+    def decode(self, case: ScaleCase) -> None:
+        return None
+
+    def measure(self, case: ScaleCase, repeat: int, context: WorkSite) -> Iterator[Row]:
+        config, metrics = measure_count(case.sweep, case.objects, context.work, self.progress, context.progress)
+        yield Row(case, config, metrics, case.sweep.seed)
 
 
 __all__ = [
@@ -222,5 +255,7 @@ __all__ = [
     "ScaleSweep",
     "measure_point",
     "measure_point_in_child",
-    "sweep_rows",
+    "ScaleCase",
+    "ScaleTrack",
+    "measure_count",
 ]

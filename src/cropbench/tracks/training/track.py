@@ -158,8 +158,8 @@ class Track3:
     def _run(self, case: Track3Case, context: RunContext) -> dict[str, Any]:
         key = compute_key(case)
         if key not in self.baselines:
-            self.baselines[key] = compute_only(context.plate, case, context.object_table)
-        return run_case(context.plate, case, self.baselines[key], context.object_table)
+            self.baselines[key] = compute_only(context, case)
+        return run_case(context, case, self.baselines[key])
 
     def measure(self, item: Item, repeat: int, context: RunContext) -> Iterator[Row]:
         if isinstance(item, Track3Case):
