@@ -113,12 +113,17 @@ def _track_modules() -> set[str]:
     return found
 
 
+def _imported_modules(imported: str, names: list[str]) -> list[str]:
+    """The modules an import reaches: ``from package import module`` reaches the module, not the package."""
+    submodules = [f"{imported}.{name}" for name in names if f"{imported}.{name}" in MODULES]
+    return submodules or [imported]
+
+
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _track_of(m) is not None))
 def test_no_track_imports_another_track(module: str) -> None:
     own = _track_of(module)
     for imported, names in _imports(MODULES[module]):
-        targets = [f"{imported}.{name}" for name in names] if imported == "cropbench.tracks" else [imported]
-        for target in targets:
+        for target in _imported_modules(imported, names):
             other = _track_of(target)
             assert other in (None, own), f"{module} imports {target}: a track imports only what lies below tracks/"
 
@@ -153,3 +158,14 @@ def test_a_module_belongs_to_the_track_it_lies_under() -> None:
     assert _track_of("cropbench.tracks.training.loop") == "cropbench.tracks.training"
     assert _track_of("cropbench.harness.runner") is None
     assert _track_of("cropbench.tracks") is None
+    assert _imported_modules("cropbench.tracks", ["scale"]) == ["cropbench.tracks.scale"]
+    assert _imported_modules("cropbench.tracks", ["TRACKS"]) == ["cropbench.tracks"]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("cropbench.report")))
+def test_the_report_reads_the_track_table_not_track_internals(module: str) -> None:
+    """Names and constants a table or figure needs live in metrics, config or the harness: a track's
+    module can change without the report following it."""
+    for imported, names in _imports(MODULES[module]):
+        for target in _imported_modules(imported, names):
+            assert _track_of(target) is None, f"{module} imports {target}, a track's internals"
