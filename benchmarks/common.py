@@ -91,10 +91,11 @@ ADDED_IN: dict[str, str] = {
     "cropbench.measure.protocol.Stopwatch": "638c776",
     "cropbench.formats.read_plate_metadata": "c9c71ed",
     "cropbench.formats.direct.StageTimedChunkReader": "c9c71ed",  # formats.chunks in older commits
-    # Tracks 1-3 were modules cropbench.tracks.track1/track2/track3 before the tracks were named by track
-    # and their measurements moved below them; commits before that skip what they name here.
+    # Before the tracks were named by track, these lived in cropbench.tracks.track1/track2/track3 and
+    # tracks.layouts: commits before that skip them. The commit given is where each first appeared there.
     "cropbench.harness.dataset_case.run_case": "4cec727",
     "cropbench.harness.context.RunContext": "4cec727",
+    "cropbench.harness.work.WorkFolder": "fb7103c",  # in tracks.layouts before
     "cropbench.config.StoreConfig": "2f18851",
     "cropbench.formats.sources.mirror_metadata": "2f18851",
     "cropbench.measure.endpoints.nginx_binary": "2f18851",

@@ -293,7 +293,6 @@ def smoke(
 
 __all__ = [
     "Progress",
-    "Results",
     "SmokeRun",
     "compare_layouts",
     "compare_layouts_in_store",
