@@ -29,6 +29,7 @@ from cropbench.config import (
 )
 from cropbench.errors import ConfigError
 from cropbench.records import CSV_NAME, RESULTS_NAME
+from cropbench.tracks import TRACKS
 
 #: A plate given as a URL (``s3://``, ``https://``): checked by the store it names, not here.
 URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -171,6 +172,16 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _track_help() -> str:
+    """``--track``'s help, from the table of tracks: each track ``run`` builds, by name or alias."""
+    named = [
+        f"{' or '.join((info.name, *info.aliases))} ({info.title})"
+        for info in TRACKS.values()
+        if info.runner_class is not None
+    ]
+    return f"track to run: {', '.join(named)} (repeatable; default dataset)"
+
+
 def add_run_commands(commands: Commands) -> None:
     """Register ``run``, ``smoke`` and ``env``."""
     run = commands.add_parser(
@@ -187,9 +198,7 @@ def add_run_commands(commands: Commands) -> None:
         "--track",
         action="append",
         metavar="NAME",
-        help="track to run, by name or number: dataset or 1 (Dataset __getitem__), loader or 2 (DataLoader), "
-        "training or 3 (end to end), remote (requests/crop and loader crops/s of a plate in a store), targets "
-        "(the direct reader over the fetch ceiling and the peers, interleaved) (repeatable; default dataset)",
+        help=_track_help(),
     )
     run.add_argument(
         "--preset",
