@@ -103,14 +103,21 @@ class WorkSite:
     environment: dict[str, Any] = field(default_factory=dict)
     report: Callable[[str], None] | None = None
 
-    #: The runner's knobs of a plate run that a work folder has none of: no overrides, no pinned
-    #: threads, no store, no local copy.
+    #: What a run on a plate has and a work folder has not: crop overrides, a store, a plate fingerprint.
     overrides = None
-    thread_settings: dict[str, Any] = field(default_factory=dict)
     server_requests_per_s = None
     remote = None
-    local: WorkSite | None = None
     fingerprint = ""
+
+    @property
+    def thread_settings(self) -> dict[str, Any]:
+        """None pinned: these tracks measure with the threads a user's process starts with."""
+        return {}
+
+    @property
+    def local(self) -> WorkSite | None:
+        """No copy on local disk to measure beside: the plates are local already."""
+        return None
 
     @property
     def location(self) -> str:
