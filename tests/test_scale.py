@@ -1,4 +1,5 @@
-"""Plates at experiment scale (plates/scale.py) and the growth sweep over them (tracks/scale.py)."""
+"""Plates at experiment scale (plates/scale.py), the growth sweep over them (tracks/scale.py) and the
+fit of its costs (report/growth.py)."""
 
 from __future__ import annotations
 
