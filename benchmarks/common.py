@@ -62,11 +62,12 @@ OME_ARROW_WRITER_KEYWORDS = {"chunk_shape": "0.0.6", "chunk_encoding": "0.0.10",
 UNAVAILABLE = "unavailable: "
 #: The cropbench module of each track-level piece the suites call (the one place that names them).
 TRACK_MODULES = {
-    "dataset case": "cropbench.tracks.track1",
-    "loader case": "cropbench.tracks.track2",
-    "training case": "cropbench.tracks.track3",
+    "dataset case": "cropbench.harness.dataset_case",
+    "loader case": "cropbench.harness.loader_case",
+    "training case": "cropbench.tracks.training",
     "out of memory": "cropbench.tracks.out_of_memory",
-    "work folder": "cropbench.tracks.layouts",
+    "work folder": "cropbench.harness.work",
+    "run context": "cropbench.harness.context",
 }
 
 

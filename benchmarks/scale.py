@@ -76,7 +76,9 @@ class OutOfMemory:
         if process_read_bytes() is None:
             raise NotImplementedError("/proc/self/io counts no reads here: no device bytes to report")
         one_thread()
-        self.out_of_memory, self.run_limited = import_track_piece("out of memory"), run_limited
+        from cropbench import metrics
+
+        self.out_of_memory, self.run_limited, self.metrics = import_track_piece("out of memory"), run_limited, metrics
         crop = CropConfig(crop_size=96, dtype="uint16")
         self.arguments = (cached["plate"], crop, CROPS, WARMUP, 0, True)
 
@@ -85,11 +87,11 @@ class OutOfMemory:
         return dict(run.value)
 
     def track_device_bytes_per_crop(self, cached: dict[str, Any]) -> float:
-        return float(self._limited_pass()[self.out_of_memory.DEVICE_BYTES_PER_CROP])
+        return float(self._limited_pass()[self.metrics.DEVICE_BYTES_PER_CROP])
 
     track_device_bytes_per_crop.unit = "bytes/crop"  # type: ignore[attr-defined]
 
     def track_crops_per_s(self, cached: dict[str, Any]) -> float:
-        return float(self._limited_pass()[self.out_of_memory.CROPS_PER_S])
+        return float(self._limited_pass()[self.metrics.CROPS_PER_S])
 
     track_crops_per_s.unit = "crops/s"  # type: ignore[attr-defined]

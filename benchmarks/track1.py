@@ -194,7 +194,7 @@ class _FullCrops(_Crops, FullSuite):
         require_full_grid(type(self).__name__)
         crop = crop_config(crop_size=crop_size, channels=channel_names(channels), decode=decode, tier=tier)
         self.prepare(plate_for(plates, layout), access, crop)
-        self.dataset_case = import_track_piece("dataset case")
+        self.dataset_case, self.run_context = import_track_piece("dataset case"), import_track_piece("run context")
 
 
 class FullFetch(_FullCrops):
@@ -217,7 +217,7 @@ class Latency(_FullCrops):
         case = self.dataset_case.Track1Case(
             crop=self.crop, access=self.access, samples=RUN_CASE_SAMPLES, warmup=30, cold_samples=0
         )
-        return self.dataset_case.run_case(self.plate, case, evict_first=False)
+        return self.dataset_case.run_case(self.run_context.RunContext(plate=self.plate), case, evict_first=False)
 
     def track_p95_ms(self, *params: Any) -> float:
         return float(self._run_case()["p95_ms"])

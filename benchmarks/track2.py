@@ -1,12 +1,12 @@
 """Track 2 in asv: DataLoader epochs and what the training loop waits for.
 
 ``Loader.track_relative_epoch`` is the time of an epoch read from the plate over the time of the
-same loader serving crops already in memory (:class:`cropbench.tracks.track2.MemoryCrops`), the
+same loader serving crops already in memory (:class:`cropbench.harness.loader_case.MemoryCrops`), the
 two taking turns epoch by epoch inside one call (:func:`cropbench.measure.protocol.relative_cost`
 with one epoch per block, the extreme pairs trimmed). It is not part of the recommended gate:
 worker start-up dominates a 512-sample epoch and the ratio still moves between processes (see
 README). ``FullLoader`` and ``LoaderLatency`` are the full grid (``CROPBENCH_ASV_FULL=1``), the
-latter with the raw wall-clock numbers of :func:`cropbench.tracks.track2.run_case`. asv's
+latter with the raw wall-clock numbers of :func:`cropbench.harness.loader_case.run_case`. asv's
 ``peakmem_*`` sees only the main process, so worker memory is left to ``cropbench run``.
 """
 
@@ -54,7 +54,7 @@ class _Loading:
 
         one_thread()
         self.plate = plate
-        self.loader_case = import_track_piece("loader case")
+        self.loader_case, self.run_context = import_track_piece("loader case"), import_track_piece("run context")
         self.loader_spec = LoaderSpec(num_workers=num_workers, batch_size=batch_size)
         crop = crop_config(crop_size=96, decode=decode, tier=tier)
         self.case = self.loader_case.Track2Case(crop=crop, loader=self.loader_spec, samples=EPOCH_SAMPLES, epochs=2)
@@ -127,7 +127,7 @@ class LoaderLatency(_FullLoading):
     """Raw milliseconds from ``run_case`` (full grid only)."""
 
     def _run_case(self) -> dict[str, Any]:
-        return self.loader_case.run_case(self.plate, self.case)
+        return self.loader_case.run_case(self.run_context.RunContext(plate=self.plate), self.case)
 
     def time_epoch(self, *params: Any) -> None:
         drain(self.loader)

@@ -1,6 +1,6 @@
 """Track 3 in asv: an end-to-end loop — does the loader keep the model fed?
 
-``Loop`` wraps :func:`cropbench.tracks.track3.run_case`: a fixed number of training steps, each
+``Loop`` wraps :func:`cropbench.tracks.training.run_case`: a fixed number of training steps, each
 split into data wait and compute, and a compute-only baseline on batches already in place.
 ``track_step_over_compute`` is mean step time over compute-only step time, from one call; the
 two are not interleaved block by block, so it is not part of the recommended gate (see README).
@@ -41,7 +41,7 @@ class _Training:
             raise NotImplementedError("no CUDA device on this machine")
         one_thread()
         self.plate = plate
-        self.training_case = import_track_piece("training case")
+        self.training_case, self.run_context = import_track_piece("training case"), import_track_piece("run context")
         self.case = self.training_case.Track3Case(
             crop=crop_config(crop_size=96, tier="light"),
             loader=LoaderSpec(num_workers=num_workers, batch_size=64, pin_memory=device == "cuda"),
@@ -53,7 +53,7 @@ class _Training:
         )
 
     def run_case(self) -> dict[str, Any]:
-        return self.training_case.run_case(self.plate, self.case)
+        return self.training_case.run_case(self.run_context.RunContext(plate=self.plate), self.case)
 
     def step_over_compute(self) -> float:
         metrics = self.run_case()

@@ -321,7 +321,7 @@ TRACK1_SCRIPT = """
 import importlib, json, sys
 import cropbench
 from cropbench.config import CropConfig
-from cropbench.tracks.track1 import Track1, Track1Case
+from cropbench.tracks.dataset import Track1, Track1Case
 plate, knobs, samples, module = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 case = Track1Case(crop=CropConfig(**knobs), access="random", samples=samples, warmup=64, cold_samples=0)
 (record,) = cropbench.run(plate, tracks=[Track1([case])], torch_threads=1)

@@ -25,7 +25,9 @@ from cropbench.config import StoreConfig
 from cropbench.formats.sources import upload_plate
 from cropbench.measure import endpoints
 from cropbench.records import Record
-from cropbench.tracks.stores import Remote, StoreLayouts, layouts_table
+from cropbench.report.tables import layouts_table
+from cropbench.tracks.remote import Remote
+from cropbench.tracks.store_layouts import StoreLayouts
 
 BUCKET = "bench"
 

@@ -17,10 +17,11 @@ from cropbench import api
 from cropbench import metrics as m
 from cropbench.cli import main
 from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, LAYOUTS, CropConfig, CropOverrides
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import Row
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
 from cropbench.plates.generate import generate_plate
 from cropbench.records import Record, read_records
-from cropbench.tracks import Row, RunContext
 
 
 @dataclass(frozen=True)

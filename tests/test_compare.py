@@ -9,8 +9,9 @@ import pytest
 from cropbench import metrics as m
 from cropbench.cli import main
 from cropbench.errors import ConfigError
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import run_tracks
 from cropbench.records import Record, parse_record, read_records
-from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.layouts import LayoutComparison, Layouts
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cropbench.tracks.context import RunContext
+from cropbench.harness.context import RunContext
 
 
 def test_location_of_a_plate_in_a_store_masks_its_credentials(tiny_plate: Path) -> None:

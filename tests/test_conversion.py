@@ -15,8 +15,8 @@ from cropbench import api
 from cropbench import metrics as m
 from cropbench.data.training import TRAINING_FORMATS, CropStoreInfo
 from cropbench.errors import ConfigError, OutputError
-from cropbench.tracks import conversion
-from cropbench.tracks.conversion import (
+from cropbench.harness.context import RunContext
+from cropbench.metrics import (
     BREAK_EVEN_EPOCHS,
     CONVERSION_PEAK_RSS_GROWTH_BYTES,
     CONVERSION_SECONDS,
@@ -30,13 +30,10 @@ from cropbench.tracks.conversion import (
     RANDOM_RATIO_TO_IN_PLACE,
     SHUFFLED,
     SIZE_RATIO_TO_PLATE,
-    FormatComparison,
-    Formats,
-    break_even,
-    convert_crops,
-    formats_table,
-    timed_epochs,
 )
+from cropbench.report.tables import formats_table
+from cropbench.tracks import formats as conversion
+from cropbench.tracks.formats import FormatComparison, Formats, break_even, convert_crops, timed_epochs
 
 AVAILABLE = [name for name, cls in TRAINING_FORMATS.items() if cls.available() is None]
 #: A comparison small enough for the fast tier: correctness, not numbers.
@@ -56,7 +53,7 @@ TINY = FormatComparison(
 def test_a_conversion_records_its_time_memory_and_bytes(tiny_plate: Path, tmp_path: Path) -> None:
     if "hdf5" not in AVAILABLE:
         pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
-    done = convert_crops(tiny_plate, tmp_path / "crops", "hdf5", crop_size=32, shard_bytes=10**6)
+    done = convert_crops(RunContext(plate=tiny_plate), tmp_path / "crops", "hdf5", crop_size=32, shard_bytes=10**6)
     assert done.path == tmp_path / "crops" and done.seconds > 0
     assert done.info == CropStoreInfo.read(done.path)
     assert done.info.stored_bytes == sum(p.stat().st_size for p in done.path.iterdir() if p.suffix == ".h5")
@@ -64,7 +61,7 @@ def test_a_conversion_records_its_time_memory_and_bytes(tiny_plate: Path, tmp_pa
     assert metrics[m.STORED_BYTES] == done.info.stored_bytes
     assert done.peak_rss_bytes is None or metrics[CONVERSION_PEAK_RSS_GROWTH_BYTES] >= 0
     with pytest.raises(OutputError, match="already exists"):
-        convert_crops(tiny_plate, tmp_path / "crops", "hdf5", crop_size=32)
+        convert_crops(RunContext(plate=tiny_plate), tmp_path / "crops", "hdf5", crop_size=32)
     assert sorted(os.listdir(tmp_path)) == ["crops"]
 
 
@@ -275,8 +272,8 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
 ) -> None:
     from cropbench.data.training.litdata_chunks import PLAIN_HTTP_REFUSED
     from cropbench.measure.endpoints import moto_available
+    from cropbench.metrics import REMOTE, REMOTE_CACHE_BYTES, REMOTE_SKIP_REASON
     from cropbench.report.formats_figure import formats_figure
-    from cropbench.tracks.conversion import REMOTE, REMOTE_CACHE_BYTES, REMOTE_SKIP_REASON
 
     if not moto_available():
         pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")
@@ -473,13 +470,16 @@ def test_a_library_failing_over_the_loopback_store_leaves_no_traceback_on_stderr
 ) -> None:
     from cropbench.data.training import training_format
     from cropbench.measure.endpoints import moto_available
-    from cropbench.tracks.conversion import REMOTE_SKIP_REASON, remote_epochs
+    from cropbench.metrics import REMOTE_SKIP_REASON
+    from cropbench.tracks.formats import remote_epochs
 
     if not moto_available():
         pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")
     if "litdata" not in AVAILABLE:
         pytest.skip(TRAINING_FORMATS["litdata"].available() or "")
-    done = convert_crops(tiny_plate, tmp_path / "litdata", "litdata", crop_size=32, shard_bytes=200_000)
+    done = convert_crops(
+        RunContext(plate=tiny_plate), tmp_path / "litdata", "litdata", crop_size=32, shard_bytes=200_000
+    )
     comparison = dataclasses.replace(TINY, formats=("litdata",), epochs=1, remote_latency_ms=1)
     capfd.readouterr()
     row = remote_epochs(training_format("litdata"), done.path, done.info.plate_name, comparison, done.info.count)

@@ -17,9 +17,9 @@ import pytest
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.distributed import ChunkLocalSampler, TorchDistributedSampler, per_rank, rank_sampler
+from cropbench.distributed import RankReport, aggregate, distributed_cases
 from cropbench.errors import ConfigError
 from cropbench.records import read_records
-from cropbench.tracks.distributed import RankReport, aggregate, distributed_cases
 
 #: Seconds the fault tests give a rank before the others give up on it.
 RANK_TIMEOUT_S = 5
@@ -140,7 +140,7 @@ def _environment() -> dict[str, str]:
 def _job(plate: Path, out: Path, tracks: str, extra: str = "", before: str = "") -> str:
     return f"""
         import os, sys, time
-        import cropbench.tracks.track2 as track2
+        import cropbench.harness.loader_case as track2
         from cropbench.cli import main
         {before}
         sys.exit(main(["run", "--plate", {str(plate)!r}, "--out", {str(out)!r}, {tracks}, "--no-progress"{extra}]))
@@ -215,7 +215,7 @@ def test_a_rank_that_hangs_or_dies_fails_the_job_and_finished_rows_stay(
 
 @pytest.mark.parametrize("seconds", [float("inf"), 1e300, float("nan"), 0.0, -1.0])
 def test_a_rank_timeout_outside_what_torch_accepts_is_a_config_error(seconds: float) -> None:
-    from cropbench.tracks.distributed import Cluster, check_timeout
+    from cropbench.distributed import Cluster, check_timeout
 
     with pytest.raises(ConfigError, match=r"--rank-timeout .* got"):
         check_timeout(seconds)
@@ -230,8 +230,8 @@ def test_a_rank_timeout_outside_what_torch_accepts_is_a_config_error(seconds: fl
 def test_a_launcher_variable_that_is_not_a_rank_is_a_distributed_error(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str
 ) -> None:
+    from cropbench.distributed import Cluster, launch_rank
     from cropbench.errors import DistributedError
-    from cropbench.tracks.distributed import Cluster, launch_rank
 
     environment = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
     for name, setting in {**environment, variable: value}.items():

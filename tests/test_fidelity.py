@@ -13,15 +13,18 @@ from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import RandomObjectSampler
 from cropbench.formats import open_plate
+from cropbench.harness.context import RunContext
+from cropbench.harness.dataset_case import Track1Case, case_fidelity_hash
 from cropbench.measure.fidelity import fidelity_hash
-from cropbench.tracks.track1 import Track1Case, case_fidelity_hash
 
 
 @pytest.mark.parametrize("access", ["random", "paired", "chunk-aware"])
 def test_every_decode_path_has_the_same_fidelity_hash(layout_plate: Path, access: str) -> None:
     crop = CropConfig(crop_size=32, tier="typical", seed=5)
     hashes = {
-        decode: case_fidelity_hash(layout_plate, Track1Case(crop=crop.replace(decode=decode), access=access))
+        decode: case_fidelity_hash(
+            RunContext(plate=layout_plate), Track1Case(crop=crop.replace(decode=decode), access=access)
+        )
         for decode in ("zarr", "direct", "field")
     }
     assert len(set(hashes.values())) == 1, hashes
@@ -29,7 +32,9 @@ def test_every_decode_path_has_the_same_fidelity_hash(layout_plate: Path, access
 
 def test_layouts_share_the_hash_of_the_same_plate(layout_plate: Path, tiny_plate: Path) -> None:
     case = Track1Case(crop=CropConfig(crop_size=32, dtype="uint16"))
-    assert case_fidelity_hash(layout_plate, case) == case_fidelity_hash(tiny_plate, case)
+    assert case_fidelity_hash(RunContext(plate=layout_plate), case) == case_fidelity_hash(
+        RunContext(plate=tiny_plate), case
+    )
 
 
 class OffByOneReader:

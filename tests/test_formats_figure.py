@@ -13,10 +13,7 @@ from matplotlib import image as mpimg
 from cropbench import api
 from cropbench import metrics as m
 from cropbench.data.training import TRAINING_FORMATS
-from cropbench.records import Record
-from cropbench.report.formats_figure import FIGURE_NAME, TABLE_NAME, formats_figure, why_no_bar, write_formats_report
-from cropbench.report.plots import FLAGGED_COLOR
-from cropbench.tracks.conversion import (
+from cropbench.metrics import (
     BREAK_EVEN_EPOCHS,
     CONVERSION_SECONDS,
     CONVERTING_PAYS_OFF,
@@ -26,9 +23,11 @@ from cropbench.tracks.conversion import (
     REMOTE_SKIP_REASON,
     SHUFFLED,
     SIZE_RATIO_TO_PLATE,
-    FormatComparison,
-    Formats,
 )
+from cropbench.records import Record
+from cropbench.report.formats_figure import FIGURE_NAME, TABLE_NAME, formats_figure, why_no_bar, write_formats_report
+from cropbench.report.plots import FLAGGED_COLOR
+from cropbench.tracks.formats import FormatComparison, Formats
 
 
 def row(case: str, **metrics: Any) -> Record:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from cropbench.formats import open_plate
 from cropbench.formats.sources import is_url
 from cropbench.plates import scale as scale_plates
 from cropbench.plates.scale import check_fits_in_memory
-from cropbench.tracks import out_of_memory, scale
 
 #: The fuzz tier's fixed seed and cases per command.
 SEED, CASES = 20261204, 60
@@ -56,16 +54,15 @@ def _run_stub(plate: Any, *_: Any, **__: Any) -> Any:
     raise Reached
 
 
-def _sweep_stub(*_: Any, **__: Any) -> Iterator[Any]:
+def _sweep_stub(*_: Any, **__: Any) -> Any:
     raise Reached
-    yield  # a generator, as sweep_rows is
 
 
 @pytest.fixture
 def stubs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(scale_plates, "generate_scale_plate", _generate_stub)
-    monkeypatch.setattr(scale, "sweep_rows", _sweep_stub)
-    monkeypatch.setattr(out_of_memory, "layout_rows", _sweep_stub)
+    monkeypatch.setattr(api, "sweep_scale", _sweep_stub)
+    monkeypatch.setattr(api, "compare_out_of_memory", _sweep_stub)
     monkeypatch.setattr(api, "run", _run_stub)
     inner = tmp_path / "a" / "b"
     inner.mkdir(parents=True)

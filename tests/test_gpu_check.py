@@ -58,10 +58,12 @@ def test_the_table_shows_both_pipelines_and_supply_over_demand(tiny_plate: Path,
 
     from cropbench.config import CropConfig
     from cropbench.data.loader import LoaderSpec
+    from cropbench.harness.context import RunContext
+    from cropbench.harness.loader_case import Track2Case
+    from cropbench.harness.runner import run_tracks
     from cropbench.records import RecordWriter
-    from cropbench.tracks import RunContext, run_tracks
-    from cropbench.tracks.track2 import OverheadCase, Track2, Track2Case
-    from cropbench.tracks.track3 import ThreadSplit, Track3, Track3Case
+    from cropbench.tracks.loader import OverheadCase, Track2
+    from cropbench.tracks.training import ThreadSplit, Track3, Track3Case
 
     crop = CropConfig(crop_size=32, tier="typical")
     supply = [

@@ -1,7 +1,10 @@
 """The package imports downward only: no module imports a higher layer, and there are no cycles.
 
 Layers, lowest first: core (errors, config, records) → objects → formats (pure I/O) → plates → data →
-measure → tracks → report → the command line and the package's lazy public names.
+measure → harness → tracks → report → the command line, the API and the package's lazy public names.
+
+Within ``tracks/`` each track is one module or package named by its track, listed in the one table
+(:data:`cropbench.tracks.TRACKS`), and no track imports another.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ LAYERS: dict[str, int] = {
     "cropbench.plates": 3,
     "cropbench.data": 4,
     "cropbench.measure": 5,
-    "cropbench.tracks": 6,
-    "cropbench.report": 7,
-    "cropbench.cli": 8,
-    "cropbench.__main__": 8,
-    "cropbench": 8,
+    "cropbench.harness": 6,
+    "cropbench.tracks": 7,
+    "cropbench.report": 8,
+    "cropbench.cli": 9,
+    "cropbench.__main__": 9,
+    "cropbench": 9,
 }
 
 
@@ -57,7 +61,7 @@ MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 def test_every_module_has_a_layer() -> None:
     assert all(_layer(module) >= 0 for module in MODULES)
-    assert {"cropbench.plates.generate", "cropbench.data.dataset", "cropbench.tracks.track1"} <= set(MODULES)
+    assert {"cropbench.plates.generate", "cropbench.data.dataset", "cropbench.tracks.dataset"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -91,3 +95,77 @@ def test_no_import_cycles() -> None:
     for module in graph:
         if module not in state:
             visit(module, [])
+
+
+TRACKS_PACKAGE = PACKAGE / "tracks"
+
+
+def _track_of(module: str) -> str | None:
+    """The track module or package ``module`` belongs to (``cropbench.tracks.NAME``), or None."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if len(parts) > 2 and parts[:2] == ["cropbench", "tracks"] else None
+
+
+def _track_modules() -> set[str]:
+    """Every module or package directly under ``tracks/`` (but the table in its ``__init__``)."""
+    found = {path.stem for path in TRACKS_PACKAGE.glob("*.py") if path.name != "__init__.py"}
+    found |= {path.name for path in TRACKS_PACKAGE.iterdir() if (path / "__init__.py").is_file()}
+    return found
+
+
+def _imported_modules(imported: str, names: list[str]) -> list[str]:
+    """The modules an import reaches: ``from package import module`` reaches the module, not the package."""
+    submodules = [f"{imported}.{name}" for name in names if f"{imported}.{name}" in MODULES]
+    return submodules or [imported]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _track_of(m) is not None))
+def test_no_track_imports_another_track(module: str) -> None:
+    own = _track_of(module)
+    for imported, names in _imports(MODULES[module]):
+        for target in _imported_modules(imported, names):
+            other = _track_of(target)
+            assert other in (None, own), f"{module} imports {target}: a track imports only what lies below tracks/"
+
+
+def test_tracks_are_named_by_the_table() -> None:
+    """Each module under tracks/ is a track in the table, and each track in the table has its module."""
+    from cropbench.tracks import TRACKS
+
+    named = {info.name.replace("-", "_") for info in TRACKS.values()}
+    assert _track_modules() - named == set(), "modules under tracks/ that are not a track in cropbench.tracks.TRACKS"
+    assert named - _track_modules() == set(), "tracks in cropbench.tracks.TRACKS without a module of their name"
+    for info in TRACKS.values():
+        assert info.module == f"cropbench.tracks.{info.name.replace('-', '_')}"
+        assert info.module in MODULES
+
+
+def test_the_table_builds_each_runnable_track_under_its_record_name() -> None:
+    from cropbench.tracks import TRACKS, track_named
+
+    for info in TRACKS.values():
+        if info.runner_class is None:
+            assert info.command, f"track {info.name} has neither a runner class nor a command"
+            continue
+        for name in (info.name, *info.aliases):
+            assert track_named(name) is info
+        assert info.build().name == info.record
+
+
+def test_a_module_belongs_to_the_track_it_lies_under() -> None:
+    """Modules inside a track package belong to that track; the harness and the table belong to none."""
+    assert _track_of("cropbench.tracks.loader") == "cropbench.tracks.loader"
+    assert _track_of("cropbench.tracks.training.loop") == "cropbench.tracks.training"
+    assert _track_of("cropbench.harness.runner") is None
+    assert _track_of("cropbench.tracks") is None
+    assert _imported_modules("cropbench.tracks", ["scale"]) == ["cropbench.tracks.scale"]
+    assert _imported_modules("cropbench.tracks", ["TRACKS"]) == ["cropbench.tracks"]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("cropbench.report")))
+def test_the_report_reads_the_track_table_not_track_internals(module: str) -> None:
+    """Names and constants a table or figure needs live in metrics, config or the harness: a track's
+    module can change without the report following it."""
+    for imported, names in _imports(MODULES[module]):
+        for target in _imported_modules(imported, names):
+            assert _track_of(target) is None, f"{module} imports {target}, a track's internals"

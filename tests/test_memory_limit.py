@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cropbench import metrics as m
 from cropbench.errors import ConfigError
 from cropbench.measure import memory_limit as ml
 from cropbench.measure.environment import storage_of
@@ -173,7 +174,7 @@ def test_the_limit_bounds_the_page_cache(tmp_path: Path) -> None:
 def test_without_a_cgroup_the_run_says_fadvise_or_refuses() -> None:
     run = ml.run_limited(os.getpid, (), 128 * MIB, parent="no memory cgroup is mounted")
     assert run.mechanism == ml.FADVISE and run.value != os.getpid()
-    assert run.as_metrics()[ml.MEMORY_LIMIT_NOTE].startswith("no cgroup (no memory cgroup is mounted)")
+    assert run.as_metrics()[m.MEMORY_LIMIT_NOTE].startswith("no cgroup (no memory cgroup is mounted)")
     with pytest.raises(ml.MemoryLimitError, match="no memory cgroup is mounted"):
         ml.run_limited(os.getpid, (), 128 * MIB, parent="no memory cgroup is mounted", require_cgroup=True)
 

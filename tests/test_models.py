@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cropbench.errors import ConfigError
-from cropbench.tracks.models import build_model, embedding_model
+from cropbench.tracks.training.models import build_model, embedding_model
 
 
 @pytest.mark.parametrize("name", ["resnet18", "smallcnn"])

@@ -15,9 +15,10 @@ from cropbench.config import layout_by_name
 from cropbench.errors import ConfigError
 from cropbench.formats import open_plate, plate_objects, read_plate_metadata
 from cropbench.formats.omearrow import IMAGES_NAME, OmeArrowReader, _FieldChunks, require_ome_arrow
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import run_tracks
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
 from cropbench.plates.convert import convert_plate
-from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.layouts import LayoutComparison, Layouts
 
 pytest.importorskip(

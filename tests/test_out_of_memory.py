@@ -6,12 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from cropbench import api
+from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.errors import ConfigError
+from cropbench.harness.work import WorkFolder
 from cropbench.measure import memory_limit as ml
 from cropbench.plates.scale import ScaleSpec
+from cropbench.records import RESULTS_NAME, read_records
+from cropbench.report.tables import out_of_memory_table
 from cropbench.tracks import out_of_memory as oom
-from cropbench.tracks.layouts import WorkFolder
 
 MIB = 2**20
 
@@ -33,28 +37,28 @@ def test_bad_knobs_are_refused_by_name(knob: str, value: object, message: str) -
 @pytest.mark.parametrize("cold", [True, False])
 def test_a_random_pass_reports_device_and_reader_bytes(tiny_plate: Path, cold: bool) -> None:
     metrics = oom.random_pass(str(tiny_plate), CropConfig(crop_size=32, dtype="uint16"), 40, 5, 0, cold)
-    assert metrics[oom.CROPS_PER_S] > 0
+    assert metrics[m.CROPS_PER_S] > 0
     assert metrics["bytes_fetched_per_crop"] > 0
-    assert (ml.DEVICE_READ_BYTES in metrics) == (ml.process_read_bytes() is not None)
+    assert (m.DEVICE_READ_BYTES in metrics) == (ml.process_read_bytes() is not None)
     assert ("eviction_verified" in metrics) == cold
-    assert metrics[oom.LOADAVG_BEFORE] >= 0
+    assert metrics[m.LOADAVG_BEFORE] >= 0
 
 
 def test_the_table_puts_the_layouts_side_by_side() -> None:
     row = {
-        ml.MEMORY_LIMIT_BYTES: 256 * MIB,
-        ml.MEMORY_LIMIT_MECHANISM: ml.CGROUP_V1,
-        oom.PLATE_STORED_BYTES: 2**30,
-        oom.PLATE_OVER_LIMIT: 4.0,
-        oom.DEVICE_BYTES_PER_CROP: 48_000.0,
-        oom.DEVICE_OVER_READER: 2.3,
-        oom.CROPS_PER_S: 700.0,
-        oom.LOADAVG_BEFORE: 1.0,
-        oom.LOADAVG_AFTER: 1.5,
+        m.MEMORY_LIMIT_BYTES: 256 * MIB,
+        m.MEMORY_LIMIT_MECHANISM: ml.CGROUP_V1,
+        m.PLATE_STORED_BYTES: 2**30,
+        m.PLATE_OVER_LIMIT: 4.0,
+        m.DEVICE_BYTES_PER_CROP: 48_000.0,
+        m.DEVICE_OVER_READER: 2.3,
+        m.CROPS_PER_S: 700.0,
+        m.LOADAVG_BEFORE: 1.0,
+        m.LOADAVG_AFTER: 1.5,
     }
-    cached = {**row, oom.CACHED + oom.CROPS_PER_S: 2600.0, oom.CACHED + oom.LOADAVG_BEFORE: 1.5}
-    cached[oom.CACHED + oom.LOADAVG_AFTER] = 1.2
-    table = oom.out_of_memory_table([("default", cached), ("planes", {**row, oom.CACHED_SKIPPED: "not asked for"})])
+    cached = {**row, m.prefixed(m.CACHED_, m.CROPS_PER_S): 2600.0, m.prefixed(m.CACHED_, m.LOADAVG_BEFORE): 1.5}
+    cached[m.prefixed(m.CACHED_, m.LOADAVG_AFTER)] = 1.2
+    table = out_of_memory_table([("default", cached), ("planes", {**row, m.CACHED_SKIPPED: "not asked for"})])
     assert "| default | 256 | cgroup-v1 | 1.00 | 4.0 | 48.0 | 2.30 | 700 | 2,600 | 1.00-1.50 | 1.50-1.20 |" in table
     assert "| planes |" in table and "not asked for" in table
 
@@ -71,17 +75,20 @@ def test_a_plate_twice_the_limit_is_read_from_the_device_inside_it(tmp_path: Pat
         warmup=20,
     )
     work = tmp_path / "work"
-    rows = list(oom.layout_rows(comparison, work, progress=False))
+    records = api.compare_out_of_memory(comparison, tmp_path / "out", work, bars=False)
     assert not work.exists()  # plates removed
-    name, config, metrics = rows[0]
+    record = records[0]
+    name, config, metrics = record.case, record.config, record.metrics
     assert name == "default" and config["layout_label"] == "call-yx64-blosc-lz4-shard-field"
-    assert metrics[oom.PLATE_OVER_LIMIT] >= 2 and not metrics[oom.PLATE_BELOW_MULTIPLE]
-    assert metrics[ml.MEMORY_LIMIT_MECHANISM] in ml.MECHANISMS
-    if metrics[ml.MEMORY_LIMIT_MECHANISM] == ml.FADVISE:
-        assert metrics[ml.MEMORY_LIMIT_NOTE].startswith("no cgroup")
-    elif metrics.get(oom.DEVICE_BYTES_PER_CROP):
-        assert metrics[oom.DEVICE_BYTES_PER_CROP] > 0
-        assert metrics[oom.CACHED + oom.DEVICE_BYTES_PER_CROP] < metrics[oom.DEVICE_BYTES_PER_CROP]
+    assert record.track == "out-of-memory" and record.case_id and record.run_id and record.repeat == 0
+    assert [row.key for row in read_records(tmp_path / "out" / RESULTS_NAME)] == [record.key]
+    assert metrics[m.PLATE_OVER_LIMIT] >= 2 and not metrics[m.PLATE_BELOW_MULTIPLE]
+    assert metrics[m.MEMORY_LIMIT_MECHANISM] in ml.MECHANISMS
+    if metrics[m.MEMORY_LIMIT_MECHANISM] == ml.FADVISE:
+        assert metrics[m.MEMORY_LIMIT_NOTE].startswith("no cgroup")
+    elif metrics.get(m.DEVICE_BYTES_PER_CROP):
+        assert metrics[m.DEVICE_BYTES_PER_CROP] > 0
+        assert metrics[m.prefixed(m.CACHED_, m.DEVICE_BYTES_PER_CROP)] < metrics[m.DEVICE_BYTES_PER_CROP]
     parent = ml.cgroup_parent()
     if not isinstance(parent, str):
         assert list(parent.path.glob(f"{ml.CGROUP_PREFIX}*")) == []

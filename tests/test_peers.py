@@ -19,14 +19,15 @@ from cropbench.cli import main
 from cropbench.config import LAYOUTS, CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.errors import ConfigError, PeerUnavailableError
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import run_tracks
+from cropbench.harness.windows import CropWindows
 from cropbench.plates.generate import generate_plate
 from cropbench.records import Record, read_records
 from cropbench.report.plots import peers_comparison
-from cropbench.tracks import RunContext, run_tracks
 from cropbench.tracks.peers import (
     MIN_SAMPLES,
     PEERS,
-    CropWindows,
     PeerComparison,
     Peers,
     SpatialDataTiles,

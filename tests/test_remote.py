@@ -29,11 +29,12 @@ from cropbench.data.loader import batch_collate
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import DirectChunkReader, open_plate, read_plate_metadata
 from cropbench.formats.sources import mirror_metadata, object_store, upload_plate, write_index
+from cropbench.harness.context import RunContext
+from cropbench.harness.dataset_case import Track1Case
 from cropbench.measure import endpoints
 from cropbench.plates.generate import generate_plate
 from cropbench.records import RESULTS_NAME, parse_record, read_records
-from cropbench.tracks import TRACKS, RunContext
-from cropbench.tracks.track1 import Track1Case
+from cropbench.tracks.dataset import Track1
 
 pytestmark = pytest.mark.skipif(
     not endpoints.moto_available(), reason="moto's server mode is missing: pip install -e '.[remote]'"
@@ -123,7 +124,7 @@ def test_a_mirror_holds_metadata_only_and_points_at_its_url(
     assert open_plate(mirror, "direct").files() == [], "nothing local to evict"
 
 
-class _TwoCases(TRACKS["1"]):  # type: ignore[misc, valid-type]
+class _TwoCases(Track1):
     """Track 1 with one small random case per read path, so a run over the store takes seconds."""
 
     def cases(self, preset: str, context: RunContext) -> list[Track1Case]:
@@ -433,7 +434,8 @@ def test_compare_layouts_by_url_refuses_options_it_would_ignore(tmp_path: Path) 
 def test_compare_layouts_by_url_keeps_plates_it_did_not_write(
     s3_endpoint: str, tiny_plate: Path, tmp_path: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cropbench.tracks import stores
+    from cropbench.report import tables
+    from cropbench.tracks import store_layouts
 
     url = f"s3://{BUCKET}/keep/tiny.zarr"
     upload_plate(tiny_plate, url)
@@ -447,8 +449,8 @@ def test_compare_layouts_by_url_keeps_plates_it_did_not_write(
         measured.append(plate)
         return {m.STORED_MIB: 1.0}
 
-    monkeypatch.setattr(stores, "layout_over_store", count_only)
-    monkeypatch.setattr(stores, "layouts_table", lambda records: "")
+    monkeypatch.setattr(store_layouts, "layout_over_store", count_only)
+    monkeypatch.setattr(tables, "layouts_table", lambda records: "")
     args = ["compare-layouts", "--plate", url, "--work", str(work), "--out", str(tmp_path / "out"), "--no-progress"]
     assert main([*args, "--layout=default", "--layout=tiles"]) == 0
     assert kept.read_text() == "a user's file", "a folder that was there before is left alone"

@@ -30,7 +30,7 @@ from cropbench.formats import open_plate, read_plate_metadata
 from cropbench.measure.protocol import rss_bytes
 from cropbench.objects import ObjectTable
 from cropbench.records import RecordWriter, read_records
-from cropbench.tracks.track1 import preset_cases
+from cropbench.tracks.dataset import preset_cases
 
 
 def _table(plate: Path, **columns: Any) -> ObjectTable:

@@ -1,4 +1,5 @@
-"""Plates at experiment scale (plates/scale.py) and the growth sweep over them (tracks/scale.py)."""
+"""Plates at experiment scale (plates/scale.py), the growth sweep over them (tracks/scale.py) and the
+fit of its costs (report/growth.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from cropbench import api
 from cropbench.config import LAYOUTS, CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.errors import ConfigError, OutputError
+from cropbench.metrics import CONSTRUCTION_RSS_BYTES, CONSTRUCTION_SECONDS, TRACK1_RANDOM_SAMPLES_PER_S
 from cropbench.objects import OBJECT_TABLE_NAME, read_object_table
 from cropbench.plates.scale import (
     PLATE_COLUMNS,
@@ -22,18 +25,9 @@ from cropbench.plates.scale import (
     ScaleSpec,
     generate_scale_plate,
 )
+from cropbench.report.growth import COSTS, faster_than_linear, growth, growth_table
 from cropbench.tracks import scale as sweep_module
-from cropbench.tracks.scale import (
-    CONSTRUCTION_RSS_BYTES,
-    CONSTRUCTION_SECONDS,
-    COSTS,
-    TRACK1_RANDOM_SAMPLES_PER_S,
-    ScaleSweep,
-    faster_than_linear,
-    growth,
-    growth_table,
-    sweep_rows,
-)
+from cropbench.tracks.scale import ScaleSweep
 
 #: Small fields, few channels: a plate of dozens of fields writes in seconds.
 SMALL = ScaleSpec(objects=120, field_size=96, channels=2, cells_per_field=8, distinct_fields=2, seed=3)
@@ -194,8 +188,11 @@ def test_a_sweep_refuses_bad_counts() -> None:
 @pytest.mark.slow
 def test_the_sweep_measures_every_cost_and_removes_its_plates(tmp_path: Path) -> None:
     work = tmp_path / "work"
-    rows = [metrics for _, metrics in sweep_rows(TINY_SWEEP, work, progress=False)]
+    records = api.sweep_scale(TINY_SWEEP, tmp_path / "out", work, bars=False)
+    rows = [record.metrics for record in records]
     assert [row["objects"] for row in rows] == [100, 300]
+    assert [record.case for record in records] == ["100 objects", "300 objects"]
+    assert all(record.case_id and record.run_id == records[0].run_id for record in records)
     for row in rows:
         for cost in COSTS:
             assert isinstance(row[cost.metric], (int, float)) and row[cost.metric] > 0, cost.metric
@@ -206,10 +203,10 @@ def test_the_sweep_measures_every_cost_and_removes_its_plates(tmp_path: Path) ->
 @pytest.mark.slow
 def test_a_kept_plate_is_reused_by_the_next_sweep(tmp_path: Path) -> None:
     sweep = dataclasses.replace(TINY_SWEEP, objects=(100,))
-    first = [config for config, _ in sweep_rows(sweep, tmp_path, keep=True, progress=False)]
+    first = [record.config for record in api.sweep_scale(sweep, tmp_path / "out", tmp_path, keep=True, bars=False)]
     kept = Path(first[0]["plate"])
     assert kept.is_dir()
-    again = [metrics for _, metrics in sweep_rows(sweep, tmp_path, keep=True, progress=False)]
+    again = [record.metrics for record in api.sweep_scale(sweep, tmp_path / "out", tmp_path, keep=True, bars=False)]
     assert again[0]["generate_seconds"] is None and kept.is_dir()
 
 
@@ -234,5 +231,5 @@ def test_an_interrupted_sweep_leaves_no_plate_and_no_work_folder(
     monkeypatch.setattr(sweep_module, "generate_scale_plate", interrupted)
     work = tmp_path / "work"
     with pytest.raises(KeyboardInterrupt):
-        list(sweep_rows(TINY_SWEEP, work, progress=False))
+        api.sweep_scale(TINY_SWEEP, tmp_path / "out", work, bars=False)
     assert not work.exists()

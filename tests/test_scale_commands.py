@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,10 +13,11 @@ from cropbench.cli import main
 from cropbench.cli.scale import GROWTH_TABLE_NAME, count
 from cropbench.config import CropConfig, PlateSpec
 from cropbench.errors import ConfigError
+from cropbench.harness.work import uninterrupted
 from cropbench.plates.scale import FieldSource, ScaleSpec, check_fits_in_memory
 from cropbench.records import RESULTS_NAME
 from cropbench.tracks import scale as scale_track
-from cropbench.tracks.scale import ScaleSweep, uninterrupted
+from cropbench.tracks.scale import ScaleSweep
 
 SMALL_FIELDS = ["--field-size", "128", "--channels", "2", "--distinct-fields", "2", "--no-progress"]
 
@@ -149,15 +149,16 @@ def test_configs_refuse_a_negative_seed() -> None:
 
 
 def _stub_sweep(monkeypatch: pytest.MonkeyPatch, stop_after: int) -> None:
-    """``sweep_rows`` that yields one row per count and is stopped by SIGTERM after ``stop_after`` rows."""
+    """A sweep whose counts measure nothing, stopped by SIGTERM as the count after ``stop_after`` rows starts."""
+    measured: list[int] = []
 
-    def rows(sweep: ScaleSweep, *_: object) -> Iterator[tuple[dict[str, object], dict[str, object]]]:
-        for done, objects in enumerate(sweep.objects):
-            if done == stop_after:
-                os.kill(os.getpid(), signal.SIGTERM)
-            yield {"objects": objects}, {"objects": objects}
+    def measure(sweep: ScaleSweep, objects: int, *_: object) -> tuple[dict[str, object], dict[str, object]]:
+        if len(measured) == stop_after:
+            os.kill(os.getpid(), signal.SIGTERM)
+        measured.append(objects)
+        return {"objects": objects}, {"objects": objects}
 
-    monkeypatch.setattr(scale_track, "sweep_rows", rows)
+    monkeypatch.setattr(scale_track, "measure_count", measure)
 
 
 def test_sigterm_ends_a_sweep_in_one_line_keeping_every_finished_row(

@@ -31,8 +31,8 @@ from cropbench.formats.sources import (
     split_url,
     write_index,
 )
-from cropbench.tracks import TRACKS
-from cropbench.tracks.track1 import Track1Case
+from cropbench.harness.dataset_case import Track1Case
+from cropbench.tracks.dataset import Track1
 
 #: Seconds a hostile-server case may take at most (its deadline is well under this).
 CASE_LIMIT_S = 6.0
@@ -369,7 +369,7 @@ def serve_files(root: Path) -> Callable[[BaseHTTPRequestHandler], None]:
 def test_credentials_in_a_plate_url_reach_no_row_and_no_cache_file(
     hostile: tuple[Hostile, str], tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    class OneCase(TRACKS["1"]):  # type: ignore[misc, valid-type]
+    class OneCase(Track1):
         def cases(self, preset: str, context: object) -> list[Track1Case]:
             return [Track1Case(crop=CropConfig(), samples=4, warmup=1, cold_samples=1)]
 

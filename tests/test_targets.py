@@ -14,9 +14,10 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.errors import ConfigError
+from cropbench.harness.ratios import paired_ratios
+from cropbench.harness.windows import CropWindows
 from cropbench.plates.convert import materialize_layout
 from cropbench.records import parse_record
-from cropbench.tracks.peers import CropWindows
 from cropbench.tracks.targets import (
     IMPOSSIBLE,
     CopyCeiling,
@@ -26,7 +27,6 @@ from cropbench.tracks.targets import (
     ceiling_flags,
     comparisons,
     memmap_fields,
-    paired_ratios,
 )
 
 CROP = CropConfig(crop_size=48, dtype="uint16")

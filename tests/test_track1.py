@@ -11,16 +11,18 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig, plate_preset
 from cropbench.errors import ConfigError
 from cropbench.formats import read_plate_metadata
+from cropbench.harness.context import RunContext
+from cropbench.harness.dataset_case import STAGE_SUM_TOLERANCE, Track1Case, run_case
+from cropbench.harness.runner import run_tracks
+from cropbench.harness.validity import VALIDITY_FLAGS
 from cropbench.metrics import MISSING_CHUNKS
 from cropbench.records import Record
-from cropbench.tracks import RunContext, run_tracks
-from cropbench.tracks.track1 import STAGE_SUM_TOLERANCE, Track1, Track1Case, preset_cases, run_case
-from cropbench.tracks.validity import VALIDITY_FLAGS
+from cropbench.tracks.dataset import Track1, preset_cases
 
 
 def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> None:
     case = Track1Case(crop=CropConfig(crop_size=32), samples=120, warmup=10, cold_samples=20)
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     assert metrics[m.COUNT] == 120
     assert metrics[m.SAMPLES_PER_S] == pytest.approx(120 / metrics[m.LOOP_SECONDS])
     assert metrics[m.prefixed(m.COLD, m.COUNT)] == 20 and metrics[m.EVICTION_VERIFIED] in (True, False)
@@ -34,7 +36,7 @@ def test_transform_tiers_record_the_io_split(tiny_plate: Path) -> None:
     case = Track1Case(
         crop=CropConfig(crop_size=32, tier="typical"), access="paired", samples=60, warmup=5, cold_samples=0
     )
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     assert metrics[m.prefixed(m.IO, m.COUNT)] == 60 and metrics[m.TRANSFORM_ONLY_MEAN_MS] > 0
     assert metrics[m.TRANSFORM_SHARE] < 1.0
 
@@ -90,7 +92,7 @@ def test_full_preset_sweeps_one_knob_at_a_time_and_grid_keeps_the_product() -> N
 
 def test_cold_cache_state_evicts_before_every_steady_block(tiny_plate: Path) -> None:
     case = Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=5, cold_samples=0, cache="cold")
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     assert metrics[m.CACHE] == "cold" and case.label.endswith("/cold")
     assert metrics[m.STEADY_EVICTIONS] == 4, "two blocks of 50, each read by both loops"
     assert metrics[m.CHUNKS_DECODED_PER_CROP] > 0
@@ -98,13 +100,15 @@ def test_cold_cache_state_evicts_before_every_steady_block(tiny_plate: Path) -> 
 
 def test_rows_carry_validity_flags(tiny_plate: Path) -> None:
     # The tiny plate: ~100 objects, 4 fields; a 32 MiB cache holds all of it, 160 items re-read crops.
-    flagged = run_case(tiny_plate, Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=10, cold_samples=50))
+    flagged = run_case(
+        RunContext(plate=tiny_plate), Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=10, cold_samples=50)
+    )
     assert {"cache>=plate", "re-reads"} <= set(flagged[m.VALIDITY_FLAGS])
     assert set(flagged[m.VALIDITY_FLAGS]) <= set(VALIDITY_FLAGS)
     assert flagged[m.CACHE_FRACTION_OF_PLATE] > 1 and flagged[m.ITEMS_DRAWN] == 160 > flagged[m.OBJECTS]
     assert (m.COLD_P50_MS in flagged) == flagged[m.EVICTION_VERIFIED] != (m.prefixed(m.FIRST_PASS, m.P50_MS) in flagged)
     honest = run_case(
-        tiny_plate,
+        RunContext(plate=tiny_plate),
         Track1Case(crop=CropConfig(crop_size=32, chunk_cache_bytes=2**16), samples=50, warmup=5, cold_samples=0),
     )
     assert not {"cache>=plate", "re-reads", "not-evicted"} & set(honest[m.VALIDITY_FLAGS])
@@ -113,7 +117,8 @@ def test_rows_carry_validity_flags(tiny_plate: Path) -> None:
 
 def test_uninstrumented_read_counters_are_absent_not_zero(tiny_plate: Path) -> None:
     zarr = run_case(
-        tiny_plate, Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=50, warmup=5, cold_samples=0)
+        RunContext(plate=tiny_plate),
+        Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=50, warmup=5, cold_samples=0),
     )
     assert m.DECODE_AMPLIFICATION not in zarr and m.CHUNKS_TOUCHED_PER_CROP not in zarr
     assert zarr[m.CACHE_FRACTION_OF_PLATE] is None and "cache>=plate" not in zarr[m.VALIDITY_FLAGS]
@@ -132,7 +137,7 @@ def test_smoke_cases_fit_the_smoke_plate() -> None:
 
 def test_direct_rows_carry_a_stage_split_that_adds_up(tiny_plate: Path) -> None:
     case = Track1Case(crop=CropConfig(crop_size=32, tier="light"), samples=100, warmup=5, cold_samples=0)
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     stages = [metrics[m.stage_ms(name)] for name in ("index", "fetch", "decode", "assemble", "transform")]
     assert all(value >= 0 for value in stages)
     assert metrics[m.STAGE_SUM_MS] == pytest.approx(sum(stages))
@@ -147,11 +152,11 @@ def test_batch_access_mode_counts_items_and_hashes_the_same_items(tiny_plate: Pa
     single = Track1Case(crop=crop, samples=96, warmup=16, cold_samples=16)
     batched = Track1Case(crop=crop, samples=96, warmup=16, cold_samples=16, batch_size=16)
     assert batched.label == single.label.replace("/threads2", "/batch16/threads2")
-    metrics = run_case(tiny_plate, batched)
+    metrics = run_case(RunContext(plate=tiny_plate), batched)
     assert metrics[m.ITEMS_PER_CALL] == 16 and metrics[m.COUNT] == 96 // 16, "latencies are per call"
     assert metrics[m.SAMPLES_PER_S] == pytest.approx(96 / metrics[m.LOOP_SECONDS])
     assert metrics[m.prefixed(m.IO, m.SAMPLES_PER_S)] > 0 and metrics[m.CHUNKS_TOUCHED_PER_CROP] >= 1
-    assert metrics[m.FIDELITY_SHA256] == run_case(tiny_plate, single)[m.FIDELITY_SHA256]
+    assert metrics[m.FIDELITY_SHA256] == run_case(RunContext(plate=tiny_plate), single)[m.FIDELITY_SHA256]
     with pytest.raises(ConfigError, match="batch_size"):
         Track1Case(access="paired", batch_size=4)
 
@@ -164,8 +169,10 @@ def test_deleted_chunks_are_counted_in_the_row_with_one_warning(tiny_plate: Path
             chunk.unlink()
     case = Track1Case(crop=CropConfig(crop_size=32), samples=60, warmup=5, cold_samples=0)
     with pytest.warns(RuntimeWarning, match=f"chunk reads of {plate} found no chunk") as caught:
-        damaged = run_case(plate, case)
+        damaged = run_case(RunContext(plate=plate), case)
     assert damaged[MISSING_CHUNKS] > 0 and len(caught) == 1
-    assert run_case(tiny_plate, case)[MISSING_CHUNKS] == 0
+    assert run_case(RunContext(plate=tiny_plate), case)[MISSING_CHUNKS] == 0
     zarr_case = Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=30, warmup=5, cold_samples=0)
-    assert run_case(plate, zarr_case)[MISSING_CHUNKS] is None, "zarr-python fills missing chunks uncounted"
+    assert run_case(RunContext(plate=plate), zarr_case)[MISSING_CHUNKS] is None, (
+        "zarr-python fills missing chunks uncounted"
+    )

@@ -11,20 +11,20 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
+from cropbench.harness import context
+from cropbench.harness.context import RunContext
+from cropbench.harness.loader_case import Track2Case, crosscheck, run_case
+from cropbench.harness.runner import run_tracks
 from cropbench.records import Record, parse_record
 from cropbench.report.plots import plot_results
-from cropbench.tracks import RunContext, context, run_tracks
-from cropbench.tracks.track2 import (
+from cropbench.tracks.loader import (
     GPU_BATCH,
     GPU_STEADY_BATCHES,
     OverheadCase,
     Track2,
-    Track2Case,
-    crosscheck,
     overhead_cases,
     persistent_gain,
     preset_cases,
-    run_case,
     run_overhead,
 )
 
@@ -52,7 +52,7 @@ def _assert_consistent(metrics: dict[str, object], case: Track2Case) -> None:
 
 def test_main_process_case_is_consistent(tiny_plate: Path) -> None:
     case = Track2Case(crop=CROP, loader=LoaderSpec(batch_size=8), samples=48)
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     _assert_consistent(metrics, case)
     assert metrics[m.WARMUP_BATCHES] == 1 and metrics[m.BATCHES_PER_EPOCH] == 6
     assert m.WORKER_RSS_MIB_MAX not in metrics and metrics[m.MAIN_RSS_MIB] > 0
@@ -69,7 +69,7 @@ def test_main_process_case_is_consistent(tiny_plate: Path) -> None:
 )
 def test_worker_cases_are_consistent_and_record_worker_memory(tiny_plate: Path, loader: LoaderSpec) -> None:
     case = Track2Case(crop=CROP, loader=loader, samples=64)
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     _assert_consistent(metrics, case)
     assert len(metrics[m.WORKER_RSS_MIB]) == loader.num_workers
     assert 0 < metrics[m.WORKER_USS_MIB_MAX] <= metrics[m.WORKER_RSS_MIB_MAX]
@@ -78,10 +78,13 @@ def test_worker_cases_are_consistent_and_record_worker_memory(tiny_plate: Path, 
 
 def test_memory_source_isolates_the_transfer_and_counts_bytes(tiny_plate: Path) -> None:
     narrow = run_case(
-        tiny_plate,
+        RunContext(plate=tiny_plate),
         Track2Case(crop=CROP.replace(dtype="uint16"), source="memory", samples=32, loader=LoaderSpec(batch_size=16)),
     )
-    wide = run_case(tiny_plate, Track2Case(crop=CROP, source="memory", samples=32, loader=LoaderSpec(batch_size=16)))
+    wide = run_case(
+        RunContext(plate=tiny_plate),
+        Track2Case(crop=CROP, source="memory", samples=32, loader=LoaderSpec(batch_size=16)),
+    )
     assert _crosscheck_holds(narrow) and _crosscheck_holds(wide)
     assert wide[m.BATCH_MIB] == pytest.approx(2 * narrow[m.BATCH_MIB])
     assert narrow[m.DATASET_PICKLE_BYTES] > 5 * 32 * 32 * 2, "the crops travel with the dataset"
@@ -191,7 +194,7 @@ def test_the_device_pipeline_hands_over_raw_crops_and_says_where_the_tier_ran(ti
     device = Track2Case(crop=crop, loader=LoaderSpec(batch_size=8, collate="stack"), samples=32, pipeline="device")
     dataset = Track2Case(crop=crop, loader=LoaderSpec(batch_size=8), samples=32)
     assert device.label == dataset.label + "/stack-collate/device-tier"
-    moved, made = run_case(tiny_plate, device), run_case(tiny_plate, dataset)
+    moved, made = run_case(RunContext(plate=tiny_plate), device), run_case(RunContext(plate=tiny_plate), dataset)
     _assert_consistent(moved, device)
     assert made[m.TRANSFORM_DEVICE] == "main" and moved[m.TRANSFORM_DEVICE] == "cpu"
     assert made[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == moved[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 0, "no workers"
@@ -204,8 +207,10 @@ def test_the_device_pipeline_hands_over_raw_crops_and_says_where_the_tier_ran(ti
 def test_workers_of_the_device_pipeline_hand_over_half_the_bytes(tiny_plate: Path) -> None:
     crop = CROP.replace(tier="typical")
     loader = LoaderSpec(num_workers=2, batch_size=8, collate="stack")
-    moved = run_case(tiny_plate, Track2Case(crop=crop, loader=loader, samples=32, pipeline="device", device="cpu"))
-    made = run_case(tiny_plate, Track2Case(crop=crop, loader=loader, samples=32))
+    moved = run_case(
+        RunContext(plate=tiny_plate), Track2Case(crop=crop, loader=loader, samples=32, pipeline="device", device="cpu")
+    )
+    made = run_case(RunContext(plate=tiny_plate), Track2Case(crop=crop, loader=loader, samples=32))
     assert made[m.TRANSFORM_DEVICE] == "worker" and moved[m.TRANSFORM_DEVICE] == "cpu"
     assert made[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 2 * moved[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 5 * 32 * 32 * 4
 
@@ -221,7 +226,7 @@ def test_the_loader_overhead_row_carries_both_rates_and_their_ratio(tiny_plate: 
     case = OverheadCase(
         crop=CropConfig(crop_size=32, dtype="uint16"), loader=LoaderSpec(batch_size=8), batches=3, blocks=4
     )
-    metrics = run_overhead(tiny_plate, case)
+    metrics = run_overhead(RunContext(plate=tiny_plate), case)
     assert metrics[m.DELIVERED_SAMPLES] == 4 * 3 * 8 and metrics[m.PAIRED_BLOCKS] == 4
     assert metrics[m.LOADER_BATCHES_PER_S] > 0 and metrics[m.BATCHED_BATCHES_PER_S] > 0
     ratio = metrics[m.LOADER_BATCHES_PER_S] / metrics[m.BATCHED_BATCHES_PER_S]
@@ -237,7 +242,7 @@ def test_the_loader_overhead_with_a_worker_reads_at_the_same_thread_count(tiny_p
     crop = CropConfig(crop_size=32, dtype="uint16", decode_threads=2)
     case = OverheadCase(crop=crop, loader=LoaderSpec(num_workers=2, batch_size=8, collate="stack"), batches=2, blocks=2)
     assert case.reader_threads == 4 and case.label.endswith("/threads2-vs-batched-threads4")
-    metrics = run_overhead(tiny_plate, case)
+    metrics = run_overhead(RunContext(plate=tiny_plate), case)
     assert metrics[m.DELIVERED_SAMPLES] == 2 * 2 * 8 and metrics[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 5 * 32 * 32 * 2
 
 

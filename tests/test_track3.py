@@ -14,10 +14,11 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import run_tracks
 from cropbench.records import Record, parse_record
 from cropbench.report.plots import plot_results
-from cropbench.tracks import RunContext, run_tracks
-from cropbench.tracks.track3 import (
+from cropbench.tracks.training import (
     AU_THRESHOLD,
     ThreadSplit,
     Track3,
@@ -52,7 +53,7 @@ def _assert_loop_adds_up(metrics: dict[str, Any], case: Track3Case) -> None:
 
 
 def test_cpu_fallback_training_loop(tiny_plate: Path) -> None:
-    metrics = run_case(tiny_plate, SMALL)
+    metrics = run_case(RunContext(plate=tiny_plate), SMALL)
     _assert_loop_adds_up(metrics, SMALL)
     assert metrics[m.DEVICE] == ("cuda:0" if torch.cuda.is_available() else "cpu")
     if not torch.cuda.is_available():
@@ -63,9 +64,9 @@ def test_cpu_fallback_training_loop(tiny_plate: Path) -> None:
 
 def test_fixed_seed_gives_identical_losses(tiny_plate: Path) -> None:
     case = dataclasses.replace(SMALL, device="cpu", optimizer="adam")
-    first, second = run_case(tiny_plate, case), run_case(tiny_plate, case)
+    first, second = run_case(RunContext(plate=tiny_plate), case), run_case(RunContext(plate=tiny_plate), case)
     assert first[m.LOSS_FIRST] == second[m.LOSS_FIRST] and first[m.LOSS_LAST] == second[m.LOSS_LAST]
-    other = run_case(tiny_plate, dataclasses.replace(case, seed=1))
+    other = run_case(RunContext(plate=tiny_plate), dataclasses.replace(case, seed=1))
     assert other[m.LOSS_FIRST] != first[m.LOSS_FIRST]
 
 
@@ -81,7 +82,7 @@ def test_fixed_seed_gives_identical_losses(tiny_plate: Path) -> None:
 )
 def test_knobs_run_on_the_cpu(tiny_plate: Path, changes: dict[str, Any]) -> None:
     case = dataclasses.replace(SMALL, device="cpu", **changes)
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     _assert_loop_adds_up(metrics, case)
     assert (m.LOSS_LAST in metrics) == (case.workload == "train")
 
@@ -92,7 +93,7 @@ def test_emulated_compute_takes_at_least_the_set_time_and_the_crosscheck_is_neve
     # How close the two agree depends on how late a busy machine wakes a sleeper, so only the bounds
     # that hold under any load are asserted; stall_crosscheck's arithmetic is pinned with fed numbers below.
     case = dataclasses.replace(SMALL, model="emulated", emulated_step_ms=20.0, steps=6)
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     _assert_loop_adds_up(metrics, case)
     assert metrics[m.COMPUTE_P50_MS] >= 20.0 and metrics[m.COMPUTE_ONLY_STEP_P50_MS] >= 20.0
     assert metrics[m.CROSSCHECK_GAP] >= -1e-9
@@ -111,12 +112,12 @@ def test_stall_is_never_negative_and_a_baseline_longer_than_the_step_is_flagged_
 
 
 def test_a_row_whose_baseline_outlasts_the_step_reads_no_negative_stall_and_is_flagged(tiny_plate: Path) -> None:
-    measured = run_case(tiny_plate, SMALL)
+    measured = run_case(RunContext(plate=tiny_plate), SMALL)
     baseline = {key: value for key, value in measured.items() if key.startswith(m.COMPUTE_ONLY)}
-    fast = run_case(tiny_plate, SMALL, baseline={**baseline, m.COMPUTE_ONLY_STEP_MEAN_MS: 1e-6})
+    fast = run_case(RunContext(plate=tiny_plate), SMALL, baseline={**baseline, m.COMPUTE_ONLY_STEP_MEAN_MS: 1e-6})
     assert "impossible" not in fast[m.VALIDITY_FLAGS] and fast[m.STALL_CROSSCHECK] == pytest.approx(1.0)
     slow = {**baseline, m.COMPUTE_ONLY_STEP_MEAN_MS: 100 * measured[m.STEP_MEAN_MS]}
-    metrics = run_case(tiny_plate, SMALL, baseline=slow)
+    metrics = run_case(RunContext(plate=tiny_plate), SMALL, baseline=slow)
     assert "impossible" in metrics[m.VALIDITY_FLAGS]
     assert metrics[m.STALL_CROSSCHECK] == pytest.approx(metrics[m.DATA_WAIT_FRACTION], abs=1e-6)
     assert metrics[m.CROSSCHECK_GAP] >= -1e-6
@@ -125,7 +126,7 @@ def test_a_row_whose_baseline_outlasts_the_step_reads_no_negative_stall_and_is_f
 @pytest.mark.slow
 def test_workers_feed_the_loop_and_report_their_memory(tiny_plate: Path) -> None:
     case = dataclasses.replace(SMALL, loader=dataclasses.replace(SMALL.loader, num_workers=2))
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     _assert_loop_adds_up(metrics, case)
     assert len(metrics[m.WORKER_RSS_MIB]) == 2
 
@@ -134,9 +135,9 @@ def test_cpu_rejects_what_needs_cuda(tiny_plate: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(ConfigError, match="fp16"):
-        run_case(tiny_plate, dataclasses.replace(SMALL, amp="fp16"))
+        run_case(RunContext(plate=tiny_plate), dataclasses.replace(SMALL, amp="fp16"))
     with pytest.raises(ConfigError, match="cuda"):
-        run_case(tiny_plate, dataclasses.replace(SMALL, device="cuda"))
+        run_case(RunContext(plate=tiny_plate), dataclasses.replace(SMALL, device="cuda"))
 
 
 @pytest.mark.parametrize(
@@ -227,7 +228,7 @@ def test_whole_rounds_warm_up_one_step_per_worker_and_time_whole_rounds() -> Non
 
 def test_compute_only_case_measures_the_baseline_alone(tiny_plate: Path) -> None:
     case = dataclasses.replace(SMALL, compute_only=True)
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     assert metrics[m.COMPUTE_ONLY_STEP_COUNT] == case.steps and metrics[m.COMPUTE_ONLY_IMAGES_PER_S] > 0
     assert m.DATA_WAIT_FRACTION not in metrics and m.DEVICE in metrics
     assert case.label.endswith("/compute-only") and compute_key(case) == compute_key(SMALL)
@@ -306,7 +307,7 @@ def test_runner_emits_rows_and_search_summaries_that_plot(tiny_plate: Path, tmp_
 )
 def test_cuda_loop(tiny_plate: Path, changes: dict[str, Any]) -> None:
     case = dataclasses.replace(SMALL, device="cuda", **changes)
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     _assert_loop_adds_up(metrics, case)
     assert metrics[m.DEVICE].startswith("cuda") and metrics[m.GPU_NAME]
     assert metrics[m.PIN_MEMORY_EFFECTIVE] is True and metrics[m.CUDA_MAX_ALLOCATED_MIB] > 0
@@ -317,7 +318,7 @@ def test_cuda_loop(tiny_plate: Path, changes: dict[str, Any]) -> None:
 @needs_cuda
 def test_cuda_compile_knob(tiny_plate: Path) -> None:
     case = dataclasses.replace(SMALL, device="cuda", workload="embed", compile=True, warmup_steps=2, steps=3)
-    metrics = run_case(tiny_plate, case)
+    metrics = run_case(RunContext(plate=tiny_plate), case)
     _assert_loop_adds_up(metrics, case)
 
 
@@ -326,7 +327,7 @@ def test_training_on_a_real_label_of_the_object_table(tiny_plate: Path) -> None:
     import numpy as np
 
     from cropbench.objects import ObjectTable, read_object_table
-    from cropbench.tracks.track3.loop import _loader, _preparer
+    from cropbench.tracks.training.loop import _loader, _preparer
 
     table = read_object_table(tiny_plate)
     treatments = np.array(["taxol", "DMSO", "aspirin", None], dtype=object)[np.arange(len(table)) % 4]
@@ -337,19 +338,21 @@ def test_training_on_a_real_label_of_the_object_table(tiny_plate: Path) -> None:
         centroid_x=table.centroid_x,
         extra={"treatment": treatments},
     )
+    context = RunContext(plate=tiny_plate)
+    context.object_table = labelled  # the table a run given --objects holds
     case = dataclasses.replace(SMALL, device="cpu", target="treatment", classes=3)
     assert case.label.endswith("/target-treatment")
     for collate in ("default", "stack"):
         spec = dataclasses.replace(case.loader, collate=collate)
-        dataset, loader = _loader(tiny_plate, case, spec, 16, pin=False, objects=labelled)
+        dataset, loader = _loader(context, case, spec, 16, pin=False)
         batch = next(iter(loader))
         _, targets = _preparer(case, torch.device("cpu"), non_blocking=False)(batch)
         expected = [{"DMSO": 0, "aspirin": 1, "taxol": 2, None: -1}[treatments[i]] for i in batch["index"].tolist()]
         assert targets.tolist() == expected and dataset.label_classes["treatment"] == ("DMSO", "aspirin", "taxol")
-    metrics = run_case(tiny_plate, case, objects=labelled)
+    metrics = run_case(context, case)
     assert math.isfinite(metrics[m.LOSS_FIRST]) and math.isfinite(metrics[m.LOSS_LAST])
     with pytest.raises(ConfigError, match="3 classes: set classes=3"):
-        run_case(tiny_plate, dataclasses.replace(case, classes=2), objects=labelled)
+        run_case(context, dataclasses.replace(case, classes=2))
     with pytest.raises(ConfigError, match="needs workload='train'"):
         dataclasses.replace(case, workload="embed")
 
@@ -366,7 +369,7 @@ def test_the_device_pipeline_trains_on_equal_tensors_and_reports_its_boundaries(
     device = dataclasses.replace(case, pipeline="device", loader=dataclasses.replace(case.loader, collate="stack"))
     assert device.label == case.label.replace("/pin/", "/pin/stack-collate/").replace("/cpu/", "/cpu/device-tier/")
     assert compute_key(device) != compute_key(case), "the collate is part of the compute key"
-    made, moved = run_case(tiny_plate, case), run_case(tiny_plate, device)
+    made, moved = run_case(RunContext(plate=tiny_plate), case), run_case(RunContext(plate=tiny_plate), device)
     _assert_loop_adds_up(moved, device)
     assert moved[m.LOSS_FIRST] == made[m.LOSS_FIRST] and moved[m.LOSS_LAST] == made[m.LOSS_LAST], "equal tensors"
     assert made[m.TRANSFORM_DEVICE] == "main" and moved[m.TRANSFORM_DEVICE] == "cpu"
@@ -375,13 +378,13 @@ def test_the_device_pipeline_trains_on_equal_tensors_and_reports_its_boundaries(
 
 
 def test_every_loop_carries_the_loader_alone_over_the_compute_only_demand(tiny_plate: Path) -> None:
-    metrics = run_case(tiny_plate, SMALL)
+    metrics = run_case(RunContext(plate=tiny_plate), SMALL)
     assert metrics[m.SUPPLY_SAMPLES_PER_S] > 0
     assert metrics[m.SUPPLY_OVER_DEMAND] == pytest.approx(
         metrics[m.SUPPLY_SAMPLES_PER_S] / metrics[m.COMPUTE_ONLY_IMAGES_PER_S]
     )
     uint16 = dataclasses.replace(SMALL, crop=CROP.replace(tier="none", dtype="uint16"), pipeline="device")
-    _assert_loop_adds_up(run_case(tiny_plate, uint16), uint16)
+    _assert_loop_adds_up(run_case(RunContext(plate=tiny_plate), uint16), uint16)
 
 
 def test_the_compute_key_ignores_the_pipeline_and_the_decode_threads() -> None:

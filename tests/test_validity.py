@@ -8,11 +8,14 @@ from pathlib import Path
 from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
+from cropbench.harness import dataset_case as track1
+from cropbench.harness import loader_case as track2
+from cropbench.harness.context import RunContext
+from cropbench.harness.validity import MIN_RATE_TIMINGS, VALIDITY_FLAGS, flag_meaning, validity
 from cropbench.records import Record
 from cropbench.report.summary import cell_value as summary_cell_value
 from cropbench.report.summary import summary_table
-from cropbench.tracks import track1, track2, track3
-from cropbench.tracks.validity import MIN_RATE_TIMINGS, VALIDITY_FLAGS, flag_meaning, validity
+from cropbench.tracks import training as track3
 
 #: The tiny plate decodes to about 1.9 MiB and holds about 100 objects: the default 32 MiB cache holds
 #: all of it, 64 KiB does not.
@@ -22,16 +25,17 @@ BIG_CACHE = CropConfig(crop_size=32)
 
 def test_track2_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
     flagged = track2.run_case(
-        tiny_plate, track2.Track2Case(crop=BIG_CACHE, loader=LoaderSpec(batch_size=16), samples=96)
+        RunContext(plate=tiny_plate), track2.Track2Case(crop=BIG_CACHE, loader=LoaderSpec(batch_size=16), samples=96)
     )
     assert {"cache>=plate", "re-reads", "few-samples"} <= set(flagged[m.VALIDITY_FLAGS]) <= set(VALIDITY_FLAGS)
     assert flagged[m.CACHE_FRACTION_OF_PLATE] > 1
     honest = track2.run_case(
-        tiny_plate, track2.Track2Case(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=8), samples=48)
+        RunContext(plate=tiny_plate), track2.Track2Case(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=8), samples=48)
     )
     assert not {"cache>=plate", "re-reads"} & set(honest[m.VALIDITY_FLAGS])
     memory = track2.run_case(
-        tiny_plate, track2.Track2Case(crop=BIG_CACHE, source="memory", loader=LoaderSpec(batch_size=8), samples=48)
+        RunContext(plate=tiny_plate),
+        track2.Track2Case(crop=BIG_CACHE, source="memory", loader=LoaderSpec(batch_size=8), samples=48),
     )
     assert memory[m.CACHE_FRACTION_OF_PLATE] is None, "crops held in memory: no reader cache to flag"
 
@@ -44,13 +48,13 @@ def test_track3_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
         steps=4,
         warmup_steps=1,
     )
-    metrics = track3.run_case(tiny_plate, case)
+    metrics = track3.run_case(RunContext(plate=tiny_plate), case)
     assert {"cache>=plate", "re-reads", "few-samples"} <= set(metrics[m.VALIDITY_FLAGS]), "160 items, 4 steps"
 
 
 def test_a_batched_track1_case_with_few_calls_is_flagged_as_too_few_samples(tiny_plate: Path) -> None:
     case = track1.Track1Case(crop=SMALL_CACHE, samples=64, warmup=8, cold_samples=0, batch_size=8)
-    metrics = track1.run_case(tiny_plate, case)
+    metrics = track1.run_case(RunContext(plate=tiny_plate), case)
     assert metrics[m.COUNT] == 8 and "few-samples" in metrics[m.VALIDITY_FLAGS]
 
 
@@ -66,14 +70,14 @@ def test_the_summary_prints_track2_and_track3_flags_and_explains_them() -> None:
 
 def test_a_track2_rate_on_enough_batches_is_quoted_and_its_short_tail_is_not_shown(tiny_plate: Path) -> None:
     case = track2.Track2Case(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=4), samples=72, epochs=1)
-    metrics = track2.run_case(tiny_plate, case)
+    metrics = track2.run_case(RunContext(plate=tiny_plate), case)
     assert MIN_RATE_TIMINGS <= metrics[m.prefixed(m.BATCH, m.COUNT)] < 200
     assert metrics[m.prefixed(m.BATCH, m.P95_RELIABLE)] is False
     assert "few-samples" not in metrics[m.VALIDITY_FLAGS], "the rate rests on enough batches"
     row = Record(track="2", case="c", config={}, metrics=metrics, environment={})
     assert summary_cell_value(row, m.BATCH_P95_MS) is None, "a p95 on too few batches is not shown"
     assert summary_cell_value(row, m.BATCH_P50_MS) == metrics[m.BATCH_P50_MS]
-    short = track2.run_case(tiny_plate, dataclasses.replace(case, samples=32))
+    short = track2.run_case(RunContext(plate=tiny_plate), dataclasses.replace(case, samples=32))
     assert "few-samples" in short[m.VALIDITY_FLAGS], "a rate on 7 batches is not quoted"
 
 
@@ -104,7 +108,7 @@ def test_the_summary_explains_impossible_in_the_terms_of_each_tracks_rows() -> N
 
 def test_numbers_that_break_their_own_frame_are_contradictions() -> None:
     """Rows as a smoke run wrote them, unflagged: each is now impossible, with its reason."""
-    from cropbench.tracks.validity import IMPOSSIBLE, contradictions, with_contradictions
+    from cropbench.harness.validity import IMPOSSIBLE, contradictions, with_contradictions
 
     resnet = {m.STEP_P50_MS: 465.2, m.COMPUTE_ONLY_STEP_P50_MS: 468.1, m.DATA_WAIT_FRACTION: 0.05}
     assert any("below its compute-only p50" in why for why in contradictions("3", resnet))
@@ -122,7 +126,7 @@ def test_numbers_that_break_their_own_frame_are_contradictions() -> None:
 
 
 def test_a_list_of_rates_is_judged_rate_by_rate() -> None:
-    from cropbench.tracks.validity import contradictions
+    from cropbench.harness.validity import contradictions
 
     assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, 1100.0]}) == []
     assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, -1.0, "x"]}) == ["epoch_samples_per_s is -1"]

@@ -15,19 +15,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cropbench.config import CropOverrides, LayoutSpec, StoreConfig, plate_preset
+from cropbench.distributed import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import is_url
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import CaseCounter, Track, run_tracks
+from cropbench.harness.work import WorkFolder, WorkSite, work_folder
 from cropbench.measure import environment
 from cropbench.measure.endpoints import remote_plate, server_ceiling
 from cropbench.measure.protocol import configure_threads
 from cropbench.plates.convert import materialize_layout
 from cropbench.plates.generate import GeneratedPlate, generate_plate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, RecordWriter, read_records, write_csv
-from cropbench.tracks import TRACKS, RunContext, Track, run_tracks
-from cropbench.tracks.distributed import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
-from cropbench.tracks.layouts import LayoutComparison, Layouts, WorkFolder
-from cropbench.tracks.runner import CaseCounter
-from cropbench.tracks.stores import StoreLayouts, StoreLayoutsTrack
+from cropbench.tracks import track_named
+from cropbench.tracks.layouts import LayoutComparison, Layouts
+from cropbench.tracks.out_of_memory import OutOfMemory, OutOfMemoryTrack
+from cropbench.tracks.scale import ScaleSweep, ScaleTrack
+from cropbench.tracks.store_layouts import StoreLayouts, StoreLayoutsTrack
 
 #: Called with a status message, and with the record when one has just been measured.
 Progress = Callable[[str, Record | None], None]
@@ -52,7 +56,8 @@ def run(
     local_plate: str | Path | None = None,
     overrides: CropOverrides | None = None,
 ) -> list[Record]:
-    """Measure ``tracks`` (names in ``TRACKS``, or track objects) on ``plate``; returns this run's records.
+    """Measure ``tracks`` (names or aliases in :data:`cropbench.tracks.TRACKS`, or track objects) on
+    ``plate``; returns this run's records.
 
     ``layout`` runs them on the plate rewritten in that named layout (converted once, under
     ``layout_dir`` or ``<plate>.layouts/``); ``objects`` is an object table for plates without one
@@ -68,12 +73,10 @@ def run(
     knobs (decode threads, chunk cache, crop size...) for every case, over what the preset sets.
 
     Started by ``torchrun``, each rank calls this: tracks 2 and 3 run across the ranks (see
-    :mod:`cropbench.tracks.distributed`), rank 0 alone writes and returns the records, and a rank that
+    :mod:`cropbench.distributed`), rank 0 alone writes and returns the records, and a rank that
     dies or hangs fails the others within ``rank_timeout_s``.
     """
-    unknown = [t for t in tracks if isinstance(t, str) and t not in TRACKS]
-    if unknown:
-        raise ConfigError(f"track {unknown[0]!r} is not one of {', '.join(TRACKS)}")
+    named = {t: track_named(t) for t in tracks if isinstance(t, str)}  # an unknown name fails here, first
     if repeats < 1:
         raise ConfigError(f"repeats must be >= 1, got {repeats}")
     if samples is not None and samples < 1:
@@ -84,7 +87,7 @@ def run(
     if is_url(plate):
         if layout is not None:
             raise ConfigError(f"--layout rewrites a local plate; {plate} is in a store (convert locally, then upload)")
-        if "peers" in tracks:
+        if any(info.name == "peers" for info in named.values()):
             raise ConfigError(f"peers read local plates only; {plate} is in a store (drop --peers)")
         source = remote.enter_context(remote_plate(str(plate), store or StoreConfig()))
     else:
@@ -113,32 +116,52 @@ def run(
     )
     if context.local is not None and context.local.metadata.fields != context.metadata.fields:
         raise ConfigError(f"--local-plate {local_plate} is not the plate at {plate} (their fields differ)")
-    chosen = [TRACKS[t]() if isinstance(t, str) else t for t in tracks]
+    chosen = [named[t].build() if isinstance(t, str) else t for t in tracks]
     chosen = distribute(chosen, cluster) if cluster is not None else chosen
-    results = Path(out_dir) / RESULTS_NAME if out_dir is not None else None
-    writer = RecordWriter(results) if results is not None and writes else None
-    done = frozenset(r.key for r in read_records(results)) if resume and results and results.exists() else frozenset()
+    results = Results(out_dir, progress, writes=writes)
+    done = results.done() if resume else frozenset()
     done = cluster.broadcast(done, "resume") if cluster is not None else done
-    measured: list[Record] = []
-
-    def emit(record: Record) -> None:
-        stored = writer.write(record) if writer is not None else None
-        measured.append(stored if isinstance(stored, Record) else record)
-        if progress is not None:
-            progress(f"track {record.track} {record.case}", measured[-1])
-
     try:
         counter = progress if isinstance(progress, CaseCounter) else None
-        run_tracks(chosen, preset, context, emit, repeats=repeats, done=done, counter=counter)
+        run_tracks(chosen, preset, context, results.emit, repeats=repeats, done=done, counter=counter)
     finally:
-        if writer is not None:
-            writer.close()
+        results.close()
         remote.close()
         if cluster is not None:
             cluster.close()
-    if results is not None and writes:
-        write_csv(read_records(results), results.with_name(CSV_NAME))
-    return measured
+    results.write_csv()
+    return results.measured
+
+
+class Results:
+    """Where a run's records go: each appended to ``out_dir/results.jsonl`` as it is measured (by the
+    writing rank only) and handed to ``progress``; ``results.csv`` rewritten at the end."""
+
+    def __init__(self, out_dir: str | Path | None, progress: Progress | None, writes: bool = True) -> None:
+        self.path = Path(out_dir) / RESULTS_NAME if out_dir is not None else None
+        self.writer = RecordWriter(self.path) if self.path is not None and writes else None
+        self.progress = progress
+        self.measured: list[Record] = []
+
+    def done(self) -> frozenset[tuple[str, str, int]]:
+        """The keys of the rows already written (what ``--resume`` skips)."""
+        if self.path is None or not self.path.exists():
+            return frozenset()
+        return frozenset(record.key for record in read_records(self.path))
+
+    def emit(self, record: Record) -> None:
+        stored = self.writer.write(record) if self.writer is not None else None
+        self.measured.append(stored if isinstance(stored, Record) else record)
+        if self.progress is not None:
+            self.progress(f"track {record.track} {record.case}", self.measured[-1])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def write_csv(self) -> None:
+        if self.path is not None and self.writer is not None:
+            write_csv(read_records(self.path), self.path.with_name(CSV_NAME))
 
 
 def compare_layouts(
@@ -178,6 +201,59 @@ def compare_layouts_in_store(
     return run(url, [track], out_dir=out_dir, store=source, progress=progress)
 
 
+def sweep_scale(
+    sweep: ScaleSweep,
+    out_dir: str | Path,
+    work_dir: str | Path,
+    *,
+    keep: bool = False,
+    bars: bool = True,
+    progress: Progress | None = None,
+) -> list[Record]:
+    """The growth sweep (track ``scale``): per object count of ``sweep`` a scale plate under ``work_dir``
+    (removed after measuring unless ``keep``; one kept earlier is reused) and its costs, one record each
+    in ``out_dir/results.jsonl`` as it is measured. ``bars`` shows the plates' write progress."""
+    return _run_in_work_folder(ScaleTrack(sweep, bars), sweep.layout, out_dir, work_dir, keep, progress)
+
+
+def compare_out_of_memory(
+    comparison: OutOfMemory,
+    out_dir: str | Path,
+    work_dir: str | Path,
+    *,
+    keep: bool = False,
+    require_cgroup: bool = False,
+    bars: bool = True,
+    progress: Progress | None = None,
+) -> list[Record]:
+    """Layouts on plates larger than a memory limit (track ``out-of-memory``): per layout a plate under
+    ``work_dir`` (removed after measuring unless ``keep``) read inside the limit and in the page cache,
+    one record each in ``out_dir/results.jsonl`` as it is measured."""
+    track = OutOfMemoryTrack(comparison, bars, require_cgroup)
+    return _run_in_work_folder(track, "", out_dir, work_dir, keep, progress)
+
+
+def _run_in_work_folder(
+    track: Track[WorkSite],
+    layout: str,
+    out_dir: str | Path,
+    work_dir: str | Path,
+    keep: bool,
+    progress: Progress | None,
+) -> list[Record]:
+    """A track that writes its own plates, through the runner, in a work folder left as it found it."""
+    results = Results(out_dir, progress)
+    report = (lambda message: progress(message, None)) if progress else None
+    try:
+        with work_folder(work_dir, keep) as work:
+            site = WorkSite(work, layout, environment=environment.collect(work_dir), report=report)
+            # These tracks have no presets: their comparison is the whole measurement.
+            run_tracks([track], "full", site, results.emit)
+    finally:
+        results.close()
+    return results.measured
+
+
 def _local_context(plate: str | Path, objects: str | Path | None, samples: int | None) -> RunContext:
     """The run's plate on local disk, the reference of a plate in a store (same object table and samples)."""
     return RunContext(plate=Path(plate), objects=Path(objects) if objects is not None else None, samples=samples)
@@ -215,4 +291,13 @@ def smoke(
     return SmokeRun(plate, generated, run(plate, SMOKE_TRACKS, "smoke", out_dir, progress=progress))
 
 
-__all__ = ["Progress", "SmokeRun", "compare_layouts", "compare_layouts_in_store", "run", "smoke"]
+__all__ = [
+    "Progress",
+    "SmokeRun",
+    "compare_layouts",
+    "compare_layouts_in_store",
+    "compare_out_of_memory",
+    "run",
+    "smoke",
+    "sweep_scale",
+]

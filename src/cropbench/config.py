@@ -204,6 +204,8 @@ LAYOUTS.update(
         ),
     }
 )
+#: The layout a comparison of layouts measures the others against: raw pixels, read with no decode.
+CEILING_LAYOUT = "memmap"
 #: Layouts that need an optional extra; ``compare-layouts`` adds them when the extra is installed.
 OPTIONAL_LAYOUTS: tuple[str, ...] = ("ome-arrow", "ome-arrow-zstd", "ome-arrow-zstd-objects")
 #: The layouts ``cropbench compare-layouts`` measures by default: every OME-Zarr structure × codec,

@@ -82,7 +82,7 @@ CUDA_MAX_ALLOCATED_MIB = "cuda_max_allocated_mib"
 # Shared by several tracks.
 OBJECTS = "objects"
 VALIDITY_FLAGS = "validity_flags"
-#: Why a row is flagged impossible: one short sentence per contradiction (``tracks.validity.contradictions``).
+#: Why a row is flagged impossible: one short sentence per contradiction (``harness.validity.contradictions``).
 IMPOSSIBLE_REASONS = "impossible_reasons"
 ITEMS_PER_CALL = "items_per_call"
 FIRST_BATCH_MS = "first_batch_ms"
@@ -238,7 +238,7 @@ LOADAVG_END = "loadavg_end"
 SKIPPED_PEERS = "skipped_peers"
 #: Whether a reader's crops of a batch are byte for byte the direct reader's.
 IDENTICAL_TO_DIRECT = "identical_to_direct"
-# Plates in an object store (``tracks.runner.store_metrics``): what crossed the wire per crop (the
+# Plates in an object store (``harness.runner.store_metrics``): what crossed the wire per crop (the
 # reader's requests and bytes), the row's store settings, the rate beside the same plate read locally
 # in the same run, and the server's own ceiling (requests/s with a trivial client).
 REQUESTS_PER_CROP = "requests_per_crop"
@@ -251,7 +251,7 @@ SERVER_REQUESTS_PER_S = "server_requests_per_s"
 # The first crops of a count (``measure.remote.requests_per_crop``): each shard index fetched once.
 WARMUP_REQUESTS_PER_CROP = "warmup_requests_per_crop"
 WARMUP_BYTES_PER_CROP = "warmup_bytes_per_crop"
-# Layouts over a store (``tracks.stores.layout_over_store``): one row per layout, each read path's
+# Layouts over a store (``tracks.store_layouts.layout_over_store``): one row per layout, each read path's
 # numbers under its prefix, with the same layout's rate on local disk beside the store's.
 LAYOUT = "layout"
 STORED_MIB = "stored_mib"
@@ -335,7 +335,7 @@ CONDITIONAL = frozenset(
     }
 )
 
-# Distributed runs (``tracks.distributed``): the aggregate row of a case over its ranks.
+# Distributed runs (``cropbench.distributed``): the aggregate row of a case over its ranks.
 RANK = "rank"
 WORLD_SIZE = "world_size"
 TOTAL_SAMPLES_PER_S = "total_samples_per_s"
@@ -351,3 +351,83 @@ DUPLICATE_SAMPLES = "duplicate_samples"
 EXACTLY_ONCE = "exactly_once"
 SPEEDUP_OVER_ONE_RANK = "speedup_over_one_rank"
 DECODED_OVER_ONE_RANK = "decoded_over_one_rank"
+
+# Track formats (``cropbench.tracks.formats``): the plate read in place (the rows' ``reader`` values, the
+# first the reference of every converted row), prefixes of its two protocols, then the conversion's names.
+#: Readers of the plate in place, by decode path; the first is every converted row's reference.
+IN_PLACE = {"ome-zarr/direct": "direct", "ome-zarr/zarr": "zarr"}
+REFERENCE = "ome-zarr/direct"
+RANDOM = "random_"
+SHUFFLED = "shuffled_"
+READER = "reader"
+FORMAT_LIBRARY_VERSION = "library_version"
+CONVERSION_SECONDS = "conversion_seconds"
+CONVERSION_CROPS_PER_S = "conversion_crops_per_s"
+CONVERSION_PEAK_RSS_BYTES = "conversion_peak_rss_bytes"
+CONVERSION_START_RSS_BYTES = "conversion_start_rss_bytes"
+#: The peak less the resident bytes when the conversion started: what converting itself held.
+CONVERSION_PEAK_RSS_GROWTH_BYTES = "conversion_peak_rss_growth_bytes"
+#: False where the kernel would not reset the peak: the peak is then the process's since it started.
+CONVERSION_PEAK_RSS_RESET = "conversion_peak_rss_reset"
+PLATE_STORED_BYTES = "plate_stored_bytes"
+SIZE_RATIO_TO_PLATE = "size_ratio_to_plate"
+RANDOM_RATIO_TO_IN_PLACE = "random_ratio_to_in_place"
+SECONDS_PER_EPOCH = "seconds_per_epoch"
+BREAK_EVEN_EPOCHS = "break_even_epochs"
+CONVERTING_PAYS_OFF = "converting_pays_off"
+IDENTICAL_TO_PLATE = "identical_to_plate"
+#: Median seconds of a whole epoch of the converted store and of the plate in place (direct), read in
+#: turns; the converted store's epoch rate over the plate's (in-place seconds / converted seconds: above
+#: 1 the converted store is faster, as ``random_ratio_to_in_place`` reads); and break-even from them
+#: (``interleaved_`` + the break-even names).
+INTERLEAVED = "interleaved_"
+INTERLEAVED_EPOCH_SECONDS = "interleaved_epoch_seconds"
+INTERLEAVED_IN_PLACE_EPOCH_SECONDS = "interleaved_in_place_epoch_seconds"
+EPOCH_RATIO_TO_IN_PLACE = "epoch_ratio_to_in_place"
+#: Prefix of the shuffled epochs read over the loopback store; why a format was not read there.
+REMOTE = "remote_"
+REMOTE_SKIP_REASON = "remote_skip_reason"
+#: Requests the loopback server received during the remote epochs.
+REMOTE_REQUESTS = "remote_requests"
+#: Bytes the library left in its local cache after the remote epochs.
+REMOTE_CACHE_BYTES = "remote_cache_bytes"
+
+# A run under a memory limit (``measure.memory_limit``): the limit, how it was applied, what was read.
+MEMORY_LIMIT_BYTES = "memory_limit_bytes"
+MEMORY_LIMIT_MECHANISM = "memory_limit_mechanism"
+MEMORY_LIMIT_NOTE = "memory_limit_note"
+CGROUP_PEAK_BYTES = "cgroup_peak_bytes"
+DEVICE_READ_BYTES = "device_read_bytes"
+DEVICE_READ_SOURCE = "device_read_source"
+CGROUP_READ_BYTES = "cgroup_read_bytes"
+
+# Track scale (``tracks.scale``): one row per object count, the costs the growth table follows.
+PLATE_RAW_BYTES = "plate_raw_bytes"
+GENERATE_SECONDS = "generate_seconds"
+CONSTRUCTION_SECONDS = "construction_seconds"
+CONSTRUCTION_RSS_BYTES = "construction_rss_bytes"
+CONSTRUCTION_PEAK_RSS_BYTES = "construction_peak_rss_bytes"
+BYTES_PER_OBJECT = "construction_bytes_per_object"
+GROUP_KEYS_NS_PER_SAMPLE = "group_keys_ns_per_sample"
+RANDOM_ORDER_NS_PER_SAMPLE = "random_order_ns_per_sample"
+GROUPED_ORDER_NS_PER_SAMPLE = "grouped_order_ns_per_sample"
+RESIDENT_FRACTION = "plate_resident_fraction"
+TRACK1_RANDOM_SAMPLES_PER_S = "track1_random_samples_per_s"
+TRACK1_GROUPED_SAMPLES_PER_S = "track1_grouped_samples_per_s"
+TRACK2_FIRST_BATCH_MS = "track2_first_batch_ms"
+TRACK2_PICKLE_BYTES = "track2_dataset_pickle_bytes"
+
+# Track out-of-memory (``tracks.out_of_memory``): one row per layout, read under a memory limit; ``cached_``
+# prefixes the same pass with the plate in the page cache.
+PLATE_OVER_LIMIT = "plate_over_limit"
+#: The plate came out smaller than ``plate_multiple`` × the limit (the probe misjudged its compression).
+PLATE_BELOW_MULTIPLE = "plate_below_multiple"
+DEVICE_BYTES_PER_CROP = "device_bytes_per_crop"
+DEVICE_OVER_READER = "device_over_reader"
+DEVICE_OVER_DELIVERED = "device_over_delivered"
+LOADAVG_BEFORE = "loadavg_before"
+LOADAVG_AFTER = "loadavg_after"
+RESIDENT_BEFORE_PASS = "resident_before_pass"
+CACHED_ = "cached_"
+CACHED_SKIPPED = "cached_skipped"
+LIMITED_OVER_CACHED = "limited_over_cached"

@@ -50,7 +50,7 @@ class Record:
     seed: int = 0
     repeat: int = 0
     #: Stable hash of the track, the case's canonical config, the plate's fingerprint and its layout
-    #: (see cropbench.tracks.runner.case_identity); "" in rows written before it existed.
+    #: (see cropbench.harness.runner.case_identity); "" in rows written before it existed.
     case_id: str = ""
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     timestamp: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))

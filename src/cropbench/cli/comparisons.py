@@ -58,8 +58,9 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
     """compare-layouts --plate URL: requests/crop and crops/s per layout, each served on loopback behind
     --latency-ms (rows of track 'store-layouts' in OUT/results.jsonl, a table on stdout)."""
     from cropbench import api
+    from cropbench.report.tables import layouts_table
     from cropbench.report.verdict import verdict
-    from cropbench.tracks.stores import STORE_LAYOUTS, StoreLayouts, layouts_table
+    from cropbench.tracks.store_layouts import STORE_LAYOUTS, StoreLayouts
 
     ignored = [f"--{name}" for name, default in COMPARE_LOCAL_DEFAULTS.items() if getattr(args, name) != default]
     if ignored:
@@ -101,8 +102,9 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.data.training import TRAINING_FORMATS, check_free_space
     from cropbench.report.formats_figure import write_formats_report
+    from cropbench.report.tables import formats_table
     from cropbench.report.verdict import verdict
-    from cropbench.tracks.conversion import FormatComparison, Formats, check_plate, formats_table
+    from cropbench.tracks.formats import FormatComparison, Formats, check_plate
 
     comparison = FormatComparison(
         formats=tuple(args.format or FormatComparison().formats),

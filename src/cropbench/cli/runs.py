@@ -29,6 +29,7 @@ from cropbench.config import (
 )
 from cropbench.errors import ConfigError
 from cropbench.records import CSV_NAME, RESULTS_NAME
+from cropbench.tracks import TRACKS
 
 #: A plate given as a URL (``s3://``, ``https://``): checked by the store it names, not here.
 URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -45,19 +46,19 @@ def check_run_paths(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     check_run_paths(args)
     from cropbench import api
+    from cropbench.distributed import check_timeout, launch_rank
     from cropbench.report.summary import summary_table
-    from cropbench.tracks.distributed import check_timeout, launch_rank
     from cropbench.tracks.peers.base import peers_folder
 
     if args.rank_timeout is not None:
         check_timeout(args.rank_timeout)  # before any rank starts or anything is measured
     if args.ranks is not None:
-        from cropbench.tracks.distributed import launch_local
+        from cropbench.distributed import launch_local
 
         launch_local(args.ranks, _without_ranks(args.argv))
         return 0
     out_dir = Path(args.out)
-    tracks = [*(args.track or ([] if args.peers else ["1"])), *(["peers"] if args.peers else [])]
+    tracks = [*(args.track or ([] if args.peers else ["dataset"])), *(["peers"] if args.peers else [])]
     leader = launch_rank() == 0  # under torchrun only rank 0 reports (and writes)
     bar = ProgressBar(not args.no_progress and leader, "cases")
     try:
@@ -171,6 +172,16 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _track_help() -> str:
+    """``--track``'s help, from the table of tracks: each track ``run`` builds, by name or alias."""
+    named = [
+        f"{' or '.join((info.name, *info.aliases))} ({info.title})"
+        for info in TRACKS.values()
+        if info.runner_class is not None
+    ]
+    return f"track to run: {', '.join(named)} (repeatable; default dataset)"
+
+
 def add_run_commands(commands: Commands) -> None:
     """Register ``run``, ``smoke`` and ``env``."""
     run = commands.add_parser(
@@ -186,10 +197,8 @@ def add_run_commands(commands: Commands) -> None:
     run.add_argument(
         "--track",
         action="append",
-        metavar="1|2|3|remote|targets",
-        help="track to run: 1 Dataset, 2 DataLoader, 3 end-to-end, remote (requests/crop and loader crops/s of a "
-        "plate in a store), targets (the direct reader over the fetch ceiling and the peers, interleaved) "
-        "(repeatable; default 1)",
+        metavar="NAME",
+        help=_track_help(),
     )
     run.add_argument(
         "--preset",

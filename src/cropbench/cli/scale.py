@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shutil
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from cropbench.cli.options import seed, whole_number
 from cropbench.config import CELL_PAINTING_CHANNELS, LAYOUTS, MAX_FIELD_SIZE, layout_by_name
 from cropbench.errors import ConfigError
 from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_fits_in_memory
-from cropbench.records import RESULTS_NAME, Record, RecordWriter
+from cropbench.records import RESULTS_NAME, Record
 
 _OBJECTS = whole_number(1, MAX_OBJECTS)
 
@@ -140,24 +139,15 @@ def cmd_scale_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_rows(out: Path, track: str, rows: Iterable[tuple[str, dict[str, Any], dict[str, Any]]], work: str) -> list:
-    """Each (case, config, metrics) as a record in OUT/results.jsonl as soon as it is measured."""
-    from cropbench.measure.environment import collect
-
-    environment = collect(work)
-    written = []
-    with RecordWriter(out / RESULTS_NAME) as writer:
-        for case, config, metrics in rows:
-            record = writer.write(
-                Record(track=track, case=case, config=config, metrics=metrics, environment=environment)
-            )
-            print(f"{track} {case}: row written")
-            written.append(record)
-    return written
+def _say(message: str, record: Record | None) -> None:
+    """Progress on stdout: what is being done, then each row as it is written."""
+    print(f"{record.track} {record.case}: row written" if record is not None else message)
 
 
 def cmd_scale_sweep(args: argparse.Namespace) -> int:
-    from cropbench.tracks.scale import TRACK, ScaleSweep, growth_table, sweep_rows
+    from cropbench import api
+    from cropbench.report.growth import growth_table
+    from cropbench.tracks.scale import ScaleSweep
 
     sweep = ScaleSweep(
         objects=tuple(args.objects),
@@ -170,11 +160,7 @@ def cmd_scale_sweep(args: argparse.Namespace) -> int:
     )
     check_fits_in_memory(sweep.spec(max(sweep.objects)))
     out = Path(args.out)
-    rows = (
-        (f"{metrics['objects']} objects", config, metrics)
-        for config, metrics in sweep_rows(sweep, args.work, args.keep, not args.no_progress, print)
-    )
-    records = _write_rows(out, TRACK, rows, args.work)
+    records = api.sweep_scale(sweep, out, args.work, keep=args.keep, bars=not args.no_progress, progress=_say)
     table = growth_table([record.metrics for record in records])
     (out / GROWTH_TABLE_NAME).write_text(table + "\n")
     print(f"\n{table}\n\nrows in {out / RESULTS_NAME}; table in {out / GROWTH_TABLE_NAME}")
@@ -200,7 +186,9 @@ def _check_machine_holds(limit_bytes: int, plate_bytes: int, work: Path) -> None
 
 
 def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
-    from cropbench.tracks.out_of_memory import TRACK, OutOfMemory, layout_rows, out_of_memory_table
+    from cropbench import api
+    from cropbench.report.tables import out_of_memory_table
+    from cropbench.tracks.out_of_memory import OutOfMemory
 
     comparison = OutOfMemory(
         layouts=tuple(args.layouts),
@@ -216,8 +204,15 @@ def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
     _check_machine_holds(comparison.limit_bytes, kept * comparison.target_bytes, Path(args.work))
     check_fits_in_memory(dataclasses.replace(comparison.plate, objects=MAX_OBJECTS))
     out = Path(args.out)
-    rows = layout_rows(comparison, args.work, args.keep, not args.no_progress, print, args.require_cgroup)
-    records = _write_rows(out, TRACK, rows, args.work)
+    records = api.compare_out_of_memory(
+        comparison,
+        out,
+        args.work,
+        keep=args.keep,
+        require_cgroup=args.require_cgroup,
+        bars=not args.no_progress,
+        progress=_say,
+    )
     table = out_of_memory_table([(record.case, record.metrics) for record in records])
     (out / OUT_OF_MEMORY_TABLE_NAME).write_text(table + "\n")
     print(f"\n{table}\n\nrows in {out / RESULTS_NAME}; table in {out / OUT_OF_MEMORY_TABLE_NAME}")

@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from cropbench import metrics as m
 from cropbench.errors import ConfigError, CropbenchError
 
 #: How the limit was applied: a cgroup (v2 or v1), or no limit and eviction only.
@@ -40,15 +41,6 @@ CGROUP_PREFIX = "cropbench-"
 MIN_LIMIT_BYTES = 64 * 2**20
 #: Seconds to wait for the processes left in a cgroup to die before it is removed.
 DRAIN_SECONDS = 10.0
-
-# Row keys of a limited run (metric names that tables, docs and tests read).
-MEMORY_LIMIT_BYTES = "memory_limit_bytes"
-MEMORY_LIMIT_MECHANISM = "memory_limit_mechanism"
-MEMORY_LIMIT_NOTE = "memory_limit_note"
-CGROUP_PEAK_BYTES = "cgroup_peak_bytes"
-DEVICE_READ_BYTES = "device_read_bytes"
-DEVICE_READ_SOURCE = "device_read_source"
-CGROUP_READ_BYTES = "cgroup_read_bytes"
 
 
 class MemoryLimitError(CropbenchError):
@@ -284,13 +276,13 @@ class LimitedRun:
 
     def as_metrics(self) -> dict[str, Any]:
         return {
-            MEMORY_LIMIT_BYTES: self.limit_bytes,
-            MEMORY_LIMIT_MECHANISM: self.mechanism,
-            MEMORY_LIMIT_NOTE: self.note,
-            CGROUP_PEAK_BYTES: self.peak_bytes,
-            DEVICE_READ_BYTES: self.device_read_bytes,
-            DEVICE_READ_SOURCE: self.device_read_source,
-            CGROUP_READ_BYTES: self.cgroup_read_bytes,
+            m.MEMORY_LIMIT_BYTES: self.limit_bytes,
+            m.MEMORY_LIMIT_MECHANISM: self.mechanism,
+            m.MEMORY_LIMIT_NOTE: self.note,
+            m.CGROUP_PEAK_BYTES: self.peak_bytes,
+            m.DEVICE_READ_BYTES: self.device_read_bytes,
+            m.DEVICE_READ_SOURCE: self.device_read_source,
+            m.CGROUP_READ_BYTES: self.cgroup_read_bytes,
         }
 
 

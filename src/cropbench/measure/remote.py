@@ -3,7 +3,7 @@
 A plate in a store is paid for in requests and round trips. :func:`requests_per_crop` is the
 reader's own count of requests and bytes per random crop (deterministic for a given plate, layout
 and read path: the gate's numbers). Rates are measured by the runner's tracks
-(:mod:`cropbench.tracks.stores`), through Track 2's loader and clocks, never here.
+(:mod:`cropbench.tracks.remote`), through Track 2's loader and clocks, never here.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from cropbench.data.sampling import access_order
 COUNT_WARMUP = 32
 #: The seed of the counted order: a count is the same on every call.
 COUNT_SEED = 1
+
+#: The read paths a plate in a store is read with, and the key prefix of each in a layout row.
+READ_PATHS = {"direct": m.DIRECT_, "zarr": m.ZARR_}
 
 
 def crop_config(decode: str, crop_size: int, cache_bytes: int | None = None) -> CropConfig:

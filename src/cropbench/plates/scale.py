@@ -292,12 +292,19 @@ def _write_scale_plate(
     return table.written
 
 
+def check_crop(crop_size: int, plate: ScaleSpec) -> None:
+    """A crop must fit in a field of the plate."""
+    if crop_size > plate.field_size:
+        raise ConfigError(f"crop_size {crop_size} is larger than the field ({plate.field_size} px); lower it")
+
+
 __all__ = [
     "MAX_OBJECTS",
     "TABLE_BATCH_FIELDS",
     "FieldSource",
     "ObjectTableStream",
     "ScaleSpec",
+    "check_crop",
     "check_fits_in_memory",
     "generate_scale_plate",
 ]

@@ -2,7 +2,7 @@
 
 Rows are judged once when read (:func:`judge_rows`): besides the flags a row was written with, a row
 whose numbers cannot all be true is flagged ``impossible`` with its reasons, whether the contradiction
-lies within the row (:func:`cropbench.tracks.validity.contradictions`) or between rows of the same shape
+lies within the row (:func:`cropbench.harness.validity.contradictions`) or between rows of the same shape
 (a Track 2 rate above the in-memory ceiling at the same loader shape).
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cropbench import metrics as m
+from cropbench.harness.validity import CEILING_TOLERANCE, IMPOSSIBLE, contradictions
 from cropbench.records import Record
-from cropbench.tracks.validity import CEILING_TOLERANCE, IMPOSSIBLE, contradictions
 
 
 def stored_reasons(record: Record) -> list[str]:

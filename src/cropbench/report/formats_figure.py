@@ -24,20 +24,8 @@ from cropbench import metrics as m
 from cropbench.errors import OutputError
 from cropbench.records import Record
 from cropbench.report.plots import axis_from_zero, flagged, flagged_handle, horizontal_bars
-from cropbench.tracks.conversion import (
-    BREAK_EVEN_EPOCHS,
-    CONVERSION_SECONDS,
-    CONVERTING_PAYS_OFF,
-    IN_PLACE,
-    INTERLEAVED,
-    RANDOM,
-    REMOTE,
-    REMOTE_SKIP_REASON,
-    SHUFFLED,
-    SIZE_RATIO_TO_PLATE,
-    TRACK,
-    formats_table,
-)
+from cropbench.report.tables import formats_table
+from cropbench.tracks import TRACKS
 
 #: The files ``compare-formats`` writes beside ``results.jsonl``.
 TABLE_NAME = "formats.txt"
@@ -67,32 +55,34 @@ class Panel:
 
 
 PANELS = (
-    Panel("conversion", "seconds to cut and write", (Series(CONVERSION_SECONDS, LOCAL_COLOR, "local disk"),)),
+    Panel("conversion", "seconds to cut and write", (Series(m.CONVERSION_SECONDS, LOCAL_COLOR, "local disk"),)),
     Panel(
-        "size", "stored bytes / the plate's (dotted: the plate)", (Series(SIZE_RATIO_TO_PLATE, LOCAL_COLOR, "local"),)
+        "size", "stored bytes / the plate's (dotted: the plate)", (Series(m.SIZE_RATIO_TO_PLATE, LOCAL_COLOR, "local"),)
     ),
     Panel(
-        "random access (Track 1)", "crops/s", (Series(m.prefixed(RANDOM, m.SAMPLES_PER_S), LOCAL_COLOR, "local disk"),)
+        "random access (Track 1)",
+        "crops/s",
+        (Series(m.prefixed(m.RANDOM, m.SAMPLES_PER_S), LOCAL_COLOR, "local disk"),),
     ),
     Panel(
         "shuffled epochs (Track 2)",
         "crops/s",
         (
-            Series(m.prefixed(SHUFFLED, m.SAMPLES_PER_S), LOCAL_COLOR, "local disk"),
-            Series(m.prefixed(REMOTE, m.SAMPLES_PER_S), REMOTE_COLOR, "over the loopback S3 store"),
+            Series(m.prefixed(m.SHUFFLED, m.SAMPLES_PER_S), LOCAL_COLOR, "local disk"),
+            Series(m.prefixed(m.REMOTE, m.SAMPLES_PER_S), REMOTE_COLOR, "over the loopback S3 store"),
         ),
     ),
     Panel(
         "break-even",
         "epochs until converting has paid off",
         (
-            Series(BREAK_EVEN_EPOCHS, LOCAL_COLOR, "local disk"),
+            Series(m.BREAK_EVEN_EPOCHS, LOCAL_COLOR, "local disk"),
             Series(
-                m.prefixed(INTERLEAVED, BREAK_EVEN_EPOCHS),
+                m.prefixed(m.INTERLEAVED, m.BREAK_EVEN_EPOCHS),
                 IN_TURNS_COLOR,
                 "local disk, converted and in place read in turns",
             ),
-            Series(m.prefixed(REMOTE, BREAK_EVEN_EPOCHS), REMOTE_COLOR, "over the loopback S3 store"),
+            Series(m.prefixed(m.REMOTE, m.BREAK_EVEN_EPOCHS), REMOTE_COLOR, "over the loopback S3 store"),
         ),
     ),
 )
@@ -110,18 +100,18 @@ def why_no_bar(record: Record, metric: str) -> str:
     row = record.metrics
     if row.get(m.SKIPPED):
         return "skipped"
-    if metric.startswith(REMOTE) and REMOTE_SKIP_REASON in row:
+    if metric.startswith(m.REMOTE) and m.REMOTE_SKIP_REASON in row:
         return "not read over the store"
-    if metric.startswith(REMOTE) and m.prefixed(REMOTE, m.SAMPLES_PER_S) not in row:
+    if metric.startswith(m.REMOTE) and m.prefixed(m.REMOTE, m.SAMPLES_PER_S) not in row:
         return "no store (--latency-ms)"
-    if metric.endswith(BREAK_EVEN_EPOCHS):
-        if record.case in IN_PLACE:
+    if metric.endswith(m.BREAK_EVEN_EPOCHS):
+        if record.case in m.IN_PLACE:
             return "reads in place"
-        pays_off = metric.removesuffix(BREAK_EVEN_EPOCHS) + CONVERTING_PAYS_OFF
+        pays_off = metric.removesuffix(m.BREAK_EVEN_EPOCHS) + m.CONVERTING_PAYS_OFF
         return "never pays off" if row.get(pays_off) is False else "-"
-    if metric in (CONVERSION_SECONDS, SIZE_RATIO_TO_PLATE) and record.case in IN_PLACE:
+    if metric in (m.CONVERSION_SECONDS, m.SIZE_RATIO_TO_PLATE) and record.case in m.IN_PLACE:
         return "reads in place"
-    if metric.startswith(RANDOM):
+    if metric.startswith(m.RANDOM):
         return "no random access"
     return "-"
 
@@ -132,8 +122,10 @@ def _label(record: Record, repeats: bool) -> str:
 
 def _measured(series: Series, record: Record) -> bool:
     """Whether the row has the series at all (a break-even series also by its pays-off answer)."""
-    pays_off = series.metric.removesuffix(BREAK_EVEN_EPOCHS) + CONVERTING_PAYS_OFF
-    return series.metric in record.metrics or (series.metric.endswith(BREAK_EVEN_EPOCHS) and pays_off in record.metrics)
+    pays_off = series.metric.removesuffix(m.BREAK_EVEN_EPOCHS) + m.CONVERTING_PAYS_OFF
+    return series.metric in record.metrics or (
+        series.metric.endswith(m.BREAK_EVEN_EPOCHS) and pays_off in record.metrics
+    )
 
 
 def _panel(axis: plt.Axes, panel: Panel, rows: Sequence[Record], repeats: bool) -> tuple[Series, ...]:
@@ -163,7 +155,7 @@ def _panel(axis: plt.Axes, panel: Panel, rows: Sequence[Record], repeats: bool) 
             axis.text(
                 0, position, " " + reason, va="center", fontsize=6 if small else 7, color=color if small else "dimgray"
             )
-    if panel.series[0].metric == SIZE_RATIO_TO_PLATE:
+    if panel.series[0].metric == m.SIZE_RATIO_TO_PLATE:
         axis.axvline(1.0, color="black", linestyle=":", linewidth=1)
         values.append(1.0)
     axis_from_zero(axis, values, room=1.1)
@@ -177,7 +169,7 @@ def _panel(axis: plt.Axes, panel: Panel, rows: Sequence[Record], repeats: bool) 
 
 def formats_figure(records: Sequence[Record], path: Path) -> Path | None:
     """The comparison's figure at ``path``; None when ``records`` hold no ``formats`` row."""
-    rows = [r for r in records if r.track == TRACK]
+    rows = [r for r in records if r.track == TRACKS["formats"].record]
     if not rows:
         return None
     repeats = len({r.repeat for r in rows}) > 1
@@ -189,9 +181,9 @@ def formats_figure(records: Sequence[Record], path: Path) -> Path | None:
     notes = axes.flat[-1]
     notes.axis("off")
     reasons = [
-        f"{r.case}: {r.metrics[m.SKIP_REASON] if r.metrics.get(m.SKIPPED) else r.metrics[REMOTE_SKIP_REASON]}"
+        f"{r.case}: {r.metrics[m.SKIP_REASON] if r.metrics.get(m.SKIPPED) else r.metrics[m.REMOTE_SKIP_REASON]}"
         for r in rows
-        if r.metrics.get(m.SKIPPED) or (REMOTE_SKIP_REASON in r.metrics and r.case not in IN_PLACE)
+        if r.metrics.get(m.SKIPPED) or (m.REMOTE_SKIP_REASON in r.metrics and r.case not in m.IN_PLACE)
     ]
     if reasons:
         text = "\n".join(textwrap.fill(reason, 70, subsequent_indent="  ") for reason in reasons)

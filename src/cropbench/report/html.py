@@ -17,11 +17,11 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.errors import OutputError
+from cropbench.harness.validity import flag_meaning
 from cropbench.records import Record
 from cropbench.report.flags import row_flags
 from cropbench.report.summary import SUMMARY_COLUMNS, cell_value, format_cell, impossible_rows
 from cropbench.report.verdict import HEADING, Verdict, track_lines, verdict
-from cropbench.tracks.validity import flag_meaning
 
 #: The report's file name, beside results.jsonl.
 REPORT_NAME = "report.html"

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from cropbench import metrics as m
+from cropbench.config import CEILING_LAYOUT as MEMMAP_LAYOUT
+from cropbench.harness.validity import flag_meaning
 from cropbench.records import Record
 from cropbench.report.flags import (
     IMPOSSIBLE,
@@ -35,9 +37,7 @@ from cropbench.report.flags import (
     shape_label,
     source,
 )
-from cropbench.tracks import conversion
-from cropbench.tracks.layouts import CEILING as MEMMAP_LAYOUT
-from cropbench.tracks.validity import flag_meaning
+from cropbench.tracks import TITLES
 
 #: Heading of the verdict block (the HTML report uses it too).
 HEADING = "Verdict"
@@ -73,18 +73,6 @@ TRACK_REASONS: dict[str, dict[str, str]] = {
         IMPOSSIBLE: "the reader beat the copy ceiling, which no reader of the same crops can pass: the ceiling "
         "or the timing is wrong; run again on an idle machine",
     },
-}
-#: What each track measures, for the verdict's lines.
-TRACK_TITLES: dict[str, str] = {
-    "1": "Dataset __getitem__",
-    "2": "DataLoader",
-    "3": "training loop",
-    "layouts": "storage layouts",
-    "peers": "peer loaders",
-    "targets": "direct reader against the copy ceiling and peers",
-    "remote": "a plate in an object store",
-    "store-layouts": "layouts in an object store",
-    "formats": "crops converted to training formats",
 }
 
 
@@ -181,7 +169,7 @@ class Verdict:
 
 def track_lines(verdict: TrackVerdict) -> list[str]:
     """One track's lines: the best configuration, its ratio to the ceiling, further answers, the flags."""
-    title = TRACK_TITLES.get(verdict.track, verdict.track) + (f", {verdict.subject}" if verdict.subject else "")
+    title = TITLES.get(verdict.track, verdict.track) + (f", {verdict.subject}" if verdict.subject else "")
     head = f"track {verdict.track} ({title}): "
     best = verdict.best
     if verdict.answer:
@@ -502,7 +490,7 @@ def _local_reference(name: str, local_metric: str, ratio_metric: str | None = No
 
 def _is_in_place(configuration: Configuration) -> bool:
     """Whether the row reads the plate in place (cropbench's own readers), not a converted crop store."""
-    return configuration.rows[0].config.get(conversion.READER) in conversion.IN_PLACE
+    return configuration.rows[0].config.get(m.READER) in m.IN_PLACE
 
 
 def _formats_ceiling(
@@ -510,12 +498,10 @@ def _formats_ceiling(
 ) -> tuple[Ceiling, float] | str | None:
     """The plate read in place: the reference each converted store's epochs were measured in turns with,
     so the ratio is the interleaved one of the best store's own row."""
-    ratio = best.median(conversion.EPOCH_RATIO_TO_IN_PLACE)
+    ratio = best.median(m.EPOCH_RATIO_TO_IN_PLACE)
     if ratio is None or ratio <= 0:
-        return f"no epochs of {conversion.REFERENCE} measured in turns with it in this run"
-    return Ceiling(
-        f"the plate read in place ({conversion.REFERENCE}), epochs in turns", value / ratio, "reference"
-    ), ratio
+        return f"no epochs of {m.REFERENCE} measured in turns with it in this run"
+    return Ceiling(f"the plate read in place ({m.REFERENCE}), epochs in turns", value / ratio, "reference"), ratio
 
 
 def _formats_notes(configurations: Sequence[Configuration]) -> tuple[str, ...]:
@@ -525,10 +511,10 @@ def _formats_notes(configurations: Sequence[Configuration]) -> tuple[str, ...]:
     for c in configurations:
         if _is_in_place(c) or c.rows[0].metrics.get(m.SKIPPED):
             continue
-        reader = c.rows[0].config.get(conversion.READER, c.label)
+        reader = c.rows[0].config.get(m.READER, c.label)
         # The break-even of the epochs measured in turns with the plate in place (like for like).
-        pays = c.rows[0].metrics.get(m.prefixed(conversion.INTERLEAVED, conversion.CONVERTING_PAYS_OFF))
-        epochs = c.median(m.prefixed(conversion.INTERLEAVED, conversion.BREAK_EVEN_EPOCHS))
+        pays = c.rows[0].metrics.get(m.prefixed(m.INTERLEAVED, m.CONVERTING_PAYS_OFF))
+        epochs = c.median(m.prefixed(m.INTERLEAVED, m.BREAK_EVEN_EPOCHS))
         if pays is False:
             notes.append(f"{reader}: converting never pays off (its epochs are no faster than reading in place)")
         elif epochs is not None:
@@ -616,7 +602,7 @@ RULES: dict[str, _Rule] = {
     "formats": _Rule(
         "crops/s, shuffled epochs",
         lambda c: not _is_in_place(c),
-        lambda c: c.median(m.prefixed(conversion.SHUFFLED, m.SAMPLES_PER_S)),
+        lambda c: c.median(m.prefixed(m.SHUFFLED, m.SAMPLES_PER_S)),
         _formats_ceiling,
         _formats_notes,
     ),

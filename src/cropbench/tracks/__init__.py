@@ -1,26 +1,91 @@
-"""The benchmark tracks, run by one loop (:mod:`cropbench.tracks.runner`) on one plate (:class:`RunContext`)."""
+"""The benchmark tracks, one module or package each, named by the track: ``tracks/NAME`` is track
+``NAME`` (a hyphen in the name is an underscore in the module).
+
+:data:`TRACKS` is the one table of them that the command line, :func:`cropbench.run` and the verdict
+read. Track modules import only what lies below them (:mod:`cropbench.harness` and lower layers), never
+one another; a track's module is imported only when the track is built, so reading the table is cheap.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cropbench.tracks.context import RunContext
-from cropbench.tracks.peers import Peers
-from cropbench.tracks.runner import Row, Track, case_identity, run_tracks
-from cropbench.tracks.stores import Remote
-from cropbench.tracks.targets import Targets
-from cropbench.tracks.track1 import Track1
-from cropbench.tracks.track2 import Track2
-from cropbench.tracks.track3 import Track3
+from cropbench.errors import ConfigError
 
-#: Track name → a fresh track (tracks keep per-run state, such as Track 3's shared baselines).
-TRACKS: dict[str, Callable[[], Track]] = {
-    "1": Track1,
-    "2": Track2,
-    "3": Track3,
-    "peers": Peers,
-    "remote": Remote,
-    "targets": Targets,
+if TYPE_CHECKING:
+    from cropbench.harness.runner import Track
+
+
+@dataclass(frozen=True)
+class TrackInfo:
+    """One track: its name, the value its records carry in ``Record.track``, what it measures, and how it
+    is started.
+
+    ``runner_class`` names the class in the track's module that ``cropbench run --track NAME`` builds
+    with no arguments; a track without one takes a comparison of its own and is started by ``command``.
+    ``aliases`` are other names ``--track`` accepts (Tracks 1-3 by number).
+    """
+
+    name: str
+    record: str
+    title: str
+    aliases: tuple[str, ...] = ()
+    runner_class: str | None = None
+    command: str | None = None
+
+    @property
+    def module(self) -> str:
+        """The track's module: ``cropbench.tracks.`` and its name, hyphens as underscores."""
+        return f"{__name__}.{self.name.replace('-', '_')}"
+
+    def build(self) -> Track:
+        """A fresh track for the runner (tracks keep per-run state, such as Track 3's shared baselines)."""
+        if self.runner_class is None:
+            raise ConfigError(f"track {self.name!r} is run by `cropbench {self.command}`, not `cropbench run --track`")
+        track: Track = getattr(importlib.import_module(self.module), self.runner_class)()
+        return track
+
+
+#: Every track, by name, in the order the command line lists them.
+TRACKS: dict[str, TrackInfo] = {
+    info.name: info
+    for info in (
+        TrackInfo("dataset", "1", "Dataset __getitem__", ("1",), runner_class="Track1"),
+        TrackInfo("loader", "2", "DataLoader", ("2",), runner_class="Track2"),
+        TrackInfo("training", "3", "training loop", ("3",), runner_class="Track3"),
+        TrackInfo("peers", "peers", "peer loaders", runner_class="Peers"),
+        TrackInfo("remote", "remote", "a plate in an object store", runner_class="Remote"),
+        TrackInfo("targets", "targets", "direct reader against the copy ceiling and peers", runner_class="Targets"),
+        TrackInfo("layouts", "layouts", "storage layouts", command="compare-layouts"),
+        TrackInfo(
+            "store-layouts", "store-layouts", "layouts in an object store", command="compare-layouts --plate URL"
+        ),
+        TrackInfo("formats", "formats", "crops converted to training formats", command="compare-formats"),
+        TrackInfo("scale", "scale", "costs against the object count", command="scale sweep"),
+        TrackInfo(
+            "out-of-memory", "out-of-memory", "layouts on plates larger than memory", command="scale out-of-memory"
+        ),
+    )
 }
 
-__all__ = ["TRACKS", "Row", "RunContext", "Track", "case_identity", "run_tracks"]
+#: What each track measures, by the value its records carry in ``Record.track``.
+TITLES: dict[str, str] = {info.record: info.title for info in TRACKS.values()}
+
+
+def runnable() -> list[str]:
+    """The names ``cropbench run --track`` accepts: each runnable track's name, then its aliases."""
+    infos = [info for info in TRACKS.values() if info.runner_class is not None]
+    return [info.name for info in infos] + [alias for info in infos for alias in info.aliases]
+
+
+def track_named(name: str) -> TrackInfo:
+    """The track ``cropbench run --track NAME`` means (its name or an alias)."""
+    for info in TRACKS.values():
+        if name == info.name or name in info.aliases:
+            return info
+    raise ConfigError(f"track {name!r} is not one of {', '.join(runnable())}")
+
+
+__all__ = ["TITLES", "TRACKS", "TrackInfo", "runnable", "track_named"]

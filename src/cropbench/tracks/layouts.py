@@ -14,29 +14,25 @@ Throughputs are medians of ``repeats`` timed passes over the same indices after 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.config import DECODE_PATHS, LAYOUT_GRID, OPTIONAL_LAYOUTS, CropConfig, layout_by_name
+from cropbench.config import CEILING_LAYOUT, DECODE_PATHS, LAYOUT_GRID, OPTIONAL_LAYOUTS, CropConfig, layout_by_name
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
 from cropbench.formats import supported_decodes
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import Row
+from cropbench.harness.work import WorkFolder
 from cropbench.measure.protocol import interleaved_rates, per_item, time_each, time_loop
 from cropbench.plates.convert import convert_plate
 from cropbench.plates.generate import GeneratedPlate
-from cropbench.tracks.context import RunContext
-from cropbench.tracks.runner import Row
 
 #: The reference layout every layout's rates are divided by (the name ``report`` imports).
-CEILING = "memmap"
 ACCESSES = {"random": "random", "grouped": "grouped-field"}
 #: Crops timed through OME-Arrow's ``as-py`` path: a whole field converts to Python objects per crop.
 AS_PY_SAMPLES = 40
@@ -76,7 +72,7 @@ class LayoutComparison:
 
     def ordered(self) -> list[str]:
         """The memmap reference first (its numbers are the denominators), then the rest in the given order."""
-        return [CEILING, *(name for name in dict.fromkeys(self.layouts) if name != CEILING)]
+        return [CEILING_LAYOUT, *(name for name in dict.fromkeys(self.layouts) if name != CEILING_LAYOUT)]
 
 
 def measure_layout(plate: str | Path, comparison: LayoutComparison, context: RunContext) -> dict[str, Any]:
@@ -103,37 +99,6 @@ def measure_layout(plate: str | Path, comparison: LayoutComparison, context: Run
         timed = access_order(dataset, "random", AS_PY_SAMPLES, comparison.seed)
         metrics[m.AS_PY_RANDOM_CROPS_PER_S] = len(timed) / time_loop(dataset.__getitem__, timed)
     return metrics
-
-
-class WorkFolder:
-    """Where a comparison writes its converted plates; without ``keep`` it removes only what this run wrote.
-
-    A plate already at ``root/NAME`` (kept by an earlier run, perhaps with the user's files beside its
-    pixels) is never written over or removed by a run without ``keep``: that run writes into a fresh
-    hidden folder beside it instead. ``root`` itself is removed at the end only if this run created it
-    and it is empty.
-    """
-
-    def __init__(self, root: str | Path, keep: bool = False) -> None:
-        self.root, self.keep = Path(root), keep
-        self.existed = self.root.exists()
-
-    def destination(self, name: str) -> Path:
-        """Where to write layout ``name``: ``root/name``, unless that is taken and the plate will not be kept."""
-        target = self.root / name
-        if self.keep or not os.path.lexists(target):
-            return target
-        return Path(tempfile.mkdtemp(prefix=f".{name}.", dir=self.root)) / name
-
-    def done(self, path: Path) -> None:
-        """Remove ``path`` (what :meth:`destination` gave) unless ``keep``, and ``root`` if this run made it."""
-        if self.keep:
-            return
-        scratch = path.parent if path.parent != self.root else None
-        shutil.rmtree(scratch or path, ignore_errors=True)
-        if not self.existed:
-            with contextlib.suppress(OSError):
-                self.root.rmdir()
 
 
 @dataclass(frozen=True)
@@ -178,7 +143,7 @@ class Layouts:
             metrics = {**_size_metrics(converted), **measure_layout(converted.path, comparison, context)}
         finally:
             self.work.done(destination)
-        if name == CEILING:
+        if name == CEILING_LAYOUT:
             self.ceiling = metrics
         if self.ceiling:
             for label in ACCESSES:

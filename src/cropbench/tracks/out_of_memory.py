@@ -32,44 +32,25 @@ import psutil
 
 from cropbench import metrics as m
 from cropbench.config import CropConfig, check_seed, layout_by_name
-from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import Row
+from cropbench.harness.work import WorkFolder, WorkSite, deaf_to_stops, uninterrupted
 from cropbench.measure.memory_limit import (
-    DEVICE_READ_BYTES,
-    MEMORY_LIMIT_BYTES,
-    MEMORY_LIMIT_MECHANISM,
     MIN_LIMIT_BYTES,
     process_read_bytes,
     run_in_child,
     run_limited,
 )
 from cropbench.measure.protocol import evict, load_into_page_cache, resident_fraction, time_loop
-from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, generate_scale_plate
-from cropbench.tracks.layouts import WorkFolder
-from cropbench.tracks.scale import check_crop, deaf_to_stops, uninterrupted, work_folder
+from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_crop, generate_scale_plate
 
 TRACK = "out-of-memory"
 #: The default layout and two others that read very different amounts per crop.
 DEFAULT_LAYOUTS = ("default", "tiles", "planes")
 #: The cached pass runs only when the plate takes at most this fraction of the free memory.
 CACHED_FRACTION_OF_AVAILABLE = 0.7
-
-# Metric names of an out-of-memory row.
-PLATE_STORED_BYTES = "plate_stored_bytes"
-PLATE_OVER_LIMIT = "plate_over_limit"
-#: The plate came out smaller than ``plate_multiple`` × the limit (the probe misjudged its compression).
-PLATE_BELOW_MULTIPLE = "plate_below_multiple"
-CROPS_PER_S = "crops_per_s"
-DEVICE_BYTES_PER_CROP = "device_bytes_per_crop"
-DEVICE_OVER_READER = "device_over_reader"
-DEVICE_OVER_DELIVERED = "device_over_delivered"
-LOADAVG_BEFORE = "loadavg_before"
-LOADAVG_AFTER = "loadavg_after"
-RESIDENT_BEFORE_PASS = "resident_before_pass"
-CACHED = "cached_"
-CACHED_SKIPPED = "cached_skipped"
-LIMITED_OVER_CACHED = "limited_over_cached"
 
 
 @dataclass(frozen=True)
@@ -119,7 +100,7 @@ class OutOfMemory:
 def random_pass(plate: str, crop: CropConfig, samples: int, warmup: int, seed: int, cold: bool) -> dict[str, Any]:
     """Random crops of ``plate``: evicted first (``cold``) or loaded into the page cache; the device
     bytes and reader counters of the timed pass only (the warm-up opens files and fills the chunk cache)."""
-    dataset = CropDataset(plate, crop)
+    dataset = RunContext(plate=Path(plate)).dataset(crop)
     files = dataset.reader.files()
     metrics: dict[str, Any] = {}
     if cold:
@@ -128,22 +109,22 @@ def random_pass(plate: str, crop: CropConfig, samples: int, warmup: int, seed: i
         load_into_page_cache(files)
     indices = access_order(dataset, "random", warmup + samples, seed)
     time_loop(dataset.__getitem__, indices[:warmup])
-    metrics[RESIDENT_BEFORE_PASS] = resident_fraction(files)
+    metrics[m.RESIDENT_BEFORE_PASS] = resident_fraction(files)
     dataset.reader.stats.reset()
-    metrics[LOADAVG_BEFORE] = os.getloadavg()[0]
+    metrics[m.LOADAVG_BEFORE] = os.getloadavg()[0]
     start = process_read_bytes()
     seconds = time_loop(dataset.__getitem__, indices[warmup:])
     end = process_read_bytes()
-    metrics[LOADAVG_AFTER] = os.getloadavg()[0]
+    metrics[m.LOADAVG_AFTER] = os.getloadavg()[0]
     stats = dataset.reader.stats
-    metrics[CROPS_PER_S] = samples / seconds if seconds > 0 else float("inf")
+    metrics[m.CROPS_PER_S] = samples / seconds if seconds > 0 else float("inf")
     metrics.update(stats.per_region())
     if start is not None and end is not None:
         device = end - start
-        metrics[DEVICE_READ_BYTES] = device
-        metrics[DEVICE_BYTES_PER_CROP] = device / samples
-        metrics[DEVICE_OVER_READER] = device / stats.bytes_fetched if stats.bytes_fetched else None
-        metrics[DEVICE_OVER_DELIVERED] = device / stats.bytes_delivered if stats.bytes_delivered else None
+        metrics[m.DEVICE_READ_BYTES] = device
+        metrics[m.DEVICE_BYTES_PER_CROP] = device / samples
+        metrics[m.DEVICE_OVER_READER] = device / stats.bytes_fetched if stats.bytes_fetched else None
+        metrics[m.DEVICE_OVER_DELIVERED] = device / stats.bytes_delivered if stats.bytes_delivered else None
     return metrics
 
 
@@ -176,54 +157,83 @@ def plate_spec_for(comparison: OutOfMemory, layout_name: str, work: WorkFolder) 
     return dataclasses.replace(base, objects=fields * base.fewest_per_field)
 
 
-def layout_rows(
+def measure_layout(
     comparison: OutOfMemory,
-    work_dir: str | Path,
-    keep: bool = False,
+    name: str,
+    work: WorkFolder,
     progress: bool = True,
     report: Callable[[str], None] | None = None,
     require_cgroup: bool = False,
-) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(layout, config, metrics) per layout; each plate removed unless ``keep``."""
-    with work_folder(work_dir, keep) as work:
-        crop = comparison.crop()
-        for name in comparison.layouts:
-            say = report or (lambda _: None)
-            spec = plate_spec_for(comparison, name, work)
-            say(f"{name}: writing {spec.fields:,} fields (about {comparison.target_bytes / 2**30:.1f} GiB stored)")
-            destination = work.destination(f"out-of-memory-{name}.zarr")
-            try:
-                written = generate_scale_plate(
-                    destination, spec, layout_by_name(name), overwrite=True, progress=progress
-                )
-                say(f"{name}: random crops inside {comparison.limit_bytes / 2**20:.0f} MiB")
-                args = (str(destination), crop, comparison.samples, comparison.warmup, comparison.seed)
-                limited = run_limited(
-                    deaf_to_stops, (random_pass, *args, True), comparison.limit_bytes, require_cgroup=require_cgroup
-                )
-                metrics: dict[str, Any] = {
-                    m.OBJECTS: written.objects,
-                    m.FIELDS: written.fields,
-                    PLATE_STORED_BYTES: written.stored_bytes,
-                    PLATE_OVER_LIMIT: written.stored_bytes / comparison.limit_bytes,
-                    PLATE_BELOW_MULTIPLE: written.stored_bytes < comparison.target_bytes,
-                    **limited.as_metrics(),
-                    **limited.value,  # the timed pass's device bytes replace the child's whole run's
-                }
-                metrics.update(_cached(comparison, destination, args, written.stored_bytes, say))
-                if CACHED + CROPS_PER_S in metrics and metrics[CROPS_PER_S]:
-                    metrics[LIMITED_OVER_CACHED] = metrics[CROPS_PER_S] / metrics[CACHED + CROPS_PER_S]
-            finally:
-                with uninterrupted():
-                    work.done(destination)
-            config = {
-                "comparison": dataclasses.asdict(comparison),
-                "scale_spec": dataclasses.asdict(spec),
-                "layout_name": name,
-                "layout_label": layout_by_name(name).label,
-                "plate": str(destination),
-            }
-            yield name, config, metrics
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config, metrics) of one layout: its plate under ``work``, always removed after measuring."""
+    say = report or (lambda _: None)
+    spec = plate_spec_for(comparison, name, work)
+    say(f"{name}: writing {spec.fields:,} fields (about {comparison.target_bytes / 2**30:.1f} GiB stored)")
+    destination = work.destination(f"out-of-memory-{name}.zarr")
+    try:
+        written = generate_scale_plate(destination, spec, layout_by_name(name), overwrite=True, progress=progress)
+        say(f"{name}: random crops inside {comparison.limit_bytes / 2**20:.0f} MiB")
+        args = (str(destination), comparison.crop(), comparison.samples, comparison.warmup, comparison.seed)
+        limited = run_limited(
+            deaf_to_stops, (random_pass, *args, True), comparison.limit_bytes, require_cgroup=require_cgroup
+        )
+        metrics: dict[str, Any] = {
+            m.OBJECTS: written.objects,
+            m.FIELDS: written.fields,
+            m.PLATE_STORED_BYTES: written.stored_bytes,
+            m.PLATE_OVER_LIMIT: written.stored_bytes / comparison.limit_bytes,
+            m.PLATE_BELOW_MULTIPLE: written.stored_bytes < comparison.target_bytes,
+            **limited.as_metrics(),
+            **limited.value,  # the timed pass's device bytes replace the child's whole run's
+        }
+        metrics.update(_cached(comparison, destination, args, written.stored_bytes, say))
+        if m.prefixed(m.CACHED_, m.CROPS_PER_S) in metrics and metrics[m.CROPS_PER_S]:
+            metrics[m.LIMITED_OVER_CACHED] = metrics[m.CROPS_PER_S] / metrics[m.prefixed(m.CACHED_, m.CROPS_PER_S)]
+    finally:
+        with uninterrupted():
+            work.done(destination)
+    config = {
+        "comparison": dataclasses.asdict(comparison),
+        "scale_spec": dataclasses.asdict(spec),
+        "layout_name": name,
+        "layout_label": layout_by_name(name).label,
+        "plate": str(destination),
+    }
+    return config, metrics
+
+
+@dataclass(frozen=True)
+class OutOfMemoryCase:
+    """One layout of a comparison out of memory."""
+
+    comparison: OutOfMemory
+    layout_name: str
+
+    @property
+    def label(self) -> str:
+        return self.layout_name
+
+
+class OutOfMemoryTrack:
+    """Track ``out-of-memory`` for the runner: one case per layout of ``comparison``, each on its own
+    plate under the site's work folder (:func:`measure_layout`)."""
+
+    name = TRACK
+
+    def __init__(self, comparison: OutOfMemory, progress: bool = True, require_cgroup: bool = False) -> None:
+        self.comparison, self.progress, self.require_cgroup = comparison, progress, require_cgroup
+
+    def cases(self, preset: str, context: WorkSite) -> list[OutOfMemoryCase]:
+        return [OutOfMemoryCase(self.comparison, name) for name in self.comparison.layouts]
+
+    def decode(self, case: OutOfMemoryCase) -> None:
+        return None
+
+    def measure(self, case: OutOfMemoryCase, repeat: int, context: WorkSite) -> Iterator[Row]:
+        config, metrics = measure_layout(
+            case.comparison, case.layout_name, context.work, self.progress, context.progress, self.require_cgroup
+        )
+        yield Row(case, config, metrics, case.comparison.seed)
 
 
 def _cached(
@@ -231,54 +241,21 @@ def _cached(
 ) -> dict[str, Any]:
     """The same random pass with the plate in the page cache, or why it was not run."""
     if not comparison.cached:
-        return {CACHED_SKIPPED: "not asked for"}
+        return {m.CACHED_SKIPPED: "not asked for"}
     available = psutil.virtual_memory().available
     if stored > CACHED_FRACTION_OF_AVAILABLE * available:
-        return {CACHED_SKIPPED: f"the plate ({stored / 2**30:.1f} GiB) does not fit in the free memory"}
+        return {m.CACHED_SKIPPED: f"the plate ({stored / 2**30:.1f} GiB) does not fit in the free memory"}
     say(f"{plate.name}: the same crops in the page cache")
     value, _ = run_in_child(deaf_to_stops, (random_pass, *args, False))
-    return {CACHED + key: item for key, item in value.items()}
-
-
-def out_of_memory_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
-    """Layouts side by side as Markdown: limit, plate, device bytes per crop, crops/s inside the limit
-    and in the page cache, and the load average each ran under."""
-    lines = [
-        "| layout | limit MiB | mechanism | plate GiB | × limit | device kB/crop | device/reader | "
-        "crops/s limited | crops/s cached | loadavg limited | loadavg cached |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, row in rows:
-        cells = [
-            name,
-            f"{row[MEMORY_LIMIT_BYTES] / 2**20:.0f}",
-            str(row.get(MEMORY_LIMIT_MECHANISM, "-")),
-            f"{row[PLATE_STORED_BYTES] / 2**30:.2f}",
-            f"{row[PLATE_OVER_LIMIT]:.1f}",
-            _fixed(row.get(DEVICE_BYTES_PER_CROP), 1e3, 1),
-            _fixed(row.get(DEVICE_OVER_READER), 1, 2),
-            _fixed(row.get(CROPS_PER_S), 1, 0),
-            _fixed(row.get(CACHED + CROPS_PER_S), 1, 0)
-            if CACHED + CROPS_PER_S in row
-            else row.get(CACHED_SKIPPED, "-"),
-            f"{row.get(LOADAVG_BEFORE, 0):.2f}-{row.get(LOADAVG_AFTER, 0):.2f}",
-            f"{row[CACHED + LOADAVG_BEFORE]:.2f}-{row[CACHED + LOADAVG_AFTER]:.2f}"
-            if CACHED + LOADAVG_BEFORE in row
-            else "-",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _fixed(value: Any, scale: float, digits: int) -> str:
-    return "-" if value is None else f"{value / scale:,.{digits}f}"
+    return {m.prefixed(m.CACHED_, key): item for key, item in value.items()}
 
 
 __all__ = [
     "DEFAULT_LAYOUTS",
     "OutOfMemory",
-    "layout_rows",
-    "out_of_memory_table",
+    "OutOfMemoryCase",
+    "OutOfMemoryTrack",
+    "measure_layout",
     "plate_spec_for",
     "random_pass",
 ]

@@ -8,29 +8,24 @@ count left in the allocator:
   ``CropDataset`` over the plate's object table, and the bytes per object;
 - sampler and index cost per sample: one epoch's order of the random and the grouped-by-field
   samplers, and the field grouping they need;
-- Track 1 random and grouped rates (:func:`cropbench.tracks.track1.run_case`, no cold pass), with
+- Track 1 random and grouped rates (:func:`cropbench.harness.dataset_case.run_case`, no cold pass), with
   the fraction of the plate in the page cache when they ran;
-- Track 2 first batch (:func:`cropbench.tracks.track2.run_case`): worker start-up includes
+- Track 2 first batch (:func:`cropbench.harness.loader_case.run_case`): worker start-up includes
   handing each worker the dataset, whose pickle grows with the table.
 
-:func:`growth` fits each cost against the object count on log-log axes and names the costs that
-grow faster than expected (construction and memory linearly, per-sample costs not at all).
+:func:`cropbench.report.growth.growth` fits each cost against the object count on log-log axes and
+names the costs that grow faster than expected (construction and memory linearly, per-sample costs
+not at all).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import math
 import resource
-import signal
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from cropbench import metrics as m
 from cropbench.config import CropConfig, check_seed, layout_by_name
@@ -39,65 +34,22 @@ from cropbench.data.loader import LoaderSpec
 from cropbench.data.sampling import GroupedSampler, RandomObjectSampler
 from cropbench.errors import ConfigError
 from cropbench.formats import read_plate_metadata
+from cropbench.harness import dataset_case, loader_case
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import Row
+from cropbench.harness.work import WorkFolder, WorkSite, deaf_to_stops, uninterrupted
 from cropbench.measure.memory_limit import run_in_child
 from cropbench.measure.protocol import Stopwatch, resident_fraction, rss_bytes
 from cropbench.plates.generate import GeneratedPlate, stored_size
-from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, generate_scale_plate
-from cropbench.tracks import track1, track2
-from cropbench.tracks.layouts import WorkFolder
+from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_crop, generate_scale_plate
 
 TRACK = "scale"
 #: The object counts of the issue's growth table.
 GROWTH_OBJECTS = (10**3, 10**4, 10**5, 10**6)
-#: A cost is named when its fitted exponent exceeds what is expected by more than this.
-GROWTH_TOLERANCE = 0.15
 #: Sampler orders timed per count (the fastest is kept: an order is pure computation).
 SAMPLER_REPEATS = 3
-#: Signals that stop a sweep (Ctrl-C, ``kill``), held back while a plate is removed.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: The most DataLoader workers of the Track 2 first batch.
 MAX_WORKERS = 256
-
-# Metric names of a scale row.
-PLATE_STORED_BYTES = "plate_stored_bytes"
-PLATE_RAW_BYTES = "plate_raw_bytes"
-GENERATE_SECONDS = "generate_seconds"
-CONSTRUCTION_SECONDS = "construction_seconds"
-CONSTRUCTION_RSS_BYTES = "construction_rss_bytes"
-CONSTRUCTION_PEAK_RSS_BYTES = "construction_peak_rss_bytes"
-BYTES_PER_OBJECT = "construction_bytes_per_object"
-GROUP_KEYS_NS_PER_SAMPLE = "group_keys_ns_per_sample"
-RANDOM_ORDER_NS_PER_SAMPLE = "random_order_ns_per_sample"
-GROUPED_ORDER_NS_PER_SAMPLE = "grouped_order_ns_per_sample"
-RESIDENT_FRACTION = "plate_resident_fraction"
-TRACK1_RANDOM_SAMPLES_PER_S = "track1_random_samples_per_s"
-TRACK1_GROUPED_SAMPLES_PER_S = "track1_grouped_samples_per_s"
-TRACK2_FIRST_BATCH_MS = "track2_first_batch_ms"
-TRACK2_PICKLE_BYTES = "track2_dataset_pickle_bytes"
-
-
-@dataclass(frozen=True)
-class Cost:
-    """A cost the growth table follows: its metric, how it turns into a cost (rates are inverted),
-    and the exponent of the object count it should grow with."""
-
-    metric: str
-    title: str
-    expected: float
-    inverse: bool = False
-
-
-#: Costs fitted against the object count: total costs grow linearly, per-sample costs stay flat.
-COSTS = (
-    Cost(CONSTRUCTION_SECONDS, "dataset construction (s)", 1.0),
-    Cost(CONSTRUCTION_RSS_BYTES, "dataset memory (bytes)", 1.0),
-    Cost(GROUP_KEYS_NS_PER_SAMPLE, "field grouping per sample", 0.0),
-    Cost(RANDOM_ORDER_NS_PER_SAMPLE, "random sampler per sample", 0.0),
-    Cost(GROUPED_ORDER_NS_PER_SAMPLE, "grouped sampler per sample", 0.0),
-    Cost(TRACK1_RANDOM_SAMPLES_PER_S, "Track 1 random, time per sample", 0.0, inverse=True),
-    Cost(TRACK1_GROUPED_SAMPLES_PER_S, "Track 1 grouped, time per sample", 0.0, inverse=True),
-    Cost(TRACK2_FIRST_BATCH_MS, "Track 2 first batch", 0.0),
-)
 
 
 @dataclass(frozen=True)
@@ -138,12 +90,6 @@ class ScaleSweep:
         return CropConfig(crop_size=self.crop_size, dtype="uint16", seed=self.seed)
 
 
-def check_crop(crop_size: int, plate: ScaleSpec) -> None:
-    """A crop must fit in a field of the plate."""
-    if crop_size > plate.field_size:
-        raise ConfigError(f"crop_size {crop_size} is larger than the field ({plate.field_size} px); lower it")
-
-
 def _fastest_ns(call: Callable[[], Any], repeats: int = SAMPLER_REPEATS) -> int:
     fastest = None
     for _ in range(repeats):
@@ -158,9 +104,9 @@ def _index_costs(dataset: CropDataset, seed: int) -> dict[str, float]:
     count = len(dataset)
     keys = dataset.group_keys("field")
     return {
-        GROUP_KEYS_NS_PER_SAMPLE: _fastest_ns(lambda: dataset.group_keys("field")) / count,
-        RANDOM_ORDER_NS_PER_SAMPLE: _fastest_ns(RandomObjectSampler(count, seed).order) / count,
-        GROUPED_ORDER_NS_PER_SAMPLE: _fastest_ns(GroupedSampler(keys, seed).order) / count,
+        m.GROUP_KEYS_NS_PER_SAMPLE: _fastest_ns(lambda: dataset.group_keys("field")) / count,
+        m.RANDOM_ORDER_NS_PER_SAMPLE: _fastest_ns(RandomObjectSampler(count, seed).order) / count,
+        m.GROUPED_ORDER_NS_PER_SAMPLE: _fastest_ns(GroupedSampler(keys, seed).order) / count,
     }
 
 
@@ -169,35 +115,36 @@ def measure_point(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
     crop = sweep.crop()
     rss_before = rss_bytes()
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    with Stopwatch() as construction:
-        dataset = CropDataset(plate, crop)
+    with Stopwatch() as construction:  # the plate's metadata and object table read, the crops indexed
+        context = RunContext(plate=plate)
+        dataset = context.dataset(crop)
     rss_after = rss_bytes()
     peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     count = len(dataset)
     metrics: dict[str, Any] = {
         m.OBJECTS: count,
-        CONSTRUCTION_SECONDS: construction.seconds,
-        CONSTRUCTION_RSS_BYTES: rss_after - rss_before,
+        m.CONSTRUCTION_SECONDS: construction.seconds,
+        m.CONSTRUCTION_RSS_BYTES: rss_after - rss_before,
         # A forked child starts with its parent's high-water mark: a peak below it is not seen (None).
-        CONSTRUCTION_PEAK_RSS_BYTES: peak_after - rss_before if peak_after > peak_before else None,
-        BYTES_PER_OBJECT: (rss_after - rss_before) / count,
+        m.CONSTRUCTION_PEAK_RSS_BYTES: peak_after - rss_before if peak_after > peak_before else None,
+        m.BYTES_PER_OBJECT: (rss_after - rss_before) / count,
         **_index_costs(dataset, sweep.seed),
-        RESIDENT_FRACTION: resident_fraction(dataset.reader.files()),
+        m.RESIDENT_FRACTION: resident_fraction(dataset.reader.files()),
     }
     dataset.reader.close()
-    for access, name in (("random", TRACK1_RANDOM_SAMPLES_PER_S), ("grouped-field", TRACK1_GROUPED_SAMPLES_PER_S)):
-        case = track1.Track1Case(
+    for access, name in (("random", m.TRACK1_RANDOM_SAMPLES_PER_S), ("grouped-field", m.TRACK1_GROUPED_SAMPLES_PER_S)):
+        case = dataset_case.Track1Case(
             crop=crop, access=access, samples=sweep.samples, warmup=sweep.warmup, cold_samples=0, seed=sweep.seed
         )
-        metrics[name] = track1.run_case(plate, case)[m.SAMPLES_PER_S]
+        metrics[name] = dataset_case.run_case(context, case)[m.SAMPLES_PER_S]
     loader = LoaderSpec(num_workers=sweep.workers, batch_size=sweep.batch_size)
     batches = max(2 * max(sweep.workers, 1), 2)
-    first = track2.run_case(
-        plate,
-        track2.Track2Case(crop=crop, loader=loader, samples=batches * sweep.batch_size, epochs=1, seed=sweep.seed),
+    first = loader_case.run_case(
+        context,
+        loader_case.Track2Case(crop=crop, loader=loader, samples=batches * sweep.batch_size, epochs=1, seed=sweep.seed),
     )
-    metrics[TRACK2_FIRST_BATCH_MS] = first[m.FIRST_BATCH_MS]
-    metrics[TRACK2_PICKLE_BYTES] = first.get(m.DATASET_PICKLE_BYTES)
+    metrics[m.TRACK2_FIRST_BATCH_MS] = first[m.FIRST_BATCH_MS]
+    metrics[m.TRACK2_PICKLE_BYTES] = first.get(m.DATASET_PICKLE_BYTES)
     return metrics
 
 
@@ -205,14 +152,6 @@ def measure_point_in_child(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
     """:func:`measure_point` in a fresh forked child."""
     value, _ = run_in_child(deaf_to_stops, (measure_point, plate, sweep))
     return dict(value)
-
-
-def deaf_to_stops(function: Callable[..., Any], *args: Any) -> Any:
-    """``function(*args)`` in a forked child that leaves Ctrl-C to its parent: the terminal sends it to
-    the whole process group, and the parent ends the child itself, with no traceback from the child."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    return function(*args)
 
 
 def scale_plate(
@@ -244,181 +183,79 @@ def scale_plate(
         raise
 
 
-@contextlib.contextmanager
-def uninterrupted() -> Iterator[None]:
-    """Ctrl-C and SIGTERM wait until the block has run, then take effect as they would have: removing
-    a plate is never cut short with part of it left behind."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = {number: signal.signal(number, lambda n, _: received.append(n)) for number in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        if received:
-            signal.raise_signal(received[0])
-
-
-@contextlib.contextmanager
-def work_folder(work_dir: str | Path, keep: bool) -> Iterator[WorkFolder]:
-    """A :class:`~cropbench.tracks.layouts.WorkFolder`; on leaving (an interrupt too), its root is
-    removed if this run made it and nothing is left in it."""
-    work = WorkFolder(work_dir, keep)
-    try:
-        yield work
-    finally:
-        if not work.existed:
-            with contextlib.suppress(OSError):
-                work.root.rmdir()
-
-
-def sweep_rows(
+def measure_count(
     sweep: ScaleSweep,
-    work_dir: str | Path,
-    keep: bool = False,
+    objects: int,
+    work: WorkFolder,
     progress: bool = True,
     report: Callable[[str], None] | None = None,
-) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """(config, metrics) per object count, smallest first; plates removed unless ``keep``."""
-    with work_folder(work_dir, keep) as work:
-        for objects in sweep.objects:
-            spec = sweep.spec(objects)
-            if report is not None:
-                report(f"{objects:,} objects: {spec.fields:,} fields of {spec.field_size} px")
-            plate, generated = scale_plate(work, spec, sweep.layout, progress)
-            try:
-                if report is not None:
-                    report(f"{objects:,} objects: measuring")
-                metrics = measure_point_in_child(plate, sweep)
-                metrics[m.FIELDS] = spec.fields
-                metrics[PLATE_RAW_BYTES] = spec.raw_bytes
-                metrics[PLATE_STORED_BYTES] = generated.stored_bytes if generated else stored_size(plate)
-                metrics[GENERATE_SECONDS] = generated.write_seconds if generated else None
-            finally:
-                if generated is not None:
-                    with uninterrupted():
-                        work.done(plate)
-            config = {
-                "sweep": dataclasses.asdict(sweep),
-                "scale_spec": dataclasses.asdict(spec),
-                "layout": sweep.layout,
-                "layout_label": layout_by_name(sweep.layout).label,
-                "plate": str(plate),
-                "kept": keep,
-            }
-            yield config, metrics
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config, metrics) of one object count: its plate under ``work`` (removed after measuring unless
+    kept), every cost measured in a fresh child."""
+    say = report or (lambda _: None)
+    spec = sweep.spec(objects)
+    say(f"{objects:,} objects: {spec.fields:,} fields of {spec.field_size} px")
+    plate, generated = scale_plate(work, spec, sweep.layout, progress)
+    try:
+        say(f"{objects:,} objects: measuring")
+        metrics = measure_point_in_child(plate, sweep)
+        metrics[m.FIELDS] = spec.fields
+        metrics[m.PLATE_RAW_BYTES] = spec.raw_bytes
+        metrics[m.PLATE_STORED_BYTES] = generated.stored_bytes if generated else stored_size(plate)
+        metrics[m.GENERATE_SECONDS] = generated.write_seconds if generated else None
+    finally:
+        if generated is not None:
+            with uninterrupted():
+                work.done(plate)
+    config = {
+        "sweep": dataclasses.asdict(sweep),
+        "scale_spec": dataclasses.asdict(spec),
+        "layout": sweep.layout,
+        "layout_label": layout_by_name(sweep.layout).label,
+        "plate": str(plate),
+        "kept": work.keep,
+    }
+    return config, metrics
 
 
 @dataclass(frozen=True)
-class Growth:
-    """A cost's fitted exponent of the object count, against the one expected."""
+class ScaleCase:
+    """One object count of a sweep."""
 
-    cost: Cost
-    exponent: float
+    sweep: ScaleSweep
+    objects: int
 
     @property
-    def faster_than_expected(self) -> bool:
-        return self.exponent > self.cost.expected + GROWTH_TOLERANCE
-
-    def describe(self) -> str:
-        return f"{self.cost.title} grows as N^{self.exponent:.2f} (expected N^{self.cost.expected:g})"
+    def label(self) -> str:
+        return f"{self.objects} objects"
 
 
-def growth(rows: Sequence[dict[str, Any]]) -> list[Growth]:
-    """Each cost's least-squares exponent on log-log axes over the rows that have it (two counts at least)."""
-    fitted = []
-    for cost in COSTS:
-        points = [
-            (float(row[m.OBJECTS]), float(row[cost.metric]))
-            for row in rows
-            if isinstance(row.get(cost.metric), (int, float)) and row[cost.metric] > 0 and row.get(m.OBJECTS)
-        ]
-        if len({n for n, _ in points}) < 2:
-            continue
-        counts = np.log([n for n, _ in points])
-        values = np.log([1.0 / v if cost.inverse else v for _, v in points])
-        slope = float(np.polyfit(counts, values, 1)[0])
-        fitted.append(Growth(cost, slope))
-    return fitted
+class ScaleTrack:
+    """Track ``scale`` for the runner: one case per object count of ``sweep``, smallest first, each on
+    its own scale plate under the site's work folder (:func:`measure_count`)."""
 
+    name = TRACK
 
-def faster_than_linear(rows: Sequence[dict[str, Any]]) -> list[Growth]:
-    """The costs whose growth exceeds what is expected (the total work then grows faster than linearly)."""
-    return [item for item in growth(rows) if item.faster_than_expected]
+    def __init__(self, sweep: ScaleSweep, progress: bool = True) -> None:
+        self.sweep, self.progress = sweep, progress
 
+    def cases(self, preset: str, context: WorkSite) -> list[ScaleCase]:
+        return [ScaleCase(self.sweep, objects) for objects in self.sweep.objects]
 
-def growth_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The growth table as Markdown, then the costs that grow faster than expected, named."""
-    header = (
-        "| objects | fields | construction s | MB RAM | bytes/object (marginal) | random order ns/sample | "
-        "Track 1 random samples/s | Track 1 grouped samples/s | Track 2 first batch ms | plate cached |"
-    )
-    lines = [header, "|" + "---|" * (header.count("|") - 1)]
-    previous: dict[str, Any] | None = None
-    for row in sorted(rows, key=lambda r: r[m.OBJECTS]):
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    f"{row[m.OBJECTS]:,}",
-                    f"{row.get(m.FIELDS, 0):,}",
-                    _number(row.get(CONSTRUCTION_SECONDS), 3),
-                    _number(_mb(row.get(CONSTRUCTION_RSS_BYTES)), 1),
-                    _number(_marginal_bytes(previous, row), 0),
-                    _number(row.get(RANDOM_ORDER_NS_PER_SAMPLE), 1),
-                    _number(row.get(TRACK1_RANDOM_SAMPLES_PER_S), 0),
-                    _number(row.get(TRACK1_GROUPED_SAMPLES_PER_S), 0),
-                    _number(row.get(TRACK2_FIRST_BATCH_MS), 0),
-                    _number(row.get(RESIDENT_FRACTION), 2),
-                ]
-            )
-            + " |"
-        )
-        previous = row
-    named = faster_than_linear(rows)
-    lines.append("")
-    if not named:
-        lines.append("No cost grows faster than expected over these counts.")
-    for item in named:
-        lines.append(f"Grows faster than expected: {item.describe()}.")
-    return "\n".join(lines)
-
-
-def _marginal_bytes(previous: dict[str, Any] | None, row: dict[str, Any]) -> float | None:
-    """Memory per object added since the previous count: what an object costs, without the fixed costs
-    (imports, plate metadata) that dominate a small plate's bytes per object."""
-    if previous is None or previous.get(CONSTRUCTION_RSS_BYTES) is None or row.get(CONSTRUCTION_RSS_BYTES) is None:
+    def decode(self, case: ScaleCase) -> None:
         return None
-    added = row[m.OBJECTS] - previous[m.OBJECTS]
-    return (row[CONSTRUCTION_RSS_BYTES] - previous[CONSTRUCTION_RSS_BYTES]) / added if added else None
 
-
-def _mb(value: Any) -> float | None:
-    return None if value is None else value / 1e6
-
-
-def _number(value: Any, digits: int) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return f"{value:,.{digits}f}"
+    def measure(self, case: ScaleCase, repeat: int, context: WorkSite) -> Iterator[Row]:
+        config, metrics = measure_count(case.sweep, case.objects, context.work, self.progress, context.progress)
+        yield Row(case, config, metrics, case.sweep.seed)
 
 
 __all__ = [
-    "COSTS",
     "GROWTH_OBJECTS",
-    "Cost",
-    "Growth",
     "ScaleSweep",
-    "deaf_to_stops",
-    "check_crop",
-    "faster_than_linear",
-    "growth",
-    "growth_table",
     "measure_point",
     "measure_point_in_child",
-    "sweep_rows",
-    "uninterrupted",
+    "ScaleCase",
+    "ScaleTrack",
+    "measure_count",
 ]

@@ -39,12 +39,13 @@ from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, PeerUnavailableError
 from cropbench.formats import MemmapReader, open_plate
 from cropbench.formats.direct import PIECE, Channels, copy_pieces
+from cropbench.harness.context import RunContext, usable_cores
+from cropbench.harness.ratios import paired_ratios
+from cropbench.harness.runner import Row
+from cropbench.harness.validity import decoded_plate_bytes
+from cropbench.harness.windows import CropWindows
 from cropbench.measure.protocol import interleaved_blocks, load_into_page_cache, samples_per_s
 from cropbench.plates.convert import materialize_layout
-from cropbench.tracks.context import RunContext, usable_cores
-from cropbench.tracks.peers import CropWindows
-from cropbench.tracks.runner import Row
-from cropbench.tracks.validity import decoded_plate_bytes
 
 #: The flag of a ratio to the ceiling above 1: a reader cannot deliver the crops faster than copying them.
 IMPOSSIBLE = "impossible"
@@ -377,23 +378,6 @@ def identical_bytes(readers: Readers, reference: str, indices: Sequence[int]) ->
     return {
         name: bool(np.array_equal(pixels(read(indices), len(indices)), expected))
         for name, read in readers.batches.items()
-    }
-
-
-def paired_ratios(reader_seconds: np.ndarray, reference_seconds: np.ndarray) -> dict[str, Any]:
-    """The reader's rate over the reference's, block by block (reference seconds over reader seconds on
-    the same blocks): the median with quartiles and extremes."""
-    ratios = np.asarray(reference_seconds, dtype=np.float64).ravel() / np.maximum(
-        np.asarray(reader_seconds, dtype=np.float64).ravel(), 1e-12
-    )
-    q1, median, q3 = np.percentile(ratios, [25, 50, 75])
-    return {
-        m.RATIO_MEDIAN: float(median),
-        m.RATIO_Q1: float(q1),
-        m.RATIO_Q3: float(q3),
-        m.RATIO_MIN: float(ratios.min()),
-        m.RATIO_MAX: float(ratios.max()),
-        m.PAIRED_BLOCKS: int(ratios.size),
     }
 
 

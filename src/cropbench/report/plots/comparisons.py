@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from cropbench import metrics as m
+from cropbench.config import CEILING_LAYOUT as MEMMAP_LAYOUT
 from cropbench.records import Record
 from cropbench.report.plots.drawing import axis_from_zero, flagged, flagged_handle, horizontal_bars, save_figure
 from cropbench.report.plots.rows import row_label, rows_of
@@ -21,8 +22,6 @@ def layouts_comparison(records: Sequence[Record], out_dir: Path) -> Path | None:
     rows = rows_of(records, "layouts")
     if not rows:
         return None
-    from cropbench.tracks.layouts import CEILING as MEMMAP_LAYOUT  # here: figures of other tracks need no torch
-
     labels = [row_label(r) for r in rows]
     positions = np.arange(len(rows))
     figure, (left, right) = plt.subplots(1, 2, figsize=(14, max(3.0, 0.34 * len(rows) + 1.5)), sharey=True)

@@ -16,16 +16,16 @@ from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, PeerUnavailableError
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import Row
+from cropbench.harness.validity import validity
 from cropbench.measure.protocol import Stopwatch, load_into_page_cache, resident_fraction, steady_state, time_each
-from cropbench.tracks.context import RunContext
 from cropbench.tracks.peers.arrow_rows import ArrowCropRows, ArrowFieldRows
 from cropbench.tracks.peers.base import CropWindows, PeerDataset
 from cropbench.tracks.peers.dask_arrays import DaskPerCrop
 from cropbench.tracks.peers.spatialdata_tiles import SpatialDataTiles
 from cropbench.tracks.peers.tensorstores import TensorStoreBatched, TensorStorePerCrop
 from cropbench.tracks.peers.zarr_python import ZarrKeptOpen, ZarrOpenPerCrop, ZarrsKeptOpen
-from cropbench.tracks.runner import Row
-from cropbench.tracks.validity import validity
 
 TRACK = "peers"
 #: cropbench's own decode paths, measured before the peers (direct first: the others' denominator).

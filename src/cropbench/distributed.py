@@ -41,9 +41,10 @@ from cropbench.data.distributed import BALANCES, RANK_SAMPLERS, balance_extra, p
 from cropbench.data.loader import LoaderSpec
 from cropbench.data.sampling import EpochSampler, continued_order
 from cropbench.errors import ConfigError, DistributedError
-from cropbench.tracks import track2, track3
-from cropbench.tracks.context import RunContext
-from cropbench.tracks.runner import Row, Track, seeded
+from cropbench.harness import loader_case
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import Row, Track, seeded
+from cropbench.tracks import training
 
 #: Environment a launcher sets for every rank (torchrun sets all of them).
 LAUNCH_ENVIRONMENT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -207,7 +208,7 @@ class DistributedCase:
     ranks: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.case, (track2.Track2Case, track3.Track3Case)):
+        if not isinstance(self.case, (loader_case.Track2Case, training.Track3Case)):
             raise ConfigError(f"a distributed case wraps a Track2Case or Track3Case, got {type(self.case).__name__}")
         if self.sampler not in RANK_SAMPLERS:
             raise ConfigError(f"sampler={self.sampler!r} is not one of {', '.join(RANK_SAMPLERS)}")
@@ -219,7 +220,7 @@ class DistributedCase:
     @property
     def label(self) -> str:
         inner = self.case.label
-        if isinstance(self.case, track2.Track2Case):  # the sampler replaces the access pattern
+        if isinstance(self.case, loader_case.Track2Case):  # the sampler replaces the access pattern
             inner = inner.replace(f"/{self.case.access}/", "/", 1)
         return f"{inner}/{self.sampler}/{self.balance}/ranks{self.ranks}"
 
@@ -285,16 +286,16 @@ class _Shard:
 def _measure_rank(case: DistributedCase, repeat: int, context: RunContext, cluster: Cluster) -> RankReport:
     inner = seeded(case.case, repeat)
     shard = _Shard(case, cluster.rank, inner.seed)
-    if isinstance(inner, track2.Track2Case):
+    if isinstance(inner, loader_case.Track2Case):
         share = per_rank(inner.samples, case.ranks, case.balance)
         ran = dataclasses.replace(inner, samples=share)
-        metrics = track2.run_case(context.plate, ran, context.object_table, shard=shard)
+        metrics = loader_case.run_case(context, ran, shard=shard)
         samples, seconds = share * ran.epochs, float(metrics[m.LOOP_SECONDS])
         wait, consumed = seconds, share * ran.epochs
     else:
         ran = inner
         wrap = cluster.ddp if inner.model != "emulated" else None
-        metrics = track3.run_case(context.plate, ran, None, context.object_table, shard=shard, wrap=wrap)
+        metrics = training.run_case(context, ran, None, shard=shard, wrap=wrap)
         samples = inner.loader.batch_size * inner.steps
         seconds = float(metrics[m.LOOP_SECONDS])
         wait = float(metrics[m.DATA_WAIT_FRACTION]) * seconds
@@ -359,7 +360,7 @@ def aggregate(reports: Sequence[RankReport], objects: int, balance: str) -> dict
 
 
 def _rate_key(case: DistributedCase) -> str:
-    return m.SAMPLES_PER_S if isinstance(case.case, track2.Track2Case) else m.IMAGES_PER_S
+    return m.SAMPLES_PER_S if isinstance(case.case, loader_case.Track2Case) else m.IMAGES_PER_S
 
 
 class DistributedTrack:
@@ -399,7 +400,7 @@ class DistributedTrack:
         objects = len(context.dataset(case.case.crop))
         metrics = aggregate(reports, objects, case.balance)
         metrics[_rate_key(case)] = metrics[m.TOTAL_SAMPLES_PER_S]
-        if isinstance(case.case, track3.Track3Case):
+        if isinstance(case.case, training.Track3Case):
             metrics[m.DATA_WAIT_FRACTION] = sum(r.data_wait_seconds for r in reports) / sum(r.seconds for r in reports)
         self.aggregates[(case.label, repeat)] = metrics
         one = self.aggregates.get((dataclasses.replace(case, ranks=1).label, repeat))
@@ -428,11 +429,11 @@ def distributed_cases(track: str, world: int, objects: int, samples: int | None 
     crop = CropConfig(crop_size=96)
     loader = LoaderSpec(num_workers=0, batch_size=32)
     if track == "2":
-        base = track2.Track2Case(crop=crop, loader=loader, samples=samples or objects, epochs=1)
+        base = loader_case.Track2Case(crop=crop, loader=loader, samples=samples or objects, epochs=1)
         counts = [1, world] if world > 1 else [1]
         return [DistributedCase(base, sampler, "pad", ranks) for sampler in RANK_SAMPLERS for ranks in counts]
     steps = max(1, samples // (world * loader.batch_size)) if samples else 10
-    base3 = track3.Track3Case(
+    base3 = training.Track3Case(
         crop=crop.replace(tier="light"), loader=loader, model="smallcnn", steps=steps, warmup_steps=2
     )
     return [DistributedCase(base3, sampler, "pad", world) for sampler in RANK_SAMPLERS]

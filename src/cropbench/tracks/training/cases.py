@@ -1,7 +1,7 @@
 """What Track 3 measures: a case (a model fed by one loader), a worker search and a threads-vs-workers split.
 
 Each is a frozen, validated value that the runner records as the row's config; how one is measured
-lives in :mod:`~cropbench.tracks.track3.loop` and :mod:`~cropbench.tracks.track3.search`.
+lives in :mod:`~cropbench.tracks.training.loop` and :mod:`~cropbench.tracks.training.search`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from cropbench.data.device_pipeline import check_pipeline
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
 from cropbench.measure.accelerator import AMP_MODES, DEVICES
-from cropbench.tracks.models import MODELS
+from cropbench.tracks.training.models import MODELS
 
 MODEL_KINDS = (*MODELS, "emulated")
 WORKLOADS = ("train", "embed")

@@ -1,4 +1,6 @@
-"""Track 1: how fast and how stable is ``Dataset.__getitem__`` for realistic access?
+"""One Dataset case measured: how fast and how stable is ``Dataset.__getitem__`` for realistic access?
+
+Track ``dataset`` (Track 1) runs its grid through it; the scale sweep reuses it for its rates.
 
 With ``batch_size`` > 1 (the batch access mode) the same order is read ``batch_size`` indices per
 call through ``__getitems__``, with the same protocol: rates count items, latencies are per call.
@@ -12,11 +14,9 @@ and the transform alone is timed on crops already in memory.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,9 +27,10 @@ from cropbench.config import ACCESS_PATTERNS, CACHE_STATES, CropConfig
 from cropbench.data.dataset import CropDataset, PairedViews
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
-from cropbench.formats import read_plate_metadata
 from cropbench.formats.base import PlateReader, ReadStats, warn_missing_chunks
 from cropbench.formats.direct import StageTimedChunkReader
+from cropbench.harness.context import RunContext
+from cropbench.harness.validity import decoded_plate_bytes, enough_rate_timings, validity
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.protocol import (
     Stopwatch,
@@ -42,10 +43,6 @@ from cropbench.measure.protocol import (
     time_each,
 )
 from cropbench.metrics import prefixed
-from cropbench.objects import ObjectTable
-from cropbench.tracks.context import RunContext
-from cropbench.tracks.runner import Row, seeded
-from cropbench.tracks.validity import decoded_plate_bytes, enough_rate_timings, validity
 
 WARMUP_CURVE_POINTS = 50
 FIRST_PASS_CURVE_POINTS = 200
@@ -101,96 +98,6 @@ class Track1Case:
         return f"{access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}{cache}{batch}{threads}"
 
 
-def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
-    """The Track 1 grid of a preset; ``samples`` overrides the steady-state sample count."""
-    if preset == "smoke":
-        # Sized to the smoke plate (4 fields of 5 x 540 x 540, 11 MiB decoded, ~320 objects): 260
-        # items drawn, so no crop is read twice, and a 2 MiB chunk cache, so steady state reads chunks.
-        base = Track1Case(samples=200 if samples is None else samples, warmup=20, cold_samples=40)
-        crop = CropConfig(crop_size=96, chunk_cache_bytes=SMOKE_CHUNK_CACHE_BYTES)
-        grid = [
-            ("random", crop),
-            ("random", crop.replace(decode="zarr")),
-            ("random", crop.replace(decode="field")),
-            ("grouped-field", crop),
-            ("chunk-aware", crop),
-            ("random", crop.replace(tier="typical")),
-            ("paired", crop.replace(tier="typical")),
-        ]
-        batched = [
-            dataclasses.replace(base, access=access, crop=crop, batch_size=SMOKE_BATCH)
-            for access in ("random", "grouped-field")
-        ]
-        return [dataclasses.replace(base, access=access, crop=c) for access, c in grid] + batched
-    if preset == "full":
-        return _full_cases(_steady_base(samples))
-    if preset == "grid":
-        return _grid_cases(_steady_base(samples))
-    raise ConfigError(f"preset={preset!r} is not one of smoke, full, grid")
-
-
-def _steady_base(samples: int | None) -> Track1Case:
-    """The full presets' case: 1,000 steady samples (a p99 with ten points beyond it), 200 cold."""
-    return Track1Case(samples=1000 if samples is None else samples, warmup=50, cold_samples=200)
-
-
-def _full_cases(base: Track1Case) -> list[Track1Case]:
-    """Every access pattern through every decode path at the base crop (96 px, all channels, no
-    transforms, float32), then one knob at a time around random access on ``direct``: crop size,
-    channels, transform tier, dtype, a cold cache in steady state, and batched reads at 1 and 2 decode
-    threads. About 30 cases: minutes on 2 cores, where the product of the knobs (``grid``) takes hours.
-    """
-    crop = CropConfig(crop_size=96)
-    cases = [
-        dataclasses.replace(base, access=access, crop=crop.replace(decode=decode))
-        for access in ("random", "grouped-field", "chunk-aware", "paired")
-        for decode in ("direct", "field", "zarr")
-    ]
-    knobs = [
-        *(crop.replace(crop_size=size) for size in (64, 128, 256)),
-        crop.replace(channels=("DNA", "RNA", "Mito")),
-        crop.replace(tier="light"),
-        crop.replace(tier="typical"),
-        crop.replace(dtype="bfloat16"),
-        crop.replace(dtype="uint16"),
-    ]
-    cases += [dataclasses.replace(base, crop=knob) for knob in knobs]
-    cases.append(dataclasses.replace(base, crop=crop, cache="cold"))
-    batched = dataclasses.replace(base, samples=2 * base.samples, batch_size=FULL_BATCH)  # 31 timed calls
-    cases += [
-        dataclasses.replace(batched, access=access, crop=crop.replace(decode_threads=threads))
-        for access in ("random", "grouped-field")
-        for threads in (1, 2)
-    ]
-    return cases
-
-
-def _grid_cases(base: Track1Case) -> list[Track1Case]:
-    """The product of the knobs (access × crop size × channels × tier × dtype × decode path, 216 cases)
-    and batched reads per decode path and thread count: hours on 2 cores."""
-    cases = []
-    for access, size, channels, tier, dtype, decode in itertools.product(
-        ("random", "grouped-field", "paired"),
-        (64, 128),
-        (None, ("DNA", "RNA", "Mito")),
-        ("none", "light", "typical"),
-        ("float32", "bfloat16"),
-        ("direct", "field", "zarr"),
-    ):
-        crop = CropConfig(crop_size=size, channels=channels, tier=tier, dtype=dtype, decode=decode)
-        cases.append(dataclasses.replace(base, access=access, crop=crop))
-    for access, size, decode, threads in itertools.product(
-        ("random", "grouped-field"),
-        (64, 128),
-        ("direct", "field", "zarr"),
-        (1, 2),
-    ):
-        if threads == 1 or decode == "direct":
-            crop = CropConfig(crop_size=size, decode=decode, decode_threads=threads)
-            cases.append(dataclasses.replace(base, access=access, crop=crop, batch_size=FULL_BATCH))
-    return cases
-
-
 def _indices(dataset: CropDataset, case: Track1Case, needed: int) -> list[int]:
     """Enough indices in the access pattern's order, continuing into further epochs if needed."""
     return access_order(dataset, case.access, needed, case.seed, case.granularity)
@@ -216,14 +123,13 @@ def _count_items(metrics: dict[str, Any], prefix: str, batch_size: int) -> dict[
 
 
 def run_case(
-    plate: str | Path,
+    context: RunContext,
     case: Track1Case,
     evict_first: bool = True,
-    objects: ObjectTable | str | Path | None = None,
 ) -> dict[str, Any]:
-    """Measure one case and return its metrics (the caller wraps them in a record)."""
+    """Measure one case on the run's plate and return its metrics (the caller wraps them in a record)."""
     rss_start = rss_bytes()
-    dataset = CropDataset(plate, case.crop, objects=objects)
+    dataset = context.dataset(case.crop)
     get = _getter(dataset, case.access, case.batch_size)
     total = case.cold_samples + case.warmup + case.samples
     indices = _indices(dataset, case, total)
@@ -282,11 +188,11 @@ def run_case(
         metrics[m.WARMUP_MEAN_MS] = float(warmup_latencies.mean() / 1e6)
         metrics[m.WARMUP_OVER_STEADY] = metrics[m.WARMUP_MEAN_MS] / max(metrics[m.P50_MS], 1e-9)
     if case.crop.tier != "none":
-        metrics.update(_io_and_transform_split(plate, case, steady, metrics, objects))
+        metrics.update(_io_and_transform_split(context, case, steady, metrics))
     if case.crop.decode == "direct" and dataset.reader.metadata.format == "ome-zarr" and batch == 1:
-        metrics.update(_stage_split(plate, case, steady[:STAGE_SPLIT_ITEMS], objects))
+        metrics.update(_stage_split(context, case, steady[:STAGE_SPLIT_ITEMS]))
     metrics[m.FIDELITY_ITEMS] = FIDELITY_ITEMS
-    metrics[m.FIDELITY_SHA256] = case_fidelity_hash(plate, case, objects)
+    metrics[m.FIDELITY_SHA256] = case_fidelity_hash(context, case)
     metrics[m.RSS_START_BYTES], metrics[m.RSS_END_BYTES] = rss_start, rss_bytes()
     metrics[m.DECODED_PLATE_BYTES] = decoded_plate_bytes(dataset.reader)
     metrics[m.CHUNK_CACHE_FRACTION_OF_PLATE] = case.crop.chunk_cache_bytes / metrics[m.DECODED_PLATE_BYTES]
@@ -300,7 +206,7 @@ def _instrumented(stats: ReadStats) -> bool:
 
 
 def row_validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader) -> dict[str, Any]:
-    """The row's validity flags (:mod:`cropbench.tracks.validity`), with the rate agreement they check.
+    """The row's validity flags (:mod:`cropbench.harness.validity`), with the rate agreement they check.
 
     A plate in an object store has no page cache to evict, so its first pass is not flagged.
     """
@@ -322,10 +228,10 @@ def row_validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader)
     }
 
 
-def case_fidelity_hash(plate: str | Path, case: Track1Case, objects: ObjectTable | str | Path | None = None) -> str:
+def case_fidelity_hash(context: RunContext, case: Track1Case) -> str:
     """Hash of the first ``FIDELITY_ITEMS`` items of the case's seeded order, from a fresh dataset
     (read as the case reads them: batched items hash as the same items read one by one)."""
-    dataset = CropDataset(plate, case.crop, objects=objects)
+    dataset = context.dataset(case.crop)
     get = _getter(dataset, case.access, case.batch_size)
     calls = _calls(_indices(dataset, case, FIDELITY_ITEMS), case.batch_size)
     items = (get(call) for call in calls)
@@ -341,10 +247,9 @@ class _TimedPlan:
 
 
 def _stage_split(
-    plate: str | Path,
+    context: RunContext,
     case: Track1Case,
     indices: list[int],
-    objects: ObjectTable | str | Path | None,
 ) -> dict[str, Any]:
     """Per-item time in each stage of the fast path: index, fetch, decode, assemble, transform, collate.
 
@@ -354,9 +259,8 @@ def _stage_split(
     wrap and the sample's dict. The stages add up to ``stage_total_ms`` within
     ``STAGE_SUM_TOLERANCE`` (rounding); a negative stage would mean two clocks overlap.
     """
-    metadata = read_plate_metadata(plate)
-    reader = StageTimedChunkReader(metadata, case.crop.chunk_cache_bytes)
-    dataset = CropDataset(plate, case.crop, objects=objects, reader=reader)
+    reader = StageTimedChunkReader(context.metadata, case.crop.chunk_cache_bytes)
+    dataset = context.dataset(case.crop, reader=reader)
     get = _getter(dataset, case.access)
     time_each(get, indices[: case.warmup])
     timed_plan = _TimedPlan(dataset.plan)
@@ -388,19 +292,18 @@ def _stage_split(
 
 
 def _io_and_transform_split(
-    plate: str | Path,
+    context: RunContext,
     case: Track1Case,
     steady: list[Any],
     metrics: dict[str, Any],
-    objects: ObjectTable | str | Path | None = None,
 ) -> dict[str, Any]:
     """Same indices with tier ``none`` (I/O only), and the transform alone on in-memory crops."""
-    io_dataset = CropDataset(plate, case.crop.replace(tier="none", dtype="uint16"), objects=objects)
+    io_dataset = context.dataset(case.crop.replace(tier="none", dtype="uint16"))
     io_get = _getter(io_dataset, case.access, case.batch_size)
     time_each(io_get, steady[: max(case.warmup // case.batch_size, 1)])
     io = _count_items(steady_state(io_get, steady, m.IO), m.IO, case.batch_size)
     views = 2 if case.access == "paired" else 1
-    reference = CropDataset(plate, case.crop, objects=objects)
+    reference = context.dataset(case.crop)
     items = list(itertools.chain.from_iterable(steady)) if case.batch_size > 1 else steady
     raws = [torch.from_numpy(io_dataset.read_raw(i)) for i in items[:TRANSFORM_ONLY_ITEMS]]
     transform_latencies = time_each(
@@ -413,29 +316,3 @@ def _io_and_transform_split(
         m.TRANSFORM_ONLY_MEAN_MS: transform_mean,
         m.TRANSFORM_SHARE: 1.0 - io[prefixed(m.IO, m.MEAN_MS)] / max(metrics[m.MEAN_MS], 1e-9),
     }
-
-
-class Track1:
-    """Track 1 for the runner: the preset's grid (or ``cases``), each case measured by :func:`run_case`.
-
-    Fixed ``cases`` let a script measure one configuration through the runner and the Record
-    rather than time a loop of its own.
-    """
-
-    name = "1"
-
-    def __init__(self, cases: Sequence[Track1Case] | None = None) -> None:
-        self._cases = None if cases is None else list(cases)
-
-    def cases(self, preset: str, context: RunContext) -> list[Track1Case]:
-        if self._cases is not None:
-            return list(self._cases)
-        return preset_cases(preset, context.samples)
-
-    def decode(self, case: Track1Case) -> str:
-        return case.crop.decode
-
-    def measure(self, case: Track1Case, repeat: int, context: RunContext) -> Iterator[Row]:
-        repeated = seeded(case, repeat)
-        metrics = run_case(context.plate, repeated, objects=context.object_table)
-        yield Row(case, dataclasses.asdict(repeated), metrics, repeated.seed)

@@ -10,8 +10,8 @@ from torch.nn import functional
 
 from cropbench.measure.accelerator import autocast, check_amp, grad_scaler
 from cropbench.objects import MISSING_CLASS
-from cropbench.tracks.models import build_model, embedding_model
-from cropbench.tracks.track3.cases import Track3Case
+from cropbench.tracks.training.cases import Track3Case
+from cropbench.tracks.training.models import build_model, embedding_model
 
 #: Wraps the model before the loop (``DistributedDataParallel`` under a distributed run).
 ModelWrap = Callable[[torch.nn.Module], torch.nn.Module]

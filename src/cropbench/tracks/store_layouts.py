@@ -1,17 +1,10 @@
-"""Plates in an object store as runner tracks: what a crop costs in requests, and how fast crops come.
+"""Track ``store-layouts`` (``cropbench compare-layouts --plate URL``): which layout to publish.
 
-``remote`` (``cropbench run --plate URL --track remote``): per read path and DataLoader worker
-count, the reader's requests and bytes per random crop (decoded-chunk cache off, so every crop
-fetches what it needs; :func:`cropbench.measure.remote.requests_per_crop`) and random crops/s
-through Track 2's loader (seeded workers, the watchdog, Track 2's clocks and its ``samples_per_s``).
-With ``--local-plate`` every row carries its ratio to the same case on local disk.
-
-``store-layouts`` (``cropbench compare-layouts --plate URL``): which layout to publish. The plate
-at the URL is rewritten in each layout under a work folder (its pixels read from the store once),
-each rewrite served on loopback behind an injected latency and measured as ``remote`` measures,
-beside the same rewrite read from local disk. A loopback copy, not the user's bucket: nothing is
-written to the store, and every layout pays the same injected round trip. Without ``keep`` only the
-plates this run wrote are removed (see :class:`~cropbench.tracks.layouts.WorkFolder`).
+The plate at the URL is rewritten in each layout under a work folder (its pixels read from the store
+once), each rewrite served on loopback behind an injected latency and measured as track ``remote``
+measures, beside the same rewrite read from local disk. A loopback copy, not the user's bucket: nothing
+is written to the store, and every layout pays the same injected round trip. Without ``keep`` only the
+plates this run wrote are removed (see :class:`~cropbench.harness.work.WorkFolder`).
 """
 
 from __future__ import annotations
@@ -25,88 +18,17 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.config import StoreConfig, layout_by_name
-from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
+from cropbench.harness.context import RunContext
+from cropbench.harness.loader_case import loader_rate
+from cropbench.harness.runner import Row
+from cropbench.harness.work import WorkFolder
 from cropbench.measure.endpoints import http_plate, remote_plate
-from cropbench.measure.remote import crop_config, requests_per_crop
+from cropbench.measure.remote import READ_PATHS, requests_per_crop
 from cropbench.plates.convert import materialize_layout
-from cropbench.records import Record
-from cropbench.tracks.context import RunContext
-from cropbench.tracks.layouts import WorkFolder
-from cropbench.tracks.runner import Row
-from cropbench.tracks.track2 import Track2Case, run_case
 
-#: The read paths a plate in a store is read with, and the key prefix of each in a layout row.
-READ_PATHS = {"direct": m.DIRECT_, "zarr": m.ZARR_}
 #: Serves a local plate folder in a store for as long as the context is open; yields its URL.
 Serve = Callable[[Path], AbstractContextManager[str]]
-
-
-def loader_rate(plate: Path, decode: str, crops: int, batch_size: int, crop_size: int, workers: int = 0) -> float:
-    """Random crops/s through a DataLoader: a Track 2 case (seeded workers, the watchdog, one epoch of
-    ``crops`` distinct crops at most, the first batches per worker as warm-up) and its ``samples_per_s``.
-    Workers start by forkserver: obstore (the zarr path's client) does not survive a fork."""
-    loader = LoaderSpec(num_workers=workers, batch_size=batch_size, start_method="forkserver" if workers else "fork")
-    case = Track2Case(crop=crop_config(decode, crop_size), loader=loader, samples=max(crops, 2 * batch_size), epochs=1)
-    return float(run_case(plate, case)[m.SAMPLES_PER_S])
-
-
-@dataclass(frozen=True)
-class RemoteCase:
-    """One read path of a plate in a store, at one worker count."""
-
-    decode: str = "direct"
-    workers: int = 0
-    count_crops: int = 64
-    crops: int = 128
-    batch_size: int = 32
-    crop_size: int = 96
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.decode not in READ_PATHS:
-            raise ConfigError(f"decode={self.decode!r} is not one of {', '.join(READ_PATHS)}")
-        for knob in ("count_crops", "crops", "batch_size", "crop_size"):
-            if getattr(self, knob) < 1:
-                raise ConfigError(f"{knob} must be >= 1, got {getattr(self, knob)}")
-
-    @property
-    def label(self) -> str:
-        return f"{self.decode}/w{self.workers}/b{self.batch_size}"
-
-
-class Remote:
-    """Track ``remote``: requests per crop and loader crops/s of the run's plate, per read path and workers.
-
-    The smoke preset times 128 crops per case, the full preset 512 (``--samples`` overrides both).
-    """
-
-    name = "remote"
-
-    def __init__(self, workers: Sequence[int] = (0, 2), batch_size: int = 32, crop_size: int = 96) -> None:
-        self.workers, self.batch_size, self.crop_size = tuple(workers), batch_size, crop_size
-
-    def cases(self, preset: str, context: RunContext) -> list[RemoteCase]:
-        if preset not in ("smoke", "full"):
-            raise ConfigError(f"preset={preset!r} is not one of smoke, full")
-        crops = context.samples or (128 if preset == "smoke" else 512)
-        return [
-            RemoteCase(decode, workers, min(crops, 200), crops, self.batch_size, self.crop_size)
-            for decode in READ_PATHS
-            for workers in self.workers
-        ]
-
-    def decode(self, case: RemoteCase) -> str:
-        return case.decode
-
-    def measure(self, case: RemoteCase, repeat: int, context: RunContext) -> Iterator[Row]:
-        metrics: dict[str, Any] = dict(
-            requests_per_crop(context.plate, case.decode, case.count_crops, case.crop_size, cache_bytes=0)
-        )
-        metrics[m.SAMPLES_PER_S] = loader_rate(
-            context.plate, case.decode, case.crops, case.batch_size, case.crop_size, case.workers
-        )
-        yield Row(case, dataclasses.asdict(case), metrics, case.seed + repeat)
 
 
 @dataclass(frozen=True)
@@ -211,18 +133,3 @@ class StoreLayoutsTrack:
             "settings": dataclasses.asdict(case.settings),
         }
         yield Row(case, config, metrics, case.seed + repeat)
-
-
-def layouts_table(records: Sequence[Record]) -> str:
-    """The store-layouts rows as a table: requests per crop and crops/s (local in parentheses) per read path."""
-    lines = ["layouts in the store (requests per random crop; crops/s at the injected latency, no workers)"]
-    for record in records:
-        row = record.metrics
-        cells = [f"  {row[m.LAYOUT]:<22} {row[m.STORED_MIB]:7.1f} MiB"]
-        for decode, key in READ_PATHS.items():
-            cells.append(
-                f"{decode} {row[key + m.REQUESTS_PER_CROP]:5.2f} req/crop {row[key + m.SAMPLES_PER_S]:7.1f}/s "
-                f"(local {row[key + m.LOCAL_SAMPLES_PER_S]:7.1f}/s)"
-            )
-        lines.append("  ".join(cells))
-    return "\n".join(lines)

@@ -9,9 +9,9 @@ from typing import Any
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
-from cropbench.tracks.context import RunContext, worker_counts
-from cropbench.tracks.runner import Row, seeded
-from cropbench.tracks.track3.cases import (
+from cropbench.harness.context import RunContext, worker_counts
+from cropbench.harness.runner import Row, seeded
+from cropbench.tracks.training.cases import (
     WORKLOADS,
     Item,
     ThreadSplit,
@@ -20,8 +20,8 @@ from cropbench.tracks.track3.cases import (
     default_crop,
     with_num_workers,
 )
-from cropbench.tracks.track3.loop import compute_key, compute_only, run_case
-from cropbench.tracks.track3.search import iter_search, search_summary, split_summary
+from cropbench.tracks.training.loop import compute_key, compute_only, run_case
+from cropbench.tracks.training.search import iter_search, search_summary, split_summary
 
 
 def _smoke_items(crop: CropConfig) -> list[Item]:
@@ -158,8 +158,8 @@ class Track3:
     def _run(self, case: Track3Case, context: RunContext) -> dict[str, Any]:
         key = compute_key(case)
         if key not in self.baselines:
-            self.baselines[key] = compute_only(context.plate, case, context.object_table)
-        return run_case(context.plate, case, self.baselines[key], context.object_table)
+            self.baselines[key] = compute_only(context, case)
+        return run_case(context, case, self.baselines[key])
 
     def measure(self, item: Item, repeat: int, context: RunContext) -> Iterator[Row]:
         if isinstance(item, Track3Case):

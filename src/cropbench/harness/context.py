@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Any
 
 from cropbench.config import CropConfig, CropOverrides
 from cropbench.data.dataset import CropDataset
-from cropbench.formats import PlateReader, plate_objects, read_plate_metadata, supported_decodes
+from cropbench.formats import PlateReader, open_plate, plate_objects, read_plate_metadata, supported_decodes
 from cropbench.formats.base import PlateMetadata
 from cropbench.formats.sources import redact
 from cropbench.objects import ObjectTable
@@ -78,9 +78,23 @@ class RunContext:
         crop: CropConfig,
         plate: str | Path | None = None,
         reader: PlateReader | None = None,
+        labels: Sequence[str] = (),
     ) -> CropDataset:
-        """A dataset over the run's plate (or ``plate``, a rewrite of it) with the run's object table."""
-        return CropDataset(plate or self.plate, crop, objects=self.object_table, reader=reader)
+        """A dataset over the run's plate (or ``plate``, a rewrite of it) with the run's object table.
+
+        Over the run's plate each dataset gets a reader of its own (no cache carries over from another
+        case), opened on the metadata the run read once rather than reading it again.
+        """
+        if plate is None and reader is None:
+            reader = open_plate(
+                self.plate,
+                crop.decode,
+                crop.chunk_cache_bytes,
+                crop.field_cache_fields,
+                metadata=self.metadata,
+                decode_threads=crop.decode_threads,
+            )
+        return CropDataset(plate or self.plate, crop, objects=self.object_table, reader=reader, labels=labels)
 
     @cached_property
     def object_count(self) -> int:

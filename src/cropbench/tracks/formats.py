@@ -45,7 +45,7 @@ import sys
 import tempfile
 import threading
 import urllib.request
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,9 @@ from cropbench.data.training import (
 )
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import upload_plate
+from cropbench.harness.context import RunContext
+from cropbench.harness.runner import Row
+from cropbench.harness.work import WorkFolder
 from cropbench.measure.endpoints import (
     S3_ACCESS_KEY,
     S3_REGION,
@@ -97,53 +100,11 @@ from cropbench.measure.protocol import (
 )
 from cropbench.objects import ObjectTable
 from cropbench.plates.convert import pixel_bytes
-from cropbench.records import Record
-from cropbench.tracks.context import RunContext
-from cropbench.tracks.layouts import WorkFolder
-from cropbench.tracks.runner import Row
 
 TRACK = "formats"
-#: Readers of the plate in place, by decode path; the first is every converted row's reference.
-IN_PLACE = {"ome-zarr/direct": "direct", "ome-zarr/zarr": "zarr"}
-REFERENCE = "ome-zarr/direct"
 #: Crops hashed, by index, for the fidelity check.
 FIDELITY_ITEMS = 32
 
-# Metric names of this track (prefixes of the two protocols, then the conversion's).
-RANDOM = "random_"
-SHUFFLED = "shuffled_"
-READER = "reader"
-FORMAT_LIBRARY_VERSION = "library_version"
-CONVERSION_SECONDS = "conversion_seconds"
-CONVERSION_CROPS_PER_S = "conversion_crops_per_s"
-CONVERSION_PEAK_RSS_BYTES = "conversion_peak_rss_bytes"
-CONVERSION_START_RSS_BYTES = "conversion_start_rss_bytes"
-#: The peak less the resident bytes when the conversion started: what converting itself held.
-CONVERSION_PEAK_RSS_GROWTH_BYTES = "conversion_peak_rss_growth_bytes"
-#: False where the kernel would not reset the peak: the peak is then the process's since it started.
-CONVERSION_PEAK_RSS_RESET = "conversion_peak_rss_reset"
-PLATE_STORED_BYTES = "plate_stored_bytes"
-SIZE_RATIO_TO_PLATE = "size_ratio_to_plate"
-RANDOM_RATIO_TO_IN_PLACE = "random_ratio_to_in_place"
-SECONDS_PER_EPOCH = "seconds_per_epoch"
-BREAK_EVEN_EPOCHS = "break_even_epochs"
-CONVERTING_PAYS_OFF = "converting_pays_off"
-IDENTICAL_TO_PLATE = "identical_to_plate"
-#: Median seconds of a whole epoch of the converted store and of the plate in place (direct), read in
-#: turns; the converted store's epoch rate over the plate's (in-place seconds / converted seconds: above
-#: 1 the converted store is faster, as ``random_ratio_to_in_place`` reads); and break-even from them
-#: (``interleaved_`` + the break-even names).
-INTERLEAVED = "interleaved_"
-INTERLEAVED_EPOCH_SECONDS = "interleaved_epoch_seconds"
-INTERLEAVED_IN_PLACE_EPOCH_SECONDS = "interleaved_in_place_epoch_seconds"
-EPOCH_RATIO_TO_IN_PLACE = "epoch_ratio_to_in_place"
-#: Prefix of the shuffled epochs read over the loopback store; why a format was not read there.
-REMOTE = "remote_"
-REMOTE_SKIP_REASON = "remote_skip_reason"
-#: Requests the loopback server received during the remote epochs.
-REMOTE_REQUESTS = "remote_requests"
-#: Bytes the library left in its local cache after the remote epochs.
-REMOTE_CACHE_BYTES = "remote_cache_bytes"
 #: The loopback bucket stores are uploaded to.
 BUCKET = "crops"
 
@@ -194,7 +155,7 @@ class FormatComparison:
 
     def readers(self) -> list[str]:
         """In-place readers first (the reference first of all), then each format once."""
-        return [*IN_PLACE, *dict.fromkeys(self.formats)]
+        return [*m.IN_PLACE, *dict.fromkeys(self.formats)]
 
     def epoch_spec(self) -> EpochSpec:
         """Shuffled epochs with the comparison's batch size, workers and seed."""
@@ -243,32 +204,31 @@ class Conversion:
 
     def metrics(self) -> dict[str, Any]:
         return {
-            FORMAT_LIBRARY_VERSION: self.info.library_version,
-            CONVERSION_SECONDS: self.seconds,
-            CONVERSION_CROPS_PER_S: samples_per_s(self.info.count, self.seconds),
-            CONVERSION_PEAK_RSS_BYTES: self.peak_rss_bytes,
-            CONVERSION_START_RSS_BYTES: self.start_rss_bytes,
-            CONVERSION_PEAK_RSS_GROWTH_BYTES: (
+            m.FORMAT_LIBRARY_VERSION: self.info.library_version,
+            m.CONVERSION_SECONDS: self.seconds,
+            m.CONVERSION_CROPS_PER_S: samples_per_s(self.info.count, self.seconds),
+            m.CONVERSION_PEAK_RSS_BYTES: self.peak_rss_bytes,
+            m.CONVERSION_START_RSS_BYTES: self.start_rss_bytes,
+            m.CONVERSION_PEAK_RSS_GROWTH_BYTES: (
                 None if self.peak_rss_bytes is None else max(self.peak_rss_bytes - self.start_rss_bytes, 0)
             ),
-            CONVERSION_PEAK_RSS_RESET: self.peak_reset,
+            m.CONVERSION_PEAK_RSS_RESET: self.peak_reset,
             m.STORED_BYTES: self.info.stored_bytes,
             m.STORED_MIB: self.info.stored_bytes / 2**20,
         }
 
 
 def convert_crops(
-    plate: str | Path,
+    context: RunContext,
     destination: str | Path,
     format_name: str,
     *,
     crop_size: int = 96,
     channels: tuple[str, ...] | None = None,
-    objects: ObjectTable | str | Path | None = None,
     shard_bytes: int = 64 * 2**20,
     overwrite: bool = False,
 ) -> Conversion:
-    """Cut the crops of ``plate`` once with cropbench's reader and write them in ``format_name`` at
+    """Cut the crops of the run's plate once with cropbench's reader and write them in ``format_name`` at
     ``destination`` (into a temporary sibling, renamed into place when complete).
 
     The clock and the memory peak cover cutting and writing (what converting costs a lab), not
@@ -276,7 +236,7 @@ def convert_crops(
     """
     fmt = training_format(format_name)
     fmt.library_version()  # imports the library: off the clock
-    dataset = CropDataset(plate, CropConfig(crop_size=crop_size, channels=channels, dtype="uint16"), objects=objects)
+    dataset = context.dataset(CropConfig(crop_size=crop_size, channels=channels, dtype="uint16"))
     with PeakMemory() as memory, Stopwatch() as clock:
         info = fmt.write(dataset, destination, shard_bytes=shard_bytes, overwrite=overwrite)
     dataset.reader.close()
@@ -375,12 +335,12 @@ def over_store(metrics: dict[str, Any], scratch: Path, cache: Path, latency: flo
     recording = scratch / RECORDING
     requests = len(recording.read_text().splitlines()) if recording.exists() else 0
     cached = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file()) if cache.exists() else 0
-    delivered = metrics[m.prefixed(REMOTE, m.DELIVERED_SAMPLES)]
+    delivered = metrics[m.prefixed(m.REMOTE, m.DELIVERED_SAMPLES)]
     return {
         **metrics,
-        REMOTE_REQUESTS: requests,
-        m.prefixed(REMOTE, m.REQUESTS_PER_CROP): requests / max(delivered, 1),
-        REMOTE_CACHE_BYTES: cached,
+        m.REMOTE_REQUESTS: requests,
+        m.prefixed(m.REMOTE, m.REQUESTS_PER_CROP): requests / max(delivered, 1),
+        m.REMOTE_CACHE_BYTES: cached,
         m.INJECTED_LATENCY_MS: latency,
     }
 
@@ -396,9 +356,9 @@ def remote_epochs(
     """
     latency = float(comparison.remote_latency_ms or 0.0)
     if fmt.remote is not None:
-        return {REMOTE_SKIP_REASON: fmt.remote}
+        return {m.REMOTE_SKIP_REASON: fmt.remote}
     if not moto_available():
-        return {REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
+        return {m.REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f".{fmt.name}.", dir=store.parent)))
         endpoint = stack.enter_context(loopback_s3(BUCKET, {"MOTO_RECORDER_FILEPATH": str(scratch / RECORDING)}))
@@ -415,13 +375,13 @@ def remote_epochs(
                     f"s3://{BUCKET}/{fmt.name}", cache, s3, plate_name, comparison.epoch_spec()
                 )
                 metrics = _prefixed(
-                    REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
+                    m.REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
                 )
             except Exception as error:  # any failure of the library's own client is the row's answer
                 # litdata's prefetch thread hands its error over before printing it: let it finish here.
                 for thread in set(threading.enumerate()) - before:
                     thread.join(timeout=5)
-                return {REMOTE_SKIP_REASON: fmt.remote_failure(error)}
+                return {m.REMOTE_SKIP_REASON: fmt.remote_failure(error)}
         sys.stderr.write(said.getvalue())
         return over_store(metrics, scratch, cache, latency)
 
@@ -436,8 +396,8 @@ def break_even(conversion_seconds: float, in_place_epoch_s: float, converted_epo
     """Epochs after which converting pays for itself against reading in place; none when it never does."""
     saved = in_place_epoch_s - converted_epoch_s
     if not math.isfinite(saved) or saved <= 0:
-        return {CONVERTING_PAYS_OFF: False}
-    return {CONVERTING_PAYS_OFF: True, BREAK_EVEN_EPOCHS: conversion_seconds / saved}
+        return {m.CONVERTING_PAYS_OFF: False}
+    return {m.CONVERTING_PAYS_OFF: True, m.BREAK_EVEN_EPOCHS: conversion_seconds / saved}
 
 
 @dataclass(frozen=True)
@@ -468,7 +428,7 @@ class Formats:
         return [FormatCase(reader, self.comparison) for reader in self.comparison.readers()]
 
     def decode(self, case: FormatCase) -> str | None:
-        return IN_PLACE.get(case.reader)
+        return m.IN_PLACE.get(case.reader)
 
     def measure(self, case: FormatCase, repeat: int, context: RunContext) -> Iterator[Row]:
         comparison = dataclasses.replace(case.comparison, seed=case.comparison.seed + repeat)
@@ -476,15 +436,15 @@ class Formats:
         objects = len(plate_dataset)
         order = access_order(plate_dataset, "random", comparison.warmup + comparison.samples, comparison.seed)
         metrics: dict[str, Any] = {
-            READER: case.reader,
+            m.READER: case.reader,
             m.OBJECTS: objects,
-            PLATE_STORED_BYTES: pixel_bytes(context.plate) if context.remote is None else None,
+            m.PLATE_STORED_BYTES: pixel_bytes(context.plate) if context.remote is None else None,
             m.FIDELITY_ITEMS: min(FIDELITY_ITEMS, objects),
         }
         plate_hash = fidelity_hash(
             (plate_dataset[i] for i in range(metrics[m.FIDELITY_ITEMS])), plate_dataset.channel_names
         )
-        if case.reader in IN_PLACE:
+        if case.reader in m.IN_PLACE:
             metrics.update(self._in_place(case.reader, comparison, context, order, objects))
         else:
             fmt = training_format(case.reader)
@@ -494,28 +454,28 @@ class Formats:
                 yield Row(case, self._config(case, comparison), {**metrics, m.SKIPPED: True, m.SKIP_REASON: reason}, 0)
                 return
             metrics.update(self._converted(fmt, comparison, context, plate_dataset, order, objects))
-        metrics[IDENTICAL_TO_PLATE] = metrics[m.FIDELITY_SHA256] == plate_hash
+        metrics[m.IDENTICAL_TO_PLATE] = metrics[m.FIDELITY_SHA256] == plate_hash
         plate_dataset.reader.close()
-        if metrics.get(PLATE_STORED_BYTES) and m.STORED_BYTES in metrics:
-            metrics[SIZE_RATIO_TO_PLATE] = metrics[m.STORED_BYTES] / metrics[PLATE_STORED_BYTES]
-        metrics[SECONDS_PER_EPOCH] = objects / metrics[m.prefixed(SHUFFLED, m.SAMPLES_PER_S)]
-        if case.reader == REFERENCE:
+        if metrics.get(m.PLATE_STORED_BYTES) and m.STORED_BYTES in metrics:
+            metrics[m.SIZE_RATIO_TO_PLATE] = metrics[m.STORED_BYTES] / metrics[m.PLATE_STORED_BYTES]
+        metrics[m.SECONDS_PER_EPOCH] = objects / metrics[m.prefixed(m.SHUFFLED, m.SAMPLES_PER_S)]
+        if case.reader == m.REFERENCE:
             self.reference[repeat] = metrics
-        elif CONVERSION_SECONDS in metrics and repeat in self.reference:
+        elif m.CONVERSION_SECONDS in metrics and repeat in self.reference:
             reference = self.reference[repeat]
-            in_place = reference[SECONDS_PER_EPOCH]
-            metrics.update(break_even(metrics[CONVERSION_SECONDS], in_place, metrics[SECONDS_PER_EPOCH]))
-            remote_rate = m.prefixed(REMOTE, m.SAMPLES_PER_S)
+            in_place = reference[m.SECONDS_PER_EPOCH]
+            metrics.update(break_even(metrics[m.CONVERSION_SECONDS], in_place, metrics[m.SECONDS_PER_EPOCH]))
+            remote_rate = m.prefixed(m.REMOTE, m.SAMPLES_PER_S)
             if remote_rate in metrics and remote_rate in reference:  # both read over the loopback store
                 over_store = objects / reference[remote_rate], objects / metrics[remote_rate]
-                metrics.update(_prefixed(REMOTE, break_even(metrics[CONVERSION_SECONDS], *over_store)))
+                metrics.update(_prefixed(m.REMOTE, break_even(metrics[m.CONVERSION_SECONDS], *over_store)))
         yield Row(case, self._config(case, comparison), metrics, comparison.seed)
 
     def _config(self, case: FormatCase, comparison: FormatComparison) -> dict[str, Any]:
         return {
             "reader": case.reader,
-            "format": "ome-zarr" if case.reader in IN_PLACE else case.reader,
-            "decode": IN_PLACE.get(case.reader),
+            "format": "ome-zarr" if case.reader in m.IN_PLACE else case.reader,
+            "decode": m.IN_PLACE.get(case.reader),
             "comparison": dataclasses.asdict(comparison),
         }
 
@@ -533,7 +493,7 @@ class Formats:
         the delay proxy, for the same shuffled epochs as the converted stores; requests counted alike."""
         latency = float(comparison.remote_latency_ms or 0.0)
         if not moto_available():
-            return {REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
+            return {m.REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
         with contextlib.ExitStack() as stack:
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cropbench-in-place-")))
             endpoint = stack.enter_context(loopback_s3(BUCKET, {"MOTO_RECORDER_FILEPATH": str(scratch / RECORDING)}))
@@ -545,27 +505,27 @@ class Formats:
             with recorded(endpoint):
                 epochs = timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
             dataset.reader.close()
-            return over_store(_prefixed(REMOTE, epochs), scratch, scratch / "mirror", latency)
+            return over_store(_prefixed(m.REMOTE, epochs), scratch, scratch / "mirror", latency)
 
     def _in_place(
         self, reader: str, comparison: FormatComparison, context: RunContext, order: list[int], objects: int
     ) -> dict[str, Any]:
-        dataset = context.dataset(comparison.crop(IN_PLACE[reader]))
-        metrics = _prefixed(RANDOM, random_access(dataset.__getitem__, order, comparison.warmup))
+        dataset = context.dataset(comparison.crop(m.IN_PLACE[reader]))
+        metrics = _prefixed(m.RANDOM, random_access(dataset.__getitem__, order, comparison.warmup))
         metrics[m.FIDELITY_SHA256] = fidelity_hash(
             (dataset[i] for i in range(min(FIDELITY_ITEMS, objects))), dataset.channel_names
         )
         loader = self._loader(dataset, comparison)
         metrics.update(
-            _prefixed(SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
+            _prefixed(m.SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
         )
         dataset.reader.close()
         if comparison.remote_latency_ms is not None:
-            if reader == REFERENCE:
+            if reader == m.REFERENCE:
                 context.progress(f"{reader}: reading over the loopback store")
                 metrics.update(self._in_place_over_store(comparison, context, objects))
             else:
-                metrics[REMOTE_SKIP_REASON] = (
+                metrics[m.REMOTE_SKIP_REASON] = (
                     f"{reader} is not read over the store here (compare-layouts --plate URL measures it)"
                 )
         return metrics
@@ -583,12 +543,11 @@ class Formats:
         try:
             context.progress(f"{fmt.name}: converting")
             conversion = convert_crops(
-                context.plate,
+                context,
                 destination,
                 fmt.name,
                 crop_size=comparison.crop_size,
                 channels=comparison.channels,
-                objects=context.object_table,
                 shard_bytes=comparison.shard_bytes,
                 overwrite=True,
             )
@@ -597,7 +556,7 @@ class Formats:
             count = min(FIDELITY_ITEMS, objects)
             if fmt.random_access:
                 dataset = fmt.map_dataset(destination)
-                metrics.update(_prefixed(RANDOM, random_access(dataset.__getitem__, order, comparison.warmup)))
+                metrics.update(_prefixed(m.RANDOM, random_access(dataset.__getitem__, order, comparison.warmup)))
                 timed = order[comparison.warmup :]
                 blocks = [timed[start : start + 50] for start in range(0, len(timed), 50)]
                 rates = interleaved_rates(
@@ -605,7 +564,7 @@ class Formats:
                     blocks,
                     comparison.repeats,
                 )
-                metrics[RANDOM_RATIO_TO_IN_PLACE] = rates["converted"].median / rates["in_place"].median
+                metrics[m.RANDOM_RATIO_TO_IN_PLACE] = rates["converted"].median / rates["in_place"].median
                 first = [dataset[i] for i in range(count)]
             else:
                 unshuffled = fmt.epoch_loader(destination, EpochSpec(batch_size=count, shuffle=False))
@@ -613,7 +572,7 @@ class Formats:
             metrics[m.FIDELITY_SHA256] = fidelity_hash(first, plate_dataset.channel_names)
             loader = fmt.epoch_loader(destination, comparison.epoch_spec())
             metrics.update(
-                _prefixed(SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
+                _prefixed(m.SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
             )
             metrics.update(self._epochs_beside_in_place(loader, conversion.seconds, comparison, context))
             if comparison.remote_latency_ms is not None:
@@ -634,10 +593,10 @@ class Formats:
         plate.reader.close()
         converted, in_place = (float(np.median(seconds[name][0])) for name in ("converted", "in_place"))
         return {
-            INTERLEAVED_EPOCH_SECONDS: converted,
-            INTERLEAVED_IN_PLACE_EPOCH_SECONDS: in_place,
-            EPOCH_RATIO_TO_IN_PLACE: in_place / converted,
-            **_prefixed(INTERLEAVED, break_even(conversion_seconds, in_place, converted)),
+            m.INTERLEAVED_EPOCH_SECONDS: converted,
+            m.INTERLEAVED_IN_PLACE_EPOCH_SECONDS: in_place,
+            m.EPOCH_RATIO_TO_IN_PLACE: in_place / converted,
+            **_prefixed(m.INTERLEAVED, break_even(conversion_seconds, in_place, converted)),
         }
 
 
@@ -656,76 +615,6 @@ def _uncollated(batch: dict[str, Any]) -> list[dict[str, Any]]:
     return [{key: item(values, position) for key, values in batch.items()} for position in range(count)]
 
 
-def formats_table(records: Sequence[Record]) -> str:
-    """The ``formats`` rows as a table: conversion cost, size, random and shuffled crops/s, break-even."""
-    header = (
-        f"{'reader':<16} {'convert s':>9} {'+peak MiB':>9} {'MiB':>8} {'x plate':>7} {'random/s':>9} "
-        f"{'random x':>8} {'epoch/s':>9} {'epoch x':>7} {'1st batch ms':>12} {'break-even':>10} "
-        f"{'in turns':>8} same"
-    )
-    lines = [
-        "convert or read in place (random: Track 1 protocol; epoch: shuffled, Track 2 protocol; "
-        "x: against ome-zarr/direct, read in turns)",
-        header,
-    ]
-
-    def cell(value: Any, width: int, spec: str) -> str:
-        return f"{value:{width}{spec}}" if isinstance(value, (int, float)) and value is not None else f"{'-':>{width}}"
-
-    def epochs(row: dict[str, Any], prefix: str, width: int) -> str:
-        pays_off = m.prefixed(prefix, CONVERTING_PAYS_OFF)
-        if pays_off in row and not row[pays_off]:
-            return f"{'never':>{width}}"
-        return cell(row.get(m.prefixed(prefix, BREAK_EVEN_EPOCHS)), width, ".1f")
-
-    for record in records:
-        row = record.metrics
-        if row.get(m.SKIPPED):
-            lines.append(f"{record.case:<16} skipped: {row.get(m.SKIP_REASON, '')}")
-            continue
-        growth = row.get(CONVERSION_PEAK_RSS_GROWTH_BYTES)
-        lines.append(
-            " ".join(
-                [
-                    f"{record.case:<16}",
-                    cell(row.get(CONVERSION_SECONDS), 9, ".2f"),
-                    cell(growth / 2**20 if growth is not None else None, 9, ".0f"),
-                    cell(row.get(m.STORED_MIB), 8, ".1f"),
-                    cell(row.get(SIZE_RATIO_TO_PLATE), 7, ".2f"),
-                    cell(row.get(m.prefixed(RANDOM, m.SAMPLES_PER_S)), 9, ".0f"),
-                    cell(row.get(RANDOM_RATIO_TO_IN_PLACE), 8, ".2f"),
-                    cell(row.get(m.prefixed(SHUFFLED, m.SAMPLES_PER_S)), 9, ".0f"),
-                    cell(row.get(EPOCH_RATIO_TO_IN_PLACE), 7, ".2f"),
-                    cell(row.get(m.prefixed(SHUFFLED, m.FIRST_BATCH_MS)), 12, ".1f"),
-                    epochs(row, "", 10),
-                    epochs(row, INTERLEAVED, 8),
-                    "yes" if row.get(IDENTICAL_TO_PLATE) else "NO",
-                ]
-            )
-        )
-    remote = [r for r in records if REMOTE_SKIP_REASON in r.metrics or m.prefixed(REMOTE, m.SAMPLES_PER_S) in r.metrics]
-    if remote:
-        latency = next((r.metrics[m.INJECTED_LATENCY_MS] for r in remote if m.INJECTED_LATENCY_MS in r.metrics), None)
-        lines.append(f"over a loopback S3 store{f' at {latency:g} ms per request' if latency is not None else ''}")
-        lines.append(
-            f"{'reader':<16} {'epoch/s':>9} {'1st batch ms':>12} {'req/crop':>8} {'cache MiB':>9} {'break-even':>10}"
-        )
-        for record in remote:
-            row = record.metrics
-            if REMOTE_SKIP_REASON in row:
-                lines.append(f"{record.case:<16} not read: {row[REMOTE_SKIP_REASON]}")
-                continue
-            cells = [
-                cell(row[m.prefixed(REMOTE, m.SAMPLES_PER_S)], 9, ".0f"),
-                cell(row[m.prefixed(REMOTE, m.FIRST_BATCH_MS)], 12, ".1f"),
-                cell(row[m.prefixed(REMOTE, m.REQUESTS_PER_CROP)], 8, ".3f"),
-                cell(row[REMOTE_CACHE_BYTES] / 2**20, 9, ".1f"),
-                epochs(row, REMOTE, 10),
-            ]
-            lines.append(" ".join([f"{record.case:<16}", *cells]))
-    return "\n".join(lines)
-
-
 __all__ = [
     "Conversion",
     "FormatCase",
@@ -735,6 +624,5 @@ __all__ = [
     "break_even",
     "check_plate",
     "convert_crops",
-    "formats_table",
     "timed_epochs",
 ]

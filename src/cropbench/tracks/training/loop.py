@@ -24,7 +24,6 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +36,8 @@ from cropbench.data.distributed import SamplerFactory
 from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader, memory_of, schedule, worker_pids
 from cropbench.data.sampling import sampler_for
 from cropbench.errors import ConfigError
+from cropbench.harness.context import RunContext
+from cropbench.harness.validity import IMPOSSIBLE_TOLERANCE, enough_rate_timings, validity
 from cropbench.measure.accelerator import (
     NvmlSampler,
     cuda_memory,
@@ -48,10 +49,8 @@ from cropbench.measure.accelerator import (
 )
 from cropbench.measure.protocol import samples_per_s, summarise_ms
 from cropbench.metrics import prefixed
-from cropbench.objects import ObjectTable
-from cropbench.tracks.track3.cases import AU_THRESHOLD, Track3Case
-from cropbench.tracks.track3.compute import ModelWrap, StepCompute
-from cropbench.tracks.validity import IMPOSSIBLE_TOLERANCE, enough_rate_timings, validity
+from cropbench.tracks.training.cases import AU_THRESHOLD, Track3Case
+from cropbench.tracks.training.compute import ModelWrap, StepCompute
 
 #: Distinct batches the compute-only baseline cycles through.
 BASELINE_BATCHES = 2
@@ -125,19 +124,18 @@ def _preparer(
 
 
 def _loader(
-    plate: str | Path,
+    context: RunContext,
     case: Track3Case,
     spec: LoaderSpec,
     samples: int,
     pin: bool,
-    objects: ObjectTable | None,
     shard: SamplerFactory | None = None,
     epochs: int = 1,
 ) -> tuple[CropDataset, Any]:
     """The case's dataset (raw crops under the device pipeline) and a loader of ``epochs`` scheduled
     epochs of ``samples`` each (``sampler.set_epoch`` picks one)."""
     crop = loader_crop(case.crop, case.pipeline)
-    dataset = CropDataset(plate, crop, objects=objects, labels=(case.target,) if case.target else ())
+    dataset = context.dataset(crop, labels=(case.target,) if case.target else ())
     if case.target:
         classes = dataset.label_classes.get(case.target)
         if classes is None or len(classes) > case.classes:
@@ -166,9 +164,8 @@ def _loop_metrics(timing: LoopTiming, batch_size: int, prefix: str = "") -> dict
 
 
 def compute_only(
-    plate: str | Path,
+    context: RunContext,
     case: Track3Case,
-    objects: ObjectTable | None = None,
     *,
     shard: SamplerFactory | None = None,
     wrap: ModelWrap | None = None,
@@ -182,12 +179,11 @@ def compute_only(
     device = resolve_device(case.device)
     batch = case.loader.batch_size
     dataset, loader = _loader(
-        plate,
+        context,
         case,
         LoaderSpec(batch_size=batch, collate=case.loader.collate),
         batch * BASELINE_BATCHES,
         pin=False,
-        objects=objects,
         shard=shard,
     )
     prepare = _preparer(case, device, non_blocking=False)
@@ -209,7 +205,7 @@ def stall_crosscheck(step_mean_ms: float, compute_only_mean_ms: float, busy_frac
     The baseline is measured in a loop of its own: running it between the loaded steps instead would
     hand the workers free time to fill their queue and shrink the very wait being measured.
     ``impossible``: the baseline took longer than the whole loaded step, beyond
-    :data:`~cropbench.tracks.validity.IMPOSSIBLE_TOLERANCE`, so the machine's speed changed between the two.
+    :data:`~cropbench.harness.validity.IMPOSSIBLE_TOLERANCE`, so the machine's speed changed between the two.
     """
     loop_compute_ms = busy_fraction * step_mean_ms
     stall = 1.0 - min(compute_only_mean_ms, loop_compute_ms) / step_mean_ms
@@ -230,10 +226,9 @@ def compute_key(case: Track3Case) -> str:
 
 
 def run_case(
-    plate: str | Path,
+    context: RunContext,
     case: Track3Case,
     baseline: dict[str, Any] | None = None,
-    objects: ObjectTable | None = None,
     *,
     shard: SamplerFactory | None = None,
     wrap: ModelWrap | None = None,
@@ -243,7 +238,7 @@ def run_case(
     ``shard`` builds the sampler (one rank's share) and ``wrap`` wraps the model, in both loops.
     """
     device = resolve_device(case.device)
-    baseline = baseline if baseline is not None else compute_only(plate, case, objects, shard=shard, wrap=wrap)
+    baseline = baseline if baseline is not None else compute_only(context, case, shard=shard, wrap=wrap)
     if case.compute_only:
         return {**baseline, **device_info(device)}
     device_tier = case.pipeline == "device"
@@ -251,7 +246,7 @@ def run_case(
     pin = pin_in_effect(case.loader.pin_memory, device) and not device_tier
     batch = case.loader.batch_size
     samples = batch * (case.steps + case.warmup_steps)
-    dataset, loader = _loader(plate, case, case.loader, samples, pin, objects, shard, epochs=2)
+    dataset, loader = _loader(context, case, case.loader, samples, pin, shard, epochs=2)
     tier = DeviceTier.for_dataset(dataset.plan, case.crop, device) if device_tier else None
     non_blocking = pin or (tier is not None and tier.staging is not None)
     prepare = _preparer(case, device, non_blocking, tier)

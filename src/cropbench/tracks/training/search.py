@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cropbench import metrics as m
-from cropbench.tracks.track3.cases import ThreadSplit, Track3Case, WorkerSearch
-from cropbench.tracks.track3.loop import run_case
+from cropbench.harness.context import RunContext
+from cropbench.tracks.training.cases import ThreadSplit, Track3Case, WorkerSearch
+from cropbench.tracks.training.loop import run_case
 
 
 def search_summary(search: WorkerSearch, results: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
@@ -63,12 +63,12 @@ def iter_search(
 
 
 def run_search(
-    plate: str | Path,
+    context: RunContext,
     search: WorkerSearch,
     measure: Callable[[Track3Case], dict[str, Any]] | None = None,
 ) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any]]:
     """Every candidate :func:`iter_search` measures, in ascending worker order, and the search's answer."""
-    results = sorted(iter_search(search, measure or (lambda case: run_case(plate, case))), key=lambda r: r[0])
+    results = sorted(iter_search(search, measure or (lambda case: run_case(context, case))), key=lambda r: r[0])
     return results, search_summary(search, results)
 
 

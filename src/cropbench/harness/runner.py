@@ -14,14 +14,57 @@ import json
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 
 from cropbench import metrics as m
 from cropbench.config import CropConfig, CropOverrides
 from cropbench.errors import ConfigError
+from cropbench.harness.validity import with_contradictions
 from cropbench.records import Record, jsonable
-from cropbench.tracks.context import RunContext
-from cropbench.tracks.validity import with_contradictions
+
+
+class Site(Protocol):
+    """Where a run measures, as the loop needs it: the plate's identity and layout (or, for a track
+    that writes its own plates, the work folder's), the machine, progress, and the run's knobs.
+    :class:`~cropbench.harness.context.RunContext` is the site of a plate,
+    :class:`~cropbench.harness.work.WorkSite` that of a work folder."""
+
+    @property
+    def environment(self) -> dict[str, Any]: ...
+
+    @property
+    def thread_settings(self) -> dict[str, Any]: ...
+
+    @property
+    def overrides(self) -> CropOverrides | None: ...
+
+    @property
+    def server_requests_per_s(self) -> float | None: ...
+
+    @property
+    def local(self) -> Self | None: ...
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    @property
+    def layout(self) -> str: ...
+
+    @property
+    def location(self) -> str: ...
+
+    @property
+    def remote(self) -> dict[str, Any] | None: ...
+
+    @property
+    def decodes(self) -> tuple[str, ...]: ...
+
+    def progress(self, message: str) -> None: ...
+
+
+#: The site a track measures at: a plate (RunContext) or a work folder (WorkSite).
+S = TypeVar("S", bound=Site)
+S_contra = TypeVar("S_contra", bound=Site, contravariant=True)
 
 
 class Case(Protocol):
@@ -45,12 +88,13 @@ class Row:
     seed: int
 
 
-class Track(Protocol):
-    """A benchmark track: its cases for a preset, and the measurement of one case."""
+class Track(Protocol[S_contra]):
+    """A benchmark track: its cases for a preset, and the measurement of one case at a site (a plate's
+    :class:`RunContext` unless it says otherwise)."""
 
     name: str
 
-    def cases(self, preset: str, context: RunContext) -> Sequence[Any]:
+    def cases(self, preset: str, context: S_contra) -> Sequence[Any]:
         """The preset's cases, in the order they run."""
         ...
 
@@ -58,7 +102,7 @@ class Track(Protocol):
         """The decode path the case needs (skipped where the plate's layout lacks it), or None."""
         ...
 
-    def measure(self, case: Any, repeat: int, context: RunContext) -> Iterator[Row]:
+    def measure(self, case: Any, repeat: int, context: S_contra) -> Iterator[Row]:
         """Measure ``case`` for ``repeat``: its row, after any rows of the cases it is made of."""
         ...
 
@@ -80,7 +124,7 @@ def canonical_config(case: Any) -> dict[str, Any]:
     return dataclasses.asdict(case)
 
 
-def case_identity(track: str, case: Any, context: RunContext) -> str:
+def case_identity(track: str, case: Any, context: Site) -> str:
     """Stable hash of the track, the planned case's canonical config, the plate fingerprint, layout and threads."""
     document = {
         "track": track,
@@ -119,7 +163,7 @@ def store_metrics(
 LOCAL_REFERENCE_TRACKS = ("1", "remote")
 
 
-def local_rates(track: Track, case: Any, repeat: int, context: RunContext) -> dict[str, float]:
+def local_rates(track: Track[S], case: Any, repeat: int, context: S) -> dict[str, float]:
     """samples/s of ``case`` on the same plate on local disk (``context.local``), by row label, measured
     just before the store's rows so both see the same machine; empty when there is nothing to compare."""
     if context.local is None or context.remote is None or track.name not in LOCAL_REFERENCE_TRACKS:
@@ -150,28 +194,28 @@ class CaseCounter(Protocol):
 
 
 @dataclass(frozen=True)
-class Planned:
+class Planned(Generic[S]):
     """One case and repeat a run will measure."""
 
-    track: Track
+    track: Track[S]
     case: Any
     repeat: int
 
 
 def plan(
-    tracks: Sequence[Track],
+    tracks: Sequence[Track[S]],
     preset: str,
-    context: RunContext,
+    context: S,
     *,
     repeats: int = 1,
     done: Collection[tuple[str, str, int]] = frozenset(),
-) -> list[Planned]:
+) -> list[Planned[S]]:
     """Every case and repeat of ``tracks`` still to measure, in the order they run.
 
     Cases the overrides made identical run once; cases whose decode path the plate's layout lacks,
     and rows already in ``done`` (``--resume``), are left out, each skip said through progress.
     """
-    planned: list[Planned] = []
+    planned: list[Planned[S]] = []
     for track in tracks:
         seen: set[str] = set()
         for preset_case in track.cases(preset, context):
@@ -193,9 +237,9 @@ def plan(
 
 
 def run_tracks(
-    tracks: Sequence[Track],
+    tracks: Sequence[Track[S]],
     preset: str,
-    context: RunContext,
+    context: S,
     emit: Callable[[Record], None],
     *,
     repeats: int = 1,

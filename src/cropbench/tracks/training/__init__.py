@@ -1,4 +1,4 @@
-"""Track 3: an end-to-end loop of fixed steps — does the loader keep the model fed?
+"""Track ``training`` (Track 3, ``--track 3``): an end-to-end loop of fixed steps — does the loader keep the model fed?
 
 Three model kinds answer different questions (see docs/explanation/measurement.md):
 - ``resnet18``: does this loader starve a standard model on this machine? (on CPU: never)
@@ -12,15 +12,15 @@ shares one core count out as workers × decode threads per worker and reports th
 
 One module per job: the cases, searches and splits (``cases``), one step of the model's compute
 (``compute``), the timed loop against its compute-only baseline (``loop``), the searches' order and
-answers (``search``), and the presets and the runner's track (``track``).
+answers (``search``), the presets and the runner's track (``track``), and the models (``models``).
 """
 
 from __future__ import annotations
 
-from cropbench.tracks.track3.cases import AU_THRESHOLD, ThreadSplit, Track3Case, WorkerSearch
-from cropbench.tracks.track3.loop import compute_key, run_case, stall_crosscheck
-from cropbench.tracks.track3.search import run_search, split_summary
-from cropbench.tracks.track3.track import Track3, preset_items
+from cropbench.tracks.training.cases import AU_THRESHOLD, ThreadSplit, Track3Case, WorkerSearch
+from cropbench.tracks.training.loop import compute_key, run_case, stall_crosscheck
+from cropbench.tracks.training.search import run_search, split_summary
+from cropbench.tracks.training.track import Track3, preset_items
 
 __all__ = [
     "AU_THRESHOLD",

@@ -1,0 +1,131 @@
+"""Tables of the comparison tracks, printed and written beside their rows: one function per track
+(the scale sweep's growth table is in :mod:`cropbench.report.growth`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cropbench import metrics as m
+from cropbench.measure.remote import READ_PATHS
+from cropbench.records import Record
+
+
+def formats_table(records: Sequence[Record]) -> str:
+    """The ``formats`` rows as a table: conversion cost, size, random and shuffled crops/s, break-even."""
+    header = (
+        f"{'reader':<16} {'convert s':>9} {'+peak MiB':>9} {'MiB':>8} {'x plate':>7} {'random/s':>9} "
+        f"{'random x':>8} {'epoch/s':>9} {'epoch x':>7} {'1st batch ms':>12} {'break-even':>10} "
+        f"{'in turns':>8} same"
+    )
+    lines = [
+        "convert or read in place (random: Track 1 protocol; epoch: shuffled, Track 2 protocol; "
+        "x: against ome-zarr/direct, read in turns)",
+        header,
+    ]
+
+    def cell(value: Any, width: int, spec: str) -> str:
+        return f"{value:{width}{spec}}" if isinstance(value, (int, float)) and value is not None else f"{'-':>{width}}"
+
+    def epochs(row: dict[str, Any], prefix: str, width: int) -> str:
+        pays_off = m.prefixed(prefix, m.CONVERTING_PAYS_OFF)
+        if pays_off in row and not row[pays_off]:
+            return f"{'never':>{width}}"
+        return cell(row.get(m.prefixed(prefix, m.BREAK_EVEN_EPOCHS)), width, ".1f")
+
+    for record in records:
+        row = record.metrics
+        if row.get(m.SKIPPED):
+            lines.append(f"{record.case:<16} skipped: {row.get(m.SKIP_REASON, '')}")
+            continue
+        growth = row.get(m.CONVERSION_PEAK_RSS_GROWTH_BYTES)
+        lines.append(
+            " ".join(
+                [
+                    f"{record.case:<16}",
+                    cell(row.get(m.CONVERSION_SECONDS), 9, ".2f"),
+                    cell(growth / 2**20 if growth is not None else None, 9, ".0f"),
+                    cell(row.get(m.STORED_MIB), 8, ".1f"),
+                    cell(row.get(m.SIZE_RATIO_TO_PLATE), 7, ".2f"),
+                    cell(row.get(m.prefixed(m.RANDOM, m.SAMPLES_PER_S)), 9, ".0f"),
+                    cell(row.get(m.RANDOM_RATIO_TO_IN_PLACE), 8, ".2f"),
+                    cell(row.get(m.prefixed(m.SHUFFLED, m.SAMPLES_PER_S)), 9, ".0f"),
+                    cell(row.get(m.EPOCH_RATIO_TO_IN_PLACE), 7, ".2f"),
+                    cell(row.get(m.prefixed(m.SHUFFLED, m.FIRST_BATCH_MS)), 12, ".1f"),
+                    epochs(row, "", 10),
+                    epochs(row, m.INTERLEAVED, 8),
+                    "yes" if row.get(m.IDENTICAL_TO_PLATE) else "NO",
+                ]
+            )
+        )
+    remote = [
+        r for r in records if m.REMOTE_SKIP_REASON in r.metrics or m.prefixed(m.REMOTE, m.SAMPLES_PER_S) in r.metrics
+    ]
+    if remote:
+        latency = next((r.metrics[m.INJECTED_LATENCY_MS] for r in remote if m.INJECTED_LATENCY_MS in r.metrics), None)
+        lines.append(f"over a loopback S3 store{f' at {latency:g} ms per request' if latency is not None else ''}")
+        lines.append(
+            f"{'reader':<16} {'epoch/s':>9} {'1st batch ms':>12} {'req/crop':>8} {'cache MiB':>9} {'break-even':>10}"
+        )
+        for record in remote:
+            row = record.metrics
+            if m.REMOTE_SKIP_REASON in row:
+                lines.append(f"{record.case:<16} not read: {row[m.REMOTE_SKIP_REASON]}")
+                continue
+            cells = [
+                cell(row[m.prefixed(m.REMOTE, m.SAMPLES_PER_S)], 9, ".0f"),
+                cell(row[m.prefixed(m.REMOTE, m.FIRST_BATCH_MS)], 12, ".1f"),
+                cell(row[m.prefixed(m.REMOTE, m.REQUESTS_PER_CROP)], 8, ".3f"),
+                cell(row[m.REMOTE_CACHE_BYTES] / 2**20, 9, ".1f"),
+                epochs(row, m.REMOTE, 10),
+            ]
+            lines.append(" ".join([f"{record.case:<16}", *cells]))
+    return "\n".join(lines)
+
+
+def layouts_table(records: Sequence[Record]) -> str:
+    """The store-layouts rows as a table: requests per crop and crops/s (local in parentheses) per read path."""
+    lines = ["layouts in the store (requests per random crop; crops/s at the injected latency, no workers)"]
+    for record in records:
+        row = record.metrics
+        cells = [f"  {row[m.LAYOUT]:<22} {row[m.STORED_MIB]:7.1f} MiB"]
+        for decode, key in READ_PATHS.items():
+            requests, rate = row[m.prefixed(key, m.REQUESTS_PER_CROP)], row[m.prefixed(key, m.SAMPLES_PER_S)]
+            local = row[m.prefixed(key, m.LOCAL_SAMPLES_PER_S)]
+            cells.append(f"{decode} {requests:5.2f} req/crop {rate:7.1f}/s (local {local:7.1f}/s)")
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def out_of_memory_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """Layouts side by side as Markdown: limit, plate, device bytes per crop, crops/s inside the limit
+    and in the page cache, and the load average each ran under."""
+    lines = [
+        "| layout | limit MiB | mechanism | plate GiB | × limit | device kB/crop | device/reader | "
+        "crops/s limited | crops/s cached | loadavg limited | loadavg cached |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rows:
+        cells = [
+            name,
+            f"{row[m.MEMORY_LIMIT_BYTES] / 2**20:.0f}",
+            str(row.get(m.MEMORY_LIMIT_MECHANISM, "-")),
+            f"{row[m.PLATE_STORED_BYTES] / 2**30:.2f}",
+            f"{row[m.PLATE_OVER_LIMIT]:.1f}",
+            _fixed(row.get(m.DEVICE_BYTES_PER_CROP), 1e3, 1),
+            _fixed(row.get(m.DEVICE_OVER_READER), 1, 2),
+            _fixed(row.get(m.CROPS_PER_S), 1, 0),
+            _fixed(row.get(m.prefixed(m.CACHED_, m.CROPS_PER_S)), 1, 0)
+            if m.prefixed(m.CACHED_, m.CROPS_PER_S) in row
+            else row.get(m.CACHED_SKIPPED, "-"),
+            f"{row.get(m.LOADAVG_BEFORE, 0):.2f}-{row.get(m.LOADAVG_AFTER, 0):.2f}",
+            f"{row[m.prefixed(m.CACHED_, m.LOADAVG_BEFORE)]:.2f}-{row[m.prefixed(m.CACHED_, m.LOADAVG_AFTER)]:.2f}"
+            if m.prefixed(m.CACHED_, m.LOADAVG_BEFORE) in row
+            else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _fixed(value: Any, scale: float, digits: int) -> str:
+    return "-" if value is None else f"{value / scale:,.{digits}f}"

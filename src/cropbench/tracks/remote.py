@@ -1,0 +1,81 @@
+"""Track ``remote`` (``cropbench run --plate URL --track remote``): what a crop of a plate in an object
+store costs in requests, and how fast crops come.
+
+Per read path and DataLoader worker count, the reader's requests and bytes per random crop
+(decoded-chunk cache off, so every crop fetches what it needs;
+:func:`cropbench.measure.remote.requests_per_crop`) and random crops/s through the DataLoader
+measurement of Track 2 (:func:`cropbench.harness.loader_case.loader_rate`). With ``--local-plate``
+every row carries its ratio to the same case on local disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cropbench import metrics as m
+from cropbench.errors import ConfigError
+from cropbench.harness.context import RunContext
+from cropbench.harness.loader_case import loader_rate
+from cropbench.harness.runner import Row
+from cropbench.measure.remote import READ_PATHS, requests_per_crop
+
+
+@dataclass(frozen=True)
+class RemoteCase:
+    """One read path of a plate in a store, at one worker count."""
+
+    decode: str = "direct"
+    workers: int = 0
+    count_crops: int = 64
+    crops: int = 128
+    batch_size: int = 32
+    crop_size: int = 96
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.decode not in READ_PATHS:
+            raise ConfigError(f"decode={self.decode!r} is not one of {', '.join(READ_PATHS)}")
+        for knob in ("count_crops", "crops", "batch_size", "crop_size"):
+            if getattr(self, knob) < 1:
+                raise ConfigError(f"{knob} must be >= 1, got {getattr(self, knob)}")
+
+    @property
+    def label(self) -> str:
+        return f"{self.decode}/w{self.workers}/b{self.batch_size}"
+
+
+class Remote:
+    """Track ``remote``: requests per crop and loader crops/s of the run's plate, per read path and workers.
+
+    The smoke preset times 128 crops per case, the full preset 512 (``--samples`` overrides both).
+    """
+
+    name = "remote"
+
+    def __init__(self, workers: Sequence[int] = (0, 2), batch_size: int = 32, crop_size: int = 96) -> None:
+        self.workers, self.batch_size, self.crop_size = tuple(workers), batch_size, crop_size
+
+    def cases(self, preset: str, context: RunContext) -> list[RemoteCase]:
+        if preset not in ("smoke", "full"):
+            raise ConfigError(f"preset={preset!r} is not one of smoke, full")
+        crops = context.samples or (128 if preset == "smoke" else 512)
+        return [
+            RemoteCase(decode, workers, min(crops, 200), crops, self.batch_size, self.crop_size)
+            for decode in READ_PATHS
+            for workers in self.workers
+        ]
+
+    def decode(self, case: RemoteCase) -> str:
+        return case.decode
+
+    def measure(self, case: RemoteCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        metrics: dict[str, Any] = dict(
+            requests_per_crop(context.plate, case.decode, case.count_crops, case.crop_size, cache_bytes=0)
+        )
+        metrics[m.SAMPLES_PER_S] = loader_rate(
+            context.plate, case.decode, case.crops, case.batch_size, case.crop_size, case.workers
+        )
+        yield Row(case, dataclasses.asdict(case), metrics, case.seed + repeat)
