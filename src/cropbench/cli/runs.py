@@ -205,7 +205,7 @@ def add_run_commands(commands: Commands) -> None:
         default="smoke",
         choices=("smoke", "full", "grid", "gpu", "gpu-demand", "overhead"),
         help="case grid (smoke: proves the pipeline in minutes; full: the measurement, Tracks 1-3 in about "
-        "30 minutes on 2 cores on the full plate, one knob at a time; grid: Track 1 only, the product of its "
+        "7-10 minutes on 2 cores on the full plate, one knob at a time; grid: Track 1 only, the product of its "
         "knobs, 232 cases, hours; gpu: the GPU check, Track 2 supply at batch 256 and Track 3 worker searches "
         "on CUDA; gpu-demand: Track 3 only, compute-only images/s on CUDA; overhead: Track 2 only, "
         "uint16 batches/s through the DataLoader over Track 1's batched rate at the same threads)",
