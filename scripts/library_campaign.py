@@ -63,6 +63,13 @@ INJECTIONS = {
         Injection("extra-copy", "the codec pipeline copies every decoded chunk once more"),
         Injection("slow-store", "the local store reads every byte range twice (the first read discarded)"),
         Injection("store-latency", "every get of the local store waits 0.15 ms first (a slower store round trip)"),
+        Injection(
+            "indexer-work",
+            "the orthogonal indexer rebuilds each chunk's coordinates 14 times more (Python work per chunk)",
+        ),
+        Injection(
+            "buffer-conversion", "every byte range read is widened to 16 bits and back before it becomes a buffer"
+        ),
     )
 }
 #: What a campaign injects unless told: the injections that cost zarr-python 1.25x or more outside asv
@@ -222,8 +229,10 @@ CALIBRATION_ACCESSES = ("random", "grouped-field")
 INSTRUCTION_CROPS = 20
 
 
+@functools.cache
 def instructions_at(source: Path, plate: Path, access: str) -> float:
-    """Instructions per crop through zarr-python imported from ``source`` (a worktree's ``src/``), under valgrind."""
+    """Instructions per crop through zarr-python imported from ``source`` (a worktree's ``src/``), under valgrind
+    (a count: the release's is measured once and reused for every injection)."""
     from cropbench.measure.instructions import InstructionWorkload, measure_instructions
 
     workload = InstructionWorkload(str(plate), decode="zarr", access=access, crops=INSTRUCTION_CROPS)
