@@ -344,6 +344,7 @@ def test_an_instruction_calibration_is_the_lower_ratio_of_the_two_accesses(monke
     counts = {("base", "random"): 1000.0, ("hurt", "random"): 1080.0}
     counts |= {("base", "grouped-field"): 2000.0, ("hurt", "grouped-field"): 2100.0}
     monkeypatch.setattr(campaign_module, "instructions_at", lambda source, plate, access: counts[(source.name, access)])
+    monkeypatch.setattr(campaign_module, "CALIBRATION_ACCESSES", ("random", "grouped-field"))
     measured = campaign_module.instruction_slowdown(Path("base"), Path("hurt"), Path("plate"))
     assert measured["random_slowdown"] == pytest.approx(1.08) and measured["grouped-field_slowdown"] == pytest.approx(
         1.05
