@@ -6,6 +6,8 @@
 #   bash scripts/asv_history.sh --commits 5       # the last 5
 #   bash scripts/asv_history.sh --range A..B      # any range asv accepts (git rev-list A..B)
 #   bash scripts/asv_history.sh --machine NAME    # results under results/NAME/ (default: this host's name)
+#   bash scripts/asv_history.sh --bench '^instructions\.'   # only the benchmarks this regex selects
+#                                                 # (asv's -b; default: the default grid, DEFAULT_GRID)
 # asv builds its environment in .asv/env on first use (torch, torchvision and zarr pinned in
 # asv.conf.json, ~6 GB, a few minutes), then installs each commit's cropbench into it. One round per
 # benchmark: a track_* value is one call whatever the rounds (docs/how-to/gate-a-change.md, "The gate"). About 7 minutes
@@ -17,12 +19,14 @@ source scripts/asv_grid.sh
 commits=20
 range=""
 machine=""
-usage="usage: bash scripts/asv_history.sh [--commits N | --range A..B] [--machine NAME]"
+bench=""
+usage="usage: bash scripts/asv_history.sh [--commits N | --range A..B] [--machine NAME] [--bench REGEX]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --commits) commits=${2:?$usage}; shift 2 ;;
     --range) range=${2:?$usage}; shift 2 ;;
     --machine) machine=${2:?$usage}; shift 2 ;;
+    --bench) bench=${2:?$usage}; shift 2 ;;
     *) echo "asv_history: error: unknown argument '$1'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -49,6 +53,11 @@ if [[ "$range" == -* ]] || ! count=$(git rev-list --count "$range" -- 2>/dev/nul
   fail "--range '$range' is not a commit range of this repository; expected A..B, such as main~5..main"
 fi
 [ "$count" -gt 0 ] || fail "--range '$range' holds no commits; expected A..B with B ahead of A"
+if [ -n "$bench" ]; then
+  # asv takes -b as a Python regex: checked here, so a bad one is one line, not asv's traceback.
+  .venv/bin/python -c 'import re, sys; re.compile(sys.argv[1])' "$bench" 2>/dev/null ||
+    fail "--bench '$bench' is not a regular expression; expected one such as '^instructions\.'"
+fi
 bash scripts/setup.sh
 asv() { env -u CROPBENCH_ASV_FULL .venv/bin/asv "$@"; }
 if [ -n "$machine" ]; then
@@ -73,7 +82,7 @@ EOF
 elif [ ! -f "$HOME/.asv-machine.json" ]; then
   asv machine --yes >/dev/null
 fi
-echo "asv_history: the default grid over $range ($count commits), one round each ..."
-asv run --skip-existing-successful -a rounds=1 --show-stderr --bench "$DEFAULT_GRID" \
+echo "asv_history: ${bench:-the default grid} over $range ($count commits), one round each ..."
+asv run --skip-existing-successful -a rounds=1 --show-stderr --bench "${bench:-$DEFAULT_GRID}" \
   ${machine:+--machine "$machine"} "$range"
 echo "asv_history: done; commit results/ and publish with: bash scripts/asv_publish.sh"

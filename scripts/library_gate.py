@@ -55,6 +55,10 @@ REPO = Path(__file__).resolve().parents[1]
 INSTRUCTIONS_FACTOR = 1.03
 
 
+class GateError(RuntimeError):
+    """An argument of the gate is not usable (a results folder holding results, a missing repository)."""
+
+
 @dataclass(frozen=True)
 class LibraryGate:
     """What the gate of one format library runs: its asv configuration, benchmarks, factors and attributes.
@@ -79,13 +83,25 @@ class LibraryGate:
         if self.instructions_bench is not None:
             re.compile(self.instructions_bench)
 
-    def steps(self, factor: float | None = None) -> tuple[tuple[str, str, float], ...]:
+    def steps(self, factor: float | None = None, only: str | None = None) -> tuple[tuple[str, str, float], ...]:
         """(name, benchmarks, factor) of each asv continuous call, instruction counts first; ``factor``
-        replaces the wall-clock factor only."""
+        replaces the wall-clock factor only; ``only`` (a step's name) keeps that step alone."""
         wall = ("wall-time", self.bench, factor or self.factor)
-        if self.instructions_bench is None:
-            return (wall,)
-        return (("instructions", self.instructions_bench, self.instructions_factor), wall)
+        steps = (
+            (wall,)
+            if self.instructions_bench is None
+            else (
+                ("instructions", self.instructions_bench, self.instructions_factor),
+                wall,
+            )
+        )
+        if only is None:
+            return steps
+        chosen = tuple(step for step in steps if step[0] == only)
+        if not chosen:
+            names = ", ".join(step[0] for step in steps)
+            raise GateError(f"--step {only!r}: the {self.library} gate has the steps {names}")
+        return chosen
 
 
 LIBRARY_GATES = {
@@ -105,10 +121,6 @@ LIBRARY_GATES = {
         instructions_bench=r"^instructions\.ArrowReads\.track_instructions_per_crop\('(direct|as-py)'\)",
     ),
 }
-
-
-class GateError(RuntimeError):
-    """An argument of the gate is not usable (a results folder holding results, a missing repository)."""
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -168,11 +180,12 @@ def asv_command(
     return [*command, base, head]
 
 
-def gate_commands(gate: LibraryGate, base: str = "BASE", head: str = "HEAD") -> str:
-    """Every asv call of the gate as one line, ``;`` between them (what a campaign's summary records)."""
+def gate_commands(gate: LibraryGate, base: str = "BASE", head: str = "HEAD", only: str | None = None) -> str:
+    """Every asv call of the gate (or of step ``only``) as one line, ``;`` between them (what a campaign's
+    summary records)."""
     calls = (
         asv_command(gate, Path(f"CONFIG-{name}"), base, head, factor, bench=bench)
-        for name, bench, factor in gate.steps()
+        for name, bench, factor in gate.steps(only=only)
     )
     return "; ".join(" ".join(call) for call in calls)
 
@@ -216,13 +229,14 @@ def run_gate(
     machine: str | None = None,
     home: Path | None = None,
     runner: Runner = _run_asv,
+    only: str | None = None,
 ) -> GateRun:
-    """``asv continuous`` of each step of the gate, each from an empty results folder under ``workdir``
-    (``results`` for the wall-clock step, ``results-instructions`` for the instruction counts).
+    """``asv continuous`` of each step of the gate (or of step ``only``), each from an empty results folder
+    under ``workdir`` (``results`` for the wall-clock step, ``results-instructions`` for the instruction counts).
 
     The exit code is the first one that is neither 0 nor 1 (asv failed), else 1 if any step flagged.
     """
-    steps = gate.steps(factor)
+    steps = gate.steps(factor, only)
     folders = [workdir / ("results" if name == "wall-time" else f"results-{name}") for name, _, _ in steps]
     for folder in folders:
         check_results_dir(folder)
@@ -253,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--results-dir", type=Path, help="keep the configuration and results here (a new or empty folder)"
     )
+    parser.add_argument(
+        "--step",
+        choices=("instructions", "wall-time"),
+        help="run only this step of the gate (default: both, the instruction counts first)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the asv command and configuration, run nothing")
     args = parser.parse_args(argv)
     gate = LIBRARY_GATES[args.library]
@@ -281,13 +300,13 @@ def main(argv: list[str] | None = None) -> int:
 def _gate_or_dry_run(gate: LibraryGate, args: argparse.Namespace, workdir: Path) -> GateRun | None:
     """Run the gate in ``workdir`` (configuration and results), or print what it would run."""
     if args.dry_run:
-        for name, bench, factor in gate.steps(args.factor):
+        for name, bench, factor in gate.steps(args.factor, args.step):
             config_path = workdir / f"asv.{gate.library}.gate.{name}.conf.json"
             command = asv_command(gate, config_path, args.base, args.head, factor, args.machine, bench)
             print(" ".join(_quote(part) for part in command))
         print(json.dumps(private_config(gate, workdir / "results", args.repo), indent=4))
         return None
-    return run_gate(gate, args.base, args.head, workdir, args.repo, args.factor, args.machine)
+    return run_gate(gate, args.base, args.head, workdir, args.repo, args.factor, args.machine, only=args.step)
 
 
 def _quote(part: str) -> str:

@@ -26,6 +26,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "asv_history.sh"
         (["--range", "no-such-commit..main"], "--range 'no-such-commit..main' is not a commit range"),
         (["--range", "--all"], "--range '--all' is not a commit range"),
         (["--range", "HEAD..HEAD"], "--range 'HEAD..HEAD' holds no commits"),
+        (["--bench", "(unclosed"], "--bench '(unclosed' is not a regular expression"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(arguments: list[str], message: str) -> None:
@@ -36,8 +37,8 @@ def test_bad_arguments_are_one_line_errors(arguments: list[str], message: str) -
     assert message in result.stderr
 
 
-def test_the_history_runs_the_default_grid_the_smoke_pass_runs() -> None:
+def test_the_history_runs_the_default_grid_the_smoke_pass_runs_unless_told_another_selection() -> None:
     text = SCRIPT.read_text()
     assert "source scripts/asv_grid.sh" in text
-    assert '--bench "$DEFAULT_GRID"' in text
+    assert '--bench "${bench:-$DEFAULT_GRID}"' in text
     assert "source scripts/asv_grid.sh" in (SCRIPT.parent / "asv_smoke.sh").read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -123,6 +124,23 @@ def test_count_instructions_reads_the_childs_cachegrind_file(
     measured = measure_instructions(InstructionWorkload(str(tiny_plate), crops=10, scale=3))
     assert (measured.small, measured.large, measured.small_crops, measured.large_crops) == (1070, 1210, 10, 30)
     assert measured.per_crop == 7.0
+
+
+def test_a_library_path_is_imported_before_anything_installed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_plate: Path
+) -> None:
+    seen = tmp_path / "pythonpath"
+    body = (
+        f'echo "$PYTHONPATH" > {seen}\n'
+        'for a in "$@"; do case "$a" in --cachegrind-out-file=*) out="${a#*=}";; esac; done\n'
+        'printf "events: Ir\\nsummary: 1000\\n" > "$out"\n'
+    )
+    monkeypatch.setattr(instructions, "valgrind_binary", lambda: _fake_valgrind(tmp_path, body))
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    patched = tmp_path / "patched-zarr" / "src"
+    assert count_instructions(InstructionWorkload(str(tiny_plate)), 5, library_path=(str(patched),)) == 1000
+    cropbench_source = str(Path(instructions.__file__).resolve().parents[2])
+    assert seen.read_text().strip().split(os.pathsep) == [cropbench_source, str(patched), "/elsewhere"]
 
 
 def test_a_failing_child_is_one_error_naming_the_plate(

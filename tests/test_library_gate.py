@@ -159,6 +159,18 @@ def test_the_instruction_counts_are_a_step_of_their_own_with_the_tighter_factor(
     assert [factor for _, _, factor in GATES["zarr"].steps(1.3)] == [gate_module.INSTRUCTIONS_FACTOR, 1.3]
 
 
+def test_one_step_of_the_gate_runs_alone_and_an_unknown_step_is_refused(tmp_path: Path) -> None:
+    fake = _FakeAsv()
+    run = gate_module.run_gate(GATES["zarr"], "v3.1.5", "v3.1.6", tmp_path, runner=fake, only="instructions")
+    assert run.returncode == 0 and len(fake.commands) == 1
+    command = fake.commands[0]
+    assert command[command.index("-b") + 1] == GATES["zarr"].instructions_bench
+    assert command[command.index("--factor") + 1] == str(gate_module.INSTRUCTIONS_FACTOR)
+    assert gate_module.gate_commands(GATES["zarr"], only="instructions").count("asv continuous") == 1
+    with pytest.raises(gate_module.GateError, match="--step 'timings'.*instructions, wall-time"):
+        GATES["zarr"].steps(only="timings")
+
+
 @pytest.mark.parametrize(
     ("library", "expected"),
     [
@@ -326,6 +338,27 @@ def test_slowdown_is_the_ratio_of_medians_of_alternating_processes() -> None:
     measured = campaign_module.slowdown(lambda: rate("base"), lambda: rate("injected"), 3)
     assert calls == ["base", "injected"] * 3
     assert measured["slowdown"] == pytest.approx(100.0 / 50.0)
+
+
+def test_an_instruction_calibration_is_the_lower_ratio_of_the_two_accesses(monkeypatch: pytest.MonkeyPatch) -> None:
+    counts = {("base", "random"): 1000.0, ("hurt", "random"): 1080.0}
+    counts |= {("base", "grouped-field"): 2000.0, ("hurt", "grouped-field"): 2100.0}
+    monkeypatch.setattr(campaign_module, "instructions_at", lambda source, plate, access: counts[(source.name, access)])
+    monkeypatch.setattr(campaign_module, "CALIBRATION_ACCESSES", ("random", "grouped-field"))
+    measured = campaign_module.instruction_slowdown(Path("base"), Path("hurt"), Path("plate"))
+    assert measured["random_slowdown"] == pytest.approx(1.08) and measured["grouped-field_slowdown"] == pytest.approx(
+        1.05
+    )
+    assert measured["slowdown"] == pytest.approx(1.05)
+    summary = {"release": "v3.1.6", "slowdown_outside_asv": {"extra-copy": measured}}
+    summary |= {
+        "slowdown_measured_by": "instructions",
+        "tallies": {"identical": vars(campaign_module.asv_regression.Tally())},
+    }
+    summary["tallies"]["extra-copy"] = {"runs": 1, "flagged": 1, "worse": {}}
+    assert "instructions per crop" in campaign_module.table(summary) and "| x1.050 | 1/1 |" in campaign_module.table(
+        summary
+    )
 
 
 def test_campaign_tallies_each_kind_and_writes_the_table(tmp_path: Path, branches: campaign_module.Branches) -> None:

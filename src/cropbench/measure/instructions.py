@@ -179,13 +179,16 @@ def check_workload(workload: InstructionWorkload) -> None:
         )
 
 
-def count_instructions(workload: InstructionWorkload, crops: int) -> int:
-    """Instructions of one child that reads the warm-up and then ``crops`` crops of ``workload``, under valgrind."""
+def count_instructions(workload: InstructionWorkload, crops: int, library_path: Sequence[str] = ()) -> int:
+    """Instructions of one child that reads the warm-up and then ``crops`` crops of ``workload``, under valgrind.
+
+    ``library_path``: folders the child imports from before anything installed (a library's source
+    tree with a patch applied, so a change is counted without building and installing it)."""
     valgrind = valgrind_binary()
     check_workload(workload)
     source = str(Path(__file__).resolve().parents[2])  # the folder holding the cropbench package
     environment = {**os.environ, **PINNED_ENVIRONMENT}
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, (source, os.environ.get("PYTHONPATH"))))
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, (source, *library_path, os.environ.get("PYTHONPATH"))))
     with tempfile.TemporaryDirectory(prefix="cropbench-instructions-") as scratch:
         output = Path(scratch, "cachegrind.out")
         command = [
@@ -207,10 +210,11 @@ def count_instructions(workload: InstructionWorkload, crops: int) -> int:
         return parse_cachegrind(output.read_text(), str(output))
 
 
-def measure_instructions(workload: InstructionWorkload) -> InstructionCount:
-    """Instructions per crop of ``workload``: two children, ``crops`` and ``scale * crops`` crops, differenced."""
-    small = count_instructions(workload, workload.crops)
-    large = count_instructions(workload, workload.crops * workload.scale)
+def measure_instructions(workload: InstructionWorkload, library_path: Sequence[str] = ()) -> InstructionCount:
+    """Instructions per crop of ``workload``: two children, ``crops`` and ``scale * crops`` crops, differenced
+    (``library_path``: as :func:`count_instructions`)."""
+    small = count_instructions(workload, workload.crops, library_path)
+    large = count_instructions(workload, workload.crops * workload.scale, library_path)
     return InstructionCount(small, large, workload.crops, workload.crops * workload.scale)
 
 
