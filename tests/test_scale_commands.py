@@ -217,3 +217,27 @@ def test_removing_a_plate_is_not_cut_short_by_an_interrupt(tmp_path: Path) -> No
     finally:
         signal.signal(signal.SIGINT, previous)
     assert finished == [True]
+
+
+def test_resume_measures_only_the_counts_the_results_lack_and_tables_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured: list[int] = []
+
+    def measure(sweep: ScaleSweep, objects: int, *_: object) -> tuple[dict[str, object], dict[str, object]]:
+        measured.append(objects)
+        return {"objects": objects}, {"objects": objects}
+
+    monkeypatch.setattr(scale_track, "measure_count", measure)
+    monkeypatch.setattr(
+        "cropbench.report.growth.growth_table", lambda rows: "\n".join(str(row["objects"]) for row in rows)
+    )
+    out, work = tmp_path / "out", tmp_path / "w"
+    sweep = ["scale", "sweep", "--out", str(out), "--work", str(work), "--no-progress", "--objects"]
+    assert main([*sweep, "1", "2"]) == 0
+    assert main([*sweep, "1", "2", "3", "--resume"]) == 0
+    assert measured == [1, 2, 3], "the second run measured only the count the results lacked"
+    rows = [json.loads(line) for line in (out / RESULTS_NAME).read_text().splitlines()]
+    assert [row["case"] for row in rows] == ["1 objects", "2 objects", "3 objects"]
+    assert (out / "growth.md").read_text().split() == ["1", "2", "3"], "the table holds the skipped rows too"
+    assert main([*sweep, "1", "2"]) == 0 and measured[3:] == [1, 2], "without --resume every count is measured again"

@@ -208,12 +208,14 @@ def sweep_scale(
     *,
     keep: bool = False,
     bars: bool = True,
+    resume: bool = False,
     progress: Progress | None = None,
 ) -> list[Record]:
     """The growth sweep (track ``scale``): per object count of ``sweep`` a scale plate under ``work_dir``
     (removed after measuring unless ``keep``; one kept earlier is reused) and its costs, one record each
-    in ``out_dir/results.jsonl`` as it is measured. ``bars`` shows the plates' write progress."""
-    return _run_in_work_folder(ScaleTrack(sweep, bars), sweep.layout, out_dir, work_dir, keep, progress)
+    in ``out_dir/results.jsonl`` as it is measured. ``bars`` shows the plates' write progress; ``resume``
+    skips counts already measured there (no plate is written for them)."""
+    return _run_in_work_folder(ScaleTrack(sweep, bars), sweep.layout, out_dir, work_dir, keep, resume, progress)
 
 
 def compare_out_of_memory(
@@ -224,13 +226,14 @@ def compare_out_of_memory(
     keep: bool = False,
     require_cgroup: bool = False,
     bars: bool = True,
+    resume: bool = False,
     progress: Progress | None = None,
 ) -> list[Record]:
     """Layouts on plates larger than a memory limit (track ``out-of-memory``): per layout a plate under
     ``work_dir`` (removed after measuring unless ``keep``) read inside the limit and in the page cache,
-    one record each in ``out_dir/results.jsonl`` as it is measured."""
+    one record each in ``out_dir/results.jsonl`` as it is measured; ``resume`` skips layouts already measured there."""
     track = OutOfMemoryTrack(comparison, bars, require_cgroup)
-    return _run_in_work_folder(track, "", out_dir, work_dir, keep, progress)
+    return _run_in_work_folder(track, "", out_dir, work_dir, keep, resume, progress)
 
 
 def _run_in_work_folder(
@@ -239,16 +242,18 @@ def _run_in_work_folder(
     out_dir: str | Path,
     work_dir: str | Path,
     keep: bool,
+    resume: bool,
     progress: Progress | None,
 ) -> list[Record]:
     """A track that writes its own plates, through the runner, in a work folder left as it found it."""
     results = Results(out_dir, progress)
+    done = results.done() if resume else frozenset()
     report = (lambda message: progress(message, None)) if progress else None
     try:
         with work_folder(work_dir, keep) as work:
             site = WorkSite(work, layout, environment=environment.collect(work_dir), report=report)
             # These tracks have no presets: their comparison is the whole measurement.
-            run_tracks([track], "full", site, results.emit)
+            run_tracks([track], "full", site, results.emit, done=done)
     finally:
         results.close()
     return results.measured

@@ -19,7 +19,7 @@ from cropbench.cli.options import seed, whole_number
 from cropbench.config import CELL_PAINTING_CHANNELS, LAYOUTS, MAX_FIELD_SIZE, layout_by_name
 from cropbench.errors import ConfigError
 from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_fits_in_memory
-from cropbench.records import RESULTS_NAME, Record
+from cropbench.records import RESULTS_NAME, Record, read_records
 
 _OBJECTS = whole_number(1, MAX_OBJECTS)
 
@@ -66,6 +66,7 @@ def add_scale_commands(commands: Any) -> None:
         "--workers", type=whole_number(0), default=2, help="DataLoader workers of the Track 2 first batch"
     )
     sweep.add_argument("--keep", action="store_true", help="keep the plates in --work (and reuse them next time)")
+    sweep.add_argument("--resume", action="store_true", help="skip the counts OUT/results.jsonl already holds")
     _add_field_knobs(sweep)
     sweep.set_defaults(handler=cmd_scale_sweep)
 
@@ -86,6 +87,7 @@ def add_scale_commands(commands: Any) -> None:
         "--require-cgroup", action="store_true", help="fail instead of falling back to eviction without a cgroup"
     )
     limited.add_argument("--keep", action="store_true", help="keep the plates in --work")
+    limited.add_argument("--resume", action="store_true", help="skip the layouts OUT/results.jsonl already holds")
     _add_field_knobs(limited)
     limited.set_defaults(handler=cmd_scale_out_of_memory)
 
@@ -139,6 +141,15 @@ def cmd_scale_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_earlier_rows(records: list[Record], out: Path, resume: bool, track: str) -> list[Record]:
+    """The rows a table is drawn from: this run's, and after ``--resume`` the rows of ``track`` it skipped,
+    read back from ``OUT/results.jsonl`` (the latest row of each case)."""
+    if not resume or not (out / RESULTS_NAME).exists():
+        return records
+    latest = {record.case: record for record in read_records(out / RESULTS_NAME) if record.track == track}
+    return list(latest.values())
+
+
 def _say(message: str, record: Record | None) -> None:
     """Progress on stdout: what is being done, then each row as it is written."""
     print(f"{record.track} {record.case}: row written" if record is not None else message)
@@ -147,7 +158,7 @@ def _say(message: str, record: Record | None) -> None:
 def cmd_scale_sweep(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.report.growth import growth_table
-    from cropbench.tracks.scale import ScaleSweep
+    from cropbench.tracks.scale import TRACK, ScaleSweep
 
     sweep = ScaleSweep(
         objects=tuple(args.objects),
@@ -160,8 +171,10 @@ def cmd_scale_sweep(args: argparse.Namespace) -> int:
     )
     check_fits_in_memory(sweep.spec(max(sweep.objects)))
     out = Path(args.out)
-    records = api.sweep_scale(sweep, out, args.work, keep=args.keep, bars=not args.no_progress, progress=_say)
-    table = growth_table([record.metrics for record in records])
+    records = api.sweep_scale(
+        sweep, out, args.work, keep=args.keep, bars=not args.no_progress, resume=args.resume, progress=_say
+    )
+    table = growth_table([record.metrics for record in _with_earlier_rows(records, out, args.resume, TRACK)])
     (out / GROWTH_TABLE_NAME).write_text(table + "\n")
     print(f"\n{table}\n\nrows in {out / RESULTS_NAME}; table in {out / GROWTH_TABLE_NAME}")
     return 0
@@ -188,7 +201,7 @@ def _check_machine_holds(limit_bytes: int, plate_bytes: int, work: Path) -> None
 def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.report.tables import out_of_memory_table
-    from cropbench.tracks.out_of_memory import OutOfMemory
+    from cropbench.tracks.out_of_memory import TRACK, OutOfMemory
 
     comparison = OutOfMemory(
         layouts=tuple(args.layouts),
@@ -211,9 +224,11 @@ def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
         keep=args.keep,
         require_cgroup=args.require_cgroup,
         bars=not args.no_progress,
+        resume=args.resume,
         progress=_say,
     )
-    table = out_of_memory_table([(record.case, record.metrics) for record in records])
+    rows = _with_earlier_rows(records, out, args.resume, TRACK)
+    table = out_of_memory_table([(record.case, record.metrics) for record in rows])
     (out / OUT_OF_MEMORY_TABLE_NAME).write_text(table + "\n")
     print(f"\n{table}\n\nrows in {out / RESULTS_NAME}; table in {out / OUT_OF_MEMORY_TABLE_NAME}")
     return 0

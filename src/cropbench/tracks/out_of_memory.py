@@ -224,7 +224,12 @@ class OutOfMemoryTrack:
         self.comparison, self.progress, self.require_cgroup = comparison, progress, require_cgroup
 
     def cases(self, preset: str, context: WorkSite) -> list[OutOfMemoryCase]:
-        return [OutOfMemoryCase(self.comparison, name) for name in self.comparison.layouts]
+        # Each case carries the comparison narrowed to its own layout, so its identity (what --resume
+        # matches) does not change when a later run asks for more layouts.
+        return [
+            OutOfMemoryCase(dataclasses.replace(self.comparison, layouts=(name,)), name)
+            for name in self.comparison.layouts
+        ]
 
     def decode(self, case: OutOfMemoryCase) -> None:
         return None

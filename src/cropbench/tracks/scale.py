@@ -240,7 +240,11 @@ class ScaleTrack:
         self.sweep, self.progress = sweep, progress
 
     def cases(self, preset: str, context: WorkSite) -> list[ScaleCase]:
-        return [ScaleCase(self.sweep, objects) for objects in self.sweep.objects]
+        # Each case carries the sweep narrowed to its own count, so its identity (what --resume matches)
+        # does not change when a later run asks for more counts.
+        return [
+            ScaleCase(dataclasses.replace(self.sweep, objects=(objects,)), objects) for objects in self.sweep.objects
+        ]
 
     def decode(self, case: ScaleCase) -> None:
         return None
