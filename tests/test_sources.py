@@ -200,7 +200,9 @@ def test_a_server_sending_a_byte_a_second_ends_within_the_deadline(
     source.close()
     assert isinstance(error, StoreError) and "timed out" in str(error), error
     assert "\n" not in str(error) and "/p.zarr/zarr.json" in str(error)
-    assert elapsed < (retries + 1) * 1.0 + 1.5, f"took {elapsed:.1f} s with timeout_s=1 and {retries} retries"
+    # Without a whole-request deadline the drip takes 50 s or more (a byte every 0.5 s never trips a
+    # per-read timeout); the margin over the deadline leaves room for a busy machine's scheduling.
+    assert elapsed < (retries + 1) * 1.0 + 10, f"took {elapsed:.1f} s with timeout_s=1 and {retries} retries"
 
 
 def test_a_slow_but_whole_answer_within_the_deadline_is_read(hostile: tuple[Hostile, str]) -> None:
