@@ -3,6 +3,8 @@ decode into again, the chunks the store lacks, and the counts of what was loaded
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import numpy as np
@@ -30,6 +32,9 @@ class ChunkCache:
     ``spare`` holds chunk arrays the LRU let go, of the one (shape, dtype) in ``spare_kind``, about
     as many as a batch loads: the native loads decode into one only when nothing else holds it,
     rather than allocating (and freeing) an array per chunk.
+
+    Decode threads and the prefetch keep chunks while a batch looks its chunks up: both go through
+    :meth:`get_many` and :meth:`keep`, under one lock.
     """
 
     def __init__(self, budget: int, stats: ReadStats) -> None:
@@ -39,14 +44,31 @@ class ChunkCache:
         self.spare_kind: tuple[tuple[int, int, int], np.dtype] | None = None
         #: Keys of chunks the store lacks (read as the fill value).
         self.missing: set[int] = set()
+        self._lock = threading.Lock()
 
     def clear(self) -> None:
-        self.lru.clear()
-        self.spare.clear()
-        self.missing.clear()
+        with self._lock:
+            self.lru.clear()
+            self.spare.clear()
+            self.missing.clear()
+
+    def get_many(self, keys: Iterable[int]) -> dict[int, np.ndarray]:
+        """The chunks held of ``keys``, each marked as just used."""
+        with self._lock:
+            return self.lru.get_many(keys)
+
+    def absent(self, keys: Iterable[int]) -> list[int]:
+        """Which of ``keys`` the cache does not hold (without marking the others used)."""
+        with self._lock:
+            held = self.lru
+            return [key for key in keys if key not in held]
 
     def keep(self, loaded: Loaded) -> None:
-        """Cache the chunks loaded and count the reads and decodes (one thread at a time)."""
+        """Cache the chunks loaded and count the reads and decodes."""
+        with self._lock:
+            self._keep(loaded)
+
+    def _keep(self, loaded: Loaded) -> None:
         stats = self.stats
         stats.bytes_fetched += loaded.fetched
         stats.reads += loaded.reads
