@@ -3,6 +3,7 @@ decode into again, the chunks the store lacks, and the counts of what was loaded
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -45,27 +46,34 @@ class ChunkCache:
         #: Keys of chunks the store lacks (read as the fill value).
         self.missing: set[int] = set()
         self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _locked(self) -> threading.Lock:
+        """The lock of this process: in a forked worker a parent's prefetch thread may have held it at the fork."""
+        if self._pid != os.getpid():
+            self._lock, self._pid = threading.Lock(), os.getpid()
+        return self._lock
 
     def clear(self) -> None:
-        with self._lock:
+        with self._locked():
             self.lru.clear()
             self.spare.clear()
             self.missing.clear()
 
     def get_many(self, keys: Iterable[int]) -> dict[int, np.ndarray]:
         """The chunks held of ``keys``, each marked as just used."""
-        with self._lock:
+        with self._locked():
             return self.lru.get_many(keys)
 
     def absent(self, keys: Iterable[int]) -> list[int]:
         """Which of ``keys`` the cache does not hold (without marking the others used)."""
-        with self._lock:
+        with self._locked():
             held = self.lru
             return [key for key in keys if key not in held]
 
     def keep(self, loaded: Loaded) -> None:
         """Cache the chunks loaded and count the reads and decodes."""
-        with self._lock:
+        with self._locked():
             self._keep(loaded)
 
     def _keep(self, loaded: Loaded) -> None:
