@@ -9,6 +9,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import batch_collate
 from cropbench.data.sampling import RandomObjectSampler
 from cropbench.errors import ConfigError
-from cropbench.formats import DirectChunkReader, open_plate
+from cropbench.formats import DirectChunkReader, Regions, open_plate
 from cropbench.formats.sources import mirror_metadata, write_index
 from cropbench.measure import endpoints
 from cropbench.plates.generate import generate_plate
@@ -186,3 +187,22 @@ def test_prefetch_is_off_on_a_local_plate_unless_asked(plate: Path, served_plate
 def test_bad_prefetch_settings_are_named(settings: dict[str, int], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         PrefetchConfig(**settings)
+
+
+def test_a_worker_hints_the_batches_torch_deals_it(plate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker 0 of 2 reads batches 0, 2, 4, ...: after batch 0 it hints batches 2 and 4, not 1."""
+    dataset = _dataset(plate, PrefetchConfig(batches=2))
+    reader = dataset.reader
+    assert isinstance(reader, DirectChunkReader)
+    hinted: list[Regions] = []
+    monkeypatch.setattr(reader, "prefetch", lambda upcoming, channels=None: hinted.extend(upcoming))
+    monkeypatch.setattr("cropbench.data.dataset.get_worker_info", lambda: SimpleNamespace(id=0, num_workers=2))
+    batches = _batches(dataset)
+    dataset.expect_batches(batches)
+    dataset.__getitems__(batches[0])
+    expected = [dataset.regions_of(np.asarray(batches[position])) for position in (2, 4)]
+    assert [regions.table().tolist() for regions in hinted] == [regions.table().tolist() for regions in expected]
+    hinted.clear()
+    dataset.__getitems__(list(reversed(batches[0])))  # a batch not in the order: no hint
+    assert hinted == []
+    reader.close()
