@@ -41,22 +41,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plate", required=True, help="local OME-Zarr plate to serve and measure")
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--in-flight", type=int, default=16)
+    parser.add_argument("--coalesce-gap-kib", type=int, default=1024, help="the store's coalescing gap")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--batches", type=int, default=8, help="batches per reader per round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--ahead", type=int, default=2, help="batches the prefetching reader reads ahead")
+    parser.add_argument(
+        "--chunk-cache-mib", type=int, default=128, help="each reader's chunk cache: (ahead + 1) batches' chunks"
+    )
     args = parser.parse_args(argv)
     plate = Path(args.plate)
-    config = CropConfig(dtype="uint16")
-    store = StoreConfig(in_flight=args.in_flight, latency_ms=args.latency_ms)
+    cache = args.chunk_cache_mib * 2**20
+    config = CropConfig(dtype="uint16", chunk_cache_bytes=cache)
+    store = StoreConfig(
+        in_flight=args.in_flight, latency_ms=args.latency_ms, coalesce_gap_bytes=args.coalesce_gap_kib * 1024
+    )
+    off, on = PrefetchConfig(batches=0), PrefetchConfig(batches=args.ahead)
     with endpoints.http_plate(plate) as url, endpoints.remote_plate(url, store) as mirror:
         readers = {
             "local": CropDataset(plate, config),
-            "remote": CropDataset(mirror, config, reader=open_plate(mirror, prefetch=PrefetchConfig(batches=0))),
+            "remote": CropDataset(mirror, config, reader=open_plate(mirror, chunk_cache_bytes=cache, prefetch=off)),
             "remote+prefetch": CropDataset(
-                mirror, config, reader=open_plate(mirror, prefetch=PrefetchConfig(batches=args.ahead))
+                mirror, config, reader=open_plate(mirror, chunk_cache_bytes=cache, prefetch=on)
             ),
         }
+        probe = readers["remote"].reader.source.object_url("zarr.json")  # type: ignore[attr-defined]
+        ceiling = endpoints.request_ceiling(probe, seconds=1.0, threads=args.in_flight)
         count = len(readers["local"])
         order = list(BatchSampler(RandomObjectSampler(count, seed=0), args.batch_size, drop_last=True))
         rounds = min(args.rounds, len(order) // args.batches)
@@ -70,16 +80,19 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{rounds} rounds x {args.batches} batches of {args.batch_size} random crops "
             f"({config.crop_size} px), latency {args.latency_ms:g} ms, in-flight {args.in_flight}, "
-            f"prefetch {args.ahead} batches; crops/s median [min-max]"
+            f"coalescing gap {args.coalesce_gap_kib} KiB, "
+            f"prefetch {args.ahead} batches, chunk cache {args.chunk_cache_mib} MiB; crops/s median [min-max]"
         )
         local = float(np.median(rates["local"]))
         crops = rounds * args.batches * args.batch_size
+        print(f"  the proxied server's ceiling: {ceiling:.0f} requests/s ({args.in_flight} clients, 1-byte ranges)")
         for name, values in rates.items():
             median = float(np.median(values))
             source = readers[name].reader.source  # type: ignore[attr-defined]
             print(
                 f"  {name:<16} {median:8.1f} [{min(values):.1f}-{max(values):.1f}]  {median / local:.3f} of local  "
-                f"{source.requests / crops:.2f} requests/crop  {source.bytes_transferred / crops / 1e3:.0f} kB/crop"
+                f"{source.requests / crops:.2f} requests/crop  {source.bytes_transferred / crops / 1e3:.0f} kB/crop  "
+                f"{median * source.requests / crops:.0f} requests/s"
             )
         for dataset in readers.values():
             dataset.reader.close()
