@@ -104,7 +104,7 @@ class ByteBudget:
             self._changed.notify_all()
 
 
-#: One batch hinted: a fingerprint of its regions (to hint it once), the regions, the channels read.
+#: One batch hinted: a fingerprint of its regions (to fetch it once), the regions, the channels read.
 Hint = tuple[bytes, Regions, np.ndarray | None]
 
 
@@ -137,14 +137,14 @@ class Prefetcher:
         self.claims = Claims()
         self.budget = ByteBudget(self.config.bytes_in_flight)
         self._queue: deque[Hint] = deque()
-        self._hinted: set[bytes] = set()
+        self._started: set[bytes] = set()  # fingerprints of the hinted batches taken by a thread
         self._generation = 0
         self._running = 0  # hinted batches being fetched now
         self._stopping = False
         self._wakeup = threading.Condition()
         self._threads: list[threading.Thread] = []
-        #: The first error of a prefetch, raised by the next read that needs its chunks (it fetches
-        #: them itself and meets the same error, or not); kept for tests and stage reports.
+        #: The first error a prefetch met, for diagnosis: it raises nothing, as the batch read that
+        #: needs those chunks fetches them itself and reports its own error.
         self.errors: list[BaseException] = []
 
     def _this_process(self) -> None:
@@ -152,15 +152,15 @@ class Prefetcher:
             self._start_process()
 
     def hint(self, upcoming: Sequence[Regions], channels: np.ndarray | None) -> None:
-        """The batches to be read next, nearest first: those not hinted before are queued (replacing
-        what was queued and not started, as the newest hint knows the order best)."""
+        """The batches to be read next, nearest first: those no thread has taken yet are queued,
+        replacing the queue (the newest hint knows the order best)."""
         self._this_process()
         hints = [(region.table().tobytes(), region, channels) for region in upcoming]
         with self._wakeup:
             if self._stopping:
                 return
-            fresh = [hint for hint in hints if hint[0] not in self._hinted]
-            self._hinted = {hint[0] for hint in hints}
+            self._started &= {hint[0] for hint in hints}
+            fresh = [hint for hint in hints if hint[0] not in self._started]
             self._queue = deque(fresh)
             if fresh and len(self._threads) < self.config.threads:
                 self._start_threads()
@@ -197,7 +197,7 @@ class Prefetcher:
         with self._wakeup:
             self._generation += 1
             self._queue.clear()
-            self._hinted = set()
+            self._started = set()
         self.budget.wake()
 
     def close(self) -> None:
@@ -218,7 +218,8 @@ class Prefetcher:
                 self._wakeup.wait_for(lambda: self._stopping or bool(self._queue))
                 if self._stopping:
                     return
-                _, regions, channels = self._queue.popleft()
+                fingerprint, regions, channels = self._queue.popleft()
+                self._started.add(fingerprint)
                 generation = self._generation
                 self._running += 1
             try:
