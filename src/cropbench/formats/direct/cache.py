@@ -71,6 +71,12 @@ class ChunkCache:
             held = self.lru
             return [key for key in keys if key not in held]
 
+    def count_fetched(self, nbytes: int, reads: int) -> None:
+        """Count bytes read for something other than chunks (a shard index)."""
+        with self._locked():
+            self.stats.bytes_fetched += nbytes
+            self.stats.reads += reads
+
     def keep(self, loaded: Loaded) -> None:
         """Cache the chunks loaded and count the reads and decodes."""
         with self._locked():

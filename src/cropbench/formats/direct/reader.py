@@ -101,7 +101,7 @@ class DirectChunkReader(PlateReader):
         self.prefetch_batches = self.prefetch_config.batches_for(remote is not None)
         self.layouts = FieldLayouts(metadata, local=remote is None)
         self.cache = ChunkCache(chunk_cache_bytes, self.stats)
-        self.shards = ShardIndex(self.layouts, self.stats)
+        self.shards = ShardIndex(self.layouts, self.cache.count_fetched)
         self._source = ProcessSource(metadata, self.shards.forget)
         self.pieces = PiecePlanner(self.layouts, metadata.field_shape[0])
         self.reads = ReadPlanner(self.layouts, self.shards, int(remote["store"]["coalesce_gap_bytes"]) if remote else 0)

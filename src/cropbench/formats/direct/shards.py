@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from cropbench.errors import StoreError
-from cropbench.formats.base import ReadStats
 from cropbench.formats.direct.codecs.crc32c import crc32c
 from cropbench.formats.direct.keys import chunk_name, field_of
 from cropbench.formats.direct.layout import FieldLayouts
@@ -54,9 +54,9 @@ class ShardIndex:
     lock makes each index fetched once, and the table's rows consistent with the entries given out.
     """
 
-    def __init__(self, layouts: FieldLayouts, stats: ReadStats) -> None:
+    def __init__(self, layouts: FieldLayouts, count_fetched: Callable[[int, int], None]) -> None:
         self.layouts = layouts
-        self.stats = stats
+        self._count_fetched = count_fetched  # (bytes, reads): counted with the chunks' under one lock
         self._shards: dict[int, ShardEntry | None] = {}
         self._table = np.empty((0, 2), dtype=np.int64)
         self._pending: list[np.ndarray] = []
@@ -109,8 +109,7 @@ class ShardIndex:
             if crc32c(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
                 raise StoreError(f"shard {path} has a corrupt index (crc32c mismatch)")
             raw = raw[:-4]
-        self.stats.bytes_fetched += size
-        self.stats.reads += 1
+        self._count_fetched(size, 1)
         entries = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
         descriptor = source.descriptor(shard_key) if isinstance(source, FileSource) else None
         shard_bytes = None if descriptor is None else os.fstat(descriptor).st_size
