@@ -223,6 +223,43 @@ def layout_by_name(name: str) -> LayoutSpec:
     return LAYOUTS[name]
 
 
+#: Bytes the direct reader's prefetch keeps requested and not yet decoded into its cache, when nothing else is said.
+DEFAULT_PREFETCH_BYTES = 16 * 2**20
+#: Batches the direct reader fetches ahead over an object store when nothing else is said (a local
+#: plate reads a batch in less time than a prefetch saves: none there unless asked).
+DEFAULT_REMOTE_PREFETCH_BATCHES = 2
+
+
+@dataclass(frozen=True)
+class PrefetchConfig:
+    """How far the direct reader reads ahead of the batch it is asked for, once it knows the order.
+
+    ``batches`` upcoming batches have their chunks fetched and decoded into the reader's chunk cache
+    on ``threads`` background threads while the current batch decodes (None: 2 over an object store,
+    0 on a local plate; 0: off). At most ``bytes_in_flight`` bytes are requested and not yet in the
+    cache at once (one read larger than that still goes, alone). The chunk cache must hold the
+    chunks of ``batches + 1`` batches, or prefetched chunks are evicted before they are used.
+    """
+
+    batches: int | None = None
+    bytes_in_flight: int = DEFAULT_PREFETCH_BYTES
+    threads: int = 2
+
+    def __post_init__(self) -> None:
+        _require(
+            self.batches is None or (isinstance(self.batches, int) and self.batches >= 0),
+            f"prefetch batches must be None (by where the plate is) or an integer >= 0, got {self.batches!r}",
+        )
+        _positive("prefetch bytes_in_flight", self.bytes_in_flight)
+        _positive("prefetch threads", self.threads)
+
+    def batches_for(self, remote: bool) -> int:
+        """Batches read ahead on a plate in an object store (``remote``) or on a local one."""
+        if self.batches is not None:
+            return self.batches
+        return DEFAULT_REMOTE_PREFETCH_BATCHES if remote else 0
+
+
 @dataclass(frozen=True)
 class ReaderOptions:
     """The knobs of a format's own reader, as one object: every reader is built from it by the same
@@ -231,10 +268,13 @@ class ReaderOptions:
     chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES
     #: Threads that read, decode and copy chunks in one process (the OME-Zarr chunk reader's).
     decode_threads: int = 1
+    #: Reading ahead of the batch asked for (the OME-Zarr chunk reader's), once the order is known.
+    prefetch: PrefetchConfig = PrefetchConfig()
 
     def __post_init__(self) -> None:
         _require(self.chunk_cache_bytes >= 0, f"chunk_cache_bytes must be >= 0, got {self.chunk_cache_bytes}")
         _positive("decode_threads", self.decode_threads)
+        _require(isinstance(self.prefetch, PrefetchConfig), f"prefetch must be a PrefetchConfig, got {self.prefetch!r}")
 
 
 @dataclass(frozen=True)

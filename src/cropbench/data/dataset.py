@@ -81,6 +81,8 @@ class CropDataset(Dataset[dict[str, Any]]):
             self.config.seed,
         )
         self.epoch = 0
+        self._expected: list[np.ndarray] = []
+        self._expected_at: dict[bytes, int] = {}
 
     def _index_objects(self, table: ObjectTable, stored_classes: dict[str, tuple[str, ...]]) -> None:
         metadata = self.reader.metadata
@@ -217,16 +219,12 @@ class CropDataset(Dataset[dict[str, Any]]):
         ``meanwhile`` runs while the direct reader's decode threads read
         (:meth:`~cropbench.formats.direct.DirectChunkReader.read_regions`), after the reads otherwise."""
         size = self.config.crop_size
-        _, height, width = self.reader.metadata.field_shape
-        y0, x0 = self.window_y0[indices], self.window_x0[indices]
         if out is None:
             out = np.empty((len(indices), len(self.channel_indices), size, size), dtype=self.reader.metadata.dtype)
-        clipped_y0, clipped_x0 = np.maximum(y0, 0), np.maximum(x0, 0)
-        clipped_y1, clipped_x1 = np.minimum(y0 + size, height), np.minimum(x0 + size, width)
-        top, left = clipped_y0 - y0, clipped_x0 - x0
-        bottom, right = clipped_y1 - y0, clipped_x1 - x0
+        regions = self.regions_of(indices)
+        top, left = regions.out_y0, regions.out_x0
+        bottom, right = top + (regions.y1 - regions.y0), left + (regions.x1 - regions.x0)
         padded = np.flatnonzero((top != 0) | (left != 0) | (bottom != size) | (right != size))
-        regions = Regions(self.field_index[indices], clipped_y0, clipped_y1, clipped_x0, clipped_x1, top, left)
 
         def pad_then_meanwhile() -> None:  # the padding lies outside every region: no read writes there
             zero_outside(out, padded, top, bottom, left, right)
@@ -234,10 +232,45 @@ class CropDataset(Dataset[dict[str, Any]]):
                 meanwhile()
 
         if isinstance(self.reader, DirectChunkReader):
+            self._prefetch_after(self.reader, indices)
             return self.reader.read_regions(regions, out, self._channels_arg, pad_then_meanwhile)
         self.reader.read_regions(regions, out, self._channels_arg)
         pad_then_meanwhile()
         return out
+
+    def regions_of(self, indices: np.ndarray) -> Regions:
+        """The windows of objects ``indices`` clipped to their fields, each landing where its crop
+        starts inside the field (the rest of the crop is padding)."""
+        size = self.config.crop_size
+        _, height, width = self.reader.metadata.field_shape
+        y0, x0 = self.window_y0[indices], self.window_x0[indices]
+        clipped_y0, clipped_x0 = np.maximum(y0, 0), np.maximum(x0, 0)
+        clipped_y1, clipped_x1 = np.minimum(y0 + size, height), np.minimum(x0 + size, width)
+        return Regions(
+            self.field_index[indices], clipped_y0, clipped_y1, clipped_x0, clipped_x1, clipped_y0 - y0, clipped_x0 - x0
+        )
+
+    def expect_batches(self, batches: Sequence[Sequence[int]]) -> None:
+        """The batches this dataset will be asked for, in the order a batch sampler yields them (known
+        before the epoch starts): a reader that prefetches is then told, at each batch, the next ones
+        the same process reads. In a DataLoader worker those are every ``num_workers``-th batch (torch
+        deals batches to its workers in turn); a batch not in the list reads as always, with no hint.
+        Expecting new batches (a new epoch) drops what was hinted from the old ones."""
+        self._expected = [np.asarray(batch, dtype=np.int64).reshape(-1) % len(self) for batch in batches]
+        self._expected_at = {batch.tobytes(): position for position, batch in enumerate(self._expected)}
+        if isinstance(self.reader, DirectChunkReader):
+            self.reader.cancel_prefetch()
+
+    def _prefetch_after(self, reader: DirectChunkReader, indices: np.ndarray) -> None:
+        """Hint ``reader`` with the batches this process reads after ``indices``, if they are known."""
+        ahead = reader.prefetch_batches
+        position = self._expected_at.get(np.asarray(indices, dtype=np.int64).tobytes()) if ahead else None
+        if position is None:
+            return
+        worker = get_worker_info()
+        step = 1 if worker is None else worker.num_workers
+        upcoming = self._expected[position + step : position + step * (ahead + 1) : step]
+        reader.prefetch([self.regions_of(batch) for batch in upcoming], self._channels_arg)
 
     def metadata_columns(self, indices: np.ndarray) -> dict[str, Any]:
         """:meth:`metadata_of` of many objects, batched as ``default_collate`` batches it

@@ -21,7 +21,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from cropbench.config import DECODE_PATHS, DEFAULT_CHUNK_CACHE_BYTES, LayoutSpec, ReaderOptions
+from cropbench.config import DECODE_PATHS, DEFAULT_CHUNK_CACHE_BYTES, LayoutSpec, PrefetchConfig, ReaderOptions
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import ngff
 from cropbench.formats.base import (
@@ -112,11 +112,13 @@ def open_plate(
     field_cache_fields: int = 2,
     metadata: PlateMetadata | None = None,
     decode_threads: int = 1,
+    prefetch: PrefetchConfig | None = None,
 ) -> PlateReader:
     """Open a plate, whatever its layout (detected from the path), with one decode path.
 
     ``decode_threads`` applies to the OME-Zarr chunk reader (``direct``, and inside ``field``); the
-    other formats' readers have nothing to decode in parallel and ignore it.
+    other formats' readers have nothing to decode in parallel and ignore it; so is ``prefetch``
+    (reading ahead of the batch asked for: the ``direct`` path's).
     """
     if decode not in DECODE_PATHS:
         raise ConfigError(f"decode={decode!r} is not one of {', '.join(DECODE_PATHS)}")
@@ -130,7 +132,7 @@ def open_plate(
     if decode == "field":  # the field cache holds whole fields: its reader needs no chunk cache of its own
         return FieldCacheReader(metadata, own_reader(metadata, ReaderOptions(0, decode_threads)), field_cache_fields)
     if decode == "direct":
-        return own_reader(metadata, ReaderOptions(chunk_cache_bytes, decode_threads))
+        return own_reader(metadata, ReaderOptions(chunk_cache_bytes, decode_threads, prefetch or PrefetchConfig()))
     return LIBRARY_READERS[metadata.format][1](metadata)
 
 

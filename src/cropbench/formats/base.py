@@ -360,6 +360,10 @@ class LruCache(Generic[Key, Value]):
         self._items.clear()
         self.used = 0
 
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is held, without marking it used."""
+        return key in self._items
+
     def __len__(self) -> int:
         return len(self._items)
 

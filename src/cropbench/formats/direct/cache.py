@@ -3,6 +3,9 @@ decode into again, the chunks the store lacks, and the counts of what was loaded
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import numpy as np
@@ -30,6 +33,9 @@ class ChunkCache:
     ``spare`` holds chunk arrays the LRU let go, of the one (shape, dtype) in ``spare_kind``, about
     as many as a batch loads: the native loads decode into one only when nothing else holds it,
     rather than allocating (and freeing) an array per chunk.
+
+    Decode threads and the prefetch keep chunks while a batch looks its chunks up: both go through
+    :meth:`get_many` and :meth:`keep`, under one lock.
     """
 
     def __init__(self, budget: int, stats: ReadStats) -> None:
@@ -39,14 +45,44 @@ class ChunkCache:
         self.spare_kind: tuple[tuple[int, int, int], np.dtype] | None = None
         #: Keys of chunks the store lacks (read as the fill value).
         self.missing: set[int] = set()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _locked(self) -> threading.Lock:
+        """The lock of this process: in a forked worker a parent's prefetch thread may have held it at the fork."""
+        if self._pid != os.getpid():
+            self._lock, self._pid = threading.Lock(), os.getpid()
+        return self._lock
 
     def clear(self) -> None:
-        self.lru.clear()
-        self.spare.clear()
-        self.missing.clear()
+        with self._locked():
+            self.lru.clear()
+            self.spare.clear()
+            self.missing.clear()
+
+    def get_many(self, keys: Iterable[int]) -> dict[int, np.ndarray]:
+        """The chunks held of ``keys``, each marked as just used."""
+        with self._locked():
+            return self.lru.get_many(keys)
+
+    def absent(self, keys: Iterable[int]) -> list[int]:
+        """Which of ``keys`` the cache does not hold (without marking the others used)."""
+        with self._locked():
+            held = self.lru
+            return [key for key in keys if key not in held]
+
+    def count_fetched(self, nbytes: int, reads: int) -> None:
+        """Count bytes read for something other than chunks (a shard index)."""
+        with self._locked():
+            self.stats.bytes_fetched += nbytes
+            self.stats.reads += reads
 
     def keep(self, loaded: Loaded) -> None:
-        """Cache the chunks loaded and count the reads and decodes (one thread at a time)."""
+        """Cache the chunks loaded and count the reads and decodes."""
+        with self._locked():
+            self._keep(loaded)
+
+    def _keep(self, loaded: Loaded) -> None:
         stats = self.stats
         stats.bytes_fetched += loaded.fetched
         stats.reads += loaded.reads

@@ -213,10 +213,11 @@ class FieldLayouts:
                     f"{array_dir}: a chunk grid of {grid} is beyond the direct decode path "
                     f"(at most {MAX_C_CHUNKS} channel and {MAX_YX_CHUNKS} y/x chunks); use decode='zarr'"
                 )
-            self.layouts[field_index] = layout
             self.bases[field_index] = f"{self.metadata.fields[field_index].path}/"
             self.native_codecs[field_index] = native_codec(layout) if self.local else None
             self.geometries.add(layout.geometry)
+            # Last: a thread that finds the layout (a read, or the prefetch) finds the rest with it.
+            self.layouts[field_index] = layout
         return layout
 
     def object_key(self, field_index: int, c_index: int, y_index: int, x_index: int) -> str:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 import numcodecs.blosc
 import numpy as np
 
-from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, ReaderOptions
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, PrefetchConfig, ReaderOptions
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, Regions
 from cropbench.formats.direct.cache import ChunkCache
@@ -26,6 +26,7 @@ from cropbench.formats.direct.keys import MAX_FIELDS
 from cropbench.formats.direct.layout import FieldLayouts
 from cropbench.formats.direct.loads import ChunkLoader
 from cropbench.formats.direct.planning import PiecePlanner
+from cropbench.formats.direct.prefetch import Prefetcher
 from cropbench.formats.direct.reads import ReadPlanner
 from cropbench.formats.direct.scheduling import BatchScheduler, DecodeThreads
 from cropbench.formats.direct.shards import ShardIndex
@@ -67,6 +68,10 @@ class DirectChunkReader(PlateReader):
     plate in an object store (ranges closer than the store's ``coalesce_gap_bytes`` merged, the
     requests of a batch kept ``in_flight`` at once). The byte source and the shard indexes are
     opened once per process and kept.
+
+    Told the batches it will be asked for next (:meth:`prefetch`), it reads their chunks into its
+    cache while the current batch decodes (:mod:`.prefetch`; ``prefetch.batches`` of them, by
+    default over an object store only).
     """
 
     decode = "direct"
@@ -78,6 +83,7 @@ class DirectChunkReader(PlateReader):
         metadata: PlateMetadata,
         chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES,
         decode_threads: int = 1,
+        prefetch: PrefetchConfig | None = None,
     ) -> None:
         super().__init__(metadata)
         if not isinstance(decode_threads, int) or decode_threads < 1:
@@ -89,26 +95,47 @@ class DirectChunkReader(PlateReader):
             )
         self.chunk_cache_bytes = chunk_cache_bytes
         self.decode_threads = decode_threads
+        self.prefetch_config = prefetch or PrefetchConfig()
         remote = metadata.remote
+        #: Batches read ahead of the one asked for, once told which come next (0: none).
+        self.prefetch_batches = self.prefetch_config.batches_for(remote is not None)
         self.layouts = FieldLayouts(metadata, local=remote is None)
         self.cache = ChunkCache(chunk_cache_bytes, self.stats)
-        self.shards = ShardIndex(self.layouts, self.stats)
+        self.shards = ShardIndex(self.layouts, self.cache.count_fetched)
         self._source = ProcessSource(metadata, self.shards.forget)
         self.pieces = PiecePlanner(self.layouts, metadata.field_shape[0])
         self.reads = ReadPlanner(self.layouts, self.shards, int(remote["store"]["coalesce_gap_bytes"]) if remote else 0)
         self.loader = self.loader_class(self.layouts, self.cache, self._source)
         self.threads = DecodeThreads(decode_threads)
         self.scheduler = BatchScheduler(self.cache, self.reads, self.loader, self.threads, self._source)
+        self.prefetcher = (
+            Prefetcher(
+                self.prefetch_config, self.layouts, self.pieces, self.cache, self.reads, self.loader, self._source
+            )
+            if self.prefetch_batches
+            else None
+        )
         numcodecs.blosc.use_threads = False
 
     @classmethod
     def from_options(cls, metadata: PlateMetadata, options: ReaderOptions) -> Self:
-        return cls(metadata, chunk_cache_bytes=options.chunk_cache_bytes, decode_threads=options.decode_threads)
+        return cls(
+            metadata,
+            chunk_cache_bytes=options.chunk_cache_bytes,
+            decode_threads=options.decode_threads,
+            prefetch=options.prefetch,
+        )
 
     def _config_state(self) -> dict[str, Any]:
-        return {"chunk_cache_bytes": self.chunk_cache_bytes, "decode_threads": self.decode_threads}
+        return {
+            "chunk_cache_bytes": self.chunk_cache_bytes,
+            "decode_threads": self.decode_threads,
+            "prefetch": self.prefetch_config,
+        }
 
     def close(self) -> None:
+        if self.prefetcher is not None:  # first: no prefetch thread may cache into what is cleared
+            self.prefetcher.close()
         self.cache.clear()
         self.shards.forget()
         self._source.close()
@@ -149,8 +176,27 @@ class DirectChunkReader(PlateReader):
         threads decode, with one thread after the reads."""
         self._check_regions(regions, out)
         plan = self.pieces.plan_regions(regions, channels)
-        self.scheduler.execute(plan, out, meanwhile)
+        if self.prefetcher is None:
+            self.scheduler.execute(plan, out, meanwhile)
+        else:
+            claimed = self.prefetcher.before_read(plan.runs)
+            try:
+                self.scheduler.execute(plan, out, meanwhile)
+            finally:
+                self.prefetcher.after_read(claimed)
         self.stats.regions += len(regions)
         areas = (regions.y1 - regions.y0) * (regions.x1 - regions.x0)
         self.stats.bytes_delivered += int(areas.sum()) * out.shape[1] * out.itemsize
         return out
+
+    def prefetch(self, upcoming: Sequence[Regions], channels: np.ndarray | None = None) -> None:
+        """The regions of the batches this process reads next, nearest first: their chunks are fetched
+        into the cache in the background (a hint: a no-op when prefetch is off, and the reads give the
+        same bytes whatever was prefetched)."""
+        if self.prefetcher is not None and upcoming:
+            self.prefetcher.hint(upcoming, channels)
+
+    def cancel_prefetch(self) -> None:
+        """Drop the batches hinted and not yet fetched (the order changed: a new epoch)."""
+        if self.prefetcher is not None:
+            self.prefetcher.cancel()

@@ -115,7 +115,6 @@ class BatchScheduler:
         self.loader = loader
         self.threads = threads
         self.source = source
-        self._keep_lock = threading.Lock()  # decode threads cache and count what they loaded
 
     def execute(
         self,
@@ -129,7 +128,7 @@ class BatchScheduler:
         The caller's ``meanwhile`` (Python) runs on this thread after its copies, while the pool
         thread decodes."""
         runs = plan.runs
-        chunks = self.cache.lru.get_many(runs)
+        chunks = self.cache.get_many(runs)
         missing = len(runs) - len(chunks)
         cached = list(chunks)
         threads = self.threads.threads
@@ -196,5 +195,4 @@ class BatchScheduler:
         if len(left):
             copy_pieces(left, plan.channels, chunks, out)
         if loaded is not None:
-            with self._keep_lock:
-                self.cache.keep(loaded)
+            self.cache.keep(loaded)

@@ -4,12 +4,13 @@ kept end to end in one int64 table, so a batch looks its chunks' byte ranges up 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from cropbench.errors import StoreError
-from cropbench.formats.base import ReadStats
 from cropbench.formats.direct.codecs.crc32c import crc32c
 from cropbench.formats.direct.keys import chunk_name, field_of
 from cropbench.formats.direct.layout import FieldLayouts
@@ -47,17 +48,23 @@ def check_index(entries: np.ndarray, max_encoded: int, shard_bytes: int | None, 
 
 
 class ShardIndex:
-    """The shard indexes read so far (per process: :meth:`forget` when the byte source is reopened)."""
+    """The shard indexes read so far (per process: :meth:`forget` when the byte source is reopened).
 
-    def __init__(self, layouts: FieldLayouts, stats: ReadStats) -> None:
+    A batch's reads and the prefetch of the next batches look shards up from different threads: the
+    lock makes each index fetched once, and the table's rows consistent with the entries given out.
+    """
+
+    def __init__(self, layouts: FieldLayouts, count_fetched: Callable[[int, int], None]) -> None:
         self.layouts = layouts
-        self.stats = stats
+        self._count_fetched = count_fetched  # (bytes, reads): counted with the chunks' under one lock
         self._shards: dict[int, ShardEntry | None] = {}
         self._table = np.empty((0, 2), dtype=np.int64)
         self._pending: list[np.ndarray] = []
+        self._lock = threading.Lock()
 
     def forget(self) -> None:
-        """Drop every index read (a forked worker reads its own)."""
+        """Drop every index read (a forked worker reads its own, under a lock no parent thread holds)."""
+        self._lock = threading.Lock()
         self._shards.clear()
         self._table = np.empty((0, 2), dtype=np.int64)
         self._pending = []
@@ -66,14 +73,24 @@ class ShardIndex:
         """Every shard index read so far, end to end: (offset, size) of each inner chunk as int64, a
         shard's entries from the row :meth:`lookup` gave it; -1 marks an empty entry."""
         if self._pending:
-            self._table, self._pending = np.concatenate([self._table, *self._pending]), []
-        return self._table[:, 0], self._table[:, 1]
+            with self._lock:
+                if self._pending:
+                    self._table, self._pending = np.concatenate([self._table, *self._pending]), []
+        table = self._table
+        return table[:, 0], table[:, 1]
 
     def lookup(self, shard_id: int, source: ByteSource) -> ShardEntry | None:
         """The entry of one shard (``shard_id`` packs its field and grid coordinates as a chunk key
         does), its index fetched once per process; None when the shard does not exist."""
         if shard_id in self._shards:
             return self._shards[shard_id]
+        with self._lock:
+            if shard_id in self._shards:  # fetched by another thread while this one waited
+                return self._shards[shard_id]
+            return self._fetch(shard_id, source)
+
+    def _fetch(self, shard_id: int, source: ByteSource) -> ShardEntry | None:
+        """:meth:`lookup` of a shard not read yet (under the lock)."""
         field_index = field_of(shard_id)
         layout = self.layouts.layouts[field_index]
         shard_key = self.layouts.object_key(field_index, *chunk_name(shard_id))
@@ -92,8 +109,7 @@ class ShardIndex:
             if crc32c(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
                 raise StoreError(f"shard {path} has a corrupt index (crc32c mismatch)")
             raw = raw[:-4]
-        self.stats.bytes_fetched += size
-        self.stats.reads += 1
+        self._count_fetched(size, 1)
         entries = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
         descriptor = source.descriptor(shard_key) if isinstance(source, FileSource) else None
         shard_bytes = None if descriptor is None else os.fstat(descriptor).st_size

@@ -1,0 +1,208 @@
+"""The direct reader's prefetch: told the next batches, it reads their chunks into its cache while the
+current batch decodes. Over a plate served by nginx and a local one: the same bytes as without
+prefetch, each chunk fetched once, the bytes in flight bounded, and cancellation that leaves no
+thread running and a consistent cache."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY_SPEC
+from torch.utils.data import BatchSampler, DataLoader
+
+from cropbench.config import LAYOUTS, CropConfig, PrefetchConfig, StoreConfig
+from cropbench.data.dataset import CropDataset
+from cropbench.data.loader import batch_collate
+from cropbench.data.sampling import RandomObjectSampler
+from cropbench.errors import ConfigError
+from cropbench.formats import DirectChunkReader, Regions, open_plate
+from cropbench.formats.sources import mirror_metadata, write_index
+from cropbench.measure import endpoints
+from cropbench.plates.generate import generate_plate
+
+BATCH = 8
+#: A cache that holds the whole tiny plate: every prefetched chunk stays until it is read.
+WHOLE_PLATE_CACHE = 64 * 2**20
+
+
+@pytest.fixture(scope="module")
+def plate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("prefetch") / "tiny.zarr"
+    generate_plate(path, TINY_SPEC, LAYOUTS["default"], progress=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def served_plate(plate: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The plate served by nginx, opened through its metadata mirror."""
+    if endpoints.nginx_binary() is None:
+        pytest.skip("nginx is not installed: apt-get install -y nginx")
+    www = tmp_path_factory.mktemp("www")
+    shutil.copytree(plate, www / plate.name)
+    write_index(www / plate.name)
+    with endpoints.http_server(www) as endpoint:
+        yield mirror_metadata(f"{endpoint}/{plate.name}", StoreConfig(), cache_dir=www.parent / "mirror")
+
+
+def _dataset(path: Path, prefetch: PrefetchConfig, cache: int = WHOLE_PLATE_CACHE) -> CropDataset:
+    reader = open_plate(path, "direct", cache, prefetch=prefetch)
+    return CropDataset(path, CropConfig(dtype="uint16", chunk_cache_bytes=cache), reader=reader)
+
+
+def _batches(dataset: CropDataset) -> list[list[int]]:
+    return list(BatchSampler(RandomObjectSampler(len(dataset), seed=3), BATCH, drop_last=False))
+
+
+def _prefetch_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith("cropbench-prefetch")]
+
+
+def _read_all(dataset: CropDataset, batches: list[list[int]]) -> list[torch.Tensor]:
+    dataset.expect_batches(batches)
+    return [dataset.__getitems__(batch).collated()["image"].clone() for batch in batches]
+
+
+@pytest.mark.parametrize("where", ["local", "http"])
+def test_prefetch_gives_the_same_bytes_and_fetches_each_chunk_once(where: str, plate: Path, served_plate: Path) -> None:
+    path = plate if where == "local" else served_plate
+    plain = _dataset(path, PrefetchConfig(batches=0))
+    ahead = _dataset(path, PrefetchConfig(batches=3))
+    batches = _batches(plain)
+    expected = _read_all(plain, batches)
+    got = _read_all(ahead, batches)
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    assert isinstance(ahead.reader, DirectChunkReader) and ahead.reader.prefetcher is not None
+    assert not ahead.reader.prefetcher.errors
+    # The cache holds the whole plate, so each chunk is loaded once however it was split between the
+    # prefetch and the batch reads: nothing fetched twice (requests may differ: reads coalesce differently).
+    assert ahead.reader.stats.chunks_decoded == plain.reader.stats.chunks_decoded
+    ahead.reader.close()
+    plain.reader.close()
+    assert not _prefetch_threads()
+
+
+def test_prefetched_chunks_are_cache_hits(served_plate: Path) -> None:
+    """Chunks prefetched before a batch is read are not requested by the batch."""
+    dataset = _dataset(served_plate, PrefetchConfig(batches=1))
+    reader = dataset.reader
+    assert isinstance(reader, DirectChunkReader) and reader.prefetcher is not None
+    batches = _batches(dataset)
+    regions = dataset.regions_of(np.asarray(batches[1]))
+    reader.prefetch([regions])
+    reader.prefetcher.wait()
+    before = reader.source.requests
+    assert before > 0
+    reader.read_regions(regions, np.empty((len(regions), 5, 96, 96), dtype=np.uint16))
+    assert reader.source.requests == before
+    reader.close()
+
+
+def test_bytes_in_flight_stay_within_the_bound(served_plate: Path) -> None:
+    """Counted at the byte source: the bytes of ranges requested and not yet answered."""
+    bound = 40_000  # about one coalesced read of the tiny plate: the reads go nearly one at a time
+    dataset = _dataset(served_plate, PrefetchConfig(batches=4, bytes_in_flight=bound, threads=3))
+    reader = dataset.reader
+    assert isinstance(reader, DirectChunkReader) and reader.prefetcher is not None
+    source = reader.source
+    lock, in_flight, peak, largest = threading.Lock(), [0], [0], [0]
+    fetch_many = source.get_many
+
+    def counted(requests: list[tuple[str, int, int]]) -> list[bytes | None]:
+        nbytes = sum(max(length, 0) for _, _, length in requests)
+        with lock:
+            in_flight[0] += nbytes
+            peak[0] = max(peak[0], in_flight[0])
+            largest[0] = max(largest[0], nbytes)
+        try:
+            return fetch_many(requests)
+        finally:
+            with lock:
+                in_flight[0] -= nbytes
+
+    source.get_many = counted  # type: ignore[method-assign]
+    batches = _batches(dataset)
+    reader.prefetch([dataset.regions_of(np.asarray(batch)) for batch in batches[1:]])
+    reader.prefetcher.wait()
+    assert reader.prefetcher.budget.used == 0
+    assert largest[0] > 0, "the prefetch fetched nothing"
+    assert peak[0] <= max(bound, largest[0])
+    assert reader.prefetcher.budget.peak <= max(bound, largest[0])
+    reader.close()
+
+
+def test_cancel_leaves_no_thread_and_a_consistent_cache(served_plate: Path, plate: Path) -> None:
+    dataset = _dataset(served_plate, PrefetchConfig(batches=8, bytes_in_flight=20_000))
+    reader = dataset.reader
+    assert isinstance(reader, DirectChunkReader) and reader.prefetcher is not None
+    batches = _batches(dataset)
+    reader.prefetch([dataset.regions_of(np.asarray(batch)) for batch in batches])
+    assert _prefetch_threads()
+    reader.cancel_prefetch()
+    reader.prefetcher.close()
+    assert not _prefetch_threads()
+    assert len(reader.prefetcher.claims) == 0
+    # Whatever reached the cache decoded whole: every cached chunk reads as the local plate's.
+    local = open_plate(plate, "direct")
+    assert isinstance(local, DirectChunkReader)
+    keys = list(reader.cache.lru._items)
+    for key, chunk in reader.cache.get_many(keys).items():
+        fresh = local.loader.load(local.reads.plan([key], local.source)[0]).chunks
+        assert [k for k, _, _ in fresh] == [key]
+        assert np.array_equal(fresh[0][1], chunk)
+    local.close()
+    reader.close()
+
+
+def test_a_dataloader_worker_prefetches_its_own_batches(served_plate: Path) -> None:
+    """Two workers: each hints the batches torch deals it; the bytes are those read without prefetch."""
+    plain = _dataset(served_plate, PrefetchConfig(batches=0))
+    ahead = _dataset(served_plate, PrefetchConfig(batches=2))
+    batches = _batches(plain)
+    expected = _read_all(plain, batches)
+    ahead.expect_batches(batches)
+    loader = DataLoader(ahead, batch_sampler=batches, num_workers=2, collate_fn=batch_collate)
+    got = [batch["image"] for batch in loader]
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    plain.reader.close()
+    ahead.reader.close()
+
+
+def test_prefetch_is_off_on_a_local_plate_unless_asked(plate: Path, served_plate: Path) -> None:
+    assert open_plate(plate, "direct").prefetch_batches == 0  # type: ignore[attr-defined]
+    assert open_plate(plate, "direct", prefetch=PrefetchConfig(batches=2)).prefetch_batches == 2  # type: ignore[attr-defined]
+    assert open_plate(served_plate, "direct").prefetch_batches == 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [({"batches": -1}, "batches"), ({"bytes_in_flight": 0}, "bytes_in_flight"), ({"threads": 0}, "threads")],
+)
+def test_bad_prefetch_settings_are_named(settings: dict[str, int], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        PrefetchConfig(**settings)
+
+
+def test_a_worker_hints_the_batches_torch_deals_it(plate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker 0 of 2 reads batches 0, 2, 4, ...: after batch 0 it hints batches 2 and 4, not 1."""
+    dataset = _dataset(plate, PrefetchConfig(batches=2))
+    reader = dataset.reader
+    assert isinstance(reader, DirectChunkReader)
+    hinted: list[Regions] = []
+    monkeypatch.setattr(reader, "prefetch", lambda upcoming, channels=None: hinted.extend(upcoming))
+    monkeypatch.setattr("cropbench.data.dataset.get_worker_info", lambda: SimpleNamespace(id=0, num_workers=2))
+    batches = _batches(dataset)
+    dataset.expect_batches(batches)
+    dataset.__getitems__(batches[0])
+    expected = [dataset.regions_of(np.asarray(batches[position])) for position in (2, 4)]
+    assert [regions.table().tolist() for regions in hinted] == [regions.table().tolist() for regions in expected]
+    hinted.clear()
+    dataset.__getitems__(list(reversed(batches[0])))  # a batch not in the order: no hint
+    assert hinted == []
+    reader.close()
