@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 mirror, config, reader=open_plate(mirror, chunk_cache_bytes=cache, prefetch=on)
             ),
         }
-        probe = readers["remote"].reader.source.object_url("zarr.json")  # type: ignore[attr-defined]
+        probe = readers["remote"].reader.source.object_url("zarr.json")
         ceiling = endpoints.request_ceiling(probe, seconds=1.0, threads=args.in_flight)
         count = len(readers["local"])
         order = list(BatchSampler(RandomObjectSampler(count, seed=0), args.batch_size, drop_last=True))
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  the proxied server's ceiling: {ceiling:.0f} requests/s ({args.in_flight} clients, 1-byte ranges)")
         for name, values in rates.items():
             median = float(np.median(values))
-            source = readers[name].reader.source  # type: ignore[attr-defined]
+            source = readers[name].reader.source
             counted = (  # the workers' sources count their own requests, out of sight here
                 f"  {source.requests / crops:.2f} requests/crop  {source.bytes_transferred / crops / 1e3:.0f} "
                 f"kB/crop  {median * source.requests / crops:.0f} requests/s"
