@@ -25,6 +25,7 @@ not by the model, and says so (``server_bound``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import math
 import os
@@ -33,12 +34,15 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
+from cropbench import metrics as m
 from cropbench.errors import ConfigError
+from cropbench.formats.sources import write_index
 from cropbench.measure.endpoints import START_TIMEOUT_S, nginx_binary
 
 #: Debian's nginx modules: the Lua module (``ngx.sleep``) and the development kit it needs.
@@ -46,8 +50,10 @@ NGINX_MODULES = Path("/usr/share/nginx/modules")
 LUA_MODULES = ("ndk_http_module.so", "ngx_http_lua_module.so")
 #: What installs them (``scripts/setup.sh`` and ``.ci/run`` try it).
 INSTALL_COMMAND = "apt-get install -y nginx libnginx-mod-http-lua iproute2"
-#: Share of one core the server may use over a measured stretch before the stretch is server-bound.
+#: Share of a measured stretch the server may be busy (running or ready to run) before it is server-bound.
 SERVER_BOUND_SHARE = 0.5
+#: The validity flag of a row whose store's server was the bound (see :attr:`ServerWindow.server_bound`).
+SERVER_BOUND_FLAG = "server-bound"
 #: The 99th percentile of a standard normal: a log-normal's p99 is its median times exp(2.326 sigma).
 _Z99 = 2.3263478740408408
 #: Namespaces, veths and addresses of this module: named by process id and a counter, in 10.251/16.
@@ -278,6 +284,19 @@ class ServerWindow:
     def body_bytes(self) -> int:
         return sum(trace.body_bytes for trace in self.requests)
 
+    def metrics(self, delivered: int) -> dict[str, Any]:
+        """The stretch as a row's metrics: requests and body bytes per crop ``delivered``, the server's
+        shares and whether it was the bound, and the store's model."""
+        return {
+            m.SERVER_REQUESTS: len(self.requests),
+            m.REQUESTS_PER_CROP: len(self.requests) / max(delivered, 1),
+            m.BYTES_TRANSFERRED_PER_CROP: self.body_bytes / max(delivered, 1),
+            m.SERVER_CORE_SHARE: self.server_core_share,
+            m.SERVER_BUSY_SHARE: self.server_busy_share,
+            m.SERVER_BOUND: self.server_bound,
+            m.STORE_MODEL: dataclasses.asdict(self.store.model),
+        }
+
 
 @dataclass
 class EmulatedStore:
@@ -469,6 +488,30 @@ def _teardown(process: subprocess.Popen[bytes] | None, namespace: str, host_side
     subprocess.run(["ip", "link", "delete", host_side], capture_output=True, check=False)
 
 
+@contextlib.contextmanager
+def linked_root(links: Mapping[str, Path]) -> Iterator[Path]:
+    """A temporary folder to serve holding, at each relative path of ``links``, a symbolic link to its
+    folder: stores are served where a client expects them (``BUCKET/PREFIX``) without a copy."""
+    with tempfile.TemporaryDirectory(prefix="cropbench-store-root-") as folder:
+        root = Path(folder)
+        for relative, target in links.items():
+            link = root / relative
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(Path(target).resolve(), target_is_directory=True)
+        yield root
+
+
+@contextlib.contextmanager
+def emulated_plate(plate: Path, model: StoreModel | None = None) -> Iterator[tuple[EmulatedStore, str]]:
+    """A local plate in an emulated store, from a temporary copy with its key index (HTTP cannot list;
+    the plate folder itself is left untouched); yields the running store and the plate's URL."""
+    with tempfile.TemporaryDirectory(prefix="cropbench-store-plate-") as folder:
+        shutil.copytree(plate, Path(folder) / plate.name)
+        write_index(Path(folder) / plate.name)
+        with emulated_store(Path(folder), model) as store:
+            yield store, f"{store.endpoint}/{plate.name}"
+
+
 def namespaces() -> list[str]:
     """The names ``ip netns list`` shows (to check that a run left none behind)."""
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
@@ -476,12 +519,15 @@ def namespaces() -> list[str]:
 
 
 __all__ = [
+    "SERVER_BOUND_FLAG",
+    "SERVER_BOUND_SHARE",
     "EmulatedStore",
     "RequestTrace",
-    "SERVER_BOUND_SHARE",
     "ServerWindow",
     "StoreModel",
+    "emulated_plate",
     "emulated_store",
+    "linked_root",
     "namespaces",
     "unavailable",
 ]

@@ -79,7 +79,7 @@ PANELS = (
         "crops/s",
         (
             Series(m.prefixed(SHUFFLED, m.SAMPLES_PER_S), LOCAL_COLOR, "local disk"),
-            Series(m.prefixed(REMOTE, m.SAMPLES_PER_S), REMOTE_COLOR, "over the loopback S3 store"),
+            Series(m.prefixed(REMOTE, m.SAMPLES_PER_S), REMOTE_COLOR, "over the emulated object store"),
         ),
     ),
     Panel(
@@ -92,7 +92,7 @@ PANELS = (
                 IN_TURNS_COLOR,
                 "local disk, converted and in place read in turns",
             ),
-            Series(m.prefixed(REMOTE, BREAK_EVEN_EPOCHS), REMOTE_COLOR, "over the loopback S3 store"),
+            Series(m.prefixed(REMOTE, BREAK_EVEN_EPOCHS), REMOTE_COLOR, "over the emulated object store"),
         ),
     ),
 )
