@@ -317,6 +317,25 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
     assert figure is not None and figure.stat().st_size > 0
 
 
+@pytest.mark.slow
+def test_mds_workers_over_a_keep_alive_store_each_read_their_own_shards(tiny_plate: Path, tmp_path: Path) -> None:
+    """Forked workers sharing the connection the parent opened for index.json read each other's
+    answers (shards holding another shard's bytes): the remote epochs deliver every crop, decoded."""
+    from cropbench.data.training import training_format
+    from cropbench.measure.store_emulation import unavailable
+    from cropbench.tracks.conversion import REMOTE, REMOTE_SKIP_REASON, remote_epochs
+
+    if unavailable() is not None:
+        pytest.skip(unavailable() or "")
+    if "mds" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["mds"].available() or "")
+    done = convert_crops(tiny_plate, tmp_path / "mds", "mds", crop_size=32, shard_bytes=20_000)
+    comparison = dataclasses.replace(TINY, formats=("mds",), epochs=1, workers=2, batch_size=4, remote_latency_ms=1)
+    row = remote_epochs(training_format("mds"), done.path, done.info.plate_name, comparison, done.info.count)
+    assert REMOTE_SKIP_REASON not in row, row.get(REMOTE_SKIP_REASON)
+    assert row[m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
+
+
 def test_a_remote_failure_is_one_line_and_litdatas_plain_http_refusal_says_what_refused() -> None:
     from cropbench.data.training import S3Access
     from cropbench.data.training.litdata_chunks import PLAIN_HTTP_REFUSED
