@@ -64,13 +64,14 @@ pip_install() {
 }
 
 # apt_optional PACKAGE TOOL WHAT: install a system package with apt-get (through sudo -n unless root) when
-# TOOL is neither on the PATH nor in /usr/sbin; never fatal: where it cannot be installed, one line says
-# so and what will skip (WHAT).
+# TOOL is neither on the PATH nor in /usr/sbin (a TOOL starting with / is a file the package installs, such
+# as an nginx module); never fatal: where it cannot be installed, one line says so and what will skip (WHAT).
 apt_optional() {
   local package=$1 tool=$2 what=$3 sudo=""
-  if command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ]; then
-    return 0
-  fi
+  case $tool in
+    /*) if [ -e "$tool" ]; then return 0; fi ;;
+    *) if command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ]; then return 0; fi ;;
+  esac
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "setup: $tool is not installed and there is no apt-get (install $package); $what" >&2
     return 0
@@ -90,6 +91,8 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 # valgrind counts instructions for benchmarks/instructions.py (a system package, not a Python one).
 apt_optional valgrind valgrind "the instruction-count benchmarks and tests will skip"
+# nginx's Lua module (it brings nginx): the emulated object store's per-request latency.
+apt_optional libnginx-mod-http-lua /usr/share/nginx/modules/ngx_http_lua_module.so "the store emulation tests will skip"
 stamp=.venv/.cropbench-setup
 log=.venv/setup-pip.log
 # [remote]: the object-store clients and the loopback S3 server the remote tests start (tests/test_remote.py);

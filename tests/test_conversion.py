@@ -271,12 +271,12 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
     tiny_plate: Path, tmp_path: Path
 ) -> None:
     from cropbench.data.training.litdata_chunks import PLAIN_HTTP_REFUSED
-    from cropbench.measure.endpoints import moto_available
+    from cropbench.measure.store_emulation import SERVER_BOUND_FLAG, unavailable
     from cropbench.metrics import REMOTE, REMOTE_CACHE_BYTES, REMOTE_SKIP_REASON
     from cropbench.report.formats_figure import formats_figure
 
-    if not moto_available():
-        pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")
+    if unavailable() is not None:
+        pytest.skip(unavailable() or "")
     formats = tuple(name for name in ("hdf5", "webdataset", "litdata", "mds") if name in AVAILABLE)
     if "mds" not in formats:
         pytest.skip(TRAINING_FORMATS["mds"].available() or "")
@@ -284,7 +284,7 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
         formats=formats, crop_size=32, samples=10, warmup=0, repeats=1, workers=0, epochs=1, remote_latency_ms=5
     )
     rows = api.run(tiny_plate, [Formats(comparison, tmp_path / "work")])
-    assert "over a loopback S3 store at 5 ms per request" in formats_table(rows)
+    assert "over the emulated object store at 5 ms median first-byte latency" in formats_table(rows)
     records = {r.case: r.metrics for r in rows}
     streamed = records["mds"]
     assert streamed[m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
@@ -292,7 +292,11 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
     assert streamed[REMOTE_CACHE_BYTES] > 0
     # every crop came over the store at least once: a request per shard and the index at the least
     assert 0 < streamed[m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] < 1
-    assert "local files" in records["hdf5"][REMOTE_SKIP_REASON]
+    assert streamed[m.prefixed(REMOTE, m.BYTES_TRANSFERRED_PER_CROP)] > 32 * 32 * 2, "every crop crossed the wire"
+    flagged = SERVER_BOUND_FLAG in streamed.get(m.VALIDITY_FLAGS, [])
+    assert streamed[m.prefixed(REMOTE, m.SERVER_BOUND)] is flagged, "a server-bound row says so among its flags"
+    if "hdf5" in records:
+        assert "local files" in records["hdf5"][REMOTE_SKIP_REASON]
     if "webdataset" in records:  # shards by plain HTTP through curl
         assert records["webdataset"][m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
         assert records["webdataset"][m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] > 0
@@ -312,6 +316,26 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
     assert not (tmp_path / "work").exists()
     figure = formats_figure(rows, tmp_path / "formats.png")  # remote bars beside the local ones
     assert figure is not None and figure.stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_mds_workers_over_a_keep_alive_store_each_read_their_own_shards(tiny_plate: Path, tmp_path: Path) -> None:
+    """Forked workers sharing the connection the parent opened for index.json read each other's
+    answers (shards holding another shard's bytes): the remote epochs deliver every crop, decoded."""
+    from cropbench.data.training import training_format
+    from cropbench.measure.store_emulation import unavailable
+    from cropbench.metrics import REMOTE, REMOTE_SKIP_REASON
+    from cropbench.tracks.formats import remote_epochs
+
+    if unavailable() is not None:
+        pytest.skip(unavailable() or "")
+    if "mds" not in AVAILABLE:
+        pytest.skip(TRAINING_FORMATS["mds"].available() or "")
+    done = convert_crops(RunContext(plate=tiny_plate), tmp_path / "mds", "mds", crop_size=32, shard_bytes=20_000)
+    comparison = dataclasses.replace(TINY, formats=("mds",), epochs=1, workers=2, batch_size=4, remote_latency_ms=1)
+    row = remote_epochs(training_format("mds"), done.path, done.info.plate_name, comparison, done.info.count)
+    assert REMOTE_SKIP_REASON not in row, row.get(REMOTE_SKIP_REASON)
+    assert row[m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
 
 
 def test_a_remote_failure_is_one_line_and_litdatas_plain_http_refusal_says_what_refused() -> None:
@@ -469,12 +493,12 @@ def test_a_library_failing_over_the_loopback_store_leaves_no_traceback_on_stderr
     tiny_plate: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from cropbench.data.training import training_format
-    from cropbench.measure.endpoints import moto_available
+    from cropbench.measure.store_emulation import unavailable
     from cropbench.metrics import REMOTE_SKIP_REASON
     from cropbench.tracks.formats import remote_epochs
 
-    if not moto_available():
-        pytest.skip("moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'")
+    if unavailable() is not None:
+        pytest.skip(unavailable() or "")
     if "litdata" not in AVAILABLE:
         pytest.skip(TRAINING_FORMATS["litdata"].available() or "")
     done = convert_crops(

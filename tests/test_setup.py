@@ -105,6 +105,18 @@ def test_apt_optional_leaves_an_installed_tool_alone(tmp_path: Path) -> None:
     assert result.stdout.strip() == "rc=0" and result.stderr == "" and not calls.exists()
 
 
+def test_apt_optional_takes_a_file_the_package_installs_for_its_tool(tmp_path: Path) -> None:
+    calls, installed = tmp_path / "calls", tmp_path / "module.so"
+    path = _fake_tools(
+        tmp_path / "bin", sudo=f'echo "$*" >> {calls}; shift; "$@"', **{"apt-get": f'echo "$*" >> {calls}'}
+    )
+    command = f'PATH="{path}"\napt_optional fakepkg {installed} "the fake tests will skip"\necho "rc=$?"'
+    assert _bash(command).stdout.strip() == "rc=0" and "install -y -q fakepkg" in calls.read_text()
+    calls.unlink()
+    installed.write_bytes(b"")
+    assert _bash(command).stdout.strip() == "rc=0" and not calls.exists()
+
+
 def test_apt_optional_installs_a_missing_tool_with_apt_get(tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     log = f'echo "$*" >> {calls}'

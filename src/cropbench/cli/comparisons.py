@@ -251,7 +251,8 @@ def add_comparison_commands(commands: Commands) -> None:
     formats.add_argument(
         "--latency-ms",
         type=float,
-        help="also read each store's epochs from a loopback S3 server (moto) adding this latency per request",
+        help="also read each store's epochs from the emulated object store at this median first-byte latency "
+        "(nginx in a network namespace; needs root and nginx's Lua module)",
     )
     formats.add_argument("--no-progress", action="store_true", help="no progress bar")
     formats.set_defaults(handler=cmd_compare_formats)

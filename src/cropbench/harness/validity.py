@@ -17,6 +17,7 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.formats import PlateReader
 from cropbench.measure.protocol import TAIL_OBSERVATIONS, min_samples_for
+from cropbench.measure.store_emulation import SERVER_BOUND_FLAG
 
 #: samples/s (tight loop) and 1 / mean latency (timed loop) read the same items; beyond this
 #: relative gap the two loops did not see the same conditions (cache state, collections, preemption).
@@ -63,6 +64,8 @@ VALIDITY_FLAGS: dict[str, str] = {
     "rate!=1/mean": f"samples/s and 1 / mean latency differ by more than {RATE_AGREEMENT_TOLERANCE:.0%}",
     "few-samples": f"the p95 rests on fewer than {min_samples_for(0.95)} timings "
     f"(fewer than {TAIL_OBSERVATIONS} beyond it): a tail estimate from too few samples",
+    SERVER_BOUND_FLAG: "the emulated object store's server was busy (running or waiting for a core) half the "
+    "time or more: the server, not the modelled network, limited the reader",
     IMPOSSIBLE: "two of the row's numbers contradict each other (or one cannot be true), so at least one of "
     "them is wrong; the row's impossible_reasons say which",
 }

@@ -69,7 +69,7 @@ PANELS = (
         "crops/s",
         (
             Series(m.prefixed(m.SHUFFLED, m.SAMPLES_PER_S), LOCAL_COLOR, "local disk"),
-            Series(m.prefixed(m.REMOTE, m.SAMPLES_PER_S), REMOTE_COLOR, "over the loopback S3 store"),
+            Series(m.prefixed(m.REMOTE, m.SAMPLES_PER_S), REMOTE_COLOR, "over the emulated object store"),
         ),
     ),
     Panel(
@@ -82,7 +82,7 @@ PANELS = (
                 IN_TURNS_COLOR,
                 "local disk, converted and in place read in turns",
             ),
-            Series(m.prefixed(m.REMOTE, m.BREAK_EVEN_EPOCHS), REMOTE_COLOR, "over the loopback S3 store"),
+            Series(m.prefixed(m.REMOTE, m.BREAK_EVEN_EPOCHS), REMOTE_COLOR, "over the emulated object store"),
         ),
     ),
 )

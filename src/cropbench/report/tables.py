@@ -8,6 +8,7 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.measure.remote import READ_PATHS
+from cropbench.measure.store_emulation import SERVER_BOUND_FLAG
 from cropbench.records import Record
 
 
@@ -63,9 +64,11 @@ def formats_table(records: Sequence[Record]) -> str:
     ]
     if remote:
         latency = next((r.metrics[m.INJECTED_LATENCY_MS] for r in remote if m.INJECTED_LATENCY_MS in r.metrics), None)
-        lines.append(f"over a loopback S3 store{f' at {latency:g} ms per request' if latency is not None else ''}")
+        at = f" at {latency:g} ms median first-byte latency" if latency is not None else ""
+        lines.append(f"over the emulated object store{at}")
         lines.append(
-            f"{'reader':<16} {'epoch/s':>9} {'1st batch ms':>12} {'req/crop':>8} {'cache MiB':>9} {'break-even':>10}"
+            f"{'reader':<16} {'epoch/s':>9} {'1st batch ms':>12} {'req/crop':>8} {'KiB/crop':>8} "
+            f"{'server':>6} {'cache MiB':>9} {'break-even':>10}"
         )
         for record in remote:
             row = record.metrics
@@ -76,9 +79,13 @@ def formats_table(records: Sequence[Record]) -> str:
                 cell(row[m.prefixed(m.REMOTE, m.SAMPLES_PER_S)], 9, ".0f"),
                 cell(row[m.prefixed(m.REMOTE, m.FIRST_BATCH_MS)], 12, ".1f"),
                 cell(row[m.prefixed(m.REMOTE, m.REQUESTS_PER_CROP)], 8, ".3f"),
+                cell(row[m.prefixed(m.REMOTE, m.BYTES_TRANSFERRED_PER_CROP)] / 1024, 8, ".1f"),
+                f"{row[m.prefixed(m.REMOTE, m.SERVER_BUSY_SHARE)]:6.0%}",
                 cell(row[m.REMOTE_CACHE_BYTES] / 2**20, 9, ".1f"),
                 epochs(row, m.REMOTE, 10),
             ]
+            if row[m.prefixed(m.REMOTE, m.SERVER_BOUND)]:
+                cells.append(SERVER_BOUND_FLAG)
             lines.append(" ".join([f"{record.case:<16}", *cells]))
     return "\n".join(lines)
 

@@ -20,12 +20,15 @@ each epoch's first batch per worker, seconds per epoch, and whether each epoch d
 exactly once. Each row carries the fidelity hash of the first crops by index and whether it equals
 the plate's.
 
-With ``remote_latency_ms`` (``compare-formats --latency-ms``), each store is also uploaded to a
-loopback S3 server (moto) behind a proxy that adds that latency to every request, and read for the
-same shuffled epochs by the libraries that stream from S3 (``remote_*``: crops/s, first batch,
-requests per crop counted by the server's request recorder, the bytes left in the library's local
-cache); the others say why not (``remote_skip_reason``). The plate is uploaded too and read in place
-by the direct path for the same epochs, and each format's ``remote_break_even_epochs`` is against it.
+With ``remote_latency_ms`` (``compare-formats --latency-ms``), each store is also served by the
+emulated object store (:mod:`cropbench.measure.store_emulation`: nginx in its own network namespace,
+that median first-byte latency with a log-normal tail, per-connection and link bandwidth) and read for
+the same shuffled epochs by the libraries that stream from S3 (``remote_*``: crops/s, first batch,
+requests and bytes per crop from the server's log, the server's CPU and busy shares, flagged
+``server-bound`` where the server and not the model was the limit, the bytes left in the library's
+local cache); the others say why not (``remote_skip_reason``). The plate is served too and read in
+place by the direct path for the same epochs, and each format's ``remote_break_even_epochs`` is
+against it.
 
 ``break_even_epochs`` = conversion seconds / (in-place seconds per epoch - converted seconds per
 epoch), seconds per epoch being the objects over the steady shuffled samples/s: the epochs after which
@@ -44,7 +47,6 @@ import math
 import sys
 import tempfile
 import threading
-import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,20 +74,10 @@ from cropbench.data.training import (
     training_format,
 )
 from cropbench.errors import ConfigError
-from cropbench.formats.sources import upload_plate
 from cropbench.harness.context import RunContext
 from cropbench.harness.runner import Row
 from cropbench.harness.work import WorkFolder
-from cropbench.measure.endpoints import (
-    S3_ACCESS_KEY,
-    S3_REGION,
-    S3_SECRET_KEY,
-    delay_proxy,
-    environment_variables,
-    loopback_s3,
-    moto_available,
-    remote_plate,
-)
+from cropbench.measure.endpoints import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, environment_variables, remote_plate
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.memory import PeakMemory
 from cropbench.measure.protocol import (
@@ -98,6 +90,15 @@ from cropbench.measure.protocol import (
     steady_state,
     time_each,
 )
+from cropbench.measure.store_emulation import (
+    SERVER_BOUND_FLAG,
+    ServerWindow,
+    StoreModel,
+    emulated_plate,
+    emulated_store,
+    linked_root,
+    unavailable,
+)
 from cropbench.objects import ObjectTable
 from cropbench.plates.convert import pixel_bytes
 
@@ -105,8 +106,10 @@ TRACK = "formats"
 #: Crops hashed, by index, for the fidelity check.
 FIDELITY_ITEMS = 32
 
-#: The loopback bucket stores are uploaded to.
+#: The bucket the emulated store serves stores under.
 BUCKET = "crops"
+#: The emulated store's p99 first-byte latency over its median (S3's tail: see :class:`StoreModel`).
+TAIL_OVER_MEDIAN = 5.0
 
 
 @dataclass(frozen=True)
@@ -130,8 +133,8 @@ class FormatComparison:
     epochs: int = 2
     shard_bytes: int = 64 * 2**20
     seed: int = 0
-    #: With a latency, each store is also uploaded to a loopback S3 server (moto) behind a proxy adding
-    #: this many milliseconds to every request, and its epochs are read from there (formats that can).
+    #: With a latency, each store is also served by the emulated object store at this median first-byte
+    #: latency (p99 :data:`TAIL_OVER_MEDIAN` times it), and its epochs are read from there (formats that can).
     remote_latency_ms: float | None = None
 
     def __post_init__(self) -> None:
@@ -160,6 +163,11 @@ class FormatComparison:
     def epoch_spec(self) -> EpochSpec:
         """Shuffled epochs with the comparison's batch size, workers and seed."""
         return EpochSpec(batch_size=self.batch_size, workers=self.workers, shuffle=True, seed=self.seed)
+
+    def store_model(self) -> StoreModel:
+        """The emulated store the remote epochs read from."""
+        median = float(self.remote_latency_ms or 0.0)
+        return StoreModel(median_latency_ms=median, p99_latency_ms=median * TAIL_OVER_MEDIAN)
 
     def crop(self, decode: str = "direct") -> CropConfig:
         return CropConfig(
@@ -290,86 +298,49 @@ def timed_epochs(loader: Iterable[dict[str, Any]], epochs: int, warmup_batches: 
     }
 
 
-def upload(folder: Path, endpoint: str, bucket: str, prefix: str) -> None:
-    """Every file of ``folder`` into ``bucket`` under ``prefix`` on a loopback S3 endpoint, readable
-    without signing (as a public bucket's: WebDataset fetches shards by plain HTTP)."""
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=S3_ACCESS_KEY,
-        aws_secret_access_key=S3_SECRET_KEY,
-        region_name=S3_REGION,
-    )
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            key = f"{prefix}/{path.relative_to(folder).as_posix()}"
-            client.upload_file(str(path), bucket, key, ExtraArgs={"ACL": "public-read"})
-
-
-def recorder(endpoint: str, action: str) -> None:
-    """Drive moto's request recorder (``start-recording``, ``stop-recording``, ``reset-recording``)."""
-    request = urllib.request.Request(f"{endpoint}/moto-api/recorder/{action}", method="POST", data=b"")
-    urllib.request.urlopen(request, timeout=30).close()
-
-
-#: Where the loopback server's request recorder writes, in the scratch folder of a remote measurement.
-RECORDING = "requests.jsonl"
-
-
-@contextlib.contextmanager
-def recorded(endpoint: str) -> Iterator[None]:
-    """Every request the server at ``endpoint`` receives meanwhile is recorded (and nothing before)."""
-    recorder(endpoint, "reset-recording")
-    recorder(endpoint, "start-recording")
-    try:
-        yield
-    finally:
-        recorder(endpoint, "stop-recording")
-
-
-def over_store(metrics: dict[str, Any], scratch: Path, cache: Path, latency: float) -> dict[str, Any]:
-    """A remote measurement's row: its epochs' metrics, the requests the server recorded (in all and per
-    crop delivered), the bytes left under ``cache`` and the injected latency."""
-    recording = scratch / RECORDING
-    requests = len(recording.read_text().splitlines()) if recording.exists() else 0
-    cached = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file()) if cache.exists() else 0
+def over_store(metrics: dict[str, Any], window: ServerWindow, cache: Path) -> dict[str, Any]:
+    """A remote measurement's row: its epochs' metrics, what the server answered meanwhile (per crop
+    delivered), its CPU and busy shares (``server-bound`` among the validity flags where it was the
+    limit), the bytes left under ``cache`` and the store's median latency."""
     delivered = metrics[m.prefixed(m.REMOTE, m.DELIVERED_SAMPLES)]
-    return {
+    cached = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file()) if cache.exists() else 0
+    row = {
         **metrics,
-        m.REMOTE_REQUESTS: requests,
-        m.prefixed(m.REMOTE, m.REQUESTS_PER_CROP): requests / max(delivered, 1),
+        **_prefixed(m.REMOTE, window.metrics(delivered)),
         m.REMOTE_CACHE_BYTES: cached,
-        m.INJECTED_LATENCY_MS: latency,
+        m.INJECTED_LATENCY_MS: window.store.model.median_latency_ms,
     }
+    if window.server_bound:
+        row[m.VALIDITY_FLAGS] = [SERVER_BOUND_FLAG]
+    return row
 
 
 def remote_epochs(
     fmt: TrainingFormat, store: Path, plate_name: str, comparison: FormatComparison, objects: int
 ) -> dict[str, Any]:
-    """Track 2's shuffled epochs of ``store`` uploaded to a loopback S3 server (moto) behind a proxy
-    adding ``comparison.remote_latency_ms`` to each request, the library caching as it does; or why not.
+    """Track 2's shuffled epochs of ``store`` served by the emulated object store (at
+    ``comparison.store_model()``) under ``BUCKET/FORMAT``, the library caching as it does; or why not.
 
-    The server's request recorder counts every request the epochs made (index and data files alike):
-    ``remote_requests_per_crop`` is that count over the crops delivered.
+    The server's log holds every request the epochs made (index and data files alike):
+    ``remote_requests_per_crop`` is their count over the crops delivered.
     """
-    latency = float(comparison.remote_latency_ms or 0.0)
-    if fmt.remote is not None:
-        return {m.REMOTE_SKIP_REASON: fmt.remote}
-    if not moto_available():
-        return {m.REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
+    reason = fmt.remote or unavailable()
+    if reason is not None:
+        return {m.REMOTE_SKIP_REASON: reason}
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f".{fmt.name}.", dir=store.parent)))
-        endpoint = stack.enter_context(loopback_s3(BUCKET, {"MOTO_RECORDER_FILEPATH": str(scratch / RECORDING)}))
-        proxy = stack.enter_context(delay_proxy(endpoint, latency))
-        upload(store, endpoint, BUCKET, fmt.name)
-        s3 = S3Access(proxy, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
+        root = stack.enter_context(linked_root({f"{BUCKET}/{fmt.name}": store}))
+        server = stack.enter_context(emulated_store(root, comparison.store_model()))
+        s3 = S3Access(server.endpoint, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
         cache = scratch / "cache"
         # What the library prints on stderr (litdata prints its prefetch thread's traceback there) is
         # held back: a failure is the row's one-line answer, and after a success it is passed on.
         said, before = io.StringIO(), set(threading.enumerate())
-        with environment_variables(fmt.remote_environment(s3)), recorded(endpoint), contextlib.redirect_stderr(said):
+        with (
+            server.window() as window,
+            environment_variables(fmt.remote_environment(s3)),
+            contextlib.redirect_stderr(said),
+        ):
             try:
                 loader = fmt.remote_epoch_loader(
                     f"s3://{BUCKET}/{fmt.name}", cache, s3, plate_name, comparison.epoch_spec()
@@ -383,7 +354,7 @@ def remote_epochs(
                     thread.join(timeout=5)
                 return {m.REMOTE_SKIP_REASON: fmt.remote_failure(error)}
         sys.stderr.write(said.getvalue())
-        return over_store(metrics, scratch, cache, latency)
+        return over_store(metrics, window, cache)
 
 
 def random_access(get: Any, indices: list[int], warmup: int) -> dict[str, Any]:
@@ -489,23 +460,21 @@ class Formats:
         return build_loader(dataset, spec, order, comparison.seed)
 
     def _in_place_over_store(self, comparison: FormatComparison, context: RunContext, objects: int) -> dict[str, Any]:
-        """The plate uploaded to a loopback S3 server (moto) and read in place by the direct path through
-        the delay proxy, for the same shuffled epochs as the converted stores; requests counted alike."""
-        latency = float(comparison.remote_latency_ms or 0.0)
-        if not moto_available():
-            return {m.REMOTE_SKIP_REASON: "moto's server mode is not installed: .venv/bin/pip install -e '.[remote]'"}
+        """The plate served by the emulated object store and read in place by the direct path (its default
+        store settings), for the same shuffled epochs as the converted stores; requests counted alike."""
+        reason = unavailable()
+        if reason is not None:
+            return {m.REMOTE_SKIP_REASON: reason}
         with contextlib.ExitStack() as stack:
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cropbench-in-place-")))
-            endpoint = stack.enter_context(loopback_s3(BUCKET, {"MOTO_RECORDER_FILEPATH": str(scratch / RECORDING)}))
-            url = f"s3://{BUCKET}/{context.plate.name}"
-            upload_plate(context.plate, url)
-            mirror = stack.enter_context(remote_plate(url, StoreConfig(latency_ms=latency), scratch / "mirror"))
+            server, url = stack.enter_context(emulated_plate(context.plate, comparison.store_model()))
+            mirror = stack.enter_context(remote_plate(url, StoreConfig(), scratch / "mirror"))
             dataset = context.dataset(comparison.crop("direct"), mirror)
             loader = self._loader(dataset, comparison, "forkserver")  # obstore does not survive a fork
-            with recorded(endpoint):
+            with server.window() as window:
                 epochs = timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
             dataset.reader.close()
-            return over_store(_prefixed(m.REMOTE, epochs), scratch, scratch / "mirror", latency)
+            return over_store(_prefixed(m.REMOTE, epochs), window, scratch / "mirror")
 
     def _in_place(
         self, reader: str, comparison: FormatComparison, context: RunContext, order: list[int], objects: int

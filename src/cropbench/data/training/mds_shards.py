@@ -105,4 +105,11 @@ class MdsFormat(TrainingFormat):
             shuffle_seed=spec.seed,
             batch_size=spec.batch_size,
         )
-        return DataLoader(dataset, batch_size=spec.batch_size, num_workers=spec.workers)
+        # Workers start by spawn: the S3 client that fetched index.json here keeps its connection open,
+        # and forked workers would share that one socket, each reading answers meant for another (shards
+        # with another shard's bytes); a pickled dataset leaves its client behind. Not forkserver: its
+        # server keeps the environment it started with, before the store's credentials were set.
+        context = "spawn" if spec.workers else None
+        return DataLoader(
+            dataset, batch_size=spec.batch_size, num_workers=spec.workers, multiprocessing_context=context
+        )

@@ -1,0 +1,137 @@
+"""The emulated object store: nginx with Lua delays in a network namespace behind a shaped veth."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from cropbench.errors import ConfigError
+from cropbench.measure.store_emulation import (
+    SERVER_BOUND_SHARE,
+    EmulatedStore,
+    StoreModel,
+    emulated_store,
+    namespaces,
+    unavailable,
+)
+
+needs_emulation = pytest.mark.skipif(unavailable() is not None, reason=f"{unavailable()}")
+
+
+def _get(store: EmulatedStore, key: str, requests: int, byte_range: str = "bytes=0-9") -> list[bytes]:
+    parts = urlsplit(store.endpoint)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=30)
+    bodies = []
+    for _ in range(requests):
+        connection.request("GET", f"/{key}", headers={"Range": byte_range})
+        response = connection.getresponse()
+        assert response.status == 206
+        bodies.append(response.read())
+    connection.close()
+    return bodies
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("www")
+    (folder / "object").write_bytes(bytes(range(256)) * 16)
+    return folder
+
+
+def test_the_model_predicts_from_littles_law_and_its_limits() -> None:
+    model = StoreModel(
+        median_latency_ms=20, p99_latency_ms=20, request_rate=None, connection_mb_s=None, link_gbit_s=None
+    )
+    assert model.latency_sigma == 0 and model.predicted_requests_per_s(16, 40_000) == pytest.approx(800)
+    tailed = StoreModel(median_latency_ms=20, p99_latency_ms=100)
+    assert tailed.mean_latency_ms > 20, "a log-normal tail raises the mean above the median"
+    assert tailed.predicted_requests_per_s(10_000, 1000) == 5500, "the prefix's request rate caps many in flight"
+    linked = StoreModel(link_gbit_s=1, request_rate=None)
+    assert linked.predicted_requests_per_s(10_000, 1_000_000) == pytest.approx(125), "1 Gbit/s moves 125 MB/s"
+
+
+def test_a_model_out_of_range_is_refused_naming_the_argument() -> None:
+    with pytest.raises(ConfigError, match="p99_latency_ms must be >= median_latency_ms"):
+        StoreModel(median_latency_ms=50, p99_latency_ms=10)
+    with pytest.raises(ConfigError, match="link_gbit_s must be > 0"):
+        StoreModel(link_gbit_s=0)
+    with pytest.raises(ConfigError, match="root='/no/such' is not a folder"), emulated_store(Path("/no/such")):
+        pass
+
+
+@needs_emulation
+def test_the_store_serves_ranges_after_the_injected_latency_and_traces_each_request(served: Path) -> None:
+    model = StoreModel(median_latency_ms=15, p99_latency_ms=15)
+    with emulated_store(served, model) as store:
+        assert store.namespace in namespaces()
+        with store.window() as window:
+            bodies = _get(store, "object", 3, "bytes=8-17")
+    assert bodies == [bytes(range(8, 18))] * 3
+    assert [(trace.key, trace.byte_range, trace.status, trace.body_bytes) for trace in window.requests] == [
+        ("/object", "bytes=8-17", 206, 10)
+    ] * 3
+    # nginx's own clock (millisecond resolution) around each request holds the injected sleep.
+    assert all(trace.end_s - trace.start_s >= 0.014 for trace in window.requests)
+    assert store.namespace not in namespaces()
+
+
+@needs_emulation
+def test_a_window_whose_server_burns_cpu_is_flagged_server_bound(served: Path) -> None:
+    burning = StoreModel(median_latency_ms=0, p99_latency_ms=0, cpu_per_request_ms=25)
+    with emulated_store(served, burning) as store, store.window() as busy, ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda _: _get(store, "object", 15), range(2)))
+    assert busy.server_cpu_s >= 30 * 0.025 * 0.9, "the Lua loop burns CPU time, whatever the load"
+    assert busy.server_busy_share >= SERVER_BOUND_SHARE and busy.server_bound
+    with emulated_store(served, StoreModel(median_latency_ms=20, p99_latency_ms=40)) as store, store.window() as idle:
+        _get(store, "object", 20)
+    assert len(idle.requests) == 20 and not idle.server_bound, "sleeping in the event loop costs no CPU"
+
+
+_CHILD = """
+import sys, time
+from pathlib import Path
+from cropbench.measure.store_emulation import emulated_store
+with emulated_store(Path(sys.argv[1])) as store:
+    print(store.namespace, store.nginx_pid, *store.worker_pids, flush=True)
+    time.sleep(120)
+"""
+
+
+@needs_emulation
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_removes_its_namespace_qdisc_and_nginx(served: Path, signum: int) -> None:
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_CHILD), str(served)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    try:
+        assert child.stdout is not None
+        namespace, *pids = child.stdout.readline().split()
+        assert namespace in namespaces()
+        qdisc = subprocess.run(
+            ["ip", "netns", "exec", namespace, "tc", "qdisc", "show"], capture_output=True, text=True
+        )
+        assert "tbf" in qdisc.stdout, "the link is shaped while the store runs"
+        child.send_signal(signum)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert namespace not in namespaces()
+    assert subprocess.run(["ip", "link", "show", f"{namespace}h"], capture_output=True).returncode != 0
+    for pid in map(int, pids):
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
