@@ -59,7 +59,7 @@ def stop_server(endpoint: str) -> None:
     """Stop a server started here before its context ends (a server that goes away mid-run)."""
     process = _RUNNING.get(endpoint)
     if process is not None:
-        _stop(process)
+        stop_process(process)
 
 
 def free_port() -> int:
@@ -84,7 +84,8 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], what: str) -> Non
     raise RuntimeError(f"{what} did not answer on {url} within {START_TIMEOUT_S:.0f} s")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Terminate a server process we started, killing it if it does not end within 5 s."""
     if process.poll() is None:
         process.terminate()
         try:
@@ -125,7 +126,7 @@ def s3_server(port: int | None = None, environment: dict[str, str] | None = None
         _wait_until_up(f"{endpoint}/moto-api/", process, "moto server")
         yield endpoint
     finally:
-        _stop(process)
+        stop_process(process)
         _RUNNING.pop(endpoint, None)
 
 
@@ -219,7 +220,7 @@ def http_server(root: Path, port: int | None = None) -> Iterator[str]:
             _wait_until_up(f"{endpoint}/", process, "nginx")
             yield endpoint
         finally:
-            _stop(process)
+            stop_process(process)
 
 
 @contextlib.contextmanager
@@ -251,7 +252,7 @@ def delay_proxy(target: str, latency_ms: float, port: int | None = None) -> Iter
         str(latency_ms),
     ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    stopper = functools.partial(_stop, process)
+    stopper = functools.partial(stop_process, process)
     atexit.register(stopper)  # also when the caller's cleanup never runs
     try:
         endpoint = f"http://127.0.0.1:{port}"
@@ -266,7 +267,7 @@ def delay_proxy(target: str, latency_ms: float, port: int | None = None) -> Iter
             time.sleep(0.05)
         yield endpoint
     finally:
-        _stop(process)
+        stop_process(process)
         atexit.unregister(stopper)
 
 

@@ -43,7 +43,7 @@ from typing import Any
 from cropbench import metrics as m
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import write_index
-from cropbench.measure.endpoints import START_TIMEOUT_S, nginx_binary
+from cropbench.measure.endpoints import START_TIMEOUT_S, nginx_binary, stop_process
 
 #: Debian's nginx modules: the Lua module (``ngx.sleep``) and the development kit it needs.
 NGINX_MODULES = Path("/usr/share/nginx/modules")
@@ -476,13 +476,8 @@ def emulated_store(root: Path, model: StoreModel | None = None) -> Iterator[Emul
 
 
 def _teardown(process: subprocess.Popen[bytes] | None, namespace: str, host_side: str) -> None:
-    if process is not None and process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+    if process is not None:
+        stop_process(process)
     # Deleting the namespace deletes its veth end (and so the pair) and the qdisc on it.
     subprocess.run(["ip", "netns", "delete", namespace], capture_output=True, check=False)
     subprocess.run(["ip", "link", "delete", host_side], capture_output=True, check=False)
