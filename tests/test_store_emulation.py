@@ -96,10 +96,13 @@ def test_a_window_whose_server_burns_cpu_is_flagged_server_bound(served: Path) -
     assert len(idle.requests) == 20 and not idle.server_bound, "sleeping in the event loop costs no CPU"
 
 
+# The child takes Ctrl-C as an interactive run does: a shell starts background jobs (a CI script run
+# with `&`, say) with SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
 _CHILD = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
 from cropbench.measure.store_emulation import emulated_store
+signal.signal(signal.SIGINT, signal.default_int_handler)
 with emulated_store(Path(sys.argv[1])) as store:
     print(store.namespace, store.nginx_pid, *store.worker_pids, flush=True)
     time.sleep(120)
