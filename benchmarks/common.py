@@ -1,4 +1,4 @@
-"""Shared pieces of the asv suites: plates made once, parameters, skips, and the in-memory reference.
+"""Shared pieces of the asv suites: plates made once, parameters, skips, and calls into cropbench.
 
 Benchmark bodies stay one to three lines; what they need is built here, by calls into cropbench.
 
@@ -39,8 +39,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-import numpy as np
 
 #: Opt-in switch of the full-grid classes, read when a benchmark runs (not at import).
 FULL_GRID_SWITCH = "CROPBENCH_ASV_FULL"
@@ -249,37 +247,13 @@ class FullSuite(Suite):
     setup_cache = staticmethod(make_full_plates)
 
 
-class MemoryReference:
-    """The same crops cut from fields already in memory, cast like the dataset casts them: the
-    reference of :func:`relative_cost` (not a ceiling: it casts like the dataset, per crop, in Python;
-    the fetch ceiling is :class:`cropbench.tracks.targets.CopyCeiling`).
+def memory_reference(dataset: Any) -> Any:
+    """The dataset's crops cut from its fields in memory and cast like the dataset casts them: the reference
+    of :func:`relative_cost` (:class:`cropbench.harness.memory_reference.MemoryReference`; a suite's ``setup``
+    imports it, so a commit without it skips)."""
+    from cropbench.harness.memory_reference import MemoryReference
 
-    It does no decoding, no chunk lookup and no cache bookkeeping, and it does not go through the
-    code under test, so a slowdown anywhere in cropbench's crop path raises the ratio to it; a
-    slowdown of the whole machine raises both and cancels.
-    """
-
-    def __init__(self, dataset: Any) -> None:
-        import torch
-
-        from cropbench.data.transforms import TORCH_DTYPES
-
-        reader = dataset.reader
-        channels = list(dataset.channel_indices)
-        self.fields = [reader.read_field(i)[channels] for i in range(len(reader.metadata.fields))]
-        _, height, width = reader.metadata.field_shape
-        size = dataset.config.crop_size
-        self.size = size
-        self.field_index = np.asarray(dataset.field_index)
-        self.y0 = np.clip(np.asarray(dataset.window_y0), 0, height - size)
-        self.x0 = np.clip(np.asarray(dataset.window_x0), 0, width - size)
-        self.dtype = TORCH_DTYPES[dataset.config.dtype]
-        self._from_numpy = torch.from_numpy
-
-    def __call__(self, index: int) -> Any:
-        y0, x0, size = int(self.y0[index]), int(self.x0[index]), self.size
-        window = self.fields[int(self.field_index[index])][:, y0 : y0 + size, x0 : x0 + size]
-        return self._from_numpy(np.ascontiguousarray(window)).to(self.dtype)
+    return MemoryReference.of_dataset(dataset)
 
 
 def relative_cost(get: Callable[[int], Any], reference: Callable[[int], Any], indices: Sequence[int]) -> float:

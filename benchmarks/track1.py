@@ -23,7 +23,6 @@ from .common import (
     RELATIVE_BLOCKS,
     ArrowSuite,
     FullSuite,
-    MemoryReference,
     Suite,
     access_order,
     cache_knobs,
@@ -34,6 +33,7 @@ from .common import (
     full_layouts,
     getter,
     import_track_piece,
+    memory_reference,
     one_thread,
     plate_for,
     relative_cost,
@@ -52,6 +52,7 @@ class _Crops:
     """Reads one crop configuration through one access pattern (no benchmarks; mixed into suites)."""
 
     def prepare(self, plate: str, access: str, crop: Any, stage_timed: bool = False) -> None:
+        from cropbench.harness.memory_reference import MemoryReference  # noqa: F401 - the bodies' reference, checked here
         from cropbench.measure.protocol import relative_cost  # noqa: F401 - the bodies' measure, checked here
 
         one_thread()
@@ -65,7 +66,7 @@ class _Crops:
 
     def relative_cost(self) -> float:
         """The sampler's next index and its crop, over cutting the same crop from fields in memory."""
-        return relative_cost(sampled(self.get, self.dataset, self.access), MemoryReference(self.dataset), self.indices)
+        return relative_cost(sampled(self.get, self.dataset, self.access), memory_reference(self.dataset), self.indices)
 
 
 class _DefaultCrops(_Crops, Suite):
@@ -133,7 +134,7 @@ class Stages(_DefaultCrops):
 
     def _stage(self, stage: str) -> float:
         get = sampled(self.get, self.dataset, self.access)
-        return stage_costs(self.dataset, get, MemoryReference(self.dataset), self.indices)[stage]
+        return stage_costs(self.dataset, get, memory_reference(self.dataset), self.indices)[stage]
 
     def track_fetch(self, *params: Any) -> float:
         return self._stage("fetch")

@@ -19,13 +19,13 @@ from typing import Any
 from .common import (
     BLOCK,
     RELATIVE_BLOCKS,
-    MemoryReference,
     Suite,
     access_order,
     cache_knobs,
     crop_config,
     crop_dataset,
     getter,
+    memory_reference,
     one_thread,
     plate_for,
     sampled,
@@ -45,6 +45,7 @@ class _ZarrCrops(Suite):
 
     @skips_older_commits()
     def setup(self, plates: dict[str, str], access: str) -> None:
+        from cropbench.harness.memory_reference import MemoryReference  # noqa: F401 - the bodies' reference, checked here
         from cropbench.measure import zarr_stages
 
         self.stages = zarr_stages
@@ -66,7 +67,7 @@ class ZarrStages(_ZarrCrops):
 
     def _stage(self, stage: str) -> float:
         measured = self.stages.measure_stages(
-            self._get(), self.indices, reference=MemoryReference(self.dataset), block=BLOCK
+            self._get(), self.indices, reference=memory_reference(self.dataset), block=BLOCK
         )
         return float(measured.relative_stages()[stage])
 

@@ -14,6 +14,7 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.errors import ConfigError
+from cropbench.harness.memory_reference import MemoryReference
 from cropbench.harness.ratios import paired_ratios
 from cropbench.harness.windows import CropWindows
 from cropbench.plates.convert import materialize_layout
@@ -51,7 +52,7 @@ def test_the_ceiling_cuts_the_same_bytes_as_the_reader_border_crops_included(
     tiny_plate: Path, dataset: CropDataset, windows: CropWindows, threads: int
 ) -> None:
     fields = memmap_fields(materialize_layout(tiny_plate, "memmap"))
-    ceiling = CopyCeiling(fields, windows, threads, batch=16)
+    ceiling = CopyCeiling(MemoryReference.of_windows(fields, windows), threads, batch=16)
     try:
         for start in range(0, 64, 16):  # a reused output: padding left by an earlier batch is zeroed again
             indices = list(range(start, start + 16))

@@ -1,3 +1,3 @@
 """What every track runs on and shares: the run's plate (:mod:`~cropbench.harness.context`), the one loop
-(:mod:`~cropbench.harness.runner`), validity flags, work folders, paired ratios, the crop windows, and the
-Dataset and DataLoader measurements several tracks are built from. Nothing here imports a track."""
+(:mod:`~cropbench.harness.runner`), validity flags, work folders, paired ratios, the crop windows, the one in-memory
+reference, and the Dataset and DataLoader measurements several tracks are built from. Nothing here imports a track."""

@@ -50,6 +50,7 @@ from cropbench.data.sampling import sampler_for
 from cropbench.data.transforms import TORCH_DTYPES
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
+from cropbench.harness.memory_reference import MemoryReference
 from cropbench.harness.validity import enough_rate_timings, validity
 from cropbench.measure.accelerator import DEVICES, resolve_device, synchroniser
 from cropbench.measure.protocol import Stopwatch, crosscheck_clock_ns, samples_per_s, summarise_ms
@@ -113,11 +114,14 @@ class Track2Case:
 
 
 class MemoryCrops(Dataset[dict[str, Any]]):
-    """Crops read once into RAM, served (through the tier's transform) as fresh tensors."""
+    """The dataset's first ``count`` crops cut once into RAM by the in-memory reference
+    (:class:`~cropbench.harness.memory_reference.MemoryReference`), served in turn for every index (through
+    the tier's transform) as fresh tensors."""
 
     def __init__(self, dataset: CropDataset, count: int = MEMORY_CROPS) -> None:
-        count = min(count, len(dataset))
-        self.raw = torch.from_numpy(np.stack([dataset.read_raw(i) for i in range(count)]))
+        indices = range(min(count, len(dataset)))
+        reference = MemoryReference.of_dataset(dataset, indices)
+        self.raw = torch.from_numpy(np.stack([reference.cut(index) for index in indices]))
         self.plan = dataset.plan
         self.length = len(dataset)
 

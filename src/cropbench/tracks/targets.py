@@ -2,11 +2,12 @@
 interleaved in one process on the same crops.
 
 **The ceiling**, one definition (:class:`CopyCeiling`): the same crops cut from a raw in-memory copy
-of the plate (the ``memmap`` layout, read once so the page cache holds it) by the cheapest code that
-can do it, the direct reader's C piece copy over a whole batch with the GIL released, split over the
-same number of threads as the reader it is compared with. It decodes nothing and does no per-crop
-Python work, so no reader of the same crops can beat it: a ratio above 1 is flagged ``impossible``
-(the run, not the reader, is wrong). Every ratio row names the ceiling's thread count.
+of the plate (the in-memory reference over the ``memmap`` layout, read once so the page cache holds
+it) by the cheapest code that can do it, the direct reader's C piece copy over a whole batch with
+the GIL released, split over the same number of threads as the reader it is compared with. It
+decodes nothing and does no per-crop Python work, so no reader of the same crops can beat it: a
+ratio above 1 is flagged ``impossible`` (the run, not the reader, is wrong). Every ratio row names
+the ceiling's thread count.
 
 **Peers at their best**, each with its tuning in the row: tensorstore with ``data_copy_concurrency``
 and ``file_io_concurrency`` at the machine's cores and its cache pool at the reader's budget, a batch
@@ -38,8 +39,8 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, PeerUnavailableError
 from cropbench.formats import MemmapReader, open_plate
-from cropbench.formats.direct import PIECE, Channels, copy_pieces
 from cropbench.harness.context import RunContext, usable_cores
+from cropbench.harness.memory_reference import MemoryReference
 from cropbench.harness.ratios import paired_ratios
 from cropbench.harness.runner import Row
 from cropbench.harness.validity import decoded_plate_bytes
@@ -127,50 +128,28 @@ def preset_cases(preset: str, samples: int | None = None) -> list[TargetsCase]:
 
 
 class CopyCeiling:
-    """THE fetch ceiling: the crops of a batch cut from the plate's raw in-memory fields by the C piece
-    copy (the GIL released for the whole copy), the batch split over ``threads`` threads (the calling
-    thread and ``threads - 1`` pool threads). Each object's rectangle is worked out once, up front, so a
-    call does no more Python than naming each crop's slot; a crop over a field's border has its padding
-    zeroed, as the readers give it."""
+    """THE fetch ceiling: the crops of a batch cut from the plate's raw in-memory fields
+    (:class:`~cropbench.harness.memory_reference.MemoryReference`) by the C piece copy (the GIL released for
+    the whole copy), the batch split over ``threads`` threads (the calling thread and ``threads - 1`` pool
+    threads). The reference works each object's rectangle out once, up front, so a call does no more Python
+    than naming each crop's slot; a crop over a field's border has its padding zeroed, as the readers give it."""
 
-    def __init__(self, fields: dict[int, np.ndarray], windows: CropWindows, threads: int, batch: int) -> None:
+    def __init__(self, reference: MemoryReference, threads: int, batch: int) -> None:
         if threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}")
-        self.fields, self.threads = fields, threads
+        self.reference, self.threads = reference, threads
         self.pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
-        channels, height, width = windows.field_shape
-        size = windows.size
-        dtype = next(iter(fields.values())).dtype
-        self.out = np.zeros((batch, channels, size, size), dtype=dtype)
-        y0, x0 = windows.window_y0.astype(np.int64), windows.window_x0.astype(np.int64)
-        cy0, cx0 = np.maximum(y0, 0), np.maximum(x0, 0)
-        y1, x1 = np.minimum(y0 + size, height), np.minimum(x0 + size, width)
-        #: Per object, its piece (one per crop, its field the "chunk", every channel), its slot 0.
-        self.rectangles = np.zeros(len(y0), dtype=PIECE)
-        rectangle_columns = (windows.field_index, cy0, y1, cx0, x1, cy0 - y0, y1 - y0, cx0 - x0, x1 - x0)
-        names = ("key", "sy0", "sy1", "sx0", "sx1", "dy0", "dy1", "dx0", "dx1")
-        for name, column in zip(names, rectangle_columns, strict=True):
-            self.rectangles[name] = column
-        self.channels = Channels.every()
-        self.padded = ((y1 - cy0) < size) | ((x1 - cx0) < size)
-
-    def pieces(self, indices: Sequence[int]) -> np.ndarray:
-        """One piece per crop (its field is the "chunk"), as ``copy_pieces`` reads them."""
-        pieces = self.rectangles[np.asarray(indices)]
-        pieces["slot"] = np.arange(len(pieces))
-        return pieces
+        self.out = np.zeros((batch, *reference.crop_shape), dtype=reference.pixel_dtype)
 
     def __call__(self, indices: Sequence[int]) -> np.ndarray:
-        pieces = self.pieces(indices)
-        for slot in np.flatnonzero(self.padded[np.asarray(indices)]).tolist():
-            self.out[slot] = 0
+        pieces = self.reference.batch_pieces(indices, self.out)
         if self.pool is None:
-            copy_pieces(pieces, self.channels, self.fields, self.out)
+            self.reference.copy(pieces, self.out)
             return self.out
         share = -(-len(pieces) // self.threads)
         parts = [pieces[start : start + share] for start in range(0, len(pieces), share)]
-        others = [self.pool.submit(copy_pieces, part, self.channels, self.fields, self.out) for part in parts[1:]]
-        copy_pieces(parts[0], self.channels, self.fields, self.out)
+        others = [self.pool.submit(self.reference.copy, part, self.out) for part in parts[1:]]
+        self.reference.copy(parts[0], self.out)
         for other in others:
             other.result()
         return self.out
@@ -331,15 +310,18 @@ def build_readers(case: TargetsCase, context: RunContext, fields: dict[int, np.n
     readers = Readers()
     crop = CropConfig(crop_size=case.crop_size, dtype="uint16", chunk_cache_bytes=budget)
     windows: CropWindows | None = None
+    reference: MemoryReference | None = None
     for threads in case.threads:
         dataset = context.dataset(crop.replace(decode_threads=threads))
-        windows = windows or CropWindows.from_dataset(dataset)
+        if windows is None or reference is None:
+            windows = CropWindows.from_dataset(dataset)
+            reference = MemoryReference.of_windows(fields, windows)
         name = direct_name(threads)
         readers.calls[name] = batched(dataset.__getitems__, case.batch)
         readers.batches[name] = dataset.__getitems__
         readers.tuning[name] = {"decode_threads": threads, "chunk_cache_bytes": budget, "batch": case.batch}
         readers.datasets[name] = dataset
-        ceiling = CopyCeiling(fields, windows, threads, case.batch)
+        ceiling = CopyCeiling(reference, threads, case.batch)
         readers.ceilings.append(ceiling)
         readers.calls[ceiling_name(threads)] = batched(ceiling, case.batch)
         readers.batches[ceiling_name(threads)] = ceiling
