@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from cropbench import metrics as m
 from cropbench.errors import OutputError
 
 SCHEMA_VERSION = 1
@@ -279,9 +280,9 @@ def _row_problem(data: dict[str, Any]) -> str | None:
         section = data["config"].get(name)
         if section is not None and not isinstance(section, dict):
             return f"its config {name!r} is {_short(section)}, not an object"
-    flags = data["metrics"].get("validity_flags")
+    flags = data["metrics"].get(m.VALIDITY_FLAGS)
     if flags is not None and not (isinstance(flags, list) and all(isinstance(flag, str) for flag in flags)):
-        return f"its validity_flags are {_short(flags)}, not a list of flag names"
+        return f"its {m.VALIDITY_FLAGS} are {_short(flags)}, not a list of flag names"
     for name in ("seed", "repeat"):
         value = data.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:

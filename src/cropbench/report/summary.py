@@ -58,8 +58,8 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
         ("MiB", m.STORED_MIB, "{:,.1f}"),
         ("ratio", m.COMPRESSION_RATIO, "{:.2f}"),
         ("write s", m.WRITE_SECONDS, "{:.2f}"),
-        ("decode amp", m.per_crop("random", "decode_amplification"), "{:.1f}"),
-        ("chunks/crop", m.per_crop("random", "chunks_touched_per_crop"), "{:.1f}"),
+        ("decode amp", m.per_crop("random", m.DECODE_AMPLIFICATION), "{:.1f}"),
+        ("chunks/crop", m.per_crop("random", m.CHUNKS_TOUCHED_PER_CROP), "{:.1f}"),
     ),
     "peers": (
         ("samples/s", m.SAMPLES_PER_S, "{:,.1f}"),
