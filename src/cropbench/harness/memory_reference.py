@@ -5,7 +5,9 @@ cut them here, so the crops they compare with are the dataset's own (same fields
 padding zeroed where a window leaves its field):
 
 - the relative cost (asv's ``track_relative_cost``): per crop, cut and cast to the dataset's dtype
-  in Python (:meth:`MemoryReference.__call__`), no decoding, no chunk lookup, no cache bookkeeping;
+  in Python (:meth:`MemoryReference.__call__`), no decoding, no chunk lookup, no cache bookkeeping, so
+  a slowdown anywhere in cropbench's crop path raises the ratio and a slowdown of the whole machine
+  raises both sides and cancels (a reference, not a ceiling: it works per crop, in Python);
 - Track 2's ``memory`` source, the crops cut once and served by a DataLoader
   (:class:`cropbench.harness.loader_case.MemoryCrops`);
 - the fetch ceiling of track ``targets``, a whole batch cut by the C piece copy
@@ -16,11 +18,11 @@ padding zeroed where a window leaves its field):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import torch
 
+from cropbench.data.dataset import CropDataset
 from cropbench.data.transforms import TORCH_DTYPES
 from cropbench.errors import ConfigError
 from cropbench.formats.direct import PIECE, Channels, copy_pieces
@@ -78,8 +80,8 @@ class MemoryReference:
         self.padded = ((inside_y1 - inside_y0) < size) | ((inside_x1 - inside_x0) < size)
 
     @classmethod
-    def of_dataset(cls, dataset: Any, indices: Sequence[int] | None = None) -> MemoryReference:
-        """The crops of a :class:`~cropbench.data.dataset.CropDataset`, cast to its dtype, from its fields
+    def of_dataset(cls, dataset: CropDataset, indices: Sequence[int] | None = None) -> MemoryReference:
+        """The crops of ``dataset``, cast to its dtype, from its fields
         (the dataset's channels) read once through its reader: every field, or those of ``indices``."""
         reader = dataset.reader
         channels = list(dataset.channel_indices)
