@@ -18,7 +18,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import common, track1, track2, track3  # noqa: E402
+from benchmarks import common, track1, track2, track3, zarr_stages  # noqa: E402
 from cropbench.config import plate_preset  # noqa: E402
 from cropbench.measure import protocol  # noqa: E402
 
@@ -128,6 +128,17 @@ def test_a_suite_skips_on_a_commit_without_a_name_only_its_bodies_use(
     monkeypatch.delattr(protocol, "Stopwatch")
     with pytest.raises(NotImplementedError, match="cannot import name 'Stopwatch'"):
         track1.Stages().setup({"default": str(tiny_plate)}, "random", "direct", "bounded")
+
+
+def test_a_commit_without_the_shared_in_memory_reference_skips_what_divides_by_it(
+    tiny_plate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "cropbench.harness.memory_reference", None)
+    for suite in (track1.Fetch, track1.Stages):
+        with pytest.raises(NotImplementedError, match="cropbench.harness.memory_reference"):
+            suite().setup({"default": str(tiny_plate)}, "random", "direct", "bounded")
+    with pytest.raises(NotImplementedError, match="cropbench.harness.memory_reference"):
+        zarr_stages.ZarrStages().setup({"default": str(tiny_plate)}, "random")
 
 
 @pytest.mark.parametrize("piece", sorted(common.TRACK_MODULES))
