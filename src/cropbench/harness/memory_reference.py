@@ -1,4 +1,4 @@
-"""THE in-memory reference: a dataset's crops cut from its plate's fields already held in memory.
+"""The in-memory reference: a dataset's crops cut from its plate's fields already held in memory.
 
 Three measurements set cropbench's crop path beside the same crops taken from memory, and all three
 cut them here, so the crops they compare with are the dataset's own (same fields, same windows,
