@@ -26,7 +26,7 @@ from .common import BOUNDED_CACHE_BYTES, ArrowSuite, Suite, plate_for, skips_old
 
 #: Crops of the smaller run per decode path (the larger reads five times as many): enough extra
 #: crops that their instructions stand well above the start-up's run-to-run wobble.
-CROPS = {"zarr": 20, "direct": 100, "as-py": 4}
+CROPS = {"zarr": 20, "direct": 100, "as-py": 16}
 #: valgrind's install command (also in the measure's error; repeated here for commits without it).
 VALGRIND_INSTALL = "apt-get install -y valgrind"
 #: The benchmarks' unit (``cropbench.measure.instructions.UNIT``).

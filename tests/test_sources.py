@@ -395,3 +395,13 @@ def test_credentials_in_a_plate_url_reach_no_row_and_no_cache_file(
     pointers = [path for path in cached if path.name == REMOTE_POINTER]
     assert pointers and all(path.stat().st_mode & 0o777 == 0o600 for path in pointers)
     assert not any("s3cr" in request for request in state.requests)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("in_flight", 10**9), ("in_flight", 0), ("retries", 10**6), ("retries", -1)]
+)
+def test_store_concurrency_and_retries_are_bounded(field: str, value: int) -> None:
+    # A billion requests in flight would open as many connections; a million retries would hold a run for days.
+    with pytest.raises(ConfigError, match=field):
+        StoreConfig(**{field: value})
+    assert getattr(StoreConfig(**{field: 1}), field) == 1

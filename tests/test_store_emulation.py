@@ -21,6 +21,7 @@ from cropbench.measure.store_emulation import (
     StoreModel,
     emulated_store,
     namespaces,
+    sweep_stale,
     unavailable,
 )
 
@@ -138,3 +139,38 @@ def test_an_interrupted_run_removes_its_namespace_qdisc_and_nginx(served: Path, 
     assert subprocess.run(["ip", "link", "show", f"{namespace}h"], capture_output=True).returncode != 0
     for pid in map(int, pids):
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+
+
+@needs_emulation
+def test_what_a_killed_run_left_is_swept_and_nothing_else(served: Path) -> None:
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_CHILD), str(served)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    live = f"cbs{os.getpid()}x999"  # this module's pattern, but its process runs: not stale
+    foreign = "cbsweep-foreign"  # another program's namespace: never touched
+    try:
+        assert child.stdout is not None
+        namespace, nginx, *_ = child.stdout.readline().split()
+        child.kill()  # SIGKILL: no teardown runs, so the namespace, its veth and nginx outlive it
+        child.wait()
+        assert namespace in namespaces()
+        for name in (live, foreign):
+            subprocess.run(["ip", "netns", "add", name], check=True)
+        removed = sweep_stale()
+        assert namespace in removed and f"{namespace}h" not in namespaces()
+        assert namespace not in namespaces()
+        assert subprocess.run(["ip", "link", "show", f"{namespace}h"], capture_output=True).returncode != 0
+        stat = Path(f"/proc/{nginx}/stat")
+        assert not stat.exists() or "Z" in stat.read_text().split(")")[1][:3], "nginx of the killed run is gone"
+        assert live in namespaces() and foreign in namespaces()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for name in (live, foreign):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)

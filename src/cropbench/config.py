@@ -374,6 +374,10 @@ ZARR_CLIENTS = ("obstore", "fsspec")
 
 #: The longest deadline a request to an object store may have (an hour): finite, so every request ends.
 MAX_TIMEOUT_S = 3600.0
+#: The most requests in flight (each holds a connection and a thread; real stores are measured at 256).
+MAX_IN_FLIGHT = 1024
+#: The most retries of a request: with a timeout each, more would let one bad range hold a run for days.
+MAX_RETRIES = 20
 
 
 @dataclass(frozen=True)
@@ -399,12 +403,19 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         _positive("in_flight", self.in_flight)
+        _require(
+            self.in_flight <= MAX_IN_FLIGHT,
+            f"in_flight must be at most {MAX_IN_FLIGHT} (a connection and a thread each), got {self.in_flight}",
+        )
         _require(self.coalesce_gap_bytes >= 0, f"coalesce_gap_bytes must be >= 0, got {self.coalesce_gap_bytes}")
         for name in ("timeout_s", "connect_timeout_s"):
             seconds = getattr(self, name)
             # An infinite deadline would switch the request watchdog off: a dripping server could hold a run forever.
             _require(0 < seconds <= MAX_TIMEOUT_S, f"{name} must be > 0 and at most {MAX_TIMEOUT_S:g} s, got {seconds}")
-        _require(isinstance(self.retries, int) and self.retries >= 0, f"retries must be >= 0, got {self.retries}")
+        _require(
+            isinstance(self.retries, int) and 0 <= self.retries <= MAX_RETRIES,
+            f"retries must be 0 to {MAX_RETRIES} (each may wait a timeout), got {self.retries}",
+        )
         _require(
             0 <= self.latency_ms <= MAX_TIMEOUT_S * 1000, f"latency_ms must be 0 to a timeout, got {self.latency_ms}"
         )

@@ -29,6 +29,7 @@ import dataclasses
 import ipaddress
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -58,6 +59,8 @@ SERVER_BOUND_FLAG = "server-bound"
 _Z99 = 2.3263478740408408
 #: Namespaces, veths and addresses of this module: named by process id and a counter, in 10.251/16.
 _NAME_PREFIX = "cbs"
+#: A name this module gives: prefix, the creating process's id, ``x``, a counter (``h``/``n`` for the veth ends).
+_NAME = re.compile(rf"^{_NAME_PREFIX}(?P<pid>\d+)x\d+(?P<end>[hn]?)$")
 _SUBNET = ipaddress.IPv4Network("10.251.0.0/16")
 _PORT = 8080
 
@@ -427,12 +430,54 @@ def _wait_until_up(endpoint: str, process: subprocess.Popen[bytes], error_log: P
     raise RuntimeError(f"nginx did not answer on {endpoint} within {START_TIMEOUT_S:.0f} s")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stale(name: str) -> bool:
+    """Whether ``name`` is one this module gave to a process that no longer runs (a run killed with SIGKILL)."""
+    match = _NAME.match(name)
+    return match is not None and not _alive(int(match["pid"]))
+
+
+def sweep_stale() -> list[str]:
+    """Remove what a killed run of this module left: its namespaces (with nginx inside) and host-side veths.
+
+    Only names of this module's pattern whose creating process is gone are touched, so another
+    program's namespaces and a running emulation's are left alone. Returns the names removed."""
+    removed = []
+    for namespace in namespaces():
+        if not _stale(namespace):
+            continue
+        pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False)
+        for pid in (int(word) for word in pids.stdout.split() if word.isdigit()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        subprocess.run(["ip", "netns", "delete", namespace], capture_output=True, check=False)
+        removed.append(namespace)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
+    for line in links.splitlines():
+        parts = line.split(":", 2)
+        name = parts[1].strip().split("@")[0] if len(parts) > 2 else ""
+        if _stale(name):
+            subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
+            removed.append(name)
+    return removed
+
+
 @contextlib.contextmanager
 def emulated_store(root: Path, model: StoreModel | None = None) -> Iterator[EmulatedStore]:
     """Serve ``root`` as an emulated object store (see the module docstring); yields the running store.
 
     Everything it creates (namespace, veth, qdisc, nginx, its temporary folder) is removed on exit,
-    on error, on SIGINT and on SIGTERM. Raises :class:`ConfigError` naming the install command where
+    on error, on SIGINT and on SIGTERM; what a run killed with SIGKILL left is removed when the next
+    one starts (:func:`sweep_stale`). Raises :class:`ConfigError` naming the install command where
     the emulation cannot run (:func:`unavailable`).
     """
     model = model or StoreModel()
@@ -441,6 +486,7 @@ def emulated_store(root: Path, model: StoreModel | None = None) -> Iterator[Emul
         raise ConfigError(f"the store emulation cannot run: {reason}")
     if not Path(root).is_dir():
         raise ConfigError(f"root={str(root)!r} is not a folder to serve")
+    sweep_stale()
     name = f"{_NAME_PREFIX}{os.getpid()}x{next(_COUNTER)}"
     namespace, host_side, server_side = name, f"{name}h", f"{name}n"
     process: subprocess.Popen[bytes] | None = None
@@ -524,5 +570,6 @@ __all__ = [
     "emulated_store",
     "linked_root",
     "namespaces",
+    "sweep_stale",
     "unavailable",
 ]
