@@ -1,0 +1,360 @@
+"""Validate the replay model against the emulated store, then predict what a real store would give.
+
+Each reader reads one shuffled epoch from the emulated object store at several settings, in turns
+(``--rounds`` times): the plate in place by the direct path at each ``--in-flight`` (requests open per
+worker), and the plate converted to WebDataset at each ``--links-gbit`` (the node's link). The
+server's log of each epoch is its trace. Every setting is then predicted from the trace of each OTHER
+setting of the same reader and round (:mod:`cropbench.measure.replay`: the compute per crop fitted
+to the source's own wall time, then the target's store and client simulated), and set beside what
+the target measured. The measured rate is the epoch's crops over the seconds from the server's first
+request to the last batch delivered (worker start-up before the first request left out, as the model
+has none). Last, the default setting's traces (``--in-flight`` 16, ``--links-gbit`` 10) predict a real
+store: 2 and 32 worker processes, 16/64/256 requests in flight per process, 1/10/25 Gbit/s.
+
+    python scripts/replay_validation.py --plate data/full.zarr --out results/store-emulation/replay.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import RandomSampler
+
+from cropbench.config import CropConfig, StoreConfig
+from cropbench.data.dataset import CropDataset
+from cropbench.data.loader import LoaderSpec, build_loader
+from cropbench.data.training import EpochSpec, S3Access, training_format
+from cropbench.measure.endpoints import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, environment_variables, remote_plate
+from cropbench.measure.environment import git_commit
+from cropbench.measure.replay import Client, Replay, Workload, fitted_compute, predict
+from cropbench.measure.store_emulation import (
+    RequestTrace,
+    StoreModel,
+    emulated_plate,
+    emulated_store,
+    linked_root,
+    unavailable,
+)
+from cropbench.tracks.formats import BUCKET, TAIL_OVER_MEDIAN
+
+DIRECT, WEBDATASET = "ome-zarr/direct", "webdataset"
+#: WebDataset downloads one shard at a time per worker.
+SHARD_DOWNLOADS_IN_FLIGHT = 1
+#: The validation's bounds on prediction / measured (within 20 %, either way).
+AGREEMENT = (0.8, 1.25)
+OUTSIDE = f" (outside {AGREEMENT[0]}-{AGREEMENT[1]})"
+#: Steps each process replays at least in a real-store prediction (a steady state, not start-up).
+STEPS_PER_PROCESS = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One measured epoch: the reader, its setting, what the server saw and what the loader delivered."""
+
+    reader: str
+    round: int
+    in_flight: int
+    link_gbit_s: float
+    crops: int
+    seconds: float
+    requests: list[RequestTrace]
+
+    @property
+    def crops_per_s(self) -> float:
+        return self.crops / self.seconds
+
+    def workload(self, batch_size: int) -> Workload:
+        if self.reader == DIRECT:
+            return Workload.batched(self.requests, self.crops, batch_size)
+        return Workload.streamed(self.requests, self.crops)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "reader": self.reader,
+            "round": self.round,
+            "in_flight": self.in_flight,
+            "link_gbit_s": self.link_gbit_s,
+            "crops": self.crops,
+            "seconds": self.seconds,
+            "crops_per_s": self.crops_per_s,
+            "requests": len(self.requests),
+            "body_bytes": sum(trace.body_bytes for trace in self.requests),
+            "statuses": sorted({trace.status for trace in self.requests}),
+        }
+
+
+def timed_epoch(loader: Iterable[dict[str, Any]]) -> tuple[int, float]:
+    """Crops of one epoch and the epoch-clock time its last batch arrived."""
+    crops = 0
+    for batch in loader:
+        crops += int(batch["image"].shape[0])
+    return crops, time.time()
+
+
+def measured(reader: str, round_: int, in_flight: int, link: float, store: Any, loader: Iterable[Any]) -> Run:
+    """One epoch of ``loader`` in a window of ``store``: seconds from the first request to the last batch."""
+    with store.window() as window:
+        crops, last = timed_epoch(loader)
+    if not window.requests:
+        raise RuntimeError(f"{reader}: the epoch made no request to the store")
+    first = min(trace.start_s for trace in window.requests)
+    return Run(reader, round_, in_flight, link, crops, last - first, window.requests)
+
+
+def direct_runs(plate: Path, args: argparse.Namespace, model: StoreModel, round_: int) -> list[Run]:
+    """The plate served by the emulated store and read in place by the direct path at each in-flight setting."""
+    runs = []
+    with emulated_plate(plate, model) as (store, url):
+        for in_flight in args.in_flight:
+            with (
+                tempfile.TemporaryDirectory(prefix="cropbench-replay-") as scratch,
+                remote_plate(url, StoreConfig(in_flight=in_flight), Path(scratch) / "mirror") as mirror,
+            ):
+                dataset = CropDataset(mirror, CropConfig(crop_size=args.crop_size, dtype="uint16", tier="none"))
+                runs.append(measured(DIRECT, round_, in_flight, model.link_gbit_s or 0, store, _loader(dataset, args)))
+                dataset.reader.close()
+            print(_run_line(runs[-1]), flush=True)
+    return runs
+
+
+def _loader(dataset: CropDataset, args: argparse.Namespace) -> Any:
+    spec = LoaderSpec(num_workers=args.workers, batch_size=args.batch_size, start_method="forkserver")
+    order = RandomSampler(dataset, generator=torch.Generator().manual_seed(args.seed))
+    return build_loader(dataset, spec, order, args.seed)
+
+
+def webdataset_runs(
+    store_path: Path, plate_name: str, args: argparse.Namespace, model: StoreModel, round_: int
+) -> list[Run]:
+    """The WebDataset conversion served by the emulated store at each link rate, one epoch each into a fresh cache."""
+    fmt = training_format(WEBDATASET)
+    runs = []
+    for link in args.links_gbit:
+        with (
+            tempfile.TemporaryDirectory(prefix="cropbench-replay-", dir=store_path.parent) as scratch,
+            linked_root({f"{BUCKET}/{WEBDATASET}": store_path}) as root,
+            emulated_store(root, dataclasses.replace(model, link_gbit_s=link)) as store,
+        ):
+            s3 = S3Access(store.endpoint, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
+            spec = EpochSpec(batch_size=args.batch_size, workers=args.workers, shuffle=True, seed=args.seed)
+            with environment_variables(fmt.remote_environment(s3)):
+                loader = fmt.remote_epoch_loader(
+                    f"s3://{BUCKET}/{WEBDATASET}", Path(scratch) / "cache", s3, plate_name, spec
+                )
+                runs.append(measured(WEBDATASET, round_, SHARD_DOWNLOADS_IN_FLIGHT, link, store, loader))
+        print(_run_line(runs[-1]), flush=True)
+    return runs
+
+
+def _run_line(run: Run) -> str:
+    return (
+        f"{run.reader} round {run.round}: {run.in_flight} in flight, {run.link_gbit_s:g} Gbit/s: "
+        f"{run.crops} crops in {run.seconds:.2f} s = {run.crops_per_s:,.0f}/s, {len(run.requests)} requests"
+    )
+
+
+def store_of(model: StoreModel, run: Run) -> StoreModel:
+    return dataclasses.replace(model, link_gbit_s=run.link_gbit_s or None)
+
+
+def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each run predicted from every other run of the same reader and round."""
+    rows = []
+    for source in runs:
+        workload = source.workload(args.batch_size)
+        client = Client(processes=args.workers, in_flight=source.in_flight)
+        compute = fitted_compute(workload, Replay(store_of(model, source), client, seed=args.seed), source.seconds)
+        for target in runs:
+            if target is source or (target.reader, target.round) != (source.reader, source.round):
+                continue
+            replay = Replay(
+                store_of(model, target),
+                Client(processes=args.workers, in_flight=target.in_flight, compute_s_per_crop=compute),
+                seed=args.seed,
+            )
+            predicted = predict(workload, replay).crops_per_s
+            ratio = predicted / target.crops_per_s
+            rows.append(
+                {
+                    "reader": source.reader,
+                    "round": source.round,
+                    "source": {"in_flight": source.in_flight, "link_gbit_s": source.link_gbit_s},
+                    "target": {"in_flight": target.in_flight, "link_gbit_s": target.link_gbit_s},
+                    "fitted_compute_ms_per_crop": compute * 1e3,
+                    "measured_crops_per_s": target.crops_per_s,
+                    "predicted_crops_per_s": predicted,
+                    "ratio": ratio,
+                    "within": AGREEMENT[0] <= ratio <= AGREEMENT[1],
+                }
+            )
+    return rows
+
+
+def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """From the default setting's first trace of each reader: a real store at 2 and 32 processes,
+    16/64/256 requests in flight per process (one shard download for WebDataset), 1/10/25 Gbit/s."""
+    rows = []
+    for reader, in_flights in ((DIRECT, (16, 64, 256)), (WEBDATASET, (SHARD_DOWNLOADS_IN_FLIGHT,))):
+        source = next(
+            (
+                run
+                for run in runs
+                if run.reader == reader and run.round == 0 and run.in_flight in (16, 1) and run.link_gbit_s == 10
+            ),
+            None,
+        )
+        if source is None:
+            continue
+        workload = source.workload(args.batch_size)
+        client = Client(processes=args.workers, in_flight=source.in_flight)
+        compute = fitted_compute(workload, Replay(store_of(model, source), client, seed=args.seed), source.seconds)
+        for processes in (args.workers, 32):
+            repeats = math.ceil(STEPS_PER_PROCESS * processes / len(workload.steps))
+            for in_flight in in_flights:
+                for link in (1.0, 10.0, 25.0):
+                    replay = Replay(
+                        dataclasses.replace(model, link_gbit_s=link),
+                        Client(processes=processes, in_flight=in_flight, compute_s_per_crop=compute),
+                        repeats=repeats,
+                        seed=args.seed,
+                    )
+                    prediction = predict(workload, replay)
+                    rows.append(
+                        {
+                            "reader": reader,
+                            "processes": processes,
+                            "in_flight": in_flight,
+                            "link_gbit_s": link,
+                            "compute_ms_per_crop": compute * 1e3,
+                            "crops_per_s": prediction.crops_per_s,
+                            "requests_per_s": prediction.requests_per_s,
+                            "link_utilisation": prediction.link_utilisation,
+                            "compute_share": prediction.compute_share,
+                        }
+                    )
+    return rows
+
+
+def _setting(row: dict[str, Any]) -> str:
+    return f"{row['in_flight']} in flight, {row['link_gbit_s']:g} Gbit/s"
+
+
+def tables(runs: Sequence[Run], checks: Sequence[dict[str, Any]], real: Sequence[dict[str, Any]]) -> str:
+    """The measured epochs, the validation and the real-store predictions as Markdown tables."""
+    lines = [
+        "| reader | round | setting | crops/s | requests | MB |",
+        "|---|---:|---|---:|---:|---:|",
+        *(
+            f"| {row['reader']} | {row['round']} | {_setting(row)} | {row['crops_per_s']:,.0f} | {row['requests']:,} | "
+            f"{row['body_bytes'] / 1e6:,.0f} |"
+            for row in (run.summary() for run in runs)
+        ),
+        "",
+        "| reader | round | predicted setting | from the trace of | fitted compute ms/crop | measured crops/s | "
+        "predicted | predicted / measured |",
+        "|---|---:|---|---|---:|---:|---:|---:|",
+        *(
+            f"| {row['reader']} | {row['round']} | {_setting(row['target'])} | {_setting(row['source'])} | "
+            f"{row['fitted_compute_ms_per_crop']:.3f} | {row['measured_crops_per_s']:,.0f} | "
+            f"{row['predicted_crops_per_s']:,.0f} | {row['ratio']:.2f}{'' if row['within'] else OUTSIDE} |"
+            for row in checks
+        ),
+        "",
+        "| reader | processes | in flight per process | link Gbit/s | crops/s | requests/s | link used | "
+        "compute share |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        *(
+            f"| {row['reader']} | {row['processes']} | {row['in_flight']} | {row['link_gbit_s']:g} | "
+            f"{row['crops_per_s']:,.0f} | {row['requests_per_s']:,.0f} | {row['link_utilisation']:.0%} | "
+            f"{row['compute_share']:.0%} |"
+            for row in real
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plate", type=Path, required=True, help="a local OME-Zarr plate")
+    parser.add_argument("--out", type=Path, help="write the runs, the validation and the predictions here (JSON)")
+    parser.add_argument("--in-flight", type=int, nargs="+", default=[4, 16, 64])
+    parser.add_argument("--links-gbit", type=float, nargs="+", default=[10.0, 1.0, 0.5])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--crop-size", type=int, default=96)
+    parser.add_argument("--median-ms", type=float, default=20.0)
+    parser.add_argument("--shard-mib", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    reason = unavailable()
+    if reason is not None:
+        print(f"replay_validation: {reason}", file=sys.stderr)
+        return 2
+    if not (args.plate / "zarr.json").is_file() and not (args.plate / ".zattrs").is_file():
+        print(f"replay_validation: --plate {args.plate} is not an OME-Zarr plate folder", file=sys.stderr)
+        return 2
+    fmt = training_format(WEBDATASET)
+    missing = fmt.available()
+    model = StoreModel(median_latency_ms=args.median_ms, p99_latency_ms=args.median_ms * TAIL_OVER_MEDIAN)
+    started = {"uptime": _uptime(), "load_average": os.getloadavg()}
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="cropbench-replay-") as folder:
+        converted = Path(folder) / WEBDATASET
+        plate_name = ""
+        if missing is None:
+            source = CropDataset(args.plate, CropConfig(crop_size=args.crop_size, dtype="uint16", tier="none"))
+            plate_name = fmt.write(source, converted, shard_bytes=args.shard_mib * 2**20).plate_name
+            source.reader.close()
+        else:
+            print(f"replay_validation: webdataset skipped ({missing})", file=sys.stderr)
+        for round_ in range(args.rounds):
+            runs.extend(direct_runs(args.plate, args, model, round_))
+            if missing is None:
+                runs.extend(webdataset_runs(converted, plate_name, args, model, round_))
+    checks = validation(runs, model, args)
+    real = real_store(runs, model, args)
+    print(tables(runs, checks, real))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        document = {
+            "command": " ".join(["python", "scripts/replay_validation.py", *(argv or sys.argv[1:])]),
+            "commit": git_commit(),
+            "machine": f"{os.cpu_count()}-core {platform.machine()}, {platform.platform()}",
+            "model": dataclasses.asdict(model),
+            "settings": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+            "started": started,
+            "ended": {"uptime": _uptime(), "load_average": os.getloadavg()},
+            "runs": [run.summary() for run in runs],
+            "validation": checks,
+            "validation_ratio_median": {
+                reader: statistics.median(row["ratio"] for row in checks if row["reader"] == reader)
+                for reader in sorted({row["reader"] for row in checks})
+            },
+            "real_store": real,
+        }
+        args.out.write_text(json.dumps(document, indent=1) + "\n")
+        args.out.with_suffix(".txt").write_text(tables(runs, checks, real) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
