@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import math
 import os
@@ -40,7 +41,7 @@ from cropbench.data.loader import LoaderSpec, build_loader
 from cropbench.data.training import EpochSpec, S3Access, training_format
 from cropbench.measure.endpoints import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, environment_variables, remote_plate
 from cropbench.measure.environment import git_commit
-from cropbench.measure.replay import Client, Replay, Workload, fitted_compute, predict
+from cropbench.measure.replay import Client, Replay, Workload, fitted_compute, fitted_costs, predict
 from cropbench.measure.store_emulation import (
     RequestTrace,
     StoreModel,
@@ -81,6 +82,17 @@ class Run:
         if self.reader == DIRECT:
             return Workload.batched(self.requests, self.crops, batch_size)
         return Workload.streamed(self.requests, self.crops)
+
+    def saved(self) -> dict[str, Any]:
+        """The run with its requests (method, key, range, status, bytes, start, end) for :func:`loaded`."""
+        return {**self.summary(), "trace": [dataclasses.astuple(trace) for trace in self.requests]}
+
+    @classmethod
+    def loaded(cls, row: dict[str, Any]) -> Run:
+        requests = [RequestTrace(*fields) for fields in row["trace"]]
+        return cls(
+            row["reader"], row["round"], row["in_flight"], row["link_gbit_s"], row["crops"], row["seconds"], requests
+        )
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -167,34 +179,50 @@ def _run_line(run: Run) -> str:
     )
 
 
-def store_of(model: StoreModel, run: Run) -> StoreModel:
-    return dataclasses.replace(model, link_gbit_s=run.link_gbit_s or None)
+def _replay(model: StoreModel, run: Run, processes: int, compute: float = 0.0, per_byte: float = 0.0) -> Replay:
+    """The setting of ``run`` (its link and requests in flight) with these client costs."""
+    client = Client(processes, run.in_flight, compute_s_per_crop=compute, client_s_per_byte=per_byte)
+    return Replay(dataclasses.replace(model, link_gbit_s=run.link_gbit_s or None), client)
+
+
+def costs(sources: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> tuple[float, float]:
+    """(compute s per crop, client s per response byte) fitted to the traces of ``sources``: both from two
+    direct settings (:func:`fitted_costs`), the compute alone from one (WebDataset's shards are downloaded
+    by curl, in a process of their own)."""
+    workload = sources[0].workload(args.batch_size)
+    first = _replay(model, sources[0], args.workers)
+    if len(sources) == 1:
+        return fitted_compute(workload, first, sources[0].seconds), 0.0
+    second = _replay(model, sources[1], args.workers)
+    return fitted_costs(workload, first, sources[0].seconds, second, sources[1].seconds)
+
+
+def _sources(runs: Sequence[Run], target: Run) -> list[list[Run]]:
+    """What predicts ``target``: the two other direct settings of its round together, or each other
+    WebDataset setting of its round on its own."""
+    others = [run for run in runs if (run.reader, run.round) == (target.reader, target.round) and run is not target]
+    if target.reader == DIRECT:
+        return [sorted(others, key=lambda run: run.in_flight)] if len(others) >= 2 else []
+    return [[other] for other in others]
 
 
 def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Each run predicted from every other run of the same reader and round."""
+    """Each run predicted from the traces of other runs of the same reader and round, never its own."""
     rows = []
-    for source in runs:
-        workload = source.workload(args.batch_size)
-        client = Client(processes=args.workers, in_flight=source.in_flight)
-        compute = fitted_compute(workload, Replay(store_of(model, source), client, seed=args.seed), source.seconds)
-        for target in runs:
-            if target is source or (target.reader, target.round) != (source.reader, source.round):
-                continue
-            replay = Replay(
-                store_of(model, target),
-                Client(processes=args.workers, in_flight=target.in_flight, compute_s_per_crop=compute),
-                seed=args.seed,
-            )
-            predicted = predict(workload, replay).crops_per_s
+    for target in runs:
+        for sources in _sources(runs, target):
+            compute, per_byte = costs(sources, model, args)
+            workload = sources[0].workload(args.batch_size)
+            predicted = predict(workload, _replay(model, target, args.workers, compute, per_byte)).crops_per_s
             ratio = predicted / target.crops_per_s
             rows.append(
                 {
-                    "reader": source.reader,
-                    "round": source.round,
-                    "source": {"in_flight": source.in_flight, "link_gbit_s": source.link_gbit_s},
+                    "reader": target.reader,
+                    "round": target.round,
                     "target": {"in_flight": target.in_flight, "link_gbit_s": target.link_gbit_s},
-                    "fitted_compute_ms_per_crop": compute * 1e3,
+                    "sources": [{"in_flight": run.in_flight, "link_gbit_s": run.link_gbit_s} for run in sources],
+                    "compute_ms_per_crop": compute * 1e3,
+                    "client_ms_per_mb": per_byte * 1e9,
                     "measured_crops_per_s": target.crops_per_s,
                     "predicted_crops_per_s": predicted,
                     "ratio": ratio,
@@ -205,33 +233,27 @@ def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
 
 
 def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """From the default setting's first trace of each reader: a real store at 2 and 32 processes,
-    16/64/256 requests in flight per process (one shard download for WebDataset), 1/10/25 Gbit/s."""
+    """From the first round's traces (direct: 16 and 64 in flight; WebDataset: 10 Gbit/s), a real store
+    at 2 and 32 worker processes, 16/64/256 requests in flight per process (WebDataset: one shard
+    download), 1/10/25 Gbit/s."""
+    first = [run for run in runs if run.round == 0]
+    chosen = {
+        DIRECT: [run for in_flight in (16, 64) for run in first if run.reader == DIRECT and run.in_flight == in_flight],
+        WEBDATASET: [run for run in first if run.reader == WEBDATASET and run.link_gbit_s == 10][:1],
+    }
     rows = []
     for reader, in_flights in ((DIRECT, (16, 64, 256)), (WEBDATASET, (SHARD_DOWNLOADS_IN_FLIGHT,))):
-        source = next(
-            (
-                run
-                for run in runs
-                if run.reader == reader and run.round == 0 and run.in_flight in (16, 1) and run.link_gbit_s == 10
-            ),
-            None,
-        )
-        if source is None:
+        sources = chosen[reader]
+        if len(sources) != (2 if reader == DIRECT else 1):
             continue
-        workload = source.workload(args.batch_size)
-        client = Client(processes=args.workers, in_flight=source.in_flight)
-        compute = fitted_compute(workload, Replay(store_of(model, source), client, seed=args.seed), source.seconds)
+        compute, per_byte = costs(sources, model, args)
+        workload = sources[0].workload(args.batch_size)
         for processes in (args.workers, 32):
             repeats = math.ceil(STEPS_PER_PROCESS * processes / len(workload.steps))
             for in_flight in in_flights:
                 for link in (1.0, 10.0, 25.0):
-                    replay = Replay(
-                        dataclasses.replace(model, link_gbit_s=link),
-                        Client(processes=processes, in_flight=in_flight, compute_s_per_crop=compute),
-                        repeats=repeats,
-                        seed=args.seed,
-                    )
+                    client = Client(processes, in_flight, compute_s_per_crop=compute, client_s_per_byte=per_byte)
+                    replay = Replay(dataclasses.replace(model, link_gbit_s=link), client, repeats, args.seed)
                     prediction = predict(workload, replay)
                     rows.append(
                         {
@@ -240,10 +262,11 @@ def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
                             "in_flight": in_flight,
                             "link_gbit_s": link,
                             "compute_ms_per_crop": compute * 1e3,
+                            "client_ms_per_mb": per_byte * 1e9,
                             "crops_per_s": prediction.crops_per_s,
                             "requests_per_s": prediction.requests_per_s,
                             "link_utilisation": prediction.link_utilisation,
-                            "compute_share": prediction.compute_share,
+                            "cpu_share": prediction.cpu_share,
                         }
                     )
     return rows
@@ -251,6 +274,10 @@ def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
 
 def _setting(row: dict[str, Any]) -> str:
     return f"{row['in_flight']} in flight, {row['link_gbit_s']:g} Gbit/s"
+
+
+def _sources_text(row: dict[str, Any]) -> str:
+    return " and ".join(_setting(source) for source in row["sources"])
 
 
 def tables(runs: Sequence[Run], checks: Sequence[dict[str, Any]], real: Sequence[dict[str, Any]]) -> str:
@@ -264,23 +291,22 @@ def tables(runs: Sequence[Run], checks: Sequence[dict[str, Any]], real: Sequence
             for row in (run.summary() for run in runs)
         ),
         "",
-        "| reader | round | predicted setting | from the trace of | fitted compute ms/crop | measured crops/s | "
-        "predicted | predicted / measured |",
-        "|---|---:|---|---|---:|---:|---:|---:|",
+        "| reader | round | predicted setting | from the traces of | fitted ms/crop | fitted ms/MB | measured crops/s "
+        "| predicted | predicted / measured |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|",
         *(
-            f"| {row['reader']} | {row['round']} | {_setting(row['target'])} | {_setting(row['source'])} | "
-            f"{row['fitted_compute_ms_per_crop']:.3f} | {row['measured_crops_per_s']:,.0f} | "
+            f"| {row['reader']} | {row['round']} | {_setting(row['target'])} | {_sources_text(row)} | "
+            f"{row['compute_ms_per_crop']:.3f} | {row['client_ms_per_mb']:.2f} | {row['measured_crops_per_s']:,.0f} | "
             f"{row['predicted_crops_per_s']:,.0f} | {row['ratio']:.2f}{'' if row['within'] else OUTSIDE} |"
             for row in checks
         ),
         "",
-        "| reader | processes | in flight per process | link Gbit/s | crops/s | requests/s | link used | "
-        "compute share |",
+        "| reader | processes | in flight per process | link Gbit/s | crops/s | requests/s | link used | CPU busy |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {row['reader']} | {row['processes']} | {row['in_flight']} | {row['link_gbit_s']:g} | "
             f"{row['crops_per_s']:,.0f} | {row['requests_per_s']:,.0f} | {row['link_utilisation']:.0%} | "
-            f"{row['compute_share']:.0%} |"
+            f"{row['cpu_share']:.0%} |"
             for row in real
         ),
     ]
@@ -291,30 +317,10 @@ def _uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plate", type=Path, required=True, help="a local OME-Zarr plate")
-    parser.add_argument("--out", type=Path, help="write the runs, the validation and the predictions here (JSON)")
-    parser.add_argument("--in-flight", type=int, nargs="+", default=[4, 16, 64])
-    parser.add_argument("--links-gbit", type=float, nargs="+", default=[10.0, 1.0, 0.5])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--crop-size", type=int, default=96)
-    parser.add_argument("--median-ms", type=float, default=20.0)
-    parser.add_argument("--shard-mib", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    reason = unavailable()
-    if reason is not None:
-        print(f"replay_validation: {reason}", file=sys.stderr)
-        return 2
-    if not (args.plate / "zarr.json").is_file() and not (args.plate / ".zattrs").is_file():
-        print(f"replay_validation: --plate {args.plate} is not an OME-Zarr plate folder", file=sys.stderr)
-        return 2
+def measure(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """Every run of every round, with the machine's load before and after: what the traces file holds."""
     fmt = training_format(WEBDATASET)
     missing = fmt.available()
-    model = StoreModel(median_latency_ms=args.median_ms, p99_latency_ms=args.median_ms * TAIL_OVER_MEDIAN)
     started = {"uptime": _uptime(), "load_average": os.getloadavg()}
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="cropbench-replay-") as folder:
@@ -327,22 +333,71 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"replay_validation: webdataset skipped ({missing})", file=sys.stderr)
         for round_ in range(args.rounds):
-            runs.extend(direct_runs(args.plate, args, model, round_))
+            runs.extend(direct_runs(args.plate, args, _model(args), round_))
             if missing is None:
-                runs.extend(webdataset_runs(converted, plate_name, args, model, round_))
+                runs.extend(webdataset_runs(converted, plate_name, args, _model(args), round_))
+    return {
+        "command": " ".join(["python", "scripts/replay_validation.py", *argv]),
+        "commit": git_commit(),
+        "machine": f"{os.cpu_count()}-core {platform.machine()}, {platform.platform()}",
+        "settings": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "started": started,
+        "ended": {"uptime": _uptime(), "load_average": os.getloadavg()},
+        "runs": [run.saved() for run in runs],
+    }
+
+
+def _model(args: argparse.Namespace) -> StoreModel:
+    return StoreModel(median_latency_ms=args.median_ms, p99_latency_ms=args.median_ms * TAIL_OVER_MEDIAN)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--plate", type=Path, help="a local OME-Zarr plate: measure, then predict")
+    what.add_argument("--traces", type=Path, help="a traces file this script wrote: predict again, measure nothing")
+    parser.add_argument("--out", type=Path, help="write the validation and predictions here (JSON; traces beside it)")
+    parser.add_argument("--in-flight", type=int, nargs="+", default=[4, 16, 64])
+    parser.add_argument("--links-gbit", type=float, nargs="+", default=[10.0, 1.0, 0.5])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--crop-size", type=int, default=96)
+    parser.add_argument("--median-ms", type=float, default=20.0)
+    parser.add_argument("--shard-mib", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.traces is not None:
+        try:
+            measurement = json.loads(gzip.decompress(args.traces.read_bytes()))
+        except (OSError, ValueError) as error:
+            print(f"replay_validation: --traces {args.traces} is not a traces file: {error}", file=sys.stderr)
+            return 2
+        for key in ("workers", "batch_size", "median_ms", "seed"):  # the settings the runs were measured with
+            setattr(args, key, measurement["settings"][key])
+    else:
+        reason = unavailable()
+        if reason is not None:
+            print(f"replay_validation: {reason}", file=sys.stderr)
+            return 2
+        if not (args.plate / "zarr.json").is_file() and not (args.plate / ".zattrs").is_file():
+            print(f"replay_validation: --plate {args.plate} is not an OME-Zarr plate folder", file=sys.stderr)
+            return 2
+        measurement = measure(args, argv)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            _traces_path(args.out).write_bytes(gzip.compress(json.dumps(measurement).encode(), mtime=0))
+    runs = [Run.loaded(row) for row in measurement["runs"]]
+    model = _model(args)
     checks = validation(runs, model, args)
     real = real_store(runs, model, args)
     print(tables(runs, checks, real))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         document = {
-            "command": " ".join(["python", "scripts/replay_validation.py", *(argv or sys.argv[1:])]),
-            "commit": git_commit(),
-            "machine": f"{os.cpu_count()}-core {platform.machine()}, {platform.platform()}",
+            **{key: value for key, value in measurement.items() if key != "runs"},
             "model": dataclasses.asdict(model),
-            "settings": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
-            "started": started,
-            "ended": {"uptime": _uptime(), "load_average": os.getloadavg()},
             "runs": [run.summary() for run in runs],
             "validation": checks,
             "validation_ratio_median": {
@@ -354,6 +409,11 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(document, indent=1) + "\n")
         args.out.with_suffix(".txt").write_text(tables(runs, checks, real) + "\n")
     return 0
+
+
+def _traces_path(out: Path) -> Path:
+    """Where the runs' requests are kept beside ``out`` (gzip: a few MB of JSON)."""
+    return out.with_name(f"{out.stem}-traces.json.gz")
 
 
 if __name__ == "__main__":

@@ -19,10 +19,15 @@ assumptions (each one a simplification the validation against the emulation test
 - **Processes.** Steps are dealt to ``processes`` in turn (as a DataLoader deals batches to its
   workers); each process keeps at most ``in_flight`` requests open, computes one step at a time, and
   issues the requests of step *i* when it has computed step *i - 1 - read_ahead_steps* (0: a batch is
-  asked for after the previous one is decoded). Processes are independent: the loader's own queue
-  and the main process cost nothing.
-- **Compute.** A constant number of seconds per crop per process (decode, copy, collate, and the
-  client's own share of each request's CPU), not slowed by the number of requests in flight.
+  asked for after the previous one is decoded). Processes are independent (the loader's own queue
+  does not hold one back for another).
+- **The client's CPU.** Each process has one CPU (its interpreter) that runs, one job at a time in
+  the order they become ready, each response's handling (``client_s_per_byte`` of its body: receiving
+  and copying it, the request's slot held until then) and each step's compute (``compute_s_per_crop``:
+  decode, copy, collate). With few requests in flight the handling hides behind the wait for other
+  responses; with many, the responses arrive together and their handling queues up: this is why
+  the client's cost has two parts, fitted from two traces (:func:`fitted_costs`). The processes
+  do not compete for cores (one core each), and the loader's main process costs nothing.
 - **Store.** Each request waits for the request rate (a FIFO queue spaced ``1 / request_rate``
   apart, as the emulation's ``limit_req`` queue is), then a first-byte latency drawn from the
   model's log-normal, then its body: at most ``connection_mb_s``, and through the node's link, which
@@ -44,8 +49,10 @@ from dataclasses import dataclass, replace
 from cropbench.errors import ConfigError
 from cropbench.measure.store_emulation import RequestTrace, StoreModel
 
-#: Halvings of the interval when fitting the compute per crop: 2**-50 of the largest possible value.
-FIT_HALVINGS = 50
+#: Halvings of the interval when fitting a cost: 2**-16 of the largest possible value.
+FIT_HALVINGS = 16
+#: Points of the grid the per-byte cost's fit searches for a change of sign before halving.
+FIT_GRID = 8
 
 
 def _whole(name: str, value: object, least: int) -> None:
@@ -134,18 +141,20 @@ def _issue_order(requests: Sequence[RequestTrace]) -> list[int]:
 @dataclass(frozen=True)
 class Client:
     """The reader's side: ``processes`` reading at once (DataLoader workers, or 1), each with at most
-    ``in_flight`` requests open and ``compute_s_per_crop`` of its own work per crop, asking for a step's
-    requests ``read_ahead_steps`` steps before it computes it."""
+    ``in_flight`` requests open, ``compute_s_per_crop`` of its own CPU per crop and ``client_s_per_byte``
+    per response byte, asking for a step's requests ``read_ahead_steps`` steps before it computes it."""
 
     processes: int = 1
     in_flight: int = 16
     compute_s_per_crop: float = 0.0
+    client_s_per_byte: float = 0.0
     read_ahead_steps: int = 0
 
     def __post_init__(self) -> None:
         _whole("processes", self.processes, 1)
         _whole("in_flight", self.in_flight, 1)
         _non_negative("compute_s_per_crop", self.compute_s_per_crop)
+        _non_negative("client_s_per_byte", self.client_s_per_byte)
         _whole("read_ahead_steps", self.read_ahead_steps, 0)
 
 
@@ -176,8 +185,8 @@ class Prediction:
     crops: float
     requests: int
     body_bytes: int
-    #: Share of the processes' time spent computing (the rest: waiting for requests).
-    compute_share: float
+    #: Share of the processes' time their CPU was busy (compute and response handling; the rest: waiting).
+    cpu_share: float
     #: Share of the link's capacity used over the run (None: no link in the model).
     link_utilisation: float | None
 
@@ -190,20 +199,22 @@ class Prediction:
         return self.requests / self.seconds if self.seconds > 0 else math.inf
 
 
-_FIRST_BYTE, _RESPONSE_END, _COMPUTED = 0, 1, 2
+_FIRST_BYTE, _RESPONSE_END, _HANDLED, _COMPUTED = 0, 1, 2, 3
 
 
 class _Process:
     """One reading process's state in the simulation."""
 
-    def __init__(self, steps: Sequence[Step], in_flight: int) -> None:
+    def __init__(self, steps: Sequence[Step], in_flight: int, latencies: list[list[float]]) -> None:
         self.steps = steps
+        self.latencies = latencies  # each request's first-byte latency, drawn up front
         self.free = in_flight
-        self.pending: deque[tuple[int, int]] = deque()  # (step, body bytes) not yet issued
+        self.pending: deque[tuple[int, int, int]] = deque()  # (step, request, body bytes) not yet issued
         self.outstanding = [len(step.request_bytes) for step in steps]
         self.released = 0  # steps whose requests were queued
+        self.scheduled = 0  # steps whose compute is queued on the CPU
         self.computed = 0  # steps computed
-        self.computing = False
+        self.cpu_free = 0.0  # when the process's CPU has done the jobs queued on it
 
 
 class _Simulation:
@@ -211,11 +222,14 @@ class _Simulation:
         store, client = replay.store, replay.client
         steps = workload.steps * replay.repeats
         self.client = client
-        self.processes = [
-            _Process(steps[index :: client.processes], client.in_flight) for index in range(client.processes)
-        ]
-        self.random = random.Random(replay.seed)
-        self.median_s, self.sigma = store.median_latency_ms / 1e3, store.latency_sigma
+        draws = random.Random(replay.seed)
+        median, sigma = store.median_latency_ms / 1e3, store.latency_sigma
+        self.processes = []
+        for index in range(client.processes):
+            mine = steps[index :: client.processes]
+            # Drawn per request, in a fixed order: a change of the client's costs keeps each request's latency.
+            latencies = [[median * math.exp(sigma * draws.gauss()) for _ in step.request_bytes] for step in mine]
+            self.processes.append(_Process(mine, client.in_flight, latencies))
         self.connection_bytes_s = store.connection_mb_s * 1e6 if store.connection_mb_s else None
         self.link_bytes_s = store.link_gbit_s * 1e9 / 8 if store.link_gbit_s else None
         self.spacing_s = 1 / store.request_rate if store.request_rate else 0.0
@@ -229,18 +243,15 @@ class _Simulation:
         heapq.heappush(self.events, (time, self.sequence, kind, process, step, size))
         self.sequence += 1
 
-    def _latency(self) -> float:
-        if self.sigma == 0:
-            return self.median_s
-        return self.median_s * math.exp(self.sigma * self.random.gauss())
-
     def _release(self, index: int, now: float) -> None:
         """Queue the requests of the process's next steps, up to ``read_ahead_steps`` beyond the one computing."""
         process = self.processes[index]
         limit = min(len(process.steps), process.computed + 1 + self.client.read_ahead_steps)
         while process.released < limit:
             step = process.released
-            process.pending.extend((step, size) for size in process.steps[step].request_bytes)
+            process.pending.extend(
+                (step, request, size) for request, size in enumerate(process.steps[step].request_bytes)
+            )
             process.released += 1
         self._issue(index, now)
         self._compute(index, now)
@@ -248,19 +259,24 @@ class _Simulation:
     def _issue(self, index: int, now: float) -> None:
         process = self.processes[index]
         while process.free and process.pending:
-            step, size = process.pending.popleft()
+            step, request, size = process.pending.popleft()
             process.free -= 1
             admitted = max(now, self.next_admission)
             self.next_admission = admitted + self.spacing_s
-            self._push(admitted + self._latency(), _FIRST_BYTE, index, step, size)
+            self._push(admitted + process.latencies[step][request], _FIRST_BYTE, index, step, size)
+
+    def _on_cpu(self, process: _Process, now: float, seconds: float) -> float:
+        """Queue a job of ``seconds`` on the process's CPU; when it is done."""
+        process.cpu_free = max(now, process.cpu_free) + seconds
+        return process.cpu_free
 
     def _compute(self, index: int, now: float) -> None:
+        """Queue the compute of the process's next step once its responses are all handled."""
         process = self.processes[index]
-        step = process.computed
-        if process.computing or step >= process.released or process.outstanding[step]:
-            return
-        process.computing = True
-        self._push(now + process.steps[step].crops * self.client.compute_s_per_crop, _COMPUTED, index)
+        while process.scheduled < process.released and not process.outstanding[process.scheduled]:
+            seconds = process.steps[process.scheduled].crops * self.client.compute_s_per_crop
+            process.scheduled += 1
+            self._push(self._on_cpu(process, now, seconds), _COMPUTED, index)
 
     def run(self) -> float:
         for index in range(len(self.processes)):
@@ -277,12 +293,14 @@ class _Simulation:
                     done = max(done, now + size / self.connection_bytes_s)
                 self._push(done, _RESPONSE_END, index, step, size)
             elif kind == _RESPONSE_END:
+                handling = size * self.client.client_s_per_byte
+                self._push(self._on_cpu(process, now, handling) if handling else now, _HANDLED, index, step, size)
+            elif kind == _HANDLED:
                 process.free += 1
                 process.outstanding[step] -= 1
                 self._issue(index, now)
                 self._compute(index, now)
             else:
-                process.computing = False
                 process.computed += 1
                 self.end = max(self.end, now)
                 self._release(index, now)
@@ -294,32 +312,43 @@ def predict(workload: Workload, replay: Replay) -> Prediction:
     seconds = _Simulation(workload, replay).run()
     crops = workload.crops * replay.repeats
     body = workload.body_bytes * replay.repeats
-    link = replay.store.link_gbit_s
-    computing = crops * replay.client.compute_s_per_crop
+    link, client = replay.store.link_gbit_s, replay.client
+    busy = crops * client.compute_s_per_crop + body * client.client_s_per_byte
     return Prediction(
         seconds=seconds,
         crops=crops,
         requests=workload.requests * replay.repeats,
         body_bytes=body,
-        compute_share=computing / (replay.client.processes * seconds) if seconds > 0 else 1.0,
+        cpu_share=busy / (client.processes * seconds) if seconds > 0 else 1.0,
         link_utilisation=body / (link * 1e9 / 8 * seconds) if link and seconds > 0 else None,
     )
 
 
+def _check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def _with_costs(replay: Replay, compute_s_per_crop: float, client_s_per_byte: float) -> Replay:
+    client = replace(replay.client, compute_s_per_crop=compute_s_per_crop, client_s_per_byte=client_s_per_byte)
+    return replace(replay, client=client)
+
+
 def fitted_compute(workload: Workload, replay: Replay, measured_seconds: float) -> float:
-    """The compute seconds per crop with which replaying ``workload`` at its own setting (``replay``)
-    lasts ``measured_seconds``: the measured wall time less the time the model spends waiting on
-    requests. 0 where the requests alone last as long (the compute is then not visible in the trace)."""
-    if isinstance(measured_seconds, bool) or not isinstance(measured_seconds, (int, float)) or not measured_seconds > 0:
-        raise ConfigError(f"measured_seconds must be > 0, got {measured_seconds!r}")
+    """The compute seconds per crop with which replaying ``workload`` at its own setting (``replay``, its
+    client's ``client_s_per_byte`` kept) lasts ``measured_seconds``: the measured wall time less the time
+    the model spends waiting and handling responses. 0 where those alone last as long (the compute is
+    then not visible in the trace)."""
+    _check_seconds("measured_seconds", measured_seconds)
+    per_byte = replay.client.client_s_per_byte
 
     def seconds(compute: float) -> float:
-        return predict(workload, replace(replay, client=replace(replay.client, compute_s_per_crop=compute))).seconds
+        return predict(workload, _with_costs(replay, compute, per_byte)).seconds
 
     low = 0.0
     if seconds(low) >= measured_seconds:
         return low
-    # All of every process's time computing lasts at least the measured seconds.
+    # Every process computing all of the time lasts at least the measured seconds.
     high = measured_seconds * replay.client.processes / (workload.crops * replay.repeats)
     for _ in range(FIT_HALVINGS):
         middle = (low + high) / 2
@@ -327,4 +356,40 @@ def fitted_compute(workload: Workload, replay: Replay, measured_seconds: float) 
     return (low + high) / 2
 
 
-__all__ = ["Client", "Prediction", "Replay", "Step", "Workload", "fitted_compute", "predict"]
+def fitted_costs(
+    workload: Workload, first: Replay, first_seconds: float, second: Replay, second_seconds: float
+) -> tuple[float, float]:
+    """(compute seconds per crop, client seconds per response byte) with which replaying ``workload`` at
+    two settings lasts what each measured: for each per-byte cost the compute is fitted to the first
+    (:func:`fitted_compute`), and the per-byte cost is the one whose second replay lasts its measured
+    seconds (the nearest end of its range where none does). The two settings must differ in what
+    hides the handling (requests in flight, bandwidth), or the split is not visible."""
+    _check_seconds("first_seconds", first_seconds)
+    _check_seconds("second_seconds", second_seconds)
+
+    def costs(per_byte: float) -> tuple[float, float]:
+        return fitted_compute(workload, _with_costs(first, 0.0, per_byte), first_seconds), per_byte
+
+    def error(per_byte: float) -> float:
+        compute, _ = costs(per_byte)
+        return predict(workload, _with_costs(second, compute, per_byte)).seconds - second_seconds
+
+    # The error is not monotonic over the whole range (the compute fitted to the first setting reaches
+    # 0 and stays there): look for the first change of sign on a grid, then halve that interval.
+    high = first_seconds * first.client.processes / max(workload.body_bytes * first.repeats, 1)
+    grid = [high * point / FIT_GRID for point in range(FIT_GRID + 1)]
+    errors = [error(per_byte) for per_byte in grid]
+    crossing = next((point for point in range(FIT_GRID) if (errors[point] > 0) != (errors[point + 1] > 0)), None)
+    if crossing is None:
+        return costs(min(zip(errors, grid, strict=True), key=lambda pair: abs(pair[0]))[1])
+    low, high, low_positive = grid[crossing], grid[crossing + 1], errors[crossing] > 0
+    for _ in range(FIT_HALVINGS):
+        middle = (low + high) / 2
+        if (error(middle) > 0) == low_positive:
+            low = middle
+        else:
+            high = middle
+    return costs((low + high) / 2)
+
+
+__all__ = ["Client", "Prediction", "Replay", "Step", "Workload", "fitted_compute", "fitted_costs", "predict"]
