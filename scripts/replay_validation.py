@@ -3,15 +3,18 @@
 Each reader reads one shuffled epoch from the emulated object store at several settings, in turns
 (``--rounds`` times): the plate in place by the direct path at each ``--in-flight`` (requests open per
 worker), and the plate converted to WebDataset at each ``--links-gbit`` (the node's link). The
-server's log of each epoch is its trace. Every setting is then predicted from the trace of each OTHER
-setting of the same reader and round (:mod:`cropbench.measure.replay`: the compute per crop fitted
-to the source's own wall time, then the target's store and client simulated), and set beside what
-the target measured. The measured rate is the epoch's crops over the seconds from the server's first
-request to the last batch delivered (worker start-up before the first request left out, as the model
-has none). Last, the default setting's traces (``--in-flight`` 16, ``--links-gbit`` 10) predict a real
-store: 2 and 32 worker processes, 16/64/256 requests in flight per process, 1/10/25 Gbit/s.
+server's log of each epoch is its trace. Every setting is then predicted from the traces of the two
+OTHER settings of the same reader and round (:mod:`cropbench.measure.replay`: the client's compute per
+crop and handling per response byte fitted to their wall times, then the target's store and client
+simulated), never from its own, and set beside what the target measured. The measured rate is the
+epoch's crops over the seconds from the server's first request to the last batch delivered (worker
+start-up before the first request left out, as the model has none). Last, the first round's traces
+(direct: 16 and 64 in flight; WebDataset: 10 and 1 Gbit/s) predict a real store: 2 and 32 worker
+processes, 16/64/256 requests in flight per process, 1/10/25 Gbit/s. The runs' requests are kept
+beside ``--out`` (``NAME-traces.json.gz``); ``--traces`` predicts again from them without measuring.
 
     python scripts/replay_validation.py --plate data/full.zarr --out results/store-emulation/replay.json
+    python scripts/replay_validation.py --traces results/store-emulation/replay-traces.json.gz
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from cropbench.data.loader import LoaderSpec, build_loader
 from cropbench.data.training import EpochSpec, S3Access, training_format
 from cropbench.measure.endpoints import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, environment_variables, remote_plate
 from cropbench.measure.environment import git_commit
-from cropbench.measure.replay import Client, Replay, Workload, fitted_compute, fitted_costs, predict
+from cropbench.measure.replay import Client, Replay, Workload, fitted_costs, predict
 from cropbench.measure.store_emulation import (
     RequestTrace,
     StoreModel,
@@ -186,65 +189,60 @@ def _replay(model: StoreModel, run: Run, processes: int, compute: float = 0.0, p
 
 
 def costs(sources: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> tuple[float, float]:
-    """(compute s per crop, client s per response byte) fitted to the traces of ``sources``: both from two
-    direct settings (:func:`fitted_costs`), the compute alone from one (WebDataset's shards are downloaded
-    by curl, in a process of their own)."""
+    """(compute s per crop, client s per response byte) fitted to the traces of two settings
+    (:func:`fitted_costs`), the first's requests replayed for both."""
     workload = sources[0].workload(args.batch_size)
-    first = _replay(model, sources[0], args.workers)
-    if len(sources) == 1:
-        return fitted_compute(workload, first, sources[0].seconds), 0.0
-    second = _replay(model, sources[1], args.workers)
+    first, second = (_replay(model, run, args.workers) for run in sources)
     return fitted_costs(workload, first, sources[0].seconds, second, sources[1].seconds)
 
 
-def _sources(runs: Sequence[Run], target: Run) -> list[list[Run]]:
-    """What predicts ``target``: the two other direct settings of its round together, or each other
-    WebDataset setting of its round on its own."""
+def _sources(runs: Sequence[Run], target: Run) -> list[Run]:
+    """What predicts ``target``: the two other settings of its reader and round (none if it has fewer)."""
     others = [run for run in runs if (run.reader, run.round) == (target.reader, target.round) and run is not target]
-    if target.reader == DIRECT:
-        return [sorted(others, key=lambda run: run.in_flight)] if len(others) >= 2 else []
-    return [[other] for other in others]
+    return sorted(others, key=lambda run: (run.in_flight, -run.link_gbit_s))[:2] if len(others) >= 2 else []
 
 
 def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each run predicted from the traces of other runs of the same reader and round, never its own."""
     rows = []
     for target in runs:
-        for sources in _sources(runs, target):
-            compute, per_byte = costs(sources, model, args)
-            workload = sources[0].workload(args.batch_size)
-            predicted = predict(workload, _replay(model, target, args.workers, compute, per_byte)).crops_per_s
-            ratio = predicted / target.crops_per_s
-            rows.append(
-                {
-                    "reader": target.reader,
-                    "round": target.round,
-                    "target": {"in_flight": target.in_flight, "link_gbit_s": target.link_gbit_s},
-                    "sources": [{"in_flight": run.in_flight, "link_gbit_s": run.link_gbit_s} for run in sources],
-                    "compute_ms_per_crop": compute * 1e3,
-                    "client_ms_per_mb": per_byte * 1e9,
-                    "measured_crops_per_s": target.crops_per_s,
-                    "predicted_crops_per_s": predicted,
-                    "ratio": ratio,
-                    "within": AGREEMENT[0] <= ratio <= AGREEMENT[1],
-                }
-            )
+        sources = _sources(runs, target)
+        if not sources:
+            continue
+        compute, per_byte = costs(sources, model, args)
+        workload = sources[0].workload(args.batch_size)
+        predicted = predict(workload, _replay(model, target, args.workers, compute, per_byte)).crops_per_s
+        ratio = predicted / target.crops_per_s
+        rows.append(
+            {
+                "reader": target.reader,
+                "round": target.round,
+                "target": {"in_flight": target.in_flight, "link_gbit_s": target.link_gbit_s},
+                "sources": [{"in_flight": run.in_flight, "link_gbit_s": run.link_gbit_s} for run in sources],
+                "compute_ms_per_crop": compute * 1e3,
+                "client_ms_per_mb": per_byte * 1e9,
+                "measured_crops_per_s": target.crops_per_s,
+                "predicted_crops_per_s": predicted,
+                "ratio": ratio,
+                "within": AGREEMENT[0] <= ratio <= AGREEMENT[1],
+            }
+        )
     return rows
 
 
 def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """From the first round's traces (direct: 16 and 64 in flight; WebDataset: 10 Gbit/s), a real store
+    """From the first round's traces (direct: 16 and 64 in flight; WebDataset: 10 and 1 Gbit/s), a real store
     at 2 and 32 worker processes, 16/64/256 requests in flight per process (WebDataset: one shard
     download), 1/10/25 Gbit/s."""
     first = [run for run in runs if run.round == 0]
     chosen = {
         DIRECT: [run for in_flight in (16, 64) for run in first if run.reader == DIRECT and run.in_flight == in_flight],
-        WEBDATASET: [run for run in first if run.reader == WEBDATASET and run.link_gbit_s == 10][:1],
+        WEBDATASET: [run for link in (10, 1) for run in first if run.reader == WEBDATASET and run.link_gbit_s == link],
     }
     rows = []
     for reader, in_flights in ((DIRECT, (16, 64, 256)), (WEBDATASET, (SHARD_DOWNLOADS_IN_FLIGHT,))):
         sources = chosen[reader]
-        if len(sources) != (2 if reader == DIRECT else 1):
+        if len(sources) != 2:
             continue
         compute, per_byte = costs(sources, model, args)
         workload = sources[0].workload(args.batch_size)

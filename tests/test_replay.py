@@ -82,6 +82,9 @@ def test_response_handling_hides_behind_the_wait_until_responses_arrive_together
     assert one_at_a_time == pytest.approx(4 * (0.020 + 0.005)), "one in flight: each handling delays the next request"
     together = predict(workload, Replay(FIXED, replace(handling, in_flight=4))).seconds
     assert together == pytest.approx(0.020 + 4 * 0.005), "four arrive together: their handling queues on one CPU"
+    slow = StoreModel(median_latency_ms=20, p99_latency_ms=20, request_rate=None, connection_mb_s=100, link_gbit_s=None)
+    streamed = predict(Workload((Step(1, (10_000_000,)),)), Replay(slow, handling)).seconds
+    assert streamed == pytest.approx(0.020 + 0.100), "50 ms of handling overlaps the body's 100 ms on the wire"
 
 
 def test_two_settings_separate_compute_from_response_handling() -> None:

@@ -4,7 +4,7 @@ The emulated store (:mod:`.store_emulation`) runs what fits on this machine: a f
 a link the veth and two cores can fill. A real node has 32 cores and a 10-25 Gbit/s link. This module
 predicts what a reader would see there from a trace of what it asked for here: the requests one
 measured epoch made (their bytes, in the order the reader issued them), the crops it delivered, and
-the client's compute per crop; the store is the same :class:`~.store_emulation.StoreModel` the
+the client's costs fitted to measured wall times; the store is the same :class:`~.store_emulation.StoreModel` the
 emulation injects.
 
 The prediction is a discrete-event simulation of the reader's dependency structure, under these
@@ -23,11 +23,13 @@ assumptions (each one a simplification the validation against the emulation test
   does not hold one back for another).
 - **The client's CPU.** Each process has one CPU (its interpreter) that runs, one job at a time in
   the order they become ready, each response's handling (``client_s_per_byte`` of its body: receiving
-  and copying it, the request's slot held until then) and each step's compute (``compute_s_per_crop``:
-  decode, copy, collate). With few requests in flight the handling hides behind the wait for other
-  responses; with many, the responses arrive together and their handling queues up: this is why
-  the client's cost has two parts, fitted from two traces (:func:`fitted_costs`). The processes
-  do not compete for cores (one core each), and the loader's main process costs nothing.
+  and copying or writing it, from its first byte on; the response is done when both its last byte
+  and its handling are, the request's slot held until then) and each step's compute
+  (``compute_s_per_crop``: decode, copy, collate). With few requests in flight the handling hides
+  behind the wait for other responses; with many, the responses arrive together and their handling
+  queues up: this is why the client's cost has two parts, fitted from two traces
+  (:func:`fitted_costs`). The processes do not compete for cores (one core each), and the loader's
+  main process costs nothing.
 - **Store.** Each request waits for the request rate (a FIFO queue spaced ``1 / request_rate``
   apart, as the emulation's ``limit_req`` queue is), then a first-byte latency drawn from the
   model's log-normal, then its body: at most ``connection_mb_s``, and through the node's link, which
@@ -199,7 +201,7 @@ class Prediction:
         return self.requests / self.seconds if self.seconds > 0 else math.inf
 
 
-_FIRST_BYTE, _RESPONSE_END, _HANDLED, _COMPUTED = 0, 1, 2, 3
+_FIRST_BYTE, _HANDLED, _COMPUTED = 0, 1, 2
 
 
 class _Process:
@@ -285,16 +287,17 @@ class _Simulation:
             now, _, kind, index, step, size = heapq.heappop(self.events)
             process = self.processes[index]
             if kind == _FIRST_BYTE:
-                done = now
+                arrived = now
                 if self.link_bytes_s:  # the link sends whole bodies in the order their first bytes came
                     self.link_free = max(now, self.link_free) + size / self.link_bytes_s
-                    done = self.link_free
+                    arrived = self.link_free
                 if self.connection_bytes_s:
-                    done = max(done, now + size / self.connection_bytes_s)
-                self._push(done, _RESPONSE_END, index, step, size)
-            elif kind == _RESPONSE_END:
+                    arrived = max(arrived, now + size / self.connection_bytes_s)
+                # The body is handled as it streams in: done when its last byte has come and the CPU has
+                # spent its share on it (after the jobs queued before it).
                 handling = size * self.client.client_s_per_byte
-                self._push(self._on_cpu(process, now, handling) if handling else now, _HANDLED, index, step, size)
+                handled = max(arrived, self._on_cpu(process, now, handling)) if handling else arrived
+                self._push(handled, _HANDLED, index, step, size)
             elif kind == _HANDLED:
                 process.free += 1
                 process.outstanding[step] -= 1
