@@ -44,7 +44,7 @@ from cropbench.data.loader import LoaderSpec, build_loader
 from cropbench.data.training import EpochSpec, S3Access, training_format
 from cropbench.measure.endpoints import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, environment_variables, remote_plate
 from cropbench.measure.environment import git_commit
-from cropbench.measure.replay import Client, Replay, Workload, fitted_costs, predict
+from cropbench.measure.replay import Client, FittedCosts, Replay, Workload, fitted_costs, predict
 from cropbench.measure.store_emulation import (
     RequestTrace,
     StoreModel,
@@ -61,6 +61,8 @@ SHARD_DOWNLOADS_IN_FLIGHT = 1
 #: The validation's bounds on prediction / measured (within 20 %, either way).
 AGREEMENT = (0.8, 1.25)
 OUTSIDE = f" (outside {AGREEMENT[0]}-{AGREEMENT[1]})"
+#: Marks fitted costs that the two settings did not tell apart (both bound by the link, say).
+NOT_APART = " (not told apart)"
 #: Steps each process replays at least in a real-store prediction (a steady state, not start-up).
 STEPS_PER_PROCESS = 50
 
@@ -188,9 +190,9 @@ def _replay(model: StoreModel, run: Run, processes: int, compute: float = 0.0, p
     return Replay(dataclasses.replace(model, link_gbit_s=run.link_gbit_s or None), client)
 
 
-def costs(sources: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> tuple[float, float]:
-    """(compute s per crop, client s per response byte) fitted to the traces of two settings
-    (:func:`fitted_costs`), the first's requests replayed for both."""
+def costs(sources: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> FittedCosts:
+    """The client's costs fitted to the traces of two settings (:func:`fitted_costs`), the first's
+    requests replayed for both."""
     workload = sources[0].workload(args.batch_size)
     first, second = (_replay(model, run, args.workers) for run in sources)
     return fitted_costs(workload, first, sources[0].seconds, second, sources[1].seconds)
@@ -209,7 +211,8 @@ def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
         sources = _sources(runs, target)
         if not sources:
             continue
-        compute, per_byte = costs(sources, model, args)
+        fitted = costs(sources, model, args)
+        compute, per_byte = fitted.compute_s_per_crop, fitted.client_s_per_byte
         workload = sources[0].workload(args.batch_size)
         predicted = predict(workload, _replay(model, target, args.workers, compute, per_byte)).crops_per_s
         ratio = predicted / target.crops_per_s
@@ -221,6 +224,7 @@ def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
                 "sources": [{"in_flight": run.in_flight, "link_gbit_s": run.link_gbit_s} for run in sources],
                 "compute_ms_per_crop": compute * 1e3,
                 "client_ms_per_mb": per_byte * 1e9,
+                "split_visible": fitted.split_visible,
                 "measured_crops_per_s": target.crops_per_s,
                 "predicted_crops_per_s": predicted,
                 "ratio": ratio,
@@ -244,7 +248,8 @@ def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
         sources = chosen[reader]
         if len(sources) != 2:
             continue
-        compute, per_byte = costs(sources, model, args)
+        fitted = costs(sources, model, args)
+        compute, per_byte = fitted.compute_s_per_crop, fitted.client_s_per_byte
         workload = sources[0].workload(args.batch_size)
         for processes in (args.workers, 32):
             repeats = math.ceil(STEPS_PER_PROCESS * processes / len(workload.steps))
@@ -261,6 +266,7 @@ def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
                             "link_gbit_s": link,
                             "compute_ms_per_crop": compute * 1e3,
                             "client_ms_per_mb": per_byte * 1e9,
+                            "split_visible": fitted.split_visible,
                             "crops_per_s": prediction.crops_per_s,
                             "requests_per_s": prediction.requests_per_s,
                             "link_utilisation": prediction.link_utilisation,
@@ -294,7 +300,8 @@ def tables(runs: Sequence[Run], checks: Sequence[dict[str, Any]], real: Sequence
         "|---|---:|---|---|---:|---:|---:|---:|---:|",
         *(
             f"| {row['reader']} | {row['round']} | {_setting(row['target'])} | {_sources_text(row)} | "
-            f"{row['compute_ms_per_crop']:.3f} | {row['client_ms_per_mb']:.2f} | {row['measured_crops_per_s']:,.0f} | "
+            f"{row['compute_ms_per_crop']:.3f} | {row['client_ms_per_mb']:.2f}"
+            f"{'' if row['split_visible'] else NOT_APART} | {row['measured_crops_per_s']:,.0f} | "
             f"{row['predicted_crops_per_s']:,.0f} | {row['ratio']:.2f}{'' if row['within'] else OUTSIDE} |"
             for row in checks
         ),

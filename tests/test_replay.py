@@ -95,8 +95,21 @@ def test_two_settings_separate_compute_from_response_handling() -> None:
     seconds = [
         predict(workload, replace(replay, client=replace(replay.client, **truth))).seconds for replay in (few, many)
     ]
-    compute, per_byte = fitted_costs(workload, few, seconds[0], many, seconds[1])
-    assert compute == pytest.approx(0.0004, rel=1e-3) and per_byte == pytest.approx(2e-9, rel=1e-3)
+    fitted = fitted_costs(workload, few, seconds[0], many, seconds[1])
+    assert fitted.split_visible
+    assert fitted.compute_s_per_crop == pytest.approx(0.0004, rel=1e-3)
+    assert fitted.client_s_per_byte == pytest.approx(2e-9, rel=1e-3)
+
+
+def test_two_settings_bound_by_the_link_do_not_tell_the_costs_apart() -> None:
+    shards = Workload(tuple(Step(100, (40_000_000,)) for _ in range(8)))
+    tailed = StoreModel(median_latency_ms=20, p99_latency_ms=100)
+    slow, slower = (Replay(replace(tailed, link_gbit_s=link), Client(processes=2, in_flight=1)) for link in (1, 0.5))
+    truth = {"compute_s_per_crop": 0.0004, "client_s_per_byte": 2e-9}
+    seconds = [
+        predict(shards, replace(replay, client=replace(replay.client, **truth))).seconds for replay in (slow, slower)
+    ]
+    assert not fitted_costs(shards, slow, seconds[0], slower, seconds[1]).split_visible
 
 
 def test_a_fitted_compute_reproduces_the_measured_seconds() -> None:

@@ -55,6 +55,9 @@ from cropbench.measure.store_emulation import RequestTrace, StoreModel
 FIT_HALVINGS = 16
 #: Points of the grid the per-byte cost's fit searches for a change of sign before halving.
 FIT_GRID = 8
+#: Share of the second setting's seconds within which two neighbouring points of that grid both
+#: fitting means the settings do not tell the costs apart.
+FLAT_SHARE = 0.002
 
 
 def _whole(name: str, value: object, least: int) -> None:
@@ -359,29 +362,47 @@ def fitted_compute(workload: Workload, replay: Replay, measured_seconds: float) 
     return (low + high) / 2
 
 
+@dataclass(frozen=True)
+class FittedCosts:
+    """A client's two costs fitted to two settings, and whether those settings told them apart."""
+
+    compute_s_per_crop: float
+    client_s_per_byte: float
+    #: False where a range of splits fits both settings alike (both bound by the link, say): the
+    #: per-byte cost is then the least of that range, and a setting that depends on it is a guess.
+    split_visible: bool
+
+
 def fitted_costs(
     workload: Workload, first: Replay, first_seconds: float, second: Replay, second_seconds: float
-) -> tuple[float, float]:
-    """(compute seconds per crop, client seconds per response byte) with which replaying ``workload`` at
-    two settings lasts what each measured: for each per-byte cost the compute is fitted to the first
-    (:func:`fitted_compute`), and the per-byte cost is the one whose second replay lasts its measured
-    seconds (the nearest end of its range where none does). The two settings must differ in what
-    hides the handling (requests in flight, bandwidth), or the split is not visible."""
+) -> FittedCosts:
+    """The compute seconds per crop and client seconds per response byte with which replaying
+    ``workload`` at two settings lasts what each measured: for each per-byte cost the compute is fitted
+    to the first (:func:`fitted_compute`), and the per-byte cost is the one whose second replay lasts
+    its measured seconds (the nearest where none does). The two settings must differ in what hides the
+    handling (requests in flight, bandwidth), or the split is not visible (``split_visible``)."""
     _check_seconds("first_seconds", first_seconds)
     _check_seconds("second_seconds", second_seconds)
 
-    def costs(per_byte: float) -> tuple[float, float]:
-        return fitted_compute(workload, _with_costs(first, 0.0, per_byte), first_seconds), per_byte
+    def costs(per_byte: float, visible: bool = True) -> FittedCosts:
+        compute = fitted_compute(workload, _with_costs(first, 0.0, per_byte), first_seconds)
+        return FittedCosts(compute, per_byte, visible)
 
     def error(per_byte: float) -> float:
-        compute, _ = costs(per_byte)
-        return predict(workload, _with_costs(second, compute, per_byte)).seconds - second_seconds
+        fitted = costs(per_byte)
+        return predict(workload, _with_costs(second, fitted.compute_s_per_crop, per_byte)).seconds - second_seconds
 
     # The error is not monotonic over the whole range (the compute fitted to the first setting reaches
     # 0 and stays there): look for the first change of sign on a grid, then halve that interval.
     high = first_seconds * first.client.processes / max(workload.body_bytes * first.repeats, 1)
     grid = [high * point / FIT_GRID for point in range(FIT_GRID + 1)]
     errors = [error(per_byte) for per_byte in grid]
+    tolerance = FLAT_SHARE * second_seconds
+    flat = next(
+        (point for point in range(FIT_GRID) if max(abs(errors[point]), abs(errors[point + 1])) <= tolerance), None
+    )
+    if flat is not None:
+        return costs(grid[flat], visible=False)
     crossing = next((point for point in range(FIT_GRID) if (errors[point] > 0) != (errors[point + 1] > 0)), None)
     if crossing is None:
         return costs(min(zip(errors, grid, strict=True), key=lambda pair: abs(pair[0]))[1])
@@ -395,4 +416,14 @@ def fitted_costs(
     return costs((low + high) / 2)
 
 
-__all__ = ["Client", "Prediction", "Replay", "Step", "Workload", "fitted_compute", "fitted_costs", "predict"]
+__all__ = [
+    "Client",
+    "FittedCosts",
+    "Prediction",
+    "Replay",
+    "Step",
+    "Workload",
+    "fitted_compute",
+    "fitted_costs",
+    "predict",
+]
