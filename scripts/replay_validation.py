@@ -44,7 +44,7 @@ from cropbench.data.loader import LoaderSpec, build_loader
 from cropbench.data.training import EpochSpec, S3Access, training_format
 from cropbench.measure.endpoints import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, environment_variables, remote_plate
 from cropbench.measure.environment import git_commit
-from cropbench.measure.replay import Client, FittedCosts, Replay, Workload, fitted_costs, predict
+from cropbench.measure.replay import Client, FittedCosts, Replay, Workload, fitted_compute, fitted_costs, predict
 from cropbench.measure.store_emulation import (
     RequestTrace,
     StoreModel,
@@ -205,7 +205,9 @@ def _sources(runs: Sequence[Run], target: Run) -> list[Run]:
 
 
 def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Each run predicted from the traces of other runs of the same reader and round, never its own."""
+    """Each run predicted from the traces of other runs of the same reader and round, never its own: from
+    the two others (both costs fitted), and from the nearest other alone with its whole cost taken as
+    compute (``compute_only``: the simpler model, for comparison)."""
     rows = []
     for target in runs:
         sources = _sources(runs, target)
@@ -216,6 +218,12 @@ def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
         workload = sources[0].workload(args.batch_size)
         predicted = predict(workload, _replay(model, target, args.workers, compute, per_byte)).crops_per_s
         ratio = predicted / target.crops_per_s
+        nearest = min(sources, key=lambda run: (round(abs(math.log(_knob(run) / _knob(target))), 9), -_knob(run)))
+        alone = fitted_compute(
+            nearest.workload(args.batch_size), _replay(model, nearest, args.workers), nearest.seconds
+        )
+        alone_replay = _replay(model, target, args.workers, alone)
+        alone_predicted = predict(nearest.workload(args.batch_size), alone_replay).crops_per_s
         rows.append(
             {
                 "reader": target.reader,
@@ -229,9 +237,20 @@ def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
                 "predicted_crops_per_s": predicted,
                 "ratio": ratio,
                 "within": AGREEMENT[0] <= ratio <= AGREEMENT[1],
+                "compute_only": {
+                    "source": {"in_flight": nearest.in_flight, "link_gbit_s": nearest.link_gbit_s},
+                    "compute_ms_per_crop": alone * 1e3,
+                    "predicted_crops_per_s": alone_predicted,
+                    "ratio": alone_predicted / target.crops_per_s,
+                },
             }
         )
     return rows
+
+
+def _knob(run: Run) -> float:
+    """What a reader's settings vary: requests in flight (direct) or the link (WebDataset)."""
+    return run.in_flight if run.reader == DIRECT else run.link_gbit_s
 
 
 def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -296,13 +315,14 @@ def tables(runs: Sequence[Run], checks: Sequence[dict[str, Any]], real: Sequence
         ),
         "",
         "| reader | round | predicted setting | from the traces of | fitted ms/crop | fitted ms/MB | measured crops/s "
-        "| predicted | predicted / measured |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|",
+        "| predicted | predicted / measured | compute only: from | predicted / measured |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|",
         *(
             f"| {row['reader']} | {row['round']} | {_setting(row['target'])} | {_sources_text(row)} | "
             f"{row['compute_ms_per_crop']:.3f} | {row['client_ms_per_mb']:.2f}"
             f"{'' if row['split_visible'] else NOT_APART} | {row['measured_crops_per_s']:,.0f} | "
-            f"{row['predicted_crops_per_s']:,.0f} | {row['ratio']:.2f}{'' if row['within'] else OUTSIDE} |"
+            f"{row['predicted_crops_per_s']:,.0f} | {row['ratio']:.2f}{'' if row['within'] else OUTSIDE} | "
+            f"{_setting(row['compute_only']['source'])} | {row['compute_only']['ratio']:.2f} |"
             for row in checks
         ),
         "",
