@@ -223,6 +223,8 @@ class _Process:
 
 
 class _Simulation:
+    """The event loop of one prediction: first bytes, handled responses and computed steps, in time order."""
+
     def __init__(self, workload: Workload, replay: Replay) -> None:
         store, client = replay.store, replay.client
         steps = workload.steps * replay.repeats
