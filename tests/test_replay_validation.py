@@ -1,0 +1,86 @@
+"""scripts/replay_validation.py predicting again from saved traces: on runs the model itself generated
+with known client costs, each setting predicted from its two other settings comes out as measured."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from cropbench.measure.replay import Client, Replay, Workload, predict
+from cropbench.measure.store_emulation import RequestTrace, StoreModel
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The costs the synthetic runs are generated with (the fit must find what they imply).
+COMPUTE_S_PER_CROP, CLIENT_S_PER_BYTE = 0.0004, 2e-9
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("replay_validation", ROOT / "scripts" / "replay_validation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(reader: str, in_flight: int, link: float, sizes: list[int], crops: int, batch_size: int) -> dict[str, object]:
+    """A run whose wall time is the model's own, at the known costs."""
+    requests = [
+        RequestTrace("GET", "/k", "bytes=0-1", 206, size, index * 1e-3, index * 1e-3)
+        for index, size in enumerate(sizes)
+    ]
+    workload = (
+        Workload.batched(requests, crops, batch_size)
+        if reader == "ome-zarr/direct"
+        else Workload.streamed(requests, crops)
+    )
+    store = dataclasses.replace(StoreModel(median_latency_ms=20, p99_latency_ms=100), link_gbit_s=link)
+    client = Client(2, in_flight, compute_s_per_crop=COMPUTE_S_PER_CROP, client_s_per_byte=CLIENT_S_PER_BYTE)
+    seconds = predict(workload, Replay(store, client)).seconds
+    trace = [dataclasses.astuple(request) for request in requests]
+    return {
+        "reader": reader,
+        "round": 0,
+        "in_flight": in_flight,
+        "link_gbit_s": link,
+        "crops": crops,
+        "seconds": seconds,
+        "trace": trace,
+    }
+
+
+def test_traces_are_predicted_again_and_each_setting_from_its_two_others(tmp_path: Path) -> None:
+    direct = [_run("ome-zarr/direct", in_flight, 10.0, [400_000] * 800, 1280, 64) for in_flight in (4, 16, 64)]
+    shards = [_run("webdataset", 1, link, [40_000_000] * 8, 1280, 64) for link in (10.0, 1.0, 0.5)]
+    settings = {"workers": 2, "batch_size": 64, "median_ms": 20.0, "seed": 0}
+    traces = tmp_path / "replay-traces.json.gz"
+    traces.write_bytes(gzip.compress(json.dumps({"settings": settings, "runs": direct + shards}).encode()))
+    out = tmp_path / "replay.json"
+    assert _script().main(["--traces", str(traces), "--out", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert len(document["validation"]) == 6
+    for row in document["validation"]:
+        assert row["target"] not in row["sources"], "a setting is never predicted from its own trace"
+        if row["split_visible"]:
+            assert row["ratio"] == pytest.approx(1.0, abs=0.02), row
+    apart = [row["split_visible"] for row in document["validation"]]
+    assert apart.count(False) == 1, "10 Gbit/s from 1 and 0.5 (both bound by the link) alone is a guess"
+    assert {row["reader"] for row in document["real_store"]} == {"ome-zarr/direct", "webdataset"}
+    assert out.with_suffix(".txt").read_text().count("\n| ome-zarr/direct |") >= 3
+
+
+def test_a_file_that_is_not_a_traces_file_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"not gzip")
+    assert _script().main(["--traces", str(bad)]) == 2
+    error = capsys.readouterr().err
+    assert f"--traces {bad}" in error and error.count("\n") == 1
