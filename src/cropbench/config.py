@@ -238,7 +238,9 @@ class PrefetchConfig:
     on ``threads`` background threads while the current batch decodes (None: 2 over an object store,
     0 on a local plate; 0: off). At most ``bytes_in_flight`` bytes are requested and not yet in the
     cache at once (one read larger than that still goes, alone). The chunk cache must hold the
-    chunks of ``batches + 1`` batches, or prefetched chunks are evicted before they are used.
+    chunks of ``batches + 1`` batches, or prefetched chunks are evicted before they are used:
+    cropbench's loader refuses ``batches`` asked for that it cannot hold, and grows the cache for
+    the default (:meth:`~cropbench.formats.direct.DirectChunkReader.hold_read_ahead`).
     """
 
     batches: int | None = None
