@@ -20,7 +20,7 @@ from torch.utils.data import BatchSampler, DataLoader
 
 from cropbench.config import LAYOUTS, CropConfig, PrefetchConfig, StoreConfig
 from cropbench.data.dataset import CropBatch, CropDataset
-from cropbench.data.loader import LoaderSpec, batch_collate, build_loader
+from cropbench.data.loader import LoaderSpec, ScheduledSampler, batch_collate, build_loader, schedule
 from cropbench.data.sampling import RandomObjectSampler, ReadAheadBatches, with_upcoming
 from cropbench.errors import ConfigError
 from cropbench.formats import DirectChunkReader, Regions, open_plate
@@ -256,6 +256,31 @@ def test_the_loader_reads_ahead_of_the_batch_asked_for(served_plate: Path, worke
     assert all(torch.equal(a, b) for a, b in zip(plain, ahead, strict=True))
     assert sum(plain_lacking) > 0  # the order needs new chunks after each process's first batch
     assert ahead_lacking == [0] * len(ahead_lacking)
+
+
+class HintedDataset(CropDataset):
+    """Says, with each batch, how many upcoming batches came with its indices to the worker."""
+
+    def __getitems__(self, indices: Sequence[int]) -> CropBatch:
+        batch = super().__getitems__(indices)
+        batch.columns["upcoming"] = len(getattr(indices, "upcoming", ()))
+        return batch
+
+
+def test_persistent_workers_learn_each_epochs_order(served_plate: Path) -> None:
+    """Workers started once still get every later epoch's upcoming batches (they travel with the indices)."""
+    reader = open_plate(served_plate, "direct", WHOLE_PLATE_CACHE, prefetch=PrefetchConfig(batches=2))
+    dataset = HintedDataset(
+        served_plate, CropConfig(dtype="uint16", chunk_cache_bytes=WHOLE_PLATE_CACHE), reader=reader
+    )
+    sampler = ScheduledSampler(schedule(RandomObjectSampler(len(dataset)), len(dataset), 2))
+    loader = build_loader(dataset, LoaderSpec(num_workers=2, batch_size=BATCH, persistent_workers=True), sampler)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        upcoming = [batch["upcoming"] for batch in loader]
+        # each worker's next two batches, fewer at the end of the epoch
+        assert upcoming == [min(2, (len(upcoming) - 1 - position) // 2) for position in range(len(upcoming))]
+    reader.close()
 
 
 def test_read_ahead_the_cache_cannot_hold_is_refused_or_the_cache_grows(served_plate: Path) -> None:
