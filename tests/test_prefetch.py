@@ -258,6 +258,27 @@ def test_the_loader_reads_ahead_of_the_batch_asked_for(served_plate: Path, worke
     assert ahead_lacking == [0] * len(ahead_lacking)
 
 
+def test_chunks_an_upcoming_batch_finds_cached_outlive_the_read_ahead(plate: Path) -> None:
+    """A cache smaller than the plate: the chunks a coming batch would find cached are marked used
+    when it is read ahead, so what is fetched meanwhile evicts others; every batch after the first
+    finds all its chunks cached (counted once the read-ahead finished: no race with the reads)."""
+    crop = CropConfig(crop_size=16, dtype="uint16", chunk_cache_bytes=2**20)
+    reader = open_plate(plate, "direct", crop.chunk_cache_bytes, prefetch=PrefetchConfig(batches=2))
+    dataset = CropDataset(plate, crop, reader=reader)
+    assert isinstance(reader, DirectChunkReader) and reader.prefetcher is not None
+    size = 2
+    batches = list(BatchSampler(RandomObjectSampler(len(dataset), seed=3), size, drop_last=False))
+    lacking = []
+    for batch in with_upcoming(batches, 0, dataset.read_ahead_batches(size)):
+        reader.prefetcher.wait()
+        plan = reader.pieces.plan_regions(dataset.regions_of(np.asarray(batch)), None)
+        lacking.append(len(reader.cache.absent(plan.runs)))
+        dataset.__getitems__(batch)
+    assert reader.stats.chunks_decoded * reader.layouts.get(0).chunk_bytes > crop.chunk_cache_bytes  # it evicted
+    assert lacking[0] > 0 and lacking[1:] == [0] * (len(lacking) - 1)
+    reader.close()
+
+
 class HintedDataset(CropDataset):
     """Says, with each batch, how many upcoming batches came with its indices to the worker."""
 
