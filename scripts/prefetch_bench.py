@@ -59,8 +59,8 @@ TAIL_OVER_MEDIAN = 5.0
 #: The readers over the store: read-ahead off, then depths and bytes in flight.
 STORE_READERS = {
     "store": PrefetchConfig(batches=0),
-    "store+ahead1": PrefetchConfig(batches=1),
-    "store+ahead2": PrefetchConfig(batches=2),
+    "store+ahead1/16MiB": PrefetchConfig(batches=1, bytes_in_flight=16 * MIB),
+    "store+ahead2/16MiB": PrefetchConfig(batches=2, bytes_in_flight=16 * MIB),
     "store+ahead1/64MiB": PrefetchConfig(batches=1, bytes_in_flight=64 * MIB),
     "store+ahead2/64MiB": PrefetchConfig(batches=2, bytes_in_flight=64 * MIB),
     "store+ahead4/64MiB": PrefetchConfig(batches=4, bytes_in_flight=64 * MIB),
