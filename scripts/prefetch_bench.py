@@ -56,7 +56,8 @@ from cropbench.measure.store_emulation import (
 MIB = 2**20
 #: The store's p99 first-byte latency over its median (as compare-formats models it).
 TAIL_OVER_MEDIAN = 5.0
-#: The readers over the store: read-ahead off, then depths and bytes in flight.
+#: The readers over the store: read-ahead off, then depths, bytes in flight and threads (each thread
+#: fetches one batch at a time). The default readers leave the last out.
 STORE_READERS = {
     "store": PrefetchConfig(batches=0),
     "store+ahead1/16MiB": PrefetchConfig(batches=1, bytes_in_flight=16 * MIB),
@@ -64,6 +65,7 @@ STORE_READERS = {
     "store+ahead1/64MiB": PrefetchConfig(batches=1, bytes_in_flight=64 * MIB),
     "store+ahead2/64MiB": PrefetchConfig(batches=2, bytes_in_flight=64 * MIB),
     "store+ahead4/64MiB": PrefetchConfig(batches=4, bytes_in_flight=64 * MIB),
+    "store+ahead4/64MiB/4threads": PrefetchConfig(batches=4, bytes_in_flight=64 * MIB, threads=4),
 }
 LOCAL = "local"
 
@@ -185,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="DataLoader worker counts")
     parser.add_argument(
-        "--readers", nargs="+", choices=list(STORE_READERS), default=list(STORE_READERS), help="the store's readers"
+        "--readers",
+        nargs="+",
+        choices=list(STORE_READERS),
+        default=list(STORE_READERS)[:-1],
+        help="the store's readers",
     )
     parser.add_argument("--batches", type=int, default=None, help="batches per round (default: a whole epoch)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each a new epoch")
