@@ -18,7 +18,7 @@ model, was the limit), the client's CPU share (this process and its workers, in 
 model's requests/s at the readers' requests in flight (:meth:`StoreModel.predicted_requests_per_s`).
 Needs root and nginx's Lua module (what :func:`~cropbench.measure.store_emulation.unavailable` says).
 
-    python scripts/prefetch_bench.py --plate data/full.zarr --out results/store-emulation/prefetch.jsonl
+    python scripts/prefetch_bench.py --plate data/full.zarr --batches 40 --out results/store-emulation/prefetch.jsonl
 """
 
 from __future__ import annotations
