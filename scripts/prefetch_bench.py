@@ -1,113 +1,276 @@
-"""The direct reader over an HTTP-served plate with injected latency, with and without prefetch, beside
-the same plate on local disk: random crops/s, interleaved in one process.
+"""Read-ahead over the emulated object store: the direct reader's random crops/s with and without
+reading ahead, beside the same plate on local disk, interleaved in one process.
 
-nginx serves a copy of the plate behind cropbench's loopback delay proxy (``StoreConfig.latency_ms``);
-each round reads the same next batches of one seeded random order through each reader (each with its
-own cold chunk cache), so the three rates are measured alike. The prefetching reader's dataset is
-told each round's order (:meth:`~cropbench.data.dataset.CropDataset.expect_batches`) as the round
-starts, so it fetches nothing ahead while the others are timed and its first batch of a round is not
-prefetched. With ``--workers``, each round's batches go through a DataLoader (fork), each worker
-prefetching its own share; without, the batches are read in turn in this process.
+The plate is served by the emulated store (:mod:`cropbench.measure.store_emulation`: nginx in its
+own network namespace, the model's first-byte latency with its tail, per-connection rate, request
+rate and link). Each round is one epoch of a seeded random order (the sampler's next epoch; its first
+``--batches`` batches when given) read through every reader in turn (the first reader rotating from
+round to round), each through cropbench's
+DataLoader (:func:`~cropbench.data.loader.build_loader`, which hands a reader that reads ahead the
+batches each process reads next) with its chunk cache emptied first, so every round starts cold
+alike. A rate is steady crops/s: from the arrival of the round's first batch per worker (worker
+start-up, and the batch no read-ahead precedes, left out, as Track 2's steady rate) to the last.
 
-    python scripts/prefetch_bench.py --plate data/full-default.zarr --latency-ms 20
+Per reader and worker count, a JSON line: crops/s per round, the median and its ratio to the local
+plate's (the median of the rounds' paired ratios), requests and bytes per crop and requests/s from
+the server's log, the server's CPU and busy shares (``server-bound`` where the server, not the
+model, was the limit), the client's CPU share (this process and its workers, in cores), and the
+model's requests/s at the readers' requests in flight (:meth:`StoreModel.predicted_requests_per_s`).
+Needs root and nginx's Lua module (what :func:`~cropbench.measure.store_emulation.unavailable` says).
+
+    python scripts/prefetch_bench.py --plate data/full.zarr --batches 40 --out results/store-emulation/prefetch.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import json
+import os
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from torch.utils.data import BatchSampler, DataLoader
 
+from cropbench import metrics as m
 from cropbench.config import CropConfig, PrefetchConfig, StoreConfig
 from cropbench.data.dataset import CropDataset
-from cropbench.data.loader import batch_collate
+from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader
 from cropbench.data.sampling import RandomObjectSampler
-from cropbench.formats import open_plate
-from cropbench.measure import endpoints
+from cropbench.formats import DirectChunkReader, open_plate
+from cropbench.measure.endpoints import remote_plate
+from cropbench.measure.environment import collect
+from cropbench.measure.store_emulation import (
+    SERVER_BOUND_FLAG,
+    ServerWindow,
+    StoreModel,
+    emulated_plate,
+    unavailable,
+)
+
+MIB = 2**20
+#: The store's p99 first-byte latency over its median (as compare-formats models it).
+TAIL_OVER_MEDIAN = 5.0
+#: The readers over the store: read-ahead off, then depths, bytes in flight and threads (each thread
+#: fetches one batch at a time). The default readers leave the last out.
+STORE_READERS = {
+    "store": PrefetchConfig(batches=0),
+    "store+ahead1/16MiB": PrefetchConfig(batches=1, bytes_in_flight=16 * MIB),
+    "store+ahead2/16MiB": PrefetchConfig(batches=2, bytes_in_flight=16 * MIB),
+    "store+ahead1/64MiB": PrefetchConfig(batches=1, bytes_in_flight=64 * MIB),
+    "store+ahead2/64MiB": PrefetchConfig(batches=2, bytes_in_flight=64 * MIB),
+    "store+ahead4/64MiB": PrefetchConfig(batches=4, bytes_in_flight=64 * MIB),
+    "store+ahead4/64MiB/4threads": PrefetchConfig(batches=4, bytes_in_flight=64 * MIB, threads=4),
+}
+LOCAL = "local"
 
 
-def rate(dataset: CropDataset, batches: list[list[int]], workers: int) -> float:
-    """Crops/s reading ``batches`` in turn; with workers, through a DataLoader, the workers' start
-    included (work done before the first batch arrives is work all the same)."""
-    start = time.perf_counter()
-    if workers:
-        loader = DataLoader(dataset, batch_sampler=batches, num_workers=workers, collate_fn=batch_collate)
-        for _ in loader:
-            pass
-    else:
-        for batch in batches:
-            dataset.__getitems__(batch)
-    return sum(map(len, batches)) / (time.perf_counter() - start)
+@dataclasses.dataclass
+class Measured:
+    """One reader at one worker count: its rounds' rates and what it cost."""
+
+    rates: list[float] = dataclasses.field(default_factory=list)
+    delivered: int = 0
+    client_cpu_s: float = 0.0
+    wall_s: float = 0.0
+    windows: list[ServerWindow] = dataclasses.field(default_factory=list)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have ended (the loader's workers)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def steady_rate(dataset: CropDataset, order: np.ndarray, spec: LoaderSpec) -> tuple[float, int]:
+    """Steady crops/s of one pass over ``order`` through cropbench's loader, and the crops delivered."""
+    loader = build_loader(dataset, spec, ScheduledSampler([order]))
+    warmup = max(1, spec.num_workers)
+    iterator = iter(loader)
+    delivered = counted = 0
+    started = ended = 0.0
+    for position in range(len(loader)):
+        size = int(next(iterator)["image"].shape[0])
+        ended = time.perf_counter()
+        delivered += size
+        if position == warmup - 1:
+            started = ended
+        elif position >= warmup:
+            counted += size
+    del iterator
+    return counted / (ended - started), delivered
+
+
+def measure(
+    dataset: CropDataset, order: np.ndarray, spec: LoaderSpec, window: Any, into: Measured
+) -> tuple[float, int]:
+    """Empty the reader's chunk cache, then :func:`steady_rate` inside ``window`` (the server's, or none)."""
+    reader = dataset.reader
+    if isinstance(reader, DirectChunkReader):
+        if reader.prefetcher is not None:
+            reader.prefetcher.wait()
+        reader.cache.clear()
+    cpu, wall = cpu_seconds(), time.perf_counter()
+    with window as stretch:
+        rate, delivered = steady_rate(dataset, order, spec)
+    into.client_cpu_s += cpu_seconds() - cpu
+    into.wall_s += time.perf_counter() - wall
+    into.delivered += delivered
+    into.rates.append(rate)
+    if stretch is not None:
+        into.windows.append(stretch)
+    return rate, delivered
+
+
+def merged(windows: Sequence[ServerWindow]) -> ServerWindow:
+    """The stretches of one reader as one: walls, CPU and waits summed, requests together."""
+    return ServerWindow(
+        windows[0].store,
+        sum(w.wall_s for w in windows),
+        sum(w.server_cpu_s for w in windows),
+        sum(w.server_runqueue_s for w in windows),
+        [trace for w in windows for trace in w.requests],
+    )
+
+
+def row(
+    name: str,
+    workers: int,
+    measured: Measured,
+    local: Measured,
+    prefetch: PrefetchConfig | None,
+    context: dict[str, Any],
+) -> dict[str, Any]:
+    rates = np.array(measured.rates)
+    ratios = rates / np.array(local.rates)
+    metrics: dict[str, Any] = {
+        m.SAMPLES_PER_S: float(np.median(rates)),
+        "samples_per_s_rounds": [round(float(r), 1) for r in rates],
+        "ratio_to_local": float(np.median(ratios)),
+        "ratio_to_local_rounds": [round(float(r), 3) for r in ratios],
+        "client_core_share": measured.client_cpu_s / measured.wall_s,
+    }
+    flags: list[str] = []
+    if measured.windows:
+        window = merged(measured.windows)
+        metrics.update(window.metrics(measured.delivered))
+        metrics[m.SERVER_REQUESTS_PER_S] = len(window.requests) / window.wall_s
+        mean_bytes = window.body_bytes / max(len(window.requests), 1)
+        in_flight = context["store"]["in_flight"] * max(workers, 1)
+        metrics["model_requests_per_s_at_in_flight"] = window.store.model.predicted_requests_per_s(
+            in_flight, int(mean_bytes)
+        )
+        if window.server_bound:
+            flags.append(SERVER_BOUND_FLAG)
+    config = {
+        "reader": name,
+        "workers": workers,
+        "where": LOCAL if prefetch is None else "emulated-store",
+        "prefetch": None if prefetch is None else dataclasses.asdict(prefetch),
+        **{key: value for key, value in context.items() if key != "environment"},
+    }
+    return {"config": config, "metrics": metrics, "validity_flags": flags, "environment": context["environment"]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plate", required=True, help="local OME-Zarr plate to serve and measure")
-    parser.add_argument("--latency-ms", type=float, default=20.0)
-    parser.add_argument("--in-flight", type=int, default=16)
+    parser.add_argument("--out", required=True, help="JSON lines file the rows are written to (replaced)")
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="the store's median first-byte latency")
+    parser.add_argument("--in-flight", type=int, default=16, help="requests each process keeps open")
     parser.add_argument("--coalesce-gap-kib", type=int, default=1024, help="the store's coalescing gap")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers (0: batches read in this process)")
-    parser.add_argument("--batches", type=int, default=8, help="batches per reader per round")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--ahead", type=int, default=2, help="batches the prefetching reader reads ahead")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="DataLoader worker counts")
     parser.add_argument(
-        "--chunk-cache-mib", type=int, default=128, help="each reader's chunk cache: (ahead + 1) batches' chunks"
+        "--readers",
+        nargs="+",
+        choices=list(STORE_READERS),
+        default=list(STORE_READERS)[:-1],
+        help="the store's readers",
+    )
+    parser.add_argument("--batches", type=int, default=None, help="batches per round (default: a whole epoch)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, each a new epoch")
+    parser.add_argument(
+        "--chunk-cache-mib", type=int, default=128, help="every reader's chunk cache (must hold depth + 1 batches)"
     )
     args = parser.parse_args(argv)
+    reason = unavailable()
+    if reason is not None:
+        parser.error(reason)
     plate = Path(args.plate)
-    cache = args.chunk_cache_mib * 2**20
-    config = CropConfig(dtype="uint16", chunk_cache_bytes=cache)
-    store = StoreConfig(
-        in_flight=args.in_flight, latency_ms=args.latency_ms, coalesce_gap_bytes=args.coalesce_gap_kib * 1024
-    )
-    off, on = PrefetchConfig(batches=0), PrefetchConfig(batches=args.ahead)
-    with endpoints.http_plate(plate) as url, endpoints.remote_plate(url, store) as mirror:
-        readers = {
-            "local": CropDataset(plate, config),
-            "remote": CropDataset(mirror, config, reader=open_plate(mirror, chunk_cache_bytes=cache, prefetch=off)),
-            "remote+prefetch": CropDataset(
-                mirror, config, reader=open_plate(mirror, chunk_cache_bytes=cache, prefetch=on)
-            ),
-        }
-        probe = readers["remote"].reader.source.object_url("zarr.json")
-        ceiling = endpoints.request_ceiling(probe, seconds=1.0, threads=args.in_flight)
-        count = len(readers["local"])
-        order = list(BatchSampler(RandomObjectSampler(count, seed=0), args.batch_size, drop_last=True))
-        rounds = min(args.rounds, len(order) // args.batches)
-        rates: dict[str, list[float]] = {name: [] for name in readers}
-        for index in range(rounds):
-            batches = order[index * args.batches : (index + 1) * args.batches]
-            # Only this round's batches: nothing is fetched ahead while the other readers are timed.
-            readers["remote+prefetch"].expect_batches(batches)
-            for name, dataset in readers.items():
-                rates[name].append(rate(dataset, batches, args.workers))
-        print(
-            f"{rounds} rounds x {args.batches} batches of {args.batch_size} random crops "
-            f"({config.crop_size} px), latency {args.latency_ms:g} ms, in-flight {args.in_flight}, "
-            f"coalescing gap {args.coalesce_gap_kib} KiB, {args.workers} workers, "
-            f"prefetch {args.ahead} batches, chunk cache {args.chunk_cache_mib} MiB; crops/s median [min-max]"
-        )
-        local = float(np.median(rates["local"]))
-        crops = rounds * args.batches * args.batch_size
-        print(f"  the proxied server's ceiling: {ceiling:.0f} requests/s ({args.in_flight} clients, 1-byte ranges)")
-        for name, values in rates.items():
-            median = float(np.median(values))
-            source = readers[name].reader.source
-            counted = (  # the workers' sources count their own requests, out of sight here
-                f"  {source.requests / crops:.2f} requests/crop  {source.bytes_transferred / crops / 1e3:.0f} "
-                f"kB/crop  {median * source.requests / crops:.0f} requests/s"
-                if name != "local" and not args.workers
-                else ""
-            )
-            spread = f"[{min(values):.1f}-{max(values):.1f}]"
-            print(f"  {name:<16} {median:8.1f} {spread}  {median / local:.3f} of local{counted}")
+    cache = args.chunk_cache_mib * MIB
+    crop = CropConfig(dtype="uint16", chunk_cache_bytes=cache)
+    store = StoreConfig(in_flight=args.in_flight, coalesce_gap_bytes=args.coalesce_gap_kib * 1024)
+    model = StoreModel(median_latency_ms=args.latency_ms, p99_latency_ms=TAIL_OVER_MEDIAN * args.latency_ms)
+    context: dict[str, Any] = {
+        "plate": plate.name,
+        "crop_size": crop.crop_size,
+        "batch_size": args.batch_size,
+        "batches_per_round": args.batches,  # None: a whole epoch
+        "rounds": args.rounds,
+        "chunk_cache_bytes": cache,
+        "store": dataclasses.asdict(store),
+        "store_model": dataclasses.asdict(model),
+        "load_average_at_start": os.getloadavg(),
+        "environment": collect(plate),
+    }
+    with contextlib.ExitStack() as stack:
+        server, url = stack.enter_context(emulated_plate(plate, model))
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cropbench-prefetch-")))
+        mirror = stack.enter_context(remote_plate(url, store, scratch / "mirror"))
+        readers = {LOCAL: CropDataset(plate, crop)}
+        for name in args.readers:
+            reader = open_plate(mirror, chunk_cache_bytes=cache, prefetch=STORE_READERS[name])
+            readers[name] = CropDataset(mirror, crop, reader=reader)
+        sampler = RandomObjectSampler(len(readers[LOCAL]), seed=0)
+        per_round = len(sampler) if args.batches is None else args.batches * args.batch_size
+        results = {(workers, name): Measured() for workers in args.workers for name in readers}
+        names = list(readers)
+        for index in range(args.rounds):
+            sampler.set_epoch(index)
+            batches = sampler.order()[:per_round]
+            turn = names[index % len(names) :] + names[: index % len(names)]
+            for workers in args.workers:
+                spec = LoaderSpec(num_workers=workers, batch_size=args.batch_size)
+                for name in turn:
+                    window = server.window() if name != LOCAL else contextlib.nullcontext()
+                    measure(readers[name], batches, spec, window, results[(workers, name)])
+        context["load_average_at_end"] = os.getloadavg()
+        rows = [
+            row(name, workers, results[(workers, name)], results[(workers, LOCAL)], STORE_READERS.get(name), context)
+            for workers in args.workers
+            for name in names
+        ]
         for dataset in readers.values():
             dataset.reader.close()
+    Path(args.out).write_text("".join(json.dumps(line) + "\n" for line in rows))
+    print(
+        f"{args.rounds} rounds x {per_round} random {crop.crop_size} px crops in batches of {args.batch_size}, "
+        f"store at {args.latency_ms:g} ms median ({model.p99_latency_ms:g} ms p99), {args.in_flight} requests "
+        f"in flight per process, {args.coalesce_gap_kib} KiB coalescing gap, chunk cache {args.chunk_cache_mib} MiB"
+    )
+    print(
+        f"{'workers':>7} {'reader':<20} {'crops/s':>8} {'x local':>8} {'req/crop':>8} {'KiB/crop':>8} "
+        f"{'req/s':>7} {'server':>6} {'client':>6}  flags"
+    )
+    for line in rows:
+        config, metrics = line["config"], line["metrics"]
+        store_columns = (
+            f"{metrics[m.REQUESTS_PER_CROP]:8.3f} {metrics[m.BYTES_TRANSFERRED_PER_CROP] / 1024:8.1f} "
+            f"{metrics[m.SERVER_REQUESTS_PER_S]:7.0f} {metrics[m.SERVER_BUSY_SHARE]:6.0%}"
+            if m.REQUESTS_PER_CROP in metrics
+            else f"{'-':>8} {'-':>8} {'-':>7} {'-':>6}"
+        )
+        print(
+            f"{config['workers']:>7} {config['reader']:<20} {metrics[m.SAMPLES_PER_S]:8.0f} "
+            f"{metrics['ratio_to_local']:8.3f} {store_columns} {metrics['client_core_share']:6.2f}  "
+            f"{','.join(line['validity_flags'])}"
+        )
     return 0
 
 

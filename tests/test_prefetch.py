@@ -1,15 +1,16 @@
 """The direct reader's prefetch: told the next batches, it reads their chunks into its cache while the
 current batch decodes. Over a plate served by nginx and a local one: the same bytes as without
-prefetch, each chunk fetched once, the bytes in flight bounded, and cancellation that leaves no
-thread running and a consistent cache."""
+prefetch, each chunk fetched once, the bytes in flight bounded, cancellation that leaves no
+thread running and a consistent cache; through cropbench's DataLoader, chunks fetched ahead of the
+batch that needs them; and a chunk cache too small for the read-ahead refused or grown."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,9 +19,9 @@ from conftest import TINY_SPEC
 from torch.utils.data import BatchSampler, DataLoader
 
 from cropbench.config import LAYOUTS, CropConfig, PrefetchConfig, StoreConfig
-from cropbench.data.dataset import CropDataset
-from cropbench.data.loader import batch_collate
-from cropbench.data.sampling import RandomObjectSampler
+from cropbench.data.dataset import CropBatch, CropDataset
+from cropbench.data.loader import LoaderSpec, ScheduledSampler, batch_collate, build_loader, schedule
+from cropbench.data.sampling import RandomObjectSampler, ReadAheadBatches, with_upcoming
 from cropbench.errors import ConfigError
 from cropbench.formats import DirectChunkReader, Regions, open_plate
 from cropbench.formats.sources import mirror_metadata, write_index
@@ -65,8 +66,8 @@ def _prefetch_threads() -> list[threading.Thread]:
 
 
 def _read_all(dataset: CropDataset, batches: list[list[int]]) -> list[torch.Tensor]:
-    dataset.expect_batches(batches)
-    return [dataset.__getitems__(batch).collated()["image"].clone() for batch in batches]
+    ahead = with_upcoming(batches, 0, dataset.read_ahead_batches(BATCH))
+    return [dataset.__getitems__(batch).collated()["image"].clone() for batch in ahead]
 
 
 @pytest.mark.parametrize("where", ["local", "http"])
@@ -166,8 +167,7 @@ def test_a_dataloader_worker_prefetches_its_own_batches(served_plate: Path) -> N
     ahead = _dataset(served_plate, PrefetchConfig(batches=2))
     batches = _batches(plain)
     expected = _read_all(plain, batches)
-    ahead.expect_batches(batches)
-    loader = DataLoader(ahead, batch_sampler=batches, num_workers=2, collate_fn=batch_collate)
+    loader = DataLoader(ahead, batch_sampler=with_upcoming(batches, 2, 2), num_workers=2, collate_fn=batch_collate)
     got = [batch["image"] for batch in loader]
     assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
     plain.reader.close()
@@ -190,19 +190,148 @@ def test_bad_prefetch_settings_are_named(settings: dict[str, int], named: str) -
 
 
 def test_a_worker_hints_the_batches_torch_deals_it(plate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Worker 0 of 2 reads batches 0, 2, 4, ...: after batch 0 it hints batches 2 and 4, not 1."""
+    """Worker 0 of 2 reads batches 0, 2, 4, ...: batch 0 carries batches 2 and 4, not 1, and the
+    dataset hints the reader with exactly those."""
     dataset = _dataset(plate, PrefetchConfig(batches=2))
     reader = dataset.reader
     assert isinstance(reader, DirectChunkReader)
     hinted: list[Regions] = []
     monkeypatch.setattr(reader, "prefetch", lambda upcoming, channels=None: hinted.extend(upcoming))
-    monkeypatch.setattr("cropbench.data.dataset.get_worker_info", lambda: SimpleNamespace(id=0, num_workers=2))
     batches = _batches(dataset)
-    dataset.expect_batches(batches)
-    dataset.__getitems__(batches[0])
+    dealt = with_upcoming(batches, 2, 2)
+    assert dealt[0].upcoming == (batches[2], batches[4]) and dealt[-1].upcoming == ()
+    assert with_upcoming(batches, 0, 1)[0].upcoming == (batches[1],)
+    dataset.__getitems__(dealt[0])
     expected = [dataset.regions_of(np.asarray(batches[position])) for position in (2, 4)]
     assert [regions.table().tolist() for regions in hinted] == [regions.table().tolist() for regions in expected]
     hinted.clear()
-    dataset.__getitems__(list(reversed(batches[0])))  # a batch not in the order: no hint
+    dataset.__getitems__(list(batches[0]))  # a batch that says nothing of what comes next: no hint
     assert hinted == []
+    reader.close()
+
+
+class CountedDataset(CropDataset):
+    """Counts, in the process that reads each batch, the chunks of the batch its reader's cache lacks
+    when the batch is asked for, once the read-ahead already started has finished (no race with the
+    reads: the count depends on the order only)."""
+
+    def __getitems__(self, indices: Sequence[int]) -> CropBatch:
+        reader = self.reader
+        assert isinstance(reader, DirectChunkReader)
+        if reader.prefetcher is not None:
+            reader.prefetcher.wait()
+        regions = self.regions_of(np.asarray(indices, dtype=np.int64))
+        lacking = len(reader.cache.absent(reader.pieces.plan_regions(regions, None).runs))
+        batch = super().__getitems__(indices)
+        batch.columns["lacking"] = torch.tensor([os.getpid(), lacking])
+        return batch
+
+
+def _counted_epoch(path: Path, batches: int, workers: int) -> tuple[list[torch.Tensor], list[int]]:
+    """One epoch through :func:`build_loader`: each batch's images, and per batch after its process's
+    first, the chunks it lacked when asked for."""
+    reader = open_plate(path, "direct", WHOLE_PLATE_CACHE, prefetch=PrefetchConfig(batches=batches))
+    dataset = CountedDataset(path, CropConfig(dtype="uint16", chunk_cache_bytes=WHOLE_PLATE_CACHE), reader=reader)
+    loader = build_loader(dataset, LoaderSpec(num_workers=workers, batch_size=BATCH), RandomObjectSampler(len(dataset)))
+    assert isinstance(loader.batch_sampler, ReadAheadBatches) == (batches > 0)
+    images, lacking, seen = [], [], set()
+    for batch in loader:
+        images.append(batch["image"].clone())
+        pid, count = batch["lacking"].tolist()
+        if pid in seen:
+            lacking.append(count)
+        seen.add(pid)
+    assert len(seen) == max(workers, 1)
+    reader.close()
+    return images, lacking
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loader_reads_ahead_of_the_batch_asked_for(served_plate: Path, workers: int) -> None:
+    """Through cropbench's DataLoader (no worker, and two): with read-ahead on, every batch after a
+    process's first finds all its chunks fetched before it is asked for (without, some batch lacks
+    some), and the bytes are those of the same loader without read-ahead."""
+    plain, plain_lacking = _counted_epoch(served_plate, 0, workers)
+    ahead, ahead_lacking = _counted_epoch(served_plate, 2, workers)
+    assert all(torch.equal(a, b) for a, b in zip(plain, ahead, strict=True))
+    assert sum(plain_lacking) > 0  # the order needs new chunks after each process's first batch
+    assert ahead_lacking == [0] * len(ahead_lacking)
+
+
+def test_chunks_an_upcoming_batch_finds_cached_outlive_the_read_ahead(plate: Path) -> None:
+    """A cache smaller than the plate: the chunks a coming batch would find cached are marked used
+    when it is read ahead, so what is fetched meanwhile evicts others; every batch after the first
+    finds all its chunks cached (counted once the read-ahead finished: no race with the reads)."""
+    crop = CropConfig(crop_size=16, dtype="uint16", chunk_cache_bytes=2**20)
+    reader = open_plate(plate, "direct", crop.chunk_cache_bytes, prefetch=PrefetchConfig(batches=2))
+    dataset = CropDataset(plate, crop, reader=reader)
+    assert isinstance(reader, DirectChunkReader) and reader.prefetcher is not None
+    size = 2
+    batches = list(BatchSampler(RandomObjectSampler(len(dataset), seed=3), size, drop_last=False))
+    lacking = []
+    for batch in with_upcoming(batches, 0, dataset.read_ahead_batches(size)):
+        reader.prefetcher.wait()
+        plan = reader.pieces.plan_regions(dataset.regions_of(np.asarray(batch)), None)
+        lacking.append(len(reader.cache.absent(plan.runs)))
+        dataset.__getitems__(batch)
+    assert reader.stats.chunks_decoded * reader.layouts.get(0).chunk_bytes > crop.chunk_cache_bytes  # it evicted
+    assert lacking[0] > 0 and lacking[1:] == [0] * (len(lacking) - 1)
+    reader.close()
+
+
+class HintedDataset(CropDataset):
+    """Says, with each batch, how many upcoming batches came with its indices to the worker."""
+
+    def __getitems__(self, indices: Sequence[int]) -> CropBatch:
+        batch = super().__getitems__(indices)
+        batch.columns["upcoming"] = len(getattr(indices, "upcoming", ()))
+        return batch
+
+
+def test_persistent_workers_learn_each_epochs_order(served_plate: Path) -> None:
+    """Workers started once still get every later epoch's upcoming batches (they travel with the indices)."""
+    reader = open_plate(served_plate, "direct", WHOLE_PLATE_CACHE, prefetch=PrefetchConfig(batches=2))
+    dataset = HintedDataset(
+        served_plate, CropConfig(dtype="uint16", chunk_cache_bytes=WHOLE_PLATE_CACHE), reader=reader
+    )
+    sampler = ScheduledSampler(schedule(RandomObjectSampler(len(dataset)), len(dataset), 2))
+    loader = build_loader(dataset, LoaderSpec(num_workers=2, batch_size=BATCH, persistent_workers=True), sampler)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        upcoming = [batch["upcoming"] for batch in loader]
+        # each worker's next two batches, fewer at the end of the epoch
+        assert upcoming == [min(2, (len(upcoming) - 1 - position) // 2) for position in range(len(upcoming))]
+    reader.close()
+
+
+def test_read_ahead_the_cache_cannot_hold_is_refused_or_the_cache_grows(served_plate: Path) -> None:
+    """Asked for: a one-line error naming both options. By default over a store: the cache grows to
+    hold the batches read ahead and the one read."""
+    small = 2**20
+    asked = _dataset(served_plate, PrefetchConfig(batches=2), cache=small)
+    with pytest.raises(ConfigError, match=r"chunk_cache_bytes=1048576 .*PrefetchConfig\(batches=") as error:
+        build_loader(asked, LoaderSpec(batch_size=BATCH), RandomObjectSampler(len(asked)))
+    assert "\n" not in str(error.value)
+    default = _dataset(served_plate, PrefetchConfig(), cache=small)
+    reader = default.reader
+    assert isinstance(reader, DirectChunkReader)
+    per_batch = BATCH * reader.region_chunk_bytes(96, 96)
+    assert default.read_ahead_batches(BATCH) == 2
+    assert reader.chunk_cache_bytes == reader.cache.lru.budget == 3 * per_batch > small
+    asked.reader.close()
+    reader.close()
+
+
+def test_a_regions_chunk_bytes_bound_every_batch(plate: Path) -> None:
+    """The most chunk bytes a crop may touch, times the batch size, is never below what a batch touches."""
+    dataset = _dataset(plate, PrefetchConfig(batches=0))
+    reader = dataset.reader
+    assert isinstance(reader, DirectChunkReader)
+    bound = reader.region_chunk_bytes(96, 96)
+    chunk = reader.layouts.get(0).chunk_bytes
+    assert bound == 3 * 3 * chunk  # 96 px over 64 px chunks: at most 3 rows and 3 columns of them
+    touched = [
+        len(reader.pieces.plan_regions(dataset.regions_of(np.asarray(batch)), None).runs) for batch in _batches(dataset)
+    ]
+    assert max(touched) * chunk <= BATCH * bound
     reader.close()

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
+from torch.utils.data import BatchSampler
 
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
-from cropbench.data.sampling import GroupedSampler, RandomObjectSampler, contiguous_ranges, sampler_for
+from cropbench.data.sampling import (
+    GroupedSampler,
+    RandomObjectSampler,
+    ReadAheadBatches,
+    contiguous_ranges,
+    sampler_for,
+)
 from cropbench.errors import ConfigError
 
 
@@ -59,3 +67,25 @@ def test_grouped_by_field_visits_fields_one_at_a_time(tiny_plate: Path) -> None:
 def test_unknown_access_pattern_is_refused(tiny_plate: Path) -> None:
     with pytest.raises(ConfigError, match="access"):
         sampler_for(CropDataset(tiny_plate), "sequential")
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_read_ahead_batches_are_the_batch_samplers_with_what_each_worker_reads_next(workers: int) -> None:
+    """The same batches as torch's BatchSampler (last one kept), the epoch the sampler is set to; each
+    carries the next two batches dealt to its worker (every ``workers``-th one)."""
+    sampler = RandomObjectSampler(50, seed=2)
+    sampler.set_epoch(1)
+    batches = list(ReadAheadBatches(sampler, 8, workers, 2))
+    assert batches == list(BatchSampler(sampler, 8, drop_last=False))
+    assert len(ReadAheadBatches(sampler, 8, workers, 2)) == len(batches) == 7
+    step = max(workers, 1)
+    for position, batch in enumerate(batches):
+        expected = [batches[later] for later in (position + step, position + 2 * step) if later < len(batches)]
+        assert batch.upcoming == tuple(expected)  # type: ignore[attr-defined]
+    again = pickle.loads(pickle.dumps(batches[0]))  # as it travels to a spawned or persistent worker
+    assert again == batches[0] and again.upcoming == batches[0].upcoming
+
+
+def test_read_ahead_batches_refuse_bad_knobs() -> None:
+    with pytest.raises(ConfigError, match="batch_size"):
+        ReadAheadBatches(RandomObjectSampler(5), 0, 0, 1)

@@ -81,8 +81,6 @@ class CropDataset(Dataset[dict[str, Any]]):
             self.config.seed,
         )
         self.epoch = 0
-        self._expected: list[np.ndarray] = []
-        self._expected_at: dict[bytes, int] = {}
 
     def _index_objects(self, table: ObjectTable, stored_classes: dict[str, tuple[str, ...]]) -> None:
         metadata = self.reader.metadata
@@ -184,7 +182,8 @@ class CropDataset(Dataset[dict[str, Any]]):
         """The items of a whole batch, byte-identical to ``[self[i] for i in indices]`` but read at once.
 
         Torch's DataLoader calls this for each batch. Inside a worker the batch tensor is allocated
-        in shared memory, so handing it to the main process copies nothing more.
+        in shared memory, so handing it to the main process copies nothing more. A batch that says
+        which batches this process reads next (an :class:`UpcomingBatch`) has their chunks read ahead.
         """
         positions = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(positions) == 0:
@@ -204,7 +203,12 @@ class CropDataset(Dataset[dict[str, Any]]):
             )
         )
         columns: dict[str, Any] = {}
-        self.read_raw_batch(positions, raw.numpy(), meanwhile=lambda: columns.update(self.metadata_columns(positions)))
+        self.read_raw_batch(
+            positions,
+            raw.numpy(),
+            meanwhile=lambda: columns.update(self.metadata_columns(positions)),
+            upcoming=getattr(indices, "upcoming", ()),
+        )
         if plan.tier == "none":
             image = raw if plan.dtype == "uint16" else batch_tensor(shape, TORCH_DTYPES[plan.dtype]).copy_(raw)
         else:
@@ -213,11 +217,16 @@ class CropDataset(Dataset[dict[str, Any]]):
         return CropBatch(image, columns)
 
     def read_raw_batch(
-        self, indices: np.ndarray, out: np.ndarray | None = None, meanwhile: Callable[[], Any] | None = None
+        self,
+        indices: np.ndarray,
+        out: np.ndarray | None = None,
+        meanwhile: Callable[[], Any] | None = None,
+        upcoming: Sequence[Sequence[int]] = (),
     ) -> np.ndarray:
         """The raw crops (B, C, H, W) of objects ``indices`` in one reader call, border policy applied;
         ``meanwhile`` runs while the direct reader's decode threads read
-        (:meth:`~cropbench.formats.direct.DirectChunkReader.read_regions`), after the reads otherwise."""
+        (:meth:`~cropbench.formats.direct.DirectChunkReader.read_regions`), after the reads otherwise.
+        ``upcoming``: the batches this process reads next, nearest first, for a reader that reads ahead."""
         size = self.config.crop_size
         if out is None:
             out = np.empty((len(indices), len(self.channel_indices), size, size), dtype=self.reader.metadata.dtype)
@@ -232,7 +241,11 @@ class CropDataset(Dataset[dict[str, Any]]):
                 meanwhile()
 
         if isinstance(self.reader, DirectChunkReader):
-            self._prefetch_after(self.reader, indices)
+            if upcoming and self.reader.prefetch_batches:
+                hinted = upcoming[: self.reader.prefetch_batches]
+                self.reader.prefetch(
+                    [self.regions_of(np.asarray(batch) % len(self)) for batch in hinted], self._channels_arg
+                )
             return self.reader.read_regions(regions, out, self._channels_arg, pad_then_meanwhile)
         self.reader.read_regions(regions, out, self._channels_arg)
         pad_then_meanwhile()
@@ -250,27 +263,15 @@ class CropDataset(Dataset[dict[str, Any]]):
             self.field_index[indices], clipped_y0, clipped_y1, clipped_x0, clipped_x1, clipped_y0 - y0, clipped_x0 - x0
         )
 
-    def expect_batches(self, batches: Sequence[Sequence[int]]) -> None:
-        """The batches this dataset will be asked for, in the order a batch sampler yields them (known
-        before the epoch starts): a reader that prefetches is then told, at each batch, the next ones
-        the same process reads. In a DataLoader worker those are every ``num_workers``-th batch (torch
-        deals batches to its workers in turn); a batch not in the list reads as always, with no hint.
-        Expecting new batches (a new epoch) drops what was hinted from the old ones."""
-        self._expected = [np.asarray(batch, dtype=np.int64).reshape(-1) % len(self) for batch in batches]
-        self._expected_at = {batch.tobytes(): position for position, batch in enumerate(self._expected)}
-        if isinstance(self.reader, DirectChunkReader):
-            self.reader.cancel_prefetch()
-
-    def _prefetch_after(self, reader: DirectChunkReader, indices: np.ndarray) -> None:
-        """Hint ``reader`` with the batches this process reads after ``indices``, if they are known."""
-        ahead = reader.prefetch_batches
-        position = self._expected_at.get(np.asarray(indices, dtype=np.int64).tobytes()) if ahead else None
-        if position is None:
-            return
-        worker = get_worker_info()
-        step = 1 if worker is None else worker.num_workers
-        upcoming = self._expected[position + step : position + step * (ahead + 1) : step]
-        reader.prefetch([self.regions_of(batch) for batch in upcoming], self._channels_arg)
+    def read_ahead_batches(self, batch_size: int) -> int:
+        """Batches of ``batch_size`` crops the reader reads ahead of the one asked for, once the order
+        is known (0: none), with its chunk cache able to hold them and the batch being read
+        (:meth:`~cropbench.formats.direct.DirectChunkReader.hold_read_ahead`, from the most chunk bytes
+        one crop may touch)."""
+        if not isinstance(self.reader, DirectChunkReader) or not self.reader.prefetch_batches:
+            return 0
+        size = self.config.crop_size
+        return self.reader.hold_read_ahead(batch_size * self.reader.region_chunk_bytes(size, size, self._channels_arg))
 
     def metadata_columns(self, indices: np.ndarray) -> dict[str, Any]:
         """:meth:`metadata_of` of many objects, batched as ``default_collate`` batches it
@@ -439,6 +440,16 @@ def use_segments(pool: SegmentPool | None) -> None:
     """Make :func:`batch_tensor` take its shared memory from ``pool`` (None: fresh segments) in this
     process; cropbench's loader calls it in each worker it starts."""
     _worker_segments[:] = [] if pool is None else [pool]
+
+
+class UpcomingBatch(list[int]):
+    """A batch's indices, with the batches the process that reads it reads next (nearest first):
+    :meth:`CropDataset.__getitems__` has their chunks read ahead. A batch sampler makes them
+    (:class:`cropbench.data.sampling.ReadAheadBatches`); they pickle with the batch to a DataLoader worker."""
+
+    def __init__(self, indices: Sequence[int], upcoming: Sequence[Sequence[int]] = ()) -> None:
+        super().__init__(indices)
+        self.upcoming = tuple(upcoming)
 
 
 class CropBatch(Sequence[dict[str, Any]]):

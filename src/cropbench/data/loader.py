@@ -32,11 +32,12 @@ from cropbench.data.dataset import (
     SEGMENT_MARKER,
     SEGMENT_TAIL_BYTES,
     CropBatch,
+    CropDataset,
     SegmentPool,
     batch_tensor,
     use_segments,
 )
-from cropbench.data.sampling import EpochSampler, continued_order
+from cropbench.data.sampling import EpochSampler, ReadAheadBatches, continued_order
 from cropbench.errors import ConfigError, WorkerError
 
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -311,15 +312,23 @@ def build_loader(
     """A DataLoader with the spec's knobs, a seeded generator and seeded workers.
 
     ``pin_memory`` overrides ``spec.pin_memory`` (Track 3 resolves it against the device): pinning
-    without an accelerator is skipped, so the value in force is the caller's to record.
+    without an accelerator is skipped, so the value in force is the caller's to record. Over a
+    dataset whose reader reads ahead (:meth:`CropDataset.read_ahead_batches`), the batches come from
+    :class:`~cropbench.data.sampling.ReadAheadBatches` (``loader.batch_sampler.sampler`` is ``sampler``
+    either way), so each process's reader knows the batches it reads next.
     """
     collate = collate_function(spec.collate)
     workers = spec.num_workers
     returns = SegmentReturns(workers, (spec.prefetch_factor or 2) + SPARE_SEGMENTS) if workers else None
+    ahead = dataset.read_ahead_batches(spec.batch_size) if isinstance(dataset, CropDataset) else 0
+    batching: dict[str, Any] = (
+        {"batch_sampler": ReadAheadBatches(sampler, spec.batch_size, workers, ahead)}
+        if ahead
+        else {"batch_size": spec.batch_size, "sampler": sampler}
+    )
     return WatchedLoader(
         dataset,
-        batch_size=spec.batch_size,
-        sampler=sampler,
+        **batching,
         num_workers=workers,
         collate_fn=TimedCollate(collate) if timed_collate else collate,
         pin_memory=spec.pin_memory if pin_memory is None else pin_memory,

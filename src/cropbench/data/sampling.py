@@ -5,18 +5,21 @@
   inside each group, as a per-site inference pass reads them.
 - chunk-aware: groups are decode units (chunks); their order is shuffled and so are the objects
   inside each, so decoded chunks are reused while the epoch stays shuffled at chunk grain.
+
+:class:`ReadAheadBatches` cuts any of them into batches that say which batches each DataLoader worker
+reads next, so a reader that reads ahead knows the order.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from torch.utils.data import Sampler
 
 from cropbench.config import ACCESS_PATTERNS
-from cropbench.data.dataset import CropDataset
+from cropbench.data.dataset import CropDataset, UpcomingBatch
 from cropbench.errors import ConfigError
 
 
@@ -67,6 +70,40 @@ class GroupedSampler(EpochSampler):
         group_rank = rng.permutation(len(groups))[inverse]
         within = rng.random(self.count) if self.shuffle_within else np.arange(self.count)
         return np.lexsort((within, group_rank))
+
+
+def with_upcoming(batches: Sequence[Sequence[int]], workers: int, ahead: int) -> list[UpcomingBatch]:
+    """``batches`` in order, each with the next ``ahead`` batches of the process that reads it: torch's
+    DataLoader deals batch ``i`` of an epoch to worker ``i % workers`` (in turn, from worker 0 each
+    epoch), so those are every ``workers``-th batch after it; without workers, the next ones."""
+    step = max(workers, 1)
+    return [
+        UpcomingBatch(batch, [list(later) for later in batches[position + step : position + step * (ahead + 1) : step]])
+        for position, batch in enumerate(batches)
+    ]
+
+
+class ReadAheadBatches(Sampler[list[int]]):
+    """A batch sampler over ``sampler`` (as torch's ``BatchSampler``, last batch kept) whose batches
+    carry the next ``ahead`` batches their DataLoader worker reads (:func:`with_upcoming`): each
+    epoch's order is drawn whole when the epoch starts, so the reader knows it before the first batch.
+    The batches travel to the workers with their indices, so persistent and spawned workers learn
+    every epoch's order too."""
+
+    def __init__(self, sampler: Sampler[int], batch_size: int, workers: int, ahead: int) -> None:
+        if batch_size < 1 or workers < 0 or ahead < 0:
+            raise ConfigError(f"batch_size must be >= 1, workers and ahead >= 0; got {batch_size}, {workers}, {ahead}")
+        self.sampler = sampler
+        self.batch_size, self.workers, self.ahead = batch_size, workers, ahead
+
+    def __len__(self) -> int:
+        return -(-len(self.sampler) // self.batch_size)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = [int(index) for index in self.sampler]
+        size = self.batch_size
+        batches = [order[start : start + size] for start in range(0, len(order), size)]
+        return iter(with_upcoming(batches, self.workers, self.ahead))
 
 
 def contiguous_ranges(count: int, size: int) -> np.ndarray:

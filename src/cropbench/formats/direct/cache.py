@@ -71,6 +71,14 @@ class ChunkCache:
             held = self.lru
             return [key for key in keys if key not in held]
 
+    def absent_keeping(self, keys: Iterable[int]) -> list[int]:
+        """Which of ``keys`` the cache does not hold, marking those it holds as just used: the chunks a
+        coming batch will read from the cache must outlive what is fetched before it is read."""
+        wanted = list(keys)
+        with self._locked():
+            held = self.lru.get_many(wanted)
+            return [key for key in wanted if key not in held]
+
     def count_fetched(self, nbytes: int, reads: int) -> None:
         """Count bytes read for something other than chunks (a shard index)."""
         with self._locked():

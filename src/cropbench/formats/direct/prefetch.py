@@ -238,7 +238,8 @@ class Prefetcher:
     def _fetch(self, regions: Regions, channels: np.ndarray | None, cancelled: Callable[[], bool]) -> None:
         """Load the chunks of one hinted batch that nobody holds or loads, in reads of bounded bytes."""
         plan = self.pieces.plan_regions(regions, channels)
-        mine, _ = self.claims.claim(self.cache.absent(plan.runs))
+        # The batch's chunks held already are marked used, or what is fetched now evicts them first.
+        mine, _ = self.claims.claim(self.cache.absent_keeping(plan.runs))
         if not mine:
             return
         try:

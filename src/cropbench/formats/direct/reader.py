@@ -196,6 +196,34 @@ class DirectChunkReader(PlateReader):
         if self.prefetcher is not None and upcoming:
             self.prefetcher.hint(upcoming, channels)
 
+    def region_chunk_bytes(self, height: int, width: int, channels: np.ndarray | None = None) -> int:
+        """The most decoded chunk bytes one ``height`` x ``width`` region of ``channels`` may touch,
+        wherever it lies on the chunk grid (the plate's fields share one layout)."""
+        layout = self.layouts.get(0)
+        _, chunk_y, chunk_x = layout.chunk_cyx
+        _, field_height, field_width = self.metadata.field_shape
+        rows = min(-(-(height - 1) // chunk_y) + 1, -(-field_height // chunk_y))
+        columns = min(-(-(width - 1) // chunk_x) + 1, -(-field_width // chunk_x))
+        return rows * columns * len(self.pieces.channels(layout, channels).groups) * layout.chunk_bytes
+
+    def hold_read_ahead(self, batch_chunk_bytes: int) -> int:
+        """The batches read ahead, with the chunk cache holding their chunks and the batch being read
+        (``batch_chunk_bytes`` each, at most), or prefetched chunks would be evicted before they are
+        read. Read-ahead asked for (``prefetch.batches``) that does not fit is refused; by default
+        (over an object store) the cache grows to hold it."""
+        ahead = self.prefetch_batches
+        needed = (ahead + 1) * batch_chunk_bytes
+        if not ahead or needed <= self.chunk_cache_bytes:
+            return ahead
+        if self.prefetch_config.batches is not None:
+            raise ConfigError(
+                f"chunk_cache_bytes={self.chunk_cache_bytes} cannot hold the chunks of {ahead + 1} batches "
+                f"(prefetch batches={ahead} read ahead and the one read: up to {needed} bytes); raise "
+                f"chunk_cache_bytes to {needed} or lower PrefetchConfig(batches=...) (0: no read-ahead)"
+            )
+        self.chunk_cache_bytes = self.cache.lru.budget = needed
+        return ahead
+
     def cancel_prefetch(self) -> None:
         """Drop the batches hinted and not yet fetched (the order changed: a new epoch)."""
         if self.prefetcher is not None:

@@ -305,7 +305,7 @@ def run_case(
 def supply_rate(loader: Any, prepare: Callable[[Any], Batch], case: Track3Case, sync: Callable[[], None]) -> float:
     """Samples/s of the loader alone, as the loop would take them (``next()`` and the preparation on the
     device, synchronised), over the second scheduled epoch: fresh crops, workers started afresh."""
-    loader.sampler.set_epoch(1)
+    loader.batch_sampler.sampler.set_epoch(1)
     iterator = iter(loader)
     timing = timed_loop(iterator.__next__, prepare, lambda images, labels: None, case.steps, case.warmup_steps, sync)
     del iterator
