@@ -84,6 +84,17 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], what: str) -> Non
     raise RuntimeError(f"{what} did not answer on {url} within {START_TIMEOUT_S:.0f} s")
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs (one of another user's counts: signalling it is refused, not failed)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def stop_process(process: subprocess.Popen[bytes]) -> None:
     """Terminate a server process we started, killing it if it does not end within 5 s."""
     if process.poll() is None:

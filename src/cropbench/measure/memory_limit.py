@@ -31,6 +31,7 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.errors import ConfigError, CropbenchError
+from cropbench.measure.endpoints import process_alive
 
 #: How the limit was applied: a cgroup (v2 or v1), or no limit and eviction only.
 CGROUP_V2, CGROUP_V1, FADVISE = "cgroup-v2", "cgroup-v1", "fadvise"
@@ -227,22 +228,12 @@ def remove_stale_cgroups(parent: CgroupParent) -> list[Path]:
     with contextlib.suppress(OSError):
         for folder in parent.path.glob(f"{CGROUP_PREFIX}*-*"):
             maker = folder.name[len(CGROUP_PREFIX) :].split("-", 1)[0]
-            if not maker.isdigit() or _alive(int(maker)) or (_read(folder / "cgroup.procs") or "").strip():
+            if not maker.isdigit() or process_alive(int(maker)) or (_read(folder / "cgroup.procs") or "").strip():
                 continue
             with contextlib.suppress(OSError):
                 folder.rmdir()
                 removed.append(folder)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager

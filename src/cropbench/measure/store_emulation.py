@@ -44,7 +44,7 @@ from typing import Any
 from cropbench import metrics as m
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import write_index
-from cropbench.measure.endpoints import START_TIMEOUT_S, nginx_binary, stop_process
+from cropbench.measure.endpoints import START_TIMEOUT_S, nginx_binary, process_alive, stop_process
 
 #: Debian's nginx modules: the Lua module (``ngx.sleep``) and the development kit it needs.
 NGINX_MODULES = Path("/usr/share/nginx/modules")
@@ -430,20 +430,10 @@ def _wait_until_up(endpoint: str, process: subprocess.Popen[bytes], error_log: P
     raise RuntimeError(f"nginx did not answer on {endpoint} within {START_TIMEOUT_S:.0f} s")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stale(name: str) -> bool:
     """Whether ``name`` is one this module gave to a process that no longer runs (a run killed with SIGKILL)."""
     match = _NAME.match(name)
-    return match is not None and not _alive(int(match["pid"]))
+    return match is not None and not process_alive(int(match["pid"]))
 
 
 def sweep_stale() -> list[str]:
