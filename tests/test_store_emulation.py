@@ -110,17 +110,22 @@ with emulated_store(Path(sys.argv[1])) as store:
 """
 
 
-@needs_emulation
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_run_removes_its_namespace_qdisc_and_nginx(served: Path, signum: int) -> None:
+def _start_store_child(served: Path) -> subprocess.Popen[str]:
+    """A process running an emulated store over ``served`` that prints its namespace and pids."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(_CHILD), str(served)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=environment,
     )
+
+
+@needs_emulation
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_removes_its_namespace_qdisc_and_nginx(served: Path, signum: int) -> None:
+    child = _start_store_child(served)
     try:
         assert child.stdout is not None
         namespace, *pids = child.stdout.readline().split()
@@ -143,14 +148,7 @@ def test_an_interrupted_run_removes_its_namespace_qdisc_and_nginx(served: Path, 
 
 @needs_emulation
 def test_what_a_killed_run_left_is_swept_and_nothing_else(served: Path) -> None:
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(_CHILD), str(served)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=environment,
-    )
+    child = _start_store_child(served)
     live = f"cbs{os.getpid()}x999"  # this module's pattern, but its process runs: not stale
     foreign = "cbsweep-foreign"  # another program's namespace: never touched
     try:
