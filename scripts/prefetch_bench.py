@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -54,20 +55,40 @@ from cropbench.measure.store_emulation import (
 )
 
 MIB = 2**20
-#: The store's p99 first-byte latency over its median (as compare-formats models it).
-TAIL_OVER_MEDIAN = 5.0
-#: The readers over the store: read-ahead off, then depths, bytes in flight and threads (each thread
-#: fetches one batch at a time). The default readers leave the last out.
-STORE_READERS = {
-    "store": PrefetchConfig(batches=0),
-    "store+ahead1/16MiB": PrefetchConfig(batches=1, bytes_in_flight=16 * MIB),
-    "store+ahead2/16MiB": PrefetchConfig(batches=2, bytes_in_flight=16 * MIB),
-    "store+ahead1/64MiB": PrefetchConfig(batches=1, bytes_in_flight=64 * MIB),
-    "store+ahead2/64MiB": PrefetchConfig(batches=2, bytes_in_flight=64 * MIB),
-    "store+ahead4/64MiB": PrefetchConfig(batches=4, bytes_in_flight=64 * MIB),
-    "store+ahead4/64MiB/4threads": PrefetchConfig(batches=4, bytes_in_flight=64 * MIB, threads=4),
-}
+#: The readers over the store by default: read-ahead off, then depths and bytes in flight.
+DEFAULT_READERS = (
+    "store",
+    "store+ahead1/16MiB",
+    "store+ahead2/16MiB",
+    "store+ahead1/64MiB",
+    "store+ahead2/64MiB",
+    "store+ahead4/64MiB",
+)
+#: A reader over the store: ``store`` (read-ahead off) or ``store+ahead<batches>/<MiB>MiB``, with
+#: ``/<n>threads`` for prefetch threads other than the default (each fetches one batch at a time).
+READER_SPEC = re.compile(
+    r"store(?:\+ahead(?P<batches>[1-9][0-9]*)/(?P<mib>[1-9][0-9]*)MiB(?:/(?P<threads>[1-9][0-9]*)threads)?)?"
+)
 LOCAL = "local"
+
+
+def store_reader(spec: str) -> PrefetchConfig:
+    """The read-ahead of a reader named as :data:`READER_SPEC` says; ValueError naming ``spec`` otherwise."""
+    match = READER_SPEC.fullmatch(spec)
+    if match is None:
+        raise ValueError(
+            f"{spec!r} is not a reader: 'store' or 'store+ahead<batches>/<MiB>MiB[/<n>threads]' "
+            "(e.g. store+ahead2/64MiB)"
+        )
+    if match["batches"] is None:
+        return PrefetchConfig(batches=0)
+    options: dict[str, int] = {"batches": int(match["batches"]), "bytes_in_flight": int(match["mib"]) * MIB}
+    if match["threads"] is not None:
+        options["threads"] = int(match["threads"])
+    try:
+        return PrefetchConfig(**options)
+    except ValueError as error:
+        raise ValueError(f"{spec!r}: {error}") from None
 
 
 @dataclasses.dataclass
@@ -189,24 +210,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--readers",
         nargs="+",
-        choices=list(STORE_READERS),
-        default=list(STORE_READERS)[:-1],
-        help="the store's readers",
+        default=list(DEFAULT_READERS),
+        help="the store's readers: 'store' (no read-ahead) or 'store+ahead<batches>/<MiB>MiB[/<n>threads]'",
     )
     parser.add_argument("--batches", type=int, default=None, help="batches per round (default: a whole epoch)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each a new epoch")
     parser.add_argument(
         "--chunk-cache-mib", type=int, default=128, help="every reader's chunk cache (must hold depth + 1 batches)"
     )
+    parser.add_argument(
+        "--switch-interval-ms",
+        type=float,
+        default=None,
+        help="the interpreter's thread switch interval in this process and its workers (default: Python's 5 ms)",
+    )
     args = parser.parse_args(argv)
+    if args.switch_interval_ms is not None and not 0 < args.switch_interval_ms <= 1000:
+        parser.error(f"--switch-interval-ms must be in (0, 1000], got {args.switch_interval_ms:g}")
+    try:
+        prefetch = {name: store_reader(name) for name in args.readers}
+    except ValueError as error:
+        parser.error(f"--readers: {error}")
     reason = unavailable()
     if reason is not None:
         parser.error(reason)
+    if args.switch_interval_ms is not None:
+        sys.setswitchinterval(args.switch_interval_ms / 1000)  # forked workers keep it
     plate = Path(args.plate)
     cache = args.chunk_cache_mib * MIB
     crop = CropConfig(dtype="uint16", chunk_cache_bytes=cache)
     store = StoreConfig(in_flight=args.in_flight, coalesce_gap_bytes=args.coalesce_gap_kib * 1024)
-    model = StoreModel(median_latency_ms=args.latency_ms, p99_latency_ms=TAIL_OVER_MEDIAN * args.latency_ms)
+    model = StoreModel.at_median(args.latency_ms)
     context: dict[str, Any] = {
         "plate": plate.name,
         "crop_size": crop.crop_size,
@@ -216,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         "chunk_cache_bytes": cache,
         "store": dataclasses.asdict(store),
         "store_model": dataclasses.asdict(model),
+        "switch_interval_s": sys.getswitchinterval(),
         "load_average_at_start": os.getloadavg(),
         "environment": collect(plate),
     }
@@ -225,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         mirror = stack.enter_context(remote_plate(url, store, scratch / "mirror"))
         readers = {LOCAL: CropDataset(plate, crop)}
         for name in args.readers:
-            reader = open_plate(mirror, chunk_cache_bytes=cache, prefetch=STORE_READERS[name])
+            reader = open_plate(mirror, chunk_cache_bytes=cache, prefetch=prefetch[name])
             readers[name] = CropDataset(mirror, crop, reader=reader)
         sampler = RandomObjectSampler(len(readers[LOCAL]), seed=0)
         per_round = len(sampler) if args.batches is None else args.batches * args.batch_size
@@ -242,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                     measure(readers[name], batches, spec, window, results[(workers, name)])
         context["load_average_at_end"] = os.getloadavg()
         rows = [
-            row(name, workers, results[(workers, name)], results[(workers, LOCAL)], STORE_READERS.get(name), context)
+            row(name, workers, results[(workers, name)], results[(workers, LOCAL)], prefetch.get(name), context)
             for workers in args.workers
             for name in names
         ]
