@@ -9,7 +9,10 @@ round to round), each through cropbench's
 DataLoader (:func:`~cropbench.data.loader.build_loader`, which hands a reader that reads ahead the
 batches each process reads next) with its chunk cache emptied first, so every round starts cold
 alike. A rate is steady crops/s: from the arrival of the round's first batch per worker (worker
-start-up, and the batch no read-ahead precedes, left out, as Track 2's steady rate) to the last.
+start-up, and the batch no read-ahead precedes, left out, as Track 2's steady rate) to the last;
+beside it the round's crops over its whole wall time (``round/s``), where what a reader fetched ahead
+before the steady clock started is not free: on a round of few batches a deep read-ahead flatters the
+steady rate, never this one.
 
 Per reader and worker count, a JSON line: crops/s per round, the median and its ratio to the local
 plate's (the median of the rounds' paired ratios), requests and bytes per crop and requests/s from
@@ -96,6 +99,8 @@ class Measured:
     """One reader at one worker count: its rounds' rates and what it cost."""
 
     rates: list[float] = dataclasses.field(default_factory=list)
+    #: Each round's crops over its whole wall time, from the loader's creation to the last batch.
+    round_rates: list[float] = dataclasses.field(default_factory=list)
     delivered: int = 0
     client_cpu_s: float = 0.0
     wall_s: float = 0.0
@@ -108,8 +113,11 @@ def cpu_seconds() -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def steady_rate(dataset: CropDataset, order: np.ndarray, spec: LoaderSpec) -> tuple[float, int]:
-    """Steady crops/s of one pass over ``order`` through cropbench's loader, and the crops delivered."""
+def steady_rate(dataset: CropDataset, order: np.ndarray, spec: LoaderSpec) -> tuple[float, float, int]:
+    """Steady crops/s of one pass over ``order`` through cropbench's loader, its crops/s over the whole
+    pass (start-up and the first batches included: what reading ahead fetched before the steady clock
+    started counts here), and the crops delivered."""
+    created = time.perf_counter()
     loader = build_loader(dataset, spec, ScheduledSampler([order]))
     warmup = max(1, spec.num_workers)
     iterator = iter(loader)
@@ -124,7 +132,7 @@ def steady_rate(dataset: CropDataset, order: np.ndarray, spec: LoaderSpec) -> tu
         elif position >= warmup:
             counted += size
     del iterator
-    return counted / (ended - started), delivered
+    return counted / (ended - started), delivered / (ended - created), delivered
 
 
 def measure(
@@ -138,11 +146,12 @@ def measure(
         reader.cache.clear()
     cpu, wall = cpu_seconds(), time.perf_counter()
     with window as stretch:
-        rate, delivered = steady_rate(dataset, order, spec)
+        rate, whole, delivered = steady_rate(dataset, order, spec)
     into.client_cpu_s += cpu_seconds() - cpu
     into.wall_s += time.perf_counter() - wall
     into.delivered += delivered
     into.rates.append(rate)
+    into.round_rates.append(whole)
     if stretch is not None:
         into.windows.append(stretch)
     return rate, delivered
@@ -169,9 +178,14 @@ def row(
 ) -> dict[str, Any]:
     rates = np.array(measured.rates)
     ratios = rates / np.array(local.rates)
+    whole = np.array(measured.round_rates)
+    whole_ratios = whole / np.array(local.round_rates)
     metrics: dict[str, Any] = {
         m.SAMPLES_PER_S: float(np.median(rates)),
         "samples_per_s_rounds": [round(float(r), 1) for r in rates],
+        "round_samples_per_s": float(np.median(whole)),
+        "round_ratio_to_local": float(np.median(whole_ratios)),
+        "round_ratio_to_local_rounds": [round(float(r), 3) for r in whole_ratios],
         "ratio_to_local": float(np.median(ratios)),
         "ratio_to_local_rounds": [round(float(r), 3) for r in ratios],
         "client_core_share": measured.client_cpu_s / measured.wall_s,
@@ -290,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         f"in flight per process, {args.coalesce_gap_kib} KiB coalescing gap, chunk cache {args.chunk_cache_mib} MiB"
     )
     print(
-        f"{'workers':>7} {'reader':<20} {'crops/s':>8} {'x local':>8} {'req/crop':>8} {'KiB/crop':>8} "
-        f"{'req/s':>7} {'server':>6} {'client':>6}  flags"
+        f"{'workers':>7} {'reader':<30} {'crops/s':>8} {'x local':>8} {'round/s':>8} {'x local':>8} "
+        f"{'req/crop':>8} {'KiB/crop':>8} {'req/s':>7} {'server':>6} {'client':>6}  flags"
     )
     for line in rows:
         config, metrics = line["config"], line["metrics"]
@@ -302,8 +316,9 @@ def main(argv: list[str] | None = None) -> int:
             else f"{'-':>8} {'-':>8} {'-':>7} {'-':>6}"
         )
         print(
-            f"{config['workers']:>7} {config['reader']:<20} {metrics[m.SAMPLES_PER_S]:8.0f} "
-            f"{metrics['ratio_to_local']:8.3f} {store_columns} {metrics['client_core_share']:6.2f}  "
+            f"{config['workers']:>7} {config['reader']:<30} {metrics[m.SAMPLES_PER_S]:8.0f} "
+            f"{metrics['ratio_to_local']:8.3f} {metrics['round_samples_per_s']:8.0f} "
+            f"{metrics['round_ratio_to_local']:8.3f} {store_columns} {metrics['client_core_share']:6.2f}  "
             f"{','.join(line['validity_flags'])}"
         )
     return 0
