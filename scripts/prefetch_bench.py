@@ -232,15 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--chunk-cache-mib", type=int, default=128, help="every reader's chunk cache (must hold depth + 1 batches)"
     )
-    parser.add_argument(
-        "--switch-interval-ms",
-        type=float,
-        default=None,
-        help="the interpreter's thread switch interval in this process and its workers (default: Python's 5 ms)",
-    )
     args = parser.parse_args(argv)
-    if args.switch_interval_ms is not None and not 0 < args.switch_interval_ms <= 1000:
-        parser.error(f"--switch-interval-ms must be in (0, 1000], got {args.switch_interval_ms:g}")
     try:
         prefetch = {name: store_reader(name) for name in args.readers}
     except ValueError as error:
@@ -248,8 +240,6 @@ def main(argv: list[str] | None = None) -> int:
     reason = unavailable()
     if reason is not None:
         parser.error(reason)
-    if args.switch_interval_ms is not None:
-        sys.setswitchinterval(args.switch_interval_ms / 1000)  # forked workers keep it
     plate = Path(args.plate)
     cache = args.chunk_cache_mib * MIB
     crop = CropConfig(dtype="uint16", chunk_cache_bytes=cache)
@@ -264,7 +254,6 @@ def main(argv: list[str] | None = None) -> int:
         "chunk_cache_bytes": cache,
         "store": dataclasses.asdict(store),
         "store_model": dataclasses.asdict(model),
-        "switch_interval_s": sys.getswitchinterval(),
         "load_average_at_start": os.getloadavg(),
         "environment": collect(plate),
     }

@@ -47,9 +47,3 @@ def test_a_reader_it_cannot_read_is_one_line_naming_it(name: str, capsys: pytest
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--readers" in error and repr(name) in error
-
-
-def test_a_switch_interval_out_of_range_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        _script().main(["--plate", "absent.zarr", "--out", "absent.jsonl", "--switch-interval-ms", "0"])
-    assert "--switch-interval-ms" in capsys.readouterr().err
