@@ -9,7 +9,10 @@ round to round), each through cropbench's
 DataLoader (:func:`~cropbench.data.loader.build_loader`, which hands a reader that reads ahead the
 batches each process reads next) with its chunk cache emptied first, so every round starts cold
 alike. A rate is steady crops/s: from the arrival of the round's first batch per worker (worker
-start-up, and the batch no read-ahead precedes, left out, as Track 2's steady rate) to the last.
+start-up, and the batch no read-ahead precedes, left out, as Track 2's steady rate) to the last;
+beside it the round's crops over its whole wall time (``round/s``), where what a reader fetched ahead
+before the steady clock started is not free: on a round of few batches a deep read-ahead flatters the
+steady rate, never this one.
 
 Per reader and worker count, a JSON line: crops/s per round, the median and its ratio to the local
 plate's (the median of the rounds' paired ratios), requests and bytes per crop and requests/s from
@@ -28,6 +31,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -54,20 +58,40 @@ from cropbench.measure.store_emulation import (
 )
 
 MIB = 2**20
-#: The store's p99 first-byte latency over its median (as compare-formats models it).
-TAIL_OVER_MEDIAN = 5.0
-#: The readers over the store: read-ahead off, then depths, bytes in flight and threads (each thread
-#: fetches one batch at a time). The default readers leave the last out.
-STORE_READERS = {
-    "store": PrefetchConfig(batches=0),
-    "store+ahead1/16MiB": PrefetchConfig(batches=1, bytes_in_flight=16 * MIB),
-    "store+ahead2/16MiB": PrefetchConfig(batches=2, bytes_in_flight=16 * MIB),
-    "store+ahead1/64MiB": PrefetchConfig(batches=1, bytes_in_flight=64 * MIB),
-    "store+ahead2/64MiB": PrefetchConfig(batches=2, bytes_in_flight=64 * MIB),
-    "store+ahead4/64MiB": PrefetchConfig(batches=4, bytes_in_flight=64 * MIB),
-    "store+ahead4/64MiB/4threads": PrefetchConfig(batches=4, bytes_in_flight=64 * MIB, threads=4),
-}
+#: The readers over the store by default: read-ahead off, then depths and bytes in flight.
+DEFAULT_READERS = (
+    "store",
+    "store+ahead1/16MiB",
+    "store+ahead2/16MiB",
+    "store+ahead1/64MiB",
+    "store+ahead2/64MiB",
+    "store+ahead4/64MiB",
+)
+#: A reader over the store: ``store`` (read-ahead off) or ``store+ahead<batches>/<MiB>MiB``, with
+#: ``/<n>threads`` for prefetch threads other than the default (each fetches one batch at a time).
+READER_SPEC = re.compile(
+    r"store(?:\+ahead(?P<batches>[1-9][0-9]*)/(?P<mib>[1-9][0-9]*)MiB(?:/(?P<threads>[1-9][0-9]*)threads)?)?"
+)
 LOCAL = "local"
+
+
+def store_reader(spec: str) -> PrefetchConfig:
+    """The read-ahead of a reader named as :data:`READER_SPEC` says; ValueError naming ``spec`` otherwise."""
+    match = READER_SPEC.fullmatch(spec)
+    if match is None:
+        raise ValueError(
+            f"{spec!r} is not a reader: 'store' or 'store+ahead<batches>/<MiB>MiB[/<n>threads]' "
+            "(e.g. store+ahead2/64MiB)"
+        )
+    if match["batches"] is None:
+        return PrefetchConfig(batches=0)
+    options: dict[str, int] = {"batches": int(match["batches"]), "bytes_in_flight": int(match["mib"]) * MIB}
+    if match["threads"] is not None:
+        options["threads"] = int(match["threads"])
+    try:
+        return PrefetchConfig(**options)
+    except ValueError as error:
+        raise ValueError(f"{spec!r}: {error}") from None
 
 
 @dataclasses.dataclass
@@ -75,6 +99,8 @@ class Measured:
     """One reader at one worker count: its rounds' rates and what it cost."""
 
     rates: list[float] = dataclasses.field(default_factory=list)
+    #: Each round's crops over its whole wall time, from the loader's creation to the last batch.
+    round_rates: list[float] = dataclasses.field(default_factory=list)
     delivered: int = 0
     client_cpu_s: float = 0.0
     wall_s: float = 0.0
@@ -87,8 +113,11 @@ def cpu_seconds() -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def steady_rate(dataset: CropDataset, order: np.ndarray, spec: LoaderSpec) -> tuple[float, int]:
-    """Steady crops/s of one pass over ``order`` through cropbench's loader, and the crops delivered."""
+def steady_rate(dataset: CropDataset, order: np.ndarray, spec: LoaderSpec) -> tuple[float, float, int]:
+    """Steady crops/s of one pass over ``order`` through cropbench's loader, its crops/s over the whole
+    pass (start-up and the first batches included: what reading ahead fetched before the steady clock
+    started counts here), and the crops delivered."""
+    created = time.perf_counter()
     loader = build_loader(dataset, spec, ScheduledSampler([order]))
     warmup = max(1, spec.num_workers)
     iterator = iter(loader)
@@ -103,7 +132,7 @@ def steady_rate(dataset: CropDataset, order: np.ndarray, spec: LoaderSpec) -> tu
         elif position >= warmup:
             counted += size
     del iterator
-    return counted / (ended - started), delivered
+    return counted / (ended - started), delivered / (ended - created), delivered
 
 
 def measure(
@@ -117,11 +146,12 @@ def measure(
         reader.cache.clear()
     cpu, wall = cpu_seconds(), time.perf_counter()
     with window as stretch:
-        rate, delivered = steady_rate(dataset, order, spec)
+        rate, whole, delivered = steady_rate(dataset, order, spec)
     into.client_cpu_s += cpu_seconds() - cpu
     into.wall_s += time.perf_counter() - wall
     into.delivered += delivered
     into.rates.append(rate)
+    into.round_rates.append(whole)
     if stretch is not None:
         into.windows.append(stretch)
     return rate, delivered
@@ -148,9 +178,14 @@ def row(
 ) -> dict[str, Any]:
     rates = np.array(measured.rates)
     ratios = rates / np.array(local.rates)
+    whole = np.array(measured.round_rates)
+    whole_ratios = whole / np.array(local.round_rates)
     metrics: dict[str, Any] = {
         m.SAMPLES_PER_S: float(np.median(rates)),
         "samples_per_s_rounds": [round(float(r), 1) for r in rates],
+        "round_samples_per_s": float(np.median(whole)),
+        "round_ratio_to_local": float(np.median(whole_ratios)),
+        "round_ratio_to_local_rounds": [round(float(r), 3) for r in whole_ratios],
         "ratio_to_local": float(np.median(ratios)),
         "ratio_to_local_rounds": [round(float(r), 3) for r in ratios],
         "client_core_share": measured.client_cpu_s / measured.wall_s,
@@ -189,9 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--readers",
         nargs="+",
-        choices=list(STORE_READERS),
-        default=list(STORE_READERS)[:-1],
-        help="the store's readers",
+        default=list(DEFAULT_READERS),
+        help="the store's readers: 'store' (no read-ahead) or 'store+ahead<batches>/<MiB>MiB[/<n>threads]'",
     )
     parser.add_argument("--batches", type=int, default=None, help="batches per round (default: a whole epoch)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each a new epoch")
@@ -199,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         "--chunk-cache-mib", type=int, default=128, help="every reader's chunk cache (must hold depth + 1 batches)"
     )
     args = parser.parse_args(argv)
+    try:
+        prefetch = {name: store_reader(name) for name in args.readers}
+    except ValueError as error:
+        parser.error(f"--readers: {error}")
     reason = unavailable()
     if reason is not None:
         parser.error(reason)
@@ -206,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = args.chunk_cache_mib * MIB
     crop = CropConfig(dtype="uint16", chunk_cache_bytes=cache)
     store = StoreConfig(in_flight=args.in_flight, coalesce_gap_bytes=args.coalesce_gap_kib * 1024)
-    model = StoreModel(median_latency_ms=args.latency_ms, p99_latency_ms=TAIL_OVER_MEDIAN * args.latency_ms)
+    model = StoreModel.at_median(args.latency_ms)
     context: dict[str, Any] = {
         "plate": plate.name,
         "crop_size": crop.crop_size,
@@ -225,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         mirror = stack.enter_context(remote_plate(url, store, scratch / "mirror"))
         readers = {LOCAL: CropDataset(plate, crop)}
         for name in args.readers:
-            reader = open_plate(mirror, chunk_cache_bytes=cache, prefetch=STORE_READERS[name])
+            reader = open_plate(mirror, chunk_cache_bytes=cache, prefetch=prefetch[name])
             readers[name] = CropDataset(mirror, crop, reader=reader)
         sampler = RandomObjectSampler(len(readers[LOCAL]), seed=0)
         per_round = len(sampler) if args.batches is None else args.batches * args.batch_size
@@ -242,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                     measure(readers[name], batches, spec, window, results[(workers, name)])
         context["load_average_at_end"] = os.getloadavg()
         rows = [
-            row(name, workers, results[(workers, name)], results[(workers, LOCAL)], STORE_READERS.get(name), context)
+            row(name, workers, results[(workers, name)], results[(workers, LOCAL)], prefetch.get(name), context)
             for workers in args.workers
             for name in names
         ]
@@ -255,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         f"in flight per process, {args.coalesce_gap_kib} KiB coalescing gap, chunk cache {args.chunk_cache_mib} MiB"
     )
     print(
-        f"{'workers':>7} {'reader':<20} {'crops/s':>8} {'x local':>8} {'req/crop':>8} {'KiB/crop':>8} "
-        f"{'req/s':>7} {'server':>6} {'client':>6}  flags"
+        f"{'workers':>7} {'reader':<30} {'crops/s':>8} {'x local':>8} {'round/s':>8} {'x local':>8} "
+        f"{'req/crop':>8} {'KiB/crop':>8} {'req/s':>7} {'server':>6} {'client':>6}  flags"
     )
     for line in rows:
         config, metrics = line["config"], line["metrics"]
@@ -267,8 +305,9 @@ def main(argv: list[str] | None = None) -> int:
             else f"{'-':>8} {'-':>8} {'-':>7} {'-':>6}"
         )
         print(
-            f"{config['workers']:>7} {config['reader']:<20} {metrics[m.SAMPLES_PER_S]:8.0f} "
-            f"{metrics['ratio_to_local']:8.3f} {store_columns} {metrics['client_core_share']:6.2f}  "
+            f"{config['workers']:>7} {config['reader']:<30} {metrics[m.SAMPLES_PER_S]:8.0f} "
+            f"{metrics['ratio_to_local']:8.3f} {metrics['round_samples_per_s']:8.0f} "
+            f"{metrics['round_ratio_to_local']:8.3f} {store_columns} {metrics['client_core_share']:6.2f}  "
             f"{','.join(line['validity_flags'])}"
         )
     return 0

@@ -53,7 +53,7 @@ from cropbench.measure.store_emulation import (
     linked_root,
     unavailable,
 )
-from cropbench.tracks.formats import BUCKET, TAIL_OVER_MEDIAN
+from cropbench.tracks.formats import BUCKET
 
 DIRECT, WEBDATASET = "ome-zarr/direct", "webdataset"
 #: WebDataset downloads one shard at a time per worker.
@@ -373,7 +373,7 @@ def measure(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
 
 
 def _model(args: argparse.Namespace) -> StoreModel:
-    return StoreModel(median_latency_ms=args.median_ms, p99_latency_ms=args.median_ms * TAIL_OVER_MEDIAN)
+    return StoreModel.at_median(args.median_ms)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -387,6 +387,9 @@ def test_compare_layouts_by_url_reports_requests_and_crops_per_s_per_layout(
     cache_home: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    from cropbench.measure.store_emulation import unavailable
+
+    emulation_reason = unavailable()
     shutil.copytree(tiny_plate, served / "compare.zarr")
     write_index(served / "compare.zarr")
     s3_url = f"s3://{BUCKET}/compare/tiny.zarr"
@@ -405,8 +408,17 @@ def test_compare_layouts_by_url_reports_requests_and_crops_per_s_per_layout(
             for prefix in (m.DIRECT_, m.ZARR_):
                 assert row[prefix + m.REQUESTS_PER_CROP] > 0 and row[prefix + m.BYTES_TRANSFERRED_PER_CROP] > 0
                 assert row[prefix + m.SAMPLES_PER_S] > 0 and row[prefix + m.LOCAL_SAMPLES_PER_S] > 0
+            if emulation_reason is None:  # the emulated store served it: its model and the server's shares
+                assert row[m.STORE_MODEL]["median_latency_ms"] == 1 and m.STORE_EMULATION_SKIP_REASON not in row
+                assert all(
+                    row[prefix + m.SERVER_BUSY_SHARE] >= 0 and prefix + m.SERVER_BOUND in row
+                    for prefix in (m.DIRECT_, m.ZARR_)
+                )
+            else:  # the row says why the delay proxy stood in
+                assert row[m.STORE_EMULATION_SKIP_REASON] == emulation_reason and m.STORE_MODEL not in row
         assert not (out / "plates").exists(), "converted layouts are removed unless --keep"
-        assert "req/crop" in capsys.readouterr().out
+        printed = capsys.readouterr().out
+        assert "req/crop" in printed and ("delay proxy" in printed) == (emulation_reason is not None)
 
 
 @pytest.mark.slow

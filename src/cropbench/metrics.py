@@ -195,6 +195,8 @@ ACCESS_PATTERNS = ("random", "grouped")
 DECODE = "decode"
 STORED_BYTES = "stored_bytes"
 STORED_MIB = "stored_mib"
+#: Why a layout over a store was read behind the Python delay proxy instead of the emulated store.
+STORE_EMULATION_SKIP_REASON = "store_emulation_skip_reason"
 RAW_BYTES = "raw_bytes"
 COMPRESSION_RATIO = "compression_ratio"
 WRITE_SECONDS = "write_seconds"
@@ -263,6 +265,8 @@ WARMUP_BYTES_PER_CROP = "warmup_bytes_per_crop"
 # numbers under its prefix, with the same layout's rate on local disk beside the store's.
 LAYOUT = "layout"
 STORED_MIB = "stored_mib"
+#: Why a layout over a store was read behind the Python delay proxy instead of the emulated store.
+STORE_EMULATION_SKIP_REASON = "store_emulation_skip_reason"
 LOCAL_SAMPLES_PER_S = "local_samples_per_s"
 DIRECT_ = "direct_"
 ZARR_ = "zarr_"

@@ -63,6 +63,8 @@ _NAME_PREFIX = "cbs"
 _NAME = re.compile(rf"^{_NAME_PREFIX}(?P<pid>\d+)x\d+(?P<end>[hn]?)$")
 _SUBNET = ipaddress.IPv4Network("10.251.0.0/16")
 _PORT = 8080
+#: The p99 first-byte latency over the median when only the median is given (the defaults' 100 / 20 ms).
+TAIL_OVER_MEDIAN = 5.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,12 @@ class StoreModel:
             raise ConfigError(f"cpu_per_request_ms must be >= 0, got {self.cpu_per_request_ms!r}")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"workers must be a whole number >= 1, got {self.workers!r}")
+
+    @classmethod
+    def at_median(cls, median_latency_ms: float) -> StoreModel:
+        """The default model at another median first-byte latency, its tail scaled alike
+        (p99 :data:`TAIL_OVER_MEDIAN` times the median)."""
+        return cls(median_latency_ms=median_latency_ms, p99_latency_ms=median_latency_ms * TAIL_OVER_MEDIAN)
 
     @property
     def latency_sigma(self) -> float:

@@ -93,13 +93,23 @@ def formats_table(records: Sequence[Record]) -> str:
 def layouts_table(records: Sequence[Record]) -> str:
     """The store-layouts rows as a table: requests per crop and crops/s (local in parentheses) per read path."""
     lines = ["layouts in the store (requests per random crop; crops/s at the injected latency, no workers)"]
+    reasons = {
+        str(r.metrics[m.STORE_EMULATION_SKIP_REASON]) for r in records if m.STORE_EMULATION_SKIP_REASON in r.metrics
+    }
+    if reasons:
+        lines.append(f"  behind the Python delay proxy, not the emulated store: {'; '.join(sorted(reasons))}")
     for record in records:
         row = record.metrics
         cells = [f"  {row[m.LAYOUT]:<22} {row[m.STORED_MIB]:7.1f} MiB"]
         for decode, key in READ_PATHS.items():
             requests, rate = row[m.prefixed(key, m.REQUESTS_PER_CROP)], row[m.prefixed(key, m.SAMPLES_PER_S)]
             local = row[m.prefixed(key, m.LOCAL_SAMPLES_PER_S)]
-            cells.append(f"{decode} {requests:5.2f} req/crop {rate:7.1f}/s (local {local:7.1f}/s)")
+            cell = f"{decode} {requests:5.2f} req/crop {rate:7.1f}/s (local {local:7.1f}/s)"
+            busy = row.get(m.prefixed(key, m.SERVER_BUSY_SHARE))
+            if busy is not None:
+                bound = f" {SERVER_BOUND_FLAG}" if row.get(m.prefixed(key, m.SERVER_BOUND)) else ""
+                cell += f" server {busy:4.0%}{bound}"
+            cells.append(cell)
         lines.append("  ".join(cells))
     return "\n".join(lines)
 

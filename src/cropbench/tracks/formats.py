@@ -108,8 +108,6 @@ FIDELITY_ITEMS = 32
 
 #: The bucket the emulated store serves stores under.
 BUCKET = "crops"
-#: The emulated store's p99 first-byte latency over its median (S3's tail: see :class:`StoreModel`).
-TAIL_OVER_MEDIAN = 5.0
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,8 @@ class FormatComparison:
     shard_bytes: int = 64 * 2**20
     seed: int = 0
     #: With a latency, each store is also served by the emulated object store at this median first-byte
-    #: latency (p99 :data:`TAIL_OVER_MEDIAN` times it), and its epochs are read from there (formats that can).
+    #: latency (its tail as :meth:`StoreModel.at_median` scales it), and its epochs are read from there
+    #: (formats that can).
     remote_latency_ms: float | None = None
 
     def __post_init__(self) -> None:
@@ -166,8 +165,7 @@ class FormatComparison:
 
     def store_model(self) -> StoreModel:
         """The emulated store the remote epochs read from."""
-        median = float(self.remote_latency_ms or 0.0)
-        return StoreModel(median_latency_ms=median, p99_latency_ms=median * TAIL_OVER_MEDIAN)
+        return StoreModel.at_median(float(self.remote_latency_ms or 0.0))
 
     def crop(self, decode: str = "direct") -> CropConfig:
         return CropConfig(

@@ -1,14 +1,19 @@
 """Track ``store-layouts`` (``cropbench compare-layouts --plate URL``): which layout to publish.
 
 The plate at the URL is rewritten in each layout under a work folder (its pixels read from the store
-once), each rewrite served on loopback behind an injected latency and measured as track ``remote``
-measures, beside the same rewrite read from local disk. A loopback copy, not the user's bucket: nothing
-is written to the store, and every layout pays the same injected round trip. Without ``keep`` only the
-plates this run wrote are removed (see :class:`~cropbench.harness.work.WorkFolder`).
+once), each rewrite served on loopback and measured as track ``remote`` measures, beside the same
+rewrite read from local disk. A loopback copy, not the user's bucket: nothing is written to the store,
+and every layout pays the same modelled store. The store is the emulated one
+(:mod:`cropbench.measure.store_emulation`: nginx with the model's first-byte latency, its tail and the
+link, the server's busy share per read path, ``server-bound`` where it was the limit) where it runs
+here; elsewhere nginx behind the Python delay proxy (a fixed delay per request), and the row says why.
+Without ``keep`` only the plates this run wrote are removed (see
+:class:`~cropbench.harness.work.WorkFolder`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -25,6 +30,7 @@ from cropbench.harness.runner import Row
 from cropbench.harness.work import WorkFolder
 from cropbench.measure.endpoints import http_plate, remote_plate
 from cropbench.measure.remote import READ_PATHS, requests_per_crop
+from cropbench.measure.store_emulation import SERVER_BOUND_FLAG, EmulatedStore, StoreModel, emulated_plate, unavailable
 from cropbench.plates.convert import materialize_layout
 
 #: Serves a local plate folder in a store for as long as the context is open; yields its URL.
@@ -70,32 +76,56 @@ class StoreLayoutCase:
         return self.layout_name
 
 
-def layout_over_store(plate: Path, serve: Serve, settings: StoreLayouts, cache: Path | None) -> dict[str, Any]:
-    """Metrics of one layout: ``plate`` (written in it) put in a store by ``serve``, requests and bytes
+def layout_over_store(plate: Path, serve: Serve | None, settings: StoreLayouts, cache: Path | None) -> dict[str, Any]:
+    """Metrics of one layout: ``plate`` (written in it) put in a store and read over it: requests and bytes
     per random crop (decoded-chunk cache off: what a crop needs, not what a small plate left cached) and
-    loader crops/s per read path, each rate next to the local one."""
+    loader crops/s per read path, each rate next to the local one.
+
+    ``serve`` None: the emulated store at ``settings.latency_ms`` median where it runs here (the
+    server's shares per read path), else nginx behind the delay proxy with the reason in the row; a
+    ``serve`` given (a test's server) is read behind the delay proxy."""
     from cropbench.formats.sources import mirror_metadata
 
     stored = sum(path.stat().st_size for path in plate.rglob("*") if path.is_file())
     metrics: dict[str, Any] = {m.STORED_MIB: stored / 2**20}
-    with serve(plate) as url:
+    reason = unavailable() if serve is None else "a server given by the caller"
+    model = StoreModel.at_median(settings.latency_ms)
+    with contextlib.ExitStack() as stack:
+        server: EmulatedStore | None = None
+        if reason is None:
+            server, url = stack.enter_context(emulated_plate(plate, model))
+            store = StoreConfig(in_flight=settings.in_flight)  # the latency is the server's
+            metrics[m.STORE_MODEL] = dataclasses.asdict(model)
+        else:
+            url = stack.enter_context((serve or http_plate)(plate))
+            store = StoreConfig(in_flight=settings.in_flight, latency_ms=settings.latency_ms)
+            metrics[m.STORE_EMULATION_SKIP_REASON] = reason
         mirror = mirror_metadata(url, StoreConfig(), cache)
         for decode, prefix in READ_PATHS.items():
             counts = requests_per_crop(mirror, decode, settings.count_crops, settings.crop_size, cache_bytes=0)
             metrics[m.prefixed(prefix, m.REQUESTS_PER_CROP)] = counts[m.REQUESTS_PER_CROP]
             metrics[m.prefixed(prefix, m.BYTES_TRANSFERRED_PER_CROP)] = counts[m.BYTES_TRANSFERRED_PER_CROP]
-        store = StoreConfig(in_flight=settings.in_flight, latency_ms=settings.latency_ms)
-        with remote_plate(url, store, cache) as delayed:  # one proxy and one mirror for both read paths
+        flags: list[str] = []
+        with remote_plate(url, store, cache) as over_store:  # one mirror (and proxy) for both read paths
             for decode, crops in (("direct", settings.crops), ("zarr", settings.zarr_crops)):
                 prefix, sizes = READ_PATHS[decode], (settings.batch_size, settings.crop_size)
-                metrics[m.prefixed(prefix, m.SAMPLES_PER_S)] = loader_rate(delayed, decode, crops, *sizes)
+                window = server.window() if server is not None else contextlib.nullcontext()
+                with window as stretch:
+                    metrics[m.prefixed(prefix, m.SAMPLES_PER_S)] = loader_rate(over_store, decode, crops, *sizes)
+                if stretch is not None:
+                    metrics[m.prefixed(prefix, m.SERVER_BUSY_SHARE)] = stretch.server_busy_share
+                    metrics[m.prefixed(prefix, m.SERVER_BOUND)] = stretch.server_bound
+                    if stretch.server_bound and SERVER_BOUND_FLAG not in flags:
+                        flags.append(SERVER_BOUND_FLAG)
                 metrics[m.prefixed(prefix, m.LOCAL_SAMPLES_PER_S)] = loader_rate(plate, decode, crops, *sizes)
+    if flags:
+        metrics[m.VALIDITY_FLAGS] = flags
     return {**metrics, m.INJECTED_LATENCY_MS: settings.latency_ms, m.IN_FLIGHT: settings.in_flight}
 
 
 class StoreLayoutsTrack:
     """Track ``store-layouts``: the run's plate (in a store) rewritten into each layout and measured over
-    a loopback store (``serve``: nginx over HTTP by default)."""
+    a loopback store (``serve`` None: the emulated store where it runs, see :func:`layout_over_store`)."""
 
     name = "store-layouts"
 
@@ -104,7 +134,7 @@ class StoreLayoutsTrack:
         layouts: Sequence[str],
         settings: StoreLayouts,
         work: WorkFolder,
-        serve: Serve = http_plate,
+        serve: Serve | None = None,
     ) -> None:
         for name in layouts:
             if layout_by_name(name).format != "ome-zarr":

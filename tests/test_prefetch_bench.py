@@ -1,0 +1,49 @@
+"""scripts/prefetch_bench.py's readers: named by their read-ahead, any depth, bytes in flight and
+threads; a name it cannot read is refused in one line before a server starts."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from cropbench.config import PrefetchConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 2**20
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("prefetch_bench", ROOT / "scripts" / "prefetch_bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_reader_name_is_its_read_ahead() -> None:
+    script = _script()
+    assert script.store_reader("store") == PrefetchConfig(batches=0)
+    assert script.store_reader("store+ahead2/64MiB") == PrefetchConfig(batches=2, bytes_in_flight=64 * MIB)
+    assert script.store_reader("store+ahead8/256MiB/6threads") == PrefetchConfig(
+        batches=8, bytes_in_flight=256 * MIB, threads=6
+    )
+    assert all(script.store_reader(name) for name in script.DEFAULT_READERS)
+
+
+@pytest.mark.parametrize(
+    "name", ["local", "store+ahead0/64MiB", "store+ahead2", "store+ahead2/64MB", "store+ahead2/64MiB/0threads", ""]
+)
+def test_a_reader_it_cannot_read_is_one_line_naming_it(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    script = _script()
+    with pytest.raises(ValueError, match="is not a reader"):
+        script.store_reader(name)
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--plate", "absent.zarr", "--out", "absent.jsonl", "--readers", name])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--readers" in error and repr(name) in error
