@@ -130,3 +130,21 @@ def test_a_list_of_rates_is_judged_rate_by_rate() -> None:
 
     assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, 1100.0]}) == []
     assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, -1.0, "x"]}) == ["epoch_samples_per_s is -1"]
+
+
+def test_a_layout_read_faster_over_the_store_than_from_local_disk_is_a_contradiction() -> None:
+    """The smoke plate's tiles layout with 32 crops: one timed batch, the store's rate 2.5x local disk's."""
+    from cropbench.harness.validity import contradictions, with_contradictions
+
+    row = {
+        m.DIRECT_ + m.SAMPLES_PER_S: 22195.7,
+        m.DIRECT_ + m.LOCAL_SAMPLES_PER_S: 8857.7,
+        m.ZARR_ + m.SAMPLES_PER_S: 33.8,
+        m.ZARR_ + m.LOCAL_SAMPLES_PER_S: 798.0,
+    }
+    reasons = contradictions("store-layouts", row)
+    assert len(reasons) == 1 and reasons[0].startswith("direct_samples_per_s 22,195.7 over the store is 2.51x")
+    assert contradictions("store-layouts", {**row, m.DIRECT_ + m.SAMPLES_PER_S: 9000.0}) == [], "within 5 %"
+    assert contradictions("remote", row) == [], "only the layouts' rows pair a store rate with its local one"
+    assert "impossible" in with_contradictions("store-layouts", row)[m.VALIDITY_FLAGS]
+    assert "faster than the same layout on local disk" in flag_meaning("impossible", "store-layouts")

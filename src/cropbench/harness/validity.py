@@ -81,6 +81,11 @@ TRACK_FLAGS: dict[str, dict[str, str]] = {
         f"p50, or the data wait and its cross-check differ by over {WAIT_AGREEMENT_TOLERANCE:.0%} of the step: the "
         "machine's speed changed between the measurements (the row's impossible_reasons say which)",
     },
+    "store-layouts": {
+        IMPOSSIBLE: "a read path over the loopback store delivered crops faster than the same layout on local "
+        "disk: the store adds round trips to the same reads, so the rates rest on too few crops or the machine's "
+        "speed changed between them (the row's impossible_reasons say which path)",
+    },
     "targets": {
         IMPOSSIBLE: "the reader's median per-block ratio to the copy ceiling at its own thread count is above 1: "
         "the reader beat a ceiling no reader of the same crops can pass, so the ceiling or the timing is wrong",
@@ -101,7 +106,8 @@ def contradictions(track: str, metrics: Mapping[str, Any]) -> list[str]:
     Rates are numbers, finite, at least 0 and below :data:`PLAUSIBLE_RATE_LIMIT`; latency percentiles are
     finite, at least 0 and ordered p50 <= p95 <= p99; the harness overhead is not negative beyond
     :data:`HARNESS_OVERHEAD_TOLERANCE`; Track 3's step is not faster than its compute alone and its two
-    measures of the data wait agree (:data:`STEP_BELOW_COMPUTE_TOLERANCE`, :data:`WAIT_AGREEMENT_TOLERANCE`).
+    measures of the data wait agree (:data:`STEP_BELOW_COMPUTE_TOLERANCE`, :data:`WAIT_AGREEMENT_TOLERANCE`);
+    a layout read over a store is not faster than on local disk (:data:`CEILING_TOLERANCE`).
     """
     reasons = []
     for key, value in metrics.items():
@@ -132,6 +138,8 @@ def contradictions(track: str, metrics: Mapping[str, Any]) -> list[str]:
             reasons.append(f"{key} is {overhead:+.2f}: the timed loop ran faster than the loop without clocks")
     if track == "3":
         reasons += _track3_contradictions(metrics)
+    if track == "store-layouts":
+        reasons += _store_over_local(metrics)
     return reasons
 
 
@@ -148,6 +156,20 @@ def with_contradictions(track: str, metrics: dict[str, Any]) -> dict[str, Any]:
         m.VALIDITY_FLAGS: flags if IMPOSSIBLE in flags else [*flags, IMPOSSIBLE],
         m.IMPOSSIBLE_REASONS: reasons,
     }
+
+
+def _store_over_local(metrics: Mapping[str, Any]) -> list[str]:
+    """A layout read over the store faster than on local disk (beyond :data:`CEILING_TOLERANCE`)."""
+    reasons = []
+    for prefix in (m.DIRECT_, m.ZARR_):
+        store = _number(metrics.get(m.prefixed(prefix, m.SAMPLES_PER_S)))
+        local = _number(metrics.get(m.prefixed(prefix, m.LOCAL_SAMPLES_PER_S)))
+        if store is not None and local and math.isfinite(store) and store > local * (1.0 + CEILING_TOLERANCE):
+            reasons.append(
+                f"{prefix}{m.SAMPLES_PER_S} {store:,.1f} over the store is {store / local:.2f}x the same layout "
+                f"on local disk ({local:,.1f})"
+            )
+    return reasons
 
 
 def _track3_contradictions(metrics: Mapping[str, Any]) -> list[str]:
