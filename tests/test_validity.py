@@ -146,5 +146,9 @@ def test_a_layout_read_faster_over_the_store_than_from_local_disk_is_a_contradic
     assert len(reasons) == 1 and reasons[0].startswith("direct_samples_per_s 22,195.7 over the store is 2.51x")
     assert contradictions("store-layouts", {**row, m.DIRECT_ + m.SAMPLES_PER_S: 9000.0}) == [], "within 5 %"
     assert contradictions("remote", row) == [], "only the layouts' rows pair a store rate with its local one"
+    whole = {m.DIRECT_ + m.RUN_SAMPLES_PER_S: 900.0, m.DIRECT_ + m.LOCAL_RUN_SAMPLES_PER_S: 600.0}
+    assert contradictions("store-layouts", whole) == [
+        "direct_run_samples_per_s 900.0 over the store is 1.50x the same layout on local disk (600.0)"
+    ], "the whole-pass rates are paired alike"
     assert "impossible" in with_contradictions("store-layouts", row)[m.VALIDITY_FLAGS]
     assert "faster than the same layout on local disk" in flag_meaning("impossible", "store-layouts")

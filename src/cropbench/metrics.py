@@ -268,6 +268,8 @@ STORED_MIB = "stored_mib"
 #: Why a layout over a store was read behind the Python delay proxy instead of the emulated store.
 STORE_EMULATION_SKIP_REASON = "store_emulation_skip_reason"
 LOCAL_SAMPLES_PER_S = "local_samples_per_s"
+#: The same layout on local disk over the whole pass, first batch included (``RUN_SAMPLES_PER_S``'s pair).
+LOCAL_RUN_SAMPLES_PER_S = "local_run_samples_per_s"
 DIRECT_ = "direct_"
 ZARR_ = "zarr_"
 

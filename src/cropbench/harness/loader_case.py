@@ -317,6 +317,17 @@ def loader_rate(plate: Path, decode: str, crops: int, batch_size: int, crop_size
     """Random crops/s through a DataLoader: a Track 2 case (seeded workers, the watchdog, one epoch of
     ``crops`` distinct crops at most, the first batches per worker as warm-up) and its ``samples_per_s``.
     Workers start by forkserver: obstore (the zarr path's client) does not survive a fork."""
+    return loader_rates(plate, decode, crops, batch_size, crop_size, workers)[0]
+
+
+def loader_rates(
+    plate: Path, decode: str, crops: int, batch_size: int, crop_size: int, workers: int = 0
+) -> tuple[float, float]:
+    """:func:`loader_rate`'s case: its steady ``samples_per_s`` and its rate over the whole pass, first
+    batch included (``run_samples_per_s``). Over a store a reader that reads ahead fetches, while the
+    first batch is awaited, what the next batches need: over a few batches only the whole pass counts
+    that time."""
     loader = LoaderSpec(num_workers=workers, batch_size=batch_size, start_method="forkserver" if workers else "fork")
     case = Track2Case(crop=crop_config(decode, crop_size), loader=loader, samples=max(crops, 2 * batch_size), epochs=1)
-    return float(run_case(RunContext(plate=plate), case)[m.SAMPLES_PER_S])
+    metrics = run_case(RunContext(plate=plate), case)
+    return float(metrics[m.SAMPLES_PER_S]), float(metrics[m.RUN_SAMPLES_PER_S])

@@ -161,14 +161,16 @@ def with_contradictions(track: str, metrics: dict[str, Any]) -> dict[str, Any]:
 def _store_over_local(metrics: Mapping[str, Any]) -> list[str]:
     """A layout read over the store faster than on local disk (beyond :data:`CEILING_TOLERANCE`)."""
     reasons = []
+    pairs = ((m.SAMPLES_PER_S, m.LOCAL_SAMPLES_PER_S), (m.RUN_SAMPLES_PER_S, m.LOCAL_RUN_SAMPLES_PER_S))
     for prefix in (m.DIRECT_, m.ZARR_):
-        store = _number(metrics.get(m.prefixed(prefix, m.SAMPLES_PER_S)))
-        local = _number(metrics.get(m.prefixed(prefix, m.LOCAL_SAMPLES_PER_S)))
-        if store is not None and local and math.isfinite(store) and store > local * (1.0 + CEILING_TOLERANCE):
-            reasons.append(
-                f"{prefix}{m.SAMPLES_PER_S} {store:,.1f} over the store is {store / local:.2f}x the same layout "
-                f"on local disk ({local:,.1f})"
-            )
+        for rate, on_disk in pairs:
+            store = _number(metrics.get(m.prefixed(prefix, rate)))
+            local = _number(metrics.get(m.prefixed(prefix, on_disk)))
+            if store is not None and local and math.isfinite(store) and store > local * (1.0 + CEILING_TOLERANCE):
+                reasons.append(
+                    f"{prefix}{rate} {store:,.1f} over the store is {store / local:.2f}x the same layout "
+                    f"on local disk ({local:,.1f})"
+                )
     return reasons
 
 

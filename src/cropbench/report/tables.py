@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cropbench import metrics as m
+from cropbench.harness.validity import IMPOSSIBLE
 from cropbench.measure.remote import READ_PATHS
 from cropbench.measure.store_emulation import SERVER_BOUND_FLAG
 from cropbench.records import Record
@@ -92,7 +93,10 @@ def formats_table(records: Sequence[Record]) -> str:
 
 def layouts_table(records: Sequence[Record]) -> str:
     """The store-layouts rows as a table: requests per crop and crops/s (local in parentheses) per read path."""
-    lines = ["layouts in the store (requests per random crop; crops/s at the injected latency, no workers)"]
+    lines = [
+        "layouts in the store (requests per random crop; crops/s at the injected latency, no workers: steady, "
+        "and over the whole pass where the row has it)"
+    ]
     reasons = {
         str(r.metrics[m.STORE_EMULATION_SKIP_REASON]) for r in records if m.STORE_EMULATION_SKIP_REASON in r.metrics
     }
@@ -105,11 +109,19 @@ def layouts_table(records: Sequence[Record]) -> str:
             requests, rate = row[m.prefixed(key, m.REQUESTS_PER_CROP)], row[m.prefixed(key, m.SAMPLES_PER_S)]
             local = row[m.prefixed(key, m.LOCAL_SAMPLES_PER_S)]
             cell = f"{decode} {requests:5.2f} req/crop {rate:7.1f}/s (local {local:7.1f}/s)"
+            whole, local_whole = (
+                row.get(m.prefixed(key, m.RUN_SAMPLES_PER_S)),
+                row.get(m.prefixed(key, m.LOCAL_RUN_SAMPLES_PER_S)),
+            )
+            if whole is not None and local_whole is not None:
+                cell += f" whole {whole:7.1f}/s (local {local_whole:7.1f}/s)"
             busy = row.get(m.prefixed(key, m.SERVER_BUSY_SHARE))
             if busy is not None:
                 bound = f" {SERVER_BOUND_FLAG}" if row.get(m.prefixed(key, m.SERVER_BOUND)) else ""
                 cell += f" server {busy:4.0%}{bound}"
             cells.append(cell)
+        if IMPOSSIBLE in (row.get(m.VALIDITY_FLAGS) or []):
+            cells.append(f"{IMPOSSIBLE}: " + "; ".join(map(str, row.get(m.IMPOSSIBLE_REASONS) or [])))
         lines.append("  ".join(cells))
     return "\n".join(lines)
 

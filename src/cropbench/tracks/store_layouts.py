@@ -25,7 +25,7 @@ from cropbench import metrics as m
 from cropbench.config import StoreConfig, layout_by_name
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
-from cropbench.harness.loader_case import loader_rate
+from cropbench.harness.loader_case import loader_rates
 from cropbench.harness.runner import Row
 from cropbench.harness.work import WorkFolder
 from cropbench.measure.endpoints import http_plate, remote_plate
@@ -79,7 +79,8 @@ class StoreLayoutCase:
 def layout_over_store(plate: Path, serve: Serve | None, settings: StoreLayouts, cache: Path | None) -> dict[str, Any]:
     """Metrics of one layout: ``plate`` (written in it) put in a store and read over it: requests and bytes
     per random crop (decoded-chunk cache off: what a crop needs, not what a small plate left cached) and
-    loader crops/s per read path, each rate next to the local one.
+    loader crops/s per read path, steady and over the whole pass (what reading ahead fetched during the
+    first batch is free to the steady rate), each next to the local one.
 
     ``serve`` None: the emulated store at ``settings.latency_ms`` median where it runs here (the
     server's shares per read path), else nginx behind the delay proxy with the reason in the row; a
@@ -111,13 +112,17 @@ def layout_over_store(plate: Path, serve: Serve | None, settings: StoreLayouts, 
                 prefix, sizes = READ_PATHS[decode], (settings.batch_size, settings.crop_size)
                 window = server.window() if server is not None else contextlib.nullcontext()
                 with window as stretch:
-                    metrics[m.prefixed(prefix, m.SAMPLES_PER_S)] = loader_rate(over_store, decode, crops, *sizes)
+                    steady, whole = loader_rates(over_store, decode, crops, *sizes)
+                metrics[m.prefixed(prefix, m.SAMPLES_PER_S)] = steady
+                metrics[m.prefixed(prefix, m.RUN_SAMPLES_PER_S)] = whole
                 if stretch is not None:
                     metrics[m.prefixed(prefix, m.SERVER_BUSY_SHARE)] = stretch.server_busy_share
                     metrics[m.prefixed(prefix, m.SERVER_BOUND)] = stretch.server_bound
                     if stretch.server_bound and SERVER_BOUND_FLAG not in flags:
                         flags.append(SERVER_BOUND_FLAG)
-                metrics[m.prefixed(prefix, m.LOCAL_SAMPLES_PER_S)] = loader_rate(plate, decode, crops, *sizes)
+                steady, whole = loader_rates(plate, decode, crops, *sizes)
+                metrics[m.prefixed(prefix, m.LOCAL_SAMPLES_PER_S)] = steady
+                metrics[m.prefixed(prefix, m.LOCAL_RUN_SAMPLES_PER_S)] = whole
     if flags:
         metrics[m.VALIDITY_FLAGS] = flags
     return {**metrics, m.INJECTED_LATENCY_MS: settings.latency_ms, m.IN_FLIGHT: settings.in_flight}
