@@ -4,7 +4,6 @@ docs page, and the page's block is the rendering of the committed rows, never ty
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import script_module
 
 import cropbench
 from cropbench import metrics as m
@@ -230,11 +230,7 @@ def test_rows_are_read_from_every_jsonl_under_the_folder_keeping_track_targets(t
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("headline_script", ROOT / "scripts" / "headline.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("headline")
 
 
 def test_the_script_rewrites_the_block_in_place_and_checks_it(

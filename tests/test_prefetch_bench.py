@@ -3,26 +3,18 @@ threads; a name it cannot read is refused in one line before a server starts."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import script_module
 
 from cropbench.config import PrefetchConfig
 
-ROOT = Path(__file__).resolve().parents[1]
 MIB = 2**20
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("prefetch_bench", ROOT / "scripts" / "prefetch_bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return script_module("prefetch_bench")
 
 
 def test_a_reader_name_is_its_read_ahead() -> None:

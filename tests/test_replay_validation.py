@@ -5,29 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import script_module
 
 from cropbench.measure.replay import Client, Replay, Workload, predict
 from cropbench.measure.store_emulation import RequestTrace, StoreModel
 
-ROOT = Path(__file__).resolve().parents[1]
 #: The costs the synthetic runs are generated with (the fit must find what they imply).
 COMPUTE_S_PER_CROP, CLIENT_S_PER_BYTE = 0.0004, 2e-9
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("replay_validation", ROOT / "scripts" / "replay_validation.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return script_module("replay_validation")
 
 
 def _run(reader: str, in_flight: int, link: float, sizes: list[int], crops: int, batch_size: int) -> dict[str, object]:
