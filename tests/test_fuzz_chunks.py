@@ -10,11 +10,12 @@ Each surface prints its counts: cases, typed errors, correct reads (and typed er
 zarr-python reads: a stricter bound).
 
 One damage has no zarr-python answer to compare with: a Blosc frame cut shorter than the length its
-header declares. numcodecs' Blosc decoder is not given the frame's length and reads past its end
-(numcodecs 0.16; upstream: https://github.com/zarr-developers/numcodecs/issues/228), so zarr-python,
-and cropbench's ``zarr`` path with it, reads such a chunk as an error or as other bytes, changing
-from one read to the next. There the chunk readers must refuse the chunk, and the ``zarr`` path is
-not judged (counted apart).
+header declares (a chunk file cut short, or a shard index entry that slices an inner chunk short).
+numcodecs' Blosc decoder is not given the frame's length and reads past its end (numcodecs 0.16;
+upstream: https://github.com/zarr-developers/numcodecs/issues/228), so zarr-python, and cropbench's
+``zarr`` path with it, reads such a chunk as an error or as other bytes, changing from one read to
+the next. There the chunk readers must refuse the chunk (or read the sound plate's
+bytes where the window does not touch it), and the ``zarr`` path is not judged (counted apart).
 """
 
 from __future__ import annotations
@@ -137,34 +138,56 @@ def _reference(plate: Path) -> np.ndarray | None:
 
 def _oversize(plate: Path) -> bool:
     """Whether a file of the plate is far longer than any of its chunks may be stored in."""
-    return any(path.stat().st_size > 2**24 for path in plate.rglob("*") if path.is_file())
+    return any(path.stat().st_size > OVERSIZE for path in plate.rglob("*") if path.is_file())
 
 
+#: Bytes beyond which a chunk or shard file is far longer than any of its chunks may be stored in.
+OVERSIZE = 2**24
 #: A Blosc frame's header: its length in bytes (``cbytes``) is the little-endian uint32 at bytes 12-15.
 BLOSC_HEADER = 16
 
 
+def _frame_cut_short(frame: bytes) -> bool:
+    """Whether a Blosc frame is shorter than its header, or than the length its header declares."""
+    return len(frame) < BLOSC_HEADER or int.from_bytes(frame[12:16], "little") > len(frame)
+
+
+def _inner_frames(shard: bytes, entries: int, checksum: bool) -> list[bytes]:
+    """The inner chunks a shard's index (at its end) points at, each cut where the file ends."""
+    start = len(shard) - entries * 16 - (4 if checksum else 0)
+    if start < 0:
+        return []  # no whole index: zarr-python refuses the shard before any inner chunk
+    index = np.frombuffer(shard[start : start + entries * 16], dtype="<u8").reshape(-1, 2)
+    return [shard[int(offset) : int(offset) + int(nbytes)] for offset, nbytes in index if int(offset) != EMPTY]
+
+
 def _blosc_frame_cut_short(plate: Path) -> bool:
-    """Whether a chunk file of an unsharded Blosc array is shorter than the frame its header declares
-    (or than the header): zarr-python's answer to it is undefined (see the module's docstring)."""
+    """Whether a Blosc chunk of the plate (a chunk file, or an inner chunk as its shard's index
+    slices it) is shorter than the frame its header declares, or than the header: zarr-python's
+    answer to it is undefined (see the module's docstring)."""
     try:
         arrays = array_dirs(plate)
     except CropbenchError:
         return False  # damaged plate metadata: every path refuses the plate before any chunk
     for array_dir in arrays:
         try:
-            codecs = [codec.get("name") for codec in json.loads((array_dir / "zarr.json").read_text())["codecs"]]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            codecs = json.loads((array_dir / "zarr.json").read_text())["codecs"]
+            names = [codec.get("name") for codec in codecs]
+            if names[0] == "sharding_indexed":
+                names = [codec.get("name") for codec in codecs[0]["configuration"]["codecs"]]
+                layout: tuple[int, bool] | None = index_layout(array_dir)
+            else:
+                layout = None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, AssertionError):
             continue  # damaged metadata: zarr-python refuses it before any chunk
-        if "blosc" not in codecs or "sharding_indexed" in codecs:
+        if "blosc" not in names:
             continue
         for path in chunk_files(array_dir):
-            size = path.stat().st_size
-            if size == 0:
-                continue
-            with path.open("rb") as handle:
-                header = handle.read(BLOSC_HEADER)
-            if size < BLOSC_HEADER or int.from_bytes(header[12:16], "little") > size:
+            if path.stat().st_size > OVERSIZE:
+                continue  # an oversize file: the chunk readers refuse it (see _run_case)
+            data = path.read_bytes()
+            frames = [data] if layout is None else _inner_frames(data, *layout)
+            if any(frame and _frame_cut_short(frame) for frame in frames):
                 return True
     return False
 
@@ -179,7 +202,9 @@ def _run_case(plate: Path, case: str, tally: Tally, paths: Paths, sound: np.ndar
     tally.cases += 1
     oversize = _oversize(plate)
     cut_short = _blosc_frame_cut_short(plate)
-    expected = None if oversize or cut_short else _reference(plate)
+    # With a cut-short frame the readers must refuse it where the window reads it, and read the sound
+    # bytes where it does not: zarr-python's answer to it is no reference.
+    expected = sound if cut_short else None if oversize else _reference(plate)
     for name, read in paths.items():
         if cut_short and name in ZARR_PATH:
             tally.unjudged += 1
