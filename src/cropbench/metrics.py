@@ -195,8 +195,6 @@ ACCESS_PATTERNS = ("random", "grouped")
 DECODE = "decode"
 STORED_BYTES = "stored_bytes"
 STORED_MIB = "stored_mib"
-#: Why a layout over a store was read behind the Python delay proxy instead of the emulated store.
-STORE_EMULATION_SKIP_REASON = "store_emulation_skip_reason"
 RAW_BYTES = "raw_bytes"
 COMPRESSION_RATIO = "compression_ratio"
 WRITE_SECONDS = "write_seconds"
