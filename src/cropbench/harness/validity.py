@@ -83,8 +83,9 @@ TRACK_FLAGS: dict[str, dict[str, str]] = {
     },
     "store-layouts": {
         IMPOSSIBLE: "a read path over the loopback store delivered crops faster than the same layout on local "
-        "disk: the store adds round trips to the same reads, so the rates rest on too few crops or the machine's "
-        "speed changed between them (the row's impossible_reasons say which path)",
+        "disk: the store adds round trips to the same reads, so the rates rest on too few crops, the machine's "
+        "speed changed between them, or the two read through caches of different sizes (reading ahead over a "
+        "store grows the reader's chunk cache) (the row's impossible_reasons say which path)",
     },
     "targets": {
         IMPOSSIBLE: "the reader's median per-block ratio to the copy ceiling at its own thread count is above 1: "
