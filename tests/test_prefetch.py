@@ -25,6 +25,8 @@ from cropbench.data.sampling import RandomObjectSampler, ReadAheadBatches, with_
 from cropbench.errors import ConfigError
 from cropbench.formats import DirectChunkReader, Regions, open_plate
 from cropbench.formats.sources import mirror_metadata, write_index
+from cropbench.harness.loader_case import loader_rates
+from cropbench.harness.validity import decoded_plate_bytes
 from cropbench.measure import endpoints
 from cropbench.plates.generate import generate_plate
 
@@ -320,6 +322,23 @@ def test_read_ahead_the_cache_cannot_hold_is_refused_or_the_cache_grows(served_p
     assert reader.chunk_cache_bytes == reader.cache.lru.budget == 3 * per_batch > small
     asked.reader.close()
     reader.close()
+
+
+def test_a_loader_case_reports_the_cache_its_reader_grew_to(served_plate: Path, plate: Path) -> None:
+    """Reading ahead over a store grows the chunk cache: the case's cache fraction (and its cache>=plate
+    flag) is the grown cache's, and a local read given that cache holds the same."""
+    small = 2**16
+    over_store = loader_rates(served_plate, "direct", 4 * BATCH, BATCH, 32, cache_bytes=small)
+    assert over_store.cache_bytes is not None and over_store.cache_bytes > small
+    reader = open_plate(plate, "direct")
+    decoded = decoded_plate_bytes(reader)
+    reader.close()
+    assert over_store.cache_fraction == pytest.approx(over_store.cache_bytes / decoded)
+    assert over_store.cache_holds_plate == (over_store.cache_bytes >= decoded)
+    local = loader_rates(plate, "direct", 4 * BATCH, BATCH, 32, cache_bytes=over_store.cache_bytes)
+    assert (local.cache_bytes, local.cache_fraction) == (over_store.cache_bytes, over_store.cache_fraction)
+    assert loader_rates(plate, "direct", 4 * BATCH, BATCH, 32, cache_bytes=small).cache_bytes == small, "no read-ahead"
+    assert loader_rates(plate, "zarr", 4 * BATCH, BATCH, 32).cache_bytes is None, "the zarr path keeps no chunk cache"
 
 
 def test_a_regions_chunk_bytes_bound_every_batch(plate: Path) -> None:

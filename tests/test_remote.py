@@ -408,6 +408,10 @@ def test_compare_layouts_by_url_reports_requests_and_crops_per_s_per_layout(
             for prefix in (m.DIRECT_, m.ZARR_):
                 assert row[prefix + m.REQUESTS_PER_CROP] > 0 and row[prefix + m.BYTES_TRANSFERRED_PER_CROP] > 0
                 assert row[prefix + m.SAMPLES_PER_S] > 0 and row[prefix + m.LOCAL_SAMPLES_PER_S] > 0
+            # the local reads went through the cache the store's reader grew to read ahead
+            holds = row[m.DIRECT_ + m.CACHE_FRACTION_OF_PLATE] >= 1
+            assert row[m.DIRECT_ + m.READER_CACHE_BYTES] > 0 and m.ZARR_ + m.READER_CACHE_BYTES not in row
+            assert ("cache>=plate" in row.get(m.VALIDITY_FLAGS, [])) == holds
             if emulation_reason is None:  # the emulated store served it: its model and the server's shares
                 assert row[m.STORE_MODEL]["median_latency_ms"] == 1 and m.STORE_EMULATION_SKIP_REASON not in row
                 assert all(

@@ -152,3 +152,19 @@ def test_a_layout_read_faster_over_the_store_than_from_local_disk_is_a_contradic
     ], "the whole-pass rates are paired alike"
     assert "impossible" in with_contradictions("store-layouts", row)[m.VALIDITY_FLAGS]
     assert "faster than the same layout on local disk" in flag_meaning("impossible", "store-layouts")
+
+
+def test_a_layout_whose_grown_cache_holds_the_plate_says_so_in_its_table_line() -> None:
+    from cropbench.report.tables import layouts_table
+
+    row = {m.LAYOUT: "planes", m.STORED_MIB: 12.0, m.VALIDITY_FLAGS: ["cache>=plate"]}
+    for prefix in (m.DIRECT_, m.ZARR_):
+        row |= {prefix + m.REQUESTS_PER_CROP: 1.0, prefix + m.SAMPLES_PER_S: 50.0, prefix + m.LOCAL_SAMPLES_PER_S: 60.0}
+    record = Record(track="store-layouts", case="planes", config={}, metrics=row, environment={})
+    line = layouts_table([record]).splitlines()[-1]
+    assert line.lstrip().startswith("planes") and "cache>=plate: the chunk cache (grown to read ahead)" in line
+    unflagged = Record(
+        track="store-layouts", case="planes", config={}, metrics={**row, m.VALIDITY_FLAGS: []}, environment={}
+    )
+    assert "cache>=plate" not in layouts_table([unflagged])
+    assert "the local reads are given the same" in flag_meaning("cache>=plate", "store-layouts")

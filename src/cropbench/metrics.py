@@ -108,6 +108,8 @@ RSS_END_BYTES = "rss_end_bytes"
 DECODED_PLATE_BYTES = "decoded_plate_bytes"
 CHUNK_CACHE_FRACTION_OF_PLATE = "chunk_cache_fraction_of_plate"
 CACHE_FRACTION_OF_PLATE = "cache_fraction_of_plate"
+#: The chunk cache the reader held, in bytes: the configured one, or more where reading ahead grew it.
+READER_CACHE_BYTES = "reader_cache_bytes"
 RATE_OVER_INVERSE_MEAN = "rate_over_inverse_mean"
 TRANSFORM_ONLY_MEAN_MS = "transform_only_mean_ms"
 TRANSFORM_SHARE = "transform_share"
@@ -330,6 +332,7 @@ CONDITIONAL = frozenset(
         EVICTION_VERIFIED,
         FIRST_PASS_CURVE_MS,
         CACHE_FRACTION_OF_PLATE,
+        READER_CACHE_BYTES,
         MIN_WORKERS,
         MIN_WORKERS_ANSWER,
         TRIED_WORKERS,

@@ -51,7 +51,7 @@ from cropbench.data.transforms import TORCH_DTYPES
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.memory_reference import MemoryReference
-from cropbench.harness.validity import enough_rate_timings, validity
+from cropbench.harness.validity import enough_rate_timings, reader_cache_bytes, validity
 from cropbench.measure.accelerator import DEVICES, resolve_device, synchroniser
 from cropbench.measure.protocol import Stopwatch, crosscheck_clock_ns, samples_per_s, summarise_ms
 from cropbench.measure.remote import crop_config
@@ -298,6 +298,7 @@ def run_case(
             m.BYTES_HOST_TO_DEVICE_PER_SAMPLE: crossing.host_to_device,
             m.WARMUP_BATCHES: case.warmup,
             m.BATCHES_PER_EPOCH: len(loader),
+            m.READER_CACHE_BYTES: None if case.source == "memory" else reader_cache_bytes(case.crop, base.reader),
             **validity(
                 case.crop,
                 None if case.source == "memory" else base.reader,  # crops held in memory: no reader cache in play
@@ -310,24 +311,48 @@ def run_case(
     return metrics
 
 
-#: Samples per epoch of the full preset, on a plate that holds two epochs of them or more.
+@dataclass(frozen=True)
+class LoaderRates:
+    """:func:`loader_rates`' answer: steady and whole-pass crops/s, and the cache they were read through."""
 
+    steady: float
+    whole: float
+    #: The reader's chunk cache in bytes (grown where it reads ahead); None where the path keeps none.
+    cache_bytes: int | None
+    #: ``cache_bytes`` over the decoded plate; None where the path keeps no cache.
+    cache_fraction: float | None
 
-def loader_rate(plate: Path, decode: str, crops: int, batch_size: int, crop_size: int, workers: int = 0) -> float:
-    """Random crops/s through a DataLoader: a Track 2 case (seeded workers, the watchdog, one epoch of
-    ``crops`` distinct crops at most, the first batches per worker as warm-up) and its ``samples_per_s``.
-    Workers start by forkserver: obstore (the zarr path's client) does not survive a fork."""
-    return loader_rates(plate, decode, crops, batch_size, crop_size, workers)[0]
+    @property
+    def cache_holds_plate(self) -> bool:
+        return self.cache_fraction is not None and self.cache_fraction >= 1.0
 
 
 def loader_rates(
-    plate: Path, decode: str, crops: int, batch_size: int, crop_size: int, workers: int = 0
-) -> tuple[float, float]:
-    """:func:`loader_rate`'s case: its steady ``samples_per_s`` and its rate over the whole pass, first
-    batch included (``run_samples_per_s``). Over a store a reader that reads ahead fetches, while the
-    first batch is awaited, what the next batches need: over a few batches only the whole pass counts
-    that time."""
+    plate: Path,
+    decode: str,
+    crops: int,
+    batch_size: int,
+    crop_size: int,
+    workers: int = 0,
+    cache_bytes: int | None = None,
+) -> LoaderRates:
+    """Random crops/s through a DataLoader: a Track 2 case (seeded workers, the watchdog, one epoch of
+    ``crops`` distinct crops at most, the first batches per worker as warm-up; workers start by
+    forkserver, since obstore, the zarr path's client, does not survive a fork): its steady
+    ``samples_per_s`` and its rate over the whole pass, first batch included (``run_samples_per_s``).
+
+    Over a store a reader that reads ahead fetches, while the first batch is awaited, what the next
+    batches need: over a few batches only the whole pass counts that time. ``cache_bytes`` sets the
+    chunk cache (None: the default); reading ahead may grow it, and the answer says what it held, so a
+    read on local disk can be given the same."""
     loader = LoaderSpec(num_workers=workers, batch_size=batch_size, start_method="forkserver" if workers else "fork")
-    case = Track2Case(crop=crop_config(decode, crop_size), loader=loader, samples=max(crops, 2 * batch_size), epochs=1)
+    crop = crop_config(decode, crop_size, cache_bytes)
+    case = Track2Case(crop=crop, loader=loader, samples=max(crops, 2 * batch_size), epochs=1)
     metrics = run_case(RunContext(plate=plate), case)
-    return float(metrics[m.SAMPLES_PER_S]), float(metrics[m.RUN_SAMPLES_PER_S])
+    fraction = metrics.get(m.CACHE_FRACTION_OF_PLATE)
+    return LoaderRates(
+        float(metrics[m.SAMPLES_PER_S]),
+        float(metrics[m.RUN_SAMPLES_PER_S]),
+        metrics[m.READER_CACHE_BYTES] if fraction is not None else None,
+        fraction,
+    )

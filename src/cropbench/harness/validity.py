@@ -56,9 +56,11 @@ def enough_rate_timings(count: object) -> bool:
     return isinstance(count, int) and not isinstance(count, bool) and count >= MIN_RATE_TIMINGS
 
 
+#: The flag of a row whose reader's cache holds the whole decoded plate.
+CACHE_HOLDS_PLATE_FLAG = "cache>=plate"
 #: Flag → what it means.
 VALIDITY_FLAGS: dict[str, str] = {
-    "cache>=plate": "the reader's cache holds the whole decoded plate: steady state measures cache hits",
+    CACHE_HOLDS_PLATE_FLAG: "the reader's cache holds the whole decoded plate: steady state measures cache hits",
     "re-reads": "more items drawn (cold + warm-up + steady) than the plate has objects: crops are read again",
     "not-evicted": "page-cache eviction not verified: no cold numbers (the first pass is kept as first_pass_*)",
     "rate!=1/mean": f"samples/s and 1 / mean latency differ by more than {RATE_AGREEMENT_TOLERANCE:.0%}",
@@ -83,9 +85,11 @@ TRACK_FLAGS: dict[str, dict[str, str]] = {
     },
     "store-layouts": {
         IMPOSSIBLE: "a read path over the loopback store delivered crops faster than the same layout on local "
-        "disk: the store adds round trips to the same reads, so the rates rest on too few crops, the machine's "
-        "speed changed between them, or the two read through caches of different sizes (reading ahead over a "
-        "store grows the reader's chunk cache) (the row's impossible_reasons say which path)",
+        "disk through the same chunk cache: the store adds round trips to the same reads, so the rates rest on "
+        "too few crops or the machine's speed changed between them (the row's impossible_reasons say which path)",
+        CACHE_HOLDS_PLATE_FLAG: "the chunk cache the store's reader held (reading ahead grows it to hold the "
+        "batches it fetches early; the local reads are given the same) holds the whole decoded plate: after the "
+        "first reads both rates measure cache hits; use a larger plate or a layout with smaller chunks",
     },
     "targets": {
         IMPOSSIBLE: "the reader's median per-block ratio to the copy ceiling at its own thread count is above 1: "
@@ -203,15 +207,22 @@ def decoded_plate_bytes(reader: PlateReader) -> int:
 
 
 def cache_fraction_of_plate(crop: CropConfig, reader: PlateReader | None) -> float | None:
-    """Bytes the reader's own cache may hold over the decoded plate; None when it keeps no cache
-    (``reader`` None: the crops come from elsewhere, e.g. held in memory)."""
+    """Bytes the reader's own cache may hold (:func:`reader_cache_bytes`) over the decoded plate; None when
+    it keeps no cache (``reader`` None: the crops come from elsewhere, e.g. held in memory)."""
     if reader is None:
         return None
     if crop.decode == "field":
         return crop.field_cache_fields / max(len(reader.metadata.fields), 1)
     if crop.decode == "direct" and reader.metadata.format != "memmap":
-        return crop.chunk_cache_bytes / decoded_plate_bytes(reader)
+        return reader_cache_bytes(crop, reader) / decoded_plate_bytes(reader)
     return None
+
+
+def reader_cache_bytes(crop: CropConfig, reader: PlateReader) -> int:
+    """The chunk cache the reader holds: the configured one, or more where reading ahead over a store
+    grew it to hold the batches it fetches early
+    (:meth:`~cropbench.formats.direct.DirectChunkReader.hold_read_ahead`)."""
+    return int(getattr(reader, "chunk_cache_bytes", crop.chunk_cache_bytes))
 
 
 def validity(
@@ -233,7 +244,7 @@ def validity(
     """
     fraction = cache_fraction_of_plate(crop, reader)
     flags = {
-        "cache>=plate": fraction is not None and fraction >= 1.0,
+        CACHE_HOLDS_PLATE_FLAG: fraction is not None and fraction >= 1.0,
         "re-reads": items_drawn > objects,
         "not-evicted": eviction_unverified,
         "rate!=1/mean": rate_over_inverse_mean is not None

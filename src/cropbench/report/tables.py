@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.harness.validity import IMPOSSIBLE
+from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG, IMPOSSIBLE
 from cropbench.measure.remote import READ_PATHS
 from cropbench.measure.store_emulation import SERVER_BOUND_FLAG
 from cropbench.records import Record
@@ -92,7 +92,8 @@ def formats_table(records: Sequence[Record]) -> str:
 
 
 def layouts_table(records: Sequence[Record]) -> str:
-    """The store-layouts rows as a table: requests per crop and crops/s (local in parentheses) per read path."""
+    """The store-layouts rows as a table: requests per crop and crops/s (local, through the same chunk cache,
+    in parentheses) per read path."""
     lines = [
         "layouts in the store (requests per random crop; crops/s at the injected latency, no workers: steady, "
         "and over the whole pass where the row has it)"
@@ -120,7 +121,10 @@ def layouts_table(records: Sequence[Record]) -> str:
                 bound = f" {SERVER_BOUND_FLAG}" if row.get(m.prefixed(key, m.SERVER_BOUND)) else ""
                 cell += f" server {busy:4.0%}{bound}"
             cells.append(cell)
-        if IMPOSSIBLE in (row.get(m.VALIDITY_FLAGS) or []):
+        flags = row.get(m.VALIDITY_FLAGS) or []
+        if CACHE_HOLDS_PLATE_FLAG in flags:
+            cells.append(f"{CACHE_HOLDS_PLATE_FLAG}: the chunk cache (grown to read ahead) holds the plate")
+        if IMPOSSIBLE in flags:
             cells.append(f"{IMPOSSIBLE}: " + "; ".join(map(str, row.get(m.IMPOSSIBLE_REASONS) or [])))
         lines.append("  ".join(cells))
     return "\n".join(lines)

@@ -4,7 +4,9 @@ store costs in requests, and how fast crops come.
 Per read path and DataLoader worker count, the reader's requests and bytes per random crop
 (decoded-chunk cache off, so every crop fetches what it needs;
 :func:`cropbench.measure.remote.requests_per_crop`) and random crops/s through the DataLoader
-measurement of Track 2 (:func:`cropbench.harness.loader_case.loader_rate`). With ``--local-plate``
+measurement of Track 2 (:func:`cropbench.harness.loader_case.loader_rates`), steady and over the whole
+pass (reading ahead over a store fetches during the first batch what the next ones need), with the
+chunk cache the reader held (``cache>=plate`` where it holds the plate). With ``--local-plate``
 every row carries its ratio to the same case on local disk.
 """
 
@@ -18,8 +20,9 @@ from typing import Any
 from cropbench import metrics as m
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
-from cropbench.harness.loader_case import loader_rate
+from cropbench.harness.loader_case import loader_rates
 from cropbench.harness.runner import Row
+from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG
 from cropbench.measure.remote import READ_PATHS, requests_per_crop
 
 
@@ -75,7 +78,12 @@ class Remote:
         metrics: dict[str, Any] = dict(
             requests_per_crop(context.plate, case.decode, case.count_crops, case.crop_size, cache_bytes=0)
         )
-        metrics[m.SAMPLES_PER_S] = loader_rate(
-            context.plate, case.decode, case.crops, case.batch_size, case.crop_size, case.workers
-        )
+        rates = loader_rates(context.plate, case.decode, case.crops, case.batch_size, case.crop_size, case.workers)
+        metrics[m.SAMPLES_PER_S] = rates.steady
+        metrics[m.RUN_SAMPLES_PER_S] = rates.whole
+        if rates.cache_bytes is not None:
+            metrics[m.READER_CACHE_BYTES] = rates.cache_bytes
+            metrics[m.CACHE_FRACTION_OF_PLATE] = rates.cache_fraction
+        if rates.cache_holds_plate:
+            metrics[m.VALIDITY_FLAGS] = [CACHE_HOLDS_PLATE_FLAG]
         yield Row(case, dataclasses.asdict(case), metrics, case.seed + repeat)

@@ -27,6 +27,7 @@ from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.loader_case import loader_rates
 from cropbench.harness.runner import Row
+from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG
 from cropbench.harness.work import WorkFolder
 from cropbench.measure.endpoints import http_plate, remote_plate
 from cropbench.measure.remote import READ_PATHS, requests_per_crop
@@ -106,25 +107,32 @@ def layout_over_store(plate: Path, serve: Serve | None, settings: StoreLayouts, 
             counts = requests_per_crop(mirror, decode, settings.count_crops, settings.crop_size, cache_bytes=0)
             metrics[m.prefixed(prefix, m.REQUESTS_PER_CROP)] = counts[m.REQUESTS_PER_CROP]
             metrics[m.prefixed(prefix, m.BYTES_TRANSFERRED_PER_CROP)] = counts[m.BYTES_TRANSFERRED_PER_CROP]
-        flags: list[str] = []
+        flags: set[str] = set()
         with remote_plate(url, store, cache) as over_store:  # one mirror (and proxy) for both read paths
             for decode, crops in (("direct", settings.crops), ("zarr", settings.zarr_crops)):
                 prefix, sizes = READ_PATHS[decode], (settings.batch_size, settings.crop_size)
                 window = server.window() if server is not None else contextlib.nullcontext()
                 with window as stretch:
-                    steady, whole = loader_rates(over_store, decode, crops, *sizes)
-                metrics[m.prefixed(prefix, m.SAMPLES_PER_S)] = steady
-                metrics[m.prefixed(prefix, m.RUN_SAMPLES_PER_S)] = whole
+                    remote = loader_rates(over_store, decode, crops, *sizes)
+                metrics[m.prefixed(prefix, m.SAMPLES_PER_S)] = remote.steady
+                metrics[m.prefixed(prefix, m.RUN_SAMPLES_PER_S)] = remote.whole
                 if stretch is not None:
                     metrics[m.prefixed(prefix, m.SERVER_BUSY_SHARE)] = stretch.server_busy_share
                     metrics[m.prefixed(prefix, m.SERVER_BOUND)] = stretch.server_bound
-                    if stretch.server_bound and SERVER_BOUND_FLAG not in flags:
-                        flags.append(SERVER_BOUND_FLAG)
-                steady, whole = loader_rates(plate, decode, crops, *sizes)
-                metrics[m.prefixed(prefix, m.LOCAL_SAMPLES_PER_S)] = steady
-                metrics[m.prefixed(prefix, m.LOCAL_RUN_SAMPLES_PER_S)] = whole
+                    if stretch.server_bound:
+                        flags.add(SERVER_BOUND_FLAG)
+                # Like for like: the local reads go through the cache the store's reader held (reading
+                # ahead grows it to hold the batches fetched early: with whole-plane chunks, the plate).
+                local = loader_rates(plate, decode, crops, *sizes, cache_bytes=remote.cache_bytes)
+                metrics[m.prefixed(prefix, m.LOCAL_SAMPLES_PER_S)] = local.steady
+                metrics[m.prefixed(prefix, m.LOCAL_RUN_SAMPLES_PER_S)] = local.whole
+                if remote.cache_bytes is not None:
+                    metrics[m.prefixed(prefix, m.READER_CACHE_BYTES)] = remote.cache_bytes
+                    metrics[m.prefixed(prefix, m.CACHE_FRACTION_OF_PLATE)] = remote.cache_fraction
+                if remote.cache_holds_plate or local.cache_holds_plate:
+                    flags.add(CACHE_HOLDS_PLATE_FLAG)
     if flags:
-        metrics[m.VALIDITY_FLAGS] = flags
+        metrics[m.VALIDITY_FLAGS] = sorted(flags)
     return {**metrics, m.INJECTED_LATENCY_MS: settings.latency_ms, m.IN_FLIGHT: settings.in_flight}
 
 
