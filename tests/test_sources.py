@@ -222,6 +222,90 @@ def test_a_slow_but_whole_answer_within_the_deadline_is_read(hostile: tuple[Host
     source.close()
 
 
+# --- the HTTP/1.1 client ------------------------------------------------------------------------
+
+
+def raw(answer: bytes) -> Callable[[Any], None]:
+    """Write ``answer`` as the whole response, bytes as given."""
+
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        handler.wfile.write(answer)
+        handler.wfile.flush()
+
+    return respond
+
+
+@pytest.mark.parametrize(
+    ("answer", "body"),
+    [
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=1\r\nabc\r\n2\r\nde\r\n0\r\nT: 1\r\n\r\n",
+            b"abcde",
+        ),
+        (b"HTTP/1.0 200 OK\r\n\r\nuntil the connection closes", b"until the connection closes"),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: 1\r\nx-a: 2\r\n\r\nok", b"ok"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b""),
+    ],
+    ids=["chunked", "until-close", "100-continue", "empty"],
+)
+def test_each_way_of_ending_a_body_is_read(hostile: tuple[Hostile, str], answer: bytes, body: bytes) -> None:
+    state, endpoint = hostile
+    state.respond = raw(answer)
+    source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=3.0, retries=0))
+    assert source.get("zarr.json") == body
+    source.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", "closed after 3 of 10 body bytes"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\nabc", "Content-Length is not a number"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "Content-Length is negative"),
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP/1 status line"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "not a header line"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not a chunk size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n", "longer than its size"),
+        (b"HTTP/1.1 200 OK\r\nX: " + b"x" * (80 * 2**10), "head is over"),
+        (b"", "closed before the response head ended"),
+        (b"HTTP/1.1 200 OK\r\nContent-Le", "closed before the response head ended"),
+    ],
+    ids=[
+        "short",
+        "length-text",
+        "length-negative",
+        "not-http",
+        "header",
+        "chunk-size",
+        "chunk-long",
+        "huge-head",
+        "nothing",
+        "cut-head",
+    ],
+)
+def test_a_malformed_or_cut_answer_is_one_line_naming_the_object(
+    hostile: tuple[Hostile, str], answer: bytes, why: str
+) -> None:
+    state, endpoint = hostile
+    state.respond = raw(answer)
+    source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=3.0, retries=0))
+    error, _ = bounded(lambda: source.get("zarr.json"))
+    source.close()
+    assert isinstance(error, StoreError) and why in str(error), error
+    assert "\n" not in str(error) and "/p.zarr/zarr.json" in str(error)
+
+
+def test_a_kept_connection_the_server_closed_while_idle_is_replaced_once(hostile: tuple[Hostile, str]) -> None:
+    """The server says HTTP/1.1 (the client keeps the connection) and then closes it: the next request,
+    sent on it, finds it closed before any answer and goes once more on a fresh connection."""
+    state, endpoint = hostile
+    state.respond = raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # HTTP/1.0 server: closes after
+    source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=3.0, retries=0))
+    assert [source.get("zarr.json") for _ in range(4)] == [b"ok"] * 4
+    assert len(state.requests) == 4, "the sends on closed connections reached no server"
+    source.close()
+
+
 # --- S3 listings --------------------------------------------------------------------------------
 
 
@@ -343,7 +427,7 @@ def test_a_client_librarys_message_has_the_credentials_masked() -> None:
 @pytest.mark.parametrize("field", ["timeout_s", "connect_timeout_s"])
 @pytest.mark.parametrize("seconds", [float("inf"), float("nan"), 1e300, 0.0, -1.0])
 def test_store_deadlines_are_finite(field: str, seconds: float) -> None:
-    # An infinite deadline would switch off the watchdog that ends a dripping request.
+    # An infinite deadline would never end a dripping request.
     with pytest.raises(ConfigError, match=field):
         StoreConfig(**{field: seconds})
 

@@ -414,7 +414,7 @@ class StoreConfig:
         _require(self.coalesce_gap_bytes >= 0, f"coalesce_gap_bytes must be >= 0, got {self.coalesce_gap_bytes}")
         for name in ("timeout_s", "connect_timeout_s"):
             seconds = getattr(self, name)
-            # An infinite deadline would switch the request watchdog off: a dripping server could hold a run forever.
+            # An infinite deadline would never end a request: a dripping server could hold a run forever.
             _require(0 < seconds <= MAX_TIMEOUT_S, f"{name} must be > 0 and at most {MAX_TIMEOUT_S:g} s, got {seconds}")
         _require(
             isinstance(self.retries, int) and 0 <= self.retries <= MAX_RETRIES,

@@ -20,7 +20,7 @@ One module per job:
 - ``failures``: a failed request (a client library's error, an HTTP status) as one line;
 - ``base``: the :class:`ByteSource` interface and its counters;
 - ``files``: :class:`FileSource` and the check that a plate file is a regular file;
-- ``watchdog``: the deadline of a whole HTTP request attempt, and the connections that honour it;
+- ``http11``: the HTTP/1.1 client of range GETs: keep-alive connections, a deadline per whole request;
 - ``remote``: :class:`RemoteSource` (range GETs, retries, requests in flight, the S3 listing);
 - ``mirror``: metadata mirrors, key indexes, uploads, and the byte source of a plate folder;
 - ``stores``: zarr-python's and obstore's own stores for a plate URL.

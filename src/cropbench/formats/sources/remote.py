@@ -15,8 +15,8 @@ from cropbench.config import StoreConfig
 from cropbench.errors import StoreError
 from cropbench.formats.sources.base import ByteSource, Request
 from cropbench.formats.sources.failures import status_error, store_error
+from cropbench.formats.sources.http11 import Client
 from cropbench.formats.sources.urls import http_url, redact, s3_endpoint, split_url, without_credentials
-from cropbench.formats.sources.watchdog import Watchdog, watched_pool_manager, watching
 
 #: Pages of an S3 listing read at most (1,000 keys a page): a server that never stops listing is an error.
 MAX_LISTING_PAGES = 10_000
@@ -35,8 +35,9 @@ class RemoteSource(ByteSource):
     ``timeout_s`` bounds each attempt of a request from connecting to its last body byte, so a
     request with its retries ends within about ``(retries + 1) * timeout_s``.
 
-    Plain urllib3 connections rather than obstore's: a tokio runtime started in the parent hangs in
-    a forked DataLoader worker, and the pool here is rebuilt in each process.
+    The client is :class:`~cropbench.formats.sources.http11.Client` (plain sockets, rebuilt in each
+    process): obstore's tokio runtime started in the parent hangs in a forked DataLoader worker, and
+    urllib3 cost the reader three times obstore's CPU per request.
     """
 
     def __init__(self, url: str, config: StoreConfig) -> None:
@@ -45,22 +46,17 @@ class RemoteSource(ByteSource):
         self._url = url  # with its credentials, to mask them in client libraries' messages
         self.location = redact(url)
         self.config = config
-        self._http: Any = None
+        self._http: Client | None = None
         self._credentials: Any = None
         self._pool: ThreadPoolExecutor | None = None
-        self._watchdog: Watchdog | None = None
         self._pid = 0
 
-    def _client(self) -> Any:
+    def _client(self) -> Client:
         if self._http is None or self._pid != os.getpid():
-            import urllib3
-
             config = self.config
-            timeout = urllib3.Timeout(connect=min(config.connect_timeout_s, config.timeout_s), read=config.timeout_s)
-            self._http = watched_pool_manager(maxsize=max(config.in_flight, 1), retries=False, timeout=timeout)
+            self._http = Client(min(config.connect_timeout_s, config.timeout_s), max_idle=max(config.in_flight, 1))
             self._credentials = _credentials(config) if self._scheme == "s3" else None
             self._pool = None
-            self._watchdog = Watchdog()
             self._pid = os.getpid()
         return self._http
 
@@ -89,7 +85,7 @@ class RemoteSource(ByteSource):
         for attempt in range(attempts):
             try:
                 status, data = self._attempt(http, method, url, headers, body)
-            except Exception as error:  # urllib3: timeouts, refused connections, protocol errors
+            except Exception as error:  # timeouts, refused connections, protocol errors
                 if attempt + 1 == attempts:
                     raise store_error(self._url, key, error) from None
             else:
@@ -98,21 +94,12 @@ class RemoteSource(ByteSource):
             time.sleep(min(RETRY_BACKOFF_S * 2**attempt, 2.0))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _attempt(self, http: Any, method: str, url: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
-        """One attempt, ended by the watchdog at ``timeout_s`` wherever it waits."""
-        assert self._watchdog is not None  # made with the pool manager by _client
-        with watching(self._watchdog.watch(self.config.timeout_s)) as watch:
-            try:
-                response = http.request(method, url, headers=headers, body=body or None, preload_content=True)
-            except Exception:
-                if watch.expired:
-                    raise TimeoutError(
-                        f"timed out: no whole response within timeout_s={self.config.timeout_s:g}"
-                    ) from None
-                raise
-        if watch.expired:  # a body without a length, cut at the deadline, reads as complete: it is not
-            raise TimeoutError(f"timed out: no whole response within timeout_s={self.config.timeout_s:g}")
-        return response.status, response.data
+    def _attempt(self, http: Client, method: str, url: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+        """One attempt, ended at ``timeout_s`` wherever it waits."""
+        try:
+            return http.request(method, url, headers, body, time.monotonic() + self.config.timeout_s)
+        except TimeoutError:
+            raise TimeoutError(f"timed out: no whole response within timeout_s={self.config.timeout_s:g}") from None
 
     def _checked(self, key: str, status: int, data: bytes) -> bytes | None:
         if status in (200, 206):
@@ -217,12 +204,9 @@ class RemoteSource(ByteSource):
         if self._pool is not None and self._pid == os.getpid():
             self._pool.shutdown(wait=False)
         if self._http is not None and self._pid == os.getpid():
-            self._http.clear()
-        if self._watchdog is not None and self._pid == os.getpid():
-            self._watchdog.stop()
+            self._http.close()
         self._pool = None
         self._http = None
-        self._watchdog = None
 
 
 def _aws_host(bucket: str) -> str:
