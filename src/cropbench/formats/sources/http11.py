@@ -2,10 +2,10 @@
 body read straight into one buffer of its declared length.
 
 Why not urllib3: a range GET through urllib3 and ``http.client`` runs about 870 Python function calls
-(URL parsing, pool keys, ``email`` header parsing) and cost a 2-core machine about 650 us of CPU per
-40 KiB request, three times the Rust client obstore (which does not survive a fork, as DataLoader
-workers are started). Over an object store the reader's own client, not the store, was the limit.
-Here a request is one ``sendall`` of a preformatted head and a few ``recv_into`` calls.
+(URL parsing, pool keys, ``email`` header parsing), which over an object store made the reader's own
+client, not the store, its limit (docs/results/object-stores.md); obstore's Rust client does not
+survive a fork, as DataLoader workers are started. Here a request is one ``sendall`` of a
+preformatted head and a few ``recv_into`` calls.
 
 A socket timeout bounds each read, not a request (a server sending a byte a second never trips it):
 every blocking call here waits at most until the request's deadline, so an attempt ends by it
