@@ -288,6 +288,7 @@ def run_case(
     size = case.crop.output_size or case.crop.crop_size
     item_bytes = channels * size * size * TORCH_DTYPES[case.crop.dtype].itemsize
     metrics = _metrics(case, epochs, item_bytes * case.loader.batch_size)
+    reader = None if case.source == "memory" else base.reader  # crops held in memory: no reader cache in play
     metrics.update(
         {
             m.OBJECTS: len(base),
@@ -298,10 +299,10 @@ def run_case(
             m.BYTES_HOST_TO_DEVICE_PER_SAMPLE: crossing.host_to_device,
             m.WARMUP_BATCHES: case.warmup,
             m.BATCHES_PER_EPOCH: len(loader),
-            m.READER_CACHE_BYTES: None if case.source == "memory" else reader_cache_bytes(case.crop, base.reader),
+            m.READER_CACHE_BYTES: reader_cache_bytes(case.crop, reader),
             **validity(
                 case.crop,
-                None if case.source == "memory" else base.reader,  # crops held in memory: no reader cache in play
+                reader,
                 items_drawn=case.samples * case.epochs,
                 objects=len(base),
                 enough_timings=enough_rate_timings(metrics[m.prefixed(m.BATCH, m.COUNT)]),
@@ -349,10 +350,9 @@ def loader_rates(
     crop = crop_config(decode, crop_size, cache_bytes)
     case = Track2Case(crop=crop, loader=loader, samples=max(crops, 2 * batch_size), epochs=1)
     metrics = run_case(RunContext(plate=plate), case)
-    fraction = metrics.get(m.CACHE_FRACTION_OF_PLATE)
     return LoaderRates(
         float(metrics[m.SAMPLES_PER_S]),
         float(metrics[m.RUN_SAMPLES_PER_S]),
-        metrics[m.READER_CACHE_BYTES] if fraction is not None else None,
-        fraction,
+        metrics[m.READER_CACHE_BYTES],
+        metrics.get(m.CACHE_FRACTION_OF_PLATE),
     )

@@ -213,15 +213,17 @@ def cache_fraction_of_plate(crop: CropConfig, reader: PlateReader | None) -> flo
         return None
     if crop.decode == "field":
         return crop.field_cache_fields / max(len(reader.metadata.fields), 1)
-    if crop.decode == "direct" and reader.metadata.format != "memmap":
-        return reader_cache_bytes(crop, reader) / decoded_plate_bytes(reader)
-    return None
+    cache = reader_cache_bytes(crop, reader)
+    return None if cache is None else cache / decoded_plate_bytes(reader)
 
 
-def reader_cache_bytes(crop: CropConfig, reader: PlateReader) -> int:
-    """The chunk cache the reader holds: the configured one, or more where reading ahead over a store
-    grew it to hold the batches it fetches early
-    (:meth:`~cropbench.formats.direct.DirectChunkReader.hold_read_ahead`)."""
+def reader_cache_bytes(crop: CropConfig, reader: PlateReader | None) -> int | None:
+    """The chunk cache the direct path's reader holds: the configured one, or more where reading ahead
+    over a store grew it to hold the batches it fetches early
+    (:meth:`~cropbench.formats.direct.DirectChunkReader.hold_read_ahead`); None where the path keeps
+    no chunk cache (``reader`` None, another decode path, a memory-mapped plate)."""
+    if reader is None or crop.decode != "direct" or reader.metadata.format == "memmap":
+        return None
     return int(getattr(reader, "chunk_cache_bytes", crop.chunk_cache_bytes))
 
 
