@@ -329,6 +329,19 @@ class EmulatedStore:
                 waited += _runqueue_seconds(pid)
         return cpu, waited
 
+    def _settled_log(self) -> None:
+        """Wait until the request log stops growing (at most :data:`LOG_SETTLE_LIMIT_S`): nginx writes a
+        request's line after its last byte is sent, so a client can see the answer before the line is
+        there, and on a busy machine the server may not run again for a while."""
+        deadline = time.monotonic() + LOG_SETTLE_LIMIT_S
+        size = self.log.stat().st_size if self.log.exists() else 0
+        while time.monotonic() < deadline:
+            time.sleep(LOG_SETTLE_S)
+            now = self.log.stat().st_size if self.log.exists() else 0
+            if now == size:
+                return
+            size = now
+
     @contextlib.contextmanager
     def window(self) -> Iterator[ServerWindow]:
         """Measure a stretch: on exit the window holds its wall and server CPU seconds and its requests."""
@@ -341,9 +354,16 @@ class EmulatedStore:
             window.wall_s = time.perf_counter() - started
             cpu_after, waited_after = self.server_seconds()
             window.server_cpu_s, window.server_runqueue_s = cpu_after - cpu, waited_after - waited
+            self._settled_log()
             with self.log.open() as log:
                 log.seek(offset)
                 window.requests = [RequestTrace.parse(line) for line in log.read().splitlines() if line]
+
+
+#: A request log unchanged for this long is taken as complete when a window closes.
+LOG_SETTLE_S = 0.05
+#: The longest a closing window waits for the request log to stop growing.
+LOG_SETTLE_LIMIT_S = 2.0
 
 
 @contextlib.contextmanager
