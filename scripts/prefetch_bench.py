@@ -173,7 +173,7 @@ def row(
     workers: int,
     measured: Measured,
     local: Measured,
-    prefetch: PrefetchConfig | None,
+    reads: tuple[PrefetchConfig, StoreConfig] | None,
     context: dict[str, Any],
 ) -> dict[str, Any]:
     rates = np.array(measured.rates)
@@ -205,8 +205,9 @@ def row(
     config = {
         "reader": name,
         "workers": workers,
-        "where": LOCAL if prefetch is None else "emulated-store",
-        "prefetch": None if prefetch is None else dataclasses.asdict(prefetch),
+        "where": LOCAL if reads is None else "emulated-store",
+        "prefetch": None if reads is None else dataclasses.asdict(reads[0]),
+        "coalesce_gap_bytes": None if reads is None else reads[1].coalesce_gap_bytes,
         **{key: value for key, value in context.items() if key != "environment"},
     }
     return {"config": config, "metrics": metrics, "validity_flags": flags, "environment": context["environment"]}
@@ -218,7 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="JSON lines file the rows are written to (replaced)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="the store's median first-byte latency")
     parser.add_argument("--in-flight", type=int, default=16, help="requests each process keeps open")
-    parser.add_argument("--coalesce-gap-kib", type=int, default=1024, help="the store's coalescing gap")
+    parser.add_argument(
+        "--coalesce-gap-kib",
+        type=int,
+        nargs="+",
+        default=[StoreConfig().coalesce_gap_bytes // 1024],
+        help="the store's coalescing gaps: every reader is measured at each (interleaved in each round)",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="DataLoader worker counts")
     parser.add_argument(
@@ -234,16 +241,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        prefetch = {name: store_reader(name) for name in args.readers}
+        specs = {name: store_reader(name) for name in args.readers}
     except ValueError as error:
         parser.error(f"--readers: {error}")
+    if min(args.coalesce_gap_kib) < 0 or len(set(args.coalesce_gap_kib)) < len(args.coalesce_gap_kib):
+        parser.error(f"--coalesce-gap-kib: distinct sizes >= 0, got {args.coalesce_gap_kib}")
+    gaps = {gap: StoreConfig(in_flight=args.in_flight, coalesce_gap_bytes=gap * 1024) for gap in args.coalesce_gap_kib}
+    # A reader is its read-ahead at one coalescing gap; the gap is in its name only where several are measured.
+    named = {
+        (name if len(gaps) == 1 else f"{name} gap{gap}KiB"): (spec, gaps[gap])
+        for gap in gaps
+        for name, spec in specs.items()
+    }
     reason = unavailable()
     if reason is not None:
         parser.error(reason)
     plate = Path(args.plate)
     cache = args.chunk_cache_mib * MIB
     crop = CropConfig(dtype="uint16", chunk_cache_bytes=cache)
-    store = StoreConfig(in_flight=args.in_flight, coalesce_gap_bytes=args.coalesce_gap_kib * 1024)
     model = StoreModel.at_median(args.latency_ms)
     context: dict[str, Any] = {
         "plate": plate.name,
@@ -252,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         "batches_per_round": args.batches,  # None: a whole epoch
         "rounds": args.rounds,
         "chunk_cache_bytes": cache,
-        "store": dataclasses.asdict(store),
+        # The coalescing gap is the rows' own (several may be measured side by side).
+        "store": dataclasses.asdict(StoreConfig(args.in_flight)) | {"coalesce_gap_bytes": None},
         "store_model": dataclasses.asdict(model),
         "load_average_at_start": os.getloadavg(),
         "environment": collect(plate),
@@ -260,11 +276,14 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         server, url = stack.enter_context(emulated_plate(plate, model))
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cropbench-prefetch-")))
-        mirror = stack.enter_context(remote_plate(url, store, scratch / "mirror"))
+        mirrors = {
+            store: stack.enter_context(remote_plate(url, store, scratch / f"mirror-gap{store.coalesce_gap_bytes}"))
+            for store in gaps.values()
+        }
         readers = {LOCAL: CropDataset(plate, crop)}
-        for name in args.readers:
-            reader = open_plate(mirror, chunk_cache_bytes=cache, prefetch=prefetch[name])
-            readers[name] = CropDataset(mirror, crop, reader=reader)
+        for name, (spec, store) in named.items():
+            reader = open_plate(mirrors[store], chunk_cache_bytes=cache, prefetch=spec)
+            readers[name] = CropDataset(mirrors[store], crop, reader=reader)
         sampler = RandomObjectSampler(len(readers[LOCAL]), seed=0)
         per_round = len(sampler) if args.batches is None else args.batches * args.batch_size
         results = {(workers, name): Measured() for workers in args.workers for name in readers}
@@ -280,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                     measure(readers[name], batches, spec, window, results[(workers, name)])
         context["load_average_at_end"] = os.getloadavg()
         rows = [
-            row(name, workers, results[(workers, name)], results[(workers, LOCAL)], prefetch.get(name), context)
+            row(name, workers, results[(workers, name)], results[(workers, LOCAL)], named.get(name), context)
             for workers in args.workers
             for name in names
         ]
@@ -290,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.rounds} rounds x {per_round} random {crop.crop_size} px crops in batches of {args.batch_size}, "
         f"store at {args.latency_ms:g} ms median ({model.p99_latency_ms:g} ms p99), {args.in_flight} requests "
-        f"in flight per process, {args.coalesce_gap_kib} KiB coalescing gap, chunk cache {args.chunk_cache_mib} MiB"
+        f"in flight per process, {'/'.join(map(str, gaps))} KiB coalescing gap, chunk cache {args.chunk_cache_mib} MiB"
     )
     print(
         f"{'workers':>7} {'reader':<30} {'crops/s':>8} {'x local':>8} {'round/s':>8} {'x local':>8} "

@@ -39,3 +39,11 @@ def test_a_reader_it_cannot_read_is_one_line_naming_it(name: str, capsys: pytest
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--readers" in error and repr(name) in error
+
+
+@pytest.mark.parametrize("gaps", [["-1"], ["64", "64"]])
+def test_coalescing_gaps_it_cannot_measure_are_one_line(gaps: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        _script().main(["--plate", "absent.zarr", "--out", "absent.jsonl", "--coalesce-gap-kib", *gaps])
+    assert exit_info.value.code == 2
+    assert "--coalesce-gap-kib" in capsys.readouterr().err.strip().splitlines()[-1]
