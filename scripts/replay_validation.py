@@ -139,13 +139,17 @@ def direct_runs(plate: Path, args: argparse.Namespace, model: StoreModel, round_
         for in_flight in args.in_flight:
             with (
                 tempfile.TemporaryDirectory(prefix="cropbench-replay-") as scratch,
-                remote_plate(url, StoreConfig(in_flight=in_flight), Path(scratch) / "mirror") as mirror,
+                remote_plate(url, _store(args, in_flight), Path(scratch) / "mirror") as mirror,
             ):
                 dataset = CropDataset(mirror, CropConfig(crop_size=args.crop_size, dtype="uint16", tier="none"))
                 runs.append(measured(DIRECT, round_, in_flight, model.link_gbit_s or 0, store, _loader(dataset, args)))
                 dataset.reader.close()
             print(_run_line(runs[-1]), flush=True)
     return runs
+
+
+def _store(args: argparse.Namespace, in_flight: int) -> StoreConfig:
+    return StoreConfig(in_flight=in_flight, coalesce_gap_bytes=args.coalesce_gap_kib * 1024)
 
 
 def _loader(dataset: CropDataset, args: argparse.Namespace) -> Any:
@@ -391,8 +395,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--median-ms", type=float, default=20.0)
     parser.add_argument("--shard-mib", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--coalesce-gap-kib",
+        type=int,
+        default=StoreConfig().coalesce_gap_bytes // 1024,
+        help="the direct path's coalescing gap (bytes moved against requests made)",
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.coalesce_gap_kib < 0:
+        parser.error(f"--coalesce-gap-kib must be >= 0, got {args.coalesce_gap_kib}")
     if args.traces is not None:
         try:
             measurement = json.loads(gzip.decompress(args.traces.read_bytes()))

@@ -77,3 +77,10 @@ def test_a_file_that_is_not_a_traces_file_is_one_line_naming_it(
     assert _script().main(["--traces", str(bad)]) == 2
     error = capsys.readouterr().err
     assert f"--traces {bad}" in error and error.count("\n") == 1
+
+
+def test_a_negative_coalescing_gap_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        _script().main(["--plate", str(tmp_path), "--coalesce-gap-kib", "-1"])
+    assert exit_info.value.code == 2
+    assert "--coalesce-gap-kib must be >= 0" in capsys.readouterr().err
