@@ -78,6 +78,8 @@ class Run:
     crops: int
     seconds: float
     requests: list[RequestTrace]
+    #: Batches each worker's reader asked for ahead of the one it decoded (a file without it: 0).
+    read_ahead_steps: int = 0
 
     @property
     def crops_per_s(self) -> float:
@@ -96,7 +98,14 @@ class Run:
     def loaded(cls, row: dict[str, Any]) -> Run:
         requests = [RequestTrace(*fields) for fields in row["trace"]]
         return cls(
-            row["reader"], row["round"], row["in_flight"], row["link_gbit_s"], row["crops"], row["seconds"], requests
+            row["reader"],
+            row["round"],
+            row["in_flight"],
+            row["link_gbit_s"],
+            row["crops"],
+            row["seconds"],
+            requests,
+            row.get("read_ahead_steps", 0),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -107,6 +116,7 @@ class Run:
             "link_gbit_s": self.link_gbit_s,
             "crops": self.crops,
             "seconds": self.seconds,
+            "read_ahead_steps": self.read_ahead_steps,
             "crops_per_s": self.crops_per_s,
             "requests": len(self.requests),
             "body_bytes": sum(trace.body_bytes for trace in self.requests),
@@ -122,14 +132,16 @@ def timed_epoch(loader: Iterable[dict[str, Any]]) -> tuple[int, float]:
     return crops, time.time()
 
 
-def measured(reader: str, round_: int, in_flight: int, link: float, store: Any, loader: Iterable[Any]) -> Run:
+def measured(
+    reader: str, round_: int, in_flight: int, link: float, store: Any, loader: Iterable[Any], read_ahead: int = 0
+) -> Run:
     """One epoch of ``loader`` in a window of ``store``: seconds from the first request to the last batch."""
     with store.window() as window:
         crops, last = timed_epoch(loader)
     if not window.requests:
         raise RuntimeError(f"{reader}: the epoch made no request to the store")
     first = min(trace.start_s for trace in window.requests)
-    return Run(reader, round_, in_flight, link, crops, last - first, window.requests)
+    return Run(reader, round_, in_flight, link, crops, last - first, window.requests, read_ahead)
 
 
 def direct_runs(plate: Path, args: argparse.Namespace, model: StoreModel, round_: int) -> list[Run]:
@@ -142,7 +154,8 @@ def direct_runs(plate: Path, args: argparse.Namespace, model: StoreModel, round_
                 remote_plate(url, _store(args, in_flight), Path(scratch) / "mirror") as mirror,
             ):
                 dataset = CropDataset(mirror, CropConfig(crop_size=args.crop_size, dtype="uint16", tier="none"))
-                runs.append(measured(DIRECT, round_, in_flight, model.link_gbit_s or 0, store, _loader(dataset, args)))
+                link, ahead = model.link_gbit_s or 0, dataset.read_ahead_batches(args.batch_size)
+                runs.append(measured(DIRECT, round_, in_flight, link, store, _loader(dataset, args), ahead))
                 dataset.reader.close()
             print(_run_line(runs[-1]), flush=True)
     return runs
@@ -189,8 +202,14 @@ def _run_line(run: Run) -> str:
 
 
 def _replay(model: StoreModel, run: Run, processes: int, compute: float = 0.0, per_byte: float = 0.0) -> Replay:
-    """The setting of ``run`` (its link and requests in flight) with these client costs."""
-    client = Client(processes, run.in_flight, compute_s_per_crop=compute, client_s_per_byte=per_byte)
+    """The setting of ``run`` (its link, requests in flight and read-ahead) with these client costs."""
+    client = Client(
+        processes,
+        run.in_flight,
+        compute_s_per_crop=compute,
+        client_s_per_byte=per_byte,
+        read_ahead_steps=run.read_ahead_steps,
+    )
     return Replay(dataclasses.replace(model, link_gbit_s=run.link_gbit_s or None), client)
 
 
@@ -278,7 +297,13 @@ def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
             repeats = math.ceil(STEPS_PER_PROCESS * processes / len(workload.steps))
             for in_flight in in_flights:
                 for link in (1.0, 10.0, 25.0):
-                    client = Client(processes, in_flight, compute_s_per_crop=compute, client_s_per_byte=per_byte)
+                    client = Client(
+                        processes,
+                        in_flight,
+                        compute_s_per_crop=compute,
+                        client_s_per_byte=per_byte,
+                        read_ahead_steps=sources[0].read_ahead_steps,
+                    )
                     replay = Replay(dataclasses.replace(model, link_gbit_s=link), client, repeats, args.seed)
                     prediction = predict(workload, replay)
                     rows.append(

@@ -23,8 +23,10 @@ def _script() -> ModuleType:
     return script_module("replay_validation")
 
 
-def _run(reader: str, in_flight: int, link: float, sizes: list[int], crops: int, batch_size: int) -> dict[str, object]:
-    """A run whose wall time is the model's own, at the known costs."""
+def _run(
+    reader: str, in_flight: int, link: float, sizes: list[int], crops: int, batch_size: int, read_ahead: int = 0
+) -> dict[str, object]:
+    """A run whose wall time is the model's own, at the known costs and read-ahead."""
     requests = [
         RequestTrace("GET", "/k", "bytes=0-1", 206, size, index * 1e-3, index * 1e-3)
         for index, size in enumerate(sizes)
@@ -35,7 +37,13 @@ def _run(reader: str, in_flight: int, link: float, sizes: list[int], crops: int,
         else Workload.streamed(requests, crops)
     )
     store = dataclasses.replace(StoreModel(median_latency_ms=20, p99_latency_ms=100), link_gbit_s=link)
-    client = Client(2, in_flight, compute_s_per_crop=COMPUTE_S_PER_CROP, client_s_per_byte=CLIENT_S_PER_BYTE)
+    client = Client(
+        2,
+        in_flight,
+        compute_s_per_crop=COMPUTE_S_PER_CROP,
+        client_s_per_byte=CLIENT_S_PER_BYTE,
+        read_ahead_steps=read_ahead,
+    )
     seconds = predict(workload, Replay(store, client)).seconds
     trace = [dataclasses.astuple(request) for request in requests]
     return {
@@ -45,12 +53,16 @@ def _run(reader: str, in_flight: int, link: float, sizes: list[int], crops: int,
         "link_gbit_s": link,
         "crops": crops,
         "seconds": seconds,
+        "read_ahead_steps": read_ahead,
         "trace": trace,
     }
 
 
-def test_traces_are_predicted_again_and_each_setting_from_its_two_others(tmp_path: Path) -> None:
-    direct = [_run("ome-zarr/direct", in_flight, 10.0, [400_000] * 800, 1280, 64) for in_flight in (4, 16, 64)]
+@pytest.mark.parametrize("read_ahead", [0, 2])
+def test_traces_are_predicted_again_and_each_setting_from_its_two_others(tmp_path: Path, read_ahead: int) -> None:
+    direct = [
+        _run("ome-zarr/direct", in_flight, 10.0, [400_000] * 800, 1280, 64, read_ahead) for in_flight in (4, 16, 64)
+    ]
     shards = [_run("webdataset", 1, link, [40_000_000] * 8, 1280, 64) for link in (10.0, 1.0, 0.5)]
     settings = {"workers": 2, "batch_size": 64, "median_ms": 20.0, "seed": 0}
     traces = tmp_path / "replay-traces.json.gz"
