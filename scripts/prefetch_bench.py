@@ -165,6 +165,8 @@ def merged(windows: Sequence[ServerWindow]) -> ServerWindow:
         sum(w.server_cpu_s for w in windows),
         sum(w.server_runqueue_s for w in windows),
         [trace for w in windows for trace in w.requests],
+        sum(w.machine_busy_s for w in windows),
+        sum(w.machine_total_s for w in windows),
     )
 
 
@@ -281,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             for store in gaps.values()
         }
         readers = {LOCAL: CropDataset(plate, crop)}
-        for name, (spec, store) in named.items():
-            reader = open_plate(mirrors[store], chunk_cache_bytes=cache, prefetch=spec)
+        for name, (ahead, store) in named.items():
+            reader = open_plate(mirrors[store], chunk_cache_bytes=cache, prefetch=ahead)
             readers[name] = CropDataset(mirrors[store], crop, reader=reader)
         sampler = RandomObjectSampler(len(readers[LOCAL]), seed=0)
         per_round = len(sampler) if args.batches is None else args.batches * args.batch_size
@@ -311,20 +313,22 @@ def main(argv: list[str] | None = None) -> int:
         f"store at {args.latency_ms:g} ms median ({model.p99_latency_ms:g} ms p99), {args.in_flight} requests "
         f"in flight per process, {'/'.join(map(str, gaps))} KiB coalescing gap, chunk cache {args.chunk_cache_mib} MiB"
     )
+    width = max([30, *(len(line["config"]["reader"]) for line in rows)])
     print(
-        f"{'workers':>7} {'reader':<30} {'crops/s':>8} {'x local':>8} {'round/s':>8} {'x local':>8} "
-        f"{'req/crop':>8} {'KiB/crop':>8} {'req/s':>7} {'server':>6} {'client':>6}  flags"
+        f"{'workers':>7} {'reader':<{width}} {'crops/s':>8} {'x local':>8} {'round/s':>8} {'x local':>8} "
+        f"{'req/crop':>8} {'KiB/crop':>8} {'req/s':>7} {'server':>6} {'machine':>8} {'client':>6}  flags"
     )
     for line in rows:
         config, metrics = line["config"], line["metrics"]
         store_columns = (
             f"{metrics[m.REQUESTS_PER_CROP]:8.3f} {metrics[m.BYTES_TRANSFERRED_PER_CROP] / 1024:8.1f} "
-            f"{metrics[m.SERVER_REQUESTS_PER_S]:7.0f} {metrics[m.SERVER_BUSY_SHARE]:6.0%}"
+            f"{metrics[m.SERVER_REQUESTS_PER_S]:7.0f} {metrics[m.SERVER_BUSY_SHARE]:6.0%} "
+            f"{metrics[m.MACHINE_BUSY_SHARE]:8.0%}"
             if m.REQUESTS_PER_CROP in metrics
-            else f"{'-':>8} {'-':>8} {'-':>7} {'-':>6}"
+            else f"{'-':>8} {'-':>8} {'-':>7} {'-':>6} {'-':>8}"
         )
         print(
-            f"{config['workers']:>7} {config['reader']:<30} {metrics[m.SAMPLES_PER_S]:8.0f} "
+            f"{config['workers']:>7} {config['reader']:<{width}} {metrics[m.SAMPLES_PER_S]:8.0f} "
             f"{metrics['ratio_to_local']:8.3f} {metrics['round_samples_per_s']:8.0f} "
             f"{metrics['round_ratio_to_local']:8.3f} {store_columns} {metrics['client_core_share']:6.2f}  "
             f"{','.join(line['validity_flags'])}"

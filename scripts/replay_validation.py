@@ -9,8 +9,10 @@ crop and handling per response byte fitted to their wall times, then the target'
 simulated), never from its own, and set beside what the target measured. The measured rate is the
 epoch's crops over the seconds from the server's first request to the last batch delivered (worker
 start-up before the first request left out, as the model has none). Last, the first round's traces
-(direct: 16 and 64 in flight; WebDataset: 10 and 1 Gbit/s) predict a real store: 2 and 32 worker
-processes, 16/64/256 requests in flight per process, 1/10/25 Gbit/s. The runs' requests are kept
+(direct: the two most requests in flight whose epochs left the cores free; WebDataset: 10 and 1 Gbit/s)
+predict a real store: 2 and 32 worker processes, 16/64/256 requests in flight per process, 1/10/25
+Gbit/s. An epoch that kept the machine's cores busy (:data:`CORES_SATURATED`) broke the model's one
+core per process: predictions from or of it are marked, and sources are taken from other epochs first. The runs' requests are kept
 beside ``--out`` (``NAME-traces.json.gz``); ``--traces`` predicts again from them without measuring.
 
     python scripts/replay_validation.py --plate data/full.zarr --out results/store-emulation/replay.json
@@ -61,6 +63,10 @@ SHARD_DOWNLOADS_IN_FLIGHT = 1
 #: The validation's bounds on prediction / measured (within 20 %, either way).
 AGREEMENT = (0.8, 1.25)
 OUTSIDE = f" (outside {AGREEMENT[0]}-{AGREEMENT[1]})"
+#: Share of the machine's cores busy over an epoch from which its readers and server competed for cores:
+#: the model gives each process a core of its own, so a prediction involving such an epoch is marked.
+CORES_SATURATED = 0.9
+SATURATED = " (cores saturated)"
 #: Marks fitted costs that the two settings did not tell apart (both bound by the link, say).
 NOT_APART = " (not told apart)"
 #: Steps each process replays at least in a real-store prediction (a steady state, not start-up).
@@ -80,6 +86,8 @@ class Run:
     requests: list[RequestTrace]
     #: Batches each worker's reader asked for ahead of the one it decoded (a file without it: 0).
     read_ahead_steps: int = 0
+    #: The share of the machine's cores busy over the epoch (None: not recorded).
+    machine_busy_share: float | None = None
 
     @property
     def crops_per_s(self) -> float:
@@ -106,6 +114,7 @@ class Run:
             row["seconds"],
             requests,
             row.get("read_ahead_steps", 0),
+            row.get("machine_busy_share"),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -117,6 +126,7 @@ class Run:
             "crops": self.crops,
             "seconds": self.seconds,
             "read_ahead_steps": self.read_ahead_steps,
+            "machine_busy_share": self.machine_busy_share,
             "crops_per_s": self.crops_per_s,
             "requests": len(self.requests),
             "body_bytes": sum(trace.body_bytes for trace in self.requests),
@@ -141,7 +151,9 @@ def measured(
     if not window.requests:
         raise RuntimeError(f"{reader}: the epoch made no request to the store")
     first = min(trace.start_s for trace in window.requests)
-    return Run(reader, round_, in_flight, link, crops, last - first, window.requests, read_ahead)
+    return Run(
+        reader, round_, in_flight, link, crops, last - first, window.requests, read_ahead, window.machine_busy_share
+    )
 
 
 def direct_runs(plate: Path, args: argparse.Namespace, model: StoreModel, round_: int) -> list[Run]:
@@ -222,9 +234,15 @@ def costs(sources: Sequence[Run], model: StoreModel, args: argparse.Namespace) -
 
 
 def _sources(runs: Sequence[Run], target: Run) -> list[Run]:
-    """What predicts ``target``: the two other settings of its reader and round (none if it has fewer)."""
+    """What predicts ``target``: two other settings of its reader and round (none if it has fewer), those
+    whose epochs left cores free first (the model's one core per process held there)."""
     others = [run for run in runs if (run.reader, run.round) == (target.reader, target.round) and run is not target]
-    return sorted(others, key=lambda run: (run.in_flight, -run.link_gbit_s))[:2] if len(others) >= 2 else []
+    chosen = sorted(others, key=lambda run: (_saturated(run), run.in_flight, -run.link_gbit_s))[:2]
+    return sorted(chosen, key=lambda run: (run.in_flight, -run.link_gbit_s)) if len(others) >= 2 else []
+
+
+def _saturated(run: Run) -> bool:
+    return (run.machine_busy_share or 0.0) >= CORES_SATURATED
 
 
 def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -260,6 +278,7 @@ def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
                 "predicted_crops_per_s": predicted,
                 "ratio": ratio,
                 "within": AGREEMENT[0] <= ratio <= AGREEMENT[1],
+                "cores_saturated": any(_saturated(run) for run in (target, *sources)),
                 "compute_only": {
                     "source": {"in_flight": nearest.in_flight, "link_gbit_s": nearest.link_gbit_s},
                     "compute_ms_per_crop": alone * 1e3,
@@ -277,12 +296,20 @@ def _knob(run: Run) -> float:
 
 
 def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """From the first round's traces (direct: 16 and 64 in flight; WebDataset: 10 and 1 Gbit/s), a real store
+    """From the first round's traces (direct: the two most requests in flight whose epochs left cores free;
+    WebDataset: 10 and 1 Gbit/s), a real store
     at 2 and 32 worker processes, 16/64/256 requests in flight per process (WebDataset: one shard
     download), 1/10/25 Gbit/s."""
     first = [run for run in runs if run.round == 0]
     chosen = {
-        DIRECT: [run for in_flight in (16, 64) for run in first if run.reader == DIRECT and run.in_flight == in_flight],
+        # The two most requests in flight among the epochs that left cores free (where the model's
+        # one core per process held), else among all.
+        DIRECT: sorted(
+            sorted((run for run in first if run.reader == DIRECT), key=lambda run: (_saturated(run), -run.in_flight))[
+                :2
+            ],
+            key=lambda run: run.in_flight,
+        ),
         WEBDATASET: [run for link in (10, 1) for run in first if run.reader == WEBDATASET and run.link_gbit_s == link],
     }
     rows = []
@@ -335,11 +362,12 @@ def _sources_text(row: dict[str, Any]) -> str:
 def tables(runs: Sequence[Run], checks: Sequence[dict[str, Any]], real: Sequence[dict[str, Any]]) -> str:
     """The measured epochs, the validation and the real-store predictions as Markdown tables."""
     lines = [
-        "| reader | round | setting | crops/s | requests | MB |",
-        "|---|---:|---|---:|---:|---:|",
+        "| reader | round | setting | crops/s | requests | MB | cores busy |",
+        "|---|---:|---|---:|---:|---:|---:|",
         *(
             f"| {row['reader']} | {row['round']} | {_setting(row)} | {row['crops_per_s']:,.0f} | {row['requests']:,} | "
-            f"{row['body_bytes'] / 1e6:,.0f} |"
+            f"{row['body_bytes'] / 1e6:,.0f} | "
+            f"{'-' if row['machine_busy_share'] is None else format(row['machine_busy_share'], '.0%')} |"
             for row in (run.summary() for run in runs)
         ),
         "",
@@ -350,7 +378,8 @@ def tables(runs: Sequence[Run], checks: Sequence[dict[str, Any]], real: Sequence
             f"| {row['reader']} | {row['round']} | {_setting(row['target'])} | {_sources_text(row)} | "
             f"{row['compute_ms_per_crop']:.3f} | {row['client_ms_per_mb']:.2f}"
             f"{'' if row['split_visible'] else NOT_APART} | {row['measured_crops_per_s']:,.0f} | "
-            f"{row['predicted_crops_per_s']:,.0f} | {row['ratio']:.2f}{'' if row['within'] else OUTSIDE} | "
+            f"{row['predicted_crops_per_s']:,.0f} | {row['ratio']:.2f}{'' if row['within'] else OUTSIDE}"
+            f"{SATURATED if row['cores_saturated'] else ''} | "
             f"{_setting(row['compute_only']['source'])} | {row['compute_only']['ratio']:.2f} |"
             for row in checks
         ),
@@ -465,6 +494,15 @@ def main(argv: list[str] | None = None) -> int:
             "validation_ratio_median": {
                 reader: statistics.median(row["ratio"] for row in checks if row["reader"] == reader)
                 for reader in sorted({row["reader"] for row in checks})
+            },
+            # Predictions whose epochs left cores free (the model's one core per process held): within / all.
+            "validation_within_cores_free": {
+                reader: [
+                    sum(row["within"] for row in free if row["reader"] == reader),
+                    sum(row["reader"] == reader for row in free),
+                ]
+                for reader in sorted({row["reader"] for row in checks})
+                for free in [[row for row in checks if not row["cores_saturated"]]]
             },
             "real_store": real,
         }

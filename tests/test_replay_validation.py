@@ -79,6 +79,22 @@ def test_traces_are_predicted_again_and_each_setting_from_its_two_others(tmp_pat
     assert apart.count(False) == 1, "10 Gbit/s from 1 and 0.5 (both bound by the link) alone is a guess"
     assert {row["reader"] for row in document["real_store"]} == {"ome-zarr/direct", "webdataset"}
     assert out.with_suffix(".txt").read_text().count("\n| ome-zarr/direct |") >= 3
+    assert not any(row["cores_saturated"] for row in document["validation"]), "no epoch recorded its cores busy"
+
+
+def test_a_prediction_from_an_epoch_whose_cores_were_saturated_says_so(tmp_path: Path) -> None:
+    direct = [_run("ome-zarr/direct", in_flight, 10.0, [400_000] * 800, 1280, 64) for in_flight in (4, 8, 16, 64)]
+    direct[3]["machine_busy_share"] = 0.97
+    settings = {"workers": 2, "batch_size": 64, "median_ms": 20.0, "seed": 0}
+    traces = tmp_path / "replay-traces.json.gz"
+    traces.write_bytes(gzip.compress(json.dumps({"settings": settings, "runs": direct}).encode()))
+    out = tmp_path / "replay.json"
+    assert _script().main(["--traces", str(traces), "--out", str(out)]) == 0
+    document = json.loads(out.read_text())
+    saturated = {row["target"]["in_flight"]: row["cores_saturated"] for row in document["validation"]}
+    assert saturated == {4: False, 8: False, 16: False, 64: True}, "the others are predicted from free epochs"
+    assert document["validation_within_cores_free"] == {"ome-zarr/direct": [3, 3]}
+    assert out.with_suffix(".txt").read_text().count("(cores saturated)") == 1
 
 
 def test_a_file_that_is_not_a_traces_file_is_one_line_naming_it(

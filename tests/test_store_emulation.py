@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,6 +21,7 @@ from cropbench.measure.store_emulation import (
     EmulatedStore,
     StoreModel,
     emulated_store,
+    machine_seconds,
     namespaces,
     sweep_stale,
     unavailable,
@@ -92,9 +94,24 @@ def test_a_window_whose_server_burns_cpu_is_flagged_server_bound(served: Path) -
         list(pool.map(lambda _: _get(store, "object", 15), range(2)))
     assert busy.server_cpu_s >= 30 * 0.025 * 0.9, "the Lua loop burns CPU time, whatever the load"
     assert busy.server_busy_share >= SERVER_BOUND_SHARE and busy.server_bound
+    assert busy.machine_busy_s >= busy.server_cpu_s - 0.05 and 0 < busy.machine_busy_share <= 1
     with emulated_store(served, StoreModel(median_latency_ms=20, p99_latency_ms=40)) as store, store.window() as idle:
         _get(store, "object", 20)
     assert len(idle.requests) == 20 and not idle.server_bound, "sleeping in the event loop costs no CPU"
+
+
+def test_the_machines_busy_seconds_count_what_this_process_burned() -> None:
+    """Whatever else runs, the cores were busy at least while this process computed, and the seconds
+    counted in all are the wall time on every core."""
+    busy, total = machine_seconds()
+    cpu, wall = time.process_time(), time.perf_counter()
+    while time.process_time() - cpu < 0.3:
+        pass
+    burned, elapsed = time.process_time() - cpu, time.perf_counter() - wall
+    busy_after, total_after = machine_seconds()
+    assert busy_after - busy >= burned - 0.05, "clock ticks are 10 ms: a few may fall either side"
+    cores = os.cpu_count() or 1
+    assert (total_after - total) == pytest.approx(elapsed * cores, rel=0.25, abs=0.05 * cores)
 
 
 # The child takes Ctrl-C as an interactive run does: a shell starts background jobs (a CI script run

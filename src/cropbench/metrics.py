@@ -252,11 +252,13 @@ RATIO_TO_LOCAL = "ratio_to_local"
 SERVER_REQUESTS_PER_S = "server_requests_per_s"
 # The emulated object store (``measure.store_emulation.ServerWindow.metrics``): the requests the server
 # answered over a measured stretch, and the share of the stretch its processes used a core (CPU) or
-# were busy (running or ready to run): ``server_bound`` from half a stretch on.
+# were busy (running or ready to run): ``server_bound`` from half a stretch on; the share of the
+# machine's cores busy with anything (reader, server, kernel) over the same stretch.
 SERVER_REQUESTS = "server_requests"
 SERVER_CORE_SHARE = "server_core_share"
 SERVER_BUSY_SHARE = "server_busy_share"
 SERVER_BOUND = "server_bound"
+MACHINE_BUSY_SHARE = "machine_busy_share"
 STORE_MODEL = "store_model"
 # The first crops of a count (``measure.remote.requests_per_crop``): each shard index fetched once.
 WARMUP_REQUESTS_PER_CROP = "warmup_requests_per_crop"

@@ -252,6 +252,15 @@ def _runqueue_seconds(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
+def machine_seconds() -> tuple[float, float]:
+    """Seconds the machine's cores have been busy (every state but idle and I/O wait) and in total, summed
+    over cores since boot (``/proc/stat``'s ``cpu`` line, in clock ticks)."""
+    ticks = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    scale = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / scale, sum(ticks) / scale
+
+
 def _children(pid: int) -> list[int]:
     children = []
     for entry in Path("/proc").iterdir():
@@ -265,13 +274,22 @@ def _children(pid: int) -> list[int]:
 @dataclass
 class ServerWindow:
     """A measured stretch of a store's life: wall seconds, the server's CPU seconds and the seconds it
-    waited, ready, for a core (``/proc/PID/schedstat``), and its requests."""
+    waited, ready, for a core (``/proc/PID/schedstat``), its requests, and the seconds the machine's
+    cores were busy and counted in all (``/proc/stat``: the reader, the server and the kernel together)."""
 
     store: EmulatedStore
     wall_s: float = 0.0
     server_cpu_s: float = 0.0
     server_runqueue_s: float = 0.0
     requests: list[RequestTrace] = field(default_factory=list)
+    machine_busy_s: float = 0.0
+    machine_total_s: float = 0.0
+
+    @property
+    def machine_busy_share(self) -> float:
+        """The share of the machine's cores busy over the stretch: near 1.0, the reader and the server
+        competed for cores, which no model of one core per process foresees."""
+        return self.machine_busy_s / self.machine_total_s if self.machine_total_s > 0 else 0.0
 
     @property
     def server_core_share(self) -> float:
@@ -305,6 +323,7 @@ class ServerWindow:
             m.SERVER_CORE_SHARE: self.server_core_share,
             m.SERVER_BUSY_SHARE: self.server_busy_share,
             m.SERVER_BOUND: self.server_bound,
+            m.MACHINE_BUSY_SHARE: self.machine_busy_share,
             m.STORE_MODEL: dataclasses.asdict(self.store.model),
         }
 
@@ -348,12 +367,15 @@ class EmulatedStore:
         window = ServerWindow(self)
         offset = self.log.stat().st_size if self.log.exists() else 0
         (cpu, waited), started = self.server_seconds(), time.perf_counter()
+        busy, total = machine_seconds()
         try:
             yield window
         finally:
             window.wall_s = time.perf_counter() - started
             cpu_after, waited_after = self.server_seconds()
             window.server_cpu_s, window.server_runqueue_s = cpu_after - cpu, waited_after - waited
+            busy_after, total_after = machine_seconds()
+            window.machine_busy_s, window.machine_total_s = busy_after - busy, total_after - total
             self._settled_log()
             with self.log.open() as log:
                 log.seek(offset)
@@ -587,6 +609,7 @@ __all__ = [
     "emulated_plate",
     "emulated_store",
     "linked_root",
+    "machine_seconds",
     "namespaces",
     "sweep_stale",
     "unavailable",
