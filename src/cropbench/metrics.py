@@ -266,7 +266,6 @@ WARMUP_BYTES_PER_CROP = "warmup_bytes_per_crop"
 # Layouts over a store (``tracks.store_layouts.layout_over_store``): one row per layout, each read path's
 # numbers under its prefix, with the same layout's rate on local disk beside the store's.
 LAYOUT = "layout"
-STORED_MIB = "stored_mib"
 #: Why a layout over a store was read behind the Python delay proxy instead of the emulated store.
 STORE_EMULATION_SKIP_REASON = "store_emulation_skip_reason"
 LOCAL_SAMPLES_PER_S = "local_samples_per_s"
