@@ -25,7 +25,8 @@ from cropbench.data.sampling import RandomObjectSampler, ReadAheadBatches, with_
 from cropbench.errors import ConfigError
 from cropbench.formats import DirectChunkReader, Regions, open_plate
 from cropbench.formats.sources import mirror_metadata, write_index
-from cropbench.harness.loader_case import loader_rates
+from cropbench.harness.context import RunContext
+from cropbench.harness.loader_case import loader_rates, read_ahead_cache_bytes
 from cropbench.harness.validity import decoded_plate_bytes
 from cropbench.measure import endpoints
 from cropbench.plates.generate import generate_plate
@@ -339,6 +340,17 @@ def test_a_loader_case_reports_the_cache_its_reader_grew_to(served_plate: Path, 
     assert (local.cache_bytes, local.cache_fraction) == (over_store.cache_bytes, over_store.cache_fraction)
     assert loader_rates(plate, "direct", 4 * BATCH, BATCH, 32, cache_bytes=small).cache_bytes == small, "no read-ahead"
     assert loader_rates(plate, "zarr", 4 * BATCH, BATCH, 32).cache_bytes is None, "the zarr path keeps no chunk cache"
+
+
+def test_the_cache_a_reader_will_grow_to_is_known_before_it_reads(served_plate: Path, plate: Path) -> None:
+    """What the remote track gives the local reference: the cache the store's reader holds once it
+    reads ahead, from the metadata alone, equal to what a loader case then reports."""
+    small = 2**16
+    ahead = read_ahead_cache_bytes(RunContext(plate=served_plate), "direct", BATCH, 32, cache_bytes=small)
+    assert ahead is not None and ahead > small
+    assert loader_rates(served_plate, "direct", 4 * BATCH, BATCH, 32, cache_bytes=small).cache_bytes == ahead
+    assert read_ahead_cache_bytes(RunContext(plate=plate), "direct", BATCH, 32, cache_bytes=small) == small
+    assert read_ahead_cache_bytes(RunContext(plate=plate), "zarr", BATCH, 32) is None
 
 
 def test_a_regions_chunk_bytes_bound_every_batch(plate: Path) -> None:

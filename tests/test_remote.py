@@ -487,6 +487,8 @@ def test_the_remote_track_counts_requests_and_times_the_loader_beside_the_local_
     for record in records:
         assert record.metrics[m.REQUESTS_PER_CROP] > 0 and record.metrics[m.SAMPLES_PER_S] > 0
         assert record.metrics[m.RATIO_TO_LOCAL] > 0
+        # The local reference read through the cache the store's reader held (configured up front).
+        assert record.config["cache_bytes"] == record.metrics.get(m.READER_CACHE_BYTES)
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
     assert [parse_record(line).case for line in lines] == [r.case for r in records]
 

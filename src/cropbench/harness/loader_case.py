@@ -328,6 +328,23 @@ class LoaderRates:
         return self.cache_fraction is not None and self.cache_fraction >= 1.0
 
 
+def read_ahead_cache_bytes(
+    context: RunContext, decode: str, batch_size: int, crop_size: int, cache_bytes: int | None = None
+) -> int | None:
+    """The chunk cache (``cache_bytes``, None: the default) the run's reader holds once it reads ahead
+    through batches of ``batch_size`` (over a store it grows to hold them; on local disk it reads none
+    ahead and stays as configured); None where the path keeps no chunk cache. Read from the plate's
+    metadata, no chunk fetched: given to a read of the same plate on local disk, it makes the two like
+    for like."""
+    crop = crop_config(decode, crop_size, cache_bytes)
+    dataset = context.dataset(crop)
+    try:
+        dataset.read_ahead_batches(batch_size)
+        return reader_cache_bytes(crop, dataset.reader)
+    finally:
+        dataset.reader.close()
+
+
 def loader_rates(
     plate: Path,
     decode: str,

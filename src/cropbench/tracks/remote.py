@@ -7,7 +7,8 @@ Per read path and DataLoader worker count, the reader's requests and bytes per r
 measurement of Track 2 (:func:`cropbench.harness.loader_case.loader_rates`), steady and over the whole
 pass (reading ahead over a store fetches during the first batch what the next ones need), with the
 chunk cache the reader held (``cache>=plate`` where it holds the plate). With ``--local-plate``
-every row carries its ratio to the same case on local disk.
+every row carries its ratio to the same case on local disk, read through a chunk cache as large as
+the one the store's reader grows to read ahead.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from cropbench import metrics as m
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
-from cropbench.harness.loader_case import loader_rates
+from cropbench.harness.loader_case import loader_rates, read_ahead_cache_bytes
 from cropbench.harness.runner import Row
 from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG
 from cropbench.measure.remote import READ_PATHS, requests_per_crop
@@ -37,6 +38,9 @@ class RemoteCase:
     batch_size: int = 32
     crop_size: int = 96
     seed: int = 0
+    #: The chunk cache in bytes (None: the default): the one the store's reader grows to read ahead, so
+    #: the same case on local disk (``--local-plate``) reads through as large a cache.
+    cache_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.decode not in READ_PATHS:
@@ -65,8 +69,11 @@ class Remote:
         if preset not in ("smoke", "full"):
             raise ConfigError(f"preset={preset!r} is not one of smoke, full")
         crops = context.samples or (128 if preset == "smoke" else 512)
+        held = {
+            decode: read_ahead_cache_bytes(context, decode, self.batch_size, self.crop_size) for decode in READ_PATHS
+        }
         return [
-            RemoteCase(decode, workers, min(crops, 200), crops, self.batch_size, self.crop_size)
+            RemoteCase(decode, workers, min(crops, 200), crops, self.batch_size, self.crop_size, 0, held[decode])
             for decode in READ_PATHS
             for workers in self.workers
         ]
@@ -78,7 +85,9 @@ class Remote:
         metrics: dict[str, Any] = dict(
             requests_per_crop(context.plate, case.decode, case.count_crops, case.crop_size, cache_bytes=0)
         )
-        rates = loader_rates(context.plate, case.decode, case.crops, case.batch_size, case.crop_size, case.workers)
+        rates = loader_rates(
+            context.plate, case.decode, case.crops, case.batch_size, case.crop_size, case.workers, case.cache_bytes
+        )
         metrics[m.SAMPLES_PER_S] = rates.steady
         metrics[m.RUN_SAMPLES_PER_S] = rates.whole
         if rates.cache_bytes is not None:
