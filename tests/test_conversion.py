@@ -319,6 +319,24 @@ def test_over_a_loopback_store_streaming_formats_read_their_epochs_and_the_other
 
 
 @pytest.mark.slow
+def test_the_plate_in_place_over_the_store_reads_with_forked_workers_like_on_disk(
+    tiny_plate: Path, tmp_path: Path
+) -> None:
+    """Forked workers, as the local epochs use: each starts its own HTTP client (and read-ahead), and
+    every crop arrives once; no forkserver start-up in the first batch."""
+    from cropbench.measure.store_emulation import unavailable
+    from cropbench.metrics import REMOTE
+
+    if unavailable() is not None:
+        pytest.skip(unavailable() or "")
+    comparison = dataclasses.replace(TINY, formats=(), epochs=2, workers=2, batch_size=4, remote_latency_ms=1)
+    context = RunContext(plate=tiny_plate)
+    row = Formats(comparison, tmp_path / "work")._in_place_over_store(comparison, context, context.object_count)
+    assert row[m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
+    assert row[m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] > 0
+
+
+@pytest.mark.slow
 def test_mds_workers_over_a_keep_alive_store_each_read_their_own_shards(tiny_plate: Path, tmp_path: Path) -> None:
     """Forked workers sharing the connection the parent opened for index.json read each other's
     answers (shards holding another shard's bytes): the remote epochs deliver every crop, decoded."""

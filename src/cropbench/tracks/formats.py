@@ -468,7 +468,9 @@ class Formats:
             server, url = stack.enter_context(emulated_plate(context.plate, comparison.store_model()))
             mirror = stack.enter_context(remote_plate(url, StoreConfig(), scratch / "mirror"))
             dataset = context.dataset(comparison.crop("direct"), mirror)
-            loader = self._loader(dataset, comparison, "forkserver")  # obstore does not survive a fork
+            # Forked workers, as on local disk: the direct path's own HTTP client starts afresh in each
+            # (a forkserver's start-up, seconds, would count in its first batch and not the plate's).
+            loader = self._loader(dataset, comparison)
             with server.window() as window:
                 epochs = timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
             dataset.reader.close()
