@@ -12,8 +12,9 @@ start-up before the first request left out, as the model has none). Last, the fi
 (direct: the two most requests in flight whose epochs left the cores free; WebDataset: 10 and 1 Gbit/s)
 predict a real store: 2 and 32 worker processes, 16/64/256 requests in flight per process, 1/10/25
 Gbit/s. An epoch that kept the machine's cores busy (:data:`CORES_SATURATED`) broke the model's one
-core per process: predictions from or of it are marked, and sources are taken from other epochs first. The runs' requests are kept
-beside ``--out`` (``NAME-traces.json.gz``); ``--traces`` predicts again from them without measuring.
+core per process: predictions from or of it are marked, and sources are taken from other epochs first.
+The runs' requests are kept beside ``--out`` (``NAME-traces.json.gz``); ``--traces`` predicts again
+from them without measuring.
 
     python scripts/replay_validation.py --plate data/full.zarr --out results/store-emulation/replay.json
     python scripts/replay_validation.py --traces results/store-emulation/replay-traces.json.gz
