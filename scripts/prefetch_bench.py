@@ -14,6 +14,9 @@ beside it the round's crops over its whole wall time (``round/s``), where what a
 before the steady clock started is not free: on a round of few batches a deep read-ahead flatters the
 steady rate, never this one.
 
+``--coalesce-gap-kib`` and ``--in-flight`` take several values: every reader is then measured at each
+(its own mirror of the plate, one server), interleaved in each round, the setting in its name.
+
 Per reader and worker count, a JSON line: crops/s per round, the median and its ratio to the local
 plate's (the median of the rounds' paired ratios), requests and bytes per crop and requests/s from
 the server's log, the server's CPU and busy shares (``server-bound`` where the server, not the
@@ -198,7 +201,7 @@ def row(
         metrics.update(window.metrics(measured.delivered))
         metrics[m.SERVER_REQUESTS_PER_S] = len(window.requests) / window.wall_s
         mean_bytes = window.body_bytes / max(len(window.requests), 1)
-        in_flight = context["store"]["in_flight"] * max(workers, 1)
+        in_flight = reads[1].in_flight * max(workers, 1) if reads is not None else 1
         metrics["model_requests_per_s_at_in_flight"] = window.store.model.predicted_requests_per_s(
             in_flight, int(mean_bytes)
         )
@@ -210,6 +213,7 @@ def row(
         "where": LOCAL if reads is None else "emulated-store",
         "prefetch": None if reads is None else dataclasses.asdict(reads[0]),
         "coalesce_gap_bytes": None if reads is None else reads[1].coalesce_gap_bytes,
+        "in_flight": None if reads is None else reads[1].in_flight,
         **{key: value for key, value in context.items() if key != "environment"},
     }
     return {"config": config, "metrics": metrics, "validity_flags": flags, "environment": context["environment"]}
@@ -220,7 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plate", required=True, help="local OME-Zarr plate to serve and measure")
     parser.add_argument("--out", required=True, help="JSON lines file the rows are written to (replaced)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="the store's median first-byte latency")
-    parser.add_argument("--in-flight", type=int, default=16, help="requests each process keeps open")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        nargs="+",
+        default=[StoreConfig().in_flight],
+        help="requests each process keeps open: every reader is measured at each (interleaved in each round)",
+    )
     parser.add_argument(
         "--coalesce-gap-kib",
         type=int,
@@ -248,13 +258,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--readers: {error}")
     if min(args.coalesce_gap_kib) < 0 or len(set(args.coalesce_gap_kib)) < len(args.coalesce_gap_kib):
         parser.error(f"--coalesce-gap-kib: distinct sizes >= 0, got {args.coalesce_gap_kib}")
-    gaps = {gap: StoreConfig(in_flight=args.in_flight, coalesce_gap_bytes=gap * 1024) for gap in args.coalesce_gap_kib}
-    # A reader is its read-ahead at one coalescing gap; the gap is in its name only where several are measured.
+    if min(args.in_flight) < 1 or len(set(args.in_flight)) < len(args.in_flight):
+        parser.error(f"--in-flight: distinct counts >= 1, got {args.in_flight}")
+    gaps, flights = args.coalesce_gap_kib, args.in_flight
+    # A reader is its read-ahead at one coalescing gap and requests in flight; each is in its name only
+    # where several are measured.
     named = {
-        (name if len(gaps) == 1 else f"{name} gap{gap}KiB"): (spec, gaps[gap])
+        name + (f" gap{gap}KiB" if len(gaps) > 1 else "") + (f" {count}inflight" if len(flights) > 1 else ""): (
+            spec,
+            StoreConfig(in_flight=count, coalesce_gap_bytes=gap * 1024),
+        )
         for gap in gaps
+        for count in flights
         for name, spec in specs.items()
     }
+    stores = {store for _, store in named.values()}
     reason = unavailable()
     if reason is not None:
         parser.error(reason)
@@ -270,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "chunk_cache_bytes": cache,
         # The coalescing gap is the rows' own (several may be measured side by side).
-        "store": dataclasses.asdict(StoreConfig(args.in_flight)) | {"coalesce_gap_bytes": None},
+        "store": dataclasses.asdict(StoreConfig()) | {"coalesce_gap_bytes": None, "in_flight": None},
         "store_model": dataclasses.asdict(model),
         "load_average_at_start": os.getloadavg(),
         "environment": collect(plate),
@@ -279,8 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         server, url = stack.enter_context(emulated_plate(plate, model))
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cropbench-prefetch-")))
         mirrors = {
-            store: stack.enter_context(remote_plate(url, store, scratch / f"mirror-gap{store.coalesce_gap_bytes}"))
-            for store in gaps.values()
+            store: stack.enter_context(
+                remote_plate(url, store, scratch / f"mirror-gap{store.coalesce_gap_bytes}-{store.in_flight}")
+            )
+            for store in stores
         }
         readers = {LOCAL: CropDataset(plate, crop)}
         for name, (ahead, store) in named.items():
@@ -310,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).write_text("".join(json.dumps(line) + "\n" for line in rows))
     print(
         f"{args.rounds} rounds x {per_round} random {crop.crop_size} px crops in batches of {args.batch_size}, "
-        f"store at {args.latency_ms:g} ms median ({model.p99_latency_ms:g} ms p99), {args.in_flight} requests "
-        f"in flight per process, {'/'.join(map(str, gaps))} KiB coalescing gap, chunk cache {args.chunk_cache_mib} MiB"
+        f"store at {args.latency_ms:g} ms median ({model.p99_latency_ms:g} ms p99), "
+        f"{'/'.join(map(str, flights))} requests in flight per process, "
+        f"{'/'.join(map(str, gaps))} KiB coalescing gap, chunk cache {args.chunk_cache_mib} MiB"
     )
     width = max([30, *(len(line["config"]["reader"]) for line in rows)])
     print(

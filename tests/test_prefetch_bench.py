@@ -41,9 +41,19 @@ def test_a_reader_it_cannot_read_is_one_line_naming_it(name: str, capsys: pytest
     assert "--readers" in error and repr(name) in error
 
 
-@pytest.mark.parametrize("gaps", [["-1"], ["64", "64"]])
-def test_coalescing_gaps_it_cannot_measure_are_one_line(gaps: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("option", "values"),
+    [
+        ("--coalesce-gap-kib", ["-1"]),
+        ("--coalesce-gap-kib", ["64", "64"]),
+        ("--in-flight", ["0"]),
+        ("--in-flight", ["16", "16"]),
+    ],
+)
+def test_settings_it_cannot_measure_are_one_line(
+    option: str, values: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        _script().main(["--plate", "absent.zarr", "--out", "absent.jsonl", "--coalesce-gap-kib", *gaps])
+        _script().main(["--plate", "absent.zarr", "--out", "absent.jsonl", option, *values])
     assert exit_info.value.code == 2
-    assert "--coalesce-gap-kib" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert option in capsys.readouterr().err.strip().splitlines()[-1]
