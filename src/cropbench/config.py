@@ -380,6 +380,9 @@ ZARR_CLIENTS = ("obstore", "fsspec")
 MAX_TIMEOUT_S = 3600.0
 #: The most requests in flight (each holds a connection and a thread; real stores are measured at 256).
 MAX_IN_FLIGHT = 1024
+#: Requests the direct path keeps open per process by default: against a store with tens of ms to the
+#: first byte, 64 read a shuffled epoch 1.4x faster than 16 (emulated store and replay model alike).
+DEFAULT_IN_FLIGHT = 64
 #: The most retries of a request: with a timeout each, more would let one bad range hold a run for days.
 MAX_RETRIES = 20
 
@@ -395,7 +398,7 @@ class StoreConfig:
     ``endpoint`` overrides ``AWS_ENDPOINT_URL`` (S3) or the URL's scheme and host (HTTP); empty: as given.
     """
 
-    in_flight: int = 16
+    in_flight: int = DEFAULT_IN_FLIGHT
     coalesce_gap_bytes: int = 1 << 20
     timeout_s: float = 30.0
     connect_timeout_s: float = 5.0

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.config import StoreConfig, layout_by_name
+from cropbench.config import DEFAULT_IN_FLIGHT, StoreConfig, layout_by_name
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.loader_case import loader_rates
@@ -45,7 +45,7 @@ class StoreLayouts:
     requests open, beside the same layout on local disk."""
 
     latency_ms: float = 20.0
-    in_flight: int = 16
+    in_flight: int = DEFAULT_IN_FLIGHT
     count_crops: int = 200
     crops: int = 256
     zarr_crops: int = 64
