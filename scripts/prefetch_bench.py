@@ -50,6 +50,7 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader
 from cropbench.data.sampling import RandomObjectSampler
 from cropbench.formats import DirectChunkReader, open_plate
+from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG, cache_fraction_of_plate, reader_cache_bytes
 from cropbench.measure.endpoints import remote_plate
 from cropbench.measure.environment import collect
 from cropbench.measure.store_emulation import (
@@ -180,6 +181,7 @@ def row(
     local: Measured,
     reads: tuple[PrefetchConfig, StoreConfig] | None,
     context: dict[str, Any],
+    cache: tuple[int | None, float | None] = (None, None),
 ) -> dict[str, Any]:
     rates = np.array(measured.rates)
     ratios = rates / np.array(local.rates)
@@ -196,6 +198,12 @@ def row(
         "client_core_share": measured.client_cpu_s / measured.wall_s,
     }
     flags: list[str] = []
+    cache_bytes, fraction = cache
+    if cache_bytes is not None:
+        metrics[m.READER_CACHE_BYTES] = cache_bytes
+        metrics[m.CACHE_FRACTION_OF_PLATE] = fraction
+        if fraction is not None and fraction >= 1.0:
+            flags.append(CACHE_HOLDS_PLATE_FLAG)
     if measured.windows:
         window = merged(measured.windows)
         metrics.update(window.metrics(measured.delivered))
@@ -320,8 +328,15 @@ def main(argv: list[str] | None = None) -> int:
                     window = server.window() if name != LOCAL else contextlib.nullcontext()
                     measure(readers[name], batches, spec, window, results[(workers, name)])
         context["load_average_at_end"] = os.getloadavg()
+        # The cache each reader held (reading ahead grows it): a row whose cache held the plate says so.
+        held = {
+            name: (reader_cache_bytes(crop, dataset.reader), cache_fraction_of_plate(crop, dataset.reader))
+            for name, dataset in readers.items()
+        }
         rows = [
-            row(name, workers, results[(workers, name)], results[(workers, LOCAL)], named.get(name), context)
+            row(
+                name, workers, results[(workers, name)], results[(workers, LOCAL)], named.get(name), context, held[name]
+            )
             for workers in args.workers
             for name in names
         ]

@@ -8,7 +8,9 @@ from types import ModuleType
 import pytest
 from conftest import script_module
 
+from cropbench import metrics as m
 from cropbench.config import PrefetchConfig
+from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG
 
 MIB = 2**20
 
@@ -57,3 +59,14 @@ def test_settings_it_cannot_measure_are_one_line(
         _script().main(["--plate", "absent.zarr", "--out", "absent.jsonl", option, *values])
     assert exit_info.value.code == 2
     assert option in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_row_whose_reader_held_the_plate_in_its_cache_says_so() -> None:
+    script = _script()
+    measured = script.Measured(rates=[100.0], round_rates=[90.0], client_cpu_s=1.0, wall_s=1.0)
+    context = {"environment": {}}
+    held = script.row("local", 2, measured, measured, None, context, (2**30, 1.5))
+    assert held["validity_flags"] == [CACHE_HOLDS_PLATE_FLAG] and held["metrics"][m.CACHE_FRACTION_OF_PLATE] == 1.5
+    part = script.row("local", 2, measured, measured, None, context, (2**20, 0.25))
+    assert part["validity_flags"] == [] and part["metrics"][m.READER_CACHE_BYTES] == 2**20
+    assert m.READER_CACHE_BYTES not in script.row("local", 2, measured, measured, None, context)["metrics"]
