@@ -337,6 +337,8 @@ def read_ahead_cache_bytes(
     metadata, no chunk fetched: given to a read of the same plate on local disk, it makes the two like
     for like."""
     crop = crop_config(decode, crop_size, cache_bytes)
+    if crop.decode != "direct":
+        return None  # no chunk cache to grow (:func:`reader_cache_bytes`): nothing opened
     dataset = context.dataset(crop)
     try:
         dataset.read_ahead_batches(batch_size)

@@ -73,7 +73,9 @@ class Remote:
             decode: read_ahead_cache_bytes(context, decode, self.batch_size, self.crop_size) for decode in READ_PATHS
         }
         return [
-            RemoteCase(decode, workers, min(crops, 200), crops, self.batch_size, self.crop_size, 0, held[decode])
+            RemoteCase(
+                decode, workers, min(crops, 200), crops, self.batch_size, self.crop_size, cache_bytes=held[decode]
+            )
             for decode in READ_PATHS
             for workers in self.workers
         ]
