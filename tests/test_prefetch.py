@@ -18,6 +18,7 @@ import torch
 from conftest import TINY_SPEC
 from torch.utils.data import BatchSampler, DataLoader
 
+from cropbench import metrics as m
 from cropbench.config import LAYOUTS, CropConfig, PrefetchConfig, StoreConfig
 from cropbench.data.dataset import CropBatch, CropDataset
 from cropbench.data.loader import LoaderSpec, ScheduledSampler, batch_collate, build_loader, schedule
@@ -366,3 +367,25 @@ def test_a_regions_chunk_bytes_bound_every_batch(plate: Path) -> None:
     ]
     assert max(touched) * chunk <= BATCH * bound
     reader.close()
+
+
+@pytest.mark.parametrize(
+    ("decode", "workers", "start"), [("direct", 2, "fork"), ("zarr", 2, "forkserver"), ("zarr", 0, "fork")]
+)
+def test_a_loader_case_forks_the_direct_paths_workers_and_not_the_zarr_paths(
+    decode: str, workers: int, start: str, plate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The direct path's client starts afresh in a forked worker, so its workers fork (a forkserver's
+    seconds of start-up would count in the whole-pass rate); obstore, a client of the zarr path, does not
+    survive a fork."""
+    import cropbench.harness.loader_case as loader_case
+
+    started: list[str] = []
+
+    def measured(context: object, case: loader_case.Track2Case) -> dict[str, object]:
+        started.append(case.loader.start_method)
+        return {m.SAMPLES_PER_S: 1.0, m.RUN_SAMPLES_PER_S: 1.0, m.READER_CACHE_BYTES: None}
+
+    monkeypatch.setattr(loader_case, "run_case", measured)
+    loader_case.loader_rates(plate, decode, 4 * BATCH, BATCH, 32, workers)
+    assert started == [start]

@@ -357,15 +357,17 @@ def loader_rates(
     cache_bytes: int | None = None,
 ) -> LoaderRates:
     """Random crops/s through a DataLoader: a Track 2 case (seeded workers, the watchdog, one epoch of
-    ``crops`` distinct crops at most, the first batches per worker as warm-up; workers start by
-    forkserver, since obstore, the zarr path's client, does not survive a fork): its steady
+    ``crops`` distinct crops at most, the first batches per worker as warm-up; the direct path's
+    workers fork, whose HTTP client starts afresh in each, the zarr path's start by forkserver, since
+    obstore, a client it may use, does not survive a fork): its steady
     ``samples_per_s`` and its rate over the whole pass, first batch included (``run_samples_per_s``).
 
     Over a store a reader that reads ahead fetches, while the first batch is awaited, what the next
     batches need: over a few batches only the whole pass counts that time. ``cache_bytes`` sets the
     chunk cache (None: the default); reading ahead may grow it, and the answer says what it held, so a
     read on local disk can be given the same."""
-    loader = LoaderSpec(num_workers=workers, batch_size=batch_size, start_method="forkserver" if workers else "fork")
+    start = "forkserver" if workers and decode == "zarr" else "fork"
+    loader = LoaderSpec(num_workers=workers, batch_size=batch_size, start_method=start)
     crop = crop_config(decode, crop_size, cache_bytes)
     case = Track2Case(crop=crop, loader=loader, samples=max(crops, 2 * batch_size), epochs=1)
     metrics = run_case(RunContext(plate=plate), case)
