@@ -50,7 +50,12 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader
 from cropbench.data.sampling import RandomObjectSampler
 from cropbench.formats import DirectChunkReader, open_plate
-from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG, cache_fraction_of_plate, reader_cache_bytes
+from cropbench.harness.validity import (
+    CACHE_HOLDS_PLATE_FLAG,
+    cache_fraction_of_plate,
+    cache_holds_plate,
+    reader_cache_bytes,
+)
 from cropbench.measure.endpoints import remote_plate
 from cropbench.measure.environment import collect
 from cropbench.measure.store_emulation import (
@@ -202,7 +207,7 @@ def row(
     if cache_bytes is not None:
         metrics[m.READER_CACHE_BYTES] = cache_bytes
         metrics[m.CACHE_FRACTION_OF_PLATE] = fraction
-        if fraction is not None and fraction >= 1.0:
+        if cache_holds_plate(fraction):
             flags.append(CACHE_HOLDS_PLATE_FLAG)
     if measured.windows:
         window = merged(measured.windows)
@@ -295,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "batches_per_round": args.batches,  # None: a whole epoch
         "rounds": args.rounds,
         "chunk_cache_bytes": cache,
-        # The coalescing gap is the rows' own (several may be measured side by side).
+        # The coalescing gap and requests in flight are the rows' own (several may be measured side by side).
         "store": dataclasses.asdict(StoreConfig()) | {"coalesce_gap_bytes": None, "in_flight": None},
         "store_model": dataclasses.asdict(model),
         "load_average_at_start": os.getloadavg(),

@@ -51,7 +51,7 @@ from cropbench.data.transforms import TORCH_DTYPES
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.memory_reference import MemoryReference
-from cropbench.harness.validity import enough_rate_timings, reader_cache_bytes, validity
+from cropbench.harness.validity import cache_holds_plate, enough_rate_timings, reader_cache_bytes, validity
 from cropbench.measure.accelerator import DEVICES, resolve_device, synchroniser
 from cropbench.measure.protocol import Stopwatch, crosscheck_clock_ns, samples_per_s, summarise_ms
 from cropbench.measure.remote import crop_config
@@ -325,7 +325,7 @@ class LoaderRates:
 
     @property
     def cache_holds_plate(self) -> bool:
-        return self.cache_fraction is not None and self.cache_fraction >= 1.0
+        return cache_holds_plate(self.cache_fraction)
 
 
 def read_ahead_cache_bytes(

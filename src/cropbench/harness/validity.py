@@ -206,6 +206,12 @@ def decoded_plate_bytes(reader: PlateReader) -> int:
     return int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize * len(metadata.fields)
 
 
+def cache_holds_plate(fraction: float | None) -> bool:
+    """Whether a cache of ``fraction`` of the decoded plate (:func:`cache_fraction_of_plate`; None: no
+    cache) holds all of it: the row then measured cache hits (:data:`CACHE_HOLDS_PLATE_FLAG`)."""
+    return fraction is not None and fraction >= 1.0
+
+
 def cache_fraction_of_plate(crop: CropConfig, reader: PlateReader | None) -> float | None:
     """Bytes the reader's own cache may hold (:func:`reader_cache_bytes`) over the decoded plate; None when
     it keeps no cache (``reader`` None: the crops come from elsewhere, e.g. held in memory)."""
@@ -246,7 +252,7 @@ def validity(
     """
     fraction = cache_fraction_of_plate(crop, reader)
     flags = {
-        CACHE_HOLDS_PLATE_FLAG: fraction is not None and fraction >= 1.0,
+        CACHE_HOLDS_PLATE_FLAG: cache_holds_plate(fraction),
         "re-reads": items_drawn > objects,
         "not-evicted": eviction_unverified,
         "rate!=1/mean": rate_over_inverse_mean is not None
