@@ -291,6 +291,17 @@ def validation(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
     return rows
 
 
+def _within_cores_free(checks: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
+    """Per reader, its predictions whose epochs left the cores free (the model's one core per process
+    held): how many were within :data:`AGREEMENT`, and how many there were."""
+    counts = {reader: [0, 0] for reader in sorted({row["reader"] for row in checks})}
+    for row in checks:
+        if not row["cores_saturated"]:
+            counts[row["reader"]][0] += row["within"]
+            counts[row["reader"]][1] += 1
+    return counts
+
+
 def _knob(run: Run) -> float:
     """What a reader's settings vary: requests in flight (direct) or the link (WebDataset)."""
     return run.in_flight if run.reader == DIRECT else run.link_gbit_s
@@ -302,15 +313,11 @@ def real_store(runs: Sequence[Run], model: StoreModel, args: argparse.Namespace)
     at 2 and 32 worker processes, 16/64/256 requests in flight per process (WebDataset: one shard
     download), 1/10/25 Gbit/s."""
     first = [run for run in runs if run.round == 0]
+    # The two most requests in flight among the epochs that left cores free (where the model's one
+    # core per process held), else among all.
+    direct = sorted((run for run in first if run.reader == DIRECT), key=lambda run: (_saturated(run), -run.in_flight))
     chosen = {
-        # The two most requests in flight among the epochs that left cores free (where the model's
-        # one core per process held), else among all.
-        DIRECT: sorted(
-            sorted((run for run in first if run.reader == DIRECT), key=lambda run: (_saturated(run), -run.in_flight))[
-                :2
-            ],
-            key=lambda run: run.in_flight,
-        ),
+        DIRECT: sorted(direct[:2], key=lambda run: run.in_flight),
         WEBDATASET: [run for link in (10, 1) for run in first if run.reader == WEBDATASET and run.link_gbit_s == link],
     }
     rows = []
@@ -496,15 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                 reader: statistics.median(row["ratio"] for row in checks if row["reader"] == reader)
                 for reader in sorted({row["reader"] for row in checks})
             },
-            # Predictions whose epochs left cores free (the model's one core per process held): within / all.
-            "validation_within_cores_free": {
-                reader: [
-                    sum(row["within"] for row in free if row["reader"] == reader),
-                    sum(row["reader"] == reader for row in free),
-                ]
-                for reader in sorted({row["reader"] for row in checks})
-                for free in [[row for row in checks if not row["cores_saturated"]]]
-            },
+            "validation_within_cores_free": _within_cores_free(checks),
             "real_store": real,
         }
         args.out.write_text(json.dumps(document, indent=1) + "\n")
