@@ -252,13 +252,19 @@ def _runqueue_seconds(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
-def machine_seconds() -> tuple[float, float]:
-    """Seconds the machine's cores have been busy (every state but idle and I/O wait) and in total, summed
-    over cores since boot (``/proc/stat``'s ``cpu`` line, in clock ticks)."""
+def _machine_ticks() -> tuple[int, int]:
+    """Clock ticks the machine's cores have been busy (every state but idle and I/O wait) and in total,
+    summed over cores since boot (``/proc/stat``'s ``cpu`` line)."""
     ticks = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return sum(ticks) - idle, sum(ticks)
+
+
+def machine_seconds() -> tuple[float, float]:
+    """Seconds the machine's cores have been busy and in total since boot (:func:`_machine_ticks`)."""
+    busy, total = _machine_ticks()
     scale = os.sysconf("SC_CLK_TCK")
-    return (sum(ticks) - idle) / scale, sum(ticks) / scale
+    return busy / scale, total / scale
 
 
 def _children(pid: int) -> list[int]:
@@ -367,15 +373,18 @@ class EmulatedStore:
         window = ServerWindow(self)
         offset = self.log.stat().st_size if self.log.exists() else 0
         (cpu, waited), started = self.server_seconds(), time.perf_counter()
-        busy, total = machine_seconds()
+        busy, total = _machine_ticks()
         try:
             yield window
         finally:
             window.wall_s = time.perf_counter() - started
             cpu_after, waited_after = self.server_seconds()
             window.server_cpu_s, window.server_runqueue_s = cpu_after - cpu, waited_after - waited
-            busy_after, total_after = machine_seconds()
-            window.machine_busy_s, window.machine_total_s = busy_after - busy, total_after - total
+            # Differenced in whole ticks: seconds since boot differenced as floats could make busy > total.
+            busy_after, total_after = _machine_ticks()
+            scale = os.sysconf("SC_CLK_TCK")
+            window.machine_busy_s = (busy_after - busy) / scale
+            window.machine_total_s = (total_after - total) / scale
             self._settled_log()
             with self.log.open() as log:
                 log.seek(offset)
