@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "cropbench.config": 0,
     "cropbench.records": 0,
     "cropbench.metrics": 0,
+    "cropbench.scratch": 0,
     "cropbench.objects": 1,
     "cropbench.formats": 2,
     "cropbench.plates": 3,

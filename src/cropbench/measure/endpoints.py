@@ -40,6 +40,7 @@ from pathlib import Path
 
 from cropbench.config import StoreConfig
 from cropbench.errors import ConfigError
+from cropbench.scratch import process_alive
 from cropbench.formats.sources import RemoteSource, mirror_metadata, s3_endpoint, split_url, write_index
 
 #: Test credentials of the loopback S3 server (moto accepts any; these make requests signed).
@@ -82,17 +83,6 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], what: str) -> Non
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"{what} did not answer on {url} within {START_TIMEOUT_S:.0f} s")
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process ``pid`` runs (one of another user's counts: signalling it is refused, not failed)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:
