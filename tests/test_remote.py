@@ -55,9 +55,13 @@ def s3_endpoint() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder nginx serves."""
-    return tmp_path_factory.mktemp("www")
+def served(tmp_path_factory: pytest.TempPathFactory, tiny_plate: Path) -> Path:
+    """The folder nginx serves (a private copy, taken when it starts): a probe object and the tiny plate."""
+    folder = tmp_path_factory.mktemp("www")
+    (folder / "probe.bin").write_bytes(bytes(range(64)))
+    shutil.copytree(tiny_plate, folder / "compare.zarr")
+    write_index(folder / "compare.zarr")
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -73,17 +77,16 @@ def stored_plate(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     s3_endpoint: str,
-    http_endpoint: str,
-    served: Path,
-) -> dict[str, str | Path]:
+) -> Iterator[dict[str, str | Path]]:
     """One tiny plate per layout: on disk, in the S3 bucket, and served over HTTP."""
+    if endpoints.nginx_binary() is None:
+        pytest.skip("nginx is not installed: apt-get install -y nginx")
     name = f"{request.param}.zarr"
     local = tmp_path_factory.mktemp("remote-plates") / name
     generate_plate(local, TINY_SPEC, REMOTE_LAYOUTS[request.param], progress=False)
     upload_plate(local, f"s3://{BUCKET}/tiny/{name}")
-    shutil.copytree(local, served / name)
-    write_index(served / name)
-    return {"local": local, "s3": f"s3://{BUCKET}/tiny/{name}", "http": f"{http_endpoint}/{name}"}
+    with endpoints.http_plate(local) as url:
+        yield {"local": local, "s3": f"s3://{BUCKET}/tiny/{name}", "http": url}
 
 
 def _mirror(url: str, tmp_path: Path, **store: object) -> Path:
@@ -163,10 +166,9 @@ def test_upload_then_run_by_url_with_injected_latency(
     assert [r.metrics["fidelity_sha256"] for r in records] == [r.metrics["fidelity_sha256"] for r in local]
 
 
-def test_the_delay_proxy_adds_its_latency_to_every_request(served: Path, http_endpoint: str) -> None:
+def test_the_delay_proxy_adds_its_latency_to_every_request(http_endpoint: str) -> None:
     import http.client
 
-    (served / "probe.bin").write_bytes(bytes(range(64)))
     with endpoints.delay_proxy(http_endpoint, latency_ms=40) as proxy:
         host, port = proxy.removeprefix("http://").split(":")
         connection = http.client.HTTPConnection(host, int(port))
@@ -381,7 +383,6 @@ def test_the_asv_store_suite_skips_naming_what_is_missing(tiny_plate: Path, monk
 def test_compare_layouts_by_url_reports_requests_and_crops_per_s_per_layout(
     s3_endpoint: str,
     http_endpoint: str,
-    served: Path,
     tiny_plate: Path,
     tmp_path: Path,
     cache_home: Path,
@@ -390,8 +391,6 @@ def test_compare_layouts_by_url_reports_requests_and_crops_per_s_per_layout(
     from cropbench.measure.store_emulation import unavailable
 
     emulation_reason = unavailable()
-    shutil.copytree(tiny_plate, served / "compare.zarr")
-    write_index(served / "compare.zarr")
     s3_url = f"s3://{BUCKET}/compare/tiny.zarr"
     upload_plate(tiny_plate, s3_url)
     for url, layouts in ((f"{http_endpoint}/compare.zarr", ["default", "tiles"]), (s3_url, ["tiles"])):

@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -127,6 +129,14 @@ with emulated_store(Path(sys.argv[1])) as store:
 """
 
 
+def _running(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return "Z" not in stat.read_text().split(")")[1][:3]
+    except OSError:
+        return False
+
+
 def _start_store_child(served: Path) -> subprocess.Popen[str]:
     """A process running an emulated store over ``served`` that prints its namespace and pids."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -170,18 +180,25 @@ def test_what_a_killed_run_left_is_swept_and_nothing_else(served: Path) -> None:
     foreign = "cbsweep-foreign"  # another program's namespace: never touched
     try:
         assert child.stdout is not None
-        namespace, nginx, *_ = child.stdout.readline().split()
-        child.kill()  # SIGKILL: no teardown runs, so the namespace, its veth and nginx outlive it
+        namespace, *servers = child.stdout.readline().split()
+        child.kill()  # SIGKILL: no teardown runs, so the namespace, its veth and scratch folders outlive it
         child.wait()
+        # nginx dies with its parent at once (the kernel ends its process namespace), sweep or not.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_running(int(pid)) for pid in servers):
+            time.sleep(0.05)
+        assert not any(_running(int(pid)) for pid in servers), "nginx outlived the process that started it"
         assert namespace in namespaces()
+        left = sorted(Path(tempfile.gettempdir()).glob(f"cropbench-*-{child.pid}-*"))
+        assert left, "a killed run leaves its scratch folders (the served copy, nginx's folder)"
         for name in (live, foreign):
             subprocess.run(["ip", "netns", "add", name], check=True)
         removed = sweep_stale()
         assert namespace in removed and f"{namespace}h" not in namespaces()
         assert namespace not in namespaces()
         assert subprocess.run(["ip", "link", "show", f"{namespace}h"], capture_output=True).returncode != 0
-        stat = Path(f"/proc/{nginx}/stat")
-        assert not stat.exists() or "Z" in stat.read_text().split(")")[1][:3], "nginx of the killed run is gone"
+        assert not any(folder.exists() for folder in left), "the next run sweeps the killed run's folders"
+        assert "10251:" not in subprocess.run(["ip", "rule"], capture_output=True, text=True).stdout
         assert live in namespaces() and foreign in namespaces()
     finally:
         if child.poll() is None:
@@ -189,3 +206,142 @@ def test_what_a_killed_run_left_is_swept_and_nothing_else(served: Path) -> None:
             child.wait()
         for name in (live, foreign):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
+
+
+@pytest.fixture
+def hostile_folder(tmp_path: Path) -> Path:
+    """A folder to serve whose links point at a private file beside it and at /etc."""
+    folder = tmp_path / "plate"
+    folder.mkdir()
+    (folder / "object").write_bytes(b"served bytes")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("private")
+    secret.chmod(0o600)
+    (folder / "notes.txt").symlink_to(secret)
+    (folder / "etcdir").symlink_to("/etc", target_is_directory=True)
+    return folder
+
+
+def _status(store: EmulatedStore, key: str) -> tuple[int, bytes]:
+    parts = urlsplit(store.endpoint)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=30)
+    try:
+        connection.request("GET", f"/{key}")
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def _uid(pid: int) -> int:
+    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Uid:"))
+    return int(line.split()[1])
+
+
+@needs_emulation
+def test_links_in_a_served_folder_are_not_followed_and_the_workers_are_not_root(hostile_folder: Path) -> None:
+    with emulated_store(hostile_folder, StoreModel(median_latency_ms=0, p99_latency_ms=0)) as store:
+        assert _status(store, "object") == (200, b"served bytes")
+        for key in ("notes.txt", "etcdir/shadow", "etcdir/hostname"):
+            status, body = _status(store, key)
+            assert status in (403, 404) and b"private" not in body and b"root:" not in body, key
+        assert store.worker_pids and all(_uid(pid) != 0 for pid in store.worker_pids)
+    assert (hostile_folder / "notes.txt").is_symlink(), "the served folder itself is left as it was"
+
+
+_OTHER_USER = """
+import encodings.idna, os, socket, sys
+os.setgid(65534); os.setuid(65534)
+probe = socket.socket()
+probe.settimeout(5)
+try:
+    probe.connect((sys.argv[1], int(sys.argv[2])))
+    print("connected")
+except OSError as error:
+    print("refused", error.errno)
+"""
+
+
+@needs_emulation
+def test_only_the_measuring_user_reaches_the_store(served: Path) -> None:
+    with emulated_store(served, StoreModel(median_latency_ms=0, p99_latency_ms=0)) as store:
+        assert _status(store, "object")[0] == 200
+        parts = urlsplit(store.endpoint)
+        other = subprocess.run(
+            [sys.executable, "-c", _OTHER_USER, parts.hostname or "", str(parts.port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert other.stdout.split()[:1] == ["refused"], other.stdout + other.stderr
+
+
+@needs_emulation
+def test_two_stores_started_together_get_different_subnets_and_serve_their_own_files(tmp_path: Path) -> None:
+    folders = []
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "object").write_bytes(name.encode() * 8)
+        folders.append(folder)
+    barrier = threading.Barrier(2)
+    seen: dict[str, tuple[str, bytes]] = {}
+
+    def serve(folder: Path) -> None:
+        barrier.wait(timeout=60)
+        with emulated_store(folder, StoreModel(median_latency_ms=0, p99_latency_ms=0)) as store:
+            barrier.wait(timeout=60)  # both run at once
+            seen[folder.name] = (store.endpoint, _status(store, "object")[1])
+            barrier.wait(timeout=60)
+
+    threads = [threading.Thread(target=serve, args=(folder,)) for folder in folders]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert seen["a"][0] != seen["b"][0]
+    assert seen["a"][1] == b"a" * 8 and seen["b"][1] == b"b" * 8
+
+
+@needs_emulation
+def test_the_request_rate_limit_holds(served: Path) -> None:
+    """At 200 requests/s, 60 requests from 4 connections take at least 59 / 200 s on nginx's own clock,
+    however fast the machine; without the limit they take a few milliseconds."""
+    limited = StoreModel(
+        median_latency_ms=0, p99_latency_ms=0, request_rate=200, connection_mb_s=None, link_gbit_s=None
+    )
+    with emulated_store(served, limited) as store, store.window() as window, ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: _get(store, "object", 15), range(4)))
+    assert len(window.requests) == 60
+    span = max(trace.end_s for trace in window.requests) - min(trace.start_s for trace in window.requests)
+    assert span >= 59 / 200 * 0.9, f"60 requests in {span:.3f} s: {60 / span:.0f} requests/s against a limit of 200"
+
+
+def test_root_without_the_capabilities_gets_one_line_naming_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cropbench.measure.store_emulation as emulation
+
+    monkeypatch.setattr(emulation.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(emulation, "_effective_capabilities", lambda: 0)
+    monkeypatch.setattr(emulation, "nginx_binary", lambda: "/usr/sbin/nginx")
+    monkeypatch.setattr(emulation.shutil, "which", lambda name: f"/usr/sbin/{name}")
+    monkeypatch.setattr(emulation, "NGINX_MODULES", Path(__file__).parent)
+    monkeypatch.setattr(emulation, "LUA_MODULES", (Path(__file__).name,))
+    reason = emulation.unavailable()
+    assert reason is not None and "CAP_NET_ADMIN" in reason and "CAP_SYS_ADMIN" in reason and "\n" not in reason
+    with pytest.raises(ConfigError, match="cannot run: root here lacks CAP_NET_ADMIN"), emulated_store(Path(".")):
+        pass
+
+
+def test_compare_formats_that_asks_for_the_store_and_cannot_have_it_exits_non_zero(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import cropbench.measure.store_emulation as emulation
+    from cropbench.cli import main
+
+    monkeypatch.setattr(emulation, "unavailable", lambda: "network namespaces need root")
+    code = main(["compare-formats", "--plate", str(tmp_path), "--latency-ms", "20", "--out", str(tmp_path / "out")])
+    said = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and said == [
+        "cropbench: error: --latency-ms 20 reads over the emulated store, which cannot run here: "
+        "network namespaces need root"
+    ]

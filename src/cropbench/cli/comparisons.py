@@ -117,6 +117,14 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
         shard_bytes=_shard_bytes(args.shard_mib),
         remote_latency_ms=args.latency_ms,
     )
+    if args.latency_ms is not None:
+        from cropbench.measure.store_emulation import unavailable
+
+        reason = unavailable()
+        if reason is not None:  # asked for the store: a run without it would answer another question
+            raise ConfigError(
+                f"--latency-ms {args.latency_ms:g} reads over the emulated store, which cannot run here: {reason}"
+            )
     store_bytes = check_plate(args.plate, comparison, args.objects, shard_chosen=args.shard_mib is not None)
     skipped = {name: TRAINING_FORMATS[name].available() for name in dict.fromkeys(comparison.formats)}
     for name, reason in skipped.items():

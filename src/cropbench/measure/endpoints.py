@@ -30,18 +30,18 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cropbench.config import StoreConfig
 from cropbench.errors import ConfigError
-from cropbench.scratch import process_alive
-from cropbench.formats.sources import RemoteSource, mirror_metadata, s3_endpoint, split_url, write_index
+from cropbench.formats.sources import RemoteSource, mirror_metadata, s3_endpoint, split_url
+from cropbench.measure.serving import NO_SYMLINKS, served_copy, start_server, user_directive
+from cropbench.scratch import scratch_folder
 
 #: Test credentials of the loopback S3 server (moto accepts any; these make requests signed).
 S3_ACCESS_KEY = "cropbench"
@@ -196,6 +196,7 @@ http {{
     server {{
         listen 127.0.0.1:{port};
         root {root};
+        {no_symlinks}
         location / {{ autoindex off; }}
     }}
 }}
@@ -203,19 +204,21 @@ http {{
 
 
 @contextlib.contextmanager
-def http_server(root: Path, port: int | None = None) -> Iterator[str]:
-    """nginx serving ``root`` on 127.0.0.1 (byte ranges supported); yields ``http://127.0.0.1:PORT``."""
+def http_server(root: Path | Mapping[str, Path], port: int | None = None, *, index: bool = False) -> Iterator[str]:
+    """nginx serving a private copy of ``root`` (a folder, or folders by the relative path they are
+    served at, with their key index where ``index``) on 127.0.0.1 (byte ranges supported, links never
+    followed, workers unprivileged: :mod:`cropbench.measure.serving`); yields ``http://127.0.0.1:PORT``."""
     binary = nginx_binary()
     if binary is None:
         raise ConfigError("nginx is not installed: apt-get install -y nginx")
     port = port or free_port()
-    with tempfile.TemporaryDirectory(prefix="cropbench-nginx-") as tmp:
-        config = Path(tmp) / "nginx.conf"
-        # Started as root, nginx's workers would drop to "nobody" and be refused the (private) folder.
-        user = "user root;" if os.geteuid() == 0 else ""
-        config.write_text(_NGINX_CONFIG.format(user=user, tmp=tmp, port=port, root=Path(root).resolve()))
-        command = [binary, "-c", str(config), "-p", tmp, "-e", f"{tmp}/error.log"]
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sources = {"": Path(root)} if isinstance(root, (str, os.PathLike)) else dict(root)
+    with served_copy(sources, index=index) as served, scratch_folder("nginx") as tmp:
+        config = tmp / "nginx.conf"
+        config.write_text(
+            _NGINX_CONFIG.format(user=user_directive(), tmp=tmp, port=port, root=served, no_symlinks=NO_SYMLINKS)
+        )
+        process = start_server([binary, "-c", str(config), "-p", str(tmp), "-e", f"{tmp}/error.log"])
         try:
             endpoint = f"http://127.0.0.1:{port}"
             _wait_until_up(f"{endpoint}/", process, "nginx")
@@ -226,13 +229,10 @@ def http_server(root: Path, port: int | None = None) -> Iterator[str]:
 
 @contextlib.contextmanager
 def http_plate(plate: Path) -> Iterator[str]:
-    """A local plate served over HTTP by nginx from a temporary copy with its key index (HTTP cannot
+    """A local plate served over HTTP by nginx from a private copy with its key index (HTTP cannot
     list; the plate folder itself is left untouched); yields the plate's URL. Stops nginx on exit."""
-    with tempfile.TemporaryDirectory(prefix="cropbench-www-") as www:
-        shutil.copytree(plate, Path(www) / plate.name)
-        write_index(Path(www) / plate.name)
-        with http_server(Path(www)) as endpoint:
-            yield f"{endpoint}/{plate.name}"
+    with http_server({plate.name: plate}, index=True) as endpoint:
+        yield f"{endpoint}/{plate.name}"
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.errors import ConfigError, CropbenchError
-from cropbench.measure.endpoints import process_alive
+from cropbench.scratch import process_alive
 
 #: How the limit was applied: a cgroup (v2 or v1), or no limit and eviction only.
 CGROUP_V2, CGROUP_V1, FADVISE = "cgroup-v2", "cgroup-v1", "fadvise"

@@ -16,7 +16,13 @@ server no CPU:
 
 :class:`StoreModel` documents where each default comes from. The namespace, its veth, the qdisc
 and nginx exist only while :func:`emulated_store` is open and are removed on exit, also after
-SIGINT or SIGTERM. :class:`ServerWindow` samples nginx's CPU time (``/proc/PID/stat``) and its
+SIGINT or SIGTERM, and with the process that opened it even when that one is killed
+(:mod:`cropbench.measure.serving`); what a killed run left is swept by the next one.
+
+Only the measuring process's user (root) can reach the store: a routing rule sends other users' packets
+for its address nowhere (``ip rule ... prohibit``), nginx's workers run as an unprivileged account and
+serve a private copy of the folder without following links (:func:`~cropbench.measure.serving.served_copy`).
+:class:`ServerWindow` samples nginx's CPU time (``/proc/PID/stat``) and its
 wait for a core (``/proc/PID/schedstat``) over a measured stretch: a stretch where the server was
 busy half of the time or more (so every one where it used half a core) was bound by the server,
 not by the model, and says so (``server_bound``).
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import ipaddress
 import math
 import os
@@ -33,7 +40,6 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -43,8 +49,9 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.errors import ConfigError
-from cropbench.formats.sources import write_index
-from cropbench.measure.endpoints import START_TIMEOUT_S, nginx_binary, process_alive, stop_process
+from cropbench.measure.endpoints import START_TIMEOUT_S, nginx_binary, stop_process
+from cropbench.measure.serving import NO_SYMLINKS, served_copy, server_processes, start_server, user_directive
+from cropbench.scratch import process_alive, scratch_folder, sweep_stale_scratch
 
 #: Debian's nginx modules: the Lua module (``ngx.sleep``) and the development kit it needs.
 NGINX_MODULES = Path("/usr/share/nginx/modules")
@@ -63,6 +70,13 @@ _NAME_PREFIX = "cbs"
 _NAME = re.compile(rf"^{_NAME_PREFIX}(?P<pid>\d+)x\d+(?P<end>[hn]?)$")
 _SUBNET = ipaddress.IPv4Network("10.251.0.0/16")
 _PORT = 8080
+#: Priorities of the two routing rules per store: root's packets for its subnet route as usual, everyone
+#: else's are prohibited (the kernel answers "permission denied").
+_RULE_ALLOW, _RULE_PROHIBIT = 10251, 10252
+#: Held while a subnet is chosen and claimed, so two stores started at once never share one.
+_LOCK = Path("/run/cropbench-store.lock")
+#: Capabilities a namespace, its veth and routing rules need (``/proc/self/status`` CapEff bits).
+_CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21}
 #: The p99 first-byte latency over the median when only the median is given (the defaults' 100 / 20 ms).
 TAIL_OVER_MEDIAN = 5.0
 
@@ -155,7 +169,22 @@ def unavailable() -> str | None:
         return f"ip and tc (iproute2) are not installed: {INSTALL_COMMAND}"
     if os.geteuid() != 0:
         return "network namespaces need root: run as root (or in a container started as root)"
+    missing = [name for name, bit in _CAPABILITIES.items() if not _effective_capabilities() >> bit & 1]
+    if missing:
+        return (
+            f"root here lacks {' and '.join(missing)} (a container's default): start the container with "
+            f"--cap-add {' --cap-add '.join(name.removeprefix('CAP_') for name in missing)} (or --privileged)"
+        )
     return None
+
+
+def _effective_capabilities() -> int:
+    """This process's effective capability bits (all of them when ``/proc`` does not say)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return -1
 
 
 def _run(*command: str) -> None:
@@ -164,15 +193,60 @@ def _run(*command: str) -> None:
         raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.strip()}")
 
 
+@contextlib.contextmanager
+def _subnet_lock() -> Iterator[None]:
+    """Held while a store chooses and claims its subnet (or a sweep removes stale claims): the address
+    on the host's veth is the claim, so choosing and claiming must not interleave with another store's."""
+    descriptor = os.open(_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def _used_addresses() -> str:
+    return subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False).stdout
+
+
 def _free_subnet() -> ipaddress.IPv4Network:
-    """A /30 of 10.251/16 that no interface of this namespace uses."""
-    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False).stdout
+    """A /30 of 10.251/16 that no interface of this namespace uses (call under :func:`_subnet_lock`)."""
+    used = set(re.findall(r"inet (\d+\.\d+\.\d+\.\d+)", _used_addresses()))
     start = (os.getpid() * 4) % _SUBNET.num_addresses
     for offset in range(0, _SUBNET.num_addresses, 4):
         network = ipaddress.IPv4Network(f"{_SUBNET[(start + offset) % _SUBNET.num_addresses]}/30")
         if str(network[1]) not in used and str(network[2]) not in used:
             return network
     raise RuntimeError(f"every /30 of {_SUBNET} is in use")
+
+
+def _rules(network: ipaddress.IPv4Network) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The two routing rules that let only root reach ``network``: root's packets look up the main table
+    as usual, every other user's are prohibited."""
+    uid = str(os.geteuid())
+    allow = ("priority", str(_RULE_ALLOW), "to", str(network), "uidrange", f"{uid}-{uid}", "lookup", "main")
+    return allow, ("priority", str(_RULE_PROHIBIT), "to", str(network), "prohibit")
+
+
+def _delete_rules(network: ipaddress.IPv4Network) -> None:
+    for rule in _rules(network):
+        subprocess.run(["ip", "rule", "delete", *rule], capture_output=True, check=False)
+
+
+def _stale_rule_networks() -> list[ipaddress.IPv4Network]:
+    """Subnets of this module's routing rules whose host-side address no interface holds any more."""
+    listing = subprocess.run(["ip", "-4", "rule", "show"], capture_output=True, text=True, check=False).stdout
+    used = _used_addresses()
+    stale = set()
+    for line in listing.splitlines():
+        match = re.match(rf"^({_RULE_ALLOW}|{_RULE_PROHIBIT}):.* to (\S+)", line)
+        if match is None:
+            continue
+        with contextlib.suppress(ValueError):
+            network = ipaddress.IPv4Network(match[2] if "/" in match[2] else f"{match[2]}/32", strict=False)
+            if network.subnet_of(_SUBNET) and f"inet {network[1]}/" not in used:
+                stale.add(network)
+    return sorted(stale)
 
 
 _NGINX_CONFIG = """
@@ -198,6 +272,7 @@ http {{
     server {{
         listen {address}:{port} backlog=4096;
         root {root};
+        {no_symlinks}
         {limit_rate}
         {rate_limit}
         location / {{
@@ -265,16 +340,6 @@ def machine_seconds() -> tuple[float, float]:
     busy, total = _machine_ticks()
     scale = os.sysconf("SC_CLK_TCK")
     return busy / scale, total / scale
-
-
-def _children(pid: int) -> list[int]:
-    children = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    children.append(int(entry.name))
-    return children
 
 
 @dataclass
@@ -399,11 +464,16 @@ LOG_SETTLE_LIMIT_S = 2.0
 
 @contextlib.contextmanager
 def _cleanup_on_signals() -> Iterator[None]:
-    """SIGTERM raises SystemExit (143) meanwhile, as SIGINT raises KeyboardInterrupt, so ``finally`` blocks run."""
+    """Where SIGTERM would end the process at once (its default), it raises SystemExit (143) meanwhile,
+    as SIGINT raises KeyboardInterrupt, so ``finally`` blocks run. A handler already in place (the
+    command line's, which prints its one line) is left as it is."""
 
     def terminated(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
     try:
         previous = signal.signal(signal.SIGTERM, terminated)
     except ValueError:  # not the main thread: signals are the main thread's to handle
@@ -436,13 +506,14 @@ def _config(model: StoreModel, root: Path, tmp: Path, address: str) -> str:
     modules = "\n".join(f"load_module {NGINX_MODULES / name};" for name in LUA_MODULES)
     rate_zone = rate_limit = limit_rate = ""
     if model.request_rate:
-        # One zone for the whole store: every key is under one prefix, as a plate's are.
-        rate_zone = f"limit_req_zone $server_name zone=prefix:1m rate={max(1, round(model.request_rate))}r/s;"
+        # One zone for the whole store, keyed on its one port: every key is under one prefix, as a plate's
+        # are. (A key that is empty, as $server_name is without a server_name, is never limited.)
+        rate_zone = f"limit_req_zone $server_port zone=prefix:1m rate={max(1, round(model.request_rate))}r/s;"
         rate_limit = "limit_req zone=prefix burst=100000;"
     if model.connection_mb_s:
         limit_rate = f"limit_rate {max(1, round(model.connection_mb_s * 1e6))};"
     return _NGINX_CONFIG.format(
-        user="user root;" if os.geteuid() == 0 else "",
+        user=user_directive(),
         modules=modules,
         workers=model.workers,
         tmp=tmp,
@@ -450,6 +521,7 @@ def _config(model: StoreModel, root: Path, tmp: Path, address: str) -> str:
         address=address,
         port=_PORT,
         root=root.resolve(),
+        no_symlinks=NO_SYMLINKS,
         limit_rate=limit_rate,
         rate_limit=rate_limit,
         burn_s=repr(model.cpu_per_request_ms / 1e3),
@@ -496,11 +568,12 @@ def _stale(name: str) -> bool:
 
 
 def sweep_stale() -> list[str]:
-    """Remove what a killed run of this module left: its namespaces (with nginx inside) and host-side veths.
+    """Remove what a killed run of this module left: its namespaces (with nginx inside), host-side
+    veths, routing rules and scratch folders (:func:`cropbench.scratch.sweep_stale_scratch`).
 
     Only names of this module's pattern whose creating process is gone are touched, so another
     program's namespaces and a running emulation's are left alone. Returns the names removed."""
-    removed = []
+    removed = [str(folder) for folder in sweep_stale_scratch()]
     for namespace in namespaces():
         if not _stale(namespace):
             continue
@@ -517,89 +590,106 @@ def sweep_stale() -> list[str]:
         if _stale(name):
             subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
             removed.append(name)
+    with _subnet_lock():
+        for network in _stale_rule_networks():
+            _delete_rules(network)
+            removed.append(f"rules to {network}")
     return removed
 
 
 @contextlib.contextmanager
-def emulated_store(root: Path, model: StoreModel | None = None) -> Iterator[EmulatedStore]:
-    """Serve ``root`` as an emulated object store (see the module docstring); yields the running store.
+def emulated_store(
+    root: Path | Mapping[str, Path], model: StoreModel | None = None, *, index: bool = False
+) -> Iterator[EmulatedStore]:
+    """Serve a private copy of ``root`` (a folder, or folders by the relative path they are served at)
+    as an emulated object store (see the module docstring); yields the running store. With ``index``,
+    each folder of a mapping gets the key index a plate served over HTTP needs.
 
-    Everything it creates (namespace, veth, qdisc, nginx, its temporary folder) is removed on exit,
-    on error, on SIGINT and on SIGTERM; what a run killed with SIGKILL left is removed when the next
-    one starts (:func:`sweep_stale`). Raises :class:`ConfigError` naming the install command where
-    the emulation cannot run (:func:`unavailable`).
+    Everything it creates (namespace, veth, routing rules, qdisc, nginx, its scratch folders) is removed
+    on exit, on error, on SIGINT and on SIGTERM; nginx ends with the process that started it even
+    after a SIGKILL, and what such a run left is removed when the next one starts (:func:`sweep_stale`).
+    Raises :class:`ConfigError` naming the install command where the emulation cannot run
+    (:func:`unavailable`).
     """
     model = model or StoreModel()
     reason = unavailable()
     if reason is not None:
         raise ConfigError(f"the store emulation cannot run: {reason}")
-    if not Path(root).is_dir():
-        raise ConfigError(f"root={str(root)!r} is not a folder to serve")
+    sources = {"": Path(root)} if isinstance(root, (str, os.PathLike)) else dict(root)
+    for source in sources.values():
+        if not Path(source).is_dir():
+            raise ConfigError(f"root={str(source)!r} is not a folder to serve")
     sweep_stale()
     name = f"{_NAME_PREFIX}{os.getpid()}x{next(_COUNTER)}"
     namespace, host_side, server_side = name, f"{name}h", f"{name}n"
     process: subprocess.Popen[bytes] | None = None
-    with _cleanup_on_signals(), tempfile.TemporaryDirectory(prefix="cropbench-store-") as folder:
-        tmp = Path(folder)
+    network: ipaddress.IPv4Network | None = None
+    with (
+        _cleanup_on_signals(),
+        served_copy(sources, index=index) as served,
+        scratch_folder("store") as tmp,
+    ):
         try:
-            network = _free_subnet()
-            host_address, server_address = str(network[1]), str(network[2])
             _run("ip", "netns", "add", namespace)
             _run("ip", "link", "add", host_side, "type", "veth", "peer", "name", server_side)
             _run("ip", "link", "set", server_side, "netns", namespace)
-            _run("ip", "addr", "add", f"{host_address}/30", "dev", host_side)
+            with _subnet_lock():
+                network = _free_subnet()
+                host_address, server_address = str(network[1]), str(network[2])
+                _run("ip", "addr", "add", f"{host_address}/30", "dev", host_side)
+                for rule in _rules(network):
+                    _run("ip", "rule", "add", *rule)
             _run("ip", "link", "set", host_side, "up")
             _run("ip", "-n", namespace, "addr", "add", f"{server_address}/30", "dev", server_side)
             _run("ip", "-n", namespace, "link", "set", server_side, "up")
             _run("ip", "-n", namespace, "link", "set", "lo", "up")
             _shape(namespace, server_side, model)
             config = tmp / "nginx.conf"
-            config.write_text(_config(model, Path(root), tmp, server_address))
+            config.write_text(_config(model, served, tmp, server_address))
             binary = nginx_binary()
             assert binary is not None  # checked by unavailable()
-            command = ["ip", "netns", "exec", namespace, binary, "-c", str(config), "-p", str(tmp)]
-            process = subprocess.Popen(
-                [*command, "-e", str(tmp / "error.log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            process = start_server(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    namespace,
+                    binary,
+                    "-c",
+                    str(config),
+                    "-p",
+                    str(tmp),
+                    "-e",
+                    str(tmp / "error.log"),
+                ]
             )
             endpoint = f"http://{server_address}:{_PORT}"
             _wait_until_up(endpoint, process, tmp / "error.log")
-            workers = tuple(_children(process.pid))
-            yield EmulatedStore(endpoint, model, namespace, process.pid, workers, tmp / "requests.log")
+            master, workers = server_processes(process)
+            yield EmulatedStore(endpoint, model, namespace, master, workers, tmp / "requests.log")
         finally:
             with _signals_held():
-                _teardown(process, namespace, host_side)
+                _teardown(process, namespace, host_side, network)
 
 
-def _teardown(process: subprocess.Popen[bytes] | None, namespace: str, host_side: str) -> None:
+def _teardown(
+    process: subprocess.Popen[bytes] | None, namespace: str, host_side: str, network: ipaddress.IPv4Network | None
+) -> None:
     if process is not None:
         stop_process(process)
+    if network is not None:
+        _delete_rules(network)
     # Deleting the namespace deletes its veth end (and so the pair) and the qdisc on it.
     subprocess.run(["ip", "netns", "delete", namespace], capture_output=True, check=False)
     subprocess.run(["ip", "link", "delete", host_side], capture_output=True, check=False)
 
 
 @contextlib.contextmanager
-def linked_root(links: Mapping[str, Path]) -> Iterator[Path]:
-    """A temporary folder to serve holding, at each relative path of ``links``, a symbolic link to its
-    folder: stores are served where a client expects them (``BUCKET/PREFIX``) without a copy."""
-    with tempfile.TemporaryDirectory(prefix="cropbench-store-root-") as folder:
-        root = Path(folder)
-        for relative, target in links.items():
-            link = root / relative
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(Path(target).resolve(), target_is_directory=True)
-        yield root
-
-
-@contextlib.contextmanager
 def emulated_plate(plate: Path, model: StoreModel | None = None) -> Iterator[tuple[EmulatedStore, str]]:
-    """A local plate in an emulated store, from a temporary copy with its key index (HTTP cannot list;
+    """A local plate in an emulated store, from a private copy with its key index (HTTP cannot list;
     the plate folder itself is left untouched); yields the running store and the plate's URL."""
-    with tempfile.TemporaryDirectory(prefix="cropbench-store-plate-") as folder:
-        shutil.copytree(plate, Path(folder) / plate.name)
-        write_index(Path(folder) / plate.name)
-        with emulated_store(Path(folder), model) as store:
-            yield store, f"{store.endpoint}/{plate.name}"
+    with emulated_store({plate.name: plate}, model, index=True) as store:
+        yield store, f"{store.endpoint}/{plate.name}"
 
 
 def namespaces() -> list[str]:
@@ -617,7 +707,6 @@ __all__ = [
     "StoreModel",
     "emulated_plate",
     "emulated_store",
-    "linked_root",
     "machine_seconds",
     "namespaces",
     "sweep_stale",

@@ -96,11 +96,11 @@ from cropbench.measure.store_emulation import (
     StoreModel,
     emulated_plate,
     emulated_store,
-    linked_root,
     unavailable,
 )
 from cropbench.objects import ObjectTable
 from cropbench.plates.convert import pixel_bytes
+from cropbench.scratch import scratch_folder
 
 TRACK = "formats"
 #: Crops hashed, by index, for the fidelity check.
@@ -327,8 +327,7 @@ def remote_epochs(
         return {m.REMOTE_SKIP_REASON: reason}
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f".{fmt.name}.", dir=store.parent)))
-        root = stack.enter_context(linked_root({f"{BUCKET}/{fmt.name}": store}))
-        server = stack.enter_context(emulated_store(root, comparison.store_model()))
+        server = stack.enter_context(emulated_store({f"{BUCKET}/{fmt.name}": store}, comparison.store_model()))
         s3 = S3Access(server.endpoint, S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION)
         cache = scratch / "cache"
         # What the library prints on stderr (litdata prints its prefetch thread's traceback there) is
@@ -464,7 +463,7 @@ class Formats:
         if reason is not None:
             return {m.REMOTE_SKIP_REASON: reason}
         with contextlib.ExitStack() as stack:
-            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cropbench-in-place-")))
+            scratch = stack.enter_context(scratch_folder("in-place"))
             server, url = stack.enter_context(emulated_plate(context.plate, comparison.store_model()))
             mirror = stack.enter_context(remote_plate(url, StoreConfig(), scratch / "mirror"))
             dataset = context.dataset(comparison.crop("direct"), mirror)
