@@ -522,3 +522,14 @@ def test_a_mirror_keeps_the_endpoint_it_was_made_with(
     expected = open_plate(tiny_plate, "direct").read_region(0, 0, 16, 0, 16)
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     np.testing.assert_array_equal(open_plate(mirror, "direct").read_region(0, 0, 16, 0, 16), expected)
+
+
+def test_the_remote_track_over_a_local_plate_writes_no_request_counts(tiny_plate: Path, tmp_path: Path) -> None:
+    """A plate on local disk makes no requests: its rows carry no count rather than a count of zero."""
+    from cropbench.tracks.remote import Remote
+
+    records = api.run(tiny_plate, [Remote(workers=(0,))], out_dir=tmp_path, samples=32)
+    assert {r.config["decode"] for r in records} == {"direct", "zarr"}
+    for record in records:
+        assert m.REQUESTS_PER_CROP not in record.metrics and m.BYTES_TRANSFERRED_PER_CROP not in record.metrics
+        assert record.metrics[m.SAMPLES_PER_S] > 0

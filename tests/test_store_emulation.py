@@ -345,3 +345,26 @@ def test_compare_formats_that_asks_for_the_store_and_cannot_have_it_exits_non_ze
         "cropbench: error: --latency-ms 20 reads over the emulated store, which cannot run here: "
         "network namespaces need root"
     ]
+
+
+@needs_emulation
+@pytest.mark.parametrize("decode", ["direct", "field", "zarr"])
+def test_every_read_path_counts_the_requests_the_server_answered(tiny_plate: Path, tmp_path: Path, decode: str) -> None:
+    """The reader's own request and byte counts (what a row over a store records) are the server's log."""
+    from cropbench.config import StoreConfig
+    from cropbench.formats import open_plate
+    from cropbench.formats.sources import mirror_metadata
+    from cropbench.measure.store_emulation import emulated_plate
+
+    model = StoreModel(median_latency_ms=0, p99_latency_ms=0)
+    with emulated_plate(tiny_plate, model) as (store, url):
+        mirror = mirror_metadata(url, StoreConfig(), cache_dir=tmp_path / "mirror")
+        reader = open_plate(mirror, decode, 0)
+        with store.window() as window:
+            for field_index, y, x in ((0, 10, 20), (1, 40, 8), (0, 70, 90)):
+                reader.read_region(field_index, y, y + 24, x, x + 24)
+        reader.close()
+    # zarr-python asks for absent chunks too (404: the fill value), and reads array metadata lazily.
+    assert window.requests and all(trace.status in (200, 206, 404) for trace in window.requests)
+    assert reader.stats.reads == len(window.requests), "every request the server answered is counted, none more"
+    assert reader.stats.bytes_fetched == sum(trace.body_bytes for trace in window.requests if trace.status < 300)

@@ -369,7 +369,7 @@ class LruCache(Generic[Key, Value]):
 
 
 #: What reading a whole field costs, carried from the inner reader into the field cache's stats.
-_FORWARDED_STATS = ("bytes_fetched", "bytes_decoded", "chunks_decoded", "missing_chunks")
+_FORWARDED_STATS = ("reads", "bytes_fetched", "bytes_decoded", "chunks_decoded", "missing_chunks")
 
 
 class FieldCacheReader(PlateReader):

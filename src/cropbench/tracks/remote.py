@@ -84,8 +84,11 @@ class Remote:
         return case.decode
 
     def measure(self, case: RemoteCase, repeat: int, context: RunContext) -> Iterator[Row]:
-        metrics: dict[str, Any] = dict(
-            requests_per_crop(context.plate, case.decode, case.count_crops, case.crop_size, cache_bytes=0)
+        # Requests are a store's: a plate on local disk has none to count (not zero: none).
+        metrics: dict[str, Any] = (
+            dict(requests_per_crop(context.plate, case.decode, case.count_crops, case.crop_size, cache_bytes=0))
+            if context.remote is not None
+            else {}
         )
         rates = loader_rates(
             context.plate, case.decode, case.crops, case.batch_size, case.crop_size, case.workers, case.cache_bytes
