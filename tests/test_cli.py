@@ -10,6 +10,7 @@ import contextlib
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -351,3 +352,40 @@ def test_generate_refuses_sizes_no_machine_holds_in_one_line(
     error = capsys.readouterr().err.strip()
     assert code == 2 and expected in error and error.startswith("cropbench: error: ") and "\n" not in error
     assert not (tmp_path / "p.zarr").exists()
+
+
+# Runs cropbench as `python -m cropbench` does, sending itself SIGNAL when it starts importing the command line and
+# its commands: a signal that lands while the command loads, at a moment no scheduling can move.
+_SIGNAL_WHILE_LOADING = """
+import builtins, os, runpy, sys
+signum, real_import = int(sys.argv.pop(1)), builtins.__import__
+def hooked(name, *args, **kwargs):
+    if name == "cropbench.cli" and "cropbench.cli" not in sys.modules:
+        os.kill(os.getpid(), signum)
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = hooked
+runpy.run_module("cropbench", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("moment", ["loading", "working"])
+def test_a_stop_signal_while_loading_or_working_ends_in_one_line(tmp_path: Path, signum: int, moment: str) -> None:
+    """A stop signal ends in one line and no traceback, whether it lands while the command line loads
+    (before its own handlers are in place) or once the work has started."""
+    arguments = ["generate", "--preset", "full", "--out", str(tmp_path / "p.zarr")]
+    if moment == "loading":
+        command = [sys.executable, "-c", _SIGNAL_WHILE_LOADING, str(int(signum)), *arguments]
+    else:
+        command = [sys.executable, "-m", "cropbench", *arguments]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if moment == "working":
+        while child.poll() is None and not list(tmp_path.glob(".p.zarr.*")):
+            time.sleep(0.01)  # the plate's scratch folder: generating has begun
+        child.send_signal(signum)
+    _, err = child.communicate(timeout=300)
+    name = "" if signum == signal.SIGINT else f" ({signal.Signals(signum).name})"
+    assert child.returncode == 128 + signum, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"cropbench: interrupted{name}")
+    assert not (tmp_path / "p.zarr").exists(), "an interrupted plate is never left half-written in place"
+    assert not list(tmp_path.glob(".p.zarr.*")), "nor its scratch folder"

@@ -380,6 +380,8 @@ ZARR_CLIENTS = ("obstore", "fsspec")
 MAX_TIMEOUT_S = 3600.0
 #: The most requests in flight (each holds a connection and a thread; real stores are measured at 256).
 MAX_IN_FLIGHT = 1024
+#: The largest coalescing gap: 1 GiB, more than any shard's reads are apart (an offset past it overflows 64 bits).
+MAX_COALESCE_GAP_BYTES = 1 << 30
 #: Requests the direct path keeps open per process by default: against a store with tens of ms to the
 #: first byte, 64 read a shuffled epoch 1.4x faster than 16 (emulated store and replay model alike).
 DEFAULT_IN_FLIGHT = 64
@@ -414,7 +416,10 @@ class StoreConfig:
             self.in_flight <= MAX_IN_FLIGHT,
             f"in_flight must be at most {MAX_IN_FLIGHT} (a connection and a thread each), got {self.in_flight}",
         )
-        _require(self.coalesce_gap_bytes >= 0, f"coalesce_gap_bytes must be >= 0, got {self.coalesce_gap_bytes}")
+        _require(
+            0 <= self.coalesce_gap_bytes <= MAX_COALESCE_GAP_BYTES,
+            f"coalesce_gap_bytes must be 0 to {MAX_COALESCE_GAP_BYTES:,}, got {self.coalesce_gap_bytes}",
+        )
         for name in ("timeout_s", "connect_timeout_s"):
             seconds = getattr(self, name)
             # An infinite deadline would never end a request: a dripping server could hold a run forever.

@@ -22,6 +22,7 @@ from cropbench.cli.parser import EXIT_USER_ERROR, build_parser
 from cropbench.cli.progress import INTERRUPTED, on_interrupt
 from cropbench.errors import CropbenchError
 from cropbench.report.text import one_line_safe
+from cropbench.scratch import sweep_stale_scratch
 
 #: Signals that stop a command as Ctrl-C does (SIGTERM: ``kill``, a batch scheduler, a container stop): the
 #: interrupted case is dropped, finished rows kept, scratch removed by the commands' finally paths.
@@ -48,6 +49,7 @@ def _format_warning(message: Warning | str, category: type[Warning], *_: object,
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    sweep_stale_scratch()  # what a run killed with SIGKILL left in the temporary directory
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what --ranks hands on to each rank
     warnings.formatwarning = _format_warning
     INTERRUPTED.clear()

@@ -10,7 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from cropbench.config import FORMAT_CODECS, LAYOUTS, MAX_SEED, ZARR_CLIENTS, StoreConfig
+from cropbench.config import (
+    FORMAT_CODECS,
+    LAYOUTS,
+    MAX_COALESCE_GAP_BYTES,
+    MAX_IN_FLIGHT,
+    MAX_RETRIES,
+    MAX_SEED,
+    ZARR_CLIENTS,
+    StoreConfig,
+)
 
 #: The subparsers each command group registers its commands on (argparse does not name the type publicly).
 Commands: TypeAlias = "argparse._SubParsersAction[Any]"
@@ -66,11 +75,14 @@ def add_store_knobs(parser: argparse.ArgumentParser) -> None:
         "plates in an object store (s3:// with AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...; http(s)://)"
     )
     group.add_argument(
-        "--in-flight", type=int, default=defaults.in_flight, help="requests kept open at once (%(default)s)"
+        "--in-flight",
+        type=whole_number(1, MAX_IN_FLIGHT),
+        default=defaults.in_flight,
+        help="requests kept open at once (%(default)s)",
     )
     group.add_argument(
         "--coalesce-gap",
-        type=int,
+        type=whole_number(0, MAX_COALESCE_GAP_BYTES),
         default=defaults.coalesce_gap_bytes,
         metavar="BYTES",
         help="byte ranges of a shard closer than this are one request (default: %(default)s)",
@@ -85,7 +97,10 @@ def add_store_knobs(parser: argparse.ArgumentParser) -> None:
         help="seconds to connect (default: %(default)s)",
     )
     group.add_argument(
-        "--retries", type=int, default=defaults.retries, help="retries of a failed request (default: %(default)s)"
+        "--retries",
+        type=whole_number(0, MAX_RETRIES),
+        default=defaults.retries,
+        help="retries of a failed request (default: %(default)s)",
     )
     group.add_argument(
         "--latency-ms",
