@@ -24,8 +24,8 @@ try:
 
     _code = main()
 except KeyboardInterrupt:
-    _number = _received[-1] if _received else signal.SIGINT
-    _name = "" if _number == signal.SIGINT else f" ({signal.Signals(_number).name})"
+    _signum = _received[-1] if _received else int(signal.SIGINT)
+    _name = "" if _signum == signal.SIGINT else f" ({signal.Signals(_signum).name})"
     print(f"cropbench: interrupted{_name} before any work started; nothing was written", file=sys.stderr)
-    _code = 128 + _number
+    _code = 128 + _signum
 raise SystemExit(_code)
