@@ -642,7 +642,7 @@ def verdict(run: GateRun, library: str, base: str, head: str, workdir: Path) -> 
         worse = f"a gated benchmark got worse by more than its factor ({names})"
         return f"library_gate: FAILED: {comparison}: {worse}{also}; {where}"
     if run.returncode == EXIT_NOT_MEASURED:
-        return f"library_gate: error: {comparison} could not be measured, nothing was gated ({failures}); {where}"
+        return f"library_gate: error: {comparison}: the gate could not measure, no verdict ({failures}); {where}"
     measured = sum(len(step.ratios) for step in run.steps)
     passed = f"none of {measured} gated benchmarks got worse by more than its factor"
     return f"library_gate: passed: {comparison}: {passed}; {where}"
@@ -722,6 +722,7 @@ def _main(argv: list[str] | None) -> int:
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
     workdir: Path | None = None
+    started = False  # an OSError before the run is a bad argument (a path), after it a failure to measure
     try:
         args = _parser().parse_args(argv)
         gate = LIBRARY_GATES[args.library]
@@ -742,6 +743,7 @@ def _main(argv: list[str] | None) -> int:
         else:
             workdir = run_dir(args.library, args.base, args.head)
         say(f"library_gate: {gate.library} {args.base} -> {args.head}: results and asv's output go to {workdir}")
+        started = True
         run = run_gate(
             gate, args.base, args.head, workdir, repo, args.factor, args.machine, only=args.step, progress=Progress(say)
         )
@@ -751,7 +753,7 @@ def _main(argv: list[str] | None) -> int:
     except OSError as error:
         path = " -> ".join(str(name) for name in (error.filename, error.filename2) if name)
         say(f"library_gate: error: {path or 'the run folder'}: {error.strerror or error}", sys.stderr)
-        return EXIT_BAD_ARGUMENT
+        return EXIT_NOT_MEASURED if started else EXIT_BAD_ARGUMENT
     except KeyboardInterrupt:
         kept = f"; what was measured is kept in {workdir}" if workdir is not None and workdir.exists() else ""
         say(f"library_gate: interrupted{kept}", sys.stderr)

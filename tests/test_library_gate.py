@@ -283,7 +283,9 @@ def test_each_library_gates_its_own_instruction_counts(library: str, expected: l
     assert not [name for name in selected if re.search(GATES[library].bench, name)], "each step its own benchmarks"
 
 
-def _step(returncode: int = 0, output: str = "", rows: tuple[tuple[float | None, float | None], ...] = ((1.0, 1.0),)):
+def _step(
+    returncode: int = 0, output: str = "", rows: tuple[tuple[float | None, float | None], ...] = ((1.0, 1.0),)
+) -> gate_module.StepRun:
     ratios = tuple(gate_module.Ratio(f"b{index}", before, after) for index, (before, after) in enumerate(rows))
     return gate_module.StepRun("wall-time", 1.2, returncode, output, ratios)
 
@@ -415,16 +417,18 @@ def test_progress_streams_each_line_and_says_when_asv_is_quiet() -> None:
 
 
 def test_a_stopped_gate_stops_the_command_it_runs() -> None:
+    """Ctrl-C (or SIGTERM, turned into it) while asv runs: asv is stopped and reaped, not left running."""
+    pids: list[int] = []
+
     def stop(line: str) -> None:
+        pids.append(int(line))
         raise KeyboardInterrupt
 
-    command = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(600)"]
-    started = []
+    command = [sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(600)"]
     with pytest.raises(KeyboardInterrupt):
-        gate_module.run_streamed(
-            command, dict(os.environ), gate_module.Progress(lambda line: (started.append(line), stop(line)))
-        )
-    assert started == ["started"]
+        gate_module.run_streamed(command, dict(os.environ), gate_module.Progress(stop))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
 
 
 # --- the command line ---
@@ -555,7 +559,8 @@ def test_a_run_that_could_not_measure_exits_3_and_says_why_in_one_line(
     assert gate_module.main(["zarr", "v1.0.0", "v1.1.0", "--repo", str(library_repo)]) == 3
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and captured.err.startswith("library_gate: error: zarr v1.0.0 -> v1.1.0")
-    assert "could not be measured" in captured.err and "No information stored about machine" in captured.err
+    assert "the gate could not measure, no verdict" in captured.err
+    assert "instructions: asv exited 1: No information stored about machine" in captured.err
     assert "worse" not in captured.err and "exit 1" not in captured.out
 
 
@@ -580,6 +585,19 @@ def test_an_interrupted_run_ends_in_one_line(
     assert gate_module.main(["zarr", "v1.0.0", "v1.1.0", "--repo", str(library_repo)]) == 130
     error = capsys.readouterr().err
     assert error.startswith("library_gate: interrupted; what was measured is kept in ") and error.count("\n") == 1
+
+
+def test_a_disk_that_fills_during_the_run_is_a_failure_to_measure_not_a_bad_argument(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], library_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*args: object, **kwargs: object) -> gate_module.GateRun:
+        raise OSError(28, "No space left on device", str(tmp_path / "runs" / "results"))
+
+    monkeypatch.setattr(gate_module, "run_gate", full)
+    monkeypatch.setattr(gate_module, "RUNS_DIR", tmp_path / "runs")
+    assert gate_module.main(["zarr", "v1.0.0", "v1.1.0", "--repo", str(library_repo)]) == 3
+    error = capsys.readouterr().err
+    assert error == f"library_gate: error: {tmp_path / 'runs' / 'results'}: No space left on device\n"
 
 
 def test_a_closed_output_ends_a_dry_run_quietly(library_repo: Path) -> None:
