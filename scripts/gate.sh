@@ -62,21 +62,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, "scripts")
-from asv.machine import Machine, MachineCollection
-from asv.util import UserError, load_json
-
 import library_gate
 from asv_regression import GATE_ATTRIBUTES, GATE_BENCH, GATE_FACTOR, GATE_INSTRUCTIONS_BENCH
 
 run_dir, base, head = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3]
-machine = "gate"
-path = Path(MachineCollection.get_machine_file_path())
 try:
-    known = load_json(str(path), MachineCollection.api_version) if path.exists() else {}
-except (UserError, ValueError, OSError) as error:
-    sys.exit(f"gate: error: {path} is not asv's machine file ({' '.join(str(error).split())}); fix or remove it")
-if machine not in known:
-    MachineCollection.save(machine, {**Machine.get_defaults(), "machine": machine})
+    machine = library_gate.prepare_machine("gate", library_gate.machine_file())
+except library_gate.GateError as error:
+    sys.exit(f"gate: error: {error}")
 gate = library_gate.LibraryGate(
     "cropbench", "asv.conf.json", GATE_BENCH, GATE_FACTOR, GATE_ATTRIBUTES, instructions_bench=GATE_INSTRUCTIONS_BENCH
 )

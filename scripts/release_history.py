@@ -38,6 +38,7 @@ import tarfile
 import tempfile
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,13 +187,24 @@ def upload_dates(name: str) -> dict[str, dt.datetime]:
 
 
 def _extract(sdist: Path, destination: Path) -> Path:
-    """Unpack ``sdist`` into ``destination``; return its single top-level folder."""
-    if sdist.name.endswith(".zip"):
-        with zipfile.ZipFile(sdist) as archive:
-            archive.extractall(destination)
-    else:
-        with tarfile.open(sdist) as archive:
-            archive.extractall(destination, filter="data")
+    """Unpack ``sdist`` into ``destination``; return its single top-level folder.
+
+    A tarball is unpacked with tarfile's ``data`` filter: a member that would land outside
+    ``destination`` (``../``, an absolute path, a link out) stops it, and so does a damaged archive,
+    as a HistoryError naming the sdist.
+    """
+    try:
+        if sdist.name.endswith(".zip"):
+            with zipfile.ZipFile(sdist) as archive:
+                archive.extractall(destination)
+        else:
+            with tarfile.open(sdist) as archive:
+                archive.extractall(destination, filter="data")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as error:
+        raise HistoryError(
+            f"{sdist}: not a source distribution that can be unpacked safely ({' '.join(str(error).split())}); "
+            "remove it from the cache to fetch it again"
+        ) from None
     tops = [path for path in destination.iterdir()]
     if len(tops) != 1 or not tops[0].is_dir():
         raise HistoryError(f"{sdist.name}: expected one top-level folder, found {sorted(p.name for p in tops)}")
@@ -469,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"release_history: error: {' '.join(map(str, error.cmd))} failed: {detail}", file=sys.stderr)
     except OSError as error:
         print(f"release_history: error: {error.filename or destination}: {error.strerror or error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("release_history: interrupted; run the same command again to finish", file=sys.stderr)
+        return 130
     return 2
 
 

@@ -8,15 +8,18 @@ history holding that source, and its speed measurement imports each branch's zar
 
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -105,22 +108,100 @@ def test_the_asv_command_is_the_documented_gate(tmp_path: Path) -> None:
         assert gate_module.maintainer_command(GATES[library]).replace("BASE HEAD", "") in docs
 
 
-class _FakeAsv:
-    """Stands in for asv: records the command and what the results folder held when asv started."""
+@pytest.fixture(autouse=True)
+def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME of the test's own: the gate writes asv's machine entry there, never to the user's."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
 
-    def __init__(self, table: str = "", returncode: int = 0) -> None:
+
+@pytest.fixture(scope="module")
+def library_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A library's repository with two releases, ``v1.0.0`` and ``v1.1.0``."""
+    repo = tmp_path_factory.mktemp("library") / "repo"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    for version in ("1.0.0", "1.1.0"):
+        commit = ["-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "--allow-empty"]
+        subprocess.run(["git", "-C", str(repo), *commit, "-m", version], check=True)
+        subprocess.run(["git", "-C", str(repo), "tag", f"v{version}"], check=True)
+    return repo
+
+
+def _commit(repo: Path, ref: str) -> str:
+    commit = gate_module.commit_of(repo, ref)
+    assert commit is not None
+    return commit
+
+
+def save_results(results_dir: Path, commit: str, values: dict[str, float | None], machine: str = "fake") -> None:
+    """``values`` (benchmark with parameters -> value) saved for ``commit`` as asv saves a run's results."""
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+    from asv.util import write_json
+
+    write_json(str(results_dir / machine / "machine.json"), {"machine": machine}, api_version=1)
+    results = Results({"machine": machine}, {}, commit, 0, "3.11", "env", {})
+    grouped: dict[str, list[tuple[tuple[str, ...], float | None]]] = {}
+    for name, value in values.items():
+        key, _, rest = name.partition("(")
+        grouped.setdefault(key, []).append((tuple(rest.removesuffix(")").split(", ")) if rest else (), value))
+    for key, cases in grouped.items():
+        # one value per parameter combination, in asv's order (the product of each parameter's values)
+        columns = [list(dict.fromkeys(case[index] for case, _ in cases)) for index in range(len(cases[0][0]))]
+        found = dict(cases)
+        combinations = list(itertools.product(*columns))
+        result = BenchmarkResult(
+            [found.get(combination) for combination in combinations],
+            [None] * len(combinations),
+            [None] * len(combinations),
+            0,
+            "",
+            None,
+        )
+        results.add_result({"name": key, "version": "1", "params": columns}, result)
+    results.save(str(results_dir))
+
+
+#: What the fake asv measures: benchmark -> (before, after), the gate's regular expressions pick each step's.
+VALUES: dict[str, tuple[float | None, float | None]] = {
+    "track1.Fetch.track_relative_cost('random', 'zarr', 'bounded')": (58.3, 88.5),
+    "zarr_stages.ZarrCounts.track_store_reads_per_crop('random')": (2.0, 1.0),
+    "instructions.ZarrReads.track_instructions_per_crop('random')": (1_000_000.0, 1_030_900.0),
+}
+
+
+class _FakeAsv:
+    """Stands in for asv: records the command and what the results folder held when asv started, saves
+    ``values`` for the two commits as asv would, and prints ``table`` line by line."""
+
+    def __init__(
+        self,
+        table: str = "",
+        returncode: int = 0,
+        values: dict[str, tuple[float | None, float | None]] | None = None,
+    ) -> None:
         self.table, self.returncode = table, returncode
+        self.values = VALUES if values is None else values
         self.commands: list[list[str]] = []
         self.found: list[list[str]] = []
 
-    def __call__(self, command: Sequence[str], environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, command: Sequence[str], environment: dict[str, str], progress: gate_module.Progress
+    ) -> subprocess.CompletedProcess[str]:
         config = json.loads(Path(command[command.index("--config") + 1]).read_text())
         results = Path(config["results_dir"])
         self.found.append(sorted(str(path.relative_to(results)) for path in results.rglob("*")))
         self.commands.append(list(command))
         assert "CROPBENCH_ASV_FULL" not in environment
-        (results / "machine").mkdir(exist_ok=True)
-        (results / "machine" / "abc-env.json").write_text("{}")  # what a run leaves behind
+        bench = command[command.index("-b") + 1]
+        for index, ref in enumerate(command[-2:]):
+            measured = {name: pair[index] for name, pair in self.values.items() if re.search(bench, name)}
+            if measured and self.returncode in (0, 1):
+                save_results(results, _commit(Path(config["repo"]), ref), measured)
+        for line in self.table.splitlines():
+            progress.line(line)
         return subprocess.CompletedProcess(list(command), self.returncode, self.table, "")
 
 
@@ -129,26 +210,31 @@ TABLE = (
     "|--------|------------|-----------|-------|-----------------------|\n"
     "| +      | 58.3       | 88.5      | 1.52  | track1.Fetch.track_relative_cost('random', 'zarr', 'bounded') |\n"
     "| -      | 2.0        | 1.0       | 0.5   | zarr_stages.ZarrCounts.track_store_reads_per_crop('random') |\n"
+    "\nSOME BENCHMARKS HAVE CHANGED SIGNIFICANTLY.\nPERFORMANCE DECREASED.\n"
 )
 
 
-def test_each_run_starts_from_an_empty_results_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_run_starts_from_an_empty_results_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, library_repo: Path
+) -> None:
     monkeypatch.setenv("CROPBENCH_ASV_FULL", "1")
     fake = _FakeAsv(TABLE, returncode=1)
-    first = gate_module.run_gate(GATES["zarr"], "v3.0.9", "v3.0.10", tmp_path / "one", runner=fake)
-    second = gate_module.run_gate(GATES["zarr"], "v3.0.9", "v3.0.10", tmp_path / "two", runner=fake)
+    first = gate_module.run_gate(GATES["zarr"], "v1.0.0", "v1.1.0", tmp_path / "one", library_repo, runner=fake)
+    second = gate_module.run_gate(GATES["zarr"], "v1.0.0", "v1.1.0", tmp_path / "two", library_repo, runner=fake)
     assert fake.found == [[]] * 4, "asv found no results saved by an earlier run or step"
     assert first.returncode == 1 and first.worse == ("track1.Fetch.track_relative_cost('random', 'zarr', 'bounded')",)
     assert second.results_dir != first.results_dir
     # A folder that already holds results is refused, not reused.
     with pytest.raises(gate_module.GateError, match="not empty"):
-        gate_module.run_gate(GATES["zarr"], "v3.0.9", "v3.0.10", tmp_path / "one", runner=fake)
+        gate_module.run_gate(GATES["zarr"], "v1.0.0", "v1.1.0", tmp_path / "one", library_repo, runner=fake)
     assert len(fake.commands) == 4
 
 
-def test_the_instruction_counts_are_a_step_of_their_own_with_the_tighter_factor(tmp_path: Path) -> None:
+def test_the_instruction_counts_are_a_step_of_their_own_with_the_tighter_factor(
+    tmp_path: Path, library_repo: Path
+) -> None:
     fake = _FakeAsv()
-    run = gate_module.run_gate(GATES["zarr"], "v3.1.5", "v3.1.6", tmp_path, runner=fake)
+    run = gate_module.run_gate(GATES["zarr"], "v1.0.0", "v1.1.0", tmp_path, library_repo, runner=fake)
     assert run.returncode == 0 and len(fake.commands) == 2
     instructions, wall = ({"bench": c[c.index("-b") + 1], "factor": c[c.index("--factor") + 1]} for c in fake.commands)
     assert instructions == {"bench": GATES["zarr"].instructions_bench, "factor": str(gate_module.INSTRUCTIONS_FACTOR)}
@@ -159,9 +245,11 @@ def test_the_instruction_counts_are_a_step_of_their_own_with_the_tighter_factor(
     assert [factor for _, _, factor in GATES["zarr"].steps(1.3)] == [gate_module.INSTRUCTIONS_FACTOR, 1.3]
 
 
-def test_one_step_of_the_gate_runs_alone_and_an_unknown_step_is_refused(tmp_path: Path) -> None:
+def test_one_step_of_the_gate_runs_alone_and_an_unknown_step_is_refused(tmp_path: Path, library_repo: Path) -> None:
     fake = _FakeAsv()
-    run = gate_module.run_gate(GATES["zarr"], "v3.1.5", "v3.1.6", tmp_path, runner=fake, only="instructions")
+    run = gate_module.run_gate(
+        GATES["zarr"], "v1.0.0", "v1.1.0", tmp_path, library_repo, runner=fake, only="instructions"
+    )
     assert run.returncode == 0 and len(fake.commands) == 1
     command = fake.commands[0]
     assert command[command.index("-b") + 1] == GATES["zarr"].instructions_bench
@@ -195,34 +283,338 @@ def test_each_library_gates_its_own_instruction_counts(library: str, expected: l
     assert not [name for name in selected if re.search(GATES[library].bench, name)], "each step its own benchmarks"
 
 
-def test_a_failing_step_is_the_gates_exit_code(tmp_path: Path) -> None:
-    fake = _FakeAsv(TABLE, returncode=2)
-    assert gate_module.run_gate(GATES["ome-arrow"], "a", "b", tmp_path, runner=fake).returncode == 2
+def _step(
+    returncode: int = 0, output: str = "", rows: tuple[tuple[float | None, float | None], ...] = ((1.0, 1.0),)
+) -> gate_module.StepRun:
+    ratios = tuple(gate_module.Ratio(f"b{index}", before, after) for index, (before, after) in enumerate(rows))
+    return gate_module.StepRun("wall-time", 1.2, returncode, output, ratios)
+
+
+MACHINE_MISSING = "· No information stored about machine 'host'. I know about nothing.\n"
+
+
+@pytest.mark.parametrize(
+    ("steps", "code", "failure"),
+    [
+        ([_step()], 0, None),
+        ([_step(1, TABLE)], 1, None),
+        # asv stops with exit code 1 for its own errors too (no machine entry, an unknown commit): not a regression
+        (
+            [_step(1, MACHINE_MISSING, ())],
+            3,
+            "asv exited 1: No information stored about machine 'host'. I know about nothing.",
+        ),
+        ([_step(2, "a benchmark failed\n")], 3, "asv exited 2: a benchmark failed"),
+        ([_step(0, "", ())], 3, "asv measured none of its benchmarks"),
+        ([_step(0, "", ((1.0, 1.0), (1.0, None)))], 3, "no value for 1 of 2 benchmarks (b1, ...)"),
+        ([_step(1, TABLE), _step(2, "stopped\n")], 1, None),
+        ([], 3, None),
+    ],
+)
+def test_the_exit_code_says_whether_it_measured_and_what_it_found(
+    steps: list[gate_module.StepRun], code: int, failure: str | None
+) -> None:
+    assert gate_module.exit_code(steps) == code
+    if steps:
+        assert steps[0].failure == failure
+
+
+def test_a_failing_step_measures_nothing_and_exits_3(tmp_path: Path, library_repo: Path) -> None:
+    fake = _FakeAsv("Traceback ...\nsome error", returncode=2)
+    run = gate_module.run_gate(GATES["ome-arrow"], "v1.0.0", "v1.1.0", tmp_path, library_repo, runner=fake)
+    assert run.returncode == gate_module.EXIT_NOT_MEASURED == 3
+    assert [step.failure for step in run.steps] == ["asv exited 2: some error"] * 2
+
+
+def test_each_gated_ratio_is_shown_to_four_decimals_beside_the_factor() -> None:
+    rows = [
+        gate_module.Ratio("instructions.ZarrReads.track_instructions_per_crop('random')", 1_000_000.0, 1_030_900.0),
+        gate_module.Ratio("track1.Fetch.track_relative_cost('random', 'zarr', 'bounded')", 2.0, 3.0, "+"),
+        gate_module.Ratio("zarr_stages.ZarrCounts.track_store_reads_per_crop('random')", 2.0, None),
+    ]
+    lines = gate_module.ratio_table("instructions", 1.03, rows)
+    assert lines[0] == "library_gate: instructions: ratio after / before of each gated benchmark, factor 1.03"
+    assert lines[1].split() == ["ratio", "factor", "before", "after", "asv", "benchmark"]
+    assert lines[2].split() == ["1.0309", "1.03", "1e+06", "1.0309e+06", rows[0].benchmark]
+    assert lines[3].split()[:5] == ["1.5000", "1.03", "2", "3", "worse"]
+    assert lines[4].split()[:4] == ["n/a", "1.03", "2", "n/a"]
+    assert gate_module.ratio_table("wall-time", 1.2, [])[-1] == "  (no gated benchmark has a value)"
+
+
+def test_the_ratios_are_read_from_asvs_results_of_the_two_commits(tmp_path: Path, library_repo: Path) -> None:
+    base, head = _commit(library_repo, "v1.0.0"), _commit(library_repo, "v1.1.0")
+    name = "track1.Fetch.track_relative_cost"
+    before = {f"{name}('random', 'zarr', 'bounded')": 2.0, f"{name}('grouped-field', 'zarr', 'bounded')": 4.0}
+    save_results(tmp_path, base, {**before, "other.Suite.track_x": 1.0})
+    save_results(tmp_path, head, {f"{name}('random', 'zarr', 'bounded')": 2.5})
+    assert gate_module.measured_values(tmp_path, base) == {**before, "other.Suite.track_x": 1.0}
+    rows = gate_module.ratios(
+        gate_module.measured_values(tmp_path, base), gate_module.measured_values(tmp_path, head), r"^track1\.", TABLE
+    )
+    assert [(row.benchmark.split("(")[1], row.ratio) for row in rows] == [
+        ("'grouped-field', 'zarr', 'bounded')", None),
+        ("'random', 'zarr', 'bounded')", 1.25),
+    ]
+    assert rows[1].mark == "+"
+
+
+def test_a_run_prints_every_ratio_and_keeps_its_output_beside_its_results(tmp_path: Path, library_repo: Path) -> None:
+    printed: list[str] = []
+    fake = _FakeAsv(TABLE, returncode=1)
+    progress = gate_module.Progress(printed.append)
+    run = gate_module.run_gate(
+        GATES["zarr"], "v1.0.0", "v1.1.0", tmp_path, library_repo, runner=fake, progress=progress
+    )
+    assert run.returncode == 1
+    wall = next(step for step in run.steps if step.name == "wall-time")
+    assert [round(row.ratio or 0, 4) for row in wall.ratios] == [1.518, 0.5]
+    assert any(line.split()[:2] == ["1.0309", "1.03"] for line in printed), "the instruction ratio, under its factor"
+    assert "PERFORMANCE DECREASED." in printed, "asv's own lines as they come"
+    assert (tmp_path / gate_module.OUTPUT_FILE).read_text().splitlines() == printed
+    assert run.output.splitlines() == printed
+
+
+def test_asvs_machine_entry_is_written_where_missing_and_kept_where_present(private_home: Path) -> None:
+    path = gate_module.machine_file()
+    assert path == private_home / ".asv-machine.json"
+    name = gate_module.prepare_machine(None, path)
+    first = json.loads(path.read_text())
+    assert first[name]["machine"] == name and first[name]["num_cpu"]
+    assert gate_module.prepare_machine("ci-runner", path) == "ci-runner"
+    both = json.loads(path.read_text())
+    assert both[name] == first[name] and both["ci-runner"]["machine"] == "ci-runner"
+    path.write_text("garbage{")
+    with pytest.raises(gate_module.GateError, match="is not asv's machine file"):
+        gate_module.prepare_machine(None, path)
+    assert path.read_text() == "garbage{", "a damaged file is the user's to fix"
+
+
+def test_a_run_writes_the_machine_entry_asv_would_ask_for(
+    tmp_path: Path, library_repo: Path, private_home: Path
+) -> None:
+    gate_module.run_gate(GATES["zarr"], "v1.0.0", "v1.1.0", tmp_path / "w", library_repo, runner=_FakeAsv())
+    assert json.loads((private_home / ".asv-machine.json").read_text())
+
+
+def test_progress_streams_each_line_and_says_when_asv_is_quiet() -> None:
+    """A line arrives, then nothing until the gate has said asv is still running, then the last line."""
+    said_quiet = threading.Event()
+
+    def lines() -> Iterator[str]:
+        yield "first\n"
+        assert said_quiet.wait(timeout=60)
+        yield "last\n"
+
+    seen: list[str] = []
+
+    def quiet(seconds: float) -> None:
+        seen.append("quiet")
+        said_quiet.set()
+
+    progress = gate_module.Progress(seen.append, quiet, interval_s=0.01)
+    assert gate_module.stream(lines(), progress) == ["first", "last"]
+    assert seen[0] == "first" and seen[-1] == "last" and "quiet" in seen[1:-1]
+
+
+def test_a_stopped_gate_stops_the_command_it_runs() -> None:
+    """Ctrl-C (or SIGTERM, turned into it) while asv runs: asv is stopped and reaped, not left running."""
+    pids: list[int] = []
+
+    def stop(line: str) -> None:
+        pids.append(int(line))
+        raise KeyboardInterrupt
+
+    command = [sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(600)"]
+    with pytest.raises(KeyboardInterrupt):
+        gate_module.run_streamed(command, dict(os.environ), gate_module.Progress(stop))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
+
+
+# --- the command line ---
+
+
+def _no_work(*args: object, **kwargs: object) -> gate_module.GateRun:
+    raise AssertionError("the gate started before its arguments were checked")
+
+
+@pytest.mark.parametrize("factor", ["nan", "inf", "-inf", "0.5", "1", "-2", "abc", ""])
+def test_a_factor_that_is_no_finite_ratio_above_one_is_refused_in_one_line(
+    factor: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gate_module, "run_gate", _no_work)
+    with pytest.raises(SystemExit) as stopped:
+        gate_module.main(["zarr", "v3.1.5", "v3.1.6", f"--factor={factor}"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("library_gate: error: argument --factor: expected a finite number above 1")
+    assert error.count("\n") == 1 and repr(factor) in error
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["v1.0.0", "v1.1.0", "--repo", "{tmp}/missing"], "--repo {tmp}/missing is not a git repository"),
+        (["v1.0.0", "v1.1.0", "--repo", "{tmp}"], "--repo {tmp} is not a git repository"),
+        (["v1.0.0", "v9.9.9", "--repo", "{repo}"], "HEAD 'v9.9.9' is not a commit, tag or branch of {repo}"),
+        (["nope", "v1.1.0", "--repo", "{repo}"], "BASE 'nope' is not a commit, tag or branch of {repo}"),
+        (["v1.1.0", "main", "--repo", "{repo}"], "BASE 'v1.1.0' and HEAD 'main' are the same commit"),
+        (
+            ["v1.0.0", "v1.1.0", "--repo", "{repo}", "--results-dir", "{tmp}/a-file"],
+            "--results-dir {tmp}/a-file is a file",
+        ),
+    ],
+)
+def test_the_command_line_checks_every_argument_before_any_work_in_one_line(
+    arguments: list[str],
+    message: str,
+    tmp_path: Path,
+    library_repo: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(gate_module, "run_gate", _no_work)
+    monkeypatch.setattr(gate_module, "RUNS_DIR", tmp_path / "runs")
+    (tmp_path / "a-file").write_text("mine\n")
+    filled = [argument.format(tmp=tmp_path, repo=library_repo) for argument in arguments]
+    assert gate_module.main(["zarr", *filled]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("library_gate: error: ") and error.count("\n") == 1, error
+    assert message.format(tmp=tmp_path, repo=library_repo) in error
+    assert not (tmp_path / "runs").exists() and (tmp_path / "a-file").read_text() == "mine\n"
+
+
+def test_a_missing_release_history_names_the_command_that_builds_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(gate_module, "REPO", tmp_path)  # a clone where no history was built
+    monkeypatch.setattr(gate_module, "run_gate", _no_work)
+    (tmp_path / "asv.zarr.conf.json").write_text((REPO / "asv.zarr.conf.json").read_text())
+    assert gate_module.main(["zarr", "v3.1.5", "v3.1.6"]) == 2
+    error = capsys.readouterr().err
+    assert "scripts/release_history.py zarr" in error and error.count("\n") == 1
 
 
 def test_the_command_line_refuses_a_results_folder_with_results_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], library_repo: Path
 ) -> None:
     kept = tmp_path / "kept"
     (kept / "machine").mkdir(parents=True)
     (kept / "machine" / "old.json").write_text("{}")
-    assert gate_module.main(["zarr", "v3.1.5", "v3.1.6", "--results-dir", str(kept)]) == 2
+    assert gate_module.main(["zarr", "v1.0.0", "v1.1.0", "--repo", str(library_repo), "--results-dir", str(kept)]) == 2
     error = capsys.readouterr().err
     assert error.startswith("library_gate: error: --results-dir") and error.count("\n") == 1
     assert (kept / "machine" / "old.json").read_text() == "{}", "nothing of the user's is deleted"
 
 
-def test_a_dry_run_prints_the_command_and_runs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert gate_module.main(["ome-arrow", "v0.0.11", "v0.1.0", "--dry-run", "--results-dir", str(tmp_path / "d")]) == 0
+def test_a_dry_run_prints_the_command_and_runs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], library_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gate_module, "RUNS_DIR", tmp_path / "runs")
+    arguments = ["ome-arrow", "v1.0.0", "v1.1.0", "--dry-run", "--repo", str(library_repo)]
+    assert gate_module.main([*arguments, "--results-dir", str(tmp_path / "d")]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("asv continuous --config ") and "v0.0.11 v0.1.0" in out
-    assert not any((tmp_path / "d").iterdir())
+    assert out.startswith("asv continuous --config ") and "v1.0.0 v1.1.0" in out and str(tmp_path / "d") in out
+    assert gate_module.main(arguments) == 0
+    assert f"--config {tmp_path / 'runs'}" in capsys.readouterr().out
+    assert not (tmp_path / "d").exists() and not (tmp_path / "runs").exists()
+
+
+def _main_with(fake: _FakeAsv, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(gate_module, "run_gate", functools.partial(gate_module.run_gate, runner=fake))
+    monkeypatch.setattr(gate_module, "RUNS_DIR", tmp_path / "runs")
+
+
+def test_by_default_a_run_keeps_everything_in_a_new_folder_it_names_first_and_last(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], library_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _main_with(_FakeAsv(), monkeypatch, tmp_path)
+    assert gate_module.main(["zarr", "v1.0.0", "v1.1.0", "--repo", str(library_repo)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert folder.name.endswith("-zarr-v1.0.0-v1.1.0")
+    assert out[0].endswith(f"go to {folder}") and out[-1].startswith("library_gate: passed: zarr v1.0.0 -> v1.1.0")
+    assert out[-1].endswith(f"in {folder}") and "none of 3 gated benchmarks got worse" in out[-1]
+    assert sorted(path.name for path in folder.iterdir()) == [
+        "asv.zarr.gate.instructions.conf.json",
+        "asv.zarr.gate.wall-time.conf.json",
+        gate_module.OUTPUT_FILE,
+        "results",
+        "results-instructions",
+    ]
+    assert "1.0309" in (folder / gate_module.OUTPUT_FILE).read_text()
+
+
+def test_the_default_run_folder_is_git_ignored() -> None:
+    """A run's results never show up as changes of the repository (nor under the committed results/)."""
+    assert gate_module.RUNS_DIR.is_relative_to(REPO / ".asv")
+    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", str(gate_module.RUNS_DIR / "run" / "x")])
+    assert ignored.returncode == 0
+
+
+def test_a_run_that_could_not_measure_exits_3_and_says_why_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], library_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _main_with(_FakeAsv(MACHINE_MISSING, returncode=1), monkeypatch, tmp_path)
+    assert gate_module.main(["zarr", "v1.0.0", "v1.1.0", "--repo", str(library_repo)]) == 3
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("library_gate: error: zarr v1.0.0 -> v1.1.0")
+    assert "the gate could not measure, no verdict" in captured.err
+    assert "instructions: asv exited 1: No information stored about machine" in captured.err
+    assert "worse" not in captured.err and "exit 1" not in captured.out
+
+
+def test_a_regression_exits_1_and_names_the_benchmark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], library_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _main_with(_FakeAsv(TABLE, returncode=1), monkeypatch, tmp_path)
+    assert gate_module.main(["zarr", "v1.0.0", "v1.1.0", "--repo", str(library_repo)]) == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("library_gate: FAILED: zarr v1.0.0 -> v1.1.0: a gated benchmark got worse")
+    assert "track1.Fetch.track_relative_cost('random', 'zarr', 'bounded')" in last
+
+
+def test_an_interrupted_run_ends_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], library_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> gate_module.GateRun:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gate_module, "run_gate", interrupted)
+    monkeypatch.setattr(gate_module, "RUNS_DIR", tmp_path / "runs")
+    assert gate_module.main(["zarr", "v1.0.0", "v1.1.0", "--repo", str(library_repo)]) == 130
+    error = capsys.readouterr().err
+    assert error.startswith("library_gate: interrupted; what was measured is kept in ") and error.count("\n") == 1
+
+
+def test_a_disk_that_fills_during_the_run_is_a_failure_to_measure_not_a_bad_argument(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], library_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*args: object, **kwargs: object) -> gate_module.GateRun:
+        raise OSError(28, "No space left on device", str(tmp_path / "runs" / "results"))
+
+    monkeypatch.setattr(gate_module, "run_gate", full)
+    monkeypatch.setattr(gate_module, "RUNS_DIR", tmp_path / "runs")
+    assert gate_module.main(["zarr", "v1.0.0", "v1.1.0", "--repo", str(library_repo)]) == 3
+    error = capsys.readouterr().err
+    assert error == f"library_gate: error: {tmp_path / 'runs' / 'results'}: No space left on device\n"
+
+
+def test_a_closed_output_ends_a_dry_run_quietly(library_repo: Path) -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader (`| head`) is gone before the first line
+    script = str(REPO / "scripts" / "library_gate.py")
+    arguments = [sys.executable, script, "zarr", "v1.0.0", "v1.1.0", "--repo", str(library_repo), "--dry-run"]
+    result = subprocess.run(arguments, stdout=write, stderr=subprocess.PIPE, text=True)
+    os.close(write)
+    assert result.returncode == 0 and result.stderr == ""
 
 
 def test_factor_must_be_a_ratio_above_one() -> None:
-    with pytest.raises(ValueError, match="above 1"):
-        gate_module.LibraryGate("zarr", "asv.zarr.conf.json", "x", factor=0.8)
-    with pytest.raises(ValueError, match="instructions_factor must be above 1"):
+    for factor in (0.8, 1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="factor must be a finite number above 1"):
+            gate_module.LibraryGate("zarr", "asv.zarr.conf.json", "x", factor=factor)
+    with pytest.raises(ValueError, match="instructions_factor must be a finite number above 1"):
         gate_module.LibraryGate("zarr", "asv.zarr.conf.json", "x", instructions_bench="y", instructions_factor=1.0)
 
 

@@ -38,7 +38,10 @@ FAKE_RELEASES = {
 DATES = {"1.0.0": dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC), "1.10.0": dt.datetime(2025, 6, 1, tzinfo=UTC)}
 
 
-def _write_sdist(directory: Path, name: str, version: str, files: dict[str, str]) -> Path:
+def _write_sdist(
+    directory: Path, name: str, version: str, files: dict[str, str], extra: tarfile.TarInfo | None = None
+) -> Path:
+    """An sdist of ``files``; ``extra``, a member of any name or kind (a file holds ``escaped``), added last."""
     path = directory / f"{name.replace('-', '_')}-{version}.tar.gz"
     with tarfile.open(path, "w:gz") as archive:
         for relative, text in files.items():
@@ -46,6 +49,8 @@ def _write_sdist(directory: Path, name: str, version: str, files: dict[str, str]
             info = tarfile.TarInfo(f"{name.replace('-', '_')}-{version}/{relative}")
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
+        if extra is not None:
+            archive.addfile(extra, io.BytesIO(b"escaped\n") if extra.isfile() else None)
     return path
 
 
@@ -453,3 +458,75 @@ def test_main_refuses_a_name_that_is_no_project_name(
     assert history.main(arguments) == 2
     _one_line_error(capsys, "is not a project name")
     assert not (tmp_path / "sdists").exists()
+
+
+def _escaping(name: str, link: str = "") -> tarfile.TarInfo:
+    """A member that would land outside the folder it is unpacked into: by its name, or as a link out."""
+    info = tarfile.TarInfo(name)
+    if link:
+        info.type, info.linkname = tarfile.SYMTYPE, link
+    else:
+        info.size = len(b"escaped\n")
+    return info
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        _escaping("fake_lib-1.0.0/../../escaped.txt"),
+        _escaping("fake_lib-1.0.0/out", link="../../../escaped.txt"),
+        _escaping("fake_lib-1.0.0/out", link="/etc/passwd"),
+    ],
+    ids=["parent", "link-up", "link-absolute"],
+)
+def test_an_sdist_whose_members_escape_is_refused_in_one_line_naming_it(
+    member: tarfile.TarInfo,
+    tmp_path: Path,
+    offline_registry: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cache = tmp_path / "deep" / "er" / "sdists"
+    cache.mkdir(parents=True)
+    sdist = _write_sdist(cache, "fake-lib", "1.0.0", FAKE_RELEASES["1.0.0"], extra=member)
+    destination = tmp_path / "deep" / "history"
+    arguments = ["fake-lib", "--first", "1.0.0", "--last", "1.0.0", "--cache", str(cache), "--dest", str(destination)]
+    assert history.main(arguments) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"release_history: error: {sdist}: not a source distribution that can be unpacked safely")
+    assert error.count("\n") == 1 and "Traceback" not in error
+    assert not os.path.lexists(destination), "no history is left half-built"
+    assert [path.name for path in tmp_path.rglob("escaped*")] == []
+
+
+def test_a_damaged_sdist_is_refused_in_one_line_naming_it(
+    tmp_path: Path, offline_registry: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "sdists"
+    cache.mkdir()
+    (cache / "fake_lib-1.0.0.tar.gz").write_bytes(b"not a tarball at all")
+    arguments = [
+        "fake-lib",
+        "--first",
+        "1.0.0",
+        "--last",
+        "1.0.0",
+        "--cache",
+        str(cache),
+        "--dest",
+        str(tmp_path / "h"),
+    ]
+    assert history.main(arguments) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"release_history: error: {cache / 'fake_lib-1.0.0.tar.gz'}: ") and error.count("\n") == 1
+
+
+def test_ctrl_c_ends_in_one_line(
+    fake_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(name: str) -> list[str]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(history, "available_versions", interrupted)
+    assert history.main(["fake-lib", "--first", "1.0.0", "--last", "1.1.0", "--dest", str(tmp_path / "h")]) == 130
+    error = capsys.readouterr().err
+    assert error.startswith("release_history: interrupted") and error.count("\n") == 1
