@@ -38,7 +38,7 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
+
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,6 +48,7 @@ import numpy as np
 
 from cropbench.errors import ConfigError, CropbenchError
 from cropbench.formats import read_plate_metadata, supported_decodes
+from cropbench.scratch import scratch_folder
 
 #: How to install valgrind (Debian and Ubuntu); the error of a machine without it names it.
 VALGRIND_INSTALL = "apt-get install -y valgrind"
@@ -189,8 +190,8 @@ def count_instructions(workload: InstructionWorkload, crops: int, library_path: 
     source = str(Path(__file__).resolve().parents[2])  # the folder holding the cropbench package
     environment = {**os.environ, **PINNED_ENVIRONMENT}
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, (source, *library_path, os.environ.get("PYTHONPATH"))))
-    with tempfile.TemporaryDirectory(prefix="cropbench-instructions-") as scratch:
-        output = Path(scratch, "cachegrind.out")
+    with scratch_folder("instructions") as scratch:
+        output = scratch / "cachegrind.out"
         command = [
             valgrind,
             *VALGRIND_OPTIONS,
