@@ -38,7 +38,6 @@ import re
 import shutil
 import subprocess
 import sys
-
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
