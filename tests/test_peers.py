@@ -252,11 +252,11 @@ def test_arrow_tables_are_written_once_and_rebuilt_when_the_windows_change(
 
 def test_measure_loader_caps_slow_loaders_at_the_budget_but_not_below_the_floor() -> None:
     comparison = PeerComparison(samples=200, warmup=5, seconds=0.05)
-    metrics = measure_loader(lambda index: time.sleep(0.002), list(range(205)), comparison)
+    metrics = measure_loader(lambda index: time.sleep(0.002), list(range(405)), comparison)
     assert metrics[m.COUNT] == MIN_SAMPLES
     assert metrics[m.BUDGET_CAPPED] is True
     assert metrics[m.SAMPLES_REQUESTED] == 200
-    fast = measure_loader(lambda index: index, list(range(205)), PeerComparison(samples=200, warmup=5))
+    fast = measure_loader(lambda index: index, list(range(405)), PeerComparison(samples=200, warmup=5))
     assert fast[m.COUNT] == 200 and fast[m.BUDGET_CAPPED] is False
 
 

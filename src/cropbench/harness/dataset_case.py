@@ -6,8 +6,10 @@ With ``batch_size`` > 1 (the batch access mode) the same order is read ``batch_s
 call through ``__getitems__``, with the same protocol: rates count items, latencies are per call.
 
 Per case: a cold first pass right after the store's files are evicted from the page cache, a
-warm-up whose latencies are kept as a curve, then steady state measured twice over the same
-indices: a tight loop (samples/s, no clock reads inside) and a per-item timed loop (p50/p95/p99).
+warm-up whose latencies are kept as a curve, then steady state: a tight loop (samples/s, no clock
+reads inside) and a per-item timed loop (p50/p95/p99) taking turns over blocks of the indices, each
+index read once by one of them (:func:`~cropbench.measure.protocol.steady_state`), so neither reads a
+block the other has just brought into the reader's cache.
 For tiers other than ``none`` the same indices are also read with tier ``none`` (the I/O share),
 and the transform alone is timed on crops already in memory.
 """
@@ -33,6 +35,7 @@ from cropbench.harness.context import RunContext
 from cropbench.harness.validity import decoded_plate_bytes, enough_rate_timings, validity
 from cropbench.measure.fidelity import fidelity_hash
 from cropbench.measure.protocol import (
+    STEADY_LOOPS,
     Stopwatch,
     clock_overhead_ns,
     evict,
@@ -131,7 +134,9 @@ def run_case(
     rss_start = rss_bytes()
     dataset = context.dataset(case.crop)
     get = _getter(dataset, case.access, case.batch_size)
-    total = case.cold_samples + case.warmup + case.samples
+    # Each steady index is read once, by the tight or the timed loop: twice ``samples`` indices give the
+    # timed loop ``samples`` timings (the p99's) and read as many crops as both loops over one set did.
+    total = case.cold_samples + case.warmup + STEADY_LOOPS * case.samples
     indices = _indices(dataset, case, total)
     batch = case.batch_size
     cold = _calls(indices[: case.cold_samples], batch)

@@ -19,7 +19,14 @@ from cropbench.errors import ConfigError, PeerUnavailableError
 from cropbench.harness.context import RunContext
 from cropbench.harness.runner import Row
 from cropbench.harness.validity import validity
-from cropbench.measure.protocol import Stopwatch, load_into_page_cache, resident_fraction, steady_state, time_each
+from cropbench.measure.protocol import (
+    STEADY_LOOPS,
+    Stopwatch,
+    load_into_page_cache,
+    resident_fraction,
+    steady_state,
+    time_each,
+)
 from cropbench.tracks.peers.arrow_rows import ArrowCropRows, ArrowFieldRows
 from cropbench.tracks.peers.base import CropWindows, PeerDataset
 from cropbench.tracks.peers.dask_arrays import DaskPerCrop
@@ -109,15 +116,16 @@ def measure_loader(
     rest = warm[3 : 3 + int(comparison.seconds / 4 / typical_s)]
     warmup_latencies = np.concatenate([first, time_each(get, rest)])
     typical_s = max(float(np.median(warmup_latencies)) / 1e9, 1e-7)
-    count = min(len(steady), max(MIN_SAMPLES, int(comparison.seconds / 2 / typical_s)))
+    # ``count`` timings: the timed loop reads half of the steady indices, the tight loop the other half.
+    count = min(len(steady) // STEADY_LOOPS, max(MIN_SAMPLES, int(comparison.seconds / 2 / typical_s)))
     if before_steady is not None:
         before_steady()
     return {
-        **steady_state(get, steady[:count]),
+        **steady_state(get, steady[: STEADY_LOOPS * count]),
         m.WARMUP_ITEMS: len(warmup_latencies),
         m.WARMUP_MEAN_MS: float(warmup_latencies.mean() / 1e6),
-        m.SAMPLES_REQUESTED: len(steady),
-        m.BUDGET_CAPPED: count < len(steady),
+        m.SAMPLES_REQUESTED: len(steady) // STEADY_LOOPS,
+        m.BUDGET_CAPPED: count < len(steady) // STEADY_LOOPS,
     }
 
 
@@ -203,7 +211,7 @@ class Peers:
             self.repeats[key] = _Repeat(
                 reference,
                 CropWindows.from_dataset(reference),
-                access_order(reference, "random", comparison.warmup + comparison.samples, seed),
+                access_order(reference, "random", comparison.warmup + STEADY_LOOPS * comparison.samples, seed),
                 files,
                 config,
             )
