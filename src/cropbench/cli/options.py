@@ -16,7 +16,9 @@ from cropbench.config import (
     LAYOUTS,
     MAX_IN_FLIGHT,
     MAX_LATENCY_MS,
+    MAX_RETRIES,
     MAX_SEED,
+    MAX_TIMEOUT_S,
     ZARR_CLIENTS,
     StoreConfig,
 )
@@ -72,8 +74,6 @@ def finite_number(low: float, high: float | None = None, *, above_low: bool = Fa
 
 #: ``--seed``: what every generator accepts.
 seed = whole_number(0, MAX_SEED)
-#: A finite number above zero (a rate, a duration, a size in MiB).
-positive_number = finite_number(0, above_low=True)
 #: A store's first-byte latency in milliseconds: none to a minute (what the emulated store and the delay proxy take).
 latency_ms = finite_number(0, MAX_LATENCY_MS)
 #: Requests kept open at once: one to the most a reader holds (a connection and a thread each).
@@ -145,6 +145,10 @@ def layout_names_help() -> str:
     return f"{', '.join(others)}, or {{{','.join(families)}}}[-{'|-'.join(codecs)}]"
 
 
+#: A request's deadline in seconds: finite, so every request ends.
+_seconds = finite_number(0, MAX_TIMEOUT_S, above_low=True)
+
+
 def add_store_knobs(parser: argparse.ArgumentParser) -> None:
     """How a plate in an object store is read (ignored for a local plate); defaults as StoreConfig's."""
     defaults = StoreConfig()
@@ -152,30 +156,33 @@ def add_store_knobs(parser: argparse.ArgumentParser) -> None:
         "plates in an object store (s3:// with AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...; http(s)://)"
     )
     group.add_argument(
-        "--in-flight", type=int, default=defaults.in_flight, help="requests kept open at once (%(default)s)"
+        "--in-flight", type=in_flight, default=defaults.in_flight, help="requests kept open at once (%(default)s)"
     )
     group.add_argument(
         "--coalesce-gap",
-        type=int,
+        type=whole_number(0),
         default=defaults.coalesce_gap_bytes,
         metavar="BYTES",
         help="byte ranges of a shard closer than this are one request (default: %(default)s)",
     )
     group.add_argument(
-        "--timeout", type=float, default=defaults.timeout_s, help="seconds per request (default: %(default)s)"
+        "--timeout", type=_seconds, default=defaults.timeout_s, help="seconds per request (default: %(default)s)"
     )
     group.add_argument(
         "--connect-timeout",
-        type=float,
+        type=_seconds,
         default=defaults.connect_timeout_s,
         help="seconds to connect (default: %(default)s)",
     )
     group.add_argument(
-        "--retries", type=int, default=defaults.retries, help="retries of a failed request (default: %(default)s)"
+        "--retries",
+        type=whole_number(0, MAX_RETRIES),
+        default=defaults.retries,
+        help="retries of a failed request (default: %(default)s)",
     )
     group.add_argument(
         "--latency-ms",
-        type=float,
+        type=latency_ms,
         default=defaults.latency_ms,
         help="inject this delay per request with a loopback proxy (http:// endpoints; default: %(default)s)",
     )
