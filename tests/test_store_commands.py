@@ -14,7 +14,7 @@ import pytest
 from cropbench.cli import main
 from cropbench.measure import store_calibration
 from cropbench.measure.store_emulation import StoreModel, unavailable
-from cropbench.records import Record, RecordWriter
+from cropbench.records import Record, RecordWriter, read_records
 
 needs_emulation = pytest.mark.skipif(unavailable() is not None, reason=f"{unavailable()}")
 
@@ -257,3 +257,34 @@ def test_store_calibration_measures_a_row_per_setting(tmp_path: Path, monkeypatc
     rows = json.loads(out.read_text())["rows"]
     assert [row["in_flight"] for row in rows] == [1, 2] and all(row["requests"] > 0 for row in rows)
     assert StoreModel(**json.loads(out.read_text())["model"]) == StoreModel()
+
+
+@pytest.mark.slow
+@needs_emulation
+def test_prefetch_bench_appends_a_record_per_reader_and_round(
+    tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.undo()  # this one starts the store
+    out = tmp_path / "prefetch.jsonl"
+    readers = ["store", "store+ahead1/16MiB"]
+    options = ["--workers", "0", "--rounds", "2", "--batch-size", "8", "--latency-ms", "1", "--readers", *readers]
+    assert main(["prefetch-bench", "--plate", str(tiny_plate), "--out", str(out), *options]) == 0
+    rows = read_records(out)
+    assert sorted((row.config["reader"], row.repeat) for row in rows) == sorted(
+        (reader, repeat) for reader in ["local", *readers] for repeat in (0, 1)
+    )
+    assert all(row.track == "prefetch" and row.metrics["samples_per_s"] > 0 for row in rows)
+
+
+@pytest.mark.slow
+@needs_emulation
+def test_remote_bench_writes_track_remote_rows(
+    tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.undo()  # this one starts the store
+    out = tmp_path / "remote"
+    options = ["--workers", "0", "--in-flight", "1", "--crops", "8", "--batch-size", "4", "--latency-ms", "1"]
+    assert main(["remote-bench", "--plate", str(tiny_plate), "--out", str(out), *options]) == 0
+    rows = read_records(out / "results.jsonl")
+    assert rows and {row.track for row in rows} == {"remote"}
+    assert {row.config["store"]["zarr_client"] for row in rows} == {"fsspec", "obstore"}
