@@ -21,7 +21,7 @@ echo "== ruff format --check, ruff check and mypy"
 .venv/bin/ruff format --check src tests benchmarks scripts
 .venv/bin/ruff check src tests benchmarks scripts
 .venv/bin/mypy src
-# apart from src: checked in one call with src, mypy reports cropbench.api attributes as missing in scripts/remote_bench.py
+# apart from src: checked in one call with src, mypy reports cropbench.api attributes as missing in scripts
 .venv/bin/mypy scripts benchmarks
 echo "== fast tier: pytest -m 'not slow' (the slow tier: bash scripts/test.sh --slow)"
 exec .venv/bin/python -m pytest -m "not slow" ${args[@]+"${args[@]}"}

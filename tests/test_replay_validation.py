@@ -1,5 +1,7 @@
-"""scripts/replay_validation.py predicting again from saved traces: on runs the model itself generated
-with known client costs, each setting predicted from its two other settings comes out as measured."""
+"""``cropbench replay-validation`` predicting again from saved traces: on runs the model itself generated
+with known client costs, each setting predicted from its two other settings comes out as measured. A traces
+file or a setting it cannot use is one line before anything is measured; an interrupt keeps the traces
+of every finished epoch."""
 
 from __future__ import annotations
 
@@ -7,20 +9,17 @@ import dataclasses
 import gzip
 import json
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 import pytest
-from conftest import script_module
 
+from cropbench.cli import main
+from cropbench.measure import replay_validation
 from cropbench.measure.replay import Client, Replay, Workload, predict
 from cropbench.measure.store_emulation import RequestTrace, StoreModel
 
 #: The costs the synthetic runs are generated with (the fit must find what they imply).
 COMPUTE_S_PER_CROP, CLIENT_S_PER_BYTE = 0.0004, 2e-9
-
-
-def _script() -> ModuleType:
-    return script_module("replay_validation")
 
 
 def _run(
@@ -68,7 +67,7 @@ def test_traces_are_predicted_again_and_each_setting_from_its_two_others(tmp_pat
     traces = tmp_path / "replay-traces.json.gz"
     traces.write_bytes(gzip.compress(json.dumps({"settings": settings, "runs": direct + shards}).encode()))
     out = tmp_path / "replay.json"
-    assert _script().main(["--traces", str(traces), "--out", str(out)]) == 0
+    assert main(["replay-validation", "--traces", str(traces), "--out", str(out)]) == 0
     document = json.loads(out.read_text())
     assert len(document["validation"]) == 6
     for row in document["validation"]:
@@ -89,7 +88,7 @@ def test_a_prediction_from_an_epoch_whose_cores_were_saturated_says_so(tmp_path:
     traces = tmp_path / "replay-traces.json.gz"
     traces.write_bytes(gzip.compress(json.dumps({"settings": settings, "runs": direct}).encode()))
     out = tmp_path / "replay.json"
-    assert _script().main(["--traces", str(traces), "--out", str(out)]) == 0
+    assert main(["replay-validation", "--traces", str(traces), "--out", str(out)]) == 0
     document = json.loads(out.read_text())
     saturated = {row["target"]["in_flight"]: row["cores_saturated"] for row in document["validation"]}
     assert saturated == {4: False, 8: False, 16: False, 64: True}, "the others are predicted from free epochs"
@@ -102,13 +101,60 @@ def test_a_file_that_is_not_a_traces_file_is_one_line_naming_it(
 ) -> None:
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(b"not gzip")
-    assert _script().main(["--traces", str(bad)]) == 2
+    assert main(["replay-validation", "--traces", str(bad)]) == 2
     error = capsys.readouterr().err
     assert f"--traces {bad}" in error and error.count("\n") == 1
 
 
 def test_a_negative_coalescing_gap_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        _script().main(["--plate", str(tmp_path), "--coalesce-gap-kib", "-1"])
+        main(["replay-validation", "--plate", str(tmp_path), "--coalesce-gap-kib", "-1"])
     assert exit_info.value.code == 2
-    assert "--coalesce-gap-kib must be >= 0" in capsys.readouterr().err
+    assert "argument --coalesce-gap-kib: expected a whole number" in capsys.readouterr().err
+
+
+SETTINGS = {"workers": 2, "batch_size": 64, "median_ms": 20.0, "seed": 0}
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ([], "a JSON list"),
+        ({"runs": []}, "lacks settings"),
+        ({"settings": {"workers": 2}, "runs": []}, "lack batch_size, median_ms, seed"),
+        ({"settings": {**SETTINGS, "median_ms": float("nan")}, "runs": []}, "median_ms"),
+        ({"settings": {**SETTINGS, "workers": -1}, "runs": []}, "workers"),
+        ({"settings": {**SETTINGS, "links_gbit": [float("nan"), 1]}, "runs": []}, "links_gbit"),
+        ({"settings": SETTINGS, "runs": [{"reader": "ome-zarr/direct"}]}, "run 0"),
+        ({"settings": SETTINGS, "runs": [{**_run("webdataset", 1, 1.0, [1], 10, 64), "seconds": 0}]}, "seconds"),
+    ],
+    ids=["list", "no settings", "missing settings", "nan latency", "negative workers", "nan link", "no run", "0 s"],
+)
+def test_a_traces_file_it_cannot_predict_from_is_one_line(
+    tmp_path: Path, content: Any, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = tmp_path / "traces.json.gz"
+    traces.write_bytes(gzip.compress(json.dumps(content).encode()))
+    assert main(["replay-validation", "--traces", str(traces), "--out", str(tmp_path / "replay.json")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cropbench: error: --traces {traces} is not a traces file")
+    assert reason in lines[0]
+    assert not (tmp_path / "replay.json").exists()
+
+
+def test_an_interrupt_keeps_the_traces_of_every_finished_epoch(
+    tmp_path: Path, tiny_plate: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = replay_validation.Run.loaded(_run("ome-zarr/direct", 4, 10.0, [400_000] * 8, 64, 64))
+
+    def interrupted(plate: Path, settings: Any, command: str, on_run: Any) -> dict[str, Any]:
+        on_run(run, {"settings": dataclasses.asdict(settings), "runs": [run.saved()]})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("cropbench.cli.stores._need_emulation", lambda: None)
+    monkeypatch.setattr(replay_validation, "measure", interrupted)
+    out = tmp_path / "replay.json"
+    assert main(["replay-validation", "--plate", str(tiny_plate), "--out", str(out)]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["cropbench: interrupted; every finished row is kept"]
+    settings, runs, _ = replay_validation.load_traces(replay_validation.traces_path(out))
+    assert runs == [run] and settings == replay_validation.ReplaySettings()

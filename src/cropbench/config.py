@@ -387,6 +387,15 @@ MAX_COALESCE_GAP_BYTES = 1 << 30
 DEFAULT_IN_FLIGHT = 64
 #: The most retries of a request: with a timeout each, more would let one bad range hold a run for days.
 MAX_RETRIES = 20
+#: Bounds of the object-store measurements' knobs, beyond which a run would not end or no machine hold it:
+#: the longest first-byte latency a store injects (a minute), the most DataLoader worker processes, the
+#: largest response asked for, the fastest link, the most rounds, the largest shard written.
+MAX_LATENCY_MS = 60_000.0
+MAX_LOADER_WORKERS = 256
+MAX_RESPONSE_KIB = 256 * 1024
+MAX_LINK_GBIT_S = 10_000.0
+MAX_ROUNDS = 1000
+MAX_SHARD_MIB = 4096
 
 
 @dataclass(frozen=True)

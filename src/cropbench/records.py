@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -410,6 +410,35 @@ def spreadsheet_safe(value: Any) -> Any:
     return value
 
 
+@contextlib.contextmanager
+def replacing(destination: Path, binary: bool = False) -> Iterator[IO[Any]]:
+    """A file (text, or ``binary``) written in full, then renamed over ``destination``: a full disk or an
+    interrupt leaves the old file whole, never half of the new one (OSError as raised)."""
+    temporary: Path | None = None
+    text: dict[str, Any] = {} if binary else {"newline": "", "encoding": "utf-8"}
+    try:
+        with tempfile.NamedTemporaryFile(
+            "wb" if binary else "w",
+            dir=destination.parent,
+            prefix=f".{destination.name}.",
+            suffix=".tmp",
+            delete=False,
+            **text,
+        ) as handle:
+            temporary = Path(handle.name)
+            # The mode an ordinary open would give (a temporary file is private to its owner).
+            os.fchmod(handle.fileno(), destination.stat().st_mode & 0o777 if destination.is_file() else 0o644)
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, destination)
+    except BaseException:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+        raise
+
+
 def write_csv(records: Iterable[Record], path: str | Path) -> Path:
     """Export records as CSV with the union of their flat columns (stable order); formula-like text
     is neutralised (:func:`spreadsheet_safe`)."""
@@ -420,30 +449,11 @@ def write_csv(records: Iterable[Record], path: str | Path) -> Path:
     for row in rows:
         columns.update(dict.fromkeys(row))
     destination = Path(path)
-    # A temporary sibling renamed over the destination: a full disk leaves the old file whole, never half a row.
-    temporary: Path | None = None
     try:
-        with tempfile.NamedTemporaryFile(
-            "w",
-            dir=destination.parent,
-            prefix=f".{destination.name}.",
-            suffix=".tmp",
-            delete=False,
-            newline="",
-            encoding="utf-8",
-        ) as handle:
-            temporary = Path(handle.name)
-            # The mode an ordinary open would give (a temporary file is private to its owner).
-            os.fchmod(handle.fileno(), destination.stat().st_mode & 0o777 if destination.is_file() else 0o644)
+        with replacing(destination) as handle:
             writer = csv.DictWriter(handle, fieldnames=list(columns))
             writer.writeheader()
             writer.writerows(rows)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, destination)
     except OSError as error:
-        if temporary is not None:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
         raise OutputError(f"cannot write CSV {destination}: {error.strerror or error}") from error
     return destination

@@ -10,6 +10,7 @@ from cropbench.cli.plates import add_plate_commands
 from cropbench.cli.results import add_result_commands
 from cropbench.cli.runs import add_run_commands
 from cropbench.cli.scale import add_scale_commands
+from cropbench.cli.stores import add_store_commands
 
 EXIT_USER_ERROR = 2
 
@@ -39,4 +40,5 @@ def build_parser() -> argparse.ArgumentParser:
     add_comparison_commands(commands)
     add_result_commands(commands)
     add_scale_commands(commands)
+    add_store_commands(commands)
     return parser

@@ -130,6 +130,24 @@ def layouts_table(records: Sequence[Record]) -> str:
     return "\n".join(lines)
 
 
+def remote_table(records: Sequence[Record], busy: dict[int, tuple[float, bool]]) -> str:
+    """Track remote's rows: requests per random crop and crops/s at the injected latency per store setting,
+    with the server's busy share over each setting's stretch (``busy``, by the record's position)."""
+    lines = ["requests per random crop (decoded-chunk cache off) and random crops/s at the injected latency"]
+    for index, record in enumerate(records):
+        row, store = record.metrics, record.config["store"]
+        server = ""
+        if index in busy:
+            share, bound = busy[index]
+            server = f" server {share:4.0%}" + (f" {SERVER_BOUND_FLAG}" if bound else "")
+        lines.append(
+            f"  {record.case:<16} in-flight {store['in_flight']:<3} {store['zarr_client']:<8} "
+            f"{row[m.REQUESTS_PER_CROP]:6.2f} req/crop {row[m.SAMPLES_PER_S]:9.1f}/s "
+            f"({row.get(m.RATIO_TO_LOCAL, float('nan')):.3f} of local){server}"
+        )
+    return "\n".join(lines)
+
+
 def out_of_memory_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
     """Layouts side by side as Markdown: limit, plate, device bytes per crop, crops/s inside the limit
     and in the page cache, and the load average each ran under."""

@@ -63,6 +63,7 @@ TRACKS: dict[str, TrackInfo] = {
             "store-layouts", "store-layouts", "layouts in an object store", command="compare-layouts --plate URL"
         ),
         TrackInfo("formats", "formats", "crops converted to training formats", command="compare-formats"),
+        TrackInfo("prefetch", "prefetch", "read-ahead over the emulated object store", command="prefetch-bench"),
         TrackInfo("scale", "scale", "costs against the object count", command="scale sweep"),
         TrackInfo(
             "out-of-memory", "out-of-memory", "layouts on plates larger than memory", command="scale out-of-memory"
