@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")  # before a figure module imports pyplot: figures are written to files, never shown
 
 from cropbench.errors import OutputError  # noqa: E402
+from cropbench.harness.flags import flagged  # noqa: E402
 from cropbench.records import Record  # noqa: E402
 from cropbench.report.plots.comparisons import layouts_comparison, peers_comparison  # noqa: E402
 from cropbench.report.plots.drawing import (  # noqa: E402
@@ -25,7 +26,6 @@ from cropbench.report.plots.drawing import (  # noqa: E402
     TAB10,
     FigureMaker,
     axis_from_zero,
-    flagged,
     flagged_handle,
     horizontal_bars,
     log_x_axis,

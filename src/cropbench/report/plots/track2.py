@@ -13,13 +13,13 @@ from matplotlib.patches import Patch
 
 from cropbench import metrics as m
 from cropbench.errors import CropbenchError
+from cropbench.harness.flags import flagged
 from cropbench.records import Record
 from cropbench.report.plots.drawing import (
     FLAGGED_COLOR,
     FLAGGED_HATCH,
     TAB10,
     axis_from_zero,
-    flagged,
     flagged_handle,
     horizontal_bars,
     save_figure,
