@@ -16,6 +16,7 @@ from cropbench import metrics as m
 from cropbench.data.training import TRAINING_FORMATS, CropStoreInfo
 from cropbench.errors import ConfigError, OutputError
 from cropbench.harness.context import RunContext
+from cropbench.harness.validity import LIBRARY_CACHE_FLAG, flag_meaning
 from cropbench.metrics import (
     BREAK_EVEN_EPOCHS,
     CONVERSION_PEAK_RSS_GROWTH_BYTES,
@@ -32,8 +33,17 @@ from cropbench.metrics import (
     SIZE_RATIO_TO_PLATE,
 )
 from cropbench.report.tables import formats_table
+from cropbench.report.verdict import plain_reason
 from cropbench.tracks import formats as conversion
-from cropbench.tracks.formats import FormatComparison, Formats, break_even, convert_crops, timed_epochs
+from cropbench.tracks.formats import (
+    FormatComparison,
+    Formats,
+    break_even,
+    break_evens,
+    convert_crops,
+    library_cache,
+    timed_epochs,
+)
 
 AVAILABLE = [name for name, cls in TRAINING_FORMATS.items() if cls.available() is None]
 #: A comparison small enough for the fast tier: correctness, not numbers.
@@ -71,6 +81,38 @@ def test_break_even_is_conversion_time_over_the_time_saved_per_epoch() -> None:
     assert break_even(100.0, 5.0, 5.0) == {CONVERTING_PAYS_OFF: False}
 
 
+def test_break_even_is_decided_from_whole_epochs_never_from_steady_rates() -> None:
+    """A store whose steady rate is five times the plate's but whose first batch of each epoch is slow, so
+    that over whole epochs it delivers fewer crops per second than the plate in place, never pays off."""
+    objects = 1000
+    in_place = {m.prefixed(SHUFFLED, m.SAMPLES_PER_S): 1100.0, m.prefixed(SHUFFLED, m.EPOCH_SAMPLES_PER_S): 1000.0}
+    slow_start = {
+        CONVERSION_SECONDS: 30.0,
+        m.prefixed(SHUFFLED, m.SAMPLES_PER_S): 5500.0,
+        m.prefixed(SHUFFLED, m.FIRST_BATCH_MS): 1500.0,
+        m.prefixed(SHUFFLED, m.EPOCH_SAMPLES_PER_S): 500.0,
+    }
+    assert break_evens(slow_start, in_place, objects) == {CONVERTING_PAYS_OFF: False}
+    level = {**slow_start, m.prefixed(SHUFFLED, m.EPOCH_SAMPLES_PER_S): 1000.0}
+    assert break_evens(level, in_place, objects) == {CONVERTING_PAYS_OFF: False}, "not above: never"
+    # whole epochs of 0.5 s against 1 s in place: 30 s of converting back after 60 epochs
+    faster = {**slow_start, m.prefixed(SHUFFLED, m.EPOCH_SAMPLES_PER_S): 2000.0}
+    assert break_evens(faster, in_place, objects) == {CONVERTING_PAYS_OFF: True, BREAK_EVEN_EPOCHS: 60.0}
+    over_store = {m.prefixed(m.REMOTE, m.EPOCH_SAMPLES_PER_S): 400.0}
+    both = break_evens(
+        {**faster, m.prefixed(m.REMOTE, m.EPOCH_SAMPLES_PER_S): 300.0}, {**in_place, **over_store}, objects
+    )
+    assert both[m.prefixed(m.REMOTE, CONVERTING_PAYS_OFF)] is False and both[BREAK_EVEN_EPOCHS] == 60.0
+    assert m.prefixed(m.REMOTE, CONVERTING_PAYS_OFF) not in break_evens(faster, {**in_place, **over_store}, objects)
+
+
+def test_a_library_cache_that_held_the_first_epoch_flags_the_row() -> None:
+    assert library_cache(2, 4096) == {m.LOCAL_CACHE_BYTES: 4096, m.VALIDITY_FLAGS: [LIBRARY_CACHE_FLAG]}
+    assert library_cache(2, 0) == {m.LOCAL_CACHE_BYTES: 0}, "an empty cache served nothing"
+    assert library_cache(1, 4096) == {m.LOCAL_CACHE_BYTES: 4096}, "one epoch: no later epoch to serve"
+    assert flag_meaning(LIBRARY_CACHE_FLAG) != LIBRARY_CACHE_FLAG and plain_reason(LIBRARY_CACHE_FLAG)
+
+
 class Numbers(Dataset[dict[str, Any]]):
     def __len__(self) -> int:
         return 10
@@ -85,6 +127,10 @@ def test_timed_epochs_counts_what_each_epoch_delivered() -> None:
     assert metrics[m.DELIVERED_SAMPLES] == metrics[m.EXPECTED_SAMPLES] == 20
     assert metrics[m.EXACTLY_ONCE] is True and len(metrics[m.EPOCH_SECONDS]) == 2
     assert metrics[m.SAMPLES_PER_S] > 0 and metrics[m.FIRST_BATCH_MS] > 0
+    assert metrics[m.EPOCH_SAMPLES_PER_S] == pytest.approx(20 / sum(metrics[m.EPOCH_SECONDS]))
+    called: list[int] = []
+    timed_epochs(loader, epochs=2, warmup_batches=1, objects=10, after_first=lambda: called.append(1))
+    assert called == [1], "once, after the first epoch"
     short = timed_epochs(DataLoader(Numbers(), batch_size=4, sampler=range(8)), epochs=1, warmup_batches=1, objects=10)
     assert short[m.EXACTLY_ONCE] is False
 
@@ -132,6 +178,9 @@ def test_converted_rows_carry_cost_size_and_break_even(rows: list[Any]) -> None:
         assert metrics[CONVERSION_SECONDS] > 0 and metrics[SIZE_RATIO_TO_PLATE] > 0
         assert CONVERTING_PAYS_OFF in metrics
         assert (BREAK_EVEN_EPOCHS in metrics) == metrics[CONVERTING_PAYS_OFF]
+        whole = m.prefixed(SHUFFLED, m.EPOCH_SAMPLES_PER_S)
+        assert metrics[m.SECONDS_PER_EPOCH] == pytest.approx(metrics[m.OBJECTS] / metrics[whole])
+        assert metrics[CONVERTING_PAYS_OFF] == (metrics[whole] > rows[0].metrics[whole]), "from whole epochs"
         in_turns = m.prefixed(INTERLEAVED, CONVERTING_PAYS_OFF)
         assert (m.prefixed(INTERLEAVED, BREAK_EVEN_EPOCHS) in metrics) == metrics[in_turns]
         # a rate ratio, like the random one: above 1 the converted store is faster
@@ -212,10 +261,10 @@ def test_compare_formats_prints_the_table_and_writes_the_rows(
         assert "webdataset: converting " in verdict, "after how many epochs it pays off, or never"
     else:  # its library is missing: the plate read in place never competes as the best converted store
         head = "track formats (crops converted to training formats): "
-        # which of the two lines depends on whether the in-place rows' own numbers agreed (a busy machine
-        # flags them impossible); neither names a best store
-        assert head + "no configuration measured a number" in verdict or head + "no configuration to name" in verdict
-        assert head + "best" not in verdict
+        # the verdict names what the table shows: the plate read in place measured numbers
+        assert head + "no converted store measured a number (each row says why); the plate read in place: " in verdict
+        assert "ome-zarr/direct " in verdict and "ome-zarr/zarr " in verdict
+        assert "no configuration measured a number" not in verdict and head + "best" not in verdict
     for name in ("formats.txt", "formats.png"):  # the table and the figure beside the rows
         assert f"wrote {tmp_path / 'out' / name}" in printed and (tmp_path / "out" / name).stat().st_size > 0
     rows = read_records(tmp_path / "out" / "results.jsonl")

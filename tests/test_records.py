@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -291,3 +292,30 @@ def test_a_row_with_a_negative_or_infinite_rate_is_skipped_with_a_warning(tmp_pa
         "skipped: its samples_per_s is -123.0: a rate is a finite number >= 0 (or NaN, not measured)",
         "skipped: its samples_per_s is inf: a rate is a finite number >= 0 (or NaN, not measured)",
     ]
+
+
+def test_amend_writes_over_only_the_rows_this_writer_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+
+    def row(rate: float, flags: list[str]) -> Record:
+        return Record(
+            track="1", case="c", config={}, metrics={"samples_per_s": rate, "validity_flags": flags}, environment={}
+        )
+
+    with RecordWriter(path) as before:
+        before.write(row(1.0, []))
+    kept = path.read_bytes()
+    with RecordWriter(path) as writer:
+        first, second = writer.write(row(2.0, [])), writer.write(row(3.0, []))
+        with pytest.raises(ValueError, match="amend takes the 2 rows"):
+            writer.amend([first])
+        flagged = dataclasses.replace(first, metrics={**first.metrics, "validity_flags": ["impossible"]})
+        amended = writer.amend([flagged, second])
+        writer.write(row(4.0, []))  # the writer goes on appending to the file as amended
+    assert path.read_bytes().startswith(kept), "rows before this writer's are kept byte for byte"
+    rows = read_records(path)
+    assert [r.metrics["samples_per_s"] for r in rows] == [1.0, 2.0, 3.0, 4.0]
+    assert rows[1] == amended[0] and rows[1].metrics["validity_flags"] == ["impossible"]
+    assert {r.run_id for r in rows[1:]} == {writer.run_id} and len(list(tmp_path.iterdir())) == 1
+    with RecordWriter(path):
+        pass  # the lock was released with the amended file

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cropbench import metrics as m
+from cropbench.harness.flags import decide
 from cropbench.records import Record
 from cropbench.report.summary import summary_table
 
@@ -29,10 +30,11 @@ def test_no_legend_without_flags_and_rows_without_flags_print_a_dash() -> None:
     assert summary_table([row("old", "run-a", None)]).splitlines()[2].rstrip().endswith("-")
 
 
-def test_a_track3_row_with_a_negative_stall_reads_as_impossible() -> None:
+def test_a_track3_row_with_a_negative_stall_is_written_impossible_and_the_table_reads_it() -> None:
     metrics = {m.STALL_CROSSCHECK: -0.29, m.DATA_WAIT_FRACTION: 0.01, m.VALIDITY_FLAGS: []}
-    old = Record(track="3", case="resnet18/train", config={}, metrics=metrics, environment={}, run_id="run-a")
-    lines = summary_table([old]).splitlines()
+    measured = Record(track="3", case="resnet18/train", config={}, metrics=metrics, environment={}, run_id="run-a")
+    assert summary_table([measured]).splitlines()[2].rstrip().endswith("ok"), "the table decides no flag"
+    lines = summary_table([decide(measured)]).splitlines()  # as the runner writes it
     assert lines[2].rstrip().endswith("impossible") and any(line.strip().startswith("impossible: ") for line in lines)
 
 

@@ -129,6 +129,9 @@ def test_presets_cover_the_required_grid() -> None:
     assert {"uint16", "float32"} <= {c.crop.dtype for c in full if c.source == "memory"}
     labels = [c.label for c in full]
     assert len(labels) == len(set(labels))
+    for preset in (full, preset_cases("smoke")):
+        sources = [c.source for c in preset]
+        assert sources == sorted(sources), "the ceilings first: each plate row is judged against them as written"
     smoke = preset_cases("smoke")
     assert any(c.pipeline == "device" for c in smoke) and any(c.pipeline == "device" for c in full)
     persistent = [i for i, c in enumerate(smoke) if c.loader.persistent_workers]

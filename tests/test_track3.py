@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from cropbench.tracks.training import (
     split_summary,
     stall_crosscheck,
 )
+from cropbench.tracks.training.search import split_name
 
 CROP = CropConfig(crop_size=32, tier="light")
 SMALL = Track3Case(
@@ -429,3 +431,83 @@ def test_the_runner_writes_a_row_per_split_and_the_answer(tiny_plate: Path) -> N
     assert emitted[-1].case == split.label and answer[m.SPLITS] == ["w0xt2", "w1xt2", "w2xt1"]
     assert answer[m.BEST_SPLIT] in answer[m.SPLITS] and all(s > 0 for s in answer[m.SUPPLY_OVER_DEMAND_BY_SPLIT])
     assert [r.config["crop"]["decode_threads"] for r in emitted[:-1]] == [2, 2, 1]
+
+
+# --- no answer rests on a flagged row ----------------------------------------------------------------------
+
+
+def test_the_fewest_workers_are_never_answered_from_a_flagged_row() -> None:
+    waits = {0: 0.5, 1: 0.01, 2: 0.05, 4: 0.01}
+
+    def fake(case: Track3Case) -> dict[str, Any]:
+        workers = case.loader.num_workers
+        return {
+            m.DATA_WAIT_FRACTION: waits[workers],
+            m.IMAGES_PER_S: 100.0,
+            m.COMPUTE_ONLY_IMAGES_PER_S: 120.0,
+            m.VALIDITY_FLAGS: ["impossible"] if workers == 1 else [],
+        }
+
+    measured, summary = run_search("unused", WorkerSearch(SMALL, (0, 1, 2, 4)), fake)
+    assert [w for w, _ in measured] == [0, 1, 2], "a flagged fed candidate does not stop the search"
+    assert summary[m.MIN_WORKERS] == 2 and summary[m.MIN_WORKERS_ANSWER] == "2"
+    assert summary[m.FLAGGED_WORKERS] == [1]
+    _, bisected = run_search("unused", WorkerSearch(SMALL, (0, 1, 2, 4), bisect=True), fake)
+    assert bisected[m.MIN_WORKERS] == 2
+    _, short = run_search("unused", WorkerSearch(SMALL, (0, 1)), fake)
+    assert (
+        short[m.MIN_WORKERS] is None
+        and short[m.MIN_WORKERS_ANSWER] == "not reached with <= 1 (flagged, not counted: w1)"
+    )
+    every = WorkerSearch(SMALL, (1,))
+    _, flagged = run_search("unused", every, fake)
+    assert flagged[m.MIN_WORKERS_ANSWER] == "none to name: every candidate carries a flag"
+
+
+def test_the_fastest_split_is_never_a_flagged_one() -> None:
+    split = ThreadSplit(dataclasses.replace(SMALL, steps=32, warmup_steps=4), 2)
+    assert split.splits == ((0, 2), (1, 2), (2, 1))
+    rates = dict(zip(split.splits, (100.0, 300.0, 200.0), strict=True))
+    results = [
+        (
+            pair,
+            {
+                m.IMAGES_PER_S: rate,
+                m.DATA_WAIT_FRACTION: 0.1,
+                m.COMPUTE_ONLY_IMAGES_PER_S: 500.0,
+                m.VALIDITY_FLAGS: ["few-samples"] * (rate == 300),
+            },
+        )
+        for pair, rate in rates.items()
+    ]
+    summary = split_summary(split, results)
+    assert summary[m.BEST_SPLIT] == split_name(*split.splits[2]) and summary[m.FLAGGED_SPLITS] == [
+        split_name(*split.splits[1])
+    ]
+    every = [(pair, {**metrics, m.VALIDITY_FLAGS: ["few-samples"]}) for pair, metrics in results]
+    assert split_summary(split, every)[m.BEST_SPLIT] is None
+
+
+def test_a_search_step_whose_step_is_faster_than_its_compute_alone_is_not_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The verdict said "fewest workers that keep smallcnn fed: 1" from a w1 row flagged impossible (its
+    step p50 below its compute-only p50): the search now sees the flag the runner writes."""
+    from cropbench.tracks.training import track
+
+    baseline = {m.COMPUTE_ONLY_STEP_P50_MS: 20.0, m.COMPUTE_ONLY_IMAGES_PER_S: 400.0}
+
+    def loop(context: Any, case: Track3Case, given: dict[str, Any]) -> dict[str, Any]:
+        workers = case.loader.num_workers
+        step = {0: 40.0, 1: 15.0, 2: 20.5}[workers]  # w1's step is faster than its compute alone
+        wait = {0: 0.5, 1: 0.02, 2: 0.03}[workers]
+        metrics = {m.STEP_P50_MS: step, m.DATA_WAIT_FRACTION: wait, m.STALL_CROSSCHECK: wait, m.IMAGES_PER_S: 300.0}
+        return {**given, **metrics, m.VALIDITY_FLAGS: []}
+
+    monkeypatch.setattr(track, "compute_only", lambda context, case: baseline)
+    monkeypatch.setattr(track, "run_case", loop)
+    context = SimpleNamespace(progress=lambda message: None)
+    rows = list(Track3().measure(WorkerSearch(SMALL, (0, 1, 2)), 0, context))
+    steps, summary = rows[:-1], rows[-1].metrics
+    assert "impossible" in steps[1].metrics[m.VALIDITY_FLAGS]
+    assert summary[m.MIN_WORKERS] == 2 and summary[m.FLAGGED_WORKERS] == [1]

@@ -119,11 +119,22 @@ def run(
     chosen = [named[t].build() if isinstance(t, str) else t for t in tracks]
     chosen = distribute(chosen, cluster) if cluster is not None else chosen
     results = Results(out_dir, progress, writes=writes)
-    done = results.done() if resume else frozenset()
+    earlier = results.earlier() if resume else []
+    done = frozenset(record.key for record in earlier)
     done = cluster.broadcast(done, "resume") if cluster is not None else done
     try:
         counter = progress if isinstance(progress, CaseCounter) else None
-        run_tracks(chosen, preset, context, results.emit, repeats=repeats, done=done, counter=counter)
+        run_tracks(
+            chosen,
+            preset,
+            context,
+            results.emit,
+            repeats=repeats,
+            done=done,
+            counter=counter,
+            earlier=earlier,
+            amend=results.amend,
+        )
     finally:
         results.close()
         remote.close()
@@ -143,17 +154,24 @@ class Results:
         self.progress = progress
         self.measured: list[Record] = []
 
-    def done(self) -> frozenset[tuple[str, str, int]]:
-        """The keys of the rows already written (what ``--resume`` skips)."""
+    def earlier(self) -> list[Record]:
+        """The rows already written: what ``--resume`` skips, and judges the new rows beside."""
         if self.path is None or not self.path.exists():
-            return frozenset()
-        return frozenset(record.key for record in read_records(self.path))
+            return []
+        return read_records(self.path)
 
     def emit(self, record: Record) -> None:
         stored = self.writer.write(record) if self.writer is not None else None
         self.measured.append(stored if isinstance(stored, Record) else record)
         if self.progress is not None:
             self.progress(f"track {record.track} {record.case}", self.measured[-1])
+
+    def amend(self, records: list[Record]) -> None:
+        """The run's rows with their flags decided once more (:func:`~cropbench.harness.runner.run_tracks`),
+        in the order emitted: written over those in ``results.jsonl`` and kept in their place."""
+        if self.writer is not None:
+            records = self.writer.amend(records)
+        self.measured = list(records)
 
     def close(self) -> None:
         if self.writer is not None:
@@ -247,13 +265,14 @@ def _run_in_work_folder(
 ) -> list[Record]:
     """A track that writes its own plates, through the runner, in a work folder left as it found it."""
     results = Results(out_dir, progress)
-    done = results.done() if resume else frozenset()
+    earlier = results.earlier() if resume else []
     report = (lambda message: progress(message, None)) if progress else None
     try:
         with work_folder(work_dir, keep) as work:
             site = WorkSite(work, layout, environment=environment.collect(work_dir), report=report)
             # These tracks have no presets: their comparison is the whole measurement.
-            run_tracks([track], "full", site, results.emit, done=done)
+            done = frozenset(record.key for record in earlier)
+            run_tracks([track], "full", site, results.emit, done=done, earlier=earlier, amend=results.amend)
     finally:
         results.close()
     return results.measured

@@ -183,12 +183,15 @@ REACHED = "reached"
 THRESHOLD = "threshold"
 MIN_WORKERS_ANSWER = "min_workers_answer"
 TRIED_WORKERS = "tried_workers"
+#: Candidates whose rows carry a validity flag: measured, but no answer rests on them.
+FLAGGED_WORKERS = "flagged_workers"
 DATA_WAIT_FRACTION_BY_WORKERS = "data_wait_fraction_by_workers"
 IMAGES_PER_S_BY_WORKERS = "images_per_s_by_workers"
 # Track 3 thread splits: one core count as workers x decode threads.
 CORES = "cores"
 SPLITS = "splits"
 BEST_SPLIT = "best_split"
+FLAGGED_SPLITS = "flagged_splits"
 IMAGES_PER_S_BY_SPLIT = "images_per_s_by_split"
 DATA_WAIT_FRACTION_BY_SPLIT = "data_wait_fraction_by_split"
 SUPPLY_OVER_DEMAND_BY_SPLIT = "supply_over_demand_by_split"
@@ -388,6 +391,10 @@ CONVERSION_PEAK_RSS_RESET = "conversion_peak_rss_reset"
 PLATE_STORED_BYTES = "plate_stored_bytes"
 SIZE_RATIO_TO_PLATE = "size_ratio_to_plate"
 RANDOM_RATIO_TO_IN_PLACE = "random_ratio_to_in_place"
+#: Crops per second over whole epochs: every crop delivered over the seconds of ``iter()`` and every
+#: blocking ``next()``, each epoch's first batch (worker start-up) included (prefixed ``shuffled_``, ``remote_``).
+EPOCH_SAMPLES_PER_S = "epoch_samples_per_s"
+#: Seconds of one whole shuffled epoch (the objects over ``shuffled_epoch_samples_per_s``): what break-even reads.
 SECONDS_PER_EPOCH = "seconds_per_epoch"
 BREAK_EVEN_EPOCHS = "break_even_epochs"
 CONVERTING_PAYS_OFF = "converting_pays_off"
@@ -407,6 +414,9 @@ REMOTE_SKIP_REASON = "remote_skip_reason"
 REMOTE_REQUESTS = "remote_requests"
 #: Bytes the library left in its local cache after the remote epochs.
 REMOTE_CACHE_BYTES = "remote_cache_bytes"
+#: Bytes in the library's local cache after the first remote epoch: what the later epochs could read
+#: from local disk instead of the store (the row is flagged ``library-cache`` where they could).
+LOCAL_CACHE_BYTES = "local_cache_bytes"
 
 # A run under a memory limit (``measure.memory_limit``): the limit, how it was applied, what was read.
 MEMORY_LIMIT_BYTES = "memory_limit_bytes"

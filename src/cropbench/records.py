@@ -23,7 +23,7 @@ import re
 import tempfile
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -143,6 +143,9 @@ class RecordWriter:
         except BaseException:
             os.close(self._fd)
             raise
+        #: Where this writer's rows start, and how many it wrote (what :meth:`amend` may write over).
+        self._start = os.fstat(self._fd).st_size
+        self._written = 0
 
     def _repair_tail(self) -> None:
         """Move a last line without its newline to ``<file>.torn-N``, so the next row starts clean."""
@@ -189,7 +192,43 @@ class RecordWriter:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, before)
             raise OutputError(f"cannot write results to {self.path}: {error.strerror or error}") from error
+        self._written += 1
         return record
+
+    def amend(self, records: Sequence[Record]) -> list[Record]:
+        """Write ``records`` (stamped with this writer's ``run_id``) over the rows this writer wrote, as
+        many and in the same order; returns them as written. The rows before are kept byte for byte and
+        the file is replaced whole (a sibling renamed over it), so a failure leaves it as it was."""
+        if len(records) != self._written:
+            raise ValueError(f"amend takes the {self._written} rows this writer wrote, got {len(records)}")
+        stamped = [dataclasses.replace(record, run_id=self.run_id) for record in records]
+        rows = b"".join((record.to_json() + "\n").encode("utf-8") for record in stamped)
+        temporary: Path | None = None
+        try:
+            before = os.pread(self._fd, self._start, 0)
+            with tempfile.NamedTemporaryFile(
+                "wb", dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp", delete=False
+            ) as handle:
+                temporary = Path(handle.name)
+                os.fchmod(handle.fileno(), os.fstat(self._fd).st_mode & 0o777)
+                handle.write(before + rows)
+                handle.flush()
+                os.fsync(handle.fileno())
+            replacement = os.open(temporary, os.O_RDWR | os.O_APPEND)
+            try:
+                fcntl.flock(replacement, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else knows the file yet
+                os.replace(temporary, self.path)
+            except OSError:
+                os.close(replacement)
+                raise
+        except OSError as error:
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    temporary.unlink()
+            raise OutputError(f"cannot write results to {self.path}: {error.strerror or error}") from error
+        os.close(self._fd)
+        self._fd = replacement
+        return stamped
 
     def close(self) -> None:
         if self._fd >= 0:

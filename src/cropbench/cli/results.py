@@ -19,18 +19,11 @@ def echo(text: str) -> None:
     print(terminal_safe(text))
 
 
-def load_rows(results: Path) -> list[Record]:
-    """Every row of a results file, judged once (:func:`cropbench.report.flags.judge_rows`)."""
-    from cropbench.report.flags import judge_rows  # imports the tracks (and torch): not before a command runs
-
-    return judge_rows(read_records(results))
-
-
 def draw_figures(results: Path, out_dir: Path, all_runs: bool = False) -> list[Path]:
     """Draw the figures of a results file into ``out_dir``, naming each file written."""
     from cropbench.report.plots import plot_results, runs_in
 
-    records = load_rows(results)
+    records = read_records(results)
     figures = plot_results(records, out_dir, all_runs=all_runs)
     for path in figures:
         echo(f"wrote {path}")
@@ -45,11 +38,9 @@ def draw_figures(results: Path, out_dir: Path, all_runs: bool = False) -> list[P
 
 def write_report_page(records: Sequence[Record], out_dir: Path, figures: Sequence[Path], preset: str | None) -> str:
     """Write OUT/report.html (verdict, figures, rows, environment); returns the verdict's text."""
-    from cropbench.report.flags import judge_rows
     from cropbench.report.html import write_report
     from cropbench.report.verdict import verdict
 
-    records = judge_rows(records)
     answer = verdict(records, preset)
     echo(f"report (verdict, figures, rows, environment): {write_report(records, out_dir, figures, answer=answer)}")
     return answer.text()
@@ -65,7 +56,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Figures, OUT/report.html and the verdict for an existing results file: every row of it judged."""
     results = Path(args.results)
     out_dir = Path(args.out) if args.out else results.parent
-    records = load_rows(results)
+    records = read_records(results)
     if not records:
         raise ConfigError(f"{results} holds no rows: nothing to report (run 'cropbench run --out DIR' first)")
     figures = draw_figures(results, out_dir / "plots")
@@ -83,7 +74,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
     from cropbench.report.stability import format_repeat_summary, numeric_metrics, summarise_repeats
     from cropbench.report.verdict import verdict
 
-    records = load_rows(Path(args.results))
+    records = read_records(Path(args.results))
     known = numeric_metrics(records)
     if args.metric not in known:
         close = [m for m in known if args.metric[:6] in m][:8] or known[:8]

@@ -18,7 +18,7 @@ from cropbench.cli.options import (
     whole_number,
 )
 from cropbench.cli.progress import ProgressBar
-from cropbench.cli.results import draw_figures, echo, load_rows, write_report_page
+from cropbench.cli.results import draw_figures, echo, write_report_page
 from cropbench.config import (
     DECODE_PATHS,
     DEFAULT_CHUNK_CACHE_BYTES,
@@ -28,7 +28,7 @@ from cropbench.config import (
     CropOverrides,
 )
 from cropbench.errors import ConfigError
-from cropbench.records import CSV_NAME, RESULTS_NAME
+from cropbench.records import CSV_NAME, RESULTS_NAME, read_records
 from cropbench.tracks import TRACKS
 
 #: A plate given as a URL (``s3://``, ``https://``): checked by the store it names, not here.
@@ -94,7 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         echo("\n" + format_repeat_summary(summarise_repeats(records)))
     echo(f"\n{len(records)} rows appended to {out_dir / RESULTS_NAME}; CSV at {out_dir / CSV_NAME}")
     # The verdict judges every row of the file: a resumed run's rows and those written before it alike.
-    every = load_rows(out_dir / RESULTS_NAME) if (out_dir / RESULTS_NAME).is_file() else records
+    every = read_records(out_dir / RESULTS_NAME) if (out_dir / RESULTS_NAME).is_file() else records
     if args.plot:
         answer = write_report_page(every, out_dir, draw_figures(out_dir / RESULTS_NAME, out_dir / "plots"), args.preset)
     else:

@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 from cropbench import metrics as m
 from cropbench.config import CropConfig, CropOverrides
 from cropbench.errors import ConfigError
-from cropbench.harness.validity import with_contradictions
+from cropbench.harness.flags import decide, decide_run, row_flags
 from cropbench.records import Record, jsonable
 
 
@@ -245,15 +245,22 @@ def run_tracks(
     repeats: int = 1,
     done: Collection[tuple[str, str, int]] = frozenset(),
     counter: CaseCounter | None = None,
+    earlier: Sequence[Record] = (),
+    amend: Callable[[list[Record]], None] | None = None,
 ) -> list[Record]:
-    """Run every case of every track ``repeats`` times, handing each record to ``emit`` at once.
+    """Run every case of every track ``repeats`` times, handing each record to ``emit`` at once, its
+    flags decided (:func:`cropbench.harness.flags.decide`) against the rows measured before it.
 
     ``done`` holds the ``Record.key`` of rows already measured (``--resume``); they are not measured
-    again, and rows a case is made of (a worker search's steps) are not written twice. Every record
-    of the call shares one ``run_id``. ``counter`` is told the cases done out of those planned, before
-    the first and after each.
+    again, and rows a case is made of (a worker search's steps) are not written twice; ``earlier`` are
+    those rows, which this run's rows are judged beside. Every record of the call shares one ``run_id``.
+    ``counter`` is told the cases done out of those planned, before the first and after each.
+    Once every case is measured, each row is decided again against every row of the run (a ceiling
+    measured after a row counts too); where any row's flags changed, ``amend`` is given the run's rows
+    (in the order emitted) to write over those emitted. Returns the run's rows as finally decided.
     """
     run_id = uuid.uuid4().hex[:12]
+    measured: list[Record] = []  # as the tracks wrote them, before the runner decided their flags
     written: list[Record] = []
     cases = plan(tracks, preset, context, repeats=repeats, done=done)
     for finished, item in enumerate(cases):
@@ -278,23 +285,31 @@ def run_tracks(
                 case=row.case.label,
                 case_id=case_id,
                 config=config,
-                # What a row measured of its own store settings wins over the run's; numbers that
-                # cannot all be true are flagged as written.
-                metrics=with_contradictions(
-                    track.name,
-                    {
-                        **store_metrics(context.remote, row.metrics, context.server_requests_per_s),
-                        **row.metrics,
-                        **ratio_to_local(local.get(row.case.label), row.metrics),
-                    },
-                ),
+                # What a row measured of its own store settings wins over the run's.
+                metrics={
+                    **store_metrics(context.remote, row.metrics, context.server_requests_per_s),
+                    **row.metrics,
+                    **ratio_to_local(local.get(row.case.label), row.metrics),
+                },
                 environment=context.environment,
                 seed=row.seed,
                 repeat=repeat,
                 run_id=run_id,
             )
+            measured.append(record)
+            # Numbers that cannot all be true are flagged as written: within the row, or against a
+            # ceiling measured before it in this run.
+            record = decide(record, [*earlier, *measured])
             emit(record)
             written.append(record)
     if counter is not None:
         counter.cases(len(cases), len(cases))
-    return written
+    final = decide_run(measured, earlier)
+    if amend is not None and any(_decision(a) != _decision(b) for a, b in zip(final, written, strict=True)):
+        amend(final)
+    return final
+
+
+def _decision(record: Record) -> tuple[list[str], object]:
+    """What the runner decided of a row: its flags and why it is impossible."""
+    return row_flags(record), record.metrics.get(m.IMPOSSIBLE_REASONS)

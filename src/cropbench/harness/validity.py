@@ -8,7 +8,7 @@ track gives the flag a meaning of its own). A flagged row checks the wiring; it 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,9 @@ def enough_rate_timings(count: object) -> bool:
 
 #: The flag of a row whose reader's cache holds the whole decoded plate.
 CACHE_HOLDS_PLATE_FLAG = "cache>=plate"
+#: The flag of a converted store's row whose later epochs over the store could be served from the
+#: library's own local disk cache (WebDataset's, MDS's, litdata's cache folder).
+LIBRARY_CACHE_FLAG = "library-cache"
 #: Flag → what it means.
 VALIDITY_FLAGS: dict[str, str] = {
     CACHE_HOLDS_PLATE_FLAG: "the reader's cache holds the whole decoded plate: steady state measures cache hits",
@@ -70,6 +73,9 @@ VALIDITY_FLAGS: dict[str, str] = {
     "time or more: the server, not the modelled network, limited the reader",
     IMPOSSIBLE: "two of the row's numbers contradict each other (or one cannot be true), so at least one of "
     "them is wrong; the row's impossible_reasons say which",
+    LIBRARY_CACHE_FLAG: "the library kept the crops of the first epoch over the store in its own local cache "
+    "(local_cache_bytes): later epochs read them from local disk, not the store, so the rates over the store "
+    "are not those of reading the store each epoch",
 }
 #: Track → flag → what the flag means on that track's rows, where the track gives it a meaning of its own.
 TRACK_FLAGS: dict[str, dict[str, str]] = {
@@ -148,19 +154,23 @@ def contradictions(track: str, metrics: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
-def with_contradictions(track: str, metrics: dict[str, Any]) -> dict[str, Any]:
-    """``metrics`` with ``impossible`` among its validity flags and its reasons under ``impossible_reasons``
-    where :func:`contradictions` finds any (as written to disk); unchanged otherwise."""
-    reasons = contradictions(track, metrics)
+def with_impossible(metrics: dict[str, Any], reasons: Sequence[str]) -> dict[str, Any]:
+    """``metrics`` with ``impossible`` among its validity flags and ``reasons`` added to its
+    ``impossible_reasons`` (after any it holds); unchanged when there is no reason."""
     if not reasons:
         return metrics
-    stored = metrics.get(m.VALIDITY_FLAGS)
-    flags = list(stored) if isinstance(stored, list) else []
+    stored, given = metrics.get(m.VALIDITY_FLAGS), metrics.get(m.IMPOSSIBLE_REASONS)
+    flags = [str(flag) for flag in stored] if isinstance(stored, list) else []
     return {
         **metrics,
         m.VALIDITY_FLAGS: flags if IMPOSSIBLE in flags else [*flags, IMPOSSIBLE],
-        m.IMPOSSIBLE_REASONS: reasons,
+        m.IMPOSSIBLE_REASONS: list(dict.fromkeys([*(map(str, given) if isinstance(given, list) else ()), *reasons])),
     }
+
+
+def with_contradictions(track: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` with ``impossible`` and its reasons where :func:`contradictions` finds any; unchanged otherwise."""
+    return with_impossible(metrics, contradictions(track, metrics))
 
 
 def _store_over_local(metrics: Mapping[str, Any]) -> list[str]:
@@ -188,6 +198,8 @@ def _track3_contradictions(metrics: Mapping[str, Any]) -> list[str]:
     if images is not None and ceiling and math.isfinite(images) and images > ceiling * (1.0 + CEILING_TOLERANCE):
         reasons.append(f"images/s {images:,.1f} is {images / ceiling:.2f}x its compute-only rate {ceiling:,.1f}")
     wait, stall = _number(metrics.get(m.DATA_WAIT_FRACTION)), _number(metrics.get(m.STALL_CROSSCHECK))
+    if stall is not None and math.isfinite(stall) and stall < 0:
+        reasons.append(f"stall cross-check {stall:.1%} is negative")
     if wait is not None and stall is not None and abs(wait - stall) > WAIT_AGREEMENT_TOLERANCE:
         reasons.append(
             f"data wait {wait:.1%} and its cross-check {stall:.1%} differ by more than {WAIT_AGREEMENT_TOLERANCE:.0%}"

@@ -22,8 +22,8 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.errors import OutputError
+from cropbench.harness.flags import IMPOSSIBLE, row_flags
 from cropbench.records import Record, read_records
-from cropbench.report.flags import IMPOSSIBLE, row_flags
 
 #: The track whose rows the headline reads.
 TRACK = "targets"

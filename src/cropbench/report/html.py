@@ -17,9 +17,9 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.errors import OutputError
+from cropbench.harness.flags import row_flags
 from cropbench.harness.validity import flag_meaning
 from cropbench.records import Record
-from cropbench.report.flags import row_flags
 from cropbench.report.summary import SUMMARY_COLUMNS, cell_value, format_cell, impossible_rows
 from cropbench.report.verdict import HEADING, Verdict, track_lines, verdict
 

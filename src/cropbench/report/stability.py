@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from cropbench import metrics as m
+from cropbench.harness.flags import IMPOSSIBLE, row_flags
 from cropbench.records import Record
-from cropbench.report.flags import IMPOSSIBLE, row_flags
 
 CV_LIMIT = 0.05
 BOOTSTRAP_RESAMPLES = 2000

@@ -10,9 +10,9 @@ import math
 from collections.abc import Iterable, Sequence
 
 from cropbench import metrics as m
+from cropbench.harness.flags import impossible_reasons, row_flags
 from cropbench.harness.validity import flag_meaning
 from cropbench.records import Record
-from cropbench.report.flags import impossible_reasons, row_flags
 
 #: Columns shown per track: (header, metric key, format).
 SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {

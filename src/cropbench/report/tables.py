@@ -7,22 +7,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG, IMPOSSIBLE
+from cropbench.harness.flags import row_flags
+from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG, IMPOSSIBLE, LIBRARY_CACHE_FLAG
 from cropbench.measure.remote import READ_PATHS
 from cropbench.measure.store_emulation import SERVER_BOUND_FLAG
 from cropbench.records import Record
 
 
 def formats_table(records: Sequence[Record]) -> str:
-    """The ``formats`` rows as a table: conversion cost, size, random and shuffled crops/s, break-even."""
+    """The ``formats`` rows as a table: conversion cost, size, random and shuffled crops/s, break-even
+    (from whole epochs), and the flags each row was written with."""
     header = (
         f"{'reader':<16} {'convert s':>9} {'+peak MiB':>9} {'MiB':>8} {'x plate':>7} {'random/s':>9} "
-        f"{'random x':>8} {'epoch/s':>9} {'epoch x':>7} {'1st batch ms':>12} {'break-even':>10} "
-        f"{'in turns':>8} same"
+        f"{'random x':>8} {'epoch/s':>9} {'whole/s':>9} {'epoch x':>7} {'1st batch ms':>12} {'break-even':>10} "
+        f"{'in turns':>8} same flags"
     )
     lines = [
-        "convert or read in place (random: Track 1 protocol; epoch: shuffled, Track 2 protocol; "
-        "x: against ome-zarr/direct, read in turns)",
+        "convert or read in place (random: Track 1 protocol; epoch: shuffled, Track 2 protocol, steady; whole: "
+        "whole epochs, first batch included, what break-even reads; x: against ome-zarr/direct, read in turns)",
         header,
     ]
 
@@ -52,11 +54,13 @@ def formats_table(records: Sequence[Record]) -> str:
                     cell(row.get(m.prefixed(m.RANDOM, m.SAMPLES_PER_S)), 9, ".0f"),
                     cell(row.get(m.RANDOM_RATIO_TO_IN_PLACE), 8, ".2f"),
                     cell(row.get(m.prefixed(m.SHUFFLED, m.SAMPLES_PER_S)), 9, ".0f"),
+                    cell(row.get(m.prefixed(m.SHUFFLED, m.EPOCH_SAMPLES_PER_S)), 9, ".0f"),
                     cell(row.get(m.EPOCH_RATIO_TO_IN_PLACE), 7, ".2f"),
                     cell(row.get(m.prefixed(m.SHUFFLED, m.FIRST_BATCH_MS)), 12, ".1f"),
                     epochs(row, "", 10),
                     epochs(row, m.INTERLEAVED, 8),
-                    "yes" if row.get(m.IDENTICAL_TO_PLATE) else "NO",
+                    "yes " if row.get(m.IDENTICAL_TO_PLATE) else "NO  ",
+                    ",".join(row_flags(record)) or "ok",
                 ]
             )
         )
@@ -68,7 +72,7 @@ def formats_table(records: Sequence[Record]) -> str:
         at = f" at {latency:g} ms median first-byte latency" if latency is not None else ""
         lines.append(f"over the emulated object store{at}")
         lines.append(
-            f"{'reader':<16} {'epoch/s':>9} {'1st batch ms':>12} {'req/crop':>8} {'KiB/crop':>8} "
+            f"{'reader':<16} {'epoch/s':>9} {'whole/s':>9} {'1st batch ms':>12} {'req/crop':>8} {'KiB/crop':>8} "
             f"{'server':>6} {'cache MiB':>9} {'break-even':>10}"
         )
         for record in remote:
@@ -78,6 +82,7 @@ def formats_table(records: Sequence[Record]) -> str:
                 continue
             cells = [
                 cell(row[m.prefixed(m.REMOTE, m.SAMPLES_PER_S)], 9, ".0f"),
+                cell(row.get(m.prefixed(m.REMOTE, m.EPOCH_SAMPLES_PER_S)), 9, ".0f"),
                 cell(row[m.prefixed(m.REMOTE, m.FIRST_BATCH_MS)], 12, ".1f"),
                 cell(row[m.prefixed(m.REMOTE, m.REQUESTS_PER_CROP)], 8, ".3f"),
                 cell(row[m.prefixed(m.REMOTE, m.BYTES_TRANSFERRED_PER_CROP)] / 1024, 8, ".1f"),
@@ -87,6 +92,8 @@ def formats_table(records: Sequence[Record]) -> str:
             ]
             if row[m.prefixed(m.REMOTE, m.SERVER_BOUND)]:
                 cells.append(SERVER_BOUND_FLAG)
+            if LIBRARY_CACHE_FLAG in row_flags(record):
+                cells.append(f"{LIBRARY_CACHE_FLAG} ({row.get(m.LOCAL_CACHE_BYTES, 0) / 2**20:.1f} MiB after epoch 1)")
             lines.append(" ".join([f"{record.case:<16}", *cells]))
     return "\n".join(lines)
 
@@ -121,7 +128,7 @@ def layouts_table(records: Sequence[Record]) -> str:
                 bound = f" {SERVER_BOUND_FLAG}" if row.get(m.prefixed(key, m.SERVER_BOUND)) else ""
                 cell += f" server {busy:4.0%}{bound}"
             cells.append(cell)
-        flags = row.get(m.VALIDITY_FLAGS) or []
+        flags = row_flags(record)
         if CACHE_HOLDS_PLATE_FLAG in flags:
             cells.append(f"{CACHE_HOLDS_PLATE_FLAG}: the chunk cache (grown to read ahead) holds the plate")
         if IMPOSSIBLE in flags:

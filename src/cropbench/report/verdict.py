@@ -6,9 +6,11 @@ must not be quoted. Track ``targets`` answers with its paired ratios instead: pe
 direct reader over the copy ceiling at the same thread count and over each peer at its best.
 Rows are grouped by their config fields (repeats of one configuration differ only in their seed) and
 each configuration is judged on the median over its repeats; a configuration is quotable when none
-of its rows carries a flag. The best configuration is the one with the highest rate (samples/s,
-crops/s; Track 3: images/s, judged per model) among the quotable ones; when none is quotable, among the
-flagged ones, said to be flagged; never one flagged ``impossible``. Every track's answer says the rule.
+of its rows carries a flag (the flags it was written with: :mod:`cropbench.harness.flags`). No answer
+rests on a flagged row: the best configuration is the one with the highest rate (samples/s, crops/s;
+Track 3: images/s, judged per model) among the quotable ones, and a ceiling or reference it is set
+against is a quotable row too; when none is quotable, the verdict says so and names none. Every
+track's answer says the rule.
 """
 
 from __future__ import annotations
@@ -25,18 +27,17 @@ import numpy as np
 
 from cropbench import metrics as m
 from cropbench.config import CEILING_LAYOUT as MEMMAP_LAYOUT
-from cropbench.harness.validity import flag_meaning
-from cropbench.records import Record
-from cropbench.report.flags import (
+from cropbench.harness.flags import (
     IMPOSSIBLE,
     crop_dtype,
     impossible_reasons,
-    judge_rows,
     loader_shape,
     row_flags,
     shape_label,
     source,
 )
+from cropbench.harness.validity import LIBRARY_CACHE_FLAG, flag_meaning
+from cropbench.records import Record
 from cropbench.tracks import TITLES
 
 #: Heading of the verdict block (the HTML report uses it too).
@@ -59,6 +60,8 @@ PLAIN_REASONS: dict[str, str] = {
     "not-evicted": "the page cache could not be emptied before the cold pass: no cold numbers",
     "rate!=1/mean": "its two timing loops disagree: the machine was busy; run again on an idle machine",
     IMPOSSIBLE: "its numbers contradict each other: run again on an idle machine",
+    LIBRARY_CACHE_FLAG: "the library's own local cache served the epochs after the first over the store, so its "
+    "rates over the store are not the store's: run one epoch (--epochs 1) for those",
 }
 #: Track → flag → the plain reason where a track gives the flag a meaning of its own.
 TRACK_REASONS: dict[str, dict[str, str]] = {
@@ -136,6 +139,8 @@ class TrackVerdict:
     chosen_by: str = ""
     #: A few impossible configurations, each with why: ``label: reason``.
     impossible: tuple[str, ...] = ()
+    #: Said instead of the best configuration where there is none.
+    nothing: str = "no configuration measured a number"
 
 
 @dataclass(frozen=True)
@@ -174,13 +179,10 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
     best = verdict.best
     if verdict.answer:
         lines = [head + verdict.answer[0], *verdict.answer[1:]]
-    elif (best is None or verdict.value is None) and dict(verdict.reasons).get(IMPOSSIBLE):
-        lines = [head + "no configuration to name: every one that measured a number contradicts itself (below)"]
     elif best is None or verdict.value is None:
-        lines = [head + "no configuration measured a number"]
+        lines = [head + verdict.nothing]
     else:
-        flagged = "" if best.quotable else " [flagged: not a number to quote]"
-        lines = [f"{head}best {best.label}: {_number(verdict.value)} {verdict.unit}{flagged}"]
+        lines = [f"{head}best {best.label}: {_number(verdict.value)} {verdict.unit}"]
         if verdict.ceiling is None or verdict.ratio is None:
             lines.append(verdict.ceiling_note)
         else:
@@ -239,6 +241,8 @@ class _Rule:
     #: Which measured configurations the flag counts cover, and what they are called.
     counted: Callable[[Configuration], bool] = lambda _: True
     nouns: tuple[str, str] = ("configuration", "configurations")
+    #: What is said where no competing configuration measured a number (None: that it did not).
+    nothing: Callable[[Sequence[Configuration]], str] | None = None
 
 
 def _no_ceiling(best: Configuration, value: float, everything: Sequence[Configuration]) -> None:
@@ -251,8 +255,15 @@ def _ratio(name: str, ceiling: float | None, value: float, kind: str = "ceiling"
     return Ceiling(name, ceiling, kind), value / ceiling
 
 
-def _reference(name: str, reference: float | None, value: float) -> tuple[Ceiling, float] | None:
-    return _ratio(name, reference, value, "reference")
+def _quotable_ratio(
+    name: str, rates: Sequence[tuple[float, Configuration]], value: float, kind: str = "reference"
+) -> tuple[Ceiling, float] | str | None:
+    """The best of ``rates`` among the quotable configurations as the ceiling or reference of ``value``;
+    where every one measured carries a flag, why there is none."""
+    quotable = [rate for rate, c in rates if c.quotable]
+    if rates and not quotable:
+        return f"{NO_CEILING}: every row of {name} carries a flag"
+    return _ratio(name, max(quotable, default=None), value, kind)
 
 
 def _source(configuration: Configuration) -> str:
@@ -279,11 +290,14 @@ def _track2_ceiling(
     if not workers:
         return f"{NO_CEILING} for loading in the main process (crops already in memory bound the workers' hand-over)"
     memory = [c for c in everything if _source(c) == "memory" and c.median(m.SAMPLES_PER_S) is not None]
-    matching = [c for c in memory if _loader_shape(c) == shape and IMPOSSIBLE not in c.flags]
+    matching = [c for c in memory if _loader_shape(c) == shape]
     if memory and not matching:
         shapes = ", ".join(sorted({shape_label(*s) for s in map(_loader_shape, memory)}))
         return f"{NO_CEILING} at {shape_label(*shape)}: crops already in memory were handed over at {shapes} only"
-    same_dtype = [c for c in matching if _dtype(c) == _dtype(best)] or matching
+    quotable = [c for c in matching if c.quotable]
+    if matching and not quotable:
+        return f"{NO_CEILING} at {shape_label(*shape)}: every row of crops already in memory there carries a flag"
+    same_dtype = [c for c in quotable if _dtype(c) == _dtype(best)] or quotable
     rates = [rate for c in same_dtype if (rate := c.median(m.SAMPLES_PER_S)) is not None]
     return _ratio("crops already in memory, the workers' hand-over alone", max(rates, default=None), value)
 
@@ -345,13 +359,15 @@ def _is_memmap(configuration: Configuration) -> bool:
 
 def _layouts_ceiling(
     best: Configuration, value: float, everything: Sequence[Configuration]
-) -> tuple[Ceiling, float] | None:
+) -> tuple[Ceiling, float] | str | None:
     """The memory-mapped raw plate through the same dataset: the comparison's reference, not a ceiling
     (it carries the dataset's per-crop work; the ceiling no reader passes is track targets')."""
     memmap = [
-        rate for c in everything if _is_memmap(c) and (rate := c.median(m.access_crops_per_s_key("random"))) is not None
+        (rate, c)
+        for c in everything
+        if _is_memmap(c) and (rate := c.median(m.access_crops_per_s_key("random"))) is not None
     ]
-    return _reference("the memory-mapped raw plate, through the same dataset", max(memmap, default=None), value)
+    return _quotable_ratio("the memory-mapped raw plate, through the same dataset", memmap, value)
 
 
 def _kind(configuration: Configuration) -> object:
@@ -360,15 +376,15 @@ def _kind(configuration: Configuration) -> object:
 
 def _peers_ceiling(
     best: Configuration, value: float, everything: Sequence[Configuration]
-) -> tuple[Ceiling, float] | None:
+) -> tuple[Ceiling, float] | str | None:
     direct = [
-        rate
+        (rate, c)
         for c in everything
         if _kind(c) == "cropbench"
         and c.rows[0].config.get("decode") == "direct"
         and (rate := c.median(m.SAMPLES_PER_S)) is not None
     ]
-    return _reference("cropbench direct on the same crops", max(direct, default=None), value)
+    return _quotable_ratio("cropbench direct on the same crops", direct, value)
 
 
 @dataclass(frozen=True)
@@ -512,14 +528,37 @@ def _formats_notes(configurations: Sequence[Configuration]) -> tuple[str, ...]:
         if _is_in_place(c) or c.rows[0].metrics.get(m.SKIPPED):
             continue
         reader = c.rows[0].config.get(m.READER, c.label)
-        # The break-even of the epochs measured in turns with the plate in place (like for like).
+        # The break-even of whole epochs measured in turns with the plate in place (like for like).
         pays = c.rows[0].metrics.get(m.prefixed(m.INTERLEAVED, m.CONVERTING_PAYS_OFF))
         epochs = c.median(m.prefixed(m.INTERLEAVED, m.BREAK_EVEN_EPOCHS))
-        if pays is False:
-            notes.append(f"{reader}: converting never pays off (its epochs are no faster than reading in place)")
+        if not c.quotable:
+            notes.append(f"{reader}: no break-even to quote (flagged {', '.join(sorted(c.flags))})")
+        elif pays is False:
+            notes.append(f"{reader}: converting never pays off (its whole epochs are no faster than reading in place)")
         elif epochs is not None:
             notes.append(f"{reader}: converting pays off after {epochs:,.1f} epochs")
     return tuple(notes)
+
+
+def _formats_rate(configuration: Configuration) -> float | None:
+    """Crops/s over whole shuffled epochs (the steady rate in rows written before the whole-epoch one)."""
+    whole = configuration.median(m.prefixed(m.SHUFFLED, m.EPOCH_SAMPLES_PER_S))
+    return whole if whole is not None else configuration.median(m.prefixed(m.SHUFFLED, m.SAMPLES_PER_S))
+
+
+#: What track formats ranks its converted stores on.
+FORMATS_UNIT = "crops/s, whole shuffled epochs"
+
+
+def _formats_nothing(configurations: Sequence[Configuration]) -> str:
+    """Where no converted store measured a number: that, and what the plate read in place measured."""
+    in_place = [
+        f"{c.label} {_number(rate)}" + ("" if c.quotable else " [flagged]")
+        for c in configurations
+        if _is_in_place(c) and (rate := _formats_rate(c)) is not None
+    ]
+    read = f"; the plate read in place: {', '.join(in_place)} {FORMATS_UNIT}" if in_place else ""
+    return f"no converted store measured a number (each row says why){read}"
 
 
 def _kib(value: float | None) -> str:
@@ -544,11 +583,14 @@ def _store_layouts_notes(configurations: Sequence[Configuration]) -> tuple[str, 
     lines = []
     zarr_rate, zarr_local = m.prefixed(m.ZARR_, m.SAMPLES_PER_S), m.prefixed(m.ZARR_, m.LOCAL_SAMPLES_PER_S)
     ranked = [(rate, c) for c in configurations if (rate := c.median(zarr_rate)) is not None]
-    if ranked:
-        rate, best = max(ranked, key=lambda entry: entry[0])
+    quotable = [(rate, c) for rate, c in ranked if c.quotable]
+    if quotable:
+        rate, best = max(quotable, key=lambda entry: entry[0])
         local = best.median(zarr_local)
         beside = f" ({rate / local:.2f}x the same layout on local disk)" if local else ""
         lines.append(f"zarr path: best {best.label}: {_number(rate)} crops/s{beside}")
+    elif ranked:
+        lines.append("zarr path: no layout to name: every one that measured a number carries a flag")
     cells = []
     for c in configurations:
         counts = [c.median(m.prefixed(prefix, m.REQUESTS_PER_CROP)) for prefix in STORE_READ_PATHS.values()]
@@ -600,11 +642,12 @@ RULES: dict[str, _Rule] = {
         _remote_notes,
     ),
     "formats": _Rule(
-        "crops/s, shuffled epochs",
+        FORMATS_UNIT,
         lambda c: not _is_in_place(c),
-        lambda c: c.median(m.prefixed(m.SHUFFLED, m.SAMPLES_PER_S)),
+        _formats_rate,
         _formats_ceiling,
         _formats_notes,
+        nothing=_formats_nothing,
     ),
     "store-layouts": _Rule(
         "crops/s, direct path",
@@ -638,16 +681,13 @@ def judge_track(track: str, groups: Sequence[Configuration], subject: str = "") 
     measured = [c for c in groups if _measured(c)]
     counted = [c for c in measured if rule.counted(c)]
     ranked = [(value, c) for c in measured if rule.competes(c) and (value := rule.value(c)) is not None]
-    candidates = [entry for entry in ranked if IMPOSSIBLE not in entry[1].flags]
-    clean = [entry for entry in candidates if entry[1].quotable]
-    pool = clean or candidates
-    value, best = max(pool, key=lambda entry: entry[0]) if pool else (None, None)
+    clean = [entry for entry in ranked if entry[1].quotable]
+    value, best = max(clean, key=lambda entry: entry[0]) if clean else (None, None)
     found = rule.ceiling(best, value, groups) if best is not None and value is not None else None
     note = found if isinstance(found, str) else NO_CEILING
     found = None if isinstance(found, str) else found
     reasons = Counter(flag for c in counted for flag in c.flags)
-    among = f"{len(pool)} {'configuration' if len(pool) == 1 else 'configurations'}"
-    kind = "without flags" if clean else "flagged, none being clean; impossible ones never"
+    among = f"{len(clean)} {'configuration' if len(clean) == 1 else 'configurations'}"
     return TrackVerdict(
         track=track,
         configurations=len(counted),
@@ -663,9 +703,19 @@ def judge_track(track: str, groups: Sequence[Configuration], subject: str = "") 
         answer=rule.answer(measured) if rule.answer else (),
         nouns=rule.nouns,
         subject=subject,
-        chosen_by=f"the highest {rule.unit} of {among} {kind}" if best is not None else "",
+        chosen_by=f"the highest {rule.unit} of {among} without flags" if best is not None else "",
         impossible=tuple(f"{c.label}: {why}" for c in counted if (why := _why_impossible(c)))[:IMPOSSIBLE_EXAMPLES],
+        nothing=_nothing(rule, ranked, groups),
     )
+
+
+def _nothing(rule: _Rule, ranked: Sequence[tuple[float, Configuration]], groups: Sequence[Configuration]) -> str:
+    """What is said where no configuration is named best: none measured a number, or every one carries a flag."""
+    if all(IMPOSSIBLE in c.flags for _, c in ranked) and ranked:
+        return "no configuration to name: every one that measured a number contradicts itself (below)"
+    if ranked:
+        return "no configuration to name: every one that measured a number carries a flag (below)"
+    return rule.nothing(groups) if rule.nothing is not None else "no configuration measured a number"
 
 
 def _why_impossible(configuration: Configuration) -> str:
@@ -691,11 +741,11 @@ def judge(track: str, groups: Sequence[Configuration]) -> list[TrackVerdict]:
 def verdict(records: Iterable[Record], preset: str | None = None) -> Verdict:
     """The verdict over ``records`` (every row given: a run's, or a whole results file read back).
 
-    Rows are judged first (:func:`cropbench.report.flags.judge_rows`), so a row whose numbers cannot all
-    be true is never the best. ``preset`` names the case grid when known: a smoke run says what it
-    proves before the tracks.
+    Each row's flags are those it was written with (:mod:`cropbench.harness.flags`), so a flagged row
+    is never the best. ``preset`` names the case grid when known: a smoke run says what it proves
+    before the tracks.
     """
-    groups = configurations(judge_rows(records))
+    groups = configurations(records)
     tracks = list(dict.fromkeys(c.rows[0].track for c in groups))
     return Verdict(
         tuple(answer for t in tracks for answer in judge(t, [c for c in groups if c.rows[0].track == t])), preset

@@ -16,24 +16,26 @@ with the in-place reference on the same indices (``random_ratio_to_in_place``: a
 busy machine). WebDataset has no random access; its row has no random metrics. Track 2's: ``epochs``
 shuffled epochs through a DataLoader (the library's own shuffling and loader where it has them), the
 clock around ``iter()`` and each blocking ``next()``: first-batch latency, steady samples/s without
-each epoch's first batch per worker, seconds per epoch, and whether each epoch delivered every crop
-exactly once. Each row carries the fidelity hash of the first crops by index and whether it equals
-the plate's.
+each epoch's first batch per worker, crops/s over whole epochs (first batch included), seconds per
+epoch, and whether each epoch delivered every crop exactly once. Each row carries the fidelity hash
+of the first crops by index and whether it equals the plate's.
 
 With ``remote_latency_ms`` (``compare-formats --latency-ms``), each store is also served by the
 emulated object store (:mod:`cropbench.measure.store_emulation`: nginx in its own network namespace,
 that median first-byte latency with a log-normal tail, per-connection and link bandwidth) and read for
 the same shuffled epochs by the libraries that stream from S3 (``remote_*``: crops/s, first batch,
 requests and bytes per crop from the server's log, the server's CPU and busy shares, flagged
-``server-bound`` where the server and not the model was the limit, the bytes left in the library's
-local cache); the others say why not (``remote_skip_reason``). The plate is served too and read in
+``server-bound`` where the server and not the model was the limit, the bytes in the library's local
+cache after the first epoch and at the end, flagged ``library-cache`` where later epochs could read
+from there instead of the store); the others say why not (``remote_skip_reason``). The plate is served too and read in
 place by the direct path for the same epochs, and each format's ``remote_break_even_epochs`` is
 against it.
 
 ``break_even_epochs`` = conversion seconds / (in-place seconds per epoch - converted seconds per
-epoch), seconds per epoch being the objects over the steady shuffled samples/s: the epochs after which
-converting has paid for itself. A format no faster than reading in place never pays off
-(``converting_pays_off`` False, no break-even). The same from whole epochs (worker start-up and
+epoch), seconds per epoch being the objects over the crops/s of whole shuffled epochs (each epoch's
+first batch included: a store that starts slowly pays for it every epoch): the epochs after which
+converting has paid for itself. A format whose whole-epoch rate is not above the plate's in place
+never pays off (``converting_pays_off`` False, no break-even). The same from whole epochs (worker start-up and
 shut-down included) of the converted store and of the plate in place read in turns
 (``interleaved_break_even_epochs``, ``epoch_ratio_to_in_place``) survives a busy machine.
 """
@@ -47,7 +49,7 @@ import math
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,7 @@ from cropbench.data.training import (
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.runner import Row
+from cropbench.harness.validity import LIBRARY_CACHE_FLAG
 from cropbench.harness.work import WorkFolder
 from cropbench.measure.endpoints import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, environment_variables, remote_plate
 from cropbench.measure.fidelity import fidelity_hash
@@ -249,11 +252,19 @@ def convert_crops(
     return Conversion(Path(destination), info, clock.seconds, memory.peak_bytes, memory.start_bytes, memory.reset)
 
 
-def timed_epochs(loader: Iterable[dict[str, Any]], epochs: int, warmup_batches: int, objects: int) -> dict[str, Any]:
+def timed_epochs(
+    loader: Iterable[dict[str, Any]],
+    epochs: int,
+    warmup_batches: int,
+    objects: int,
+    after_first: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """Track 2's clocks around ``epochs`` passes of ``loader``: ``iter()`` and each blocking ``next()``.
 
-    Steady samples/s leaves out each epoch's first ``warmup_batches`` (worker start-up); every epoch
-    must deliver each of the ``objects`` crops exactly once (``exactly_once``).
+    Steady samples/s leaves out each epoch's first ``warmup_batches`` (worker start-up); the whole-epoch
+    rate (what break-even reads) counts every batch, the first included. Every epoch must deliver each of
+    the ``objects`` crops exactly once (``exactly_once``). ``after_first`` is called, off the clock,
+    once the first epoch is over.
     """
     first_batch_ns = 0
     steady_ns = steady_samples = 0
@@ -285,9 +296,12 @@ def timed_epochs(loader: Iterable[dict[str, Any]], epochs: int, warmup_batches: 
         waits_all.extend(waits[steady])
         exactly_once &= sorted(seen) == list(range(objects))
         delivered_total += len(seen)
+        if epoch == 0 and after_first is not None:
+            after_first()
     return {
         m.FIRST_BATCH_MS: first_batch_ns / 1e6,
         m.SAMPLES_PER_S: samples_per_s(steady_samples, steady_ns / 1e9),
+        m.EPOCH_SAMPLES_PER_S: samples_per_s(delivered_total, sum(epoch_seconds)),
         m.EPOCH_SECONDS: epoch_seconds,
         m.DELIVERED_SAMPLES: delivered_total,
         m.EXPECTED_SAMPLES: objects * epochs,
@@ -296,21 +310,32 @@ def timed_epochs(loader: Iterable[dict[str, Any]], epochs: int, warmup_batches: 
     }
 
 
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files under ``folder`` (0 when there is none)."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) if folder.exists() else 0
+
+
 def over_store(metrics: dict[str, Any], window: ServerWindow, cache: Path) -> dict[str, Any]:
     """A remote measurement's row: its epochs' metrics, what the server answered meanwhile (per crop
     delivered), its CPU and busy shares (``server-bound`` among the validity flags where it was the
     limit), the bytes left under ``cache`` and the store's median latency."""
     delivered = metrics[m.prefixed(m.REMOTE, m.DELIVERED_SAMPLES)]
-    cached = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file()) if cache.exists() else 0
     row = {
         **metrics,
         **_prefixed(m.REMOTE, window.metrics(delivered)),
-        m.REMOTE_CACHE_BYTES: cached,
+        m.REMOTE_CACHE_BYTES: folder_bytes(cache),
         m.INJECTED_LATENCY_MS: window.store.model.median_latency_ms,
     }
     if window.server_bound:
-        row[m.VALIDITY_FLAGS] = [SERVER_BOUND_FLAG]
+        row[m.VALIDITY_FLAGS] = [*row.get(m.VALIDITY_FLAGS, []), SERVER_BOUND_FLAG]
     return row
+
+
+def library_cache(epochs: int, local_cache_bytes: int) -> dict[str, Any]:
+    """A converted store's remote row: the bytes its library's local cache held after the first epoch, and
+    ``library-cache`` among its flags where later epochs could read from there instead of the store."""
+    served = epochs > 1 and local_cache_bytes > 0
+    return {m.LOCAL_CACHE_BYTES: local_cache_bytes, **({m.VALIDITY_FLAGS: [LIBRARY_CACHE_FLAG]} if served else {})}
 
 
 def remote_epochs(
@@ -333,6 +358,7 @@ def remote_epochs(
         # What the library prints on stderr (litdata prints its prefetch thread's traceback there) is
         # held back: a failure is the row's one-line answer, and after a success it is passed on.
         said, before = io.StringIO(), set(threading.enumerate())
+        cached_after_first: list[int] = []
         with (
             server.window() as window,
             environment_variables(fmt.remote_environment(s3)),
@@ -342,9 +368,17 @@ def remote_epochs(
                 loader = fmt.remote_epoch_loader(
                     f"s3://{BUCKET}/{fmt.name}", cache, s3, plate_name, comparison.epoch_spec()
                 )
-                metrics = _prefixed(
-                    m.REMOTE, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
+                epochs = timed_epochs(
+                    loader,
+                    comparison.epochs,
+                    max(1, comparison.workers),
+                    objects,
+                    after_first=lambda: cached_after_first.append(folder_bytes(cache)),
                 )
+                metrics = {
+                    **_prefixed(m.REMOTE, epochs),
+                    **library_cache(comparison.epochs, cached_after_first[0] if cached_after_first else 0),
+                }
             except Exception as error:  # any failure of the library's own client is the row's answer
                 # litdata's prefetch thread hands its error over before printing it: let it finish here.
                 for thread in set(threading.enumerate()) - before:
@@ -361,11 +395,26 @@ def random_access(get: Any, indices: list[int], warmup: int) -> dict[str, Any]:
 
 
 def break_even(conversion_seconds: float, in_place_epoch_s: float, converted_epoch_s: float) -> dict[str, Any]:
-    """Epochs after which converting pays for itself against reading in place; none when it never does."""
+    """Epochs after which converting pays for itself against reading in place, from the seconds of whole
+    epochs (first batch included); none when the converted store's epoch is not the shorter."""
     saved = in_place_epoch_s - converted_epoch_s
     if not math.isfinite(saved) or saved <= 0:
         return {m.CONVERTING_PAYS_OFF: False}
     return {m.CONVERTING_PAYS_OFF: True, m.BREAK_EVEN_EPOCHS: conversion_seconds / saved}
+
+
+def break_evens(converted: dict[str, Any], in_place: dict[str, Any], objects: int) -> dict[str, Any]:
+    """The converted row's break-even against the plate read in place (``in_place``, the reference row of
+    the same repeat) from the whole-epoch rates of each: on local disk (``break_even_epochs``) and, where
+    both were read over the store, there (``remote_break_even_epochs``). Steady rates, which leave each
+    epoch's first batch out, decide nothing: a store that starts slowly pays for it every epoch."""
+    found: dict[str, Any] = {}
+    for source, prefix in ((m.SHUFFLED, ""), (m.REMOTE, m.REMOTE)):
+        rate = m.prefixed(source, m.EPOCH_SAMPLES_PER_S)
+        if converted.get(rate) and in_place.get(rate):
+            seconds = objects / in_place[rate], objects / converted[rate]
+            found.update(_prefixed(prefix, break_even(converted[m.CONVERSION_SECONDS], *seconds)))
+    return found
 
 
 @dataclass(frozen=True)
@@ -426,17 +475,11 @@ class Formats:
         plate_dataset.reader.close()
         if metrics.get(m.PLATE_STORED_BYTES) and m.STORED_BYTES in metrics:
             metrics[m.SIZE_RATIO_TO_PLATE] = metrics[m.STORED_BYTES] / metrics[m.PLATE_STORED_BYTES]
-        metrics[m.SECONDS_PER_EPOCH] = objects / metrics[m.prefixed(m.SHUFFLED, m.SAMPLES_PER_S)]
+        metrics[m.SECONDS_PER_EPOCH] = objects / metrics[m.prefixed(m.SHUFFLED, m.EPOCH_SAMPLES_PER_S)]
         if case.reader == m.REFERENCE:
             self.reference[repeat] = metrics
         elif m.CONVERSION_SECONDS in metrics and repeat in self.reference:
-            reference = self.reference[repeat]
-            in_place = reference[m.SECONDS_PER_EPOCH]
-            metrics.update(break_even(metrics[m.CONVERSION_SECONDS], in_place, metrics[m.SECONDS_PER_EPOCH]))
-            remote_rate = m.prefixed(m.REMOTE, m.SAMPLES_PER_S)
-            if remote_rate in metrics and remote_rate in reference:  # both read over the loopback store
-                over_store = objects / reference[remote_rate], objects / metrics[remote_rate]
-                metrics.update(_prefixed(m.REMOTE, break_even(metrics[m.CONVERSION_SECONDS], *over_store)))
+            metrics.update(break_evens(metrics, self.reference[repeat], objects))
         yield Row(case, self._config(case, comparison), metrics, comparison.seed)
 
     def _config(self, case: FormatCase, comparison: FormatComparison) -> dict[str, Any]:
@@ -590,6 +633,7 @@ __all__ = [
     "Formats",
     "FormatUnavailableError",
     "break_even",
+    "break_evens",
     "check_plate",
     "convert_crops",
     "timed_epochs",

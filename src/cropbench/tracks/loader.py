@@ -33,10 +33,13 @@ FULL_SAMPLES_PER_EPOCH = 4096
 
 
 def preset_cases(preset: str, samples: int | None = None, objects: int | None = None) -> list[Track2Case]:
-    """The Track 2 grid: the workers × batch-size sweep, then one knob at a time around a base.
+    """The Track 2 grid: crops already in memory (the ceilings), then the workers × batch-size sweep,
+    then one knob at a time around a base.
 
-    Non-persistent cases come before their persistent twin so the runner can report the epoch-2
-    gain of persistence on the twin's row. With ``objects`` (the plate's), the full preset's epochs
+    The ceilings come first, so each row read from the plate is judged against the ceiling at its
+    shape as it is written (:func:`cropbench.harness.flags.ceiling_reasons`). Non-persistent cases come
+    before their persistent twin so the runner can report the epoch-2 gain of persistence on the
+    twin's row. With ``objects`` (the plate's), the full preset's epochs
     draw no crop twice: both epochs together read at most every object once (unless ``samples`` says
     otherwise).
     """
@@ -90,7 +93,7 @@ def preset_cases(preset: str, samples: int | None = None, objects: int | None = 
         cases += [case(memory, crop.replace(dtype=dtype), source="memory") for dtype in ("uint16", "float32")]
     if pin_rows:
         cases.append(case(dataclasses.replace(loader, pin_memory=True)))
-    return cases
+    return [c for c in cases if c.source == "memory"] + [c for c in cases if c.source != "memory"]
 
 
 #: Steady batches a ``gpu`` case times at least (more with workers: whole rounds, see :func:`gpu_cases`).

@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")  # before a figure module imports pyplot: figures are written to files, never shown
 
 from cropbench.errors import OutputError  # noqa: E402
+from cropbench.harness.flags import flagged  # noqa: E402
 from cropbench.records import Record  # noqa: E402
 from cropbench.report.plots.comparisons import layouts_comparison, peers_comparison  # noqa: E402
 from cropbench.report.plots.drawing import (  # noqa: E402
@@ -25,7 +26,6 @@ from cropbench.report.plots.drawing import (  # noqa: E402
     TAB10,
     FigureMaker,
     axis_from_zero,
-    flagged,
     flagged_handle,
     horizontal_bars,
     log_x_axis,
@@ -43,7 +43,7 @@ from cropbench.report.plots.rows import (  # noqa: E402
     runs_in,
 )
 from cropbench.report.plots.track1 import rolling_median, steady_from, track1_bars, track1_cdf, track1_warmup  # noqa: E402
-from cropbench.report.plots.track2 import fully_cached, sweep_key, track2_first_batch, track2_scaling  # noqa: E402
+from cropbench.report.plots.track2 import sweep_key, track2_first_batch, track2_scaling  # noqa: E402
 from cropbench.report.plots.track3 import flagged_workers, track3_bars, track3_workers  # noqa: E402
 
 #: Every figure maker, in the order their files are drawn.
@@ -95,7 +95,6 @@ __all__ = [
     "flagged",
     "flagged_handle",
     "flagged_workers",
-    "fully_cached",
     "horizontal_bars",
     "label_runs",
     "latest_runs",

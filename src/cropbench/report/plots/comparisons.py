@@ -10,8 +10,9 @@ import numpy as np
 
 from cropbench import metrics as m
 from cropbench.config import CEILING_LAYOUT as MEMMAP_LAYOUT
+from cropbench.harness.flags import flagged
 from cropbench.records import Record
-from cropbench.report.plots.drawing import axis_from_zero, flagged, flagged_handle, horizontal_bars, save_figure
+from cropbench.report.plots.drawing import axis_from_zero, flagged_handle, horizontal_bars, save_figure
 from cropbench.report.plots.rows import row_label, rows_of
 from cropbench.report.text import figure_label
 

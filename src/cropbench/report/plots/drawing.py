@@ -1,6 +1,6 @@
 """What every figure draws the same way: flagged rows, bars on axes from zero, log axes, the saved file.
 
-Every figure treats flagged rows (validity flags, see :mod:`cropbench.report.flags`) the same way:
+Every figure treats flagged rows (validity flags, see :mod:`cropbench.harness.flags`) the same way:
 grey and hatched, with a legend entry saying they are not measurements to quote. Bars lie on linear
 axes from zero, so their lengths compare; log axes are kept for lines across decades (latency CDFs,
 warm-up curves).
@@ -19,7 +19,6 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from cropbench.records import Record
-from cropbench.report.flags import row_flags
 
 #: Draws one figure from the rows into a folder; returns the file, or None when the rows hold nothing for it.
 FigureMaker = Callable[[Sequence[Record], Path], Path | None]
@@ -35,11 +34,6 @@ FLAGGED_NOTE = "grey, hatched: flagged (see the summary), not a measurement to q
 plt.rcParams["hatch.linewidth"] = 1.2
 #: Labels come from rows (case names, config values): a ``$`` in one is drawn, never typeset as mathtext.
 plt.rcParams["text.parse_math"] = False
-
-
-def flagged(record: Record) -> bool:
-    """Whether the row carries a validity flag (as every report reads them)."""
-    return bool(row_flags(record))
 
 
 def flagged_handle() -> Patch:

@@ -11,13 +11,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from cropbench import metrics as m
+from cropbench.harness.flags import flagged, row_flags
 from cropbench.records import Record
-from cropbench.report.flags import row_flags
 from cropbench.report.plots.drawing import (
     FLAGGED_EDGE,
     TAB10,
     axis_from_zero,
-    flagged,
     flagged_handle,
     horizontal_bars,
     log_x_axis,

@@ -12,14 +12,14 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from cropbench import metrics as m
-from cropbench.errors import CropbenchError
+from cropbench.harness.flags import flagged, row_flags
+from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG
 from cropbench.records import Record
 from cropbench.report.plots.drawing import (
     FLAGGED_COLOR,
     FLAGGED_HATCH,
     TAB10,
     axis_from_zero,
-    flagged,
     flagged_handle,
     horizontal_bars,
     save_figure,
@@ -35,28 +35,6 @@ def sweep_key(config: dict[str, Any]) -> str:
     rest = {key: value for key, value in config.items() if key != "seed"}
     rest["loader"] = {k: v for k, v in config.get("loader", {}).items() if k not in SWEPT_LOADER_KNOBS}
     return json.dumps(rest, sort_keys=True, default=str)
-
-
-#: A reader cache at least this large relative to the decoded plate holds all of it.
-FULLY_CACHED = 1.0
-
-
-def fully_cached(record: Record) -> bool | None:
-    """Whether the row's reader cache held the whole decoded plate; None when it cannot be told."""
-    fraction = record.metrics.get(m.CACHE_FRACTION_OF_PLATE)
-    if fraction is not None:
-        return bool(fraction >= FULLY_CACHED)
-    crop, plate = record.config.get("crop", {}), record.config.get("plate")
-    if crop.get("decode") != "direct" or not plate:
-        return None
-    from cropbench.formats import read_plate_metadata
-
-    try:
-        metadata = read_plate_metadata(plate)
-    except (CropbenchError, OSError):
-        return None
-    decoded = int(np.prod(metadata.field_shape)) * np.dtype(metadata.dtype).itemsize * len(metadata.fields)
-    return bool(crop.get("chunk_cache_bytes", 0) >= FULLY_CACHED * decoded)
 
 
 def _median(rows: Sequence[Record], metric: str) -> float:
@@ -124,7 +102,7 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
         runs = sorted({str(r.config["run"]) for r in panel_rows if "run" in r.config})
         if runs:
             axis.set_title(f"{axis.get_title()} [run {', '.join(runs)}]", fontsize=9)
-        if any(fully_cached(r) for r in panel_rows):
+        if any(CACHE_HOLDS_PLATE_FLAG in row_flags(r) for r in panel_rows):
             axis.text(
                 0.02,
                 0.03,

@@ -13,6 +13,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from cropbench import metrics as m
+from cropbench.harness.flags import flagged
 from cropbench.records import Record
 from cropbench.report.plots.drawing import (
     FLAGGED_COLOR,
@@ -20,7 +21,6 @@ from cropbench.report.plots.drawing import (
     FLAGGED_HATCH,
     TAB10,
     axis_from_zero,
-    flagged,
     flagged_handle,
     horizontal_bars,
     save_figure,
