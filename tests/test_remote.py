@@ -5,6 +5,8 @@ line naming the URL."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import shutil
 import socket
 import subprocess
@@ -533,3 +535,32 @@ def test_the_remote_track_over_a_local_plate_writes_no_request_counts(tiny_plate
     for record in records:
         assert m.REQUESTS_PER_CROP not in record.metrics and m.BYTES_TRANSFERRED_PER_CROP not in record.metrics
         assert record.metrics[m.SAMPLES_PER_S] > 0
+
+
+def test_compare_layouts_over_a_store_reads_with_the_store_settings_given(
+    tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--timeout, --retries, --zarr-client and --anonymous reach the measured reads, not a fresh default."""
+    import cropbench.formats.sources as sources
+    from cropbench.tracks.store_layouts import StoreLayouts, layout_over_store
+
+    given = StoreConfig(timeout_s=7.5, retries=5, zarr_client="obstore", anonymous=True, in_flight=3)
+    settings = StoreLayouts(latency_ms=4, in_flight=9, store=given)
+    used: list[StoreConfig] = []
+
+    class Seen(Exception):
+        pass
+
+    def mirror(url: str, store: StoreConfig, cache: Path) -> Path:
+        used.append(store)
+        raise Seen
+
+    @contextlib.contextmanager
+    def serve(plate: Path) -> Iterator[str]:
+        yield "http://127.0.0.1:9/tiny.zarr"
+
+    monkeypatch.setattr(sources, "mirror_metadata", mirror)
+    with pytest.raises(Seen):
+        layout_over_store(tiny_plate, serve, settings, tmp_path)
+    assert used == [dataclasses.replace(given, in_flight=9, latency_ms=0.0)]
+    assert settings.reads(4.0) == dataclasses.replace(given, in_flight=9, latency_ms=4.0)

@@ -76,6 +76,7 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
         crops=args.samples,
         zarr_crops=max(args.samples // 8, 1),  # zarr-python pays several round trips per crop
         crop_size=args.crop_size,
+        store=store_config(args),
     )
     layouts = args.layout or STORE_LAYOUTS
     bar = ProgressBar(not args.no_progress, "layouts", len(layouts))

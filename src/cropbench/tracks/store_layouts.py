@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,9 @@ Serve = Callable[[Path], AbstractContextManager[str]]
 class StoreLayouts:
     """How each layout is measured over a store: counts without injected latency (they do not depend
     on it), then random crops/s with no workers at ``latency_ms``, the direct path with ``in_flight``
-    requests open, beside the same layout on local disk."""
+    requests open, beside the same layout on local disk. ``store`` is how every read reaches the store
+    (timeouts, retries, zarr-python's client, signing); its requests in flight and latency are these
+    settings' own."""
 
     latency_ms: float = 20.0
     in_flight: int = DEFAULT_IN_FLIGHT
@@ -51,6 +53,12 @@ class StoreLayouts:
     zarr_crops: int = 64
     batch_size: int = 32
     crop_size: int = 96
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+    def reads(self, latency_ms: float) -> StoreConfig:
+        """The store settings of the measured reads: ``store`` with these settings' requests in flight and
+        ``latency_ms`` injected by the client (0 where the emulated store injects it itself)."""
+        return dataclasses.replace(self.store, in_flight=self.in_flight, latency_ms=latency_ms)
 
     def __post_init__(self) -> None:
         if self.latency_ms < 0:
@@ -96,13 +104,13 @@ def layout_over_store(plate: Path, serve: Serve | None, settings: StoreLayouts, 
         server: EmulatedStore | None = None
         if reason is None:
             server, url = stack.enter_context(emulated_plate(plate, model))
-            store = StoreConfig(in_flight=settings.in_flight)  # the latency is the server's
+            store = settings.reads(0.0)  # the latency is the server's
             metrics[m.STORE_MODEL] = dataclasses.asdict(model)
         else:
             url = stack.enter_context((serve or http_plate)(plate))
-            store = StoreConfig(in_flight=settings.in_flight, latency_ms=settings.latency_ms)
+            store = settings.reads(settings.latency_ms)
             metrics[m.STORE_EMULATION_SKIP_REASON] = reason
-        mirror = mirror_metadata(url, StoreConfig(), cache)
+        mirror = mirror_metadata(url, settings.reads(0.0), cache)
         for decode, prefix in READ_PATHS.items():
             counts = requests_per_crop(mirror, decode, settings.count_crops, settings.crop_size, cache_bytes=0)
             metrics[m.prefixed(prefix, m.REQUESTS_PER_CROP)] = counts[m.REQUESTS_PER_CROP]
