@@ -309,3 +309,14 @@ def test_fuzzed_results_files_end_in_a_typed_error_or_a_sound_read(tmp_path: Pat
     print(f"\nresults fuzz (seed {FUZZ_SEED}): {FUZZ_INPUTS} inputs, {dict(counts)}, 0 crashes")
     assert counts["typed errors"] + counts["correct reads"] == FUZZ_INPUTS
     assert counts["correct reads"] > FUZZ_INPUTS // 4
+
+
+def test_rows_whose_rates_are_all_negative_draw_figures_of_ordinary_size(tmp_path: Path) -> None:
+    """A flag's note beside a bar of -123 samples/s once landed far off the axis: a figure 4e13 px wide."""
+    from PIL import Image
+
+    rows = [as_written(track1_row(f"random/{decode}", -123.0)) for decode in ("direct", "zarr", "field")]
+    path = write_rows(tmp_path / "results.jsonl", rows)
+    assert main(["plot", str(path), "--out", str(tmp_path / "plots")]) == 0
+    figures = sorted((tmp_path / "plots").glob("*.png"))
+    assert figures and all(max(Image.open(figure).size) < 5000 for figure in figures)

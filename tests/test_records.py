@@ -280,20 +280,6 @@ def test_a_reader_named_by_a_string_is_read_back(tmp_path: Path) -> None:
     assert [row.config["reader"] for row in read_records(path)] == ["ome-zarr/direct", {"decode_threads": 1}]
 
 
-def test_a_row_with_a_negative_or_infinite_rate_is_skipped_with_a_warning(tmp_path: Path) -> None:
-    """Drawn, a rate of -123 samples/s stretched a figure to 4e13 pixels: such a row is no measurement."""
-    lines = [make_record("a", samples_per_s=10.0).to_json()]
-    lines += [make_record("b", samples_per_s=value).to_json() for value in (-123.0, float("inf"))]
-    path = tmp_path / "results.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    with pytest.warns(RuntimeWarning) as said:
-        assert [record.case for record in read_records(path)] == ["a"]
-    assert [str(w.message).split(": ", 1)[1] for w in said] == [
-        "skipped: its samples_per_s is -123.0: a rate is a finite number >= 0 (or NaN, not measured)",
-        "skipped: its samples_per_s is inf: a rate is a finite number >= 0 (or NaN, not measured)",
-    ]
-
-
 def test_amend_writes_over_only_the_rows_this_writer_wrote(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
 

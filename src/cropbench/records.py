@@ -322,19 +322,11 @@ def _row_problem(data: dict[str, Any]) -> str | None:
     flags = data["metrics"].get(m.VALIDITY_FLAGS)
     if flags is not None and not (isinstance(flags, list) and all(isinstance(flag, str) for flag in flags)):
         return f"its {m.VALIDITY_FLAGS} are {_short(flags)}, not a list of flag names"
-    for name, value in data["metrics"].items():
-        # A rate below zero (or infinite) is no measurement: drawn, it stretches a figure past any size.
-        if str(name).endswith("_per_s") and _is_number(value) and (value < 0 or value == math.inf):
-            return f"its {name} is {_short(value)}: a rate is a finite number >= 0 (or NaN, not measured)"
     for name in ("seed", "repeat"):
         value = data.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
             return f"{name!r} is {_short(value)}"
     return None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _short(value: Any) -> str:

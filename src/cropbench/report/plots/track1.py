@@ -54,7 +54,7 @@ def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     top = np.nanmax(np.asarray(rates, dtype=float)) if any(math.isfinite(float(v)) for v in rates) else 1.0
     for position, record, rate in zip(positions, rows, rates, strict=True):
         flags = row_flags(record)
-        if flags and math.isfinite(float(rate)):
+        if flags and math.isfinite(float(rate)) and float(rate) >= 0:  # a note beside a negative bar lands off the axis
             right.text(
                 rate + 0.02 * top, position, "flags: " + ", ".join(flags), va="center", fontsize=7, color="dimgray"
             )
