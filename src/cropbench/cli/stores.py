@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cropbench import metrics as m
 from cropbench.cli.options import (
     Commands,
     Distinct,
@@ -144,7 +145,7 @@ def cmd_prefetch_bench(args: argparse.Namespace) -> int:
         def emit(record: Record) -> None:
             writer.write(record)
             print(
-                f"round {record.repeat}: {record.case}: {record.metrics['samples_per_s']:,.0f} crops/s",
+                f"round {record.repeat}: {record.case}: {record.metrics[m.SAMPLES_PER_S]:,.0f} crops/s",
                 flush=True,
             )
 

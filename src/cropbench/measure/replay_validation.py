@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch.utils.data import RandomSampler
 
+from cropbench import metrics as m
 from cropbench.config import (
     MAX_IN_FLIGHT,
     MAX_LATENCY_MS,
@@ -62,7 +63,7 @@ from cropbench.measure.store_emulation import (
 )
 from cropbench.scratch import scratch_folder
 
-DIRECT, WEBDATASET = "ome-zarr/direct", "webdataset"
+DIRECT, WEBDATASET = m.REFERENCE, "webdataset"
 #: WebDataset downloads one shard at a time per worker.
 SHARD_DOWNLOADS_IN_FLIGHT = 1
 #: The validation's bounds on prediction / measured (within 20 %, either way).
@@ -177,7 +178,7 @@ class Run:
         _finite("seconds", self.seconds, 0, math.inf, above_low=True)
         _whole("read_ahead_steps", self.read_ahead_steps, 0)
         if self.machine_busy_share is not None:
-            _finite("machine_busy_share", self.machine_busy_share, 0, math.inf)
+            _finite(m.MACHINE_BUSY_SHARE, self.machine_busy_share, 0, math.inf)
 
     @property
     def crops_per_s(self) -> float:
@@ -205,20 +206,20 @@ class Run:
             row["seconds"],
             requests,
             row.get("read_ahead_steps", 0),
-            row.get("machine_busy_share"),
+            row.get(m.MACHINE_BUSY_SHARE),
         )
 
     def summary(self) -> dict[str, Any]:
         return {
-            "reader": self.reader,
+            m.READER: self.reader,
             "round": self.round,
-            "in_flight": self.in_flight,
+            m.IN_FLIGHT: self.in_flight,
             "link_gbit_s": self.link_gbit_s,
             "crops": self.crops,
             "seconds": self.seconds,
             "read_ahead_steps": self.read_ahead_steps,
-            "machine_busy_share": self.machine_busy_share,
-            "crops_per_s": self.crops_per_s,
+            m.MACHINE_BUSY_SHARE: self.machine_busy_share,
+            m.CROPS_PER_S: self.crops_per_s,
             "requests": len(self.requests),
             "body_bytes": sum(trace.body_bytes for trace in self.requests),
             "statuses": sorted({trace.status for trace in self.requests}),
@@ -440,14 +441,14 @@ def real_store(runs: Sequence[Run], model: StoreModel, settings: ReplaySettings)
                     prediction = predict(workload, replay)
                     rows.append(
                         {
-                            "reader": reader,
+                            m.READER: reader,
                             "processes": processes,
-                            "in_flight": in_flight,
+                            m.IN_FLIGHT: in_flight,
                             "link_gbit_s": link,
                             "compute_ms_per_crop": compute * 1e3,
                             "client_ms_per_mb": per_byte * 1e9,
                             "split_visible": fitted.split_visible,
-                            "crops_per_s": prediction.crops_per_s,
+                            m.CROPS_PER_S: prediction.crops_per_s,
                             "requests_per_s": prediction.requests_per_s,
                             "link_utilisation": prediction.link_utilisation,
                             "cpu_share": prediction.cpu_share,
@@ -470,9 +471,9 @@ def tables(runs: Sequence[Run], checks: Sequence[dict[str, Any]], real: Sequence
         "| reader | round | setting | crops/s | requests | MB | cores busy |",
         "|---|---:|---|---:|---:|---:|---:|",
         *(
-            f"| {row['reader']} | {row['round']} | {_setting(row)} | {row['crops_per_s']:,.0f} | {row['requests']:,} | "
+            f"| {row['reader']} | {row['round']} | {_setting(row)} | {row[m.CROPS_PER_S]:,.0f} | {row['requests']:,} | "
             f"{row['body_bytes'] / 1e6:,.0f} | "
-            f"{'-' if row['machine_busy_share'] is None else format(row['machine_busy_share'], '.0%')} |"
+            f"{'-' if row[m.MACHINE_BUSY_SHARE] is None else format(row[m.MACHINE_BUSY_SHARE], '.0%')} |"
             for row in (run.summary() for run in runs)
         ),
         "",
@@ -493,7 +494,7 @@ def tables(runs: Sequence[Run], checks: Sequence[dict[str, Any]], real: Sequence
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {row['reader']} | {row['processes']} | {row['in_flight']} | {row['link_gbit_s']:g} | "
-            f"{row['crops_per_s']:,.0f} | {row['requests_per_s']:,.0f} | {row['link_utilisation']:.0%} | "
+            f"{row[m.CROPS_PER_S]:,.0f} | {row['requests_per_s']:,.0f} | {row['link_utilisation']:.0%} | "
             f"{row['cpu_share']:.0%} |"
             for row in real
         ),

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from cropbench import metrics as m
 from cropbench.config import MAX_IN_FLIGHT, MAX_RESPONSE_KIB, MAX_TIMEOUT_S
 from cropbench.errors import ConfigError, StoreError
 from cropbench.measure.store_emulation import EmulatedStore, StoreModel, emulated_store
@@ -101,7 +102,7 @@ def calibrate(store: EmulatedStore, in_flight: int, size: int, seconds: float) -
         (NO_ANSWER_FLAG, not answered),
     )
     return {
-        "in_flight": in_flight,
+        m.IN_FLIGHT: in_flight,
         "response_bytes": size,
         "seconds": window.wall_s,
         "requests": len(answered),
@@ -109,8 +110,8 @@ def calibrate(store: EmulatedStore, in_flight: int, size: int, seconds: float) -
         "mb_per_s": rate * size / 1e6,
         "predicted_requests_per_s": predicted,
         "ratio_to_prediction": rate / predicted,
-        "server_core_share": window.server_core_share,
-        "server_busy_share": window.server_busy_share,
+        m.SERVER_CORE_SHARE: window.server_core_share,
+        m.SERVER_BUSY_SHARE: window.server_busy_share,
         "client_core_share": client_share,
         "server_latency_p50_ms": float(np.percentile(latencies, 50)) if len(latencies) else None,
         "server_latency_p99_ms": float(np.percentile(latencies, 99)) if len(latencies) >= 100 else None,
@@ -164,7 +165,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| {row['in_flight']} | {row['response_bytes'] // 1024} KiB | {row['requests_per_s']:,.0f} | "
             f"{row['mb_per_s']:,.1f} | {row['predicted_requests_per_s']:,.0f} | {row['ratio_to_prediction']:.2f} | "
-            f"{row['server_core_share']:.0%} | {row['server_busy_share']:.0%} | {row['client_core_share']:.0%} | "
+            f"{row[m.SERVER_CORE_SHARE]:.0%} | {row[m.SERVER_BUSY_SHARE]:.0%} | {row['client_core_share']:.0%} | "
             f"{_fixed(row['server_latency_p50_ms'], 1)} | {_fixed(row['server_latency_p99_ms'], 1)} | "
             f"{', '.join(row['flags']) or '-'} |"
         )

@@ -386,7 +386,7 @@ def run_prefetch(plate: Path, bench: PrefetchBench, emit: Callable[[Record], Non
         "chunk_cache_bytes": crop.chunk_cache_bytes,
         # The coalescing gap and requests in flight are the rows' own (several may be measured side by side).
         "store": dataclasses.asdict(StoreConfig()) | {"coalesce_gap_bytes": None, "in_flight": None},
-        "store_model": dataclasses.asdict(bench.model()),
+        m.STORE_MODEL: dataclasses.asdict(bench.model()),
         "load_average_at_start": os.getloadavg(),
         "environment": collect(plate),
     }
