@@ -388,9 +388,8 @@ def test_a_stop_signal_while_loading_or_working_ends_in_one_line(tmp_path: Path,
     assert child.returncode == 128 + signum, err
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"cropbench: interrupted{name}")
     assert not list(tmp_path.glob(".p.zarr.*")), "the plate's scratch folder is removed"
-    if (
-        tmp_path / "p.zarr"
-    ).exists():  # an interrupt a worker thread swallowed stops the command once the plate is done
+    # An interrupt that a worker thread swallowed stops the command once the plate is whole.
+    if (tmp_path / "p.zarr").exists():
         from cropbench.formats import read_plate_metadata
 
         assert len(read_plate_metadata(tmp_path / "p.zarr").fields) == 16, "a plate in place is a whole plate"
