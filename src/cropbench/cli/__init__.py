@@ -2,7 +2,7 @@
 
 One module per command group, each registering its commands and their handlers: plates
 (``generate``, ``import``, ``upload``, ``realism``), runs (``run``, ``smoke``, ``env``), comparisons
-(``compare-layouts``, ``compare-formats``), results (``plot``, ``report``, ``export``, ``summary``) and
+(``compare-layouts``, ``compare-formats``), ``advise``, results (``plot``, ``report``, ``export``, ``summary``) and
 scale; ``parser`` assembles them, ``options`` holds the options several share, ``progress`` the bars
 and Ctrl-C.
 
