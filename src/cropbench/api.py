@@ -413,7 +413,8 @@ def advise(
             measure([question(advice.READ_PATH, [Option(path, crops[path], base) for path in paths])])
         plan[0] = False
         path = str(advice.decide_read_path(results.measured, budget_min).value)
-        crop = crops.get(path, crops[paths[0]])
+        path = path if path in crops else paths[0]  # a layout without direct or zarr: its own path
+        crop = crops[path]
         options = [Option(f"w{w}", crop, dataclasses.replace(base, num_workers=w)) for w in counts]
         measure(
             [
@@ -428,6 +429,7 @@ def advise(
         )
         plan[1] = False
         workers = int(advice.decide_workers(results.measured, budget_min).value)
+        plan[3] = workers > 0  # prefetching applies only with workers
         loader = dataclasses.replace(base, num_workers=workers)
         batches = (batch_size, 2 * batch_size)
         options = [Option(f"b{b}", crop, dataclasses.replace(loader, batch_size=b)) for b in batches]
