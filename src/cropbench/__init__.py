@@ -48,6 +48,8 @@ _PUBLIC: dict[str, str] = {
     "RandomObjectSampler": "cropbench.data.sampling",
     "sampler_for": "cropbench.data.sampling",
     "run": "cropbench.api",
+    "advise": "cropbench.api",
+    "AdviseRun": "cropbench.api",
 }
 
 __all__ = ["__version__", *sorted(_PUBLIC)]

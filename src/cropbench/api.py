@@ -3,22 +3,27 @@
 It checks the request, rewrites the plate into a named layout when asked, pins threads, runs the
 tracks through the one runner, appends each record durably to ``OUT/results.jsonl`` as it finishes
 (with ``out_dir``), and returns this run's records. :func:`compare_layouts` and :func:`smoke` are
-the two fixed runs the command line offers besides it.
+the two fixed runs the command line offers besides it; :func:`advise` measures what a lab's decision
+needs and answers it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from cropbench.config import CropOverrides, LayoutSpec, StoreConfig, plate_preset
+from cropbench import metrics as m
+from cropbench.config import CropConfig, CropOverrides, LayoutSpec, StoreConfig, plate_preset
+from cropbench.data.loader import LoaderSpec
 from cropbench.distributed import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import is_url
-from cropbench.harness.context import RunContext
+from cropbench.harness.context import RunContext, worker_counts
 from cropbench.harness.runner import CaseCounter, Track, run_tracks
 from cropbench.harness.work import WorkFolder, WorkSite, work_folder
 from cropbench.measure import environment
@@ -27,11 +32,26 @@ from cropbench.measure.protocol import configure_threads
 from cropbench.plates.convert import materialize_layout
 from cropbench.plates.generate import GeneratedPlate, generate_plate
 from cropbench.records import CSV_NAME, RESULTS_NAME, Record, RecordWriter, read_records, write_csv
+from cropbench.report import advice
 from cropbench.tracks import track_named
 from cropbench.tracks.layouts import LayoutComparison, Layouts
 from cropbench.tracks.out_of_memory import OutOfMemory, OutOfMemoryTrack
 from cropbench.tracks.scale import ScaleSweep, ScaleTrack
 from cropbench.tracks.store_layouts import StoreLayouts, StoreLayoutsTrack
+from cropbench.tracks.training.advise import (
+    MAX_ROUNDS,
+    Advise,
+    Demand,
+    Item,
+    Option,
+    Question,
+    Verification,
+    advise_crop,
+    at_batch,
+    check_model,
+    model_case,
+)
+from cropbench.tracks.training.cases import Track3Case
 
 #: Called with a status message, and with the record when one has just been measured.
 Progress = Callable[[str, Record | None], None]
@@ -315,9 +335,248 @@ def smoke(
     return SmokeRun(plate, generated, run(plate, SMOKE_TRACKS, "smoke", out_dir, progress=progress))
 
 
+#: The read paths ``advise`` compares, the default first.
+ADVISE_READ_PATHS = ("direct", "zarr")
+#: A larger prefetch factor ``advise`` sets against torch's default.
+ADVISE_PREFETCH = 4
+#: Share of ``advise``'s budget kept for the verification loop.
+VERIFY_SHARE = 0.15
+
+
+@dataclass(frozen=True)
+class AdviseRun:
+    """What :func:`advise` did: every decision, the verification, the advice file and this run's rows."""
+
+    decisions: list[advice.Decision]
+    verification: dict[str, Any] | None
+    advice_path: Path
+    records: list[Record]
+    text: str
+
+
+def advise(
+    plate: str | Path,
+    model: str,
+    out_dir: str | Path,
+    *,
+    budget_min: int = 10,
+    batch_size: int = 64,
+    crop_size: int = 96,
+    max_workers: int | None = None,
+    epoch_crops: int | None = None,
+    rounds: int = 3,
+    max_rounds: int = MAX_ROUNDS,
+    steps: int = 16,
+    objects: str | Path | None = None,
+    store: StoreConfig | None = None,
+    work_dir: str | Path | None = None,
+    progress: Progress | None = None,
+) -> AdviseRun:
+    """What to do with ``plate`` and ``model``: which read path, how many workers, which batch, prefetch and
+    pinning, and whether converting the crops into a training format pays off; then the recommendation run
+    once more as a Track 3 loop, predicted against achieved.
+
+    ``model``: ``resnet18``, ``smallcnn``, ``emulated:MS`` (an accelerator whose step takes MS ms at
+    ``batch_size``) or ``path/to/file.py:factory``. Each question's options read whole epochs of
+    ``epoch_crops`` crops (None: every object) in turns, at least ``rounds`` rounds, more (at most
+    ``max_rounds``) while the ratio deciding it is open and its share of ``budget_min`` lasts; the model's
+    compute-only rate over ``steps`` steps; the verification loop over one whole epoch; worker counts up
+    to ``max_workers`` (None: the cores). Rows go to ``out_dir/results.jsonl`` as they are measured, the decisions to
+    ``out_dir/advice.json``. Training formats are compared where their libraries are installed, their
+    stores written under ``work_dir`` (default ``OUT/crops``) and removed.
+    """
+    if min(budget_min, batch_size, crop_size, rounds, steps) < 1 or not rounds <= max_rounds <= MAX_ROUNDS:
+        raise ConfigError(
+            f"budget_min, batch_size, crop_size, rounds and steps must be >= 1 and rounds <= max_rounds <= "
+            f"{MAX_ROUNDS}, got {budget_min}, {batch_size}, {crop_size}, {rounds}, {steps}, {max_rounds}"
+        )
+    started = time.monotonic()
+    deadline = started + budget_min * 60.0
+    reserve = budget_min * 60.0 * VERIFY_SHARE
+    with contextlib.ExitStack() as stack:
+        source = stack.enter_context(remote_plate(str(plate), store or StoreConfig())) if is_url(plate) else Path(plate)
+        context = RunContext(
+            plate=source,
+            environment=environment.collect(source),
+            thread_settings=configure_threads(1),
+            objects=Path(objects) if objects is not None else None,
+            report=(lambda message: progress(message, None)) if progress else None,
+        )
+        template = model_case(model, CropConfig(crop_size=crop_size, tier="light"), batch_size, steps)
+        check_model(template, context)
+        paths = [path for path in ADVISE_READ_PATHS if path in context.decodes] or list(context.decodes[:1])
+        crops = {path: advise_crop(context, template.crop, path) for path in paths}
+        counts = [w for w in worker_counts() if max_workers is None or w <= max_workers]
+        formats = _formats_to_compare()
+        results = Results(out_dir, progress)
+        stack.callback(results.close)
+        plan = [len(paths) > 1, True, True, True, _has_cuda(), bool(formats)]
+
+        def measure(items: Sequence[Item]) -> list[Record]:
+            left = max(deadline - time.monotonic() - reserve, 0.0) / max(sum(plan), 1)
+            counter = progress if isinstance(progress, CaseCounter) else None
+            return run_tracks([Advise(items, time.monotonic() + left)], "full", context, results.emit, counter=counter)
+
+        def question(name: str, options: list[Option], **knobs: Any) -> Question:
+            return Question(
+                name, tuple(options), epoch_crops=epoch_crops, rounds=rounds, max_rounds=max_rounds, **knobs
+            )
+
+        demand_rows = measure([Demand(template), Demand(at_batch(template, 2 * batch_size))])
+        demand = {
+            int(r.config["loader"]["batch_size"]): float(r.metrics[m.COMPUTE_ONLY_IMAGES_PER_S]) for r in demand_rows
+        }
+        demand_flags = {int(r.config["loader"]["batch_size"]): tuple(advice.flags(r)) for r in demand_rows}
+        base = LoaderSpec(batch_size=batch_size)
+        if plan[0]:
+            measure([question(advice.READ_PATH, [Option(path, crops[path], base) for path in paths])])
+        plan[0] = False
+        path = str(advice.decide_read_path(results.measured, budget_min).value)
+        path = path if path in crops else paths[0]  # a layout without direct or zarr: its own path
+        crop = crops[path]
+        options = [Option(f"w{w}", crop, dataclasses.replace(base, num_workers=w)) for w in counts]
+        measure(
+            [
+                question(
+                    advice.WORKERS,
+                    options,
+                    compare="need",
+                    demand=(demand[batch_size],) * len(options),
+                    demand_flags=demand_flags[batch_size],
+                )
+            ]
+        )
+        plan[1] = False
+        workers = int(advice.decide_workers(results.measured, budget_min).value)
+        plan[3] = workers > 0  # prefetching applies only with workers
+        loader = dataclasses.replace(base, num_workers=workers)
+        batches = (batch_size, 2 * batch_size)
+        options = [Option(f"b{b}", crop, dataclasses.replace(loader, batch_size=b)) for b in batches]
+        flagged = tuple(dict.fromkeys(flag for b in batches for flag in demand_flags[b]))
+        measure(
+            [
+                question(
+                    advice.BATCH,
+                    options,
+                    compare="predicted",
+                    demand=tuple(demand[b] for b in batches),
+                    demand_flags=flagged,
+                )
+            ]
+        )
+        plan[2] = False
+        batch = advice.decide_batch(results.measured, budget_min)
+        loader = dataclasses.replace(loader, batch_size=int(batch.value) if batch is not None else batch_size)
+        fed = (demand[loader.batch_size],)
+        knobs: dict[str, Any] = {"demand": fed * 2, "demand_flags": demand_flags[loader.batch_size]}
+        if workers:
+            prefetch = [None, ADVISE_PREFETCH]
+            options = [
+                Option(f"prefetch{p or advice.DEFAULT_PREFETCH}", crop, dataclasses.replace(loader, prefetch_factor=p))
+                for p in prefetch
+            ]
+            measure([question(advice.PREFETCH, options, **knobs)])
+            chosen = int(advice.decide_prefetch(results.measured, budget_min).value)
+            loader = dataclasses.replace(loader, prefetch_factor=None if chosen == advice.DEFAULT_PREFETCH else chosen)
+        plan[3] = False
+        if plan[4]:
+            options = [
+                Option(name, crop, dataclasses.replace(loader, pin_memory=pin))
+                for name, pin in (("unpinned", False), ("pinned", True))
+            ]
+            measure([question(advice.PINNING, options, **knobs)])
+            loader = dataclasses.replace(
+                loader, pin_memory=bool(advice.decide_pinning(results.measured, budget_min).value)
+            )
+        plan[4] = False
+        if formats:
+            _compare_formats(context, formats, loader, crop_size, rounds, objects, out_dir, work_dir, results)
+        plan[5] = False
+        decisions = advice.decide(results.measured, budget_min)
+        recommendation = advice.Recommendation(
+            path, workers, loader.batch_size, loader.prefetch_factor or advice.DEFAULT_PREFETCH, loader.pin_memory
+        )
+        predicted = advice.prediction(results.measured, recommendation)
+        case = verification_case(template, crop, loader, epoch_crops or context.object_count, context.object_count)
+        achieved = measure([Verification(case)])[-1]
+        checked = advice.verification(predicted, achieved)
+        document = advice.advice_document(
+            decisions,
+            checked,
+            {
+                "plate": context.location,
+                "model": model,
+                "budget_min": budget_min,
+                "minutes_used": (time.monotonic() - started) / 60.0,
+                "recommendation": dataclasses.asdict(recommendation),
+                "results": str(results.path),
+            },
+        )
+        path_written = advice.write_advice(document, out_dir)
+    results.write_csv()
+    text = advice.advice_text(decisions, checked)
+    return AdviseRun(decisions, checked, path_written, results.measured, text)
+
+
+def verification_case(
+    template: Track3Case, crop: CropConfig, loader: LoaderSpec, epoch_crops: int, objects: int
+) -> Track3Case:
+    """The recommendation as a Track 3 loop of one whole epoch, as the decisions read it: no warm-up step
+    (the first batch and the workers' start-up count), every crop read once."""
+    steps = max(1, min(epoch_crops, objects) // loader.batch_size)
+    case = dataclasses.replace(at_batch(template, loader.batch_size), crop=crop, steps=steps, warmup_steps=0)
+    return dataclasses.replace(case, loader=loader)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _formats_to_compare() -> tuple[str, ...]:
+    """The training formats whose libraries are installed here."""
+    from cropbench.data.training import TRAINING_FORMATS
+
+    return tuple(name for name, fmt in TRAINING_FORMATS.items() if fmt.available() is None)
+
+
+def _compare_formats(
+    context: RunContext,
+    formats: tuple[str, ...],
+    loader: LoaderSpec,
+    crop_size: int,
+    rounds: int,
+    objects: str | Path | None,
+    out_dir: str | Path,
+    work_dir: str | Path | None,
+    results: Results,
+) -> None:
+    """``compare-formats`` at the recommended loader: each format converted, then read in whole epochs in
+    turns with the plate in place (break-even from those, conversion included)."""
+    from cropbench.data.training import check_free_space
+    from cropbench.tracks.formats import FormatComparison, Formats, check_plate
+
+    comparison = FormatComparison(
+        formats=formats,
+        crop_size=crop_size,
+        workers=loader.num_workers,
+        batch_size=loader.batch_size,
+        epochs=max(rounds, 2),
+        samples=min(context.object_count, FormatComparison().samples),
+        warmup=min(context.object_count // 4, FormatComparison().warmup),
+    )
+    store_bytes = check_plate(context.plate, comparison, objects)
+    work = Path(work_dir) if work_dir else Path(out_dir) / "crops"
+    check_free_space(work, store_bytes, f"cannot write crop stores under {work}")
+    run_tracks([Formats(comparison, work)], "full", context, results.emit)
+
+
 __all__ = [
+    "AdviseRun",
     "Progress",
     "SmokeRun",
+    "advise",
     "compare_layouts",
     "compare_layouts_in_store",
     "compare_out_of_memory",

@@ -457,3 +457,29 @@ RESIDENT_BEFORE_PASS = "resident_before_pass"
 CACHED_ = "cached_"
 CACHED_SKIPPED = "cached_skipped"
 LIMITED_OVER_CACHED = "limited_over_cached"
+
+# cropbench advise (``tracks.training.advise``; the decisions in ``report.advice``): per question, a row per
+# option read in whole epochs taking turns with the others, and a row per paired ratio that decides it.
+#: The question a row answers, and the option it measured.
+QUESTION = "question"
+OPTION = "option"
+#: Crops per whole epoch (each read once in it), and how many rounds (one epoch per option each) ran.
+EPOCH_CROPS = "epoch_crops"
+ROUNDS = "rounds"
+#: Wall seconds of each whole epoch, one per round: ``iter()``, every batch (the first included) and the
+#: workers' start-up and shut-down; crops per epoch over the median of them.
+WHOLE_EPOCH_SECONDS = "whole_epoch_seconds"
+WHOLE_EPOCH_SAMPLES_PER_S = "whole_epoch_samples_per_s"
+#: CPU seconds of each epoch in every process (main and workers), and their sum over the wall seconds:
+#: the cores the epochs kept busy.
+CPU_SECONDS = "cpu_seconds"
+CORES_BUSY = "cores_busy"
+#: Whether a paired ratio tells its options apart (its quartile spread below its distance from 1), and
+#: whether the rounds stopped at the budget with it still open.
+SETTLED = "settled"
+BUDGET_ENDED = "budget_ended"
+#: Crops/s the loader must deliver for the model to wait less than the data-wait threshold.
+NEED_SAMPLES_PER_S = "need_samples_per_s"
+#: The loop's images/s and data wait predicted from the loader's and the model's rates measured apart.
+PREDICTED_IMAGES_PER_S = "predicted_images_per_s"
+PREDICTED_DATA_WAIT_FRACTION = "predicted_data_wait_fraction"

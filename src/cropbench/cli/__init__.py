@@ -2,9 +2,10 @@
 
 One module per command group, each registering its commands and their handlers: plates
 (``generate``, ``import``, ``upload``, ``realism``), runs (``run``, ``smoke``, ``env``), comparisons
-(``compare-layouts``, ``compare-formats``), results (``plot``, ``report``, ``export``, ``summary``),
-scale, and stores (``store-calibration``, ``prefetch-bench``, ``replay-validation``, ``remote-bench``);
-``parser`` assembles them, ``options`` holds the options several share, ``progress`` the bars and Ctrl-C.
+(``compare-layouts``, ``compare-formats``), ``advise``, results (``plot``, ``report``, ``export``,
+``summary``), scale, and stores (``store-calibration``, ``prefetch-bench``, ``replay-validation``,
+``remote-bench``); ``parser`` assembles them, ``options`` holds the options several share, ``progress``
+the bars and Ctrl-C.
 
 Ctrl-C and SIGTERM end every command the same way: as a KeyboardInterrupt, so each ``finally`` runs
 (scratch plates and folders are removed, finished rows stay) and one line is printed.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
+from cropbench.cli.advise import add_advise_commands
 from cropbench.cli.comparisons import add_comparison_commands
 from cropbench.cli.plates import add_plate_commands
 from cropbench.cli.results import add_result_commands
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plate_commands(commands)
     add_run_commands(commands)
     add_comparison_commands(commands)
+    add_advise_commands(commands)
     add_result_commands(commands)
     add_scale_commands(commands)
     add_store_commands(commands)

@@ -24,3 +24,36 @@ def paired_ratios(reader_seconds: np.ndarray, reference_seconds: np.ndarray) -> 
         m.RATIO_MAX: float(ratios.max()),
         m.PAIRED_BLOCKS: int(ratios.size),
     }
+
+
+def ratio_settled(median: float, q1: float, q3: float) -> bool:
+    """Whether a paired ratio tells its two options apart: its spread (``q3 - q1``) is below its gap from
+    a tie (``|median - 1|``). Otherwise the noise of the rounds is as large as the difference."""
+    return bool(q3 - q1 < abs(median - 1.0))
+
+
+def supply_needed(demand: float, workers: int, threshold: float) -> float:
+    """Crops/s a loader must deliver so that a model consuming ``demand`` images/s waits for data less than
+    ``threshold`` of its time.
+
+    With workers the loader works beside the model, so the model waits only for what the loader falls
+    short of (:func:`predicted_data_wait`); without workers the main process reads between steps and the
+    model waits for every batch."""
+    return demand * (1.0 - threshold) / (1.0 if workers else threshold)
+
+
+def predicted_data_wait(supply: float, demand: float, workers: int) -> float:
+    """The share of a step spent waiting for data, predicted from the loader's crops/s alone (``supply``)
+    and the model's compute-only images/s (``demand``): ``1 - supply / demand`` where workers load beside the
+    model and fall short, ``demand / (supply + demand)`` where the main process loads between steps."""
+    if workers:
+        return max(0.0, 1.0 - supply / demand)
+    return demand / (supply + demand)
+
+
+def predicted_images_per_s(supply: float, demand: float, workers: int) -> float:
+    """Images/s of the loop predicted as :func:`predicted_data_wait` predicts its wait: the slower of the
+    two beside each other (workers), or one after the other (no workers)."""
+    if workers:
+        return min(supply, demand)
+    return 1.0 / (1.0 / supply + 1.0 / demand)

@@ -14,7 +14,7 @@ from cropbench.data.device_pipeline import check_pipeline
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
 from cropbench.measure.accelerator import AMP_MODES, DEVICES
-from cropbench.tracks.training.models import MODELS
+from cropbench.tracks.training.models import MODELS, is_user_model
 
 MODEL_KINDS = (*MODELS, "emulated")
 WORKLOADS = ("train", "embed")
@@ -67,8 +67,9 @@ class Track3Case:
 
     def __post_init__(self) -> None:
         check_pipeline(self.pipeline)
+        if self.model not in MODEL_KINDS and not is_user_model(self.model):
+            raise ConfigError(f"model={self.model!r} is not one of {', '.join(MODEL_KINDS)} or path/to/file.py:factory")
         for name, value, allowed in (
-            ("model", self.model, MODEL_KINDS),
             ("workload", self.workload, WORKLOADS),
             ("optimizer", self.optimizer, OPTIMISERS),
             ("amp", self.amp, AMP_MODES),
