@@ -18,7 +18,7 @@ from typing import Any, Self
 import numcodecs.blosc
 import numpy as np
 
-from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, PrefetchConfig, ReaderOptions
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, PrefetchConfig, ReaderOptions, coalesce_gap
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, Regions
 from cropbench.formats.direct.cache import ChunkCache
@@ -66,8 +66,9 @@ class DirectChunkReader(PlateReader):
     (:mod:`.copies`), over ``decode_threads`` threads (:mod:`.scheduling`). Bytes come from a
     :class:`~cropbench.formats.sources.ByteSource`: ``os.pread`` on local files, or range GETs on a
     plate in an object store (ranges closer than the store's ``coalesce_gap_bytes`` merged, the
-    requests of a batch kept ``in_flight`` at once). The byte source and the shard indexes are
-    opened once per process and kept.
+    requests of a batch kept ``in_flight`` at once; no wider a gap than the plate's layout names,
+    :func:`~cropbench.config.coalesce_gap`). The byte source and the shard indexes are opened once
+    per process and kept.
 
     Told the batches it will be asked for next (:meth:`prefetch`), it reads their chunks into its
     cache while the current batch decodes (:mod:`.prefetch`; ``prefetch.batches`` of them, by
@@ -104,7 +105,9 @@ class DirectChunkReader(PlateReader):
         self.shards = ShardIndex(self.layouts, self.cache.count_fetched)
         self._source = ProcessSource(metadata, self.shards.forget)
         self.pieces = PiecePlanner(self.layouts, metadata.field_shape[0])
-        self.reads = ReadPlanner(self.layouts, self.shards, int(remote["store"]["coalesce_gap_bytes"]) if remote else 0)
+        #: Byte ranges of a shard at most this far apart are read as one (over a store; 0 on a local plate).
+        self.coalesce_gap = coalesce_gap(remote["store"], metadata.attributes.get("layout")) if remote else 0
+        self.reads = ReadPlanner(self.layouts, self.shards, self.coalesce_gap)
         self.loader = self.loader_class(self.layouts, self.cache, self._source)
         self.threads = DecodeThreads(decode_threads)
         self.scheduler = BatchScheduler(self.cache, self.reads, self.loader, self.threads, self._source)
