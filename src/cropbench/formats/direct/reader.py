@@ -22,8 +22,8 @@ from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, PrefetchConfig, ReaderOp
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, Regions
 from cropbench.formats.direct.cache import ChunkCache
-from cropbench.formats.direct.keys import MAX_FIELDS
-from cropbench.formats.direct.layout import FieldLayouts
+from cropbench.formats.direct.keys import FIELD_SHIFT, MAX_FIELDS
+from cropbench.formats.direct.layout import ChunkLayout, FieldLayouts
 from cropbench.formats.direct.loads import ChunkLoader
 from cropbench.formats.direct.planning import PiecePlanner
 from cropbench.formats.direct.prefetch import Prefetcher
@@ -198,6 +198,37 @@ class DirectChunkReader(PlateReader):
         same bytes whatever was prefetched)."""
         if self.prefetcher is not None and upcoming:
             self.prefetcher.hint(upcoming, channels)
+
+    def region_chunks(self, regions: Regions) -> list[np.ndarray]:
+        """The keys of the chunks each region needs (every channel), as the reader plans them: what
+        decoding the region costs, whatever the cache holds."""
+        pieces = self.pieces.plan_regions(regions, None).pieces
+        by_slot = np.argsort(pieces["slot"], kind="stable")
+        slots, keys = pieces["slot"][by_slot], pieces["key"][by_slot]
+        bounds = np.searchsorted(slots, np.arange(len(regions) + 1))
+        return [np.unique(keys[start:end]) for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def stored_chunks(self, keys: Sequence[int]) -> dict[int, tuple[bytes, ChunkLayout]]:
+        """The bytes each chunk of ``keys`` is stored as (before its codecs), read once, with its
+        array's layout; chunks the store lacks (they read as the fill value) are left out. For
+        measurements that decode the same chunks without the reader (nothing is cached or counted)."""
+        wanted = sorted({int(key) for key in keys})
+        for field_index in sorted({key >> FIELD_SHIFT for key in wanted}):
+            self.layouts.get(field_index)
+        reads = [
+            (key, start, length, entries)
+            for key, start, length, entries in self.reads.plan(wanted, self.source)[0]
+            if key
+        ]
+        fetched = self.loader.fetch([(key, start, length) for key, start, length, _ in reads])
+        stored: dict[int, tuple[bytes, ChunkLayout]] = {}
+        for (_, _, _, entries), data in zip(reads, fetched, strict=True):
+            if data is None:
+                continue
+            for key, offset, size in entries:
+                layout = self.layouts.layouts[key >> FIELD_SHIFT]
+                stored[key] = (data if size < 0 else data[offset : offset + size], layout)
+        return stored
 
     def region_chunk_bytes(self, height: int, width: int, channels: np.ndarray | None = None) -> int:
         """The most decoded chunk bytes one ``height`` x ``width`` region of ``channels`` may touch,
