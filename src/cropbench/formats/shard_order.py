@@ -21,10 +21,9 @@ import numpy as np
 
 from cropbench.errors import StoreError
 from cropbench.formats.direct.codecs.crc32c import CHECKSUM_BYTES, crc32c
+from cropbench.formats.direct.shards import EMPTY_ENTRY
 from cropbench.formats.ngff import read_array_metadata
 
-#: An empty entry of a shard index (offset and size alike): a chunk that holds only the fill value.
-EMPTY_ENTRY = 2**64 - 1
 #: Bytes of one entry of a shard index: offset and size, two little-endian uint64.
 ENTRY_BYTES = 16
 
