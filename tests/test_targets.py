@@ -14,6 +14,7 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.errors import ConfigError
+from cropbench.formats.direct.keys import FIELD_SHIFT, chunk_name
 from cropbench.harness.memory_reference import MemoryReference
 from cropbench.harness.ratios import paired_ratios
 from cropbench.harness.windows import CropWindows
@@ -21,7 +22,9 @@ from cropbench.plates.convert import materialize_layout
 from cropbench.records import parse_record
 from cropbench.tracks.targets import (
     IMPOSSIBLE,
+    CodecCeiling,
     CopyCeiling,
+    StoredChunks,
     TargetsCase,
     TensorStoreReads,
     ZarrAsyncReads,
@@ -63,6 +66,33 @@ def test_the_ceiling_cuts_the_same_bytes_as_the_reader_border_crops_included(
     assert ((y0 < 0) | (x0 < 0) | (y0 + size > 200) | (x0 + size > 240))[:64].any(), "no border crop tested"
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_codec_ceiling_decodes_each_chunk_a_batch_touches_once_as_the_reader_does(
+    tiny_plate: Path, threads: int
+) -> None:
+    uncached = CropDataset(tiny_plate, CROP.replace(chunk_cache_bytes=0))
+    stored = StoredChunks(uncached)
+    ceiling = CodecCeiling(stored, threads, batch=16)
+    try:
+        for start in range(0, 48, 16):
+            indices = list(range(start, start + 16))
+            uncached.__getitems__(indices)
+            ceiling(indices)
+        assert ceiling.chunks_decoded == uncached.reader.stats.chunks_decoded > 0
+        assert ceiling.bytes_decoded == uncached.reader.stats.bytes_decoded
+        assert ceiling.per_crop(48)[m.CHUNKS_DECODED_PER_CROP] == ceiling.chunks_decoded / 48
+        key = int(stored.keys[0])
+        ceiling([0])
+        encoded, layout = stored.chunks[key]
+        c, y, x = (index * size for index, size in zip(chunk_name(key), layout.chunk_cyx, strict=True))
+        (_, cy, cx) = layout.chunk_cyx
+        expected = uncached.reader.read_region(key >> FIELD_SHIFT, y, y + cy, x, x + cx)
+        decoded = ceiling.buffers[stored.of([0]).index((encoded, layout)), : layout.chunk_bytes]
+        assert c == 0 and np.array_equal(decoded.view(layout.dtype).reshape(layout.chunk_cyx), expected)
+    finally:
+        ceiling.close()
+
+
 @pytest.mark.skipif(importlib.util.find_spec("tensorstore") is None, reason="tensorstore is not installed")
 @pytest.mark.parametrize("mode", ["batch", "futures"])
 def test_tensorstore_at_its_best_reads_the_same_bytes(dataset: CropDataset, windows: CropWindows, mode: str) -> None:
@@ -97,6 +127,15 @@ def test_each_direct_reader_is_compared_with_the_ceiling_at_its_own_thread_count
         ("direct-batched-2t", "ceiling-2t"),
         ("direct-batched-2t", "tensorstore-batch"),
     ]
+    with_codec = [*names, "codec-ceiling-1t", "codec-ceiling-2t"]
+    assert comparisons(with_codec, (1, 2)) == [
+        ("direct-batched-1t", "ceiling-1t"),
+        ("direct-batched-1t", "codec-ceiling-1t"),
+        ("direct-batched-1t", "tensorstore-batch"),
+        ("direct-batched-2t", "ceiling-2t"),
+        ("direct-batched-2t", "codec-ceiling-2t"),
+        ("direct-batched-2t", "tensorstore-batch"),
+    ], "the codec ceiling is compared at the reader's own thread count only, not as a peer"
     with pytest.raises(ConfigError, match="threads"):
         TargetsCase(threads=(0,))
 
@@ -116,13 +155,18 @@ def test_the_track_writes_valid_records_naming_the_ceilings_threads(tiny_plate: 
             assert ratio[m.CEILING_THREADS] == threads and ratio[m.PAIRED_BLOCKS] == 1
             assert ratio[m.VALIDITY_FLAGS] == ceiling_flags(ratio)
             assert by_case[f"{access}/ceiling-{threads}t"].metrics[m.CROPS_PER_S] > 0
-        readers = [r for r in records if r.case.count("/") == 1]
+            codec = by_case[f"{access}/codec-ceiling-{threads}t"].metrics
+            assert codec[m.CROPS_PER_S] > 0 and codec[m.CHUNKS_DECODED_PER_CROP] > 0
+            over_codec = by_case[f"{access}/direct-batched-{threads}t/over/codec-ceiling-{threads}t"]
+            assert over_codec.metrics[m.PAIRED_BLOCKS] == 1 and over_codec.config["reference"]["threads"] == threads
+            assert m.CEILING_THREADS not in over_codec.metrics, "not the copy ceiling, which no reader passes"
+        readers = [r for r in records if r.case.count("/") == 1 and "/codec-ceiling-" not in r.case]
         assert len(readers) >= 4 and all(r.metrics[m.IDENTICAL_TO_DIRECT] is True for r in readers)
         summary = by_case[access].metrics
         assert len(summary[m.LOADAVG_START]) == 3 and 0 < summary[m.CHUNK_CACHE_FRACTION_OF_PLATE] <= 0.25
         peers = {r.case.split("/")[-1] for r in records if r.case.startswith(f"{access}/direct-batched-1t/over/")}
         every_peer = {"tensorstore-batch", "tensorstore-futures", "zarr-async", "zarrs-async"}
-        assert peers - {"ceiling-1t"} == every_peer - set(summary[m.SKIPPED_PEERS])
+        assert peers - {"ceiling-1t", "codec-ceiling-1t"} == every_peer - set(summary[m.SKIPPED_PEERS])
     assert all(m.catalogued(key) for r in records for key in r.metrics)
 
 

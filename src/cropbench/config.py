@@ -7,6 +7,7 @@ up in the result record.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,11 @@ FORMAT_CODECS: dict[str, tuple[str, ...]] = {
     "ome-arrow": ("none", "zstd"),
 }
 FORMATS = tuple(FORMAT_CODECS)
+#: How the inner chunks of a shard follow each other in the shard file: as zarr-python writes them
+#: (``zarr``: Morton order in zarr-python 3), or along a Hilbert curve over the chunk grid (``hilbert``:
+#: neighbouring chunks neighbours on disk, so a crop's chunks lie in few byte ranges). Either way the
+#: shard index says where each chunk lies, so every zarr v3 reader reads both.
+CHUNK_ORDERS = ("zarr", "hilbert")
 OUTPUT_DTYPES = ("uint16", "float32", "float16", "bfloat16")
 TRANSFORM_TIERS = ("none", "light", "typical")
 #: ``as-py`` is the OME-Arrow reference script's path (``.as_py()`` then numpy); other formats lack it.
@@ -31,6 +37,8 @@ ACCESS_PATTERNS = ("random", "grouped-field", "grouped-well", "chunk-aware", "pa
 CACHE_STATES = ("warm", "cold")
 #: The decoded-chunk cache of a reader when nothing else is said: the one default of every read path.
 DEFAULT_CHUNK_CACHE_BYTES = 32 * 2**20
+#: The largest coalescing gap: 1 GiB, more than any shard's reads are apart (an offset past it overflows 64 bits).
+MAX_COALESCE_GAP_BYTES = 1 << 30
 #: The largest field edge in pixels (a 16k × 16k field of 8 channels is 4 GiB; cameras give 1-5k).
 MAX_FIELD_SIZE = 16384
 #: The largest seed: numpy's generators take no negative seed, its legacy global RNG none of 2**32 or more.
@@ -112,6 +120,10 @@ class LayoutSpec:
     chunk), ``0`` disables sharding. Chunk and shard knobs apply to ``format="ome-zarr"`` only:
     ``tiff`` writes one TIFF per field and channel (tifffile's default strips), ``memmap`` one raw
     array for the plate.
+
+    ``chunk_order`` (:data:`CHUNK_ORDERS`) is the order of a shard's chunks on disk. A layout may name
+    the ``coalesce_gap_bytes`` that suits it over an object store: the plate records it, and the direct
+    reader reads no wider a gap on it than that (see :class:`StoreConfig`); None: the store's gap.
     """
 
     chunk_yx: int = 256
@@ -121,6 +133,8 @@ class LayoutSpec:
     shard_yx: int = 0
     format: str = "ome-zarr"
     colocate_objects: bool = False
+    chunk_order: str = "zarr"
+    coalesce_gap_bytes: int | None = None
 
     def __post_init__(self) -> None:
         _choice("format", self.format, FORMATS)
@@ -138,6 +152,17 @@ class LayoutSpec:
                 f"shard_yx={self.shard_yx} must be a multiple of chunk_yx={self.chunk_yx}",
             )
         _require(1 <= self.clevel <= 9, f"clevel must be within 1..9, got {self.clevel}")
+        _choice("chunk_order", self.chunk_order, CHUNK_ORDERS)
+        _require(
+            self.chunk_order == "zarr" or (self.format == "ome-zarr" and self.shard_yx != 0),
+            f"chunk_order={self.chunk_order!r} orders the chunks inside shards: it needs format 'ome-zarr' "
+            f"and shard_yx != 0, got format={self.format!r}, shard_yx={self.shard_yx}",
+        )
+        _require(
+            self.coalesce_gap_bytes is None
+            or (isinstance(self.coalesce_gap_bytes, int) and 0 <= self.coalesce_gap_bytes <= MAX_COALESCE_GAP_BYTES),
+            f"coalesce_gap_bytes must be None or 0 to {MAX_COALESCE_GAP_BYTES:,}, got {self.coalesce_gap_bytes!r}",
+        )
 
     def chunk_shape(self, channels: int, height: int, width: int) -> tuple[int, int, int]:
         c = channels if self.channels_per_chunk == 0 else min(self.channels_per_chunk, channels)
@@ -165,7 +190,9 @@ class LayoutSpec:
         chunk = "plane" if self.chunk_yx == 0 else str(self.chunk_yx)
         channels = "all" if self.channels_per_chunk == 0 else str(self.channels_per_chunk)
         shard = {0: "", -1: "-shard-field"}.get(self.shard_yx, f"-shard{self.shard_yx}")
-        return f"c{channels}-yx{chunk}-{self.codec}{shard}"
+        order = "" if self.chunk_order == "zarr" else f"-{self.chunk_order}"
+        gap = "" if self.coalesce_gap_bytes is None else f"-gap{self.coalesce_gap_bytes}"
+        return f"c{channels}-yx{chunk}-{self.codec}{shard}{order}{gap}"
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -180,6 +207,17 @@ LAYOUTS: dict[str, LayoutSpec] = {
     "channel-tiles": LayoutSpec(chunk_yx=256, channels_per_chunk=1, codec="blosc-lz4"),
     "planes": LayoutSpec(chunk_yx=0, channels_per_chunk=1, codec="blosc-lz4"),
     "sharded": LayoutSpec(chunk_yx=64, channels_per_chunk=0, codec="blosc-lz4", shard_yx=-1),
+    # For crops read in place from an object store: 32 px chunks a crop touches fewer bytes of, in Hilbert
+    # order so its chunks lie in a few byte ranges, read with a gap that joins those and not their
+    # neighbours (see docs/how-to/choose-layout.md).
+    "hilbert": LayoutSpec(
+        chunk_yx=32,
+        channels_per_chunk=0,
+        codec="blosc-lz4",
+        shard_yx=-1,
+        chunk_order="hilbert",
+        coalesce_gap_bytes=24576,
+    ),
 }
 #: The OME-Zarr structures compared side by side; each gets one named layout per codec.
 _ZARR_STRUCTURES = ("planes", "tiles", "channel-tiles", "sharded")
@@ -380,8 +418,8 @@ ZARR_CLIENTS = ("obstore", "fsspec")
 MAX_TIMEOUT_S = 3600.0
 #: The most requests in flight (each holds a connection and a thread; real stores are measured at 256).
 MAX_IN_FLIGHT = 1024
-#: The largest coalescing gap: 1 GiB, more than any shard's reads are apart (an offset past it overflows 64 bits).
-MAX_COALESCE_GAP_BYTES = 1 << 30
+#: The coalescing gap over an object store when nothing else is said: a round trip costs more than reading 1 MiB.
+DEFAULT_COALESCE_GAP_BYTES = 1 << 20
 #: Requests the direct path keeps open per process by default: against a store with tens of ms to the
 #: first byte, 64 read a shuffled epoch 1.4x faster than 16 (emulated store and replay model alike).
 DEFAULT_IN_FLIGHT = 64
@@ -404,13 +442,15 @@ class StoreConfig:
 
     ``in_flight`` requests are kept open at once by the direct path; byte ranges of one shard closer
     than ``coalesce_gap_bytes`` are fetched in one request (the gap is read and dropped: a round
-    trip costs more than a few hundred kB). ``timeout_s`` bounds each request, ``retries`` retries a
+    trip costs more than a few hundred kB); on a plate whose layout names a smaller gap
+    (:attr:`LayoutSpec.coalesce_gap_bytes`), that one, unless ``layout_gap`` is False
+    (:func:`coalesce_gap`). ``timeout_s`` bounds each request, ``retries`` retries a
     failed one; ``latency_ms`` is the delay injected per request by a loopback proxy (0: none).
     ``endpoint`` overrides ``AWS_ENDPOINT_URL`` (S3) or the URL's scheme and host (HTTP); empty: as given.
     """
 
     in_flight: int = DEFAULT_IN_FLIGHT
-    coalesce_gap_bytes: int = 1 << 20
+    coalesce_gap_bytes: int = DEFAULT_COALESCE_GAP_BYTES
     timeout_s: float = 30.0
     connect_timeout_s: float = 5.0
     retries: int = 2
@@ -418,6 +458,7 @@ class StoreConfig:
     zarr_client: str = "fsspec"
     anonymous: bool = False
     endpoint: str = ""
+    layout_gap: bool = True
 
     def __post_init__(self) -> None:
         _positive("in_flight", self.in_flight)
@@ -445,3 +486,16 @@ class StoreConfig:
             not self.endpoint or self.endpoint.startswith(("http://", "https://")),
             f"endpoint must be an http(s):// URL, got {self.endpoint!r}",
         )
+
+
+def coalesce_gap(store: Mapping[str, Any], layout: Mapping[str, Any] | None) -> int:
+    """The coalescing gap the direct reader reads a plate in a store with: the store's
+    (``store``: a :class:`StoreConfig` as a dict, as a plate's mirror records it), no wider than the
+    gap the plate's layout names (``layout``: its :class:`LayoutSpec` as the plate records it) unless
+    the store says ``layout_gap=False``. A layout's gap suits its chunks' sizes and order (a wide gap
+    reads the neighbours of a crop's chunks too); the store's default suits round trips."""
+    gap = int(store.get("coalesce_gap_bytes", DEFAULT_COALESCE_GAP_BYTES))
+    named = (layout or {}).get("coalesce_gap_bytes")
+    if store.get("layout_gap", True) and isinstance(named, int) and not isinstance(named, bool) and named >= 0:
+        return min(gap, named)
+    return gap

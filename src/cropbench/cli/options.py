@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from cropbench.config import (
+    DEFAULT_COALESCE_GAP_BYTES,
     FORMAT_CODECS,
     LAYOUTS,
     MAX_COALESCE_GAP_BYTES,
@@ -162,9 +163,12 @@ def add_store_knobs(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--coalesce-gap",
         type=whole_number(0, MAX_COALESCE_GAP_BYTES),
-        default=defaults.coalesce_gap_bytes,
+        default=None,
         metavar="BYTES",
-        help="byte ranges of a shard closer than this are one request (default: %(default)s)",
+        help=(
+            "byte ranges of a shard closer than this are one request (default: "
+            f"{defaults.coalesce_gap_bytes}, or the smaller gap the plate's layout names)"
+        ),
     )
     group.add_argument(
         "--timeout", type=_seconds, default=defaults.timeout_s, help="seconds per request (default: %(default)s)"
@@ -198,9 +202,11 @@ def add_store_knobs(parser: argparse.ArgumentParser) -> None:
 
 def store_config(args: argparse.Namespace) -> StoreConfig:
     """The store settings the options of :func:`add_store_knobs` name."""
+    gap = args.coalesce_gap  # given: read with exactly this gap, whatever the plate's layout names
     return StoreConfig(
         in_flight=args.in_flight,
-        coalesce_gap_bytes=args.coalesce_gap,
+        coalesce_gap_bytes=DEFAULT_COALESCE_GAP_BYTES if gap is None else gap,
+        layout_gap=gap is None,
         timeout_s=args.timeout,
         connect_timeout_s=args.connect_timeout,
         retries=args.retries,

@@ -14,6 +14,7 @@ from cropbench.config import LayoutSpec, StoreConfig
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, PlateWriter
 from cropbench.formats.ngff import NGFF_VERSION, array_chunk_shape, read_array_document
+from cropbench.formats.shard_order import reorder_shards
 from cropbench.formats.sources import check_regular, redact, scrub_credentials, zarr_store
 
 
@@ -121,6 +122,8 @@ class OmeZarrPlateWriter(PlateWriter):
             fill_value=0,
         )
         array[...] = pixels
+        if self.layout.chunk_order == "hilbert":
+            reorder_shards(self.path / row / column / str(site) / "0")
 
 
 def regular_files_store(root: Path) -> Any:

@@ -9,6 +9,14 @@ decodes nothing and does no per-crop Python work, so no reader of the same crops
 ratio above 1 is flagged ``impossible`` (the run, not the reader, is wrong). Every ratio row names
 the ceiling's thread count.
 
+**The codec ceiling** (:class:`CodecCeiling`): the stored chunks a batch's crops touch, each decoded
+once by the codec alone (numcodecs' c-blosc for blosc chunks, the GIL released, into buffers allocated
+once), split over the reader's thread count; the chunks' bytes are read into memory up front, so it
+reads, plans, caches and copies nothing. The direct reader over it says how close the reader is to
+decoding, where the copy ceiling says how close it is to copying. It is not a bound: a reader whose
+cache holds some of a batch's chunks decodes fewer (the direct rows' ``chunks_decoded_per_crop`` beside
+the ceiling's say how many), so a ratio above 1 is not flagged.
+
 **Peers at their best**, each with its tuning in the row: tensorstore with ``data_copy_concurrency``
 and ``file_io_concurrency`` at the machine's cores and its cache pool at the reader's budget, a batch
 in one ``ts.Batch`` and a block of reads in flight as futures; zarr-python's async API with its
@@ -31,6 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numcodecs.blosc
 import numpy as np
 
 from cropbench import metrics as m
@@ -38,7 +47,9 @@ from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, PeerUnavailableError
-from cropbench.formats import MemmapReader, open_plate
+from cropbench.formats import DirectChunkReader, MemmapReader, open_plate
+from cropbench.formats.direct import ChunkLayout
+from cropbench.formats.direct.codecs import BLOSC
 from cropbench.harness.context import RunContext, usable_cores
 from cropbench.harness.memory_reference import MemoryReference
 from cropbench.harness.ratios import paired_ratios
@@ -127,6 +138,20 @@ def preset_cases(preset: str, samples: int | None = None) -> list[TargetsCase]:
     return [replace(base, access=access) for access in ACCESSES]
 
 
+def split_over(pool: ThreadPoolExecutor | None, threads: int, items: Any, work: Callable[[Any], Any]) -> None:
+    """``work`` over ``items`` cut into ``threads`` parts: the first on the calling thread, the others on
+    ``pool``'s ``threads - 1`` threads (all on the calling thread without a pool)."""
+    if pool is None or len(items) < 2:
+        work(items)
+        return
+    share = -(-len(items) // threads)
+    parts = [items[start : start + share] for start in range(0, len(items), share)]
+    others = [pool.submit(work, part) for part in parts[1:]]
+    work(parts[0])
+    for other in others:
+        other.result()
+
+
 class CopyCeiling:
     """THE fetch ceiling: the crops of a batch cut from the plate's raw in-memory fields
     (:class:`~cropbench.harness.memory_reference.MemoryReference`) by the C piece copy (the GIL released for
@@ -143,16 +168,90 @@ class CopyCeiling:
 
     def __call__(self, indices: Sequence[int]) -> np.ndarray:
         pieces = self.reference.batch_pieces(indices, self.out)
-        if self.pool is None:
-            self.reference.copy(pieces, self.out)
-            return self.out
-        share = -(-len(pieces) // self.threads)
-        parts = [pieces[start : start + share] for start in range(0, len(pieces), share)]
-        others = [self.pool.submit(self.reference.copy, part, self.out) for part in parts[1:]]
-        self.reference.copy(parts[0], self.out)
-        for other in others:
-            other.result()
+        split_over(self.pool, self.threads, pieces, lambda part: self.reference.copy(part, self.out))
         return self.out
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def decode_into(encoded: bytes, layout: ChunkLayout, out: np.ndarray) -> None:
+    """One stored chunk through its codecs alone into ``out`` (uint8, the chunk's decoded bytes):
+    c-blosc straight into ``out`` for blosc chunks, a copy for raw ones, each codec in turn otherwise."""
+    codecs = [codec for codec, _ in layout.codecs]
+    if codecs == [BLOSC]:
+        numcodecs.blosc.decompress(encoded, out)
+        return
+    data: Any = encoded
+    for codec, limit in layout.codecs:
+        data = codec.decode(data, limit)
+    out[:] = np.frombuffer(data, dtype=np.uint8)
+
+
+class StoredChunks:
+    """The stored bytes of every chunk the crops of a dataset touch, read into memory once through its
+    direct reader, and which chunks each crop touches: what :class:`CodecCeiling` decodes."""
+
+    def __init__(self, dataset: CropDataset) -> None:
+        reader = dataset.reader
+        if not isinstance(reader, DirectChunkReader):
+            raise ConfigError(f"the codec ceiling decodes OME-Zarr chunks; the plate is {reader.metadata.format}")
+        touched = reader.region_chunks(dataset.regions_of(np.arange(len(dataset))))
+        #: Crop ``i`` touches chunks ``keys[starts[i]:starts[i + 1]]``.
+        self.starts = np.concatenate([[0], np.cumsum([len(keys) for keys in touched])]).astype(np.int64)
+        self.keys = np.concatenate(touched) if touched else np.empty(0, dtype=np.int64)
+        #: Chunk key -> (its stored bytes, its array's layout); chunks the store lacks decode to nothing.
+        self.chunks = reader.stored_chunks(self.keys.tolist())
+        self.most_per_crop = int(np.diff(self.starts).max(initial=0))
+        self.chunk_bytes = max((layout.chunk_bytes for _, layout in self.chunks.values()), default=0)
+
+    def of(self, indices: Sequence[int]) -> list[tuple[bytes, ChunkLayout]]:
+        """The stored chunks the crops ``indices`` touch, each once, in key order."""
+        starts = self.starts
+        keys = np.unique(np.concatenate([self.keys[starts[i] : starts[i + 1]] for i in indices]))
+        chunks = self.chunks
+        return [chunks[key] for key in keys.tolist() if key in chunks]
+
+
+class CodecCeiling:
+    """The codec ceiling: the stored chunks a batch's crops touch (:class:`StoredChunks`), each decoded
+    once by :func:`decode_into` into buffers allocated once, split over ``threads`` threads (the calling
+    thread and ``threads - 1`` pool threads). Counts the chunks and bytes it decodes."""
+
+    def __init__(self, stored: StoredChunks, threads: int, batch: int) -> None:
+        if threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {threads}")
+        self.stored, self.threads = stored, threads
+        self.pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
+        numcodecs.blosc.use_threads = False  # one thread per call, as the reader decodes: the threads are ``threads``
+        self.buffers = np.empty((batch * stored.most_per_crop, stored.chunk_bytes), dtype=np.uint8)
+        self.chunks_decoded = self.bytes_decoded = 0
+
+    def __call__(self, indices: Sequence[int]) -> None:
+        chunks = self.stored.of(indices)
+        if len(chunks) > len(self.buffers):  # a batch larger than the one it was built for
+            self.buffers = np.empty((len(chunks), self.buffers.shape[1]), dtype=np.uint8)
+        buffers = self.buffers
+
+        def decode(slots: Sequence[int]) -> None:
+            for slot in slots:
+                encoded, layout = chunks[slot]
+                decode_into(encoded, layout, buffers[slot, : layout.chunk_bytes])
+
+        split_over(self.pool, self.threads, range(len(chunks)), decode)
+        self.chunks_decoded += len(chunks)
+        self.bytes_decoded += sum(layout.chunk_bytes for _, layout in chunks)
+
+    def reset(self) -> None:
+        self.chunks_decoded = self.bytes_decoded = 0
+
+    def per_crop(self, crops: int) -> dict[str, float]:
+        """Chunks and bytes decoded per crop since :meth:`reset`, as the readers' stats name them."""
+        return {
+            m.CHUNKS_DECODED_PER_CROP: self.chunks_decoded / max(crops, 1),
+            m.BYTES_DECODED_PER_CROP: self.bytes_decoded / max(crops, 1),
+        }
 
     def close(self) -> None:
         if self.pool is not None:
@@ -170,6 +269,10 @@ def direct_name(threads: int) -> str:
 
 def ceiling_name(threads: int) -> str:
     return f"ceiling-{threads}t"
+
+
+def codec_ceiling_name(threads: int) -> str:
+    return f"codec-ceiling-{threads}t"
 
 
 def tensorstore_context(cache_bytes: int, cores: int) -> dict[str, Any]:
@@ -288,6 +391,13 @@ class Readers:
     datasets: dict[str, CropDataset] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     ceilings: list[CopyCeiling] = field(default_factory=list)
+    codec_ceilings: dict[str, CodecCeiling] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for ceiling in self.ceilings:
+            ceiling.close()
+        for codec in self.codec_ceilings.values():
+            codec.close()
 
 
 def memmap_fields(memmap: Path) -> dict[int, np.ndarray]:
@@ -311,11 +421,14 @@ def build_readers(case: TargetsCase, context: RunContext, fields: dict[int, np.n
     crop = CropConfig(crop_size=case.crop_size, dtype="uint16", chunk_cache_bytes=budget)
     windows: CropWindows | None = None
     reference: MemoryReference | None = None
+    stored: StoredChunks | None = None
     for threads in case.threads:
         dataset = context.dataset(crop.replace(decode_threads=threads))
         if windows is None or reference is None:
             windows = CropWindows.from_dataset(dataset)
             reference = MemoryReference.of_windows(fields, windows)
+        if stored is None and isinstance(dataset.reader, DirectChunkReader):
+            stored = StoredChunks(dataset)
         name = direct_name(threads)
         readers.calls[name] = batched(dataset.__getitems__, case.batch)
         readers.batches[name] = dataset.__getitems__
@@ -326,6 +439,16 @@ def build_readers(case: TargetsCase, context: RunContext, fields: dict[int, np.n
         readers.calls[ceiling_name(threads)] = batched(ceiling, case.batch)
         readers.batches[ceiling_name(threads)] = ceiling
         readers.tuning[ceiling_name(threads)] = {"threads": threads, "batch": case.batch, "copy": "C, GIL released"}
+        if stored is not None:
+            codec = CodecCeiling(stored, threads, case.batch)
+            name = codec_ceiling_name(threads)
+            readers.codec_ceilings[name] = codec
+            readers.calls[name] = batched(codec, case.batch)
+            readers.tuning[name] = {
+                "threads": threads,
+                "batch": case.batch,
+                "decode": "codec alone (c-blosc), GIL released, every chunk a batch touches once",
+            }
     assert windows is not None
     cores = usable_cores()
     peers: dict[str, tuple[Callable[[], Any], int]] = {
@@ -369,9 +492,15 @@ def ceiling_flags(ratio: dict[str, Any]) -> list[str]:
 
 
 def comparisons(names: Sequence[str], threads: Sequence[int]) -> list[tuple[str, str]]:
-    """(reader, reference) pairs: each direct reader over the ceiling at its thread count and over every peer."""
-    peers = [name for name in names if not name.startswith(("direct-", "ceiling-"))]
-    return [(direct_name(t), reference) for t in threads for reference in (ceiling_name(t), *peers)]
+    """(reader, reference) pairs: each direct reader over the ceiling and the codec ceiling at its thread
+    count (those measured) and over every peer."""
+    peers = [name for name in names if not name.startswith(("direct-", "ceiling-", "codec-ceiling-"))]
+    return [
+        (direct_name(t), reference)
+        for t in threads
+        for reference in (ceiling_name(t), codec_ceiling_name(t), *peers)
+        if reference in names
+    ]
 
 
 class Targets:
@@ -404,10 +533,11 @@ class Targets:
             read(blocks[0])
         for dataset in readers.datasets.values():
             dataset.reader.stats.reset()
+        for codec in readers.codec_ceilings.values():
+            codec.reset()
         seconds = interleaved_blocks(readers.calls, blocks, case.rounds)
         loadavg_end = os.getloadavg()
-        for ceiling in readers.ceilings:
-            ceiling.close()
+        readers.close()
         crops = sum(len(block) for block in blocks)
         for name, spent in seconds.items():
             per_round = [samples_per_s(crops, float(s)) for s in spent.sum(axis=1)]
@@ -416,10 +546,13 @@ class Targets:
                 m.ROUND_MIN: min(per_round),
                 m.ROUND_MAX: max(per_round),
                 m.ROUND_MEDIAN: float(np.median(per_round)),
-                m.IDENTICAL_TO_DIRECT: identical[name],
             }
+            if name in identical:  # the codec ceiling decodes chunks and makes no crops
+                metrics[m.IDENTICAL_TO_DIRECT] = identical[name]
             if name in readers.datasets:
                 metrics.update(readers.datasets[name].reader.stats.per_region())
+            if name in readers.codec_ceilings:
+                metrics.update(readers.codec_ceilings[name].per_crop(crops * case.rounds))
             reader_case = ReaderCase(case.access, name, readers.tuning[name], seed)
             named = {"reader_name": name, "tuning": readers.tuning[name], "case": asdict(case)}
             yield Row(reader_case, named, metrics, seed)

@@ -18,12 +18,12 @@ from typing import Any, Self
 import numcodecs.blosc
 import numpy as np
 
-from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, PrefetchConfig, ReaderOptions
+from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, PrefetchConfig, ReaderOptions, coalesce_gap
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats.base import PlateMetadata, PlateReader, Regions
 from cropbench.formats.direct.cache import ChunkCache
-from cropbench.formats.direct.keys import MAX_FIELDS
-from cropbench.formats.direct.layout import FieldLayouts
+from cropbench.formats.direct.keys import FIELD_SHIFT, MAX_FIELDS
+from cropbench.formats.direct.layout import ChunkLayout, FieldLayouts
 from cropbench.formats.direct.loads import ChunkLoader
 from cropbench.formats.direct.planning import PiecePlanner
 from cropbench.formats.direct.prefetch import Prefetcher
@@ -66,8 +66,9 @@ class DirectChunkReader(PlateReader):
     (:mod:`.copies`), over ``decode_threads`` threads (:mod:`.scheduling`). Bytes come from a
     :class:`~cropbench.formats.sources.ByteSource`: ``os.pread`` on local files, or range GETs on a
     plate in an object store (ranges closer than the store's ``coalesce_gap_bytes`` merged, the
-    requests of a batch kept ``in_flight`` at once). The byte source and the shard indexes are
-    opened once per process and kept.
+    requests of a batch kept ``in_flight`` at once; no wider a gap than the plate's layout names,
+    :func:`~cropbench.config.coalesce_gap`). The byte source and the shard indexes are opened once
+    per process and kept.
 
     Told the batches it will be asked for next (:meth:`prefetch`), it reads their chunks into its
     cache while the current batch decodes (:mod:`.prefetch`; ``prefetch.batches`` of them, by
@@ -104,7 +105,9 @@ class DirectChunkReader(PlateReader):
         self.shards = ShardIndex(self.layouts, self.cache.count_fetched)
         self._source = ProcessSource(metadata, self.shards.forget)
         self.pieces = PiecePlanner(self.layouts, metadata.field_shape[0])
-        self.reads = ReadPlanner(self.layouts, self.shards, int(remote["store"]["coalesce_gap_bytes"]) if remote else 0)
+        #: Byte ranges of a shard at most this far apart are read as one (over a store; 0 on a local plate).
+        self.coalesce_gap = coalesce_gap(remote["store"], metadata.attributes.get("layout")) if remote else 0
+        self.reads = ReadPlanner(self.layouts, self.shards, self.coalesce_gap)
         self.loader = self.loader_class(self.layouts, self.cache, self._source)
         self.threads = DecodeThreads(decode_threads)
         self.scheduler = BatchScheduler(self.cache, self.reads, self.loader, self.threads, self._source)
@@ -195,6 +198,37 @@ class DirectChunkReader(PlateReader):
         same bytes whatever was prefetched)."""
         if self.prefetcher is not None and upcoming:
             self.prefetcher.hint(upcoming, channels)
+
+    def region_chunks(self, regions: Regions) -> list[np.ndarray]:
+        """The keys of the chunks each region needs (every channel), as the reader plans them: what
+        decoding the region costs, whatever the cache holds."""
+        pieces = self.pieces.plan_regions(regions, None).pieces
+        by_slot = np.argsort(pieces["slot"], kind="stable")
+        slots, keys = pieces["slot"][by_slot], pieces["key"][by_slot]
+        bounds = np.searchsorted(slots, np.arange(len(regions) + 1))
+        return [np.unique(keys[start:end]) for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def stored_chunks(self, keys: Sequence[int]) -> dict[int, tuple[bytes, ChunkLayout]]:
+        """The bytes each chunk of ``keys`` is stored as (before its codecs), read once, with its
+        array's layout; chunks the store lacks (they read as the fill value) are left out. For
+        measurements that decode the same chunks without the reader (nothing is cached or counted)."""
+        wanted = sorted({int(key) for key in keys})
+        for field_index in sorted({key >> FIELD_SHIFT for key in wanted}):
+            self.layouts.get(field_index)
+        reads = [
+            (key, start, length, entries)
+            for key, start, length, entries in self.reads.plan(wanted, self.source)[0]
+            if key
+        ]
+        fetched = self.loader.fetch([(key, start, length) for key, start, length, _ in reads])
+        stored: dict[int, tuple[bytes, ChunkLayout]] = {}
+        for (_, _, _, entries), data in zip(reads, fetched, strict=True):
+            if data is None:
+                continue
+            for key, offset, size in entries:
+                layout = self.layouts.layouts[key >> FIELD_SHIFT]
+                stored[key] = (data if size < 0 else data[offset : offset + size], layout)
+        return stored
 
     def region_chunk_bytes(self, height: int, width: int, channels: np.ndarray | None = None) -> int:
         """The most decoded chunk bytes one ``height`` x ``width`` region of ``channels`` may touch,
