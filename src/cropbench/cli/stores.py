@@ -347,7 +347,8 @@ def add_store_commands(commands: Commands) -> None:
         nargs="+",
         action=Distinct,
         default=[defaults.coalesce_gap_bytes // 1024],
-        help="the store's coalescing gaps: every reader is measured at each (interleaved in each round)",
+        help="the store's coalescing gaps, each read exactly (whatever the plate's layout names): every reader is "
+        "measured at each (interleaved in each round)",
     )
     prefetch.add_argument("--batch-size", type=_positive_whole, default=64, help="crops per batch (default: 64)")
     prefetch.add_argument(
@@ -413,7 +414,8 @@ def add_store_commands(commands: Commands) -> None:
         "--coalesce-gap-kib",
         type=whole_number(0),
         default=defaults.coalesce_gap_bytes // 1024,
-        help="the direct path's coalescing gap (bytes moved against requests made)",
+        help="the direct path's coalescing gap, read exactly whatever the plate's layout names (bytes moved against "
+        "requests made)",
     )
     replay.set_defaults(handler=cmd_replay_validation)
 

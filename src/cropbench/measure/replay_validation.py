@@ -269,7 +269,8 @@ def direct_runs(
 
 
 def _store(settings: ReplaySettings, in_flight: int) -> StoreConfig:
-    return StoreConfig(in_flight=in_flight, coalesce_gap_bytes=settings.coalesce_gap_kib * 1024)
+    # Exactly the gap named, whatever the plate's layout names: the replay is validated at it.
+    return StoreConfig(in_flight=in_flight, coalesce_gap_bytes=settings.coalesce_gap_kib * 1024, layout_gap=False)
 
 
 def _loader(dataset: CropDataset, settings: ReplaySettings) -> Any:

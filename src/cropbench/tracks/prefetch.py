@@ -157,7 +157,7 @@ class PrefetchBench:
         return {
             name + (f" gap{gap}KiB" if len(gaps) > 1 else "") + (f" {count}inflight" if len(flights) > 1 else ""): (
                 store_reader(name),
-                StoreConfig(in_flight=count, coalesce_gap_bytes=gap * 1024),
+                StoreConfig(in_flight=count, coalesce_gap_bytes=gap * 1024, layout_gap=False),
             )
             for gap in gaps
             for count in flights
