@@ -1,6 +1,6 @@
 """Regenerate the headline table of track ``targets`` in the docs from the committed rows.
 
-    python scripts/headline.py              # rewrite the block in docs/results/decode-paths.md from measurements/targets/
+    python scripts/headline.py              # the block in docs/results/decode-paths.md from measurements/targets/
     python scripts/headline.py --check      # exit 1 when the page's block is not the rows' rendering
     python scripts/headline.py --print --rows out/targets   # print the table of other rows
 
