@@ -34,8 +34,8 @@
 #       bash scripts/gpu_check.sh --fetch-wheels
 #   and are installed with --no-index into /tmp/cropbench-site. Set PYTHON to use another interpreter.
 # - cropbench runs from src/ through PYTHONPATH, not pip install (that would try to fetch the pinned torch).
-# - Rows go to the folder named by the first argument (`bash scripts/gpu_check.sh results/gpu/my-run`), else
-#   OUT_DIR if set, else results/gpu/check. PLATE_DIR (default /tmp/cropbench-gpu) holds the plates.
+# - Rows go to the folder named by the first argument (`bash scripts/gpu_check.sh measurements/gpu/my-run`), else
+#   OUT_DIR if set, else measurements/gpu/check. PLATE_DIR (default /tmp/cropbench-gpu) holds the plates.
 # - With no CUDA device it stops with exit code 2, unless GPU_CHECK_ALLOW_CPU=1: then it is a dry run of the
 #   same steps with smoke plates, few samples, and Track 3's smoke preset instead of the CUDA presets.
 # Duration: at most the budget plus the summary (~460 s): run it under an outer timeout of 480 s or more.
@@ -60,7 +60,7 @@ if [ "${1:-}" = "--fetch-wheels" ]; then
   exit 0
 fi
 
-OUT_DIR=${1:-${OUT_DIR:-results/gpu/check}}
+OUT_DIR=${1:-${OUT_DIR:-measurements/gpu/check}}
 PLATE_DIR=${PLATE_DIR:-/tmp/cropbench-gpu}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-440}
 mkdir -p "$OUT_DIR" "$PLATE_DIR"

@@ -1,12 +1,12 @@
 """Regenerate the headline table of track ``targets`` in the docs from the committed rows.
 
-    python scripts/headline.py              # rewrite the block in docs/results/decode-paths.md from results/targets/
+    python scripts/headline.py              # the block in docs/results/decode-paths.md from measurements/targets/
     python scripts/headline.py --check      # exit 1 when the page's block is not the rows' rendering
     python scripts/headline.py --print --rows out/targets   # print the table of other rows
 
 The table sits between ``<!-- headline:start -->`` and ``<!-- headline:end -->`` in the page; nothing
 outside those markers is touched. Measure the rows with ``cropbench run --track targets --preset full
---repeats 5 --out results/targets/run-N`` (several runs, each alone on an idle machine).
+--repeats 5 --out measurements/targets/run-N`` (several runs, each alone on an idle machine).
 """
 
 from __future__ import annotations

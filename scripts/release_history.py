@@ -56,6 +56,42 @@ LIBRARIES: dict[str, tuple[str, str]] = {
     "ome-arrow": ("0.0.2", "0.1.0"),
 }
 _AUTHOR = ("release history", "release-history@localhost")
+#: The releases the committed results were measured on: per library, version -> upload time and the
+#: commit this script builds for it (results name commits by hash). Their dates come from here, not
+#: the registry, and a build whose commit differs is an error: asv publish would not draw those results.
+RECORDED = Path(__file__).resolve().with_name("release_histories.json")
+#: Git as every history is built, whoever builds it: no system or user configuration (line-ending
+#: conversion, signing, hooks, templates, attributes, another hash function) and no inherited
+#: repository, index or identity, so the same sdists and dates give the same commits on any machine.
+_HERMETIC = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": _AUTHOR[0],
+    "GIT_AUTHOR_EMAIL": _AUTHOR[1],
+    "GIT_COMMITTER_NAME": _AUTHOR[0],
+    "GIT_COMMITTER_EMAIL": _AUTHOR[1],
+}
+_INHERITED = re.compile(
+    r"^GIT_(DIR|WORK_TREE|INDEX_FILE|OBJECT_DIRECTORY|ALTERNATE_OBJECT_DIRECTORIES|CONFIG.*|"
+    r"(AUTHOR|COMMITTER)_(NAME|EMAIL|DATE)|NAMESPACE|COMMON_DIR|CEILING_DIRECTORIES)$"
+)
+#: Settings a history's own configuration could hold that change what a commit holds; pinned on each call.
+_PINNED = tuple(
+    argument
+    for setting in (
+        "core.autocrlf=false",
+        "core.safecrlf=false",
+        "core.fileMode=true",
+        "core.symlinks=true",
+        f"core.attributesFile={os.devnull}",
+        f"core.excludesFile={os.devnull}",
+        f"core.hooksPath={os.devnull}",
+        "commit.gpgSign=false",
+        "tag.gpgSign=false",
+        "i18n.commitEncoding=UTF-8",
+    )
+    for argument in ("-c", setting)
+)
 #: The git configuration entry (the project's name) that marks a repository as a history this script
 #: built: ``--force`` replaces only such a repository, never a user's folder or their own repository.
 MARKER_KEY = "cropbench.releaseHistory"
@@ -232,8 +268,14 @@ def replace_refusal(destination: Path) -> str | None:
 
 
 def _git(path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """git in the repository at ``path``, as :data:`_HERMETIC` and :data:`_PINNED` say; its output."""
+    inherited = {key: value for key, value in os.environ.items() if not _INHERITED.match(key)}
     result = subprocess.run(
-        ["git", "-C", str(path), *args], check=True, capture_output=True, text=True, env={**os.environ, **(env or {})}
+        ["git", *_PINNED, "-C", str(path), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**inherited, **_HERMETIC, **(env or {})},
     )
     return result.stdout.strip()
 
@@ -267,7 +309,7 @@ def build_history(name: str, releases: Sequence[Release], destination: Path, for
     try:
         built = scratch / destination.name
         built.mkdir()
-        _git(built, "init", "-q", "-b", "main")
+        _git(built, "init", "-q", "-b", "main", "--object-format=sha1", "--template=")
         _git(built, "config", "user.name", _AUTHOR[0])
         _git(built, "config", "user.email", _AUTHOR[1])
         _git(built, "config", "core.excludesFile", os.devnull)
@@ -323,6 +365,7 @@ def _commit_release(worktree: Path, name: str, release: Release) -> str:
         worktree,
         "commit",
         "-q",
+        "--no-verify",
         "--allow-empty",
         "-m",
         f"{name} {release.version}\n\nThe source distribution {release.sdist.name} as published.",
@@ -507,8 +550,40 @@ def check_arguments(name: str, first: str, last: str, destination: Path, cache: 
         _require_repository(destination)
 
 
+def recorded_releases(name: str, path: Path | None = None) -> dict[str, tuple[dt.datetime, str]]:
+    """Version -> (upload time, commit) of the releases of ``name`` the committed results were measured on
+    (in ``path``, default :data:`RECORDED`)."""
+    path = path or RECORDED
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        return {
+            version: (dt.datetime.fromisoformat(entry["uploaded"]), str(entry["commit"]))
+            for version, entry in document.get(name, {}).items()
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise HistoryError(f"{path}: not the recorded releases this script reads ({error})") from None
+
+
+def differing_commits(name: str, destination: Path, path: Path | None = None) -> list[str]:
+    """The releases of the history at ``destination`` whose commit is not the recorded one, each as
+    ``vX: built, recorded``; none when the history does not start at the first recorded release
+    (a range of one's own has commits of its own)."""
+    recorded = recorded_releases(name, path)
+    present = released_versions(destination)
+    if not recorded or min(recorded, key=Version) not in present:
+        return []
+    return [
+        f"v{version}: {present[version][:10]}, recorded {commit[:10]}"
+        for version, (_, commit) in sorted(recorded.items(), key=lambda item: Version(item[0]))
+        if version in present and present[version] != commit
+    ]
+
+
 def _run(args: argparse.Namespace, first: str, last: str, destination: Path) -> int:
-    available = available_versions(args.name)
+    recorded = recorded_releases(args.name)
+    # The releases the committed results cover need no request to the index.
+    covered = last != "latest" and {first, last} <= set(recorded)
+    available = list(recorded) if covered else available_versions(args.name)
     if last == "latest":
         last = newest_version(available, pre=args.pre)
     versions = select_range(available, first, last, pre=args.pre)
@@ -519,8 +594,10 @@ def _run(args: argparse.Namespace, first: str, last: str, destination: Path) -> 
         versions = [version for version in versions if version not in present]
         if not versions:
             print(f"{destination}: every release up to {last} is there already; nothing added")
-            return 0
-    dates = {} if args.no_dates else upload_dates(args.name)
+            return _check_recorded(args.name, destination, args.cache)
+    dates = {version: uploaded for version, (uploaded, _) in recorded.items()}
+    if not args.no_dates and not set(versions) <= set(dates):
+        dates = {**upload_dates(args.name), **dates}
     releases = collect_releases(args.name, versions, args.cache, dates)
     if adding:
         commits = extend_history(args.name, releases, destination)
@@ -537,7 +614,21 @@ def _run(args: argparse.Namespace, first: str, last: str, destination: Path) -> 
         others = other_branches(destination)
         if others:
             print(f"  kept branches: {', '.join(others)}")
-    return 0
+    return _check_recorded(args.name, destination, args.cache)
+
+
+def _check_recorded(name: str, destination: Path, cache: Path) -> int:
+    """1, saying which, when releases of the history at ``destination`` are not the recorded commits; else 0."""
+    differing = differing_commits(name, destination)
+    if not differing:
+        return 0
+    print(
+        f"release_history: error: {destination} holds {len(differing)} release(s) as other commits than the "
+        f"committed results name ({'; '.join(differing)}): asv publish will not draw those results; rebuild it "
+        f"with --force (if it stays, remove the sdists from {cache} to fetch them again)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def newest_version(versions: Sequence[str], pre: bool = False) -> str:

@@ -89,3 +89,42 @@ def test_refusal_allows_only_a_new_an_empty_or_a_marked_folder(tmp_path: Path) -
     assert offline.refusal(tmp_path) is not None
     (tmp_path / offline.SITE_MARKER).write_text(json.dumps({"cropbench_site": 1}))
     assert offline.refusal(tmp_path) is None
+
+
+def _measured_points(graph: Path) -> int:
+    return sum(
+        any(isinstance(cell, int | float) for cell in (entry[1] if isinstance(entry[1], list) else [entry[1]]))
+        for entry in json.loads(graph.read_text())
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["asv.conf.json", "asv.zarr.conf.json", "asv.ome-arrow.conf.json"])
+def test_the_committed_results_publish_without_a_warning_and_every_graph_draws_a_line(
+    tmp_path: Path, name: str
+) -> None:
+    from asv import util
+
+    config = util.load_json(str(REPO / name), js_comments=True)
+    repo = REPO / config["repo"]
+    if not repo.is_dir():
+        pytest.skip(f"{name} measures {config['repo']}, not built here (scripts/release_history.py)")
+    config.update(repo=str(repo), results_dir=str(REPO / config["results_dir"]), html_dir=str(tmp_path / "html"))
+    (tmp_path / name).write_text(json.dumps(config))
+    result = _publish("--config", str(tmp_path / name), "--no-pull")
+    assert result.returncode == 0, result.stdout + result.stderr
+    warnings = [
+        line
+        for line in (result.stdout + result.stderr).splitlines()
+        if "Couldn't find" in line or "Skipping" in line or "arning" in line
+    ]
+    assert warnings == []
+    site = tmp_path / "html"
+    graphs = [graph for graph in (site / "graphs").rglob("*.json") if graph.name != "summary.json"]
+    assert graphs and all(_measured_points(graph) >= 2 for graph in graphs)
+    listed = json.loads((site / "index.json").read_text())["benchmarks"]
+    left_out = json.loads((site / "left-out.json").read_text())
+    suite = set(json.loads(Path(config["results_dir"], "benchmarks.json").read_text())) - {"version"}
+    assert not set(listed) & set(left_out) and set(listed) | set(left_out) == suite, "each drawn or said why not"
+    for summary in (site / "graphs").rglob("summary.json"):
+        assert all(row["last_value"] is not None for row in json.loads(summary.read_text()))

@@ -34,7 +34,7 @@ from cropbench.report.verdict import verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Committed rows of a GPU run (Tracks 2 and 3): real rows, every metric the figures read.
-GPU_ROWS = ROOT / "results" / "gpu" / "h200-2026-11-30.jsonl"
+GPU_ROWS = ROOT / "measurements" / "gpu" / "h200-2026-11-30.jsonl"
 #: The fuzz tier's seed and size: fixed, so a failure reruns the same inputs.
 FUZZ_SEED = 20261204
 FUZZ_INPUTS = 240

@@ -26,9 +26,9 @@ def output_folder(arguments: list[str], environment: dict[str, str]) -> str:
 @pytest.mark.parametrize(
     ("arguments", "environment", "expected"),
     [
-        ([], {}, "results/gpu/check"),
-        ([], {"OUT": "/elsewhere"}, "results/gpu/check"),
-        (["results/gpu/h200"], {"OUT": "/elsewhere", "OUT_DIR": "/env"}, "results/gpu/h200"),
+        ([], {}, "measurements/gpu/check"),
+        ([], {"OUT": "/elsewhere"}, "measurements/gpu/check"),
+        (["measurements/gpu/h200"], {"OUT": "/elsewhere", "OUT_DIR": "/env"}, "measurements/gpu/h200"),
         ([], {"OUT_DIR": "/env"}, "/env"),
     ],
 )
@@ -40,7 +40,7 @@ def test_rows_go_to_the_argument_else_out_dir_else_results_gpu(
 
 def test_the_docs_name_the_default_folder() -> None:
     docs = (SCRIPT.parents[1] / "docs" / "how-to" / "gpu.md").read_text()
-    assert "results/gpu/check" in docs and "first argument" in docs
+    assert "measurements/gpu/check" in docs and "first argument" in docs
 
 
 def test_the_script_parses_and_its_budget_fits_eight_minutes() -> None:

@@ -192,7 +192,7 @@ def test_rows_of_two_machines_or_without_ratios_are_refused_and_no_rows_quote_no
     assert "x86_64, systems: Linux 6.1; Linux 6.2;" in headline(kernels), "an updated kernel is the same machine"
     assert "each case not recorded" in headline(kernels), "rows without the case's summary say so"
     empty = headline([])
-    assert "No rows in `results/targets/` yet" in empty and "|" not in empty and not re.search(r"\d\.\d", empty)
+    assert "No rows in `measurements/targets/` yet" in empty and "|" not in empty and not re.search(r"\d\.\d", empty)
 
 
 def test_the_tuning_is_named_by_each_setting() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import gzip
 import json
 import os
 import re
@@ -305,3 +306,50 @@ def test_amend_writes_over_only_the_rows_this_writer_wrote(tmp_path: Path) -> No
     assert {r.run_id for r in rows[1:]} == {writer.run_id} and len(list(tmp_path.iterdir())) == 1
     with RecordWriter(path):
         pass  # the lock was released with the amended file
+
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.warns(RuntimeWarning) as said:
+        assert [record.case for record in read_records(path)] == ["a"]
+    assert [str(w.message).split(": ", 1)[1] for w in said] == [
+        "skipped: its samples_per_s is -123.0: a rate is a finite number >= 0 (or NaN, not measured)",
+        "skipped: its samples_per_s is inf: a rate is a finite number >= 0 (or NaN, not measured)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("plate", "recorded"),
+    [
+        ("{out}/plates/full.zarr", "plates/full.zarr"),
+        ("/elsewhere/data/full.zarr", "full.zarr"),
+        ("/elsewhere/data/../data/full.zarr/", "full.zarr"),
+        ("data/full.zarr", "data/full.zarr"),
+        ("https://host/bucket/full.zarr", "https://host/bucket/full.zarr"),
+    ],
+)
+def test_a_row_names_its_plate_relative_to_its_folder_or_by_its_name(tmp_path: Path, plate: str, recorded: str) -> None:
+    plate = plate.format(out=tmp_path)
+    record = make_record()
+    record = Record(
+        track=record.track,
+        case=record.case,
+        config={**record.config, "plate": plate},
+        metrics=record.metrics,
+        environment={**record.environment, "storage": {"path": plate, "mountpoint": "/"}},
+    )
+    with RecordWriter(tmp_path / "results.jsonl") as writer:
+        written = writer.write(record)
+    (row,) = read_records(tmp_path / "results.jsonl")
+    assert row == written
+    assert row.config["plate"] == recorded and row.environment["storage"]["path"] == recorded
+    assert row.environment["storage"]["mountpoint"] == "/", "what is not a plate path is kept"
+    assert record.config["plate"] == plate, "the measured record is not changed in place"
+
+
+def test_no_committed_row_names_a_machines_folder() -> None:
+    """Rows committed under measurements/ name their plate relative to their folder or by its name."""
+    root = Path(__file__).resolve().parents[1] / "measurements"
+    found = []
+    for path in sorted(root.rglob("*.json*")):
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text(encoding="utf-8")
+        found += [f"{path.relative_to(root)}: {hit}" for hit in re.findall(r'"(?:/work|/tmp|/home|/root)/[^"]*"', text)]
+    assert not found, found[:5]

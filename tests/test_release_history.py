@@ -530,3 +530,95 @@ def test_ctrl_c_ends_in_one_line(
     assert history.main(["fake-lib", "--first", "1.0.0", "--last", "1.1.0", "--dest", str(tmp_path / "h")]) == 130
     error = capsys.readouterr().err
     assert error.startswith("release_history: interrupted") and error.count("\n") == 1
+
+
+def _committed_results() -> dict[str, set[str]]:
+    """Library -> every commit its committed asv results name (results-<library>*, each machine and run)."""
+    named: dict[str, set[str]] = {}
+    for library in history.LIBRARIES:
+        for path in sorted(REPO.glob(f"results-{library}*/**/*.json")):
+            if path.name not in ("machine.json", "benchmarks.json"):
+                named.setdefault(library, set()).add(json.loads(path.read_text())["commit_hash"])
+    return named
+
+
+def test_every_committed_result_names_a_recorded_release() -> None:
+    """A result whose commit the rebuilt history lacks is not drawn (asv: "Couldn't find ... in branches")."""
+    named = _committed_results()
+    assert set(named) == set(history.LIBRARIES)
+    for library, commits in named.items():
+        recorded = history.recorded_releases(library)
+        first, last = history.LIBRARIES[library]
+        assert list(recorded) == history.select_range(list(recorded), first, last), "the preset range, in order"
+        dates = [uploaded for uploaded, _ in recorded.values()]
+        assert dates == sorted(dates) and all(date.utcoffset() == dt.timedelta(0) for date in dates)
+        unknown = commits - {commit for _, commit in recorded.values()}
+        assert not unknown, f"results-{library}* name commits no rebuilt history has: {sorted(unknown)}"
+
+
+def test_no_user_or_system_git_setting_changes_the_commits(
+    fake_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Line-ending conversion, signing, hooks, another identity or hash function: none reaches a history."""
+    releases = _releases(fake_cache, list(FAKE_RELEASES))
+    clean = history.build_history("fake-lib", releases, tmp_path / "clean")
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "prepare-commit-msg").write_text('#!/bin/sh\necho "signed-off" >> "$1"\n')
+    (hooks / "prepare-commit-msg").chmod(0o755)
+    hostile = tmp_path / "gitconfig"
+    hostile.write_text(
+        "[core]\n\tautocrlf = true\n\tfileMode = false\n\thooksPath = " + str(hooks) + "\n"
+        "[commit]\n\tgpgSign = true\n[user]\n\tname = someone\n\temail = someone@example.org\n"
+        "[init]\n\tdefaultObjectFormat = sha256\n"
+    )
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(hostile))
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "someone else")
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2000-01-01T00:00:00+00:00")
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere"))
+    assert history.build_history("fake-lib", releases, tmp_path / "hostile") == clean
+
+
+def test_a_history_that_is_not_the_recorded_one_is_an_error(
+    fake_cache: Path,
+    tmp_path: Path,
+    offline_registry: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    destination = tmp_path / "history"
+    arguments = ["fake-lib", "--first", "1.0.0", "--last", "1.1.0", "--cache", str(fake_cache), "--dest"]
+    assert history.main([*arguments, str(destination)]) == 0
+    built = history.released_versions(destination)
+    recorded = {
+        version: {"uploaded": DATES.get(version, dt.datetime(2025, 3, 1, tzinfo=UTC)).isoformat(), "commit": commit}
+        for version, commit in built.items()
+    }
+    path = tmp_path / "recorded.json"
+    path.write_text(json.dumps({"fake-lib": recorded}))
+    monkeypatch.setattr(history, "RECORDED", path)
+    assert history.differing_commits("fake-lib", destination) == []
+    recorded["1.1.0"]["commit"] = "0" * 40
+    path.write_text(json.dumps({"fake-lib": recorded}))
+    assert history.main([*arguments, str(destination)]) == 1, "a history already there is checked too"
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"v1.1.0: {built['1.1.0'][:10]}, recorded 0000000000" in error
+    assert "asv publish will not draw those results" in error
+    assert history.main([*arguments, str(tmp_path / "other"), "--first", "1.1.0"]) == 0, "another range: no check"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("library", sorted(history.LIBRARIES))
+def test_the_real_histories_rebuild_as_the_recorded_commits_twice(library: str, tmp_path: Path) -> None:
+    """From the registry's sdists (the cache, else pip download), each build gives every recorded commit."""
+    recorded = history.recorded_releases(library)
+    cache = history.HISTORY_DIR / "sdists"
+    try:
+        releases = history.collect_releases(
+            library, list(recorded), cache, {version: date for version, (date, _) in recorded.items()}
+        )
+    except history.HistoryError as error:
+        pytest.skip(f"the sdists cannot be fetched: {error}")
+    for attempt in ("one", "two"):
+        built = history.build_history(library, releases, tmp_path / attempt)
+        assert built == [commit for _, commit in recorded.values()]

@@ -178,9 +178,10 @@ class RecordWriter:
     def write(self, record: Record) -> Record:
         """Append ``record`` stamped with this writer's ``run_id``; returns the row as written.
 
-        A failed write (disk full) is cut back off the file, so the file never ends in half a row.
+        Its plate is named as :func:`portable_plate_paths` says. A failed write (disk full) is cut back
+        off the file, so the file never ends in half a row.
         """
-        record = dataclasses.replace(record, run_id=self.run_id)
+        record = dataclasses.replace(portable_plate_paths(record, self.path.parent), run_id=self.run_id)
         line = (record.to_json() + "\n").encode("utf-8")
         before = os.fstat(self._fd).st_size
         try:
@@ -240,6 +241,43 @@ class RecordWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: Where a row names its plate on disk: the run's configuration, and the storage its environment found it on.
+PLATE_PATHS = (("config", "plate"), ("environment", "storage", "path"))
+
+
+def portable_path(value: str, folder: str | Path) -> str:
+    """``value`` as a row records it: a relative path or a URL as given; an absolute path relative to
+    ``folder`` (where the rows go) when it lies inside it, else by its last component (the plate's
+    name), so rows shared or committed carry no machine's folders."""
+    if not os.path.isabs(value):
+        return value
+    path, base = Path(os.path.normpath(value)), Path(os.path.abspath(folder))
+    if path == base:
+        return "."
+    return str(path.relative_to(base)) if path.is_relative_to(base) else path.name or value
+
+
+def portable_plate_paths(record: Record, folder: str | Path) -> Record:
+    """``record`` with each of its :data:`PLATE_PATHS` made :func:`portable_path` (relative to ``folder``)."""
+    config, environment = copy_nested(record.config), copy_nested(record.environment)
+    sections = {"config": config, "environment": environment}
+    changed = False
+    for section, *keys in PLATE_PATHS:
+        holder: Any = sections[section]
+        for key in keys[:-1]:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        if isinstance(holder, dict) and isinstance(holder.get(keys[-1]), str):
+            portable = portable_path(holder[keys[-1]], folder)
+            changed = changed or portable != holder[keys[-1]]
+            holder[keys[-1]] = portable
+    return dataclasses.replace(record, config=config, environment=environment) if changed else record
+
+
+def copy_nested(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``data`` whose nested objects are copies too (lists and values are shared)."""
+    return {key: copy_nested(value) if isinstance(value, dict) else value for key, value in data.items()}
 
 
 def _last_newline_end(fd: int, end: int) -> int:

@@ -2,7 +2,7 @@
 between two marker comments in one docs page, so the figures the docs quote come from rows, never
 from typing.
 
-The rows are every ``*.jsonl`` under one folder (``results/targets/`` in this repository), as
+The rows are every ``*.jsonl`` under one folder (``measurements/targets/`` in this repository), as
 ``cropbench run --track targets`` writes them. A *run* is one ``cropbench run`` (one ``run_id``);
 within a run each ratio is the median, over its repeats, of the row's median per-block paired ratio.
 A cell of the table is the median of those run values, with the lowest and highest run. A ratio to
@@ -28,7 +28,7 @@ from cropbench.records import Record, read_records
 #: The track whose rows the headline reads.
 TRACK = "targets"
 #: Where the rows and the table live, relative to the repository root.
-ROWS_FOLDER = "results/targets"
+ROWS_FOLDER = "measurements/targets"
 PAGE = "docs/results/decode-paths.md"
 #: The marker lines around the generated table; everything between them is replaced.
 START = "<!-- headline:start -->"
