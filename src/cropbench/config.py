@@ -418,6 +418,8 @@ ZARR_CLIENTS = ("obstore", "fsspec")
 MAX_TIMEOUT_S = 3600.0
 #: The most requests in flight (each holds a connection and a thread; real stores are measured at 256).
 MAX_IN_FLIGHT = 1024
+#: More DataLoader worker processes than this is a typo, not a plan: each one forks the main process.
+MAX_WORKERS = 256
 #: The coalescing gap over an object store when nothing else is said: a round trip costs more than reading 1 MiB.
 DEFAULT_COALESCE_GAP_BYTES = 1 << 20
 #: Requests the direct path keeps open per process by default: against a store with tens of ms to the

@@ -8,7 +8,7 @@ from pathlib import Path
 from cropbench.cli.options import Commands, add_store_knobs, store_config, whole_number
 from cropbench.cli.progress import ProgressBar
 from cropbench.cli.runs import URL_SCHEME
-from cropbench.data.loader import MAX_WORKERS
+from cropbench.config import MAX_WORKERS
 from cropbench.errors import ConfigError
 
 #: The longest budget ``--budget-min`` accepts: a day.

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 from cropbench import metrics as m
+from cropbench.config import MAX_WORKERS
 from cropbench.data.dataset import (
     SEGMENT_MARKER,
     SEGMENT_TAIL_BYTES,
@@ -47,8 +48,6 @@ WATCHDOG_MARGIN_S = 2.0
 #: Metadata columns the ``stack`` collate keeps, as numpy arrays (no per-sample strings or dicts).
 STACK_COLUMNS = ("index", "object_id", "field_index")
 MIB = 2**20
-#: More worker processes than this is a typo, not a plan: each one forks the main process.
-MAX_WORKERS = 256
 #: Shared-memory segments each worker keeps for its batches beyond the ``prefetch_factor`` in flight:
 #: the one being filled, the one the training loop holds, and one whose return is not yet seen.
 SPARE_SEGMENTS = 3

@@ -382,7 +382,7 @@ def run_prefetch(plate: Path, bench: PrefetchBench, emit: Callable[[Record], Non
         "crop_size": crop.crop_size,
         "batch_size": bench.batch_size,
         "batches_per_round": bench.batches,  # None: a whole epoch
-        "rounds": bench.rounds,
+        m.ROUNDS: bench.rounds,
         "chunk_cache_bytes": crop.chunk_cache_bytes,
         # The coalescing gap and requests in flight are the rows' own (several may be measured side by side).
         "store": dataclasses.asdict(StoreConfig()) | {"coalesce_gap_bytes": None, "in_flight": None},

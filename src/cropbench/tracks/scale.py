@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, check_seed, layout_by_name
+from cropbench.config import MAX_WORKERS, CropConfig, check_seed, layout_by_name
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec
 from cropbench.data.sampling import GroupedSampler, RandomObjectSampler
@@ -48,8 +48,6 @@ TRACK = "scale"
 GROWTH_OBJECTS = (10**3, 10**4, 10**5, 10**6)
 #: Sampler orders timed per count (the fastest is kept: an order is pure computation).
 SAMPLER_REPEATS = 3
-#: The most DataLoader workers of the Track 2 first batch.
-MAX_WORKERS = 256
 
 
 @dataclass(frozen=True)
