@@ -319,11 +319,17 @@ class ReaderOptions:
         _require(isinstance(self.prefetch, PrefetchConfig), f"prefetch must be a PrefetchConfig, got {self.prefetch!r}")
 
 
+#: A crop's edge in pixels when nothing else is said: a cell with its neighbourhood at 20x.
+DEFAULT_CROP_SIZE = 96
+#: The largest crop edge: a crop is cut from one field (MAX_FIELD_SIZE).
+MAX_CROP_SIZE = 16384
+
+
 @dataclass(frozen=True)
 class CropConfig:
     """How :class:`cropbench.data.dataset.CropDataset` cuts, decodes and transforms each crop."""
 
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     channels: tuple[str, ...] | None = None
     dtype: str = "float32"
     decode: str = "direct"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cropbench.cli.options import Commands, add_store_knobs, store_config, whole_number
+from cropbench.cli.options import Commands, add_crop_size, add_store_knobs, store_config, whole_number
 from cropbench.cli.progress import ProgressBar
 from cropbench.cli.runs import URL_SCHEME
 from cropbench.config import MAX_WORKERS
@@ -76,9 +76,7 @@ def add_advise_commands(commands: Commands) -> None:
     parser.add_argument(
         "--batch-size", type=whole_number(1, 4096), default=64, help="the training batch (default: %(default)s)"
     )
-    parser.add_argument(
-        "--crop-size", type=whole_number(1, 4096), default=96, help="crop edge in pixels (default: %(default)s)"
-    )
+    add_crop_size(parser)
     parser.add_argument(
         "--max-workers",
         type=whole_number(0, MAX_WORKERS),

@@ -8,7 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cropbench.cli.options import Commands, add_store_knobs, layout_names_help, left_behind, seed, store_config
+from cropbench.cli.options import (
+    Commands,
+    add_crop_size,
+    add_store_knobs,
+    layout_names_help,
+    left_behind,
+    seed,
+    store_config,
+)
 from cropbench.cli.progress import ProgressBar
 from cropbench.cli.results import draw_figures
 from cropbench.config import LAYOUTS
@@ -198,7 +206,7 @@ def add_comparison_commands(commands: Commands) -> None:
     compare.add_argument("--out", default="out/layouts", help="output directory (default: %(default)s)")
     compare.add_argument("--work", help="where converted plates are written (default: OUT/plates)")
     compare.add_argument("--keep", action="store_true", help="keep the converted plates")
-    compare.add_argument("--crop-size", type=int, default=96, help="crop edge in pixels (default: %(default)s)")
+    add_crop_size(compare)
     compare.add_argument(
         "--decode",
         default=COMPARE_LOCAL_DEFAULTS["decode"],
@@ -241,7 +249,7 @@ def add_comparison_commands(commands: Commands) -> None:
     formats.add_argument("--out", default="out/formats", help="output directory (default: %(default)s)")
     formats.add_argument("--work", help="where the crop stores are written (default: OUT/crops)")
     formats.add_argument("--keep", action="store_true", help="keep the crop stores")
-    formats.add_argument("--crop-size", type=int, default=96, help="crop edge in pixels (default: %(default)s)")
+    add_crop_size(formats)
     formats.add_argument("--channels", help="comma-separated channel names (default: all)")
     formats.add_argument(
         "--samples", type=int, default=2000, help="random crops timed per reader (default: %(default)s)"

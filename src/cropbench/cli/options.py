@@ -13,9 +13,11 @@ from typing import Any, TypeAlias
 
 from cropbench.config import (
     DEFAULT_COALESCE_GAP_BYTES,
+    DEFAULT_CROP_SIZE,
     FORMAT_CODECS,
     LAYOUTS,
     MAX_COALESCE_GAP_BYTES,
+    MAX_CROP_SIZE,
     MAX_IN_FLIGHT,
     MAX_LATENCY_MS,
     MAX_RETRIES,
@@ -72,6 +74,16 @@ def finite_number(low: float, high: float | None = None, *, above_low: bool = Fa
 
     parse.__name__ = "number"  # what argparse names the type in its own messages
     return parse
+
+
+def add_crop_size(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, default: int | None = DEFAULT_CROP_SIZE
+) -> None:
+    """``--crop-size``, the one definition every command shares (None: each case keeps its own)."""
+    said = f" (default: {default})" if default is not None else " (default: each case's own)"
+    parser.add_argument(
+        "--crop-size", type=whole_number(1, MAX_CROP_SIZE), default=default, help=f"crop edge in pixels{said}"
+    )
 
 
 #: ``--seed``: what every generator accepts.

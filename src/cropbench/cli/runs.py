@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cropbench.cli.options import (
     Commands,
+    add_crop_size,
     add_store_knobs,
     layout_names_help,
     left_behind,
@@ -108,7 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _add_crop_knobs(parser: argparse.ArgumentParser) -> None:
     """Crop knobs fixed for every case of the run, over what the preset sets (``CropOverrides``)."""
     group = parser.add_argument_group("crop knobs (override the preset for every case)")
-    group.add_argument("--crop-size", type=whole_number(1), help="crop edge in pixels")
+    add_crop_size(group, default=None)
     group.add_argument("--decode", choices=DECODE_PATHS, help="decode path")
     group.add_argument("--dtype", choices=OUTPUT_DTYPES, help="output dtype")
     group.add_argument("--tier", choices=TRANSFORM_TIERS, help="transform tier")

@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from cropbench.cli.options import seed, whole_number
+from cropbench.cli.options import add_crop_size, seed, whole_number
 from cropbench.config import CELL_PAINTING_CHANNELS, LAYOUTS, MAX_FIELD_SIZE, layout_by_name
 from cropbench.errors import ConfigError
 from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_fits_in_memory
@@ -60,7 +60,7 @@ def add_scale_commands(commands: Any) -> None:
     sweep.add_argument("--work", required=True, help="where the plates are written (removed unless --keep)")
     sweep.add_argument("--objects", type=count, nargs="+", default=[10**3, 10**4, 10**5, 10**6], help="object counts")
     sweep.add_argument("--layout", default="default", choices=sorted(LAYOUTS), metavar="NAME", help="named layout")
-    sweep.add_argument("--crop-size", type=whole_number(1), default=96, help="crop edge in pixels")
+    add_crop_size(sweep)
     sweep.add_argument("--samples", type=whole_number(1), default=1000, help="Track 1 steady-state samples per access")
     sweep.add_argument(
         "--workers", type=whole_number(0), default=2, help="DataLoader workers of the Track 2 first batch"
@@ -80,7 +80,7 @@ def add_scale_commands(commands: Any) -> None:
         "--limit-mib", type=whole_number(1), default=1024, help="memory limit of the reading process, MiB"
     )
     limited.add_argument("--plate-multiple", type=float, default=4.0, help="plate size over the limit (2-8)")
-    limited.add_argument("--crop-size", type=whole_number(1), default=96, help="crop edge in pixels")
+    add_crop_size(limited)
     limited.add_argument("--samples", type=whole_number(1), default=2000, help="random crops timed per layout")
     limited.add_argument("--no-cached", action="store_true", help="skip the same crops with the plate in memory")
     limited.add_argument(

@@ -22,6 +22,7 @@ from cropbench import metrics as m
 from cropbench.cli.options import (
     Commands,
     Distinct,
+    add_crop_size,
     check_output_file,
     check_results_file,
     finite_number,
@@ -404,7 +405,7 @@ def add_store_commands(commands: Commands) -> None:
     replay.add_argument("--rounds", type=whole_number(1, MAX_ROUNDS), default=3, help="rounds (default: 3)")
     replay.add_argument("--workers", type=whole_number(1, MAX_LOADER_WORKERS), default=2, help="DataLoader workers")
     replay.add_argument("--batch-size", type=_positive_whole, default=64, help="crops per batch (default: 64)")
-    replay.add_argument("--crop-size", type=_positive_whole, default=96, help="crop edge in pixels (default: 96)")
+    add_crop_size(replay)
     replay.add_argument("--median-ms", type=latency_ms, default=20.0, help="the store's median first-byte latency")
     replay.add_argument(
         "--shard-mib", type=whole_number(1, MAX_SHARD_MIB), default=64, help="WebDataset shard size (default: 64)"
@@ -442,7 +443,7 @@ def add_store_commands(commands: Commands) -> None:
     )
     remote.add_argument("--crops", type=_positive_whole, default=256, help="timed crops per rate (default: 256)")
     remote.add_argument("--batch-size", type=_positive_whole, default=32, help="crops per batch (default: 32)")
-    remote.add_argument("--crop-size", type=_positive_whole, default=96, help="crop edge in pixels (default: 96)")
+    add_crop_size(remote)
     remote.add_argument("--out", default="out/remote", help="results folder (default: %(default)s)")
     remote.add_argument(
         "--layouts",
