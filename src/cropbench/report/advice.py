@@ -482,7 +482,9 @@ def write_advice(document: dict[str, Any], out_dir: str | Path) -> Path:
     """``out_dir/advice.json``, written whole beside a temporary name and moved into place."""
     path = Path(out_dir) / ADVICE_NAME
     partial = path.with_name(f".{ADVICE_NAME}.partial")
-    partial.write_text(json.dumps(document, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
+    with partial.open("w", encoding="utf-8") as handle:  # one document, not result rows (those go through RecordWriter)
+        json.dump(document, handle, indent=2, allow_nan=False, default=str)
+        handle.write("\n")
     os.replace(partial, path)
     return path
 
