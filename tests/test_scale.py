@@ -204,7 +204,7 @@ def test_the_sweep_measures_every_cost_and_removes_its_plates(tmp_path: Path) ->
 def test_a_kept_plate_is_reused_by_the_next_sweep(tmp_path: Path) -> None:
     sweep = dataclasses.replace(TINY_SWEEP, objects=(100,))
     first = [record.config for record in api.sweep_scale(sweep, tmp_path / "out", tmp_path, keep=True, bars=False)]
-    kept = Path(first[0]["plate"])
+    kept = tmp_path / first[0]["plate"]  # rows name a plate outside the output folder by its folder name
     assert kept.is_dir()
     again = [record.metrics for record in api.sweep_scale(sweep, tmp_path / "out", tmp_path, keep=True, bars=False)]
     assert again[0]["generate_seconds"] is None and kept.is_dir()

@@ -429,7 +429,11 @@ def test_the_runner_writes_a_row_per_split_and_the_answer(tiny_plate: Path) -> N
     assert [r.case for r in emitted[:-1]] == [split.with_split(*pair).label for pair in split.splits]
     answer = emitted[-1].metrics
     assert emitted[-1].case == split.label and answer[m.SPLITS] == ["w0xt2", "w1xt2", "w2xt1"]
-    assert answer[m.BEST_SPLIT] in answer[m.SPLITS] and all(s > 0 for s in answer[m.SUPPLY_OVER_DEMAND_BY_SPLIT])
+    assert all(s > 0 for s in answer[m.SUPPLY_OVER_DEMAND_BY_SPLIT])
+    # The answer is an unflagged split; none where every split's row carries a flag (16 samples on the tiny plate).
+    assert answer[m.BEST_SPLIT] in answer[m.SPLITS] or (
+        answer[m.BEST_SPLIT] is None and sorted(answer[m.FLAGGED_SPLITS]) == sorted(answer[m.SPLITS])
+    )
     assert [r.config["crop"]["decode_threads"] for r in emitted[:-1]] == [2, 2, 1]
 
 

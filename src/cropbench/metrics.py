@@ -346,11 +346,13 @@ CONDITIONAL = frozenset(
         PERSISTENT_EPOCH2_GAIN,
         WORKER_USS_MIB_MAX,
         RAW_BYTES,
-        # Only over a plate in a store (and the ratio only beside --local-plate); track remote on a
-        # local plate counts requests without them.
+        # Only over a plate in a store (and the ratio only beside --local-plate): a plate on local disk
+        # makes no requests, so its rows count none (not zero).
         IN_FLIGHT,
         INJECTED_LATENCY_MS,
         RATIO_TO_LOCAL,
+        REQUESTS_PER_CROP,
+        BYTES_TRANSFERRED_PER_CROP,
     }
 )
 
