@@ -288,3 +288,41 @@ def test_remote_bench_writes_track_remote_rows(
     rows = read_records(out / "results.jsonl")
     assert rows and {row.track for row in rows} == {"remote"}
     assert {row.config["store"]["zarr_client"] for row in rows} == {"fsspec", "obstore"}
+
+
+@pytest.mark.slow
+@needs_emulation
+def test_a_measuring_command_stopped_by_sigterm_halfway_keeps_its_rows_and_leaves_no_folder(
+    tiny_plate: Path, tmp_path: Path
+) -> None:
+    """SIGTERM once the first rounds' rows are written: one line, exit 143, those rows kept, and no
+    scratch folder, namespace or routing rule of the run left behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from cropbench.measure.store_emulation import namespaces
+
+    out = tmp_path / "prefetch.jsonl"
+    options = ["--workers", "0", "--rounds", "50", "--batch-size", "8", "--latency-ms", "1", "--readers", "store"]
+    command = [sys.executable, "-m", "cropbench", "prefetch-bench", "--plate", str(tiny_plate), "--out", str(out)]
+    child = subprocess.Popen([*command, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while child.poll() is None and time.monotonic() < deadline and len(_lines(out)) < 2:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1].startswith("cropbench: interrupted (SIGTERM)")
+    assert len(read_records(out)) >= 2, "the rounds measured before the signal are kept"
+    left = list(Path(tempfile.gettempdir()).glob(f"cropbench-*-{child.pid}-*"))
+    assert left == [], f"scratch left behind: {left}"
+    assert not [name for name in namespaces() if name.startswith(f"cbs{child.pid}x")]
+    assert os.path.exists(out)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
