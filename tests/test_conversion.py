@@ -281,7 +281,7 @@ def test_compare_formats_prints_the_table_and_writes_the_rows(
         (["--shard-mib", "inf"], "--shard-mib must be a finite number of MiB from 9.5e-07 to 4096, got inf"),
         (["--shard-mib", "1e12"], "--shard-mib must be a finite number of MiB from 9.5e-07 to 4096, got 1e+12"),
         (["--shard-mib", "1000"], "a shard of 1000 MiB is larger than the whole store"),
-        (["--crop-size", "100000"], "crop_size=100000 is larger than the field (200x240)"),
+        (["--crop-size", "10000"], "crop_size=10000 is larger than the field (200x240)"),
         (["--epochs", "0"], "epochs must be a whole number >= 1, got 0"),
         (["--latency-ms", "nan"], "remote_latency_ms must be from 0 to 60000"),
     ],
