@@ -212,8 +212,7 @@ def http_server(root: Path | Mapping[str, Path], port: int | None = None, *, ind
     if binary is None:
         raise ConfigError("nginx is not installed: apt-get install -y nginx")
     port = port or free_port()
-    sources = {"": Path(root)} if isinstance(root, (str, os.PathLike)) else dict(root)
-    with served_copy(sources, index=index) as served, scratch_folder("nginx") as tmp:
+    with served_copy(root, index=index) as served, scratch_folder("nginx") as tmp:
         config = tmp / "nginx.conf"
         config.write_text(
             _NGINX_CONFIG.format(user=user_directive(), tmp=tmp, port=port, root=served, no_symlinks=NO_SYMLINKS)

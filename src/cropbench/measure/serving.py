@@ -74,23 +74,30 @@ def _readable_by_serving_group(root: Path) -> None:
             os.chmod(name, 0o750 if stat.S_ISDIR(info.st_mode) else 0o640)
 
 
+def served_sources(root: Path | Mapping[str, Path]) -> dict[str, Path]:
+    """What a server is asked to serve, by the relative path it is served at: a folder's contents at the
+    root, or folders by their paths."""
+    if isinstance(root, (str, os.PathLike)):
+        return {"": Path(root)}
+    return {relative: Path(source) for relative, source in root.items()}
+
+
 @contextlib.contextmanager
-def served_copy(sources: Mapping[str, Path], *, index: bool = False) -> Iterator[Path]:
+def served_copy(root: Path | Mapping[str, Path], *, index: bool = False) -> Iterator[Path]:
     """A scratch folder holding a private copy of each source folder at its relative path (links copied
     as links), readable by the serving account alone; with ``index``, each copy gets the key index a
     plate served over HTTP needs (HTTP cannot list). The sources are read, never changed."""
-    with scratch_folder("served") as root:
-        for relative, source in sources.items():
-            source = Path(source)
+    with scratch_folder("served") as copy:
+        for relative, source in served_sources(root).items():
             if not source.is_dir():
                 raise ConfigError(f"{str(source)!r} is not a folder to serve")
-            target = root / relative
+            target = copy / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
             if index:
                 write_index(target)
-        _readable_by_serving_group(root)
-        yield root
+        _readable_by_serving_group(copy)
+        yield copy
 
 
 def _die_with_parent() -> None:
@@ -137,6 +144,7 @@ __all__ = [
     "SERVING_USER",
     "server_processes",
     "served_copy",
+    "served_sources",
     "serving_account",
     "start_server",
     "user_directive",

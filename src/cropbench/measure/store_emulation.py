@@ -50,7 +50,14 @@ from typing import Any
 from cropbench import metrics as m
 from cropbench.errors import ConfigError
 from cropbench.measure.endpoints import START_TIMEOUT_S, nginx_binary, stop_process
-from cropbench.measure.serving import NO_SYMLINKS, served_copy, server_processes, start_server, user_directive
+from cropbench.measure.serving import (
+    NO_SYMLINKS,
+    served_copy,
+    served_sources,
+    server_processes,
+    start_server,
+    user_directive,
+)
 from cropbench.scratch import process_alive, scratch_folder, sweep_stale_scratch
 
 #: Debian's nginx modules: the Lua module (``ngx.sleep``) and the development kit it needs.
@@ -615,9 +622,8 @@ def emulated_store(
     reason = unavailable()
     if reason is not None:
         raise ConfigError(f"the store emulation cannot run: {reason}")
-    sources = {"": Path(root)} if isinstance(root, (str, os.PathLike)) else dict(root)
-    for source in sources.values():
-        if not Path(source).is_dir():
+    for source in served_sources(root).values():
+        if not source.is_dir():
             raise ConfigError(f"root={str(source)!r} is not a folder to serve")
     sweep_stale()
     name = f"{_NAME_PREFIX}{os.getpid()}x{next(_COUNTER)}"
@@ -626,7 +632,7 @@ def emulated_store(
     network: ipaddress.IPv4Network | None = None
     with (
         _cleanup_on_signals(),
-        served_copy(sources, index=index) as served,
+        served_copy(root, index=index) as served,
         scratch_folder("store") as tmp,
     ):
         try:
