@@ -251,6 +251,7 @@ def steady_state(
     loop_seconds = timed_seconds = 0.0
     loop_items = timed_items = 0
     pair_ratios = []
+    tight = per_item(get)
     for number in range(0, len(blocks) - 1, 2):
         first, second = blocks[number], blocks[number + 1]
         turns = [("loop", first), ("timed", second)]
@@ -262,8 +263,7 @@ def steady_state(
                 before_block()
             with Stopwatch() as watch:
                 if name == "loop":
-                    for item in block:
-                        get(item)
+                    tight(block)
                 else:
                     latencies.append(time_each(get, block))
             per_item_s[name] = watch.seconds / max(len(block), 1)
