@@ -3,6 +3,7 @@ names it takes, and one small run end to end on the tiny plate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -266,3 +267,25 @@ def test_bad_options_are_one_line(args: list[str], named: str, tiny_plate: Path,
 
 def test_the_report_names_the_track_the_measurement_writes() -> None:
     assert advice.TRACK == measuring.TRACK
+
+
+def test_formats_left_out_by_the_budget_say_so_and_what_would_settle_it() -> None:
+    decision = advice.decide_convert([], "webdataset not compared: 12 s of the budget were left")
+    assert decision.open and "12 s" in decision.evidence[0] and "--budget-min" in decision.settle
+
+
+def test_a_format_comparison_is_cut_to_the_budget_epochs_first_then_formats() -> None:
+    from cropbench.tracks.formats import FormatComparison
+
+    comparison = FormatComparison(formats=("hdf5", "webdataset"), epochs=3, in_place=(m.REFERENCE,))
+    whole = comparison.estimated_seconds(1.0)
+    assert comparison.within(whole, 1.0) == comparison
+    fewer_epochs = comparison.within(whole - 1e-9, 1.0)
+    assert fewer_epochs is not None and fewer_epochs.epochs == 2 and fewer_epochs.formats == comparison.formats
+    one_format = comparison.within(fewer_epochs.estimated_seconds(1.0) - 1e-9, 1.0)
+    assert one_format is not None and one_format.formats == ("hdf5",) and one_format.epochs == 3
+    smallest = dataclasses.replace(one_format, epochs=2)
+    assert comparison.within(smallest.estimated_seconds(1.0), 1.0) == smallest
+    assert comparison.within(smallest.estimated_seconds(1.0) - 1e-9, 1.0) is None
+    with pytest.raises(ConfigError, match="in_place"):
+        FormatComparison(in_place=("ome-zarr/zarr",))

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cropbench import metrics as m
 from cropbench.config import CropConfig, CropOverrides, LayoutSpec, StoreConfig, plate_preset
@@ -52,6 +53,9 @@ from cropbench.tracks.training.advise import (
     model_case,
 )
 from cropbench.tracks.training.cases import Track3Case
+
+if TYPE_CHECKING:
+    from cropbench.tracks.formats import FormatComparison
 
 #: Called with a status message, and with the record when one has just been measured.
 Progress = Callable[[str, Record | None], None]
@@ -489,13 +493,26 @@ def advise(
                 loader, pin_memory=bool(advice.decide_pinning(results.measured, budget_min).value)
             )
         plan[4] = False
-        if formats:
-            _compare_formats(context, formats, loader, crop_size, rounds, objects, out_dir, work_dir, results)
-        plan[5] = False
-        decisions = advice.decide(results.measured, budget_min)
         recommendation = advice.Recommendation(
             path, workers, loader.batch_size, loader.prefetch_factor or advice.DEFAULT_PREFETCH, loader.pin_memory
         )
+        not_compared = None
+        if formats:
+            comparison = _formats_comparison(context, formats, loader, crop_size, rounds)
+            epoch_s = context.object_count / (advice.supply(results.measured, recommendation) or math.inf)
+            left = deadline - time.monotonic() - reserve
+            fitted = comparison.within(left, epoch_s)
+            if fitted is None:
+                shortest = dataclasses.replace(comparison, formats=formats[:1], epochs=2)
+                not_compared = (
+                    f"{', '.join(formats)} not compared: {max(left, 0.0):.0f} s of the budget were left, and "
+                    f"converting one format and reading two epochs each way takes about "
+                    f"{shortest.estimated_seconds(epoch_s):.0f} s"
+                )
+            else:
+                _compare_formats(context, fitted, objects, out_dir, work_dir, results)
+        plan[5] = False
+        decisions = advice.decide(results.measured, budget_min, not_compared)
         predicted = advice.prediction(results.measured, recommendation)
         case = verification_case(template, crop, loader, epoch_crops or context.object_count, context.object_count)
         achieved = measure([Verification(case)])[-1]
@@ -541,23 +558,13 @@ def _formats_to_compare() -> tuple[str, ...]:
     return tuple(name for name, fmt in TRAINING_FORMATS.items() if fmt.available() is None)
 
 
-def _compare_formats(
-    context: RunContext,
-    formats: tuple[str, ...],
-    loader: LoaderSpec,
-    crop_size: int,
-    rounds: int,
-    objects: str | Path | None,
-    out_dir: str | Path,
-    work_dir: str | Path | None,
-    results: Results,
-) -> None:
-    """``compare-formats`` at the recommended loader: each format converted, then read in whole epochs in
-    turns with the plate in place (break-even from those, conversion included)."""
-    from cropbench.data.training import check_free_space
-    from cropbench.tracks.formats import FormatComparison, Formats, check_plate
+def _formats_comparison(
+    context: RunContext, formats: tuple[str, ...], loader: LoaderSpec, crop_size: int, rounds: int
+) -> FormatComparison:
+    """``compare-formats`` at the recommended loader, beside the direct path (the reference) alone."""
+    from cropbench.tracks.formats import FormatComparison
 
-    comparison = FormatComparison(
+    return FormatComparison(
         formats=formats,
         crop_size=crop_size,
         workers=loader.num_workers,
@@ -565,7 +572,23 @@ def _compare_formats(
         epochs=max(rounds, 2),
         samples=min(context.object_count, FormatComparison().samples),
         warmup=min(context.object_count // 4, FormatComparison().warmup),
+        in_place=(m.REFERENCE,),
     )
+
+
+def _compare_formats(
+    context: RunContext,
+    comparison: FormatComparison,
+    objects: str | Path | None,
+    out_dir: str | Path,
+    work_dir: str | Path | None,
+    results: Results,
+) -> None:
+    """Each format converted, then read in whole epochs in turns with the plate in place (break-even from
+    those, conversion included)."""
+    from cropbench.data.training import check_free_space
+    from cropbench.tracks.formats import Formats, check_plate
+
     store_bytes = check_plate(context.plate, comparison, objects)
     work = Path(work_dir) if work_dir else Path(out_dir) / "crops"
     check_free_space(work, store_bytes, f"cannot write crop stores under {work}")

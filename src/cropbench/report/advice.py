@@ -305,10 +305,20 @@ def _epochs_text(epochs: float) -> str:
     return "never" if not math.isfinite(epochs) else f"{epochs:.1f}"
 
 
-def decide_convert(records: Iterable[Record]) -> Decision:
+def decide_convert(records: Iterable[Record], not_compared: str | None = None) -> Decision:
     """Convert or read in place: per training format compared (``compare-formats``' rows), the epochs after
     which converting pays for itself, from whole epochs read in turns, conversion included; ``never`` when
-    it never pays."""
+    it never pays. ``not_compared`` says why the formats were left out (the budget), where they were."""
+    if not_compared is not None:
+        return Decision(
+            CONVERT,
+            "read in place (no training format compared)",
+            None,
+            (not_compared,),
+            "not measured",
+            True,
+            "a longer --budget-min",
+        )
     rows = [r for r in records if r.track == FORMATS_TRACK]
     measured = [r for r in rows if not r.metrics.get(m.SKIPPED)]
     reference = next((r for r in measured if r.metrics.get(m.READER) == m.REFERENCE), None)
@@ -384,8 +394,9 @@ def decide_convert(records: Iterable[Record]) -> Decision:
     )
 
 
-def decide(records: Sequence[Record], budget_min: int) -> list[Decision]:
-    """Every decision, in :data:`QUESTIONS`' order (batch only where it was measured)."""
+def decide(records: Sequence[Record], budget_min: int, not_compared: str | None = None) -> list[Decision]:
+    """Every decision, in :data:`QUESTIONS`' order (batch only where it was measured); ``not_compared``: why
+    the training formats were not (see :func:`decide_convert`)."""
     batch = decide_batch(records, budget_min)
     found = [
         decide_read_path(records, budget_min),
@@ -393,7 +404,7 @@ def decide(records: Sequence[Record], budget_min: int) -> list[Decision]:
         *([batch] if batch is not None else []),
         decide_prefetch(records, budget_min),
         decide_pinning(records, budget_min),
-        decide_convert(records),
+        decide_convert(records, not_compared),
     ]
     return found
 
@@ -419,22 +430,33 @@ class Recommendation:
         )
 
 
-def prediction(records: Iterable[Record], recommendation: Recommendation) -> dict[str, Any] | None:
-    """The loop the last unflagged option row measured at the recommendation predicts; None without one."""
+def _recommended_row(records: Iterable[Record], recommendation: Recommendation) -> Record | None:
+    """The last unflagged option row measured at the recommendation; None without one."""
     rows = [
         r
         for r in records
         if r.track == TRACK and m.OPTION in r.config and m.PREDICTED_IMAGES_PER_S in r.metrics and not flags(r)
     ]
     matching = [r for r in rows if recommendation.matches(r)]
-    if not matching:
+    return matching[-1] if matching else None
+
+
+def prediction(records: Iterable[Record], recommendation: Recommendation) -> dict[str, Any] | None:
+    """The loop the last unflagged option row measured at the recommendation predicts; None without one."""
+    row = _recommended_row(records, recommendation)
+    if row is None:
         return None
-    row = matching[-1]
     return {
         m.IMAGES_PER_S: _number(row, m.PREDICTED_IMAGES_PER_S),
         m.DATA_WAIT_FRACTION: _number(row, m.PREDICTED_DATA_WAIT_FRACTION),
         "row": row.case,
     }
+
+
+def supply(records: Iterable[Record], recommendation: Recommendation) -> float | None:
+    """Crops/s over whole epochs the recommended loader delivered (its last unflagged row); None without one."""
+    row = _recommended_row(records, recommendation)
+    return None if row is None else _number(row, m.WHOLE_EPOCH_SAMPLES_PER_S)
 
 
 def verification(predicted: dict[str, Any] | None, achieved: Record) -> dict[str, Any]:

@@ -109,6 +109,10 @@ TRACK = "formats"
 #: Crops hashed, by index, for the fidelity check.
 FIDELITY_ITEMS = 32
 
+#: How much slower than in place a converted format's epoch is assumed to be when a comparison is fitted to a
+#: time budget: the slowest measured on 2 cores (LitData, about 5x at one worker) is rare; most read faster.
+SLOWER_THAN_IN_PLACE = 2.0
+
 #: The bucket the emulated store serves stores under.
 BUCKET = "crops"
 
@@ -138,6 +142,9 @@ class FormatComparison:
     #: latency (its tail as :meth:`StoreModel.at_median` scales it), and its epochs are read from there
     #: (formats that can).
     remote_latency_ms: float | None = None
+    #: The in-place read paths measured beside the formats; the reference (the direct path) always, since
+    #: every break-even is against it.
+    in_place: tuple[str, ...] = tuple(m.IN_PLACE)
 
     def __post_init__(self) -> None:
         for name in self.formats:
@@ -157,10 +164,36 @@ class FormatComparison:
             raise ConfigError(f"remote_latency_ms must be from 0 to 60000 (or None), got {self.remote_latency_ms!r}")
         if self.channels is not None and not self.channels:
             raise ConfigError("channels must name at least one channel (or be None for all)")
+        if m.REFERENCE not in self.in_place or not set(self.in_place) <= set(m.IN_PLACE):
+            raise ConfigError(
+                f"in_place must hold {m.REFERENCE} and only in-place readers ({', '.join(m.IN_PLACE)}), "
+                f"got {self.in_place!r}"
+            )
+
+    def estimated_seconds(self, epoch_seconds: float) -> float:
+        """About how long the comparison takes where one shuffled epoch in place takes ``epoch_seconds``:
+        each in-place reader's epochs; each format's conversion (one pass), its own epochs and its epochs
+        read in turns with the plate's, at most :data:`SLOWER_THAN_IN_PLACE` times slower than in place.
+        Random access is left out: ``samples`` crops are a fraction of an epoch."""
+        in_place = len(self.in_place) * self.epochs
+        converted = len(self.formats) * (1 + 3 * self.epochs) * SLOWER_THAN_IN_PLACE
+        return epoch_seconds * (in_place + converted)
+
+    def within(self, seconds: float, epoch_seconds: float) -> FormatComparison | None:
+        """This comparison cut to fit ``seconds`` (by :meth:`estimated_seconds`): fewer epochs, down to
+        two (a spread needs two), then fewer formats, the first listed kept; None when not even one format
+        over two epochs fits."""
+        for count in range(len(self.formats), 0, -1):
+            for epochs in range(self.epochs, min(self.epochs, 2) - 1, -1):
+                cut = dataclasses.replace(self, formats=self.formats[:count], epochs=epochs)
+                if cut.estimated_seconds(epoch_seconds) <= seconds:
+                    return cut
+        return None
 
     def readers(self) -> list[str]:
         """In-place readers first (the reference first of all), then each format once."""
-        return [*m.IN_PLACE, *dict.fromkeys(self.formats)]
+        in_place = [reader for reader in m.IN_PLACE if reader in self.in_place]
+        return [*in_place, *dict.fromkeys(self.formats)]
 
     def epoch_spec(self) -> EpochSpec:
         """Shuffled epochs with the comparison's batch size, workers and seed."""
