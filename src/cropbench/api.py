@@ -523,7 +523,8 @@ def advise(
 
     What ``cropbench advise`` calls. Each question's options read whole epochs in turns, at least
     ``rounds`` rounds, more (at most ``max_rounds``) while the ratio deciding it is open and its share
-    of ``budget_min`` lasts. Training formats are compared where their libraries are installed.
+    of ``budget_min`` lasts. Training formats are compared where their libraries are installed and
+    as far as the budget left allows; the convert decision says what was left out.
 
     Args:
         plate: The plate: a local folder or a URL in an object store.
