@@ -3,15 +3,19 @@
 A page holding ``<!-- generated:api -->`` gets one mkdocstrings block per public name of
 ``cropbench`` (``cropbench._PUBLIC``: the names ``import cropbench`` exports, each with the module
 that defines it), grouped by that module, so a name added to the package appears in the reference
-and one moved to another module follows it. A page holding ``<!-- generated:cli -->`` gets the
-``--help`` of every ``cropbench`` command, as the parser prints it. The docstrings' Sphinx roles
-(``:class:`~x.Y```) are shown as Sphinx shows them. Both read this checkout's
-``src/``, not whichever cropbench the building Python has installed.
+and one moved to another module follows it; then the rest of ``cropbench.api.__all__`` (the fixed
+runs the command line offers), and the track runners: every class under ``src/cropbench/tracks/``
+with the runner's ``cases``, ``decode`` and ``measure``, found by reading the source, so a runner
+renamed or added follows without importing the tracks' optional libraries. A page holding
+``<!-- generated:cli -->`` gets the ``--help`` of every ``cropbench`` command, as the parser prints it.
+The docstrings' Sphinx roles (``:class:`~x.Y```) are shown as Sphinx shows them. Both read this
+checkout's ``src/``, not whichever cropbench the building Python has installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import os
 import re
@@ -49,7 +53,41 @@ def api_blocks() -> str:
         blocks = "\n\n".join(f"::: {module}.{name}" for name in sorted(names))
         listed = ", ".join(f"`cropbench.{name}`" for name in sorted(names))
         sections.append(f"## `{module}`\n\n{listed}\n\n{blocks}")
-    return "\n\n".join(sections)
+    return "\n\n".join([*sections, _more_api(set(public)), _track_runners()])
+
+
+#: The methods the runner calls on a track (``cropbench.harness.runner.Track``).
+RUNNER_METHODS = frozenset({"cases", "decode", "measure"})
+
+
+def _more_api(exported: set[str]) -> str:
+    """The names of ``cropbench.api.__all__`` that ``import cropbench`` does not export."""
+    names = sorted(set(importlib.import_module("cropbench.api").__all__) - exported)
+    blocks = "\n\n".join(f"::: cropbench.api.{name}" for name in names)
+    return (
+        "## More of `cropbench.api`\n\n"
+        "The fixed runs the command line offers besides `run` and `advise`, imported from `cropbench.api`.\n\n" + blocks
+    )
+
+
+def _track_runners() -> str:
+    """One block per track runner class under ``src/cropbench/tracks/``, in module order."""
+    tracks = Path(importlib.import_module("cropbench.tracks").__file__ or "").parent
+    blocks = []
+    for source in sorted(tracks.rglob("*.py")):
+        module = ".".join(("cropbench", *source.relative_to(tracks.parent).with_suffix("").parts))
+        module = module.removesuffix(".__init__")
+        for node in ast.parse(source.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                methods = {item.name for item in node.body if isinstance(item, ast.FunctionDef)}
+                if methods >= RUNNER_METHODS:
+                    blocks.append(f"::: {module}.{node.name}")
+    return (
+        "## Track runners\n\n"
+        "What `cropbench.run` and the commands build for each track (`cropbench.tracks.TRACKS` names them): "
+        "the runner asks a track for its `cases` of a preset, skips those whose `decode` path the plate "
+        "lacks, and records the rows `measure` yields.\n\n" + "\n\n".join(blocks)
+    )
 
 
 def _commands(parser: argparse.ArgumentParser, prefix: str) -> list[tuple[str, argparse.ArgumentParser]]:

@@ -80,25 +80,64 @@ def run(
     local_plate: str | Path | None = None,
     overrides: CropOverrides | None = None,
 ) -> list[Record]:
-    """Measure ``tracks`` (names or aliases in :data:`cropbench.tracks.TRACKS`, or track objects) on
-    ``plate``; returns this run's records.
+    """Measure ``tracks`` on ``plate``: the cases of ``preset``, one record per case and repeat.
 
-    ``layout`` runs them on the plate rewritten in that named layout (converted once, under
-    ``layout_dir`` or ``<plate>.layouts/``); ``objects`` is an object table for plates without one
-    (every track uses it). With ``out_dir``, each record is appended to ``out_dir/results.jsonl``
-    as it finishes and ``results.csv`` is rewritten at the end; ``resume`` skips cases already there
-    (same case identity: same config, plate and layout).
-
-    ``plate`` may be a URL (``s3://bucket/prefix/plate.zarr``, ``https://host/path/plate.zarr``): its
-    metadata is mirrored locally and its pixels are read from the store as ``store`` says (in-flight
-    requests, timeouts, retries, injected latency; see :class:`~cropbench.config.StoreConfig`).
-    ``local_plate`` is the same plate on local disk: each Track 1 case is then measured on it too,
-    just before the store, and the store's rows carry ``ratio_to_local``. ``overrides`` fixes crop
-    knobs (decode threads, chunk cache, crop size...) for every case, over what the preset sets.
+    What ``cropbench run`` calls. Each track's cases run through the one runner and the one
+    measurement protocol; with ``out_dir``, each record is appended to ``out_dir/results.jsonl`` as
+    it finishes (so a run stopped halfway keeps its rows) and ``results.csv`` is rewritten at the end.
 
     Started by ``torchrun``, each rank calls this: tracks 2 and 3 run across the ranks (see
     :mod:`cropbench.distributed`), rank 0 alone writes and returns the records, and a rank that
     dies or hangs fails the others within ``rank_timeout_s``.
+
+    Args:
+        plate: The plate: a local folder, or a URL (``s3://bucket/prefix/plate.zarr``,
+            ``https://host/path/plate.zarr``) whose metadata is mirrored locally and whose pixels
+            are read from the store as ``store`` says.
+        tracks: Track names or aliases (``"1"``, ``"dataset"``, ``"peers"``...; see
+            :data:`cropbench.tracks.TRACKS`), or track objects built by the caller.
+        preset: The grid of cases each track runs: ``smoke`` (seconds to minutes) or ``full``;
+            some tracks have more (``grid`` for Track 1, ``overhead`` and ``gpu`` for Track 2,
+            ``gpu`` and ``gpu-demand`` for Track 3).
+        out_dir: Where ``results.jsonl`` and ``results.csv`` go; None keeps the records in memory.
+        samples: Items each case reads in steady state, over what the preset sets.
+        repeats: How many times each case is measured; repeats differ only in their seed.
+        resume: Skip cases whose rows ``out_dir/results.jsonl`` already holds (same case
+            identity: same config, plate and layout).
+        torch_threads: Threads torch may use in this process (``torch.set_num_threads``).
+        layout: Run on the plate rewritten in this named layout (converted once, then reused).
+        layout_dir: Where the rewritten plate goes; default ``<plate>.layouts/``.
+        store: How a plate at a URL is read: in-flight requests, timeouts, retries, injected
+            latency (:class:`~cropbench.config.StoreConfig`). Defaults to ``StoreConfig()``.
+        objects: An object table for a plate without one; every track uses it.
+        progress: Called with a status message, and with each record as it is measured.
+        rank_timeout_s: Under ``torchrun``, how long a rank waits for the others.
+        local_plate: The same plate on local disk, for a plate at a URL: each Track 1 case is
+            then measured on it too, just before the store, and the store's rows carry
+            ``ratio_to_local``.
+        overrides: Crop knobs (decode threads, chunk cache, crop size...) fixed for every case,
+            over what the preset sets.
+
+    Returns:
+        This run's records (:class:`~cropbench.records.Record`), in the order measured, with
+        their flags as finally decided; not the rows a resumed run skipped.
+
+    Raises:
+        ConfigError: An unknown track or preset, ``repeats`` or ``samples`` below 1,
+            ``layout`` or the ``peers`` track with a plate at a URL, or a ``local_plate`` that is
+            not the plate at the URL.
+        StoreError: The plate (or its layout) cannot be opened or read.
+        ObjectTableError: The object table is missing, empty, or does not match the plate.
+        DistributedError: Under ``torchrun``, another rank failed or did not answer in time.
+
+    Example:
+        ```python
+        import cropbench
+
+        records = cropbench.run("plate.zarr", tracks=["1", "2"], preset="smoke", out_dir="out")
+        for record in records:
+            print(record.track, record.case, record.metrics["samples_per_s"])
+        ```
     """
     named = {t: track_named(t) for t in tracks if isinstance(t, str)}  # an unknown name fails here, first
     if repeats < 1:
@@ -216,8 +255,27 @@ def compare_layouts(
     objects: str | Path | None = None,
     progress: Progress | None = None,
 ) -> list[Record]:
-    """Rewrite ``plate`` in each layout of ``comparison`` (under ``work_dir``, default ``OUT/plates``;
-    removed after measuring unless ``keep``) and measure each: one record per layout (track ``layouts``)."""
+    """Rewrite ``plate`` in each layout of ``comparison`` and measure each (track ``layouts``).
+
+    What ``cropbench compare-layouts`` calls.
+
+    Args:
+        plate: The local plate to rewrite.
+        comparison: The layouts to compare and how each is read (crop size, samples, workers).
+        out_dir: Where ``results.jsonl`` and ``results.csv`` go.
+        work_dir: Where the rewritten plates go; default ``OUT/plates``.
+        keep: Keep the rewritten plates; by default each is removed once measured.
+        objects: An object table for a plate without one.
+        progress: Called with a status message, and with each record as it is measured.
+
+    Returns:
+        One record per layout, in the order measured.
+
+    Raises:
+        ConfigError: An unknown layout name, or a comparison the plate cannot run.
+        StoreError: The plate cannot be opened.
+        OutputError: A rewritten plate cannot be written under ``work_dir``.
+    """
     track = Layouts(comparison, Path(work_dir) if work_dir else Path(out_dir) / "plates", keep=keep)
     return run(plate, [track], out_dir=out_dir, objects=objects, progress=progress)
 
@@ -233,10 +291,30 @@ def compare_layouts_in_store(
     store: StoreConfig | None = None,
     progress: Progress | None = None,
 ) -> list[Record]:
-    """Which layout to publish: the plate at ``url`` rewritten in each layout (under ``work_dir``, default
-    ``OUT/plates``; only what this call wrote is removed unless ``keep``), each served on loopback behind
-    ``settings.latency_ms`` and measured (track ``store-layouts``, one record per layout in
-    ``OUT/results.jsonl``). The source is read with ``store`` without injected latency."""
+    """Which layout to publish: the plate at ``url`` rewritten in each layout, each served on loopback
+    behind ``settings.latency_ms`` and measured (track ``store-layouts``).
+
+    What ``cropbench compare-layouts --plate URL`` calls.
+
+    Args:
+        url: The plate in an object store (``s3://...`` or ``https://...``).
+        layouts: The named layouts to compare.
+        settings: How each rewritten plate is served and read: the injected latency, crops, workers.
+        out_dir: Where ``results.jsonl`` and ``results.csv`` go.
+        work_dir: Where the rewritten plates go; default ``OUT/plates``.
+        keep: Keep the rewritten plates; by default only what this call wrote is removed.
+        store: How the source is read (its injected latency is set to 0). Defaults to
+            ``StoreConfig()``.
+        progress: Called with a status message, and with each record as it is measured.
+
+    Returns:
+        One record per layout, in the order measured.
+
+    Raises:
+        ConfigError: An unknown layout name, or settings out of range.
+        StoreError: The source cannot be read from the store.
+        OutputError: A rewritten plate cannot be written under ``work_dir``.
+    """
     work = WorkFolder(Path(work_dir) if work_dir else Path(out_dir) / "plates", keep)
     track = StoreLayoutsTrack(layouts, settings, work)
     source = dataclasses.replace(store or StoreConfig(), latency_ms=0.0)
@@ -253,10 +331,27 @@ def sweep_scale(
     resume: bool = False,
     progress: Progress | None = None,
 ) -> list[Record]:
-    """The growth sweep (track ``scale``): per object count of ``sweep`` a scale plate under ``work_dir``
-    (removed after measuring unless ``keep``; one kept earlier is reused) and its costs, one record each
-    in ``out_dir/results.jsonl`` as it is measured. ``bars`` shows the plates' write progress; ``resume``
-    skips counts already measured there (no plate is written for them)."""
+    """The growth sweep (track ``scale``): how each cost grows with the number of objects.
+
+    What ``cropbench scale sweep`` calls. Per object count of ``sweep``, a plate of that many objects
+    is written under ``work_dir`` and measured.
+
+    Args:
+        sweep: The object counts, the layout of the plates and how each is read.
+        out_dir: Where ``results.jsonl`` and ``results.csv`` go.
+        work_dir: Where the plates are written.
+        keep: Keep the plates (one kept earlier is reused); by default each is removed once measured.
+        bars: Show the plates' write progress.
+        resume: Skip counts already measured in ``out_dir/results.jsonl`` (no plate is written for them).
+        progress: Called with a status message, and with each record as it is measured.
+
+    Returns:
+        One record per object count measured by this call.
+
+    Raises:
+        ConfigError: A sweep out of range.
+        OutputError: ``work_dir`` cannot be written, or lacks the space for a plate.
+    """
     return _run_in_work_folder(ScaleTrack(sweep, bars), sweep.layout, out_dir, work_dir, keep, resume, progress)
 
 
@@ -271,9 +366,30 @@ def compare_out_of_memory(
     resume: bool = False,
     progress: Progress | None = None,
 ) -> list[Record]:
-    """Layouts on plates larger than a memory limit (track ``out-of-memory``): per layout a plate under
-    ``work_dir`` (removed after measuring unless ``keep``) read inside the limit and in the page cache,
-    one record each in ``out_dir/results.jsonl`` as it is measured; ``resume`` skips layouts already measured there."""
+    """Layouts on plates larger than a memory limit (track ``out-of-memory``).
+
+    What ``cropbench scale out-of-memory`` calls. Per layout, a plate is written under ``work_dir``
+    and read both inside the memory limit and from the page cache.
+
+    Args:
+        comparison: The layouts, the plate size and the memory limit.
+        out_dir: Where ``results.jsonl`` and ``results.csv`` go.
+        work_dir: Where the plates are written.
+        keep: Keep the plates; by default each is removed once measured.
+        require_cgroup: Fail rather than measure without a cgroup to enforce the memory limit.
+        bars: Show the plates' write progress.
+        resume: Skip layouts already measured in ``out_dir/results.jsonl``.
+        progress: Called with a status message, and with each record as it is measured.
+
+    Returns:
+        One record per layout measured by this call.
+
+    Raises:
+        ConfigError: A comparison out of range.
+        MemoryLimitError: No cgroup could enforce the limit where ``require_cgroup`` asks for one,
+            or the limited process died.
+        OutputError: ``work_dir`` cannot be written, or lacks the space for a plate.
+    """
     track = OutOfMemoryTrack(comparison, bars, require_cgroup)
     return _run_in_work_folder(track, "", out_dir, work_dir, keep, resume, progress)
 
@@ -314,7 +430,13 @@ SMOKE_TRACKS = ("1", "2", "3")
 
 @dataclass(frozen=True)
 class SmokeRun:
-    """What :func:`smoke` did: the plate (``generated`` is None when the output directory had one) and the records."""
+    """What :func:`smoke` did.
+
+    Attributes:
+        plate: The smoke plate.
+        generated: The plate as generated, or None when the output directory had one.
+        records: This run's records, in the order measured.
+    """
 
     plate: Path
     generated: GeneratedPlate | None
@@ -328,8 +450,22 @@ def smoke(
     generation_progress: bool = False,
     progress: Progress | None = None,
 ) -> SmokeRun:
-    """The main job: the smoke plate (generated unless ``out_dir`` has one, or with ``force``), then every
-    track's smoke preset on it, recorded in ``out_dir``."""
+    """The main job: the smoke plate, then the smoke preset of Tracks 1, 2 and 3 on it.
+
+    What ``cropbench smoke`` (and so ``bash scripts/main.sh``) calls.
+
+    Args:
+        out_dir: Where the plate (``smoke-plate.zarr``), ``results.jsonl`` and ``results.csv`` go.
+        force: Generate the plate again even where ``out_dir`` has one.
+        generation_progress: Show the plate's write progress.
+        progress: Called with a status message, and with each record as it is measured.
+
+    Returns:
+        The plate, the generated plate's description (None when ``out_dir`` had one) and the records.
+
+    Raises:
+        OutputError: ``out_dir`` cannot be written.
+    """
     plate = Path(out_dir) / SMOKE_PLATE
     generated = None
     if force or not plate.exists():
@@ -349,7 +485,16 @@ VERIFY_SHARE = 0.15
 
 @dataclass(frozen=True)
 class AdviseRun:
-    """What :func:`advise` did: every decision, the verification, the advice file and this run's rows."""
+    """What :func:`advise` did: every decision, the verification, the advice file and this run's rows.
+
+    Attributes:
+        decisions: One decision per question asked (read path, workers, batch, prefetch, pinning,
+            training format), each with the ratio that decided it and how sure it is.
+        verification: The recommendation's predicted and achieved rates, or None.
+        advice_path: The ``advice.json`` written.
+        records: This run's records, in the order measured.
+        text: The advice as ``cropbench advise`` prints it.
+    """
 
     decisions: list[advice.Decision]
     verification: dict[str, Any] | None
@@ -376,18 +521,51 @@ def advise(
     work_dir: str | Path | None = None,
     progress: Progress | None = None,
 ) -> AdviseRun:
-    """What to do with ``plate`` and ``model``: which read path, how many workers, which batch, prefetch and
-    pinning, and whether converting the crops into a training format pays off; then the recommendation run
-    once more as a Track 3 loop, predicted against achieved.
+    """What to do with ``plate`` and ``model``: which read path, how many workers, which batch, prefetch
+    and pinning, and whether converting the crops into a training format pays off; then the
+    recommendation run once more as a Track 3 loop, predicted against achieved.
 
-    ``model``: ``resnet18``, ``smallcnn``, ``emulated:MS`` (an accelerator whose step takes MS ms at
-    ``batch_size``) or ``path/to/file.py:factory``. Each question's options read whole epochs of
-    ``epoch_crops`` crops (None: every object) in turns, at least ``rounds`` rounds, more (at most
-    ``max_rounds``) while the ratio deciding it is open and its share of ``budget_min`` lasts; the model's
-    compute-only rate over ``steps`` steps; the verification loop over one whole epoch; worker counts up
-    to ``max_workers`` (None: the cores). Rows go to ``out_dir/results.jsonl`` as they are measured, the decisions to
-    ``out_dir/advice.json``. Training formats are compared where their libraries are installed, their
-    stores written under ``work_dir`` (default ``OUT/crops``) and removed.
+    What ``cropbench advise`` calls. Each question's options read whole epochs in turns, at least
+    ``rounds`` rounds, more (at most ``max_rounds``) while the ratio deciding it is open and its share
+    of ``budget_min`` lasts. Training formats are compared where their libraries are installed and
+    as far as the budget left allows; the convert decision says what was left out.
+
+    Args:
+        plate: The plate: a local folder or a URL in an object store.
+        model: ``resnet18``, ``smallcnn``, ``emulated:MS`` (an accelerator whose step takes MS ms at
+            ``batch_size``) or ``path/to/file.py:factory``.
+        out_dir: Where the rows (``results.jsonl``, ``results.csv``) and the decisions
+            (``advice.json``) go.
+        budget_min: Minutes the whole run may take; 15 % of it is kept for the verification loop.
+        batch_size: The batch the model trains at (the batch question also tries twice it).
+        crop_size: The crop's side in pixels.
+        max_workers: The most DataLoader workers tried; None: the cores.
+        epoch_crops: Crops in each option's epoch; None: every object.
+        rounds: The fewest rounds of turns per question.
+        max_rounds: The most rounds of turns per question.
+        steps: Steps the model's compute-only rate is measured over.
+        objects: An object table for a plate without one.
+        store: How a plate at a URL is read. Defaults to ``StoreConfig()``.
+        work_dir: Where the training formats' stores are written (and removed); default ``OUT/crops``.
+        progress: Called with a status message, and with each record as it is measured.
+
+    Returns:
+        The decisions, the verification (predicted against achieved), the path of ``advice.json``,
+        this run's records and the advice as text.
+
+    Raises:
+        ConfigError: An argument below 1, ``rounds`` above ``max_rounds`` or ``max_rounds`` above
+            its limit, or an unknown ``model``.
+        StoreError: The plate cannot be opened or read, or ``work_dir`` lacks the space for the
+            training formats' stores.
+
+    Example:
+        ```python
+        import cropbench
+
+        answer = cropbench.advise("plate.zarr", "resnet18", "out/advise", budget_min=10)
+        print(answer.text)
+        ```
     """
     if min(budget_min, batch_size, crop_size, rounds, steps) < 1 or not rounds <= max_rounds <= MAX_ROUNDS:
         raise ConfigError(

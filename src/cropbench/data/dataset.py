@@ -1,22 +1,8 @@
 """Torch Datasets of single-cell crops: one item per object of the plate's object table.
 
-The sample index (field, window origin) is computed once, vectorised, in ``__init__``;
-``__getitem__`` only reads through the injected reader and applies the transform tier.
-``__getitems__`` (which torch's DataLoader calls for a whole batch) hands the batch's windows to
-the reader at once, so it can plan the batch's chunks together, and cuts every crop into one
-(B, C, H, W) buffer: a :class:`CropBatch`, which cropbench's collates pass on without stacking.
-
-Border policy for cells whose crop window leaves the field:
-- ``pad`` (default): the window stays centred on the cell; pixels outside the field are zero.
-- ``shift``: the window is moved inside the field (the cell is then off-centre).
-- ``drop``: such objects are left out of the dataset.
-
-The window of a ``size``-pixel crop starts at ``floor(c - (size - 1) / 2 + 1 / 2)`` on each axis
-(``c`` the centroid, pixel centres at integer coordinates, as CellProfiler measures them): its centre,
-``start + (size - 1) / 2``, is within half a pixel of the centroid, the closest a pixel grid allows.
-
-``labels=[...]`` adds ``item["labels"]``, a dict of per-object label columns of the object table:
-numbers as numbers, strings as integer class ids (``dataset.label_classes`` maps them back).
+:class:`CropDataset` is the dataset; :class:`CropBatch` is what its ``__getitems__`` hands a
+DataLoader for a whole batch, and :class:`SegmentPool` the shared memory that batch lives in inside a
+worker. :class:`PairedViews` wraps a dataset for contrastive training.
 """
 
 from __future__ import annotations
@@ -40,7 +26,68 @@ GROUPINGS = ("field", "well", "chunk")
 
 
 class CropDataset(Dataset[dict[str, Any]]):
-    """Single-cell crops (C × H × W) with their plate, well, field and object id."""
+    """Single-cell crops (C × H × W) with their plate, well, field and object id.
+
+    One sample per object (cell) of the plate's object table: the crop of ``config.crop_size`` pixels
+    centred on the object's centroid, every channel asked for, through the transform tier. The sample
+    index (field, window origin) is computed once, vectorised, here; ``__getitem__`` only reads
+    through the reader and applies the transforms. ``__getitems__`` (which torch's DataLoader calls
+    for a whole batch) hands the batch's windows to the reader at once, so it can plan the batch's
+    chunks together, and cuts every crop into one (B, C, H, W) buffer: a :class:`CropBatch`, which
+    cropbench's collates pass on without stacking. The dataset pickles, so DataLoader workers can
+    each hold a copy.
+
+    A sample is a dict:
+
+    - ``image``: a (C, H, W) tensor of ``config.dtype``. With tier ``none`` it holds the stored
+      counts, only cast (H = W = ``config.crop_size``); tiers ``light`` and ``typical`` normalise
+      each channel to [0, 1] by the plate's display ranges and resize to ``config.output_size``
+      when set (``typical`` then augments).
+    - ``object_id``, ``plate``, ``well``, ``field`` (the site within the well), ``field_index`` (the
+      field's position in the plate), ``centroid_y``, ``centroid_x``, ``crop_y0``, ``crop_x0`` (the
+      window's top-left corner in the field, negative where it leaves the field) and ``index``.
+    - ``labels``: only with ``labels=[...]``, a dict of the named object-table columns; numbers
+      stay numbers, strings become integer class ids (:attr:`label_classes` maps them back).
+
+    The window of a ``size``-pixel crop starts at ``floor(c - (size - 1) / 2 + 1 / 2)`` on each axis
+    (``c`` the centroid, pixel centres at integer coordinates, as CellProfiler measures them): its
+    centre is within half a pixel of the centroid, the closest a pixel grid allows. Where it leaves
+    the field, ``config.border`` decides: ``pad`` (default) keeps it centred and fills the outside
+    with zeros, ``shift`` moves it inside the field (the cell is then off-centre), ``drop`` leaves
+    such objects out of the dataset.
+
+    Args:
+        plate: The plate: an OME-Zarr plate folder or any layout cropbench reads (see
+            :func:`cropbench.formats.open_plate`). Its bundled object table is used unless
+            ``objects`` is given.
+        config: How to cut, decode and transform each crop: crop size, channels, output dtype,
+            read path (``decode``), transform tier, border policy, chunk cache. Defaults to
+            ``CropConfig()``.
+        objects: The object table: an :class:`~cropbench.objects.ObjectTable`, or the path of a
+            table file. Defaults to the table the plate carries.
+        reader: A reader already open on ``plate`` (for instance one shared by several datasets,
+            or a test double); by default one is opened from ``config``'s read path and caches.
+        labels: Object-table columns to return as ``item["labels"]``.
+
+    Raises:
+        ConfigError: A channel of ``config.channels`` is not on the plate or is named twice, or
+            ``config.crop_size`` is larger than the field.
+        ObjectTableError: The object table is empty, names a (well, field) the plate lacks, has a
+            centroid outside the field, or no object is left after ``border="drop"``.
+        StoreError: The plate cannot be opened or its metadata is inconsistent.
+
+    Example:
+        ```python
+        from torch.utils.data import DataLoader
+        from cropbench import CropConfig, CropDataset
+
+        dataset = CropDataset("plate.zarr", CropConfig(crop_size=96, channels=("DNA", "RNA")))
+        sample = dataset[0]
+        sample["image"].shape  # torch.Size([2, 96, 96])
+        sample["well"], sample["object_id"]
+        loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=2)
+        ```
+    """
 
     def __init__(
         self,
@@ -129,6 +176,7 @@ class CropDataset(Dataset[dict[str, Any]]):
         return len(self.object_id)
 
     def set_epoch(self, epoch: int) -> None:
+        """Seed the ``typical`` tier's random choices with ``epoch`` (call it before each epoch)."""
         self.epoch = epoch
 
     def read_raw(self, index: int) -> np.ndarray:
@@ -152,6 +200,7 @@ class CropDataset(Dataset[dict[str, Any]]):
         return out
 
     def metadata_of(self, index: int) -> dict[str, Any]:
+        """Everything sample ``index`` carries besides its image (its plate, well, field, object id...)."""
         return {
             "object_id": int(self.object_id[index]),
             "plate": self.plate_name,

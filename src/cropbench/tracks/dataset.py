@@ -114,6 +114,17 @@ class Track1:
 
     Fixed ``cases`` let a script measure one configuration through the runner and the Record
     rather than time a loop of its own.
+
+    Args:
+        cases: The cases to measure whatever the preset; None: the preset's grid.
+
+    Example:
+        ```python
+        import cropbench
+        from cropbench.tracks import track_named
+
+        records = cropbench.run("plate.zarr", [track_named("1").build()], preset="smoke")
+        ```
     """
 
     name = "1"
@@ -122,14 +133,37 @@ class Track1:
         self._cases = None if cases is None else list(cases)
 
     def cases(self, preset: str, context: RunContext) -> list[Track1Case]:
+        """The preset's grid of ``Dataset.__getitem__`` cases (or the fixed ``cases``).
+
+        Args:
+            preset: The preset's name: ``smoke``, ``full`` or ``grid``.
+            context: The run's plate; its ``samples`` overrides each case's steady-state sample count.
+
+        Returns:
+            The cases in the order they run.
+
+        Raises:
+            ConfigError: An unknown preset.
+        """
         if self._cases is not None:
             return list(self._cases)
         return preset_cases(preset, context.samples)
 
     def decode(self, case: Track1Case) -> str:
+        """The read path ``case`` needs; the runner skips a case whose path the plate's layout lacks."""
         return case.crop.decode
 
     def measure(self, case: Track1Case, repeat: int, context: RunContext) -> Iterator[Row]:
+        """Measure one case: a cold pass, a warm-up, then the steady state.
+
+        Args:
+            case: One case of :meth:`cases`.
+            repeat: The repeat's number; it is added to the case's seed.
+            context: The run's plate.
+
+        Yields:
+            One row: the case's steady items/s, its latency percentiles, the cold first pass and its flags.
+        """
         repeated = seeded(case, repeat)
         metrics = run_case(context, repeated)
         yield Row(case, dataclasses.asdict(repeated), metrics, repeated.seed)

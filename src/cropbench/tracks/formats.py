@@ -464,7 +464,13 @@ class FormatCase:
 
 class Formats:
     """Track ``formats`` for the runner: the run's plate read in place, then converted into each format
-    under ``work_dir`` (removed after measuring unless ``keep``) and read back."""
+    under ``work_dir`` (removed after measuring unless ``keep``) and read back.
+
+    Args:
+        comparison: The formats, the crops and how each is read (workers, batch, epochs).
+        work_dir: Where the converted stores are written.
+        keep: Keep the converted stores; by default each is removed once measured.
+    """
 
     name = TRACK
 
@@ -475,12 +481,17 @@ class Formats:
         self.reference: dict[int, dict[str, Any]] = {}
 
     def cases(self, preset: str, context: RunContext) -> list[FormatCase]:
+        """One case per reader: the plate in place first, then each format. ``preset`` is ignored: the
+        comparison is the whole measurement."""
         return [FormatCase(reader, self.comparison) for reader in self.comparison.readers()]
 
     def decode(self, case: FormatCase) -> str | None:
+        """The read path of an in-place reader; None for a converted format."""
         return m.IN_PLACE.get(case.reader)
 
     def measure(self, case: FormatCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        """Convert (for a format), then read whole epochs: one row with its rates and, against the
+        in-place reference of the same repeat, its break-even."""
         comparison = dataclasses.replace(case.comparison, seed=case.comparison.seed + repeat)
         plate_dataset = context.dataset(comparison.crop())
         objects = len(plate_dataset)

@@ -117,6 +117,11 @@ class Layouts:
     """Track ``layouts`` for the runner: the run's plate rewritten into each layout under ``work_dir``.
 
     The memory-mapped reference runs first; every later row records its ratios to it.
+
+    Args:
+        comparison: The layouts and how each is read.
+        work_dir: Where the rewritten plates are written.
+        keep: Keep the rewritten plates; by default each is removed once measured.
     """
 
     name = "layouts"
@@ -127,12 +132,15 @@ class Layouts:
         self.ceiling: dict[str, Any] = {}
 
     def cases(self, preset: str, context: RunContext) -> list[LayoutCase]:
+        """One case per layout, the reference first. ``preset`` is ignored: the comparison is the whole measurement."""
         return [LayoutCase(name, self.comparison) for name in self.comparison.ordered()]
 
     def decode(self, case: LayoutCase) -> None:
+        """None: every layout is measured (one without the read path is read with ``field``)."""
         return None  # a layout without the decode path is measured with ``field``
 
     def measure(self, case: LayoutCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        """Rewrite the plate in the case's layout, measure it, remove it unless kept: one row."""
         name, comparison = case.layout_name, case.comparison
         context.progress(f"{name}: writing")
         layout = layout_by_name(name)

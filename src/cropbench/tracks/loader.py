@@ -302,14 +302,39 @@ class Track2:
         self.measured: dict[tuple[str, int], dict[str, Any]] = {}
 
     def cases(self, preset: str, context: RunContext) -> list[Track2Case] | list[OverheadCase]:
+        """The preset's DataLoader cases: workers, batch size, pinning, persistence and prefetch.
+
+        Args:
+            preset: The preset's name: ``smoke``, ``full``, ``gpu``, or ``overhead`` (the loader's
+                own cost beside a plain loop).
+            context: The run's plate; its ``samples`` overrides each case's sample count, and
+                ``full`` sizes epochs to its object count.
+
+        Returns:
+            The cases in the order they run.
+
+        Raises:
+            ConfigError: An unknown preset.
+        """
         if preset == "overhead":
             return overhead_cases(context.samples)
         return preset_cases(preset, context.samples, context.object_count if preset == "full" else None)
 
     def decode(self, case: Track2Case | OverheadCase) -> str:
+        """The read path ``case`` needs; the runner skips a case whose path the plate's layout lacks."""
         return case.crop.decode
 
     def measure(self, case: Track2Case | OverheadCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        """Measure one case: whole epochs through a DataLoader, first batch and steady rate apart.
+
+        Args:
+            case: One case of :meth:`cases`.
+            repeat: The repeat's number; it is added to the case's seed.
+            context: The run's plate.
+
+        Yields:
+            One row; a persistent-workers case's row also carries its gain over its measured twin.
+        """
         if isinstance(case, OverheadCase):
             ran = seeded(case, repeat)
             yield Row(case, dataclasses.asdict(ran), run_overhead(context, ran), ran.seed)

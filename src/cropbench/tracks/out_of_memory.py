@@ -216,7 +216,13 @@ class OutOfMemoryCase:
 
 class OutOfMemoryTrack:
     """Track ``out-of-memory`` for the runner: one case per layout of ``comparison``, each on its own
-    plate under the site's work folder (:func:`measure_layout`)."""
+    plate under the site's work folder (:func:`measure_layout`).
+
+    Args:
+        comparison: The layouts, the plate size and the memory limit.
+        progress: Show the plates' write progress.
+        require_cgroup: Fail rather than measure without a cgroup to enforce the limit.
+    """
 
     name = TRACK
 
@@ -224,6 +230,7 @@ class OutOfMemoryTrack:
         self.comparison, self.progress, self.require_cgroup = comparison, progress, require_cgroup
 
     def cases(self, preset: str, context: WorkSite) -> list[OutOfMemoryCase]:
+        """One case per layout. ``preset`` is ignored: the comparison is the whole measurement."""
         # Each case carries the comparison narrowed to its own layout, so its identity (what --resume
         # matches) does not change when a later run asks for more layouts.
         return [
@@ -232,9 +239,11 @@ class OutOfMemoryTrack:
         ]
 
     def decode(self, case: OutOfMemoryCase) -> None:
+        """None: each case writes the plate it reads."""
         return None
 
     def measure(self, case: OutOfMemoryCase, repeat: int, context: WorkSite) -> Iterator[Row]:
+        """Write the layout's plate, read it inside the limit and from the page cache: one row."""
         config, metrics = measure_layout(
             case.comparison, case.layout_name, context.work, self.progress, context.progress, self.require_cgroup
         )

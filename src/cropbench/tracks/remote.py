@@ -58,6 +58,11 @@ class Remote:
     """Track ``remote``: requests per crop and loader crops/s of the run's plate, per read path and workers.
 
     The smoke preset times 128 crops per case, the full preset 512 (``--samples`` overrides both).
+
+    Args:
+        workers: The DataLoader worker counts, one case each per read path.
+        batch_size: Crops per batch.
+        crop_size: The crop's side in pixels.
     """
 
     name = "remote"
@@ -66,6 +71,18 @@ class Remote:
         self.workers, self.batch_size, self.crop_size = tuple(workers), batch_size, crop_size
 
     def cases(self, preset: str, context: RunContext) -> list[RemoteCase]:
+        """One case per read path and worker count, each with the chunk cache its read-ahead needs.
+
+        Args:
+            preset: The preset's name: ``smoke`` or ``full``.
+            context: The run's plate; its ``samples`` overrides the crops timed.
+
+        Returns:
+            The cases in the order they run.
+
+        Raises:
+            ConfigError: An unknown preset.
+        """
         if preset not in ("smoke", "full"):
             raise ConfigError(f"preset={preset!r} is not one of smoke, full")
         crops = context.samples or (128 if preset == "smoke" else 512)
@@ -81,9 +98,20 @@ class Remote:
         ]
 
     def decode(self, case: RemoteCase) -> str:
+        """The read path ``case`` needs; the runner skips a case whose path the plate's layout lacks."""
         return case.decode
 
     def measure(self, case: RemoteCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        """Count the store's requests per crop (a plate in a store only), then the loader's rates.
+
+        Args:
+            case: One case of :meth:`cases`.
+            repeat: The repeat's number; it is added to the case's seed.
+            context: The run's plate.
+
+        Yields:
+            One row: requests per crop, steady and whole-run crops/s, the cache's share of the plate.
+        """
         # Requests are a store's: a plate on local disk has none to count (not zero: none).
         metrics: dict[str, Any] = (
             dict(requests_per_crop(context.plate, case.decode, case.count_crops, case.crop_size, cache_bytes=0))

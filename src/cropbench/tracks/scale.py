@@ -230,7 +230,12 @@ class ScaleCase:
 
 class ScaleTrack:
     """Track ``scale`` for the runner: one case per object count of ``sweep``, smallest first, each on
-    its own scale plate under the site's work folder (:func:`measure_count`)."""
+    its own scale plate under the site's work folder (:func:`measure_count`).
+
+    Args:
+        sweep: The object counts, the plates' layout and how each is read.
+        progress: Show the plates' write progress.
+    """
 
     name = TRACK
 
@@ -238,6 +243,7 @@ class ScaleTrack:
         self.sweep, self.progress = sweep, progress
 
     def cases(self, preset: str, context: WorkSite) -> list[ScaleCase]:
+        """One case per object count, smallest first. ``preset`` is ignored: the comparison is the whole measurement."""
         # Each case carries the sweep narrowed to its own count, so its identity (what --resume matches)
         # does not change when a later run asks for more counts.
         return [
@@ -245,9 +251,11 @@ class ScaleTrack:
         ]
 
     def decode(self, case: ScaleCase) -> None:
+        """None: each case writes the plate it reads."""
         return None
 
     def measure(self, case: ScaleCase, repeat: int, context: WorkSite) -> Iterator[Row]:
+        """Write (or reuse) the plate of the case's object count and measure its costs: one row."""
         config, metrics = measure_count(case.sweep, case.objects, context.work, self.progress, context.progress)
         yield Row(case, config, metrics, case.sweep.seed)
 

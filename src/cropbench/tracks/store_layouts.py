@@ -146,7 +146,17 @@ def layout_over_store(plate: Path, serve: Serve | None, settings: StoreLayouts, 
 
 class StoreLayoutsTrack:
     """Track ``store-layouts``: the run's plate (in a store) rewritten into each layout and measured over
-    a loopback store (``serve`` None: the emulated store where it runs, see :func:`layout_over_store`)."""
+    a loopback store (``serve`` None: the emulated store where it runs, see :func:`layout_over_store`).
+
+    Args:
+        layouts: The named OME-Zarr layouts to compare.
+        settings: How each rewritten plate is served and read.
+        work: The folder the rewritten plates are written in.
+        serve: How to serve a plate; None: the emulated store.
+
+    Raises:
+        ConfigError: A layout is not OME-Zarr.
+    """
 
     name = "store-layouts"
 
@@ -163,12 +173,15 @@ class StoreLayoutsTrack:
         self.layouts, self.settings, self.work, self.serve = tuple(layouts), settings, work, serve
 
     def cases(self, preset: str, context: RunContext) -> list[StoreLayoutCase]:
+        """One case per layout. ``preset`` is ignored: the comparison is the whole measurement."""
         return [StoreLayoutCase(name, self.settings) for name in self.layouts]
 
     def decode(self, case: StoreLayoutCase) -> None:
+        """None: each case writes the plate it reads."""
         return None
 
     def measure(self, case: StoreLayoutCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        """Rewrite the plate in the case's layout, serve it on loopback and read it: one row."""
         name = case.layout_name
         context.progress(f"{name}: writing")
         destination = self.work.destination(name)

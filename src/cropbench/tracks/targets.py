@@ -504,17 +504,48 @@ def comparisons(names: Sequence[str], threads: Sequence[int]) -> list[tuple[str,
 
 
 class Targets:
-    """Track ``targets`` for the runner (``cropbench run --track targets``)."""
+    """Track ``targets`` for the runner (``cropbench run --track targets``).
+
+    The direct reader beside the ceilings (a copy out of the plate held decoded in memory, and the
+    codec alone) and the peers, read in interleaved blocks over the same objects, with paired ratios.
+    """
 
     name = "targets"
 
     def cases(self, preset: str, context: RunContext) -> list[TargetsCase]:
+        """One case per access pattern (random, grouped).
+
+        Args:
+            preset: The preset's name: ``smoke`` (checks the wiring) or ``full``.
+            context: The run's plate; its ``samples`` overrides the objects read.
+
+        Returns:
+            The cases in the order they run.
+
+        Raises:
+            ConfigError: An unknown preset.
+        """
         return preset_cases(preset, context.samples)
 
     def decode(self, case: TargetsCase) -> str:
+        """``direct``: every case compares the direct reader."""
         return "direct"
 
     def measure(self, case: TargetsCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        """Read the case's blocks with every reader and ceiling in turns, then compare them in pairs.
+
+        Args:
+            case: One case of :meth:`cases`.
+            repeat: The repeat's number; it is added to the case's seed.
+            context: The run's plate.
+
+        Yields:
+            A row per reader (crops/s, spread over rounds), a row per paired ratio, then the
+            case's summary row.
+
+        Raises:
+            ConfigError: The plate is in an object store (the track reads a local plate).
+        """
         seed = case.seed + repeat
         if context.remote is not None:
             raise ConfigError(f"track targets reads a local plate; {context.location} is in a store")

@@ -173,6 +173,11 @@ class Peers:
 
     Every loader gets a row (a peer that cannot run here gets one saying why), with its ratio to
     cropbench direct of the same repeat.
+
+    Args:
+        comparison: The settings of the comparison; None: the preset's.
+        work_dir: Where peers that read a copy of the plate keep it; None: ``PLATE.peers`` beside the
+            plate, reused by later runs.
     """
 
     name = TRACK
@@ -183,11 +188,24 @@ class Peers:
         self.repeats: dict[tuple[PeerComparison, int], _Repeat] = {}
 
     def cases(self, preset: str, context: RunContext) -> list[PeerCase]:
+        """One case per loader: cropbench's read paths first, then every peer.
+
+        Args:
+            preset: The preset's name: ``smoke`` or ``full`` (ignored with a fixed ``comparison``).
+            context: The run's plate; its ``samples`` overrides the preset's.
+
+        Returns:
+            The cases in the order they run.
+
+        Raises:
+            ConfigError: An unknown preset.
+        """
         comparison = self.comparison or PeerComparison.for_preset(preset, context.samples)
         loaders = [f"cropbench-{decode}" for decode in CROPBENCH_DECODES] + list(comparison.peers)
         return [PeerCase(loader, comparison) for loader in loaders]
 
     def decode(self, case: PeerCase) -> None:
+        """None: every loader gets a row, one that does not apply here saying why."""
         return None  # a loader that does not apply still gets a row saying why
 
     def _repeat(self, comparison: PeerComparison, repeat: int, context: RunContext) -> _Repeat:
@@ -218,6 +236,16 @@ class Peers:
         return self.repeats[key]
 
     def measure(self, case: PeerCase, repeat: int, context: RunContext) -> Iterator[Row]:
+        """Measure one loader's steady state over the repeat's shared random order of objects.
+
+        Args:
+            case: One loader of :meth:`cases`.
+            repeat: The repeat's number; it is added to the case's seed.
+            context: The run's plate.
+
+        Yields:
+            One row: the loader's crops/s and its ratio to cropbench direct, or why it was skipped.
+        """
         comparison, name = case.comparison, case.loader
         shared = self._repeat(comparison, repeat, context)
         metrics: dict[str, Any]

@@ -414,7 +414,12 @@ def measure_demand(item: Demand, context: RunContext) -> dict[str, Any]:
 
 class Advise:
     """The items of one step of ``cropbench advise`` for the runner; questions stop adding rounds at
-    ``stop_at`` (``time.monotonic()``) once their least rounds ran."""
+    ``stop_at`` (``time.monotonic()``) once their least rounds ran.
+
+    Args:
+        items: The questions, demand measurements and verification loops of the step.
+        stop_at: When questions stop adding rounds (``time.monotonic()``); default never.
+    """
 
     name = TRACK
 
@@ -423,12 +428,15 @@ class Advise:
         self.stop_at = stop_at
 
     def cases(self, preset: str, context: RunContext) -> list[Item]:
+        """The step's items, as given. ``preset`` is ignored."""
         return self.items
 
     def decode(self, item: Item) -> str | None:
+        """The read path a single loop needs; None for a question (its options carry their own)."""
         return None if isinstance(item, Question) else item.case.crop.decode
 
     def measure(self, item: Item, repeat: int, context: RunContext) -> Iterator[Row]:
+        """A question's rows (its options read whole epochs in turns), or one loop's row."""
         if isinstance(item, Question):
             yield from read_in_turns(item, context, self.stop_at)
         elif isinstance(item, Demand):

@@ -151,9 +151,22 @@ class Track3:
         self.baselines: dict[str, dict[str, Any]] = {}
 
     def cases(self, preset: str, context: RunContext) -> list[Item]:
+        """The preset's plan: single training-loop cases, worker searches and thread splits.
+
+        Args:
+            preset: The preset's name: ``smoke``, ``full``, ``gpu`` or ``gpu-demand``.
+            context: The run's plate; its ``samples`` sets each case's steps (``samples // batch_size``).
+
+        Returns:
+            The cases in the order they run.
+
+        Raises:
+            ConfigError: An unknown preset.
+        """
         return preset_items(preset, context.samples)
 
     def decode(self, item: Item) -> str:
+        """The read path ``item`` needs; the runner skips an item whose path the plate's layout lacks."""
         return (item.case if isinstance(item, (WorkerSearch, ThreadSplit)) else item).crop.decode
 
     def _run(self, case: Track3Case, context: RunContext) -> dict[str, Any]:
@@ -165,6 +178,16 @@ class Track3:
         return with_contradictions(self.name, run_case(context, case, self.baselines[key]))
 
     def measure(self, item: Item, repeat: int, context: RunContext) -> Iterator[Row]:
+        """Measure one item: a training loop, or a search or split as the loops it is made of.
+
+        Args:
+            item: One item of :meth:`cases`.
+            repeat: The repeat's number; it is added to the case's seed.
+            context: The run's plate.
+
+        Yields:
+            A case's row; for a search or split, a row per loop measured, then the row of its answer.
+        """
         if isinstance(item, Track3Case):
             case = seeded(item, repeat)
             yield Row(item, dataclasses.asdict(case), self._run(case, context), case.seed)
