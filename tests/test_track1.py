@@ -52,14 +52,18 @@ def test_runner_emits_one_complete_record_per_case_and_resume_skips(tiny_plate: 
     again: list[Record] = []
     done = frozenset(r.key for r in emitted[:3])
     counted: list[tuple[int, int]] = []
+    estimates: list[float | None] = []
 
     class Counter:
-        def cases(self, done: int, total: int) -> None:
+        def cases(self, done: int, total: int, left_s: float | None = None) -> None:
             counted.append((done, total))
+            estimates.append(left_s)
 
     assert len(run_tracks([Track1()], "smoke", context, again.append, done=done, counter=Counter())) == len(cases) - 3
     left = len(cases) - 3
     assert counted == [(i, left) for i in range(left + 1)], "the resumed run counts only the cases left, to the end"
+    assert estimates[0] is None and estimates[-1] == 0.0, "no estimate before a case has finished; none left at the end"
+    assert all(e is not None and e >= 0 for e in estimates[1:])
 
 
 def test_fixed_cases_run_instead_of_the_preset_and_the_record_carries_the_rate(tiny_plate: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from tqdm import tqdm
 
@@ -24,31 +25,61 @@ class ProgressBar:
     so a request rejected before anything runs prints only its error.
 
     Told the planned cases (:meth:`cases`, from the runner), it counts cases instead of records: done out of
-    total, with the time left at the rate so far.
+    total, with the runner's estimate of the time left (from what the cases cost so far), counted down
+    every :data:`TICK_S` while a long case runs.
     """
+
+    #: Seconds between refreshes of the time left while a case runs.
+    TICK_S = 2.0
+    #: The bar without tqdm's own time left, which counts cases as if each cost the same.
+    CASES_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
     def __init__(self, enabled: bool, desc: str, total: int | None = None) -> None:
         self.enabled, self.desc, self.total = enabled, desc, total
         self.bar: tqdm | None = None
         self.counting_cases = False
+        self.message = ""
+        self.left: tuple[float, float] | None = None  # (seconds left, when estimated)
+        self.closed = threading.Event()
+        self.ticker: threading.Thread | None = None
 
     def _open(self) -> tqdm:
         if self.bar is None:
             self.bar = tqdm(total=self.total, desc=self.desc, unit="case")
         return self.bar
 
-    def cases(self, done: int, total: int) -> None:
-        """``done`` of ``total`` planned cases are measured."""
+    def _postfix(self) -> str:
+        parts = []
+        if self.left is not None:
+            seconds = max(self.left[0] - (time.monotonic() - self.left[1]), 0.0)
+            parts.append(f"about {tqdm.format_interval(seconds)} left")
+        if self.message:
+            parts.append(self.message[:60])
+        return ", ".join(parts)
+
+    def _tick(self) -> None:
+        while not self.closed.wait(self.TICK_S):
+            bar = self.bar
+            if bar is not None:
+                bar.set_postfix_str(self._postfix())
+
+    def cases(self, done: int, total: int, left_s: float | None = None) -> None:
+        """``done`` of ``total`` planned cases are measured; ``left_s``: the seconds the rest should take."""
         if INTERRUPTED.is_set():
             raise KeyboardInterrupt
         self.counting_cases = True
         if not self.enabled:
             return
         bar = self._open()
+        bar.bar_format = self.CASES_FORMAT
         if bar.total != total:
             bar.total = total
         bar.n = done
-        bar.refresh()
+        self.left = None if left_s is None else (left_s, time.monotonic())
+        bar.set_postfix_str(self._postfix())
+        if self.ticker is None:
+            self.ticker = threading.Thread(target=self._tick, name="progress-ticker", daemon=True)
+            self.ticker.start()
 
     def __call__(self, message: str, record: Record | None) -> None:
         if INTERRUPTED.is_set():
@@ -57,10 +88,14 @@ class ProgressBar:
             return
         bar = self._open()
         if record is None:
-            bar.set_postfix_str(message[:60])
+            self.message = message
+            bar.set_postfix_str(self._postfix())
         elif not self.counting_cases:
             bar.update(1)
 
     def close(self) -> None:
+        self.closed.set()
+        if self.ticker is not None:
+            self.ticker.join()
         if self.bar is not None:
             self.bar.close()

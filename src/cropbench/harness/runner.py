@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig, CropOverrides
 from cropbench.errors import ConfigError
 from cropbench.harness.flags import decide, decide_run, row_flags
+from cropbench.harness.time_left import TimeLeft
 from cropbench.records import Record, jsonable
 
 
@@ -188,9 +190,10 @@ def ratio_to_local(local_samples_per_s: float | None, measured: dict[str, Any]) 
 
 @runtime_checkable
 class CaseCounter(Protocol):
-    """A progress display that also shows how many of the planned cases are done (and so the time left)."""
+    """A progress display that also shows how many of the planned cases are done and the time left
+    (:class:`~cropbench.harness.time_left.TimeLeft`'s estimate; None before a case has finished)."""
 
-    def cases(self, done: int, total: int) -> None: ...
+    def cases(self, done: int, total: int, left_s: float | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -263,10 +266,12 @@ def run_tracks(
     measured: list[Record] = []  # as the tracks wrote them, before the runner decided their flags
     written: list[Record] = []
     cases = plan(tracks, preset, context, repeats=repeats, done=done)
+    left = TimeLeft([(item.track.name, item.case) for item in cases])
     for finished, item in enumerate(cases):
         track, case, repeat = item.track, item.case, item.repeat
         if counter is not None:
-            counter.cases(finished, len(cases))
+            counter.cases(finished, len(cases), left.seconds())
+        started = time.monotonic()
         local = local_rates(track, case, repeat, context)
         context.progress(f"track {track.name} {case.label} (repeat {repeat})")
         for row in track.measure(case, repeat, context):
@@ -302,8 +307,9 @@ def run_tracks(
             record = decide(record, [*earlier, *measured])
             emit(record)
             written.append(record)
+        left.finish(time.monotonic() - started)
     if counter is not None:
-        counter.cases(len(cases), len(cases))
+        counter.cases(len(cases), len(cases), 0.0)
     final = decide_run(measured, earlier)
     if amend is not None and any(_decision(a) != _decision(b) for a, b in zip(final, written, strict=True)):
         amend(final)

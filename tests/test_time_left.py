@@ -1,0 +1,62 @@
+"""The time a run has left: priors from what each case reads and computes, scaled by what finished cases took."""
+
+from __future__ import annotations
+
+import pytest
+
+from cropbench.config import CropConfig
+from cropbench.data.loader import LoaderSpec
+from cropbench.harness.dataset_case import Track1Case
+from cropbench.harness.loader_case import Track2Case
+from cropbench.harness.time_left import TimeLeft, baseline, prior_seconds
+from cropbench.tracks.training.cases import Track3Case
+from cropbench.tracks.training.search import WorkerSearch
+
+
+def test_priors_follow_what_a_case_reads_and_computes() -> None:
+    direct, zarr = Track1Case(crop=CropConfig(decode="direct")), Track1Case(crop=CropConfig(decode="zarr"))
+    assert prior_seconds(zarr) > 2 * prior_seconds(direct)
+    assert prior_seconds(Track1Case(samples=2000)) > prior_seconds(Track1Case(samples=1000))
+    loader = Track2Case(epochs=2)
+    assert prior_seconds(Track2Case(epochs=4)) > prior_seconds(loader)
+    forkserver = Track2Case(loader=LoaderSpec(num_workers=2, start_method="forkserver"))
+    assert prior_seconds(forkserver) > prior_seconds(Track2Case(loader=LoaderSpec(num_workers=2)))
+    resnet, small = Track3Case(model="resnet18"), Track3Case(model="smallcnn")
+    assert prior_seconds(resnet) > prior_seconds(small)
+    assert prior_seconds(WorkerSearch(small, (0, 1, 2))) == pytest.approx(3 * prior_seconds(small))
+    assert prior_seconds(object()) > 0
+
+
+def test_a_shared_baseline_is_counted_once() -> None:
+    first = baseline(Track3Case(model="resnet18", loader=LoaderSpec(num_workers=0)))
+    again = baseline(Track3Case(model="resnet18", loader=LoaderSpec(num_workers=2)))
+    assert first is not None and again is not None and first[0] == again[0] and first[1] > 0
+    assert baseline(Track1Case()) is None
+    cases = [("training", Track3Case(loader=LoaderSpec(num_workers=w))) for w in (0, 2)]
+    planned = TimeLeft(cases).planned
+    assert planned[0][1] == pytest.approx(planned[1][1] + first[1], rel=0.2)
+
+
+def test_the_estimate_scales_the_priors_by_what_finished_cases_took() -> None:
+    cases = [("dataset", Track1Case(seed=i)) for i in range(40)]
+    left = TimeLeft(cases)
+    assert left.seconds() is None, "nothing measured yet, nothing to say"
+    prior = left.planned[0][1]
+    for _ in range(20):
+        left.finish(2 * prior)  # a machine twice as slow as the priors
+    estimate = left.seconds()
+    assert estimate is not None and 1.6 * 20 * prior < estimate <= 2 * 20 * prior
+    for _ in range(20):
+        left.finish(2 * prior)
+    assert left.seconds() == 0.0
+
+
+def test_a_tracks_own_scale_wins_once_it_has_enough_behind_it() -> None:
+    cases = [("dataset", Track1Case(seed=i)) for i in range(200)] + [("loader", Track2Case(seed=i)) for i in range(600)]
+    left = TimeLeft(cases)
+    for _ in range(200):
+        left.finish(left.planned[left.finished][1])  # the dataset track as its priors say
+    for _ in range(500):
+        left.finish(3 * left.planned[left.finished][1])  # the loader track three times slower
+    assert left.scale("loader") == pytest.approx(3.0, rel=0.15)
+    assert left.scale("dataset") < 1.5, "a track measured at its priors stays near them"
