@@ -20,10 +20,10 @@ from typing import Any
 from cropbench import metrics as m
 from cropbench.config import CropConfig, CropOverrides, LayoutSpec, StoreConfig, plate_preset
 from cropbench.data.loader import LoaderSpec
-from cropbench.distributed import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import is_url
 from cropbench.harness.context import RunContext, worker_counts
+from cropbench.harness.ranks import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
 from cropbench.harness.runner import CaseCounter, Track, run_tracks
 from cropbench.harness.work import WorkFolder, WorkSite, work_folder
 from cropbench.measure import environment
@@ -93,7 +93,7 @@ def run(
     knobs (decode threads, chunk cache, crop size...) for every case, over what the preset sets.
 
     Started by ``torchrun``, each rank calls this: tracks 2 and 3 run across the ranks (see
-    :mod:`cropbench.distributed`), rank 0 alone writes and returns the records, and a rank that
+    :mod:`cropbench.harness.ranks`), rank 0 alone writes and returns the records, and a rank that
     dies or hangs fails the others within ``rank_timeout_s``.
     """
     named = {t: track_named(t) for t in tracks if isinstance(t, str)}  # an unknown name fails here, first

@@ -6,7 +6,7 @@ same crops read in batches in the main process, block by block in turns.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ import torch
 from cropbench import metrics as m
 from cropbench.config import ACCESS_PATTERNS, CropConfig
 from cropbench.data.device_pipeline import PIPELINES, boundaries
+from cropbench.data.distributed import SamplerFactory, per_rank
 from cropbench.data.loader import (
     LoaderSpec,
     ScheduledSampler,
@@ -25,6 +26,7 @@ from cropbench.data.sampling import continued_order, sampler_for
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext, worker_counts
 from cropbench.harness.loader_case import Track2Case, run_case
+from cropbench.harness.ranks import RankShare
 from cropbench.harness.ratios import paired_ratios
 from cropbench.harness.runner import Row, seeded
 from cropbench.measure.protocol import Stopwatch, samples_per_s
@@ -308,6 +310,28 @@ class Track2:
 
     def decode(self, case: Track2Case | OverheadCase) -> str:
         return case.crop.decode
+
+    def on_ranks(self, case: Track2Case | OverheadCase) -> Track2Case | None:
+        """A loader case as it runs across ranks: the ranks' sampler replaces its access pattern; an
+        overhead case, which times the main process's reads beside the loader's, does not split."""
+        return dataclasses.replace(case, access="random") if isinstance(case, Track2Case) else None
+
+    def measure_share(
+        self,
+        case: Track2Case,
+        ranks: int,
+        balance: str,
+        context: RunContext,
+        shard: SamplerFactory,
+        wrap: Callable[[torch.nn.Module], torch.nn.Module],
+    ) -> RankShare:
+        """This rank's share of the case's epoch (``case.samples`` over all ranks) through the loader."""
+        share = per_rank(case.samples, ranks, balance)
+        ran = dataclasses.replace(case, samples=share)
+        metrics = run_case(context, ran, shard=shard)
+        seconds = float(metrics[m.LOOP_SECONDS])
+        samples = share * ran.epochs
+        return RankShare(ran, metrics, samples, seconds, seconds, samples, ran.loader.num_workers)
 
     def measure(self, case: Track2Case | OverheadCase, repeat: int, context: RunContext) -> Iterator[Row]:
         if isinstance(case, OverheadCase):
