@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.config import DEFAULT_CROP_SIZE, MAX_WORKERS, CropConfig, check_seed, layout_by_name
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig, check_seed, check_workers, layout_by_name
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec
 from cropbench.data.sampling import GroupedSampler, RandomObjectSampler
@@ -73,11 +73,9 @@ class ScaleSweep:
         for knob in ("crop_size", "samples", "batch_size"):
             if getattr(self, knob) < 1:
                 raise ConfigError(f"{knob} must be >= 1, got {getattr(self, knob)}")
-        for knob in ("warmup", "workers"):
-            if getattr(self, knob) < 0:
-                raise ConfigError(f"{knob} must be >= 0, got {getattr(self, knob)}")
-        if self.workers > MAX_WORKERS:
-            raise ConfigError(f"workers must be at most {MAX_WORKERS}, got {self.workers}")
+        if self.warmup < 0:
+            raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
+        check_workers(self.workers)
         check_crop(self.crop_size, self.plate)
         check_seed(self.seed)
 
