@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, CropOverrides, LayoutSpec, StoreConfig, plate_preset
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig, CropOverrides, LayoutSpec, StoreConfig, plate_preset
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import is_url
@@ -361,7 +361,7 @@ def advise(
     *,
     budget_min: int = 10,
     batch_size: int = 64,
-    crop_size: int = 96,
+    crop_size: int = DEFAULT_CROP_SIZE,
     max_workers: int | None = None,
     epoch_crops: int | None = None,
     rounds: int = 3,

@@ -38,6 +38,7 @@ from torch.utils.data import RandomSampler
 
 from cropbench import metrics as m
 from cropbench.config import (
+    DEFAULT_CROP_SIZE,
     MAX_IN_FLIGHT,
     MAX_LATENCY_MS,
     MAX_LINK_GBIT_S,
@@ -107,7 +108,7 @@ class ReplaySettings:
     rounds: int = 3
     workers: int = 2
     batch_size: int = 64
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     median_ms: float = 20.0
     shard_mib: int = 64
     seed: int = 0

@@ -59,7 +59,7 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, StoreConfig, check_workers
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig, StoreConfig, check_workers
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec, build_loader
 from cropbench.data.sampling import access_order
@@ -124,7 +124,7 @@ class FormatComparison:
     """
 
     formats: tuple[str, ...] = tuple(TRAINING_FORMATS)
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     channels: tuple[str, ...] | None = None
     samples: int = 2000
     warmup: int = 200
@@ -231,7 +231,7 @@ def convert_crops(
     destination: str | Path,
     format_name: str,
     *,
-    crop_size: int = 96,
+    crop_size: int = DEFAULT_CROP_SIZE,
     channels: tuple[str, ...] | None = None,
     shard_bytes: int = 64 * 2**20,
     overwrite: bool = False,

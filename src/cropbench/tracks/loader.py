@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from cropbench import metrics as m
-from cropbench.config import ACCESS_PATTERNS, CropConfig
+from cropbench.config import ACCESS_PATTERNS, DEFAULT_CROP_SIZE, CropConfig
 from cropbench.data.device_pipeline import PIPELINES, boundaries
 from cropbench.data.distributed import SamplerFactory, per_rank
 from cropbench.data.loader import (
@@ -57,7 +57,7 @@ def preset_cases(preset: str, samples: int | None = None, objects: int | None = 
         per_epoch, sizes, workers, tiers = samples or fits, (16, 64, 256), worker_counts(), ("none", "typical")
     else:
         raise ConfigError(f"preset={preset!r} is not one of smoke, full, gpu, overhead (Track 2 only)")
-    crop = CropConfig(crop_size=96)
+    crop = CropConfig(crop_size=DEFAULT_CROP_SIZE)
 
     def case(loader: LoaderSpec, crop: CropConfig = crop, **changes: Any) -> Track2Case:
         # At least two batches per epoch, so a steady window exists whatever ``samples`` says.
@@ -118,7 +118,7 @@ def gpu_cases(samples: int | None = None) -> list[Track2Case]:
     """
     least = -(-samples // GPU_BATCH) if samples else GPU_STEADY_BATCHES
     counts = worker_counts()
-    crop = CropConfig(crop_size=96)
+    crop = CropConfig(crop_size=DEFAULT_CROP_SIZE)
 
     def sized(crop: CropConfig, workers: int, pipeline: str = "dataset", **knobs: Any) -> Track2Case:
         collate = "stack" if pipeline == "device" else "default"
@@ -157,7 +157,7 @@ class OverheadCase:
     steady window does, then times ``batches`` batches; the reader's block reads those same batches.
     """
 
-    crop: CropConfig = field(default_factory=lambda: CropConfig(crop_size=96, dtype="uint16"))
+    crop: CropConfig = field(default_factory=lambda: CropConfig(crop_size=DEFAULT_CROP_SIZE, dtype="uint16"))
     loader: LoaderSpec = field(default_factory=lambda: LoaderSpec(batch_size=64, collate="stack"))
     access: str = "random"
     batches: int = 8

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.config import DEFAULT_IN_FLIGHT, StoreConfig, layout_by_name
+from cropbench.config import DEFAULT_CROP_SIZE, DEFAULT_IN_FLIGHT, StoreConfig, layout_by_name
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.loader_case import loader_rates
@@ -52,7 +52,7 @@ class StoreLayouts:
     crops: int = 256
     zarr_crops: int = 64
     batch_size: int = 32
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def reads(self, latency_ms: float) -> StoreConfig:
