@@ -140,7 +140,7 @@ def test_the_comparison_checks_its_knobs() -> None:
         FormatComparison(formats=("csv",))
     with pytest.raises(ConfigError, match="epochs must be a whole number >= 1, got 0"):
         FormatComparison(epochs=0)
-    with pytest.raises(ConfigError, match="workers must be a whole number >= 0, got -1"):
+    with pytest.raises(ConfigError, match="workers must be a whole number from 0 to 256 .*, got -1"):
         FormatComparison(workers=-1)
 
 

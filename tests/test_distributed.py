@@ -10,16 +10,24 @@ import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pytest
 
-from cropbench.config import CropConfig
+from cropbench.config import CropConfig, CropOverrides
 from cropbench.data.dataset import CropDataset
 from cropbench.data.distributed import ChunkLocalSampler, TorchDistributedSampler, per_rank, rank_sampler
-from cropbench.distributed import RankReport, aggregate, distributed_cases
+from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
+from cropbench.harness.context import RunContext
+from cropbench.harness.loader_case import Track2Case
+from cropbench.harness.ranks import Cluster, DistributedCase, DistributedTrack, RankReport, aggregate, distributed_cases
+from cropbench.harness.runner import plan
 from cropbench.records import read_records
+from cropbench.tracks.dataset import Track1
+from cropbench.tracks.loader import Track2
+from cropbench.tracks.training import Track3, Track3Case
 
 #: Seconds the fault tests give a rank before the others give up on it.
 RANK_TIMEOUT_S = 5
@@ -112,13 +120,53 @@ def test_aggregate_row() -> None:
 
 
 def test_cases_plan_one_rank_then_all_for_the_speed_up() -> None:
-    cases = distributed_cases("2", world=4, objects=1000)
+    loading = Track2Case(crop=CropConfig(crop_size=32), loader=LoaderSpec(batch_size=16), samples=1000)
+    cases = distributed_cases(loading, world=4)
     assert [(c.sampler, c.ranks) for c in cases] == [("distributed", 1), ("distributed", 4)] + [
         ("chunk-local", 1),
         ("chunk-local", 4),
     ]
-    assert all(c.case.samples == 1000 and c.case.loader.num_workers == 0 for c in cases)
-    assert {c.ranks for c in distributed_cases("3", world=2, objects=1000)} == {2}
+    assert all(c.case == loading for c in cases)
+    training = Track3Case(crop=CropConfig(crop_size=32, tier="light"), loader=LoaderSpec(batch_size=16))
+    assert {c.ranks for c in distributed_cases(training, world=2)} == {2}
+
+
+class _Job:
+    """What planning needs of a job: its size (no process group is joined)."""
+
+    world_size = 2
+
+
+def _planned(track: Any, context: RunContext, preset: str = "smoke") -> list[DistributedCase]:
+    return [item.case for item in plan([DistributedTrack(track, cast(Cluster, _Job()))], preset, context)]
+
+
+def _planned_inner(track: Any, context: RunContext, preset: str = "smoke") -> list[Any]:
+    return [case.case for case in _planned(track, context, preset)]
+
+
+@pytest.mark.parametrize("track", [Track2, Track3], ids=["loader", "training"])
+def test_ranks_run_the_presets_cases_with_the_runs_overrides(tiny_plate: Path, track: Any) -> None:
+    """Under ranks a track plans its own preset (workers, batch sizes, models as the preset says) and the
+    run's crop knobs reach every case, as on one process."""
+    overrides = CropOverrides(crop_size=40, decode_threads=2, chunk_cache_bytes=12345)
+    context = RunContext(tiny_plate, samples=128, overrides=overrides)
+    inner = _planned_inner(track(), context)
+    one_process = [item.case for item in plan([track()], "smoke", context)]
+    expected = {(c.loader, c.crop) for c in one_process if track().on_ranks(c) is not None}
+    assert inner and {(c.loader, c.crop) for c in inner} == expected
+    assert all((c.crop.crop_size, c.crop.decode_threads, c.crop.chunk_cache_bytes) == (40, 2, 12345) for c in inner)
+    if track is Track2:
+        assert {c.loader.num_workers for c in inner} == {0, 1, 2} and {c.loader.batch_size for c in inner} == {16, 64}
+
+
+def test_ranks_leave_out_what_does_not_split_and_refuse_tracks_that_cannot(tiny_plate: Path) -> None:
+    said: list[str] = []
+    context = RunContext(tiny_plate, samples=128, report=said.append)
+    assert all(isinstance(c, Track3Case) for c in _planned_inner(Track3(), context))
+    assert any("does not run across ranks" in line for line in said), "the worker search is left out, said so"
+    with pytest.raises(ConfigError, match="does not run across ranks"):
+        DistributedTrack(Track1(), cast(Cluster, _Job()))
 
 
 # Real jobs: torch's launcher, 2 ranks on gloo, a free rendezvous port each (--standalone).
@@ -140,7 +188,7 @@ def _environment() -> dict[str, str]:
 def _job(plate: Path, out: Path, tracks: str, extra: str = "", before: str = "") -> str:
     return f"""
         import os, sys, time
-        import cropbench.harness.loader_case as track2
+        import cropbench.tracks.loader as track2
         from cropbench.cli import main
         {before}
         sys.exit(main(["run", "--plate", {str(plate)!r}, "--out", {str(out)!r}, {tracks}, "--no-progress"{extra}]))
@@ -164,8 +212,12 @@ def test_two_ranks_run_tracks_2_and_3_with_one_writer(tiny_plate: Path, tmp_path
     lines = _lines(out / "results.jsonl")  # every line whole: one writer
     keys = [(row["track"], row["case_id"], row["repeat"]) for row in lines]
     assert len(keys) == len(set(keys))  # and none twice
-    # Track 2: per sampler, 1 rank (its row + aggregate) then 2 ranks (2 rows + aggregate); Track 3: 2 + 1 each.
-    assert Counter(row["track"] for row in lines) == {"2": 10, "3": 6}
+    # The preset's cases, each per sampler: a row per rank it ran on, then the aggregate.
+    context = RunContext(tiny_plate, samples=128)
+    expected = {
+        name: sum(c.ranks + 1 for c in _planned(track(), context)) for name, track in (("2", Track2), ("3", Track3))
+    }
+    assert Counter(row["track"] for row in lines) == expected
     records = read_records(out / "results.jsonl")
     aggregates = [r for r in records if "rank" not in r.config]
     ranks = [r for r in records if "rank" in r.config]
@@ -174,14 +226,16 @@ def test_two_ranks_run_tracks_2_and_3_with_one_writer(tiny_plate: Path, tmp_path
     for row in aggregates:
         metrics = row.metrics
         assert metrics["covered_objects"] == metrics["objects"] > 0  # gathered indices of every rank
-        if row.track == "2":  # one epoch: every object exactly once, padding stated
+        if row.track == "2":  # the first epoch: every object exactly once, padding stated
             assert metrics["exactly_once"] is (metrics["padded_samples"] == 0)
             assert metrics["duplicate_samples"] == metrics["padded_samples"]
-        assert metrics["read_amplification"] > 0 and metrics["straggler_ratio"] >= 1.0
+        if row.config["loader"]["num_workers"] == 0:  # the decode counters are the ranks' own
+            assert metrics["read_amplification"] > 0
+        assert metrics["straggler_ratio"] >= 1.0
         assert len(metrics["rank_samples_per_s"]) == row.config["world_size"]
     two_ranks = [r for r in aggregates if r.track == "2" and r.config["world_size"] == 2]
-    assert len(two_ranks) == 2 and all(r.metrics["speedup_over_one_rank"] > 0 for r in two_ranks)
-    assert all(r.metrics["loss_last"] > 0 for r in ranks if r.track == "3")  # DDP trained on both ranks
+    assert two_ranks and all(r.metrics["speedup_over_one_rank"] > 0 for r in two_ranks)
+    assert all(r.metrics["loss_last"] > 0 for r in ranks if r.track == "3" and r.config["model"] != "emulated")
 
 
 @pytest.mark.slow
@@ -215,7 +269,7 @@ def test_a_rank_that_hangs_or_dies_fails_the_job_and_finished_rows_stay(
 
 @pytest.mark.parametrize("seconds", [float("inf"), 1e300, float("nan"), 0.0, -1.0])
 def test_a_rank_timeout_outside_what_torch_accepts_is_a_config_error(seconds: float) -> None:
-    from cropbench.distributed import Cluster, check_timeout
+    from cropbench.harness.ranks import Cluster, check_timeout
 
     with pytest.raises(ConfigError, match=r"--rank-timeout .* got"):
         check_timeout(seconds)
@@ -230,8 +284,8 @@ def test_a_rank_timeout_outside_what_torch_accepts_is_a_config_error(seconds: fl
 def test_a_launcher_variable_that_is_not_a_rank_is_a_distributed_error(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str
 ) -> None:
-    from cropbench.distributed import Cluster, launch_rank
     from cropbench.errors import DistributedError
+    from cropbench.harness.ranks import Cluster, launch_rank
 
     environment = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
     for name, setting in {**environment, variable: value}.items():

@@ -330,17 +330,21 @@ def test_a_loader_case_reports_the_cache_its_reader_grew_to(served_plate: Path, 
     """Reading ahead over a store grows the chunk cache: the case's cache fraction (and its cache>=plate
     flag) is the grown cache's, and a local read given that cache holds the same."""
     small = 2**16
-    over_store = loader_rates(served_plate, "direct", 4 * BATCH, BATCH, 32, cache_bytes=small)
+    over_store = loader_rates(RunContext(plate=served_plate), "direct", 4 * BATCH, BATCH, 32, cache_bytes=small)
     assert over_store.cache_bytes is not None and over_store.cache_bytes > small
     reader = open_plate(plate, "direct")
     decoded = decoded_plate_bytes(reader)
     reader.close()
     assert over_store.cache_fraction == pytest.approx(over_store.cache_bytes / decoded)
     assert over_store.cache_holds_plate == (over_store.cache_bytes >= decoded)
-    local = loader_rates(plate, "direct", 4 * BATCH, BATCH, 32, cache_bytes=over_store.cache_bytes)
+    local = loader_rates(RunContext(plate=plate), "direct", 4 * BATCH, BATCH, 32, cache_bytes=over_store.cache_bytes)
     assert (local.cache_bytes, local.cache_fraction) == (over_store.cache_bytes, over_store.cache_fraction)
-    assert loader_rates(plate, "direct", 4 * BATCH, BATCH, 32, cache_bytes=small).cache_bytes == small, "no read-ahead"
-    assert loader_rates(plate, "zarr", 4 * BATCH, BATCH, 32).cache_bytes is None, "the zarr path keeps no chunk cache"
+    assert (
+        loader_rates(RunContext(plate=plate), "direct", 4 * BATCH, BATCH, 32, cache_bytes=small).cache_bytes == small
+    ), "no read-ahead"
+    assert loader_rates(RunContext(plate=plate), "zarr", 4 * BATCH, BATCH, 32).cache_bytes is None, (
+        "the zarr path keeps no chunk cache"
+    )
 
 
 def test_the_cache_a_reader_will_grow_to_is_known_before_it_reads(served_plate: Path, plate: Path) -> None:
@@ -349,7 +353,10 @@ def test_the_cache_a_reader_will_grow_to_is_known_before_it_reads(served_plate: 
     small = 2**16
     ahead = read_ahead_cache_bytes(RunContext(plate=served_plate), "direct", BATCH, 32, cache_bytes=small)
     assert ahead is not None and ahead > small
-    assert loader_rates(served_plate, "direct", 4 * BATCH, BATCH, 32, cache_bytes=small).cache_bytes == ahead
+    assert (
+        loader_rates(RunContext(plate=served_plate), "direct", 4 * BATCH, BATCH, 32, cache_bytes=small).cache_bytes
+        == ahead
+    )
     assert read_ahead_cache_bytes(RunContext(plate=plate), "direct", BATCH, 32, cache_bytes=small) == small
     assert read_ahead_cache_bytes(RunContext(plate=plate), "zarr", BATCH, 32) is None
 
@@ -387,5 +394,5 @@ def test_a_loader_case_forks_the_direct_paths_workers_and_not_the_zarr_paths(
         return {m.SAMPLES_PER_S: 1.0, m.RUN_SAMPLES_PER_S: 1.0, m.READER_CACHE_BYTES: None}
 
     monkeypatch.setattr(loader_case, "run_case", measured)
-    loader_case.loader_rates(plate, decode, 4 * BATCH, BATCH, 32, workers)
+    loader_case.loader_rates(RunContext(plate=plate), decode, 4 * BATCH, BATCH, 32, workers)
     assert started == [start]

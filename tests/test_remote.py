@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,6 +35,7 @@ from cropbench.formats.sources import mirror_metadata, object_store, upload_plat
 from cropbench.harness.context import RunContext
 from cropbench.harness.dataset_case import Track1Case
 from cropbench.measure import endpoints
+from cropbench.objects import ObjectTable, read_object_table
 from cropbench.plates.generate import generate_plate
 from cropbench.records import RESULTS_NAME, parse_record, read_records
 from cropbench.tracks.dataset import Track1
@@ -462,7 +464,7 @@ def test_compare_layouts_by_url_keeps_plates_it_did_not_write(
     kept.write_text("a user's file")
     measured: list[Path] = []
 
-    def count_only(plate: Path, *_: object) -> dict[str, object]:
+    def count_only(context: object, plate: Path, *_: object) -> dict[str, object]:
         measured.append(plate)
         return {m.STORED_MIB: 1.0}
 
@@ -561,6 +563,44 @@ def test_compare_layouts_over_a_store_reads_with_the_store_settings_given(
 
     monkeypatch.setattr(sources, "mirror_metadata", mirror)
     with pytest.raises(Seen):
-        layout_over_store(tiny_plate, serve, settings, tmp_path)
+        layout_over_store(RunContext(tiny_plate), tiny_plate, serve, settings, tmp_path)
     assert used == [dataclasses.replace(given, in_flight=9, latency_ms=0.0)]
     assert settings.reads(4.0) == dataclasses.replace(given, in_flight=9, latency_ms=4.0)
+
+
+def test_the_remote_tracks_reads_use_the_runs_object_table(
+    s3_endpoint: str, tiny_plate: Path, tmp_path: Path, cache_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--objects reaches both of the remote track's reads: the request count and the loader's crops/s."""
+    import cropbench.harness.loader_case as loader_case
+    import cropbench.tracks.remote as remote_track
+
+    url = f"s3://{BUCKET}/objects/tiny.zarr"
+    upload_plate(tiny_plate, url)
+    table = read_object_table(tiny_plate)
+    every_other = ObjectTable.from_columns(
+        well=table.well[::2], field=table.field[::2], centroid_y=table.centroid_y[::2], centroid_x=table.centroid_x[::2]
+    )
+    every_other.write(tmp_path / "cells.parquet")
+    counted: list[int] = []
+    loaded: list[int] = []
+    count, run_case = remote_track.count_requests, loader_case.run_case
+
+    def counting(dataset: CropDataset, *args: Any, **kwargs: Any) -> dict[str, float]:
+        counted.append(len(dataset))
+        return count(dataset, *args, **kwargs)
+
+    def loading(context: RunContext, case: loader_case.Track2Case, **kwargs: Any) -> dict[str, Any]:
+        loaded.append(len(context.dataset(case.crop)))
+        return run_case(context, case, **kwargs)
+
+    monkeypatch.setattr(remote_track, "count_requests", counting)
+    monkeypatch.setattr(loader_case, "run_case", loading)
+    records = api.run(
+        url, [remote_track.Remote(workers=(0,))], samples=48, objects=tmp_path / "cells.parquet", local_plate=tiny_plate
+    )
+    assert len(records) == 2 and all(r.metrics[m.REQUESTS_PER_CROP] > 0 for r in records)
+    objects = len(CropDataset(tiny_plate, CropConfig(), objects=tmp_path / "cells.parquet"))
+    assert objects < len(CropDataset(tiny_plate, CropConfig()))
+    assert counted == [objects, objects]
+    assert loaded and set(loaded) == {objects}, "the store's and the local plate's reads alike"

@@ -96,7 +96,7 @@ def test_a_sweep_option_out_of_range_is_one_line_naming_it_before_any_work(
     [
         (["--field-size", "128", "--crop-size", "200"], "crop_size 200 is larger than the field (128 px)"),
         (["--field-size", "16384", "--distinct-fields", "100000", "--objects", "1e6"], "of memory to render"),
-        (["--workers", "100000"], "workers must be at most"),
+        (["--workers", "100000"], "argument --workers: expected a whole number from 0 to 256"),
     ],
 )
 def test_a_sweep_the_plate_or_machine_cannot_hold_is_refused_before_any_work(

@@ -241,7 +241,7 @@ def test_an_unknown_format_is_a_config_error() -> None:
 def test_an_epoch_spec_checks_its_knobs() -> None:
     with pytest.raises(ConfigError, match="batch_size must be a whole number >= 1, got 0"):
         EpochSpec(batch_size=0)
-    with pytest.raises(ConfigError, match="workers must be a whole number >= 0, got -2"):
+    with pytest.raises(ConfigError, match="workers must be a whole number from 0 to 256 .*, got -2"):
         EpochSpec(workers=-2)
 
 

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, CropOverrides, LayoutSpec, StoreConfig, plate_preset
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig, CropOverrides, LayoutSpec, StoreConfig, plate_preset
 from cropbench.data.loader import LoaderSpec
-from cropbench.distributed import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
 from cropbench.errors import ConfigError
 from cropbench.formats.sources import is_url
 from cropbench.harness.context import RunContext, worker_counts
+from cropbench.harness.ranks import DEFAULT_TIMEOUT_S, Cluster, distribute, launched
 from cropbench.harness.runner import CaseCounter, Track, run_tracks
 from cropbench.harness.work import WorkFolder, WorkSite, work_folder
 from cropbench.measure import environment
@@ -87,7 +87,7 @@ def run(
     it finishes (so a run stopped halfway keeps its rows) and ``results.csv`` is rewritten at the end.
 
     Started by ``torchrun``, each rank calls this: tracks 2 and 3 run across the ranks (see
-    :mod:`cropbench.distributed`), rank 0 alone writes and returns the records, and a rank that
+    :mod:`cropbench.harness.ranks`), rank 0 alone writes and returns the records, and a rank that
     dies or hangs fails the others within ``rank_timeout_s``.
 
     Args:
@@ -510,7 +510,7 @@ def advise(
     *,
     budget_min: int = 10,
     batch_size: int = 64,
-    crop_size: int = 96,
+    crop_size: int = DEFAULT_CROP_SIZE,
     max_workers: int | None = None,
     epoch_crops: int | None = None,
     rounds: int = 3,

@@ -58,6 +58,17 @@ def _positive(name: str, value: int) -> None:
     _require(isinstance(value, int) and value > 0, f"{name} must be a positive integer, got {value!r}")
 
 
+def check_workers(value: int, name: str = "workers", least: int = 0) -> int:
+    """``value`` if it is a count of DataLoader worker processes: a whole number from ``least`` to
+    :data:`MAX_WORKERS` (each worker is a process forked from the main one). Every worker count is
+    checked here."""
+    _require(
+        isinstance(value, int) and not isinstance(value, bool) and least <= value <= MAX_WORKERS,
+        f"{name} must be a whole number from {least} to {MAX_WORKERS} (each worker is a process), got {value!r}",
+    )
+    return value
+
+
 def check_seed(value: int, name: str = "seed") -> int:
     """``value`` if it is a seed every generator accepts (a whole number from 0 to :data:`MAX_SEED`)."""
     _require(
@@ -434,10 +445,9 @@ DEFAULT_IN_FLIGHT = 64
 #: The most retries of a request: with a timeout each, more would let one bad range hold a run for days.
 MAX_RETRIES = 20
 #: Bounds of the object-store measurements' knobs, beyond which a run would not end or no machine hold it:
-#: the longest first-byte latency a store injects (a minute), the most DataLoader worker processes, the
-#: largest response asked for, the fastest link, the most rounds, the largest shard written.
+#: the longest first-byte latency a store injects (a minute), the largest response asked for, the fastest
+#: link, the most rounds, the largest shard written (the most DataLoader workers: :data:`MAX_WORKERS`).
 MAX_LATENCY_MS = 60_000.0
-MAX_LOADER_WORKERS = 256
 MAX_RESPONSE_KIB = 256 * 1024
 MAX_LINK_GBIT_S = 10_000.0
 MAX_ROUNDS = 1000

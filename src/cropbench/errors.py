@@ -15,6 +15,10 @@ class ConfigError(CropbenchError, ValueError):
     """A knob has a value outside what it accepts."""
 
 
+class UnusedSettingError(ConfigError):
+    """A setting given for a run has nowhere to go in a case it would run: refused rather than ignored."""
+
+
 class StoreError(CropbenchError):
     """A store (plate, image, chunk) is missing, is not what was expected, or is corrupt."""
 

@@ -356,7 +356,7 @@ CONDITIONAL = frozenset(
     }
 )
 
-# Distributed runs (``cropbench.distributed``): the aggregate row of a case over its ranks.
+# Distributed runs (``cropbench.harness.ranks``): the aggregate row of a case over its ranks.
 RANK = "rank"
 WORLD_SIZE = "world_size"
 TOTAL_SAMPLES_PER_S = "total_samples_per_s"

@@ -16,10 +16,11 @@ from cropbench.cli.options import (
     left_behind,
     seed,
     store_config,
+    whole_number,
 )
 from cropbench.cli.progress import ProgressBar
 from cropbench.cli.results import draw_figures
-from cropbench.config import LAYOUTS
+from cropbench.config import LAYOUTS, MAX_WORKERS
 from cropbench.errors import ConfigError
 from cropbench.records import RESULTS_NAME
 
@@ -255,7 +256,10 @@ def add_comparison_commands(commands: Commands) -> None:
         "--samples", type=int, default=2000, help="random crops timed per reader (default: %(default)s)"
     )
     formats.add_argument(
-        "--workers", type=int, default=2, help="DataLoader workers of the epochs (default: %(default)s)"
+        "--workers",
+        type=whole_number(0, MAX_WORKERS),
+        default=2,
+        help="DataLoader workers of the epochs (default: %(default)s)",
     )
     formats.add_argument("--batch-size", type=int, default=64, help="batch size of the epochs (default: %(default)s)")
     formats.add_argument("--epochs", type=int, default=2, help="shuffled epochs per reader (default: %(default)s)")

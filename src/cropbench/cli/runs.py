@@ -47,14 +47,14 @@ def check_run_paths(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     check_run_paths(args)
     from cropbench import api
-    from cropbench.distributed import check_timeout, launch_rank
+    from cropbench.harness.ranks import check_timeout, launch_rank
     from cropbench.report.summary import summary_table
     from cropbench.tracks.peers.base import peers_folder
 
     if args.rank_timeout is not None:
         check_timeout(args.rank_timeout)  # before any rank starts or anything is measured
     if args.ranks is not None:
-        from cropbench.distributed import launch_local
+        from cropbench.harness.ranks import launch_local
 
         launch_local(args.ranks, _without_ranks(args.argv))
         return 0

@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 
 from cropbench.cli.options import add_crop_size, seed, whole_number
-from cropbench.config import CELL_PAINTING_CHANNELS, LAYOUTS, MAX_FIELD_SIZE, layout_by_name
+from cropbench.config import CELL_PAINTING_CHANNELS, LAYOUTS, MAX_FIELD_SIZE, MAX_WORKERS, layout_by_name
 from cropbench.errors import ConfigError
 from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_fits_in_memory
 from cropbench.records import RESULTS_NAME, Record, read_records
@@ -63,7 +63,7 @@ def add_scale_commands(commands: Any) -> None:
     add_crop_size(sweep)
     sweep.add_argument("--samples", type=whole_number(1), default=1000, help="Track 1 steady-state samples per access")
     sweep.add_argument(
-        "--workers", type=whole_number(0), default=2, help="DataLoader workers of the Track 2 first batch"
+        "--workers", type=whole_number(0, MAX_WORKERS), default=2, help="DataLoader workers of the Track 2 first batch"
     )
     sweep.add_argument("--keep", action="store_true", help="keep the plates in --work (and reuse them next time)")
     sweep.add_argument("--resume", action="store_true", help="skip the counts OUT/results.jsonl already holds")

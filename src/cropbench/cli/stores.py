@@ -34,11 +34,11 @@ from cropbench.cli.options import (
 from cropbench.config import (
     LAYOUTS,
     MAX_LINK_GBIT_S,
-    MAX_LOADER_WORKERS,
     MAX_RESPONSE_KIB,
     MAX_ROUNDS,
     MAX_SHARD_MIB,
     MAX_TIMEOUT_S,
+    MAX_WORKERS,
     StoreConfig,
     layout_by_name,
 )
@@ -51,7 +51,7 @@ STORE_LAYOUT_NAMES = sorted(name for name in LAYOUTS if layout_by_name(name).for
 SERVERS = ("emulated", "s3", "http")
 BUCKET = "bench"
 
-_workers = whole_number(0, MAX_LOADER_WORKERS)
+_workers = whole_number(0, MAX_WORKERS)
 _positive_whole = whole_number(1)
 
 
@@ -403,7 +403,7 @@ def add_store_commands(commands: Commands) -> None:
         help="WebDataset's link settings in Gbit/s",
     )
     replay.add_argument("--rounds", type=whole_number(1, MAX_ROUNDS), default=3, help="rounds (default: 3)")
-    replay.add_argument("--workers", type=whole_number(1, MAX_LOADER_WORKERS), default=2, help="DataLoader workers")
+    replay.add_argument("--workers", type=whole_number(1, MAX_WORKERS), default=2, help="DataLoader workers")
     replay.add_argument("--batch-size", type=_positive_whole, default=64, help="crops per batch (default: 64)")
     add_crop_size(replay)
     replay.add_argument("--median-ms", type=latency_ms, default=20.0, help="the store's median first-byte latency")

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 from cropbench import metrics as m
-from cropbench.config import MAX_WORKERS
+from cropbench.config import check_workers
 from cropbench.data.dataset import (
     SEGMENT_MARKER,
     SEGMENT_TAIL_BYTES,
@@ -78,11 +78,7 @@ class LoaderSpec:
     def __post_init__(self) -> None:
         if not _is_number(self.timeout_s) or not math.isfinite(self.timeout_s) or self.timeout_s < 0:
             raise ConfigError(f"timeout_s must be a finite number >= 0 (0 = wait forever), got {self.timeout_s!r}")
-        if not _is_integer(self.num_workers) or not 0 <= self.num_workers <= MAX_WORKERS:
-            raise ConfigError(
-                f"num_workers must be an integer from 0 to {MAX_WORKERS} (each worker is a process), "
-                f"got {self.num_workers!r}"
-            )
+        check_workers(self.num_workers, "num_workers")
         if not _is_integer(self.batch_size) or self.batch_size < 1:
             raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         for name in ("pin_memory", "persistent_workers"):

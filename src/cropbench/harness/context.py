@@ -7,6 +7,7 @@ track (none can forget it), and every record names the same plate fingerprint an
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -53,6 +54,11 @@ class RunContext:
         if self.objects is not None:
             only = self.metadata.fields[0] if len(self.metadata.fields) == 1 else None
             self.object_table = plate_objects(self.objects, (only.well, only.field) if only else None)
+
+    def on(self, plate: Path) -> RunContext:
+        """The run's settings (object table, samples, overrides, progress) over another copy of its plate:
+        a rewrite in another layout, or a mirror of it served from a store."""
+        return dataclasses.replace(self, plate=plate, local=None, server_requests_per_s=None)
 
     @property
     def layout(self) -> str:

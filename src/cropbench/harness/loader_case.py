@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -348,7 +347,7 @@ def read_ahead_cache_bytes(
 
 
 def loader_rates(
-    plate: Path,
+    context: RunContext,
     decode: str,
     crops: int,
     batch_size: int,
@@ -356,7 +355,8 @@ def loader_rates(
     workers: int = 0,
     cache_bytes: int | None = None,
 ) -> LoaderRates:
-    """Random crops/s through a DataLoader: a Track 2 case (seeded workers, the watchdog, one epoch of
+    """Random crops/s of the run's plate through a DataLoader, over the run's datasets (its object table,
+    ``--objects``, included): a Track 2 case (seeded workers, the watchdog, one epoch of
     ``crops`` distinct crops at most, the first batches per worker as warm-up; the direct path's
     workers fork, whose HTTP client starts afresh in each, the zarr path's start by forkserver, since
     obstore, a client it may use, does not survive a fork): its steady
@@ -370,7 +370,7 @@ def loader_rates(
     loader = LoaderSpec(num_workers=workers, batch_size=batch_size, start_method=start)
     crop = crop_config(decode, crop_size, cache_bytes)
     case = Track2Case(crop=crop, loader=loader, samples=max(crops, 2 * batch_size), epochs=1)
-    metrics = run_case(RunContext(plate=plate), case)
+    metrics = run_case(context, case)
     return LoaderRates(
         float(metrics[m.SAMPLES_PER_S]),
         float(metrics[m.RUN_SAMPLES_PER_S]),

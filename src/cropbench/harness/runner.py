@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
 
 from cropbench import metrics as m
 from cropbench.config import CropConfig, CropOverrides
-from cropbench.errors import ConfigError
+from cropbench.errors import ConfigError, UnusedSettingError
 from cropbench.harness.flags import decide, decide_run, row_flags
 from cropbench.harness.time_left import TimeLeft
 from cropbench.records import Record, jsonable
@@ -115,10 +115,45 @@ def seeded(case: Any, repeat: int) -> Any:
 
 
 def with_overrides(case: Any, overrides: CropOverrides | None) -> Any:
-    """``case`` with the run's crop overrides applied to its ``crop`` (a case without one is unchanged)."""
-    if overrides is None or not overrides.changes() or not isinstance(getattr(case, "crop", None), CropConfig):
+    """``case`` with the run's crop overrides: applied to its ``crop``, or to its own fields of the knobs'
+    names (a case that keeps ``crop_size`` or ``decode`` flat), and within the settings it is made of
+    (the case a case across ranks or a worker search wraps, a peer comparison). A knob the case has no
+    place for is an :class:`~cropbench.errors.UnusedSettingError` naming the option, never dropped in
+    silence."""
+    changes = overrides.changes() if overrides is not None else {}
+    if overrides is None or not changes:
         return case
-    return dataclasses.replace(case, crop=overrides.apply(case.crop))
+    changed, used = _reach(case, overrides)
+    unused = [knob for knob in changes if knob not in used]
+    if unused:
+        options = ", ".join("--" + knob.replace("_", "-") for knob in unused)
+        raise UnusedSettingError(
+            f"{options} does not reach the case {case.label} ({type(case).__name__}, which has no such knob); "
+            "drop the option or run the track without it"
+        )
+    return changed
+
+
+def _reach(value: Any, overrides: CropOverrides) -> tuple[Any, set[str]]:
+    """``value`` with the overrides it has a place for, and the knobs that found one."""
+    changes = overrides.changes()
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value, set()
+    crop = getattr(value, "crop", None)
+    if isinstance(crop, CropConfig):
+        return dataclasses.replace(value, crop=overrides.apply(crop)), set(changes)
+    updates: dict[str, Any] = {}
+    used: set[str] = set()
+    for field in dataclasses.fields(value):
+        if field.name in changes:
+            updates[field.name] = changes[field.name]
+            used.add(field.name)
+            continue
+        inner, reached = _reach(getattr(value, field.name), overrides)
+        if reached:
+            updates[field.name] = inner
+            used |= reached
+    return (dataclasses.replace(value, **updates) if updates else value), used
 
 
 def canonical_config(case: Any) -> dict[str, Any]:
@@ -215,7 +250,8 @@ def plan(
 ) -> list[Planned[S]]:
     """Every case and repeat of ``tracks`` still to measure, in the order they run.
 
-    Cases the overrides made identical run once; cases whose decode path the plate's layout lacks,
+    Cases the overrides made identical run once; cases the overrides make invalid (uint16 and a tier, say)
+    are left out; an override a case has no place for fails the plan; cases whose decode path the plate's layout lacks,
     and rows already in ``done`` (``--resume``), are left out, each skip said through progress.
     """
     planned: list[Planned[S]] = []
@@ -224,6 +260,8 @@ def plan(
         for preset_case in track.cases(preset, context):
             try:
                 case = with_overrides(preset_case, context.overrides)
+            except UnusedSettingError:
+                raise
             except ConfigError as error:
                 context.progress(f"track {track.name} {preset_case.label}: not run with the overrides ({error})")
                 continue

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from cropbench.config import DEFAULT_CROP_SIZE
 from cropbench.errors import ConfigError, CropbenchError
 from cropbench.formats import read_plate_metadata, supported_decodes
 from cropbench.scratch import scratch_folder
@@ -89,7 +90,7 @@ class InstructionWorkload:
     plate: str
     decode: str = "direct"
     access: str = "random"
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     #: Crops of the smaller run; the larger one reads ``scale`` times as many.
     crops: int = 20
     scale: int = 5

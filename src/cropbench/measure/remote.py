@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 
@@ -34,14 +34,20 @@ def requests_per_crop(
     plate: Path,
     decode: str,
     crops: int,
-    crop_size: int = 96,
+    crop_size: int = DEFAULT_CROP_SIZE,
     cache_bytes: int | None = None,
     warmup: int = COUNT_WARMUP,
 ) -> dict[str, float]:
-    """Requests and bytes per random crop read one at a time, counted by the reader after ``warmup``
-    crops (shard indexes cached); ``cache_bytes`` 0 turns the decoded-chunk cache off, so every crop
-    fetches what it needs. Counts, not times: the same plate and code give the same numbers."""
-    dataset = CropDataset(plate, crop_config(decode, crop_size, cache_bytes))
+    """Requests and bytes per random crop of ``plate`` with its own object table
+    (:func:`count_requests` over a dataset opened here)."""
+    return count_requests(CropDataset(plate, crop_config(decode, crop_size, cache_bytes)), crops, warmup)
+
+
+def count_requests(dataset: CropDataset, crops: int, warmup: int = COUNT_WARMUP) -> dict[str, float]:
+    """Requests and bytes per random crop of ``dataset`` read one at a time, counted by the reader after
+    ``warmup`` crops (shard indexes cached); a crop config with ``cache_bytes`` 0 turns the decoded-chunk
+    cache off, so every crop fetches what it needs. Counts, not times: the same plate, objects and code
+    give the same numbers."""
     order = access_order(dataset, "random", min(warmup + crops, len(dataset)), COUNT_SEED)
     for index in order[:warmup]:
         dataset[index]

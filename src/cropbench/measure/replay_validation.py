@@ -38,15 +38,16 @@ from torch.utils.data import RandomSampler
 
 from cropbench import metrics as m
 from cropbench.config import (
+    DEFAULT_CROP_SIZE,
     MAX_IN_FLIGHT,
     MAX_LATENCY_MS,
     MAX_LINK_GBIT_S,
-    MAX_LOADER_WORKERS,
     MAX_ROUNDS,
     MAX_SEED,
     MAX_SHARD_MIB,
     CropConfig,
     StoreConfig,
+    check_workers,
 )
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec, build_loader
@@ -107,7 +108,7 @@ class ReplaySettings:
     rounds: int = 3
     workers: int = 2
     batch_size: int = 64
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     median_ms: float = 20.0
     shard_mib: int = 64
     seed: int = 0
@@ -121,7 +122,7 @@ class ReplaySettings:
         for link in self.links_gbit:
             _finite("links_gbit", link, 0, MAX_LINK_GBIT_S, above_low=True)
         _whole("rounds", self.rounds, 1, MAX_ROUNDS)
-        _whole("workers", self.workers, 1, MAX_LOADER_WORKERS)
+        check_workers(self.workers, least=1)
         _whole("batch_size", self.batch_size, 1)
         _whole("crop_size", self.crop_size, 1)
         _finite("median_ms", self.median_ms, 0, MAX_LATENCY_MS)

@@ -8,7 +8,7 @@ import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 
-from cropbench.config import CropConfig
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.dataset_case import Track1Case, run_case
@@ -25,7 +25,7 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
         # Sized to the smoke plate (4 fields of 5 x 540 x 540, 11 MiB decoded, ~320 objects): 260
         # items drawn, so no crop is read twice, and a 2 MiB chunk cache, so steady state reads chunks.
         base = Track1Case(samples=200 if samples is None else samples, warmup=20, cold_samples=40)
-        crop = CropConfig(crop_size=96, chunk_cache_bytes=SMOKE_CHUNK_CACHE_BYTES)
+        crop = CropConfig(crop_size=DEFAULT_CROP_SIZE, chunk_cache_bytes=SMOKE_CHUNK_CACHE_BYTES)
         grid = [
             ("random", crop),
             ("random", crop.replace(decode="zarr")),
@@ -58,7 +58,7 @@ def _full_cases(base: Track1Case) -> list[Track1Case]:
     channels, transform tier, dtype, a cold cache in steady state, and batched reads at 1 and 2 decode
     threads. About 30 cases: minutes on 2 cores, where the product of the knobs (``grid``) takes hours.
     """
-    crop = CropConfig(crop_size=96)
+    crop = CropConfig(crop_size=DEFAULT_CROP_SIZE)
     cases = [
         dataclasses.replace(base, access=access, crop=crop.replace(decode=decode))
         for access in ("random", "grouped-field", "chunk-aware", "paired")

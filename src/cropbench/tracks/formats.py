@@ -59,7 +59,7 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, StoreConfig
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig, StoreConfig, check_workers
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec, build_loader
 from cropbench.data.sampling import access_order
@@ -128,7 +128,7 @@ class FormatComparison:
     """
 
     formats: tuple[str, ...] = tuple(TRAINING_FORMATS)
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     channels: tuple[str, ...] | None = None
     samples: int = 2000
     warmup: int = 200
@@ -154,10 +154,9 @@ class FormatComparison:
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{knob} must be a whole number >= 1, got {value!r}")
-        for knob in ("warmup", "workers"):
-            value = getattr(self, knob)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{knob} must be a whole number >= 0, got {value!r}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ConfigError(f"warmup must be a whole number >= 0, got {self.warmup!r}")
+        check_workers(self.workers)
         if self.remote_latency_ms is not None and not (
             isinstance(self.remote_latency_ms, (int, float)) and 0 <= self.remote_latency_ms < 60_000
         ):
@@ -265,7 +264,7 @@ def convert_crops(
     destination: str | Path,
     format_name: str,
     *,
-    crop_size: int = 96,
+    crop_size: int = DEFAULT_CROP_SIZE,
     channels: tuple[str, ...] | None = None,
     shard_bytes: int = 64 * 2**20,
     overwrite: bool = False,

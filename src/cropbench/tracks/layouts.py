@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.config import CEILING_LAYOUT, DECODE_PATHS, LAYOUT_GRID, OPTIONAL_LAYOUTS, CropConfig, layout_by_name
+from cropbench.config import (
+    CEILING_LAYOUT,
+    DECODE_PATHS,
+    DEFAULT_CROP_SIZE,
+    LAYOUT_GRID,
+    OPTIONAL_LAYOUTS,
+    CropConfig,
+    layout_by_name,
+)
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
 from cropbench.formats import supported_decodes
@@ -50,7 +58,7 @@ class LayoutComparison:
     """What ``compare-layouts`` measures; part of every record it writes."""
 
     layouts: tuple[str, ...] = LAYOUT_GRID
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     decode: str = "direct"
     samples: int = 2000
     warmup: int = 200

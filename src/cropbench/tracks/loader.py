@@ -6,7 +6,7 @@ same crops read in batches in the main process, block by block in turns.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from cropbench import metrics as m
-from cropbench.config import ACCESS_PATTERNS, CropConfig
+from cropbench.config import ACCESS_PATTERNS, DEFAULT_CROP_SIZE, CropConfig
 from cropbench.data.device_pipeline import PIPELINES, boundaries
+from cropbench.data.distributed import SamplerFactory, per_rank
 from cropbench.data.loader import (
     LoaderSpec,
     ScheduledSampler,
@@ -25,6 +26,7 @@ from cropbench.data.sampling import continued_order, sampler_for
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext, worker_counts
 from cropbench.harness.loader_case import Track2Case, run_case
+from cropbench.harness.ranks import RankShare
 from cropbench.harness.ratios import paired_ratios
 from cropbench.harness.runner import Row, seeded
 from cropbench.measure.protocol import Stopwatch, samples_per_s
@@ -55,7 +57,7 @@ def preset_cases(preset: str, samples: int | None = None, objects: int | None = 
         per_epoch, sizes, workers, tiers = samples or fits, (16, 64, 256), worker_counts(), ("none", "typical")
     else:
         raise ConfigError(f"preset={preset!r} is not one of smoke, full, gpu, overhead (Track 2 only)")
-    crop = CropConfig(crop_size=96)
+    crop = CropConfig(crop_size=DEFAULT_CROP_SIZE)
 
     def case(loader: LoaderSpec, crop: CropConfig = crop, **changes: Any) -> Track2Case:
         # At least two batches per epoch, so a steady window exists whatever ``samples`` says.
@@ -116,7 +118,7 @@ def gpu_cases(samples: int | None = None) -> list[Track2Case]:
     """
     least = -(-samples // GPU_BATCH) if samples else GPU_STEADY_BATCHES
     counts = worker_counts()
-    crop = CropConfig(crop_size=96)
+    crop = CropConfig(crop_size=DEFAULT_CROP_SIZE)
 
     def sized(crop: CropConfig, workers: int, pipeline: str = "dataset", **knobs: Any) -> Track2Case:
         collate = "stack" if pipeline == "device" else "default"
@@ -155,7 +157,7 @@ class OverheadCase:
     steady window does, then times ``batches`` batches; the reader's block reads those same batches.
     """
 
-    crop: CropConfig = field(default_factory=lambda: CropConfig(crop_size=96, dtype="uint16"))
+    crop: CropConfig = field(default_factory=lambda: CropConfig(crop_size=DEFAULT_CROP_SIZE, dtype="uint16"))
     loader: LoaderSpec = field(default_factory=lambda: LoaderSpec(batch_size=64, collate="stack"))
     access: str = "random"
     batches: int = 8
@@ -323,6 +325,28 @@ class Track2:
     def decode(self, case: Track2Case | OverheadCase) -> str:
         """The read path ``case`` needs; the runner skips a case whose path the plate's layout lacks."""
         return case.crop.decode
+
+    def on_ranks(self, case: Track2Case | OverheadCase) -> Track2Case | None:
+        """A loader case as it runs across ranks: the ranks' sampler replaces its access pattern; an
+        overhead case, which times the main process's reads beside the loader's, does not split."""
+        return dataclasses.replace(case, access="random") if isinstance(case, Track2Case) else None
+
+    def measure_share(
+        self,
+        case: Track2Case,
+        ranks: int,
+        balance: str,
+        context: RunContext,
+        shard: SamplerFactory,
+        wrap: Callable[[torch.nn.Module], torch.nn.Module],
+    ) -> RankShare:
+        """This rank's share of the case's epoch (``case.samples`` over all ranks) through the loader."""
+        share = per_rank(case.samples, ranks, balance)
+        ran = dataclasses.replace(case, samples=share)
+        metrics = run_case(context, ran, shard=shard)
+        seconds = float(metrics[m.LOOP_SECONDS])
+        samples = share * ran.epochs
+        return RankShare(ran, metrics, samples, seconds, seconds, samples, ran.loader.num_workers)
 
     def measure(self, case: Track2Case | OverheadCase, repeat: int, context: RunContext) -> Iterator[Row]:
         """Measure one case: whole epochs through a DataLoader, first batch and steady rate apart.

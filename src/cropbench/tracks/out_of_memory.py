@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig, check_seed, layout_by_name
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig, check_seed, layout_by_name
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
@@ -62,7 +62,7 @@ class OutOfMemory:
     plate_multiple: float = 4.0
     #: The plates' fields (size, channels, density, rendered fields, seed); the objects follow from the size.
     plate: ScaleSpec = dataclasses.field(default_factory=ScaleSpec)
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     samples: int = 2000
     warmup: int = 100
     seed: int = 0
@@ -99,7 +99,11 @@ class OutOfMemory:
 
 def random_pass(plate: str, crop: CropConfig, samples: int, warmup: int, seed: int, cold: bool) -> dict[str, Any]:
     """Random crops of ``plate``: evicted first (``cold``) or loaded into the page cache; the device
-    bytes and reader counters of the timed pass only (the warm-up opens files and fills the chunk cache)."""
+    bytes and reader counters of the timed pass only (the warm-up opens files and fills the chunk cache).
+
+    ``plate`` is a scale plate this track wrote, with the object table written beside its pixels, and
+    ``crop`` is the comparison's own (:meth:`OutOfMemory.crop`): no run's context applies (an
+    ``--objects`` table or crop overrides name another plate), so the plate gets a context of its own."""
     dataset = RunContext(plate=Path(plate)).dataset(crop)
     files = dataset.reader.files()
     metrics: dict[str, Any] = {}

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from cropbench import metrics as m
-from cropbench.config import MAX_IN_FLIGHT, MAX_LOADER_WORKERS, MAX_ROUNDS, CropConfig, PrefetchConfig, StoreConfig
+from cropbench.config import MAX_IN_FLIGHT, MAX_ROUNDS, CropConfig, PrefetchConfig, StoreConfig, check_workers
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec, ScheduledSampler, build_loader
 from cropbench.data.sampling import RandomObjectSampler
@@ -127,7 +127,9 @@ class PrefetchBench:
             raise ConfigError(f"readers: distinct names, got {list(self.readers)}")
         _distinct("in_flight", self.in_flight, 1, MAX_IN_FLIGHT)
         _distinct("coalesce_gap_kib", self.coalesce_gap_kib, 0)
-        _distinct("workers", self.workers, 0, MAX_LOADER_WORKERS)
+        _distinct("workers", self.workers, 0)
+        for workers in self.workers:
+            check_workers(workers)
         for name, value in (
             ("batch_size", self.batch_size),
             ("rounds", self.rounds),

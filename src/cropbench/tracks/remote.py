@@ -3,7 +3,7 @@ store costs in requests, and how fast crops come.
 
 Per read path and DataLoader worker count, the reader's requests and bytes per random crop
 (decoded-chunk cache off, so every crop fetches what it needs;
-:func:`cropbench.measure.remote.requests_per_crop`) and random crops/s through the DataLoader
+:func:`cropbench.measure.remote.count_requests`, over the run's objects) and random crops/s through the DataLoader
 measurement of Track 2 (:func:`cropbench.harness.loader_case.loader_rates`), steady and over the whole
 pass (reading ahead over a store fetches during the first batch what the next ones need), with the
 chunk cache the reader held (``cache>=plate`` where it holds the plate). With ``--local-plate``
@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from cropbench import metrics as m
+from cropbench.config import DEFAULT_CROP_SIZE
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.loader_case import loader_rates, read_ahead_cache_bytes
 from cropbench.harness.runner import Row
 from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG
-from cropbench.measure.remote import READ_PATHS, requests_per_crop
+from cropbench.measure.remote import READ_PATHS, count_requests, crop_config
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class RemoteCase:
     count_crops: int = 64
     crops: int = 128
     batch_size: int = 32
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     seed: int = 0
     #: The chunk cache in bytes (None: the default): the one the store's reader grows to read ahead, so
     #: the same case on local disk (``--local-plate``) reads through as large a cache.
@@ -67,7 +68,9 @@ class Remote:
 
     name = "remote"
 
-    def __init__(self, workers: Sequence[int] = (0, 2), batch_size: int = 32, crop_size: int = 96) -> None:
+    def __init__(
+        self, workers: Sequence[int] = (0, 2), batch_size: int = 32, crop_size: int = DEFAULT_CROP_SIZE
+    ) -> None:
         self.workers, self.batch_size, self.crop_size = tuple(workers), batch_size, crop_size
 
     def cases(self, preset: str, context: RunContext) -> list[RemoteCase]:
@@ -113,13 +116,12 @@ class Remote:
             One row: requests per crop, steady and whole-run crops/s, the cache's share of the plate.
         """
         # Requests are a store's: a plate on local disk has none to count (not zero: none).
-        metrics: dict[str, Any] = (
-            dict(requests_per_crop(context.plate, case.decode, case.count_crops, case.crop_size, cache_bytes=0))
-            if context.remote is not None
-            else {}
-        )
+        metrics: dict[str, Any] = {}
+        if context.remote is not None:
+            uncached = context.dataset(crop_config(case.decode, case.crop_size, cache_bytes=0))
+            metrics.update(count_requests(uncached, case.count_crops))
         rates = loader_rates(
-            context.plate, case.decode, case.crops, case.batch_size, case.crop_size, case.workers, case.cache_bytes
+            context, case.decode, case.crops, case.batch_size, case.crop_size, case.workers, case.cache_bytes
         )
         metrics[m.SAMPLES_PER_S] = rates.steady
         metrics[m.RUN_SAMPLES_PER_S] = rates.whole

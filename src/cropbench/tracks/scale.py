@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.config import MAX_WORKERS, CropConfig, check_seed, layout_by_name
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig, check_seed, check_workers, layout_by_name
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec
 from cropbench.data.sampling import GroupedSampler, RandomObjectSampler
@@ -58,7 +58,7 @@ class ScaleSweep:
     #: The plates' fields (size, channels, density, rendered fields, seed); its ``objects`` is replaced.
     plate: ScaleSpec = dataclasses.field(default_factory=ScaleSpec)
     layout: str = "default"
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     samples: int = 1000
     warmup: int = 100
     batch_size: int = 64
@@ -73,11 +73,9 @@ class ScaleSweep:
         for knob in ("crop_size", "samples", "batch_size"):
             if getattr(self, knob) < 1:
                 raise ConfigError(f"{knob} must be >= 1, got {getattr(self, knob)}")
-        for knob in ("warmup", "workers"):
-            if getattr(self, knob) < 0:
-                raise ConfigError(f"{knob} must be >= 0, got {getattr(self, knob)}")
-        if self.workers > MAX_WORKERS:
-            raise ConfigError(f"workers must be at most {MAX_WORKERS}, got {self.workers}")
+        if self.warmup < 0:
+            raise ConfigError(f"warmup must be >= 0, got {self.warmup}")
+        check_workers(self.workers)
         check_crop(self.crop_size, self.plate)
         check_seed(self.seed)
 
@@ -109,7 +107,12 @@ def _index_costs(dataset: CropDataset, seed: int) -> dict[str, float]:
 
 
 def measure_point(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
-    """Every cost of one plate (run it in a fresh child: :func:`measure_point_in_child`)."""
+    """Every cost of one plate (run it in a fresh child: :func:`measure_point_in_child`).
+
+    ``plate`` is a scale plate this sweep wrote, with the object table written beside its pixels, read
+    with the sweep's own crop, workers and batch (:class:`ScaleSweep`): no run's context applies (an
+    ``--objects`` table or crop overrides name another plate), and building the plate's own context is
+    part of the construction cost measured here."""
     crop = sweep.crop()
     rss_before = rss_bytes()
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.config import DEFAULT_IN_FLIGHT, StoreConfig, layout_by_name
+from cropbench.config import DEFAULT_CROP_SIZE, DEFAULT_IN_FLIGHT, StoreConfig, layout_by_name
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.loader_case import loader_rates
@@ -30,7 +30,7 @@ from cropbench.harness.runner import Row
 from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG
 from cropbench.harness.work import WorkFolder
 from cropbench.measure.endpoints import http_plate, remote_plate
-from cropbench.measure.remote import READ_PATHS, requests_per_crop
+from cropbench.measure.remote import READ_PATHS, count_requests, crop_config
 from cropbench.measure.store_emulation import SERVER_BOUND_FLAG, EmulatedStore, StoreModel, emulated_plate, unavailable
 from cropbench.plates.convert import materialize_layout
 
@@ -52,7 +52,7 @@ class StoreLayouts:
     crops: int = 256
     zarr_crops: int = 64
     batch_size: int = 32
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def reads(self, latency_ms: float) -> StoreConfig:
@@ -85,8 +85,11 @@ class StoreLayoutCase:
         return self.layout_name
 
 
-def layout_over_store(plate: Path, serve: Serve | None, settings: StoreLayouts, cache: Path | None) -> dict[str, Any]:
-    """Metrics of one layout: ``plate`` (written in it) put in a store and read over it: requests and bytes
+def layout_over_store(
+    context: RunContext, plate: Path, serve: Serve | None, settings: StoreLayouts, cache: Path | None
+) -> dict[str, Any]:
+    """Metrics of one layout: ``plate`` (the run's plate written in it) put in a store and read over it with
+    the run's settings (``context``: its object table, ``--objects``, included): requests and bytes
     per random crop (decoded-chunk cache off: what a crop needs, not what a small plate left cached) and
     loader crops/s per read path, steady and over the whole pass (what reading ahead fetched during the
     first batch is free to the steady rate), each next to the local one.
@@ -112,7 +115,8 @@ def layout_over_store(plate: Path, serve: Serve | None, settings: StoreLayouts, 
             metrics[m.STORE_EMULATION_SKIP_REASON] = reason
         mirror = mirror_metadata(url, settings.reads(0.0), cache)
         for decode, prefix in READ_PATHS.items():
-            counts = requests_per_crop(mirror, decode, settings.count_crops, settings.crop_size, cache_bytes=0)
+            uncached = context.on(mirror).dataset(crop_config(decode, settings.crop_size, cache_bytes=0))
+            counts = count_requests(uncached, settings.count_crops)
             metrics[m.prefixed(prefix, m.REQUESTS_PER_CROP)] = counts[m.REQUESTS_PER_CROP]
             metrics[m.prefixed(prefix, m.BYTES_TRANSFERRED_PER_CROP)] = counts[m.BYTES_TRANSFERRED_PER_CROP]
         flags: set[str] = set()
@@ -121,7 +125,7 @@ def layout_over_store(plate: Path, serve: Serve | None, settings: StoreLayouts, 
                 prefix, sizes = READ_PATHS[decode], (settings.batch_size, settings.crop_size)
                 window = server.window() if server is not None else contextlib.nullcontext()
                 with window as stretch:
-                    remote = loader_rates(over_store, decode, crops, *sizes)
+                    remote = loader_rates(context.on(over_store), decode, crops, *sizes)
                 metrics[m.prefixed(prefix, m.SAMPLES_PER_S)] = remote.steady
                 metrics[m.prefixed(prefix, m.RUN_SAMPLES_PER_S)] = remote.whole
                 if stretch is not None:
@@ -131,7 +135,7 @@ def layout_over_store(plate: Path, serve: Serve | None, settings: StoreLayouts, 
                         flags.add(SERVER_BOUND_FLAG)
                 # Like for like: the local reads go through the cache the store's reader held (reading
                 # ahead grows it to hold the batches fetched early: with whole-plane chunks, the plate).
-                local = loader_rates(plate, decode, crops, *sizes, cache_bytes=remote.cache_bytes)
+                local = loader_rates(context.on(plate), decode, crops, *sizes, cache_bytes=remote.cache_bytes)
                 metrics[m.prefixed(prefix, m.LOCAL_SAMPLES_PER_S)] = local.steady
                 metrics[m.prefixed(prefix, m.LOCAL_RUN_SAMPLES_PER_S)] = local.whole
                 if remote.cache_bytes is not None:
@@ -188,7 +192,10 @@ class StoreLayoutsTrack:
         try:
             plate = materialize_layout(context.plate, name, destination.parent)
             context.progress(f"{name}: reading over the store")
-            metrics = {m.LAYOUT: name, **layout_over_store(plate, self.serve, case.settings, context.plate.parent)}
+            metrics = {
+                m.LAYOUT: name,
+                **layout_over_store(context, plate, self.serve, case.settings, context.plate.parent),
+            }
         finally:
             self.work.done(destination)
         config = {

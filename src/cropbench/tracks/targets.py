@@ -43,7 +43,7 @@ import numcodecs.blosc
 import numpy as np
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, PeerUnavailableError
@@ -80,7 +80,7 @@ class TargetsCase:
     block: int = 192
     rounds: int = 3
     batch: int = 64
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     threads: tuple[int, ...] = (1, 2)
     seed: int = 0
 

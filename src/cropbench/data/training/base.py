@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from cropbench.config import CropConfig
+from cropbench.config import CropConfig, check_workers
 from cropbench.data.dataset import CropDataset
 from cropbench.errors import ConfigError, CropbenchError, StoreError
 from cropbench.objects import ObjectTable
@@ -89,8 +89,7 @@ class EpochSpec:
     def __post_init__(self) -> None:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(f"batch_size must be a whole number >= 1, got {self.batch_size!r}")
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 0:
-            raise ConfigError(f"workers must be a whole number >= 0, got {self.workers!r}")
+        check_workers(self.workers)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, PeerUnavailableError
@@ -76,7 +76,7 @@ class PeerComparison:
     samples: int = 1000
     warmup: int = 50
     seconds: float = 10.0
-    crop_size: int = 96
+    crop_size: int = DEFAULT_CROP_SIZE
     seed: int = 0
     peers: tuple[str, ...] = tuple(PEERS)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from cropbench.config import ACCESS_PATTERNS, CropConfig
+from cropbench.config import ACCESS_PATTERNS, DEFAULT_CROP_SIZE, CropConfig
 from cropbench.data.device_pipeline import check_pipeline
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
@@ -25,7 +25,7 @@ AU_THRESHOLD = 0.10
 
 def default_crop() -> CropConfig:
     """The crop of a case unless one is given, and of every preset: 96 px, light tier."""
-    return CropConfig(crop_size=96, tier="light")
+    return CropConfig(crop_size=DEFAULT_CROP_SIZE, tier="light")
 
 
 def _default_loader() -> LoaderSpec:

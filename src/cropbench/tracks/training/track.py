@@ -6,10 +6,15 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
+from cropbench import metrics as m
 from cropbench.config import CropConfig
+from cropbench.data.distributed import SamplerFactory
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext, worker_counts
+from cropbench.harness.ranks import RankShare
 from cropbench.harness.runner import Row, seeded
 from cropbench.harness.validity import with_contradictions
 from cropbench.tracks.training.cases import (
@@ -168,6 +173,35 @@ class Track3:
     def decode(self, item: Item) -> str:
         """The read path ``item`` needs; the runner skips an item whose path the plate's layout lacks."""
         return (item.case if isinstance(item, (WorkerSearch, ThreadSplit)) else item).crop.decode
+
+    def on_ranks(self, item: Item) -> Track3Case | None:
+        """A single case trains across ranks under DDP; a worker search or thread split, which picks
+        among loops by their rates, does not split."""
+        return item if isinstance(item, Track3Case) else None
+
+    def measure_share(
+        self,
+        case: Track3Case,
+        ranks: int,
+        balance: str,
+        context: RunContext,
+        shard: SamplerFactory,
+        wrap: Callable[[torch.nn.Module], torch.nn.Module],
+    ) -> RankShare:
+        """This rank's ``case.steps`` steps (a global batch of ranks × batch), the model under ``wrap``
+        unless the case emulates its step."""
+        metrics = run_case(context, case, None, shard=shard, wrap=wrap if case.model != "emulated" else None)
+        seconds = float(metrics[m.LOOP_SECONDS])
+        batch = case.loader.batch_size
+        return RankShare(
+            case,
+            metrics,
+            samples=batch * case.steps,
+            seconds=seconds,
+            data_wait_seconds=float(metrics[m.DATA_WAIT_FRACTION]) * seconds,
+            consumed=batch * (case.steps + case.warmup_steps),
+            workers=case.loader.num_workers,
+        )
 
     def _run(self, case: Track3Case, context: RunContext) -> dict[str, Any]:
         """One loop's row, ``impossible`` among its flags where its numbers contradict each other (as the

@@ -1,9 +1,12 @@
-"""Tracks 2 and 3 across the ranks of a ``torchrun`` job: a row per rank and one for the whole job.
+"""Many ranks, a mode of the harness: every case of Tracks 2 and 3 across the ranks of a ``torchrun`` job,
+a row per rank and one for the whole job.
 
 ``cropbench run`` started by ``torchrun`` (or any launcher that sets ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``) joins the job's process group (nccl with CUDA,
 else gloo) and runs each track through :class:`DistributedTrack`, which plugs into the one runner:
-every rank plans the same cases, starts each together at a barrier, measures its own share of the
+the cases are the track's own for the preset (the run's overrides applied to them by the runner, as
+to any case; a case the track cannot split across ranks, a worker search say, is left out and said
+so), every rank plans the same cases, starts each together at a barrier, measures its own share of the
 epoch (a sampler of :mod:`cropbench.data.distributed`), and sends what it measured to rank 0, which
 alone yields the rows (and so alone writes ``results.jsonl``): one per rank, then the aggregate —
 total samples/s, per-rank min/median/max, the straggler ratio (slowest rank's data wait over the
@@ -27,7 +30,7 @@ import statistics
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -35,16 +38,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from cropbench import metrics as m
-from cropbench.config import CropConfig
 from cropbench.data.dataset import CropDataset
-from cropbench.data.distributed import BALANCES, RANK_SAMPLERS, balance_extra, per_rank, rank_sampler
-from cropbench.data.loader import LoaderSpec
+from cropbench.data.distributed import BALANCES, RANK_SAMPLERS, SamplerFactory, balance_extra, rank_sampler
 from cropbench.data.sampling import EpochSampler, continued_order
 from cropbench.errors import ConfigError, DistributedError
-from cropbench.harness import loader_case
 from cropbench.harness.context import RunContext
+from cropbench.harness.loader_case import Track2Case
 from cropbench.harness.runner import Row, Track, seeded
-from cropbench.tracks import training
 
 #: Environment a launcher sets for every rank (torchrun sets all of them).
 LAUNCH_ENVIRONMENT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -194,12 +194,14 @@ def _first_line(error: BaseException) -> str:
 
 @dataclass(frozen=True)
 class DistributedCase:
-    """A Track 2 or Track 3 case run on ``ranks`` ranks, each over its share of the epoch.
+    """A case of a track that runs across ranks (:class:`RankedTrack`), run on ``ranks`` ranks, each over
+    its share of the epoch.
 
     ``case.samples`` (Track 2) is the samples of one epoch over all ranks: each rank gets its share,
     ``ceil`` or ``floor`` of samples / ranks (``balance``). Track 3 runs ``case.steps`` steps on
     every rank (a global batch of ranks × batch). Ranks beyond ``ranks`` wait (Track 2 only), so one
-    job can also measure fewer ranks on the same plate for the speed-up.
+    job can also measure fewer ranks on the same plate for the speed-up. The runner's overrides reach
+    ``case`` (:func:`cropbench.harness.runner.with_overrides`).
     """
 
     case: Any
@@ -208,8 +210,6 @@ class DistributedCase:
     ranks: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.case, (loader_case.Track2Case, training.Track3Case)):
-            raise ConfigError(f"a distributed case wraps a Track2Case or Track3Case, got {type(self.case).__name__}")
         if self.sampler not in RANK_SAMPLERS:
             raise ConfigError(f"sampler={self.sampler!r} is not one of {', '.join(RANK_SAMPLERS)}")
         if self.balance not in BALANCES:
@@ -220,7 +220,7 @@ class DistributedCase:
     @property
     def label(self) -> str:
         inner = self.case.label
-        if isinstance(self.case, loader_case.Track2Case):  # the sampler replaces the access pattern
+        if isinstance(self.case, Track2Case):  # the sampler replaces the access pattern
             inner = inner.replace(f"/{self.case.access}/", "/", 1)
         return f"{inner}/{self.sampler}/{self.balance}/ranks{self.ranks}"
 
@@ -283,32 +283,62 @@ class _Shard:
         }
 
 
-def _measure_rank(case: DistributedCase, repeat: int, context: RunContext, cluster: Cluster) -> RankReport:
+@dataclass(frozen=True)
+class RankShare:
+    """What one rank measured of its share of a case, as its track hands it over."""
+
+    #: The case as it ran on this rank (its share of the samples, the repeat's seed).
+    ran: Any
+    metrics: dict[str, Any]
+    samples: int
+    seconds: float
+    data_wait_seconds: float
+    #: Samples the loop drew from the rank's sampler (warm-up included).
+    consumed: int
+    workers: int
+
+
+@runtime_checkable
+class RankedTrack(Protocol):
+    """A track whose cases run across ranks: which of its cases split, and one rank's share measured."""
+
+    name: str
+
+    def cases(self, preset: str, context: RunContext) -> Sequence[Any]: ...
+
+    def on_ranks(self, case: Any) -> Any | None:
+        """``case`` as it runs across ranks, or None where it does not split (a search, say)."""
+        ...
+
+    def measure_share(
+        self,
+        case: Any,
+        ranks: int,
+        balance: str,
+        context: RunContext,
+        shard: SamplerFactory,
+        wrap: Callable[[torch.nn.Module], torch.nn.Module],
+    ) -> RankShare:
+        """Measure this rank's share of ``case`` over ``ranks`` ranks: its sampler from ``shard``, a model
+        wrapped by ``wrap`` (``DistributedDataParallel``) where the case trains one."""
+        ...
+
+
+def _measure_rank(
+    track: RankedTrack, case: DistributedCase, repeat: int, context: RunContext, cluster: Cluster
+) -> RankReport:
     inner = seeded(case.case, repeat)
     shard = _Shard(case, cluster.rank, inner.seed)
-    if isinstance(inner, loader_case.Track2Case):
-        share = per_rank(inner.samples, case.ranks, case.balance)
-        ran = dataclasses.replace(inner, samples=share)
-        metrics = loader_case.run_case(context, ran, shard=shard)
-        samples, seconds = share * ran.epochs, float(metrics[m.LOOP_SECONDS])
-        wait, consumed = seconds, share * ran.epochs
-    else:
-        ran = inner
-        wrap = cluster.ddp if inner.model != "emulated" else None
-        metrics = training.run_case(context, ran, None, shard=shard, wrap=wrap)
-        samples = inner.loader.batch_size * inner.steps
-        seconds = float(metrics[m.LOOP_SECONDS])
-        wait = float(metrics[m.DATA_WAIT_FRACTION]) * seconds
-        consumed = inner.loader.batch_size * (inner.steps + inner.warmup_steps)
-    extra = shard.report(consumed, ran.loader.num_workers)
+    share = track.measure_share(inner, case.ranks, case.balance, context, shard, cluster.ddp)
+    extra = shard.report(share.consumed, share.workers)
     return RankReport(
         rank=cluster.rank,
         host=cluster.host,
-        config=dataclasses.asdict(ran),
-        metrics=metrics,
-        samples=samples,
-        seconds=seconds,
-        data_wait_seconds=wait,
+        config=dataclasses.asdict(share.ran),
+        metrics=share.metrics,
+        samples=share.samples,
+        seconds=share.seconds,
+        data_wait_seconds=share.data_wait_seconds,
         **extra,
     )
 
@@ -360,23 +390,31 @@ def aggregate(reports: Sequence[RankReport], objects: int, balance: str) -> dict
 
 
 def _rate_key(case: DistributedCase) -> str:
-    return m.SAMPLES_PER_S if isinstance(case.case, loader_case.Track2Case) else m.IMAGES_PER_S
+    return m.SAMPLES_PER_S if isinstance(case.case, Track2Case) else m.IMAGES_PER_S
 
 
 class DistributedTrack:
-    """Track 2 or 3 across the job's ranks, for the one runner; rows come out of rank 0 only."""
+    """A track's cases across the job's ranks, for the one runner; rows come out of rank 0 only."""
 
-    def __init__(self, inner: Track, cluster: Cluster) -> None:
-        if inner.name not in ("2", "3"):
+    def __init__(self, inner: Track[RunContext], cluster: Cluster) -> None:
+        if not isinstance(inner, RankedTrack):
             raise ConfigError(f"track {inner.name!r} does not run across ranks; run tracks 2 and 3 under torchrun")
         self.name = inner.name
+        self.inner: RankedTrack = inner
         self.cluster = cluster
         #: Aggregate rows of this run by (label, repeat): a case on all ranks is compared with its one-rank twin.
         self.aggregates: dict[tuple[str, int], dict[str, Any]] = {}
 
     def cases(self, preset: str, context: RunContext) -> list[DistributedCase]:
-        objects = len(context.dataset(CropConfig(crop_size=96)))
-        return distributed_cases(self.name, self.cluster.world_size, objects, context.samples)
+        """The track's own cases for ``preset`` that split across ranks, each with every sampler."""
+        planned: list[DistributedCase] = []
+        for preset_case in self.inner.cases(preset, context):
+            case = self.inner.on_ranks(preset_case)
+            if case is None:
+                context.progress(f"track {self.name} {preset_case.label}: does not run across ranks (left out)")
+                continue
+            planned += distributed_cases(case, self.cluster.world_size)
+        return planned
 
     def decode(self, case: DistributedCase) -> str:
         return str(case.case.crop.decode)
@@ -386,7 +424,7 @@ class DistributedTrack:
         if case.ranks > cluster.world_size:
             raise ConfigError(f"case {case.label} needs {case.ranks} ranks, the job has {cluster.world_size}")
         cluster.barrier(f"start of {case.label}")
-        mine = _measure_rank(case, repeat, context, cluster) if cluster.rank < case.ranks else None
+        mine = _measure_rank(self.inner, case, repeat, context, cluster) if cluster.rank < case.ranks else None
         gathered = cluster.gather(mine, f"end of {case.label}")
         if gathered is None:
             return
@@ -400,7 +438,7 @@ class DistributedTrack:
         objects = len(context.dataset(case.case.crop))
         metrics = aggregate(reports, objects, case.balance)
         metrics[_rate_key(case)] = metrics[m.TOTAL_SAMPLES_PER_S]
-        if isinstance(case.case, training.Track3Case):
+        if m.DATA_WAIT_FRACTION in reports[0].metrics:  # a training loop's share of time spent waiting
             metrics[m.DATA_WAIT_FRACTION] = sum(r.data_wait_seconds for r in reports) / sum(r.seconds for r in reports)
         self.aggregates[(case.label, repeat)] = metrics
         one = self.aggregates.get((dataclasses.replace(case, ranks=1).label, repeat))
@@ -418,25 +456,14 @@ class DistributedTrack:
         yield Row(case, config, metrics, seed)
 
 
-def distributed_cases(track: str, world: int, objects: int, samples: int | None = None) -> list[DistributedCase]:
-    """The cases of a distributed run of ``world`` ranks over a plate of ``objects`` objects.
+def distributed_cases(case: Any, world: int) -> list[DistributedCase]:
+    """``case`` across a job of ``world`` ranks, with each sampler.
 
-    Track 2: one epoch (``samples`` overrides it, over all ranks) with each sampler, in one process
-    per rank (no workers, so each rank's decode counters are its own); on one rank first, then on
-    all, for the speed-up in the same job. Track 3: a small CNN trained under DDP with each sampler
-    on all ranks (``samples`` sets the steps: samples / (ranks × batch)).
+    A Track 2 case runs on one rank first, then on all, for the speed-up in the same job; a case that
+    trains a model (Track 3, under DDP) runs on all ranks.
     """
-    crop = CropConfig(crop_size=96)
-    loader = LoaderSpec(num_workers=0, batch_size=32)
-    if track == "2":
-        base = loader_case.Track2Case(crop=crop, loader=loader, samples=samples or objects, epochs=1)
-        counts = [1, world] if world > 1 else [1]
-        return [DistributedCase(base, sampler, "pad", ranks) for sampler in RANK_SAMPLERS for ranks in counts]
-    steps = max(1, samples // (world * loader.batch_size)) if samples else 10
-    base3 = training.Track3Case(
-        crop=crop.replace(tier="light"), loader=loader, model="smallcnn", steps=steps, warmup_steps=2
-    )
-    return [DistributedCase(base3, sampler, "pad", world) for sampler in RANK_SAMPLERS]
+    counts = ([1, world] if world > 1 else [1]) if isinstance(case, Track2Case) else [world]
+    return [DistributedCase(case, sampler, "pad", ranks) for sampler in RANK_SAMPLERS for ranks in counts]
 
 
 def launch_local(ranks: int, argv: Sequence[str]) -> None:
@@ -466,7 +493,7 @@ def launch_local(ranks: int, argv: Sequence[str]) -> None:
         ) from error
 
 
-def distribute(tracks: Sequence[Track], cluster: Cluster) -> list[Track]:
+def distribute(tracks: Sequence[Track[RunContext]], cluster: Cluster) -> list[Track[RunContext]]:
     """Each of ``tracks`` across the job's ranks."""
     return [DistributedTrack(track, cluster) for track in tracks]
 
@@ -479,6 +506,8 @@ __all__ = [
     "DistributedTrack",
     "RankCase",
     "RankReport",
+    "RankShare",
+    "RankedTrack",
     "aggregate",
     "check_timeout",
     "distribute",
