@@ -90,7 +90,7 @@ def test_generate_run_export_plot(tmp_path: Path, capsys: pytest.CaptureFixture[
     printed = capsys.readouterr().out
     assert "samples/s" in printed and "track1_latency_throughput.png" in printed
     rows = read_records(out / "results.jsonl")
-    assert rows and all(r.track == "1" for r in rows)
+    assert rows and all(r.track == "dataset" for r in rows)
     assert rows[0].environment["storage"]["path"] and rows[0].environment["packages"]["torch"]
     assert (out / "results.csv").read_text().count("\n") == len(rows) + 1
     assert main(["run", "--plate", str(plate), "--out", str(out), "--samples", "30", "--no-progress", "--resume"]) == 0
@@ -107,7 +107,9 @@ def test_report_writes_the_page_and_figures_of_an_existing_results_file(
             metrics = {"samples_per_s": rate, "p95_ms": 2.0, "validity_flags": []}
             config = {"access": "random", "crop": {"decode": decode}}
             writer.write(
-                Record(track="1", case=f"random/{decode}", config=config, metrics=metrics, environment={}, run_id=run)
+                Record(
+                    track="dataset", case=f"random/{decode}", config=config, metrics=metrics, environment={}, run_id=run
+                )
             )
     before = results.read_bytes()
     assert main(["report", str(results), "--out", str(tmp_path / "page")]) == 0
@@ -116,7 +118,7 @@ def test_report_writes_the_page_and_figures_of_an_existing_results_file(
     assert (tmp_path / "page" / "plots" / "track1_latency_throughput.png").is_file()
     assert "data:image/png;base64," in page
     assert page.count("<tr") == 4, "the page lists every row of the file (a header and three rows)"
-    assert "track 1 (Dataset __getitem__): best random/direct: 900 samples/s\n" in printed, printed
+    assert "track dataset (Dataset __getitem__): best random/direct: 900 samples/s\n" in printed, printed
     assert "all 2 configurations carry no flag" in printed
     assert results.read_bytes() == before, "the results file is read, never written"
     assert main(["report", str(results)]) == 0 and (results.parent / "report.html").is_file()
@@ -141,7 +143,9 @@ def test_report_and_summary_judge_every_row_of_a_resumed_file(
                 metrics = {"samples_per_s": rate, "p95_ms": 2.0, "validity_flags": []}
                 config = {"access": "random", "crop": {"decode": decode}}
                 case = f"random/{decode}"
-                writer.write(Record(track="1", case=case, case_id=case, config=config, metrics=metrics, environment={}))
+                writer.write(
+                    Record(track="dataset", case=case, case_id=case, config=config, metrics=metrics, environment={})
+                )
     rows = read_records(results)
     assert len({r.run_id for r in rows}) == 2
     assert len(latest_runs(rows)) == 4, "the resumed fragment and the rows before it are drawn alike"
@@ -158,7 +162,7 @@ def test_summary_refuses_an_unknown_metric_and_shows_no_interval_from_one_sample
 ) -> None:
     results = tmp_path / "results.jsonl"
     with RecordWriter(results) as writer:
-        writer.write(Record(track="1", case="c", config={}, environment={}, metrics={"samples_per_s": 7897.9}))
+        writer.write(Record(track="dataset", case="c", config={}, environment={}, metrics={"samples_per_s": 7897.9}))
     typo = cropbench_cli("summary", str(results), "--metric", "samples_per_sec")
     assert typo.returncode == 2 and typo.stderr.startswith("cropbench: error:") and "samples_per_s" in typo.stderr
     once = cropbench_cli("summary", str(results))
@@ -294,7 +298,7 @@ def test_the_progress_bar_counts_planned_cases_and_shows_the_time_left(capsys: p
         bar.cases(0, 4)
         bar("track 1 a case", None)
         bar.cases(3, 4)
-        bar("track 1 a case", Record(track="1", case="a", case_id="x", config={}, metrics={}, environment={}))
+        bar("track 1 a case", Record(track="dataset", case="a", case_id="x", config={}, metrics={}, environment={}))
     finally:
         bar.close()
     shown = capsys.readouterr().err.split("\r")[-1]

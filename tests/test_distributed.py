@@ -112,13 +112,13 @@ def test_aggregate_row() -> None:
 
 
 def test_cases_plan_one_rank_then_all_for_the_speed_up() -> None:
-    cases = distributed_cases("2", world=4, objects=1000)
+    cases = distributed_cases("loader", world=4, objects=1000)
     assert [(c.sampler, c.ranks) for c in cases] == [("distributed", 1), ("distributed", 4)] + [
         ("chunk-local", 1),
         ("chunk-local", 4),
     ]
     assert all(c.case.samples == 1000 and c.case.loader.num_workers == 0 for c in cases)
-    assert {c.ranks for c in distributed_cases("3", world=2, objects=1000)} == {2}
+    assert {c.ranks for c in distributed_cases("training", world=2, objects=1000)} == {2}
 
 
 # Real jobs: torch's launcher, 2 ranks on gloo, a free rendezvous port each (--standalone).
@@ -165,7 +165,7 @@ def test_two_ranks_run_tracks_2_and_3_with_one_writer(tiny_plate: Path, tmp_path
     keys = [(row["track"], row["case_id"], row["repeat"]) for row in lines]
     assert len(keys) == len(set(keys))  # and none twice
     # Track 2: per sampler, 1 rank (its row + aggregate) then 2 ranks (2 rows + aggregate); Track 3: 2 + 1 each.
-    assert Counter(row["track"] for row in lines) == {"2": 10, "3": 6}
+    assert Counter(row["track"] for row in lines) == {"loader": 10, "training": 6}
     records = read_records(out / "results.jsonl")
     aggregates = [r for r in records if "rank" not in r.config]
     ranks = [r for r in records if "rank" in r.config]
@@ -174,14 +174,14 @@ def test_two_ranks_run_tracks_2_and_3_with_one_writer(tiny_plate: Path, tmp_path
     for row in aggregates:
         metrics = row.metrics
         assert metrics["covered_objects"] == metrics["objects"] > 0  # gathered indices of every rank
-        if row.track == "2":  # one epoch: every object exactly once, padding stated
+        if row.track == "loader":  # one epoch: every object exactly once, padding stated
             assert metrics["exactly_once"] is (metrics["padded_samples"] == 0)
             assert metrics["duplicate_samples"] == metrics["padded_samples"]
         assert metrics["read_amplification"] > 0 and metrics["straggler_ratio"] >= 1.0
         assert len(metrics["rank_samples_per_s"]) == row.config["world_size"]
-    two_ranks = [r for r in aggregates if r.track == "2" and r.config["world_size"] == 2]
+    two_ranks = [r for r in aggregates if r.track == "loader" and r.config["world_size"] == 2]
     assert len(two_ranks) == 2 and all(r.metrics["speedup_over_one_rank"] > 0 for r in two_ranks)
-    assert all(r.metrics["loss_last"] > 0 for r in ranks if r.track == "3")  # DDP trained on both ranks
+    assert all(r.metrics["loss_last"] > 0 for r in ranks if r.track == "training")  # DDP trained on both ranks
 
 
 @pytest.mark.slow

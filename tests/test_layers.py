@@ -141,7 +141,7 @@ def test_tracks_are_named_by_the_table() -> None:
         assert info.module in MODULES
 
 
-def test_the_table_builds_each_runnable_track_under_its_record_name() -> None:
+def test_a_track_is_one_word_its_module_class_command_and_record_value() -> None:
     from cropbench.tracks import TRACKS, track_named
 
     for info in TRACKS.values():
@@ -150,7 +150,8 @@ def test_the_table_builds_each_runnable_track_under_its_record_name() -> None:
             continue
         for name in (info.name, *info.aliases):
             assert track_named(name) is info
-        assert info.build().name == info.record
+        assert info.build().name == info.name
+        assert info.runner_class.lower() == info.name.replace("-", ""), "the runner class is the name as a noun"
 
 
 def test_a_module_belongs_to_the_track_it_lies_under() -> None:

@@ -23,7 +23,7 @@ def test_smoke_rows_hold_every_metric_the_summary_and_figures_read(tiny_plate: P
     produced: dict[str, set[str]] = {}
     for record in records:
         produced.setdefault(record.track, set()).update(record.metrics)
-    for track in [*(info.record for info in runnable), layouts.name]:
+    for track in [*(info.name for info in runnable), layouts.name]:
         read = {key for _, key, _ in SUMMARY_COLUMNS.get(track, ())} | set(FIGURE_METRICS.get(track, ()))
         missing = sorted(read - metrics.CONDITIONAL - produced.get(track, set()))
         assert not missing, f"track {track}: the report reads {missing}, which no smoke row holds"

@@ -44,6 +44,7 @@ from cropbench.errors import ConfigError, DistributedError
 from cropbench.harness import loader_case
 from cropbench.harness.context import RunContext
 from cropbench.harness.runner import Row, Track, seeded
+from cropbench.records import LOADER_TRACK, TRAINING_TRACK
 from cropbench.tracks import training
 
 #: Environment a launcher sets for every rank (torchrun sets all of them).
@@ -367,7 +368,7 @@ class DistributedTrack:
     """Track 2 or 3 across the job's ranks, for the one runner; rows come out of rank 0 only."""
 
     def __init__(self, inner: Track, cluster: Cluster) -> None:
-        if inner.name not in ("2", "3"):
+        if inner.name not in (LOADER_TRACK, TRAINING_TRACK):
             raise ConfigError(f"track {inner.name!r} does not run across ranks; run tracks 2 and 3 under torchrun")
         self.name = inner.name
         self.cluster = cluster
@@ -428,7 +429,7 @@ def distributed_cases(track: str, world: int, objects: int, samples: int | None 
     """
     crop = CropConfig(crop_size=96)
     loader = LoaderSpec(num_workers=0, batch_size=32)
-    if track == "2":
+    if track == LOADER_TRACK:
         base = loader_case.Track2Case(crop=crop, loader=loader, samples=samples or objects, epochs=1)
         counts = [1, world] if world > 1 else [1]
         return [DistributedCase(base, sampler, "pad", ranks) for sampler in RANK_SAMPLERS for ranks in counts]

@@ -20,7 +20,7 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig, CropOverrides
 from cropbench.errors import ConfigError
 from cropbench.harness.flags import decide, decide_run, row_flags
-from cropbench.records import Record, jsonable
+from cropbench.records import DATASET_TRACK, FORMER_TRACK_VALUES, Record, jsonable
 
 
 class Site(Protocol):
@@ -124,10 +124,15 @@ def canonical_config(case: Any) -> dict[str, Any]:
     return dataclasses.asdict(case)
 
 
+#: Each renamed track's name, by the value it was first written with (what its case identities hash).
+FORMER_VALUES: dict[str, str] = {name: value for value, name in FORMER_TRACK_VALUES.items()}
+
+
 def case_identity(track: str, case: Any, context: Site) -> str:
     """Stable hash of the track, the planned case's canonical config, the plate fingerprint, layout and threads."""
     document = {
-        "track": track,
+        # A renamed track hashes the value its rows first carried, so --resume still matches them.
+        "track": FORMER_VALUES.get(track, track),
         "config": canonical_config(case),
         "plate": context.fingerprint,
         "layout": context.layout,
@@ -160,7 +165,7 @@ def store_metrics(
 
 
 #: Tracks whose cases are also measured on the local plate beside a plate in a store.
-LOCAL_REFERENCE_TRACKS = ("1", "remote")
+LOCAL_REFERENCE_TRACKS = (DATASET_TRACK, "remote")
 
 
 def local_rates(track: Track[S], case: Any, repeat: int, context: S) -> dict[str, float]:

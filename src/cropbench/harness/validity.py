@@ -18,6 +18,7 @@ from cropbench.config import CropConfig
 from cropbench.formats import PlateReader
 from cropbench.measure.protocol import TAIL_OBSERVATIONS, min_samples_for
 from cropbench.measure.store_emulation import SERVER_BOUND_FLAG
+from cropbench.records import LOADER_TRACK, TRAINING_TRACK
 
 #: samples/s (tight loop) and 1 / mean latency (timed loop) read the same items; beyond this
 #: relative gap the two loops did not see the same conditions (cache state, collections, preemption).
@@ -79,10 +80,10 @@ VALIDITY_FLAGS: dict[str, str] = {
 }
 #: Track → flag → what the flag means on that track's rows, where the track gives it a meaning of its own.
 TRACK_FLAGS: dict[str, dict[str, str]] = {
-    "2": {
+    LOADER_TRACK: {
         "few-samples": f"the rate rests on fewer than {MIN_RATE_TIMINGS} timed batches: run more samples per epoch",
     },
-    "3": {
+    TRAINING_TRACK: {
         "few-samples": f"the rate rests on fewer than {MIN_RATE_TIMINGS} timed steps: run more steps",
         IMPOSSIBLE: f"the compute-only baseline, measured apart, took over {IMPOSSIBLE_TOLERANCE:.0%} longer than "
         f"the whole loaded step, the step p50 fell over {STEP_BELOW_COMPUTE_TOLERANCE:.1%} below the compute-only "
@@ -147,7 +148,7 @@ def contradictions(track: str, metrics: Mapping[str, Any]) -> list[str]:
         overhead = _number(value) if key.endswith(m.HARNESS_OVERHEAD) else None
         if overhead is not None and overhead < -HARNESS_OVERHEAD_TOLERANCE:
             reasons.append(f"{key} is {overhead:+.2f}: the timed loop ran faster than the loop without clocks")
-    if track == "3":
+    if track == TRAINING_TRACK:
         reasons += _track3_contradictions(metrics)
     if track == "store-layouts":
         reasons += _store_over_local(metrics)

@@ -12,11 +12,12 @@ from collections.abc import Iterable, Sequence
 from cropbench import metrics as m
 from cropbench.harness.flags import impossible_reasons, row_flags
 from cropbench.harness.validity import flag_meaning
-from cropbench.records import Record
+from cropbench.records import DATASET_TRACK, LOADER_TRACK, TRAINING_TRACK, Record
+from cropbench.tracks import TRACKS
 
 #: Columns shown per track: (header, metric key, format).
 SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
-    "1": (
+    DATASET_TRACK: (
         ("samples/s", m.SAMPLES_PER_S, "{:,.0f}"),
         ("p50 ms", m.P50_MS, "{:.3f}"),
         ("p95 ms", m.P95_MS, "{:.3f}"),
@@ -26,7 +27,7 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
         ("objects", m.OBJECTS, "{:,}"),
         ("flags", m.VALIDITY_FLAGS, "{}"),
     ),
-    "2": (
+    LOADER_TRACK: (
         ("samples/s", m.SAMPLES_PER_S, "{:,.0f}"),
         ("run/s", m.RUN_SAMPLES_PER_S, "{:,.0f}"),
         ("first ms", m.FIRST_BATCH_MS, "{:.1f}"),
@@ -39,7 +40,7 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
         ("xcheck", m.CROSSCHECK_RATIO, "{:.3f}"),
         ("flags", m.VALIDITY_FLAGS, "{}"),
     ),
-    "3": (
+    TRAINING_TRACK: (
         ("images/s", m.IMAGES_PER_S, "{:,.0f}"),
         ("step p50 ms", m.STEP_P50_MS, "{:.1f}"),
         ("step p95 ms", m.STEP_P95_MS, "{:.1f}"),
@@ -105,13 +106,19 @@ SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
 }
 
 
+def track_order(track: str) -> tuple[int, str]:
+    """Where ``track``'s block goes: the order of :data:`~cropbench.tracks.TRACKS`, then other values by name."""
+    order = list(TRACKS)
+    return (order.index(track) if track in TRACKS else len(order), track)
+
+
 def summary_table(records: Iterable[Record]) -> str:
     """One block per track: a row per case with its run id, the track's headline metrics and flags."""
     by_track: dict[str, list[Record]] = {}
     for record in records:
         by_track.setdefault(record.track, []).append(record)
     blocks = []
-    for track, rows in sorted(by_track.items()):
+    for track, rows in sorted(by_track.items(), key=lambda item: track_order(item[0])):
         columns = SUMMARY_COLUMNS.get(track, ())
         header = [f"track {track} case", "run", *(title for title, _, _ in columns)]
         body = [

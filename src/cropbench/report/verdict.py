@@ -37,7 +37,7 @@ from cropbench.harness.flags import (
     source,
 )
 from cropbench.harness.validity import LIBRARY_CACHE_FLAG, flag_meaning
-from cropbench.records import Record
+from cropbench.records import DATASET_TRACK, LOADER_TRACK, TRAINING_TRACK, Record
 from cropbench.tracks import TITLES
 
 #: Heading of the verdict block (the HTML report uses it too).
@@ -65,8 +65,8 @@ PLAIN_REASONS: dict[str, str] = {
 }
 #: Track → flag → the plain reason where a track gives the flag a meaning of its own.
 TRACK_REASONS: dict[str, dict[str, str]] = {
-    "2": {"few-samples": "its rate rests on too few timed batches: run more samples per epoch (--samples)"},
-    "3": {
+    LOADER_TRACK: {"few-samples": "its rate rests on too few timed batches: run more samples per epoch (--samples)"},
+    TRAINING_TRACK: {
         "few-samples": "its rate rests on too few timed steps: run more steps (--samples)",
         IMPOSSIBLE: "its numbers contradict each other (a step faster than its compute alone, a data wait "
         "its cross-check does not confirm, or images/s above the compute-only rate): the machine's speed changed "
@@ -611,9 +611,11 @@ def _median_of(configurations: Sequence[Configuration], metric: str) -> float | 
 
 
 RULES: dict[str, _Rule] = {
-    "1": _Rule("samples/s", lambda c: True, lambda c: c.median(m.SAMPLES_PER_S), _no_ceiling),
-    "2": _Rule("samples/s", lambda c: _source(c) != "memory", lambda c: c.median(m.SAMPLES_PER_S), _track2_ceiling),
-    "3": _Rule(
+    DATASET_TRACK: _Rule("samples/s", lambda c: True, lambda c: c.median(m.SAMPLES_PER_S), _no_ceiling),
+    LOADER_TRACK: _Rule(
+        "samples/s", lambda c: _source(c) != "memory", lambda c: c.median(m.SAMPLES_PER_S), _track2_ceiling
+    ),
+    TRAINING_TRACK: _Rule(
         "images/s",
         lambda c: not _searches(c) and _track3_fed(c) is not None,
         lambda c: c.median(m.IMAGES_PER_S),
@@ -658,7 +660,7 @@ RULES: dict[str, _Rule] = {
     ),
 }
 #: Tracks without a rule of their own are ranked on samples/s without a ceiling.
-DEFAULT_RULE = RULES["1"]
+DEFAULT_RULE = RULES[DATASET_TRACK]
 
 
 def configurations(records: Iterable[Record]) -> list[Configuration]:

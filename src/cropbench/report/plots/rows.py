@@ -9,12 +9,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cropbench import metrics as m
-from cropbench.records import Record
+from cropbench.records import DATASET_TRACK, LOADER_TRACK, TRAINING_TRACK, Record
 from cropbench.report.text import FIGURE_LABEL_CHARS, figure_label
 
 #: Metrics each track's figures read (the smoke test checks the rows hold them).
 FIGURE_METRICS: dict[str, tuple[str, ...]] = {
-    "1": (
+    DATASET_TRACK: (
         m.P95_MS,
         m.SAMPLES_PER_S,
         m.VALIDITY_FLAGS,
@@ -24,8 +24,14 @@ FIGURE_METRICS: dict[str, tuple[str, ...]] = {
         m.FIRST_PASS_CURVE_MS,
         m.EVICTION_VERIFIED,
     ),
-    "2": (m.CACHE_FRACTION_OF_PLATE, m.SAMPLES_PER_S, m.RUN_SAMPLES_PER_S, m.FIRST_BATCH_MS, m.EPOCH2_FIRST_BATCH_MS),
-    "3": (
+    LOADER_TRACK: (
+        m.CACHE_FRACTION_OF_PLATE,
+        m.SAMPLES_PER_S,
+        m.RUN_SAMPLES_PER_S,
+        m.FIRST_BATCH_MS,
+        m.EPOCH2_FIRST_BATCH_MS,
+    ),
+    TRAINING_TRACK: (
         m.STEP_P50_MS,
         m.COMPUTE_ONLY_STEP_P50_MS,
         m.DATA_WAIT_FRACTION,
@@ -71,9 +77,9 @@ FIGURE_EXTRAS = (m.ITEMS_PER_CALL, m.COUNT, m.P95_MS, m.P50_MS, m.STEP_P50_MS, m
 #: What a row must hold for its track's figures to draw it at all. A row without it (a failed or
 #: interrupted case, a row written by another tool) is left out with a warning, never a traceback.
 DRAWABLE: dict[str, Callable[[dict[str, Any]], bool]] = {
-    "1": lambda metrics: _numbers(metrics, m.P95_MS, m.SAMPLES_PER_S),
-    "2": lambda metrics: _numbers(metrics, m.SAMPLES_PER_S) or _numbers(metrics, m.FIRST_BATCH_MS),
-    "3": lambda metrics: (
+    DATASET_TRACK: lambda metrics: _numbers(metrics, m.P95_MS, m.SAMPLES_PER_S),
+    LOADER_TRACK: lambda metrics: _numbers(metrics, m.SAMPLES_PER_S) or _numbers(metrics, m.FIRST_BATCH_MS),
+    TRAINING_TRACK: lambda metrics: (
         _numbers(metrics, m.STEP_P50_MS)
         or all(
             metrics.get(name) for name in (m.TRIED_WORKERS, m.DATA_WAIT_FRACTION_BY_WORKERS, m.IMAGES_PER_S_BY_WORKERS)
