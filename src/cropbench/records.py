@@ -48,6 +48,9 @@ TRAINING_TRACK = "training"
 #: What rows written before the tracks were named carry in ``track``, by the name it now is. Reading
 #: a row gives it the name (:func:`track_name`); committed results keep the value they were written with.
 FORMER_TRACK_VALUES: dict[str, str] = {"1": DATASET_TRACK, "2": LOADER_TRACK, "3": TRAINING_TRACK}
+#: Each renamed track's former value, by its name: what its case identities still hash (so ``--resume``
+#: matches its older rows) and what ``--track`` still takes.
+FORMER_VALUES: dict[str, str] = {name: value for value, name in FORMER_TRACK_VALUES.items()}
 
 
 def track_name(value: str) -> str:

@@ -20,7 +20,7 @@ from cropbench import metrics as m
 from cropbench.config import CropConfig, CropOverrides
 from cropbench.errors import ConfigError
 from cropbench.harness.flags import decide, decide_run, row_flags
-from cropbench.records import DATASET_TRACK, FORMER_TRACK_VALUES, Record, jsonable
+from cropbench.records import DATASET_TRACK, FORMER_VALUES, Record, jsonable
 
 
 class Site(Protocol):
@@ -122,10 +122,6 @@ def with_overrides(case: Any, overrides: CropOverrides | None) -> Any:
 def canonical_config(case: Any) -> dict[str, Any]:
     """The case's knobs as plain data (a frozen dataclass's fields)."""
     return dataclasses.asdict(case)
-
-
-#: Each renamed track's name, by the value it was first written with (what its case identities hash).
-FORMER_VALUES: dict[str, str] = {name: value for value, name in FORMER_TRACK_VALUES.items()}
 
 
 def case_identity(track: str, case: Any, context: Site) -> str:

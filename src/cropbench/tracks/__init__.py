@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cropbench.errors import ConfigError
-from cropbench.records import DATASET_TRACK, LOADER_TRACK, TRAINING_TRACK
+from cropbench.records import DATASET_TRACK, FORMER_VALUES, LOADER_TRACK, TRAINING_TRACK
 
 if TYPE_CHECKING:
     from cropbench.harness.runner import Track
@@ -54,9 +54,9 @@ class TrackInfo:
 TRACKS: dict[str, TrackInfo] = {
     info.name: info
     for info in (
-        TrackInfo(DATASET_TRACK, "Dataset __getitem__", ("1",), runner_class="Dataset"),
-        TrackInfo(LOADER_TRACK, "DataLoader", ("2",), runner_class="Loader"),
-        TrackInfo(TRAINING_TRACK, "training loop", ("3",), runner_class="Training"),
+        TrackInfo(DATASET_TRACK, "Dataset __getitem__", (FORMER_VALUES[DATASET_TRACK],), runner_class="Dataset"),
+        TrackInfo(LOADER_TRACK, "DataLoader", (FORMER_VALUES[LOADER_TRACK],), runner_class="Loader"),
+        TrackInfo(TRAINING_TRACK, "training loop", (FORMER_VALUES[TRAINING_TRACK],), runner_class="Training"),
         TrackInfo("peers", "peer loaders", runner_class="Peers"),
         TrackInfo("remote", "a plate in an object store", runner_class="Remote"),
         TrackInfo("targets", "direct reader against the copy ceiling and peers", runner_class="Targets"),
