@@ -171,3 +171,21 @@ def test_the_report_reads_the_track_table_not_track_internals(module: str) -> No
     for imported, names in _imports(MODULES[module]):
         for target in _imported_modules(imported, names):
             assert _track_of(target) is None, f"{module} imports {target}, a track's internals"
+
+
+def test_every_table_of_what_a_track_means_is_keyed_by_a_track_of_the_table() -> None:
+    """A track's validity rules, report, verdict rule and figures are each registered under its name in
+    :data:`cropbench.tracks.TRACKS`, so renaming a track that a table still spells the old way fails here."""
+    from cropbench.harness.validity import TRACK_VALIDITY
+    from cropbench.report.plots import FIGURES
+    from cropbench.report.tracks import REPORTS
+    from cropbench.report.verdict import RULES
+    from cropbench.tracks import TRACKS
+
+    for name, table in (
+        ("TRACK_VALIDITY", TRACK_VALIDITY),
+        ("REPORTS", REPORTS),
+        ("RULES", RULES),
+        ("FIGURES", FIGURES),
+    ):
+        assert set(table) <= set(TRACKS), f"{name} holds {sorted(set(table) - set(TRACKS))}, which no track is named"

@@ -38,6 +38,7 @@ from cropbench.harness.flags import (
 )
 from cropbench.harness.validity import LIBRARY_CACHE_FLAG, flag_meaning
 from cropbench.records import DATASET_TRACK, LOADER_TRACK, TRAINING_TRACK, Record
+from cropbench.report.tracks import report_of
 from cropbench.tracks import TITLES
 
 #: Heading of the verdict block (the HTML report uses it too).
@@ -62,20 +63,6 @@ PLAIN_REASONS: dict[str, str] = {
     IMPOSSIBLE: "its numbers contradict each other: run again on an idle machine",
     LIBRARY_CACHE_FLAG: "the library's own local cache served the epochs after the first over the store, so its "
     "rates over the store are not the store's: run one epoch (--epochs 1) for those",
-}
-#: Track → flag → the plain reason where a track gives the flag a meaning of its own.
-TRACK_REASONS: dict[str, dict[str, str]] = {
-    LOADER_TRACK: {"few-samples": "its rate rests on too few timed batches: run more samples per epoch (--samples)"},
-    TRAINING_TRACK: {
-        "few-samples": "its rate rests on too few timed steps: run more steps (--samples)",
-        IMPOSSIBLE: "its numbers contradict each other (a step faster than its compute alone, a data wait "
-        "its cross-check does not confirm, or images/s above the compute-only rate): the machine's speed changed "
-        "during the run; run again on an idle machine",
-    },
-    "targets": {
-        IMPOSSIBLE: "the reader beat the copy ceiling, which no reader of the same crops can pass: the ceiling "
-        "or the timing is wrong; run again on an idle machine",
-    },
 }
 
 
@@ -213,7 +200,7 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
 
 def plain_reason(flag: str, track: str | None = None) -> str:
     """Why a row of ``track`` carrying ``flag`` must not be quoted, in plain words."""
-    return TRACK_REASONS.get(track or "", {}).get(flag) or PLAIN_REASONS.get(flag) or flag_meaning(flag, track)
+    return report_of(track or "").reasons.get(flag) or PLAIN_REASONS.get(flag) or flag_meaning(flag, track)
 
 
 #: What a track's best configuration is measured against, and the ratio; a string says why there is none.
