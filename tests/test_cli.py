@@ -19,6 +19,7 @@ from test_robustness import CLI_CASES
 
 from cropbench.cli import build_parser, main
 from cropbench.records import Record, RecordWriter, read_records
+from cropbench.tracks import TRACKS, TrackInfo
 
 SUBCOMMANDS = ("generate", "run", "plot", "report", "export", "env", "smoke")
 
@@ -397,3 +398,17 @@ def test_a_stop_signal_while_loading_or_working_ends_in_one_line(tmp_path: Path,
         from cropbench.formats import read_plate_metadata
 
         assert len(read_plate_metadata(tmp_path / "p.zarr").fields) == 16, "a plate in place is a whole plate"
+
+
+@pytest.mark.parametrize("info", [info for info in TRACKS.values() if info.command], ids=lambda info: info.name)
+def test_every_track_started_by_a_command_of_its_own_names_a_command_the_parser_has(
+    info: TrackInfo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table's ``command`` of a track is what the CLI offers: its words parse, its options exist."""
+    words = str(info.command).split()
+    path = [word for word in words if not word.startswith("-") and not word.isupper()]
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args([*path, "--help"])
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert all(option in printed for option in words if option.startswith("--")), printed
