@@ -124,7 +124,7 @@ class Dataset:
         import cropbench
         from cropbench.tracks import track_named
 
-        records = cropbench.run("plate.zarr", [track_named("1").build()], preset="smoke")
+        records = cropbench.run("plate.zarr", [track_named("dataset").build()], preset="smoke")
         ```
     """
 
