@@ -23,6 +23,12 @@ from typing import Any
 #: Worker scaling that counts as paying off: 2 workers at least this many times 0 workers.
 TWO_WORKER_TARGET = 1.6
 
+#: The tracks the tables read, as rows carry them (cropbench.records' names, spelled here: standard library only).
+LOADER = "loader"
+TRAINING = "training"
+#: What rows written before the tracks were named carry in ``track``, by the name it now is.
+FORMER_TRACK_VALUES = {"1": "dataset", "2": LOADER, "3": TRAINING}
+
 
 def _number(value: Any, fmt: str = "{:,.0f}") -> str:
     return "–" if value is None else fmt.format(value)
@@ -53,7 +59,7 @@ def machine(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def demand(rows: list[dict[str, Any]]) -> tuple[list[str], dict[tuple[str, str], float]]:
-    found = [r for r in rows if r["track"] == "3" and r["case"].endswith("/compute-only")]
+    found = [r for r in rows if r["track"] == TRAINING and r["case"].endswith("/compute-only")]
     rates = {(r["config"]["workload"], r["config"]["amp"]): r["metrics"]["compute_only_images_per_s"] for r in found}
     body = [
         [
@@ -85,7 +91,7 @@ def supply(rows: list[dict[str, Any]], rates: dict[tuple[str, str], float]) -> l
     sweeps: dict[tuple[str, str, str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
     for r in rows:
         loader = r["config"].get("loader", {})
-        if r["track"] != "2" or loader.get("persistent_workers") or loader.get("batch_size") != 256:
+        if r["track"] != LOADER or loader.get("persistent_workers") or loader.get("batch_size") != 256:
             continue
         crop = r["config"]["crop"]
         sweeps[(_layout(r), crop["decode"], crop["tier"], _pipeline(r))][int(loader["num_workers"])] = r["metrics"]
@@ -145,7 +151,7 @@ def supply_over_demand(rows: list[dict[str, Any]]) -> list[str]:
     rate of the same model and batch, beside the loop's own data wait."""
     best: dict[tuple[str, str, str, str, str, str], dict[str, Any]] = {}
     for r in rows:
-        if r["track"] != "3" or "supply_over_demand" not in r["metrics"]:
+        if r["track"] != TRAINING or "supply_over_demand" not in r["metrics"]:
             continue
         config = r["config"]
         key = (_layout(r), config["model"], config["workload"], config["amp"], _pipeline(r), config["crop"]["tier"])
@@ -193,7 +199,7 @@ def supply_over_demand(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def thread_splits(rows: list[dict[str, Any]]) -> list[str]:
-    splits = [r for r in rows if r["track"] == "3" and r["metrics"].get("splits")]
+    splits = [r for r in rows if r["track"] == TRAINING and r["metrics"].get("splits")]
     if not splits:
         return []
     lines = ["## Threads against workers at a fixed core count (Track 3, workers x decode threads)", ""]
@@ -222,7 +228,7 @@ def thread_splits(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def overhead(rows: list[dict[str, Any]]) -> list[str]:
-    found = [r for r in rows if r["track"] == "2" and "loader_over_batched" in r["metrics"]]
+    found = [r for r in rows if r["track"] == LOADER and "loader_over_batched" in r["metrics"]]
     if not found:
         return []
     body = [
@@ -244,7 +250,7 @@ def overhead(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def startup(rows: list[dict[str, Any]]) -> list[str]:
-    t2 = [r for r in rows if r["track"] == "2" and "first_batch_ms" in r["metrics"]]
+    t2 = [r for r in rows if r["track"] == LOADER and "first_batch_ms" in r["metrics"]]
     if not t2:
         return []
     most = max(r["config"]["loader"]["num_workers"] for r in t2)
@@ -281,7 +287,7 @@ def startup(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def end_to_end(rows: list[dict[str, Any]]) -> list[str]:
-    t3 = [r for r in rows if r["track"] == "3" and not r["case"].endswith("/compute-only")]
+    t3 = [r for r in rows if r["track"] == TRAINING and not r["case"].endswith("/compute-only")]
     searches = [r for r in t3 if r["case"].endswith("/min-workers")]
     loops = [r for r in t3 if "data_wait_fraction" in r["metrics"]]
     lines = ["## Track 3 end to end: fewest workers for >= 90% busy (data wait < 10%)", ""]
@@ -346,6 +352,8 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     rows = [json.loads(line) for line in Path(argv[1]).read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["track"] = FORMER_TRACK_VALUES.get(row["track"], row["track"])
     demand_lines, rates = demand(rows)
     parts = [
         machine(rows),

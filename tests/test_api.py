@@ -114,7 +114,7 @@ def test_objects_reach_tracks_2_and_3_on_a_plate_without_a_bundled_table(tiny_pl
     )
     assert code == 0
     records = read_records(out / "results.jsonl")
-    assert {r.track for r in records} == {"2", "3"}
+    assert {r.track for r in records} == {"loader", "training"}
     assert {r.metrics[m.OBJECTS] for r in records if m.OBJECTS in r.metrics} == {len(read_object_table(table))}
     without = ["run", "--plate", str(plate), "--track", "2", "--out", str(tmp_path / "without"), "--no-progress"]
     assert main(without) == 2, "the plate has no table of its own"

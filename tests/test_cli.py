@@ -19,6 +19,7 @@ from test_robustness import CLI_CASES
 
 from cropbench.cli import build_parser, main
 from cropbench.records import Record, RecordWriter, read_records
+from cropbench.tracks import TRACKS, TrackInfo
 
 SUBCOMMANDS = ("generate", "run", "plot", "report", "export", "env", "smoke")
 
@@ -90,7 +91,7 @@ def test_generate_run_export_plot(tmp_path: Path, capsys: pytest.CaptureFixture[
     printed = capsys.readouterr().out
     assert "samples/s" in printed and "track1_latency_throughput.png" in printed
     rows = read_records(out / "results.jsonl")
-    assert rows and all(r.track == "1" for r in rows)
+    assert rows and all(r.track == "dataset" for r in rows)
     assert rows[0].environment["storage"]["path"] and rows[0].environment["packages"]["torch"]
     assert (out / "results.csv").read_text().count("\n") == len(rows) + 1
     assert main(["run", "--plate", str(plate), "--out", str(out), "--samples", "30", "--no-progress", "--resume"]) == 0
@@ -107,7 +108,9 @@ def test_report_writes_the_page_and_figures_of_an_existing_results_file(
             metrics = {"samples_per_s": rate, "p95_ms": 2.0, "validity_flags": []}
             config = {"access": "random", "crop": {"decode": decode}}
             writer.write(
-                Record(track="1", case=f"random/{decode}", config=config, metrics=metrics, environment={}, run_id=run)
+                Record(
+                    track="dataset", case=f"random/{decode}", config=config, metrics=metrics, environment={}, run_id=run
+                )
             )
     before = results.read_bytes()
     assert main(["report", str(results), "--out", str(tmp_path / "page")]) == 0
@@ -116,7 +119,7 @@ def test_report_writes_the_page_and_figures_of_an_existing_results_file(
     assert (tmp_path / "page" / "plots" / "track1_latency_throughput.png").is_file()
     assert "data:image/png;base64," in page
     assert page.count("<tr") == 4, "the page lists every row of the file (a header and three rows)"
-    assert "track 1 (Dataset __getitem__): best random/direct: 900 samples/s\n" in printed, printed
+    assert "track dataset (Dataset __getitem__): best random/direct: 900 samples/s\n" in printed, printed
     assert "all 2 configurations carry no flag" in printed
     assert results.read_bytes() == before, "the results file is read, never written"
     assert main(["report", str(results)]) == 0 and (results.parent / "report.html").is_file()
@@ -141,7 +144,9 @@ def test_report_and_summary_judge_every_row_of_a_resumed_file(
                 metrics = {"samples_per_s": rate, "p95_ms": 2.0, "validity_flags": []}
                 config = {"access": "random", "crop": {"decode": decode}}
                 case = f"random/{decode}"
-                writer.write(Record(track="1", case=case, case_id=case, config=config, metrics=metrics, environment={}))
+                writer.write(
+                    Record(track="dataset", case=case, case_id=case, config=config, metrics=metrics, environment={})
+                )
     rows = read_records(results)
     assert len({r.run_id for r in rows}) == 2
     assert len(latest_runs(rows)) == 4, "the resumed fragment and the rows before it are drawn alike"
@@ -158,7 +163,7 @@ def test_summary_refuses_an_unknown_metric_and_shows_no_interval_from_one_sample
 ) -> None:
     results = tmp_path / "results.jsonl"
     with RecordWriter(results) as writer:
-        writer.write(Record(track="1", case="c", config={}, environment={}, metrics={"samples_per_s": 7897.9}))
+        writer.write(Record(track="dataset", case="c", config={}, environment={}, metrics={"samples_per_s": 7897.9}))
     typo = cropbench_cli("summary", str(results), "--metric", "samples_per_sec")
     assert typo.returncode == 2 and typo.stderr.startswith("cropbench: error:") and "samples_per_s" in typo.stderr
     once = cropbench_cli("summary", str(results))
@@ -294,7 +299,7 @@ def test_the_progress_bar_counts_planned_cases_and_shows_the_time_left(capsys: p
         bar.cases(0, 4)
         bar("track 1 a case", None)
         bar.cases(3, 4, 125.0)
-        bar("track 1 a case", Record(track="1", case="a", case_id="x", config={}, metrics={}, environment={}))
+        bar("track 1 a case", Record(track="dataset", case="a", case_id="x", config={}, metrics={}, environment={}))
     finally:
         bar.close()
     shown = capsys.readouterr().err.split("\r")[-1]
@@ -393,3 +398,17 @@ def test_a_stop_signal_while_loading_or_working_ends_in_one_line(tmp_path: Path,
         from cropbench.formats import read_plate_metadata
 
         assert len(read_plate_metadata(tmp_path / "p.zarr").fields) == 16, "a plate in place is a whole plate"
+
+
+@pytest.mark.parametrize("info", [info for info in TRACKS.values() if info.command], ids=lambda info: info.name)
+def test_every_track_started_by_a_command_of_its_own_names_a_command_the_parser_has(
+    info: TrackInfo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table's ``command`` of a track is what the CLI offers: its words parse, its options exist."""
+    words = str(info.command).split()
+    path = [word for word in words if not word.startswith("-") and not word.isupper()]
+    with pytest.raises(SystemExit) as done:
+        build_parser().parse_args([*path, "--help"])
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert all(option in printed for option in words if option.startswith("--")), printed

@@ -25,9 +25,9 @@ from cropbench.harness.loader_case import Track2Case
 from cropbench.harness.ranks import Cluster, DistributedCase, DistributedTrack, RankReport, aggregate, distributed_cases
 from cropbench.harness.runner import plan
 from cropbench.records import read_records
-from cropbench.tracks.dataset import Track1
-from cropbench.tracks.loader import Track2
-from cropbench.tracks.training import Track3, Track3Case
+from cropbench.tracks.dataset import Dataset
+from cropbench.tracks.loader import Loader
+from cropbench.tracks.training import Track3Case, Training
 
 #: Seconds the fault tests give a rank before the others give up on it.
 RANK_TIMEOUT_S = 5
@@ -145,7 +145,7 @@ def _planned_inner(track: Any, context: RunContext, preset: str = "smoke") -> li
     return [case.case for case in _planned(track, context, preset)]
 
 
-@pytest.mark.parametrize("track", [Track2, Track3], ids=["loader", "training"])
+@pytest.mark.parametrize("track", [Loader, Training], ids=["loader", "training"])
 def test_ranks_run_the_presets_cases_with_the_runs_overrides(tiny_plate: Path, track: Any) -> None:
     """Under ranks a track plans its own preset (workers, batch sizes, models as the preset says) and the
     run's crop knobs reach every case, as on one process."""
@@ -156,17 +156,17 @@ def test_ranks_run_the_presets_cases_with_the_runs_overrides(tiny_plate: Path, t
     expected = {(c.loader, c.crop) for c in one_process if track().on_ranks(c) is not None}
     assert inner and {(c.loader, c.crop) for c in inner} == expected
     assert all((c.crop.crop_size, c.crop.decode_threads, c.crop.chunk_cache_bytes) == (40, 2, 12345) for c in inner)
-    if track is Track2:
+    if track is Loader:
         assert {c.loader.num_workers for c in inner} == {0, 1, 2} and {c.loader.batch_size for c in inner} == {16, 64}
 
 
 def test_ranks_leave_out_what_does_not_split_and_refuse_tracks_that_cannot(tiny_plate: Path) -> None:
     said: list[str] = []
     context = RunContext(tiny_plate, samples=128, report=said.append)
-    assert all(isinstance(c, Track3Case) for c in _planned_inner(Track3(), context))
+    assert all(isinstance(c, Track3Case) for c in _planned_inner(Training(), context))
     assert any("does not run across ranks" in line for line in said), "the worker search is left out, said so"
     with pytest.raises(ConfigError, match="does not run across ranks"):
-        DistributedTrack(Track1(), cast(Cluster, _Job()))
+        DistributedTrack(Dataset(), cast(Cluster, _Job()))
 
 
 # Real jobs: torch's launcher, 2 ranks on gloo, a free rendezvous port each (--standalone).
@@ -215,7 +215,7 @@ def test_two_ranks_run_tracks_2_and_3_with_one_writer(tiny_plate: Path, tmp_path
     # The preset's cases, each per sampler: a row per rank it ran on, then the aggregate.
     context = RunContext(tiny_plate, samples=128)
     expected = {
-        name: sum(c.ranks + 1 for c in _planned(track(), context)) for name, track in (("2", Track2), ("3", Track3))
+        name: sum(c.ranks + 1 for c in _planned(track(), context)) for name, track in (("loader", Loader), ("training", Training))
     }
     assert Counter(row["track"] for row in lines) == expected
     records = read_records(out / "results.jsonl")
@@ -226,16 +226,16 @@ def test_two_ranks_run_tracks_2_and_3_with_one_writer(tiny_plate: Path, tmp_path
     for row in aggregates:
         metrics = row.metrics
         assert metrics["covered_objects"] == metrics["objects"] > 0  # gathered indices of every rank
-        if row.track == "2":  # the first epoch: every object exactly once, padding stated
+        if row.track == "loader":  # the first epoch: every object exactly once, padding stated
             assert metrics["exactly_once"] is (metrics["padded_samples"] == 0)
             assert metrics["duplicate_samples"] == metrics["padded_samples"]
         if row.config["loader"]["num_workers"] == 0:  # the decode counters are the ranks' own
             assert metrics["read_amplification"] > 0
         assert metrics["straggler_ratio"] >= 1.0
         assert len(metrics["rank_samples_per_s"]) == row.config["world_size"]
-    two_ranks = [r for r in aggregates if r.track == "2" and r.config["world_size"] == 2]
+    two_ranks = [r for r in aggregates if r.track == "loader" and r.config["world_size"] == 2]
     assert two_ranks and all(r.metrics["speedup_over_one_rank"] > 0 for r in two_ranks)
-    assert all(r.metrics["loss_last"] > 0 for r in ranks if r.track == "3" and r.config["model"] != "emulated")
+    assert all(r.metrics["loss_last"] > 0 for r in ranks if r.track == "training" and r.config["model"] != "emulated")
 
 
 @pytest.mark.slow

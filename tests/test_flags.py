@@ -28,7 +28,7 @@ from cropbench.tracks import loader
 def track2(source: str, rate: float, workers: int = 2, flags: list[str] | None = None) -> Record:
     config = {"source": source, "crop": {"dtype": "float32"}, "loader": {"num_workers": workers, "batch_size": 64}}
     metrics = {m.SAMPLES_PER_S: rate, m.VALIDITY_FLAGS: flags or []}
-    return Record(track="2", case=f"{source}/w{workers}", config=config, metrics=metrics, environment={})
+    return Record(track="loader", case=f"{source}/w{workers}", config=config, metrics=metrics, environment={})
 
 
 def test_a_row_faster_than_a_ceiling_measured_before_it_is_flagged_as_written() -> None:
@@ -57,7 +57,7 @@ def test_outputs_read_the_stored_flags_and_old_rows_load_as_written(tmp_path: Pa
     """A row written before a rule existed keeps the flags it was written with in every output."""
     path = tmp_path / "results.jsonl"
     old = Record(
-        track="2",
+        track="loader",
         case="plate/w2",
         config=track2("plate", 1.0).config,
         metrics={m.SAMPLES_PER_S: 9000.0},  # no validity_flags at all
@@ -105,8 +105,8 @@ measure = loader_case.run_case
 
 
 def _table_flags(printed: str) -> dict[str, list[str]]:
-    """The flags column of the terminal table's Track 2 block: case -> flags."""
-    block = printed[printed.index("track 2 case") :].split("\n\n")[0].splitlines()
+    """The flags column of the terminal table's loader block: case -> flags."""
+    block = printed[printed.index("track loader case") :].split("\n\n")[0].splitlines()
     return {line.split()[0]: _flags(line.split()[-1]) for line in block[2:] if line.startswith(("plate/", "memory/"))}
 
 
@@ -161,5 +161,5 @@ def test_every_output_of_a_run_shows_each_rows_flags_as_written(
     assert f"{quotable} of 4 configurations carry no flag" in printed or (
         quotable == 0 and "none of its 4 configurations may be quoted" in printed
     )
-    assert plain_reason(IMPOSSIBLE, "2") in printed
+    assert plain_reason(IMPOSSIBLE, "loader") in printed
     assert f"  - {before}: " in printed and f"  - {after}: " in printed, "the verdict names the impossible rows"

@@ -94,7 +94,7 @@ def test_the_figure_draws_every_reader_and_greys_flagged_rows(tmp_path: Path) ->
     marked = formats_figure(flagged, tmp_path / "flagged.png")
     assert marked is not None
     assert flagged_pixels(marked) > flagged_pixels(plain) + 100  # hdf5's bars drawn grey
-    assert formats_figure([Record("1", "x", {}, {}, {})], tmp_path / "none.png") is None
+    assert formats_figure([Record("dataset", "x", {}, {}, {})], tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
 
 

@@ -193,7 +193,7 @@ def test_malformed_json_in_every_metadata_document_is_an_error_or_the_same_crops
 
 def _record(case: str) -> Record:
     return Record(
-        track="1", case=case, config={"crop": {"crop_size": 24}}, metrics={"samples_per_s": 10.0}, environment={}
+        track="dataset", case=case, config={"crop": {"crop_size": 24}}, metrics={"samples_per_s": 10.0}, environment={}
     )
 
 

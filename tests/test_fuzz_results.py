@@ -49,7 +49,7 @@ pytestmark = pytest.mark.filterwarnings(
 
 def track1_row(case: str = "random/direct", rate: float = 900.0, **metrics: Any) -> dict[str, Any]:
     record = Record(
-        track="1",
+        track="dataset",
         case=case,
         case_id=case,
         config={"access": "random", "crop": {"decode": case.rsplit("/", 1)[-1], "dtype": "float32"}},

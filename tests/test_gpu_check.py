@@ -62,8 +62,8 @@ def test_the_table_shows_both_pipelines_and_supply_over_demand(tiny_plate: Path,
     from cropbench.harness.loader_case import Track2Case
     from cropbench.harness.runner import run_tracks
     from cropbench.records import RecordWriter
-    from cropbench.tracks.loader import OverheadCase, Track2
-    from cropbench.tracks.training import ThreadSplit, Track3, Track3Case
+    from cropbench.tracks.loader import Loader, OverheadCase
+    from cropbench.tracks.training import ThreadSplit, Track3Case, Training
 
     crop = CropConfig(crop_size=32, tier="typical")
     supply = [
@@ -78,11 +78,11 @@ def test_the_table_shows_both_pipelines_and_supply_over_demand(tiny_plate: Path,
         "3": [dataclasses.replace(loop, compute_only=True), device, ThreadSplit(device, 1)],
     }
 
-    class Planned(Track2):
+    class Planned(Loader):
         def cases(self, preset: str, context: RunContext) -> list:  # type: ignore[override]
             return plans["2"]
 
-    class PlannedLoops(Track3):
+    class PlannedLoops(Training):
         def cases(self, preset: str, context: RunContext) -> list:  # type: ignore[override]
             return plans["3"]
 

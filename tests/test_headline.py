@@ -222,7 +222,7 @@ def write_rows(path: Path, records: list[Record]) -> None:
 def test_rows_are_read_from_every_jsonl_under_the_folder_keeping_track_targets(tmp_path: Path) -> None:
     write_rows(tmp_path / "run-1" / "results.jsonl", [ratio_row("a", "random", 1, "ceiling-1t", 0.2)])
     write_rows(tmp_path / "run-2.jsonl", [ratio_row("b", "random", 1, "ceiling-1t", 0.3)])
-    write_rows(tmp_path / "other.jsonl", [Record("1", "random/direct", {}, {m.SAMPLES_PER_S: 1.0}, MACHINE)])
+    write_rows(tmp_path / "other.jsonl", [Record("dataset", "random/direct", {}, {m.SAMPLES_PER_S: 1.0}, MACHINE)])
     rows = read_rows(tmp_path)
     assert sorted(r.metrics[m.RATIO_MEDIAN] for r in rows) == [0.2, 0.3]
     assert len({r.run_id for r in rows}) == 2, "each writer is one run"

@@ -44,7 +44,7 @@ class Page(HTMLParser):
 
 def records() -> list[Record]:
     clean = Record(
-        track="1",
+        track="dataset",
         case="random/direct/none/96px/all/float32",
         config={"access": "random", "crop": {"decode": "direct"}},
         metrics={m.SAMPLES_PER_S: 1234.0, m.P95_MS: 2.5, m.VALIDITY_FLAGS: []},
@@ -52,7 +52,7 @@ def records() -> list[Record]:
         run_id="run-a",
     )
     flagged = Record(
-        track="1",
+        track="dataset",
         case=HOSTILE,
         config={"access": "random", "crop": {"decode": "zarr"}},
         metrics={m.SAMPLES_PER_S: 9000.0, m.P95_MS: 0.5, m.VALIDITY_FLAGS: ["cache>=plate"]},

@@ -141,7 +141,7 @@ def test_tracks_are_named_by_the_table() -> None:
         assert info.module in MODULES
 
 
-def test_the_table_builds_each_runnable_track_under_its_record_name() -> None:
+def test_a_track_is_one_word_its_module_class_command_and_record_value() -> None:
     from cropbench.tracks import TRACKS, track_named
 
     for info in TRACKS.values():
@@ -150,7 +150,8 @@ def test_the_table_builds_each_runnable_track_under_its_record_name() -> None:
             continue
         for name in (info.name, *info.aliases):
             assert track_named(name) is info
-        assert info.build().name == info.record
+        assert info.build().name == info.name
+        assert info.runner_class.lower() == info.name.replace("-", ""), "the runner class is the name as a noun"
 
 
 def test_a_module_belongs_to_the_track_it_lies_under() -> None:
@@ -170,3 +171,21 @@ def test_the_report_reads_the_track_table_not_track_internals(module: str) -> No
     for imported, names in _imports(MODULES[module]):
         for target in _imported_modules(imported, names):
             assert _track_of(target) is None, f"{module} imports {target}, a track's internals"
+
+
+def test_every_table_of_what_a_track_means_is_keyed_by_a_track_of_the_table() -> None:
+    """A track's validity rules, report, verdict rule and figures are each registered under its name in
+    :data:`cropbench.tracks.TRACKS`, so renaming a track that a table still spells the old way fails here."""
+    from cropbench.harness.validity import TRACK_VALIDITY
+    from cropbench.report.plots import FIGURES
+    from cropbench.report.tracks import REPORTS
+    from cropbench.report.verdict import RULES
+    from cropbench.tracks import TRACKS
+
+    for name, table in (
+        ("TRACK_VALIDITY", TRACK_VALIDITY),
+        ("REPORTS", REPORTS),
+        ("RULES", RULES),
+        ("FIGURES", FIGURES),
+    ):
+        assert set(table) <= set(TRACKS), f"{name} holds {sorted(set(table) - set(TRACKS))}, which no track is named"

@@ -9,8 +9,7 @@ import pytest
 
 import cropbench
 from cropbench import metrics
-from cropbench.report.plots import FIGURE_METRICS
-from cropbench.report.summary import SUMMARY_COLUMNS
+from cropbench.report.tracks import report_of
 from cropbench.tracks import TRACKS
 from cropbench.tracks.layouts import LayoutComparison, Layouts
 
@@ -23,8 +22,9 @@ def test_smoke_rows_hold_every_metric_the_summary_and_figures_read(tiny_plate: P
     produced: dict[str, set[str]] = {}
     for record in records:
         produced.setdefault(record.track, set()).update(record.metrics)
-    for track in [*(info.record for info in runnable), layouts.name]:
-        read = {key for _, key, _ in SUMMARY_COLUMNS.get(track, ())} | set(FIGURE_METRICS.get(track, ()))
+    for track in [*(info.name for info in runnable), layouts.name]:
+        report = report_of(track)
+        read = {key for _, key, _ in report.columns} | set(report.figure_metrics)
         missing = sorted(read - metrics.CONDITIONAL - produced.get(track, set()))
         assert not missing, f"track {track}: the report reads {missing}, which no smoke row holds"
         unnamed = sorted(key for key in produced.get(track, set()) if not metrics.catalogued(key))

@@ -347,4 +347,4 @@ def test_peers_figure_draws_measured_and_skipped_rows(tmp_path: Path) -> None:
     ]
     path = peers_comparison(records, tmp_path)
     assert path is not None and path.name == "peers_comparison.png" and path.stat().st_size > 0
-    assert peers_comparison([r for r in records if r.track == "1"], tmp_path) is None
+    assert peers_comparison([r for r in records if r.track == "dataset"], tmp_path) is None

@@ -40,7 +40,7 @@ def _track2(workers: int, batch: int, rate: float, case_suffix: str = "") -> Rec
         "epoch2_first_batch_ms": 5.0 + 30 * workers,
     }
     return Record(
-        track="2",
+        track="loader",
         case=f"plate/random/direct/none/float32/w{workers}/b{batch}{case_suffix}",
         config={"loader": {"num_workers": workers, "batch_size": batch}},
         metrics=metrics,
@@ -55,7 +55,7 @@ def _track3(case: str, step_ms: float, compute_ms: float, wait: float) -> Record
         "data_wait_fraction": wait,
         "stall_crosscheck": 1 - compute_ms / step_ms,
     }
-    return Record(track="3", case=case, config={}, metrics=metrics, environment={})
+    return Record(track="training", case=case, config={}, metrics=metrics, environment={})
 
 
 def _records() -> list[Record]:
@@ -75,7 +75,7 @@ def _records() -> list[Record]:
     }
     rows.append(
         Record(
-            track="3",
+            track="training",
             case="emulated40ms/train/direct/light/float32/w*/b64/pin/amp-off/auto/min-workers",
             config={},
             metrics=search,
@@ -120,10 +120,10 @@ def test_plot_command_draws_track2_and_track3_figures(tmp_path: Path, monkeypatc
 
 def test_figures_show_the_latest_run_unless_all_runs_are_asked_for(tmp_path: Path) -> None:
     first = [dataclasses.replace(r, run_id="run-one") for r in _records()]
-    second = [dataclasses.replace(r, run_id="run-two") for r in _records() if r.track == "2"]
+    second = [dataclasses.replace(r, run_id="run-two") for r in _records() if r.track == "loader"]
     latest = plots.latest_runs(first + second)
-    assert {r.run_id for r in latest if r.track == "2"} == {"run-two"}
-    assert {r.run_id for r in latest if r.track == "3"} == {"run-one"}, "each track keeps its own latest run"
+    assert {r.run_id for r in latest if r.track == "loader"} == {"run-two"}
+    assert {r.run_id for r in latest if r.track == "training"} == {"run-one"}, "each track keeps its own latest run"
     overlaid = plots.label_runs(first + second)
     assert all(r.case.endswith(f"[run {r.run_id}]") and r.config["run"] == r.run_id for r in overlaid)
     assert plots.label_runs(first) == first, "one run needs no label"
@@ -138,7 +138,7 @@ def test_warmup_settles_where_the_rolling_median_stays_near_steady_state() -> No
 
 
 def test_figures_are_skipped_without_their_rows(tmp_path: Path) -> None:
-    only_track2 = [r for r in _records() if r.track == "2"]
+    only_track2 = [r for r in _records() if r.track == "loader"]
     names = {path.name for path in plots.plot_results(only_track2, tmp_path)}
     assert names == {"track2_workers_scaling.png", "track2_first_batch.png"}
     with pytest.raises(OutputError):
@@ -149,9 +149,15 @@ def test_rows_without_metrics_are_left_out_with_a_warning_not_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     unmeasured = [
-        Record(track="1", case="random/direct/none/96px/all/float32", config={}, metrics={}, environment={}),
-        Record(track="1", case="random/zarr/none/96px/all/float32", config={}, metrics={"p95_ms": 1.0}, environment={}),
-        Record(track="3", case="smallcnn/train", config={}, metrics={"objects": 5}, environment={}),
+        Record(track="dataset", case="random/direct/none/96px/all/float32", config={}, metrics={}, environment={}),
+        Record(
+            track="dataset",
+            case="random/zarr/none/96px/all/float32",
+            config={},
+            metrics={"p95_ms": 1.0},
+            environment={},
+        ),
+        Record(track="training", case="smallcnn/train", config={}, metrics={"objects": 5}, environment={}),
     ]
     results = tmp_path / "results.jsonl"
     with RecordWriter(results) as writer:
@@ -160,7 +166,7 @@ def test_rows_without_metrics_are_left_out_with_a_warning_not_a_traceback(
     with pytest.warns(UserWarning) as warned:
         assert main(["plot", str(results), "--out", str(tmp_path / "figures")]) == 0
     messages = sorted(str(warning.message) for warning in warned)
-    assert messages[0].startswith("1 track 3 row") and messages[1].startswith("2 track 1 rows"), messages
+    assert messages[0].startswith("1 track training row") and messages[1].startswith("2 track dataset rows"), messages
     assert (tmp_path / "figures" / "track3_step_and_wait.png").is_file()
     only_unmeasured = tmp_path / "unmeasured.jsonl"
     with RecordWriter(only_unmeasured) as writer:
@@ -189,7 +195,7 @@ def test_sweep_key_drops_workers_batch_and_seed_only() -> None:
 def test_the_cdf_marks_batch_rows_as_latency_per_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def row(case: str, calls: int) -> Record:
         metrics = {"quantiles_ms": [0.1, 0.2, 0.4, 0.9], "items_per_call": calls}
-        return Record(track="1", case=case, config={}, metrics=metrics, environment={})
+        return Record(track="dataset", case=case, config={}, metrics=metrics, environment={})
 
     styles: dict[str, str] = {}
 
@@ -209,8 +215,8 @@ def _every_kind_of_bar() -> list[Record]:
         return Record(track=track, case=case, config=config, metrics=metrics, environment={})
 
     rows = [
-        record("1", "random/direct", {}, p95_ms=0.4, samples_per_s=305.0, validity_flags=[]),
-        record("1", "random/zarr", {}, p95_ms=0.2, samples_per_s=124.0, validity_flags=["few-samples"]),
+        record("dataset", "random/direct", {}, p95_ms=0.4, samples_per_s=305.0, validity_flags=[]),
+        record("dataset", "random/zarr", {}, p95_ms=0.2, samples_per_s=124.0, validity_flags=["few-samples"]),
         record(
             "layouts",
             "memmap",
@@ -224,12 +230,14 @@ def _every_kind_of_bar() -> list[Record]:
         record("peers", "cropbench-direct", {"peer": "cropbench-direct", "kind": "cropbench"}, samples_per_s=2000.0),
         record("peers", "dask-per-crop", {"peer": "dask-per-crop", "kind": "peer"}, samples_per_s=20.0),
     ]
-    track2 = [r for r in _records() if r.track == "2"]
+    track2 = [r for r in _records() if r.track == "loader"]
     rows += [dataclasses.replace(track2[0], metrics={**track2[0].metrics, "validity_flags": ["re-reads"]}), *track2[1:]]
     step = {"step_p50_ms": 1356.0, "compute_only_step_p50_ms": 1701.0, "data_wait_fraction": 0.01}
-    rows.append(record("3", "resnet18/train", {}, **step, stall_crosscheck=0.01, validity_flags=["impossible"]))
+    rows.append(record("training", "resnet18/train", {}, **step, stall_crosscheck=0.01, validity_flags=["impossible"]))
     rows.append(
-        record("3", "smallcnn/train", {}, step_p50_ms=50.0, compute_only_step_p50_ms=40.0, data_wait_fraction=0.2)
+        record(
+            "training", "smallcnn/train", {}, step_p50_ms=50.0, compute_only_step_p50_ms=40.0, data_wait_fraction=0.2
+        )
     )
     return rows
 
@@ -288,10 +296,10 @@ def test_a_worker_search_greys_the_points_whose_own_rows_are_flagged() -> None:
     def point(workers: int, flags: list[str], **changes: object) -> Record:
         config = {**shared, **case, "loader": {"batch_size": 64, "num_workers": workers}, **changes}
         metrics = {"data_wait_fraction": 0.2, "validity_flags": flags}
-        return Record(track="3", case=f"w{workers}", config=config, metrics=metrics, environment={}, run_id="r")
+        return Record(track="training", case=f"w{workers}", config=config, metrics=metrics, environment={}, run_id="r")
 
     search = Record(
-        track="3",
+        track="training",
         case="w*/min-workers",
         config={**shared, "case": case, "candidates": [0, 1, 2], "threshold": 0.1, "stop_early": True},
         metrics={"tried_workers": [0, 1, 2]},
@@ -332,6 +340,6 @@ def test_a_track3_row_whose_wait_disagrees_with_its_crosscheck_is_drawn_flagged_
         m.STALL_CROSSCHECK: 0.132,
         m.VALIDITY_FLAGS: [],
     }
-    row = Record(track="3", case="resnet18/amp-bf16", config={}, metrics=metrics, environment={})
+    row = Record(track="training", case="resnet18/amp-bf16", config={}, metrics=metrics, environment={})
     assert plots.flagged(decide(row)), "as the runner writes it"
     assert not plots.flagged(decide(dataclasses.replace(row, metrics={**metrics, m.STALL_CROSSCHECK: 0.03})))

@@ -19,12 +19,12 @@ import pytest
 from conftest import CliRunner
 
 from cropbench.errors import OutputError
-from cropbench.records import SCHEMA_VERSION, Record, RecordWriter, read_records, write_csv
+from cropbench.records import SCHEMA_VERSION, Record, RecordWriter, read_records, track_name, write_csv
 
 
 def make_record(case: str = "a", **metrics: float) -> Record:
     return Record(
-        track="1",
+        track="dataset",
         case=case,
         config={"crop": {"crop_size": 96}, "access": "random"},
         metrics={"p50_ms": 0.5, "warmup_ms": [1.0, 0.6], **metrics},
@@ -39,6 +39,18 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     loaded = read_records(tmp_path / "r.jsonl")
     assert loaded[0] == record and loaded[1].case == "b"
     assert loaded[0].schema_version == SCHEMA_VERSION and loaded[0].timestamp and loaded[0].run_id
+
+
+@pytest.mark.parametrize(("former", "name"), [("1", "dataset"), ("2", "loader"), ("3", "training")])
+def test_a_row_of_a_former_track_value_reads_as_the_track_name(tmp_path: Path, former: str, name: str) -> None:
+    old = json.loads(make_record().to_json()) | {"track": former}
+    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
+    (loaded,) = read_records(tmp_path / "old.jsonl")
+    assert loaded.track == name and loaded.case_id == old["case_id"] and loaded.run_id == old["run_id"]
+    assert track_name(former) == name and track_name("layouts") == "layouts"
+    with RecordWriter(tmp_path / "old.jsonl") as writer:  # a writer appending to old rows accepts them
+        writer.write(make_record("new"))
+    assert [r.track for r in read_records(tmp_path / "old.jsonl")] == [name, "dataset"]
 
 
 def test_csv_export_is_flat_and_loadable_by_pandas(tmp_path: Path) -> None:
@@ -286,7 +298,11 @@ def test_amend_writes_over_only_the_rows_this_writer_wrote(tmp_path: Path) -> No
 
     def row(rate: float, flags: list[str]) -> Record:
         return Record(
-            track="1", case="c", config={}, metrics={"samples_per_s": rate, "validity_flags": flags}, environment={}
+            track="dataset",
+            case="c",
+            config={},
+            metrics={"samples_per_s": rate, "validity_flags": flags},
+            environment={},
         )
 
     with RecordWriter(path) as before:

@@ -38,7 +38,7 @@ from cropbench.measure import endpoints
 from cropbench.objects import ObjectTable, read_object_table
 from cropbench.plates.generate import generate_plate
 from cropbench.records import RESULTS_NAME, parse_record, read_records
-from cropbench.tracks.dataset import Track1
+from cropbench.tracks.dataset import Dataset
 
 pytestmark = pytest.mark.skipif(
     not endpoints.moto_available(), reason="moto's server mode is missing: pip install -e '.[remote]'"
@@ -131,7 +131,7 @@ def test_a_mirror_holds_metadata_only_and_points_at_its_url(
     assert open_plate(mirror, "direct").files() == [], "nothing local to evict"
 
 
-class _TwoCases(Track1):
+class _TwoCases(Dataset):
     """Track 1 with one small random case per read path, so a run over the store takes seconds."""
 
     def cases(self, preset: str, context: RunContext) -> list[Track1Case]:

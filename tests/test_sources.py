@@ -32,7 +32,7 @@ from cropbench.formats.sources import (
     write_index,
 )
 from cropbench.harness.dataset_case import Track1Case
-from cropbench.tracks.dataset import Track1
+from cropbench.tracks.dataset import Dataset
 
 #: Seconds a hostile-server case may take at most (its deadline is well under this).
 CASE_LIMIT_S = 6.0
@@ -455,7 +455,7 @@ def serve_files(root: Path) -> Callable[[BaseHTTPRequestHandler], None]:
 def test_credentials_in_a_plate_url_reach_no_row_and_no_cache_file(
     hostile: tuple[Hostile, str], tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    class OneCase(Track1):
+    class OneCase(Dataset):
         def cases(self, preset: str, context: object) -> list[Track1Case]:
             return [Track1Case(crop=CropConfig(), samples=4, warmup=1, cold_samples=1)]
 

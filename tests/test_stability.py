@@ -13,7 +13,7 @@ from cropbench.report.stability import bootstrap_median_interval, format_repeat_
 def rows(values: list[float], case: str = "c", p99_reliable: bool = True) -> list[Record]:
     return [
         Record(
-            track="1",
+            track="dataset",
             case=case,
             config={},
             environment={},

@@ -79,7 +79,7 @@ def test_remote_bench_refuses_an_out_holding_someone_elses_file(
     (foreign / "results.jsonl").write_text("someone's notes\n")
     other_track = tmp_path / "other"
     with RecordWriter(other_track / "results.jsonl") as writer:
-        writer.write(Record("1", "case", {}, {}, {}))
+        writer.write(Record("dataset", "case", {}, {}, {}))
     a_file = tmp_path / "file"
     a_file.write_text("keep me\n")
     for out in (foreign, other_track, a_file):

@@ -12,7 +12,7 @@ def row(case: str, run_id: str, flags: list[str] | None) -> Record:
     metrics = {m.SAMPLES_PER_S: 1000.0, m.P50_MS: 0.5, m.COUNT: 200, m.OBJECTS: 320}
     if flags is not None:
         metrics[m.VALIDITY_FLAGS] = flags
-    return Record(track="1", case=case, config={}, metrics=metrics, environment={}, run_id=run_id)
+    return Record(track="dataset", case=case, config={}, metrics=metrics, environment={}, run_id=run_id)
 
 
 def test_rows_show_their_run_and_flags_with_a_legend() -> None:
@@ -32,7 +32,9 @@ def test_no_legend_without_flags_and_rows_without_flags_print_a_dash() -> None:
 
 def test_a_track3_row_with_a_negative_stall_is_written_impossible_and_the_table_reads_it() -> None:
     metrics = {m.STALL_CROSSCHECK: -0.29, m.DATA_WAIT_FRACTION: 0.01, m.VALIDITY_FLAGS: []}
-    measured = Record(track="3", case="resnet18/train", config={}, metrics=metrics, environment={}, run_id="run-a")
+    measured = Record(
+        track="training", case="resnet18/train", config={}, metrics=metrics, environment={}, run_id="run-a"
+    )
     assert summary_table([measured]).splitlines()[2].rstrip().endswith("ok"), "the table decides no flag"
     lines = summary_table([decide(measured)]).splitlines()  # as the runner writes it
     assert lines[2].rstrip().endswith("impossible") and any(line.strip().startswith("impossible: ") for line in lines)

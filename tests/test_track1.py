@@ -13,11 +13,11 @@ from cropbench.errors import ConfigError
 from cropbench.formats import read_plate_metadata
 from cropbench.harness.context import RunContext
 from cropbench.harness.dataset_case import STAGE_SUM_TOLERANCE, Track1Case, run_case
-from cropbench.harness.runner import run_tracks
+from cropbench.harness.runner import case_identity, run_tracks
 from cropbench.harness.validity import VALIDITY_FLAGS
 from cropbench.metrics import MISSING_CHUNKS
 from cropbench.records import Record
-from cropbench.tracks.dataset import Track1, preset_cases
+from cropbench.tracks.dataset import Dataset, preset_cases
 
 
 def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> None:
@@ -45,7 +45,7 @@ def test_runner_emits_one_complete_record_per_case_and_resume_skips(tiny_plate: 
     emitted: list[Record] = []
     context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1}, samples=30)
     cases = preset_cases("smoke", 30)
-    assert len(run_tracks([Track1()], "smoke", context, emitted.append)) == len(cases)
+    assert len(run_tracks([Dataset()], "smoke", context, emitted.append)) == len(cases)
     assert [r.case for r in emitted] == [c.label for c in cases]
     assert emitted[0].config["crop"]["crop_size"] == 96 and emitted[0].config["threads"]["torch_threads"] == 1
     assert len({r.case_id for r in emitted}) == len(cases) and all(r.config["layout"] for r in emitted)
@@ -59,18 +59,26 @@ def test_runner_emits_one_complete_record_per_case_and_resume_skips(tiny_plate: 
             counted.append((done, total))
             estimates.append(left_s)
 
-    assert len(run_tracks([Track1()], "smoke", context, again.append, done=done, counter=Counter())) == len(cases) - 3
+    assert len(run_tracks([Dataset()], "smoke", context, again.append, done=done, counter=Counter())) == len(cases) - 3
     left = len(cases) - 3
     assert counted == [(i, left) for i in range(left + 1)], "the resumed run counts only the cases left, to the end"
     assert estimates[0] is None and estimates[-1] == 0.0, "no estimate before a case has finished; none left at the end"
     assert all(e is not None and e >= 0 for e in estimates[1:])
 
 
+def test_a_case_keeps_the_identity_its_rows_had_under_the_former_track_value(tiny_plate: Path) -> None:
+    """Rows written when track ``dataset`` was ``"1"`` hashed that value: ``--resume`` still skips them."""
+    context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1})
+    case = preset_cases("smoke", 30)[0]
+    assert case_identity(Dataset.name, case, context) == case_identity("1", case, context)
+    assert case_identity("remote", case, context) != case_identity("1", case, context)
+
+
 def test_fixed_cases_run_instead_of_the_preset_and_the_record_carries_the_rate(tiny_plate: Path) -> None:
     context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1})
     case = Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=40, warmup=4, cold_samples=0)
     emitted: list[Record] = []
-    (record,) = run_tracks([Track1([case])], "smoke", context, emitted.append)
+    (record,) = run_tracks([Dataset([case])], "smoke", context, emitted.append)
     assert record.case == case.label and record.config["crop"]["decode"] == "zarr"
     assert record.metrics[m.SAMPLES_PER_S] == pytest.approx(40 / record.metrics[m.LOOP_SECONDS])
 

@@ -20,8 +20,8 @@ from cropbench.report.plots import plot_results
 from cropbench.tracks.loader import (
     GPU_BATCH,
     GPU_STEADY_BATCHES,
+    Loader,
     OverheadCase,
-    Track2,
     overhead_cases,
     persistent_gain,
     preset_cases,
@@ -171,7 +171,7 @@ def test_runner_every_row_passes_the_crosscheck_and_plots(tiny_plate: Path, tmp_
     emitted: list[Record] = []
     context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1}, samples=64)
     cases = preset_cases("smoke", 64)
-    assert len(run_tracks([Track2()], "smoke", context, emitted.append)) == len(cases)
+    assert len(run_tracks([Loader()], "smoke", context, emitted.append)) == len(cases)
     assert [r.case for r in emitted] == [c.label for c in cases]
     for record in emitted:
         assert _crosscheck_holds(record.metrics), (record.case, record.metrics[m.CROSSCHECK_RATIO])
@@ -182,12 +182,12 @@ def test_runner_every_row_passes_the_crosscheck_and_plots(tiny_plate: Path, tmp_
     assert {p.name for p in paths} >= {"track2_workers_scaling.png", "track2_first_batch.png"}
     again: list[Record] = []
     done = frozenset(r.key for r in emitted[:-1])
-    assert len(run_tracks([Track2()], "smoke", context, again.append, done=done)) == 1
+    assert len(run_tracks([Loader()], "smoke", context, again.append, done=done)) == 1
 
 
 def _record(metrics: dict[str, object], case: Track2Case | OverheadCase) -> Record:
     """The row as the runner writes it, read back through the results file's own validation."""
-    record = Record(track="2", case=case.label, config=dataclasses.asdict(case), metrics=metrics, environment={})
+    record = Record(track="loader", case=case.label, config=dataclasses.asdict(case), metrics=metrics, environment={})
     return parse_record(record.to_json())
 
 

@@ -22,8 +22,8 @@ from cropbench.report.plots import plot_results
 from cropbench.tracks.training import (
     AU_THRESHOLD,
     ThreadSplit,
-    Track3,
     Track3Case,
+    Training,
     WorkerSearch,
     compute_key,
     preset_items,
@@ -282,7 +282,7 @@ def test_presets_answer_the_benchmark_questions() -> None:
 def test_runner_emits_rows_and_search_summaries_that_plot(tiny_plate: Path, tmp_path: Path) -> None:
     emitted: list[Record] = []
     context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1}, samples=16)
-    written = run_tracks([Track3()], "smoke", context, emitted.append)
+    written = run_tracks([Training()], "smoke", context, emitted.append)
     assert written == emitted and len(emitted) >= len(preset_items("smoke"))
     summaries = [r for r in emitted if r.case.endswith("/min-workers")]
     assert len(summaries) == 1 and summaries[0].metrics[m.TRIED_WORKERS][0] == 0
@@ -291,7 +291,7 @@ def test_runner_emits_rows_and_search_summaries_that_plot(tiny_plate: Path, tmp_
     names = {p.name for p in plot_results(emitted, tmp_path)}
     assert {"track3_step_and_wait.png", "track3_workers.png"} <= names
     again: list[Record] = []
-    assert run_tracks([Track3()], "smoke", context, again.append, done=frozenset(r.key for r in emitted)) == []
+    assert run_tracks([Training()], "smoke", context, again.append, done=frozenset(r.key for r in emitted)) == []
 
 
 @pytest.mark.gpu
@@ -361,7 +361,7 @@ def test_training_on_a_real_label_of_the_object_table(tiny_plate: Path) -> None:
 
 def _record(metrics: dict[str, Any], case: Track3Case | ThreadSplit) -> Record:
     """The row as the runner writes it, read back through the results file's own validation."""
-    record = Record(track="3", case=case.label, config=dataclasses.asdict(case), metrics=metrics, environment={})
+    record = Record(track="training", case=case.label, config=dataclasses.asdict(case), metrics=metrics, environment={})
     return parse_record(record.to_json())
 
 
@@ -421,7 +421,7 @@ def test_the_runner_writes_a_row_per_split_and_the_answer(tiny_plate: Path) -> N
     context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1}, samples=16)
     split = ThreadSplit(dataclasses.replace(SMALL, device="cpu", pipeline="device"), 2)
 
-    class OneSplit(Track3):
+    class OneSplit(Training):
         def cases(self, preset: str, context: RunContext) -> list[Any]:
             return [split]
 
@@ -511,7 +511,7 @@ def test_a_search_step_whose_step_is_faster_than_its_compute_alone_is_not_the_an
     monkeypatch.setattr(track, "compute_only", lambda context, case: baseline)
     monkeypatch.setattr(track, "run_case", loop)
     context = SimpleNamespace(progress=lambda message: None)
-    rows = list(Track3().measure(WorkerSearch(SMALL, (0, 1, 2)), 0, context))
+    rows = list(Training().measure(WorkerSearch(SMALL, (0, 1, 2)), 0, context))
     steps, summary = rows[:-1], rows[-1].metrics
     assert "impossible" in steps[1].metrics[m.VALIDITY_FLAGS]
     assert summary[m.MIN_WORKERS] == 2 and summary[m.FLAGGED_WORKERS] == [1]

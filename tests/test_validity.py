@@ -61,7 +61,7 @@ def test_a_batched_track1_case_with_few_calls_is_flagged_as_too_few_samples(tiny
 def test_the_summary_prints_track2_and_track3_flags_and_explains_them() -> None:
     rows = [
         Record(track=track, case="case", config={}, metrics={m.VALIDITY_FLAGS: ["few-samples"]}, environment={})
-        for track in ("2", "3")
+        for track in ("loader", "training")
     ]
     table = summary_table(rows)
     assert table.count("few-samples") == 4, "in each track's row and under each track's table"
@@ -74,7 +74,7 @@ def test_a_track2_rate_on_enough_batches_is_quoted_and_its_short_tail_is_not_sho
     assert MIN_RATE_TIMINGS <= metrics[m.prefixed(m.BATCH, m.COUNT)] < 200
     assert metrics[m.prefixed(m.BATCH, m.P95_RELIABLE)] is False
     assert "few-samples" not in metrics[m.VALIDITY_FLAGS], "the rate rests on enough batches"
-    row = Record(track="2", case="c", config={}, metrics=metrics, environment={})
+    row = Record(track="loader", case="c", config={}, metrics=metrics, environment={})
     assert summary_cell_value(row, m.BATCH_P95_MS) is None, "a p95 on too few batches is not shown"
     assert summary_cell_value(row, m.BATCH_P50_MS) == metrics[m.BATCH_P50_MS]
     short = track2.run_case(RunContext(plate=tiny_plate), dataclasses.replace(case, samples=32))
@@ -86,13 +86,13 @@ def test_impossible_is_a_flag_like_the_others_and_explained_in_each_tracks_terms
     raised = validity(crop, None, items_drawn=10, objects=100, enough_timings=True, impossible=True)
     assert raised[m.VALIDITY_FLAGS] == ["impossible"]
     assert validity(crop, None, items_drawn=10, objects=100, enough_timings=True)[m.VALIDITY_FLAGS] == []
-    assert "longer than the whole loaded step" in flag_meaning("impossible", "3")
+    assert "longer than the whole loaded step" in flag_meaning("impossible", "training")
     targets = flag_meaning("impossible", "targets")
     assert "beat" in targets and "the ceiling or the timing is wrong" in targets and "compute-only" not in targets
-    assert flag_meaning("impossible") == flag_meaning("impossible", "1") == VALIDITY_FLAGS["impossible"]
+    assert flag_meaning("impossible") == flag_meaning("impossible", "dataset") == VALIDITY_FLAGS["impossible"]
     assert "compute-only" not in VALIDITY_FLAGS["impossible"], "the general meaning names no one track's numbers"
     assert flag_meaning("few-samples", "targets") == VALIDITY_FLAGS["few-samples"]
-    assert flag_meaning("unknown-flag", "3") == "unknown-flag"
+    assert flag_meaning("unknown-flag", "training") == "unknown-flag"
 
 
 def test_the_summary_explains_impossible_in_the_terms_of_each_tracks_rows() -> None:
@@ -100,9 +100,9 @@ def test_the_summary_explains_impossible_in_the_terms_of_each_tracks_rows() -> N
         metrics = {m.RATIO_MEDIAN: 1.4, m.VALIDITY_FLAGS: ["impossible"]}
         return Record(track=track, case="case", config={}, metrics=metrics, environment={})
 
-    table = summary_table([flagged("3"), flagged("targets")])
+    table = summary_table([flagged("training"), flagged("targets")])
     track3, targets = table.split("\n\n")
-    assert flag_meaning("impossible", "3") in track3 and flag_meaning("impossible", "targets") not in track3
+    assert flag_meaning("impossible", "training") in track3 and flag_meaning("impossible", "targets") not in track3
     assert flag_meaning("impossible", "targets") in targets and "1.400" in targets
 
 
@@ -111,25 +111,25 @@ def test_numbers_that_break_their_own_frame_are_contradictions() -> None:
     from cropbench.harness.validity import IMPOSSIBLE, contradictions, with_contradictions
 
     resnet = {m.STEP_P50_MS: 465.2, m.COMPUTE_ONLY_STEP_P50_MS: 468.1, m.DATA_WAIT_FRACTION: 0.05}
-    assert any("below its compute-only p50" in why for why in contradictions("3", resnet))
+    assert any("below its compute-only p50" in why for why in contradictions("training", resnet))
     fed = {m.DATA_WAIT_FRACTION: 0.017, m.STALL_CROSSCHECK: 0.132}
-    assert any("differ by more than 5%" in why for why in contradictions("3", fed))
-    assert contradictions("3", {m.DATA_WAIT_FRACTION: 0.03, m.STALL_CROSSCHECK: 0.06}) == []
-    assert any("harness_overhead is -0.31" in why for why in contradictions("1", {m.HARNESS_OVERHEAD: -0.31}))
-    assert contradictions("1", {m.HARNESS_OVERHEAD: -0.01}) == [], "noise around zero is no contradiction"
+    assert any("differ by more than 5%" in why for why in contradictions("training", fed))
+    assert contradictions("training", {m.DATA_WAIT_FRACTION: 0.03, m.STALL_CROSSCHECK: 0.06}) == []
+    assert any("harness_overhead is -0.31" in why for why in contradictions("dataset", {m.HARNESS_OVERHEAD: -0.31}))
+    assert contradictions("dataset", {m.HARNESS_OVERHEAD: -0.01}) == [], "noise around zero is no contradiction"
     for rate in (1e300, -123.0, float("nan"), float("inf"), "<script>alert(1)</script>"):
-        assert contradictions("1", {m.SAMPLES_PER_S: rate}), rate
-    assert contradictions("1", {m.P50_MS: 2.0, m.P95_MS: 1.0, m.P99_MS: 3.0}) == ["p95_ms 1 is below p50_ms 2"]
-    assert contradictions("1", {m.SAMPLES_PER_S: 900.0, m.P50_MS: 1.0, m.P95_MS: 2.0, m.P99_MS: 3.0}) == []
-    written = with_contradictions("3", {**fed, m.VALIDITY_FLAGS: ["few-samples"]})
+        assert contradictions("dataset", {m.SAMPLES_PER_S: rate}), rate
+    assert contradictions("dataset", {m.P50_MS: 2.0, m.P95_MS: 1.0, m.P99_MS: 3.0}) == ["p95_ms 1 is below p50_ms 2"]
+    assert contradictions("dataset", {m.SAMPLES_PER_S: 900.0, m.P50_MS: 1.0, m.P95_MS: 2.0, m.P99_MS: 3.0}) == []
+    written = with_contradictions("training", {**fed, m.VALIDITY_FLAGS: ["few-samples"]})
     assert written[m.VALIDITY_FLAGS] == ["few-samples", IMPOSSIBLE] and written[m.IMPOSSIBLE_REASONS]
 
 
 def test_a_list_of_rates_is_judged_rate_by_rate() -> None:
     from cropbench.harness.validity import contradictions
 
-    assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, 1100.0]}) == []
-    assert contradictions("2", {m.EPOCH_SAMPLES_PER_S: [1000.0, -1.0, "x"]}) == ["epoch_samples_per_s is -1"]
+    assert contradictions("loader", {m.EPOCH_SAMPLES_PER_S: [1000.0, 1100.0]}) == []
+    assert contradictions("loader", {m.EPOCH_SAMPLES_PER_S: [1000.0, -1.0, "x"]}) == ["epoch_samples_per_s is -1"]
 
 
 def test_a_layout_read_faster_over_the_store_than_from_local_disk_is_a_contradiction() -> None:

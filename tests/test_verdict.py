@@ -33,7 +33,7 @@ def row(track: str, case: str, config: dict[str, Any], flags: list[str] | None =
 
 def track1(decode: str, rate: float, flags: list[str] | None = None, seed: int = 0) -> Record:
     config = {"access": "random", "crop": {"decode": decode}, "seed": seed}
-    return row("1", f"random/{decode}", config, flags, **{m.SAMPLES_PER_S: rate})
+    return row("dataset", f"random/{decode}", config, flags, **{m.SAMPLES_PER_S: rate})
 
 
 def test_the_best_quotable_configuration_wins_and_a_flagged_one_is_never_called_quotable() -> None:
@@ -74,12 +74,12 @@ def test_repeats_are_one_configuration_judged_on_their_median_and_flagged_if_any
 
 def test_configurations_are_told_apart_by_their_config_not_their_label() -> None:
     same_label = [
-        row("1", "random/direct", {"crop": {"decode": "direct", "dtype": dtype}}, **{m.SAMPLES_PER_S: rate})
+        row("dataset", "random/direct", {"crop": {"decode": "direct", "dtype": dtype}}, **{m.SAMPLES_PER_S: rate})
         for dtype, rate in (("float32", 100.0), ("uint16", 400.0))
     ]
     (one,) = verdict(same_label).tracks
     assert one.configurations == 2 and one.value == 400.0
-    without_config = [row("1", name, {}, **{m.SAMPLES_PER_S: rate}) for name, rate in (("a", 1.0), ("b", 3.0))]
+    without_config = [row("dataset", name, {}, **{m.SAMPLES_PER_S: rate}) for name, rate in (("a", 1.0), ("b", 3.0))]
     (two,) = verdict(without_config).tracks
     assert two.configurations == 2 and two.value == 3.0, "rows written without a config are not pooled"
 
@@ -87,7 +87,7 @@ def test_configurations_are_told_apart_by_their_config_not_their_label() -> None
 def test_track2_is_measured_against_crops_in_memory_of_the_same_dtype() -> None:
     def track2(source: str, dtype: str, rate: float, flags: list[str] | None = None, workers: int = 2) -> Record:
         config = {"source": source, "crop": {"dtype": dtype}, "loader": {"num_workers": workers}}
-        return row("2", f"{source}/{dtype}/w{workers}", config, flags, **{m.SAMPLES_PER_S: rate})
+        return row("loader", f"{source}/{dtype}/w{workers}", config, flags, **{m.SAMPLES_PER_S: rate})
 
     rows = [
         track2("plate", "float32", 1000.0),
@@ -109,7 +109,7 @@ def test_track2_crops_in_memory_bound_only_the_same_workers_batch_and_collate() 
     def track2(source: str, rate: float, workers: int, batch: int, collate: str = "default") -> Record:
         loader = {"num_workers": workers, "batch_size": batch, "collate": collate}
         config = {"source": source, "crop": {"dtype": "float32"}, "loader": loader}
-        return row("2", f"{source}/w{workers}/b{batch}/{collate}", config, None, **{m.SAMPLES_PER_S: rate})
+        return row("loader", f"{source}/w{workers}/b{batch}/{collate}", config, None, **{m.SAMPLES_PER_S: rate})
 
     one_worker = [track2("plate", 23000.0, 2, 64), track2("memory", 6800.0, 1, 128)]
     (two,) = verdict(one_worker).tracks
@@ -133,7 +133,7 @@ def track3(
 ) -> Record:
     config = {"model": model or case, "loader": {"num_workers": 0 if model is None else case}}
     metrics = {m.IMAGES_PER_S: images, m.COMPUTE_ONLY_IMAGES_PER_S: ceiling, m.STALL_CROSSCHECK: stall}
-    return row("3", case, config, flags, **metrics)
+    return row("training", case, config, flags, **metrics)
 
 
 def test_track3_ranks_on_images_per_s_at_each_model_and_never_reports_more_than_the_ceiling() -> None:
@@ -145,7 +145,7 @@ def test_track3_ranks_on_images_per_s_at_each_model_and_never_reports_more_than_
         track3("old-negative", 1780.0, 1000.0, -0.78, model="smallcnn"),
     ]
     search = row(
-        "3",
+        "training",
         "emulated40ms/w*/min-workers",
         {"case": {"model": "emulated"}},
         **{m.TRIED_WORKERS: [0, 1], m.MIN_WORKERS_ANSWER: "1"},
@@ -161,7 +161,7 @@ def test_track3_ranks_on_images_per_s_at_each_model_and_never_reports_more_than_
     assert dict(smallcnn.reasons) == {"impossible": 2}, "a negative stall is impossible too"
     assert emulated.configurations == 0, "the search's summary is not a measurement row"
     text = answer.text()
-    assert "track 3 (training loop, model resnet18): best w0: 50 images/s" in text
+    assert "track training (training loop, model resnet18): best w0: 50 images/s" in text
     assert "chosen as the highest images/s of 2 configurations without flags" in text
     assert "old-negative: " in text and "stall cross-check -78.0% is negative" in text
     assert "fewest workers that keep emulated40ms/w* fed: 1" in text
@@ -184,7 +184,7 @@ def test_the_smoke_preset_says_what_the_run_proves_before_the_tracks() -> None:
     note = [line for line in lines[1:] if not line.startswith("  track")][:-3]  # less the track's own lines
     assert lines[0] == HEADING and " ".join(line.strip() for line in note) == SMOKE_NOTE
     assert "--preset full" in SMOKE_NOTE
-    assert lines[1 + len(note)].startswith("  track 1 (Dataset __getitem__): best random/direct")
+    assert lines[1 + len(note)].startswith("  track dataset (Dataset __getitem__): best random/direct")
     assert "no row of this run" not in "\n".join(lines), "the smoke note already says why"
 
 
@@ -359,7 +359,9 @@ def test_impossible_rates_are_never_the_best() -> None:
         track1("zarr", 1e300),
         track1("field", -123.0),
         track1("tiff", float("inf")),
-        row("1", "random/memmap", {"decode": "memmap"}, **{m.SAMPLES_PER_S: 5000.0, m.P50_MS: 2.0, m.P95_MS: 1.0}),
+        row(
+            "dataset", "random/memmap", {"decode": "memmap"}, **{m.SAMPLES_PER_S: 5000.0, m.P50_MS: 2.0, m.P95_MS: 1.0}
+        ),
     ]
     rows = decide_run(rows)  # as the runner writes them
     (one,) = verdict(rows).tracks
@@ -379,7 +381,7 @@ def test_a_track2_rate_above_its_same_shape_ceiling_is_impossible_never_quoted_a
             "access": access,
             "loader": {"num_workers": 2, "batch_size": 64, "collate": collate},
         }
-        return row("2", f"{source}/{access}/w2/b64/{collate}", config, **{m.SAMPLES_PER_S: rate})
+        return row("loader", f"{source}/{access}/w2/b64/{collate}", config, **{m.SAMPLES_PER_S: rate})
 
     rows = [track2("plate", 9308.0), track2("memory", 6563.0), track2("plate", 10_000_000.0, "stack")]
     rows += [track2("memory", 8500.0, "stack"), track2("plate", 5000.0, access="grouped")]
@@ -431,7 +433,7 @@ def test_a_flagged_reference_sets_no_ratio() -> None:
 def test_track2_is_never_measured_against_a_flagged_ceiling() -> None:
     def track2(source: str, rate: float, flags: list[str] | None = None, dtype: str = "float32") -> Record:
         config = {"source": source, "crop": {"dtype": dtype}, "loader": {"num_workers": 2}}
-        return row("2", f"{source}/{dtype}/{rate}", config, flags, **{m.SAMPLES_PER_S: rate})
+        return row("loader", f"{source}/{dtype}/{rate}", config, flags, **{m.SAMPLES_PER_S: rate})
 
     rows = [track2("plate", 1000.0), track2("memory", 2000.0, ["few-samples"]), track2("memory", 4000.0, dtype="u")]
     (two,) = verdict(rows).tracks

@@ -32,12 +32,22 @@ from cropbench.measure.endpoints import remote_plate, server_ceiling
 from cropbench.measure.protocol import configure_threads
 from cropbench.plates.convert import materialize_layout
 from cropbench.plates.generate import GeneratedPlate, generate_plate
-from cropbench.records import CSV_NAME, RESULTS_NAME, Record, RecordWriter, read_records, write_csv
+from cropbench.records import (
+    CSV_NAME,
+    DATASET_TRACK,
+    LOADER_TRACK,
+    RESULTS_NAME,
+    TRAINING_TRACK,
+    Record,
+    RecordWriter,
+    read_records,
+    write_csv,
+)
 from cropbench.report import advice
 from cropbench.tracks import track_named
 from cropbench.tracks.layouts import LayoutComparison, Layouts
 from cropbench.tracks.out_of_memory import OutOfMemory, OutOfMemoryTrack
-from cropbench.tracks.scale import ScaleSweep, ScaleTrack
+from cropbench.tracks.scale import Scale, ScaleSweep
 from cropbench.tracks.store_layouts import StoreLayouts, StoreLayoutsTrack
 from cropbench.tracks.training.advise import (
     MAX_ROUNDS,
@@ -63,7 +73,7 @@ Progress = Callable[[str, Record | None], None]
 
 def run(
     plate: str | Path,
-    tracks: Sequence[str | Track] = ("1",),
+    tracks: Sequence[str | Track] = (DATASET_TRACK,),
     preset: str = "smoke",
     out_dir: str | Path | None = None,
     *,
@@ -94,7 +104,7 @@ def run(
         plate: The plate: a local folder, or a URL (``s3://bucket/prefix/plate.zarr``,
             ``https://host/path/plate.zarr``) whose metadata is mirrored locally and whose pixels
             are read from the store as ``store`` says.
-        tracks: Track names or aliases (``"1"``, ``"dataset"``, ``"peers"``...; see
+        tracks: Track names or aliases (``"dataset"``, ``"1"``, ``"peers"``...; see
             :data:`cropbench.tracks.TRACKS`), or track objects built by the caller.
         preset: The grid of cases each track runs: ``smoke`` (seconds to minutes) or ``full``;
             some tracks have more (``grid`` for Track 1, ``overhead`` and ``gpu`` for Track 2,
@@ -134,7 +144,7 @@ def run(
         ```python
         import cropbench
 
-        records = cropbench.run("plate.zarr", tracks=["1", "2"], preset="smoke", out_dir="out")
+        records = cropbench.run("plate.zarr", tracks=["dataset", "loader"], preset="smoke", out_dir="out")
         for record in records:
             print(record.track, record.case, record.metrics["samples_per_s"])
         ```
@@ -352,7 +362,7 @@ def sweep_scale(
         ConfigError: A sweep out of range.
         OutputError: ``work_dir`` cannot be written, or lacks the space for a plate.
     """
-    return _run_in_work_folder(ScaleTrack(sweep, bars), sweep.layout, out_dir, work_dir, keep, resume, progress)
+    return _run_in_work_folder(Scale(sweep, bars), sweep.layout, out_dir, work_dir, keep, resume, progress)
 
 
 def compare_out_of_memory(
@@ -425,7 +435,7 @@ def _local_context(plate: str | Path, objects: str | Path | None, samples: int |
 
 #: The smoke run's plate, inside its output directory, and the tracks it runs.
 SMOKE_PLATE = "smoke-plate.zarr"
-SMOKE_TRACKS = ("1", "2", "3")
+SMOKE_TRACKS = (DATASET_TRACK, LOADER_TRACK, TRAINING_TRACK)
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,9 @@ Tracks write these keys into ``Record.metrics``; ``report``, asv, scripts and te
 spelled once here and imported on both sides cannot drift. A family of keys that share a stem (the
 latency summary of a timed loop, say) is built with :func:`prefixed` from a named prefix (``IO``,
 ``COLD``, ``BATCH``...) and the stem's constant, never spelled as an f-string at the site.
-``report.summary.SUMMARY_COLUMNS`` and ``report.plots.FIGURE_METRICS`` list, per track, what the
-summary table and the figures read; a test runs the smoke preset and checks the rows hold every one
-of them (``CONDITIONAL`` ones only appear when their condition holds, e.g. a skipped peer or a
-verified eviction).
+Each track's entry in ``report.tracks.REPORTS`` lists what its summary table and figures read; a test
+runs the smoke preset and checks the rows hold every one of them (``CONDITIONAL`` ones only appear
+when their condition holds, e.g. a skipped peer or a verified eviction).
 """
 
 from __future__ import annotations

@@ -38,6 +38,26 @@ SCHEMA_VERSION = 1
 RESULTS_NAME = "results.jsonl"
 CSV_NAME = "results.csv"
 
+#: The value ``Record.track`` takes for the three tracks every run can measure: each track's one name,
+#: the same word as its module, its class and ``cropbench run --track`` (see :data:`cropbench.tracks.TRACKS`,
+#: which lists every track). They live here, below every layer that reads rows, so the harness's
+#: validity rules and the reports compare against one spelling.
+DATASET_TRACK = "dataset"
+LOADER_TRACK = "loader"
+TRAINING_TRACK = "training"
+#: What rows written before the tracks were named carry in ``track``, by the name it now is. Reading
+#: a row gives it the name (:func:`track_name`); committed results keep the value they were written with.
+FORMER_TRACK_VALUES: dict[str, str] = {"1": DATASET_TRACK, "2": LOADER_TRACK, "3": TRAINING_TRACK}
+#: Each renamed track's former value, by its name: what its case identities still hash (so ``--resume``
+#: matches its older rows) and what ``--track`` still takes.
+FORMER_VALUES: dict[str, str] = {name: value for value, name in FORMER_TRACK_VALUES.items()}
+
+
+def track_name(value: str) -> str:
+    """The track a row's ``track`` value names: a former value (``"1"``) as its name (``"dataset"``),
+    any other value as it is."""
+    return FORMER_TRACK_VALUES.get(value, value)
+
 
 @dataclass(frozen=True)
 class Record:
@@ -62,8 +82,12 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
+        """A record from its JSON object; a row of a former track value reads with the track's name."""
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        fields = {k: v for k, v in data.items() if k in known}
+        if isinstance(fields.get("track"), str):
+            fields["track"] = track_name(fields["track"])
+        return cls(**fields)
 
     @property
     def key(self) -> tuple[str, str, int]:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 
 from cropbench import metrics as m
 from cropbench.harness.validity import CEILING_TOLERANCE, IMPOSSIBLE, contradictions, with_impossible
-from cropbench.records import Record
+from cropbench.records import LOADER_TRACK, Record
 
 
 def row_flags(record: Record) -> list[str]:
@@ -80,7 +80,7 @@ def memory_ceiling(record: Record, rows: Iterable[Record]) -> float | None:
     where any was measured) among ``rows`` not flagged ``impossible``: the workers' hand-over alone,
     which no row of that shape passes."""
     shape = loader_shape(record)
-    same = [r for r in rows if r.track == "2" and source(r) == "memory" and loader_shape(r) == shape]
+    same = [r for r in rows if r.track == LOADER_TRACK and source(r) == "memory" and loader_shape(r) == shape]
     same = [r for r in same if crop_dtype(r) == crop_dtype(record)] or same
     rates = [value for r in same if (value := rate(r)) is not None and IMPOSSIBLE not in row_flags(r)]
     return max(rates, default=None)
@@ -88,7 +88,7 @@ def memory_ceiling(record: Record, rows: Iterable[Record]) -> float | None:
 
 def ceiling_reasons(record: Record, rows: Iterable[Record]) -> list[str]:
     """A Track 2 row read from the plate faster than crops already in memory at its shape among ``rows``."""
-    if record.track != "2" or source(record) == "memory" or not loader_shape(record)[0]:
+    if record.track != LOADER_TRACK or source(record) == "memory" or not loader_shape(record)[0]:
         return []
     value, ceiling = rate(record), memory_ceiling(record, rows)
     if value is None or not ceiling or value <= ceiling * (1.0 + CEILING_TOLERANCE):

@@ -22,7 +22,7 @@ from cropbench.config import CropConfig, CropOverrides
 from cropbench.errors import ConfigError, UnusedSettingError
 from cropbench.harness.flags import decide, decide_run, row_flags
 from cropbench.harness.time_left import TimeLeft
-from cropbench.records import Record, jsonable
+from cropbench.records import DATASET_TRACK, FORMER_VALUES, Record, jsonable
 
 
 class Site(Protocol):
@@ -164,7 +164,8 @@ def canonical_config(case: Any) -> dict[str, Any]:
 def case_identity(track: str, case: Any, context: Site) -> str:
     """Stable hash of the track, the planned case's canonical config, the plate fingerprint, layout and threads."""
     document = {
-        "track": track,
+        # A renamed track hashes the value its rows first carried, so --resume still matches them.
+        "track": FORMER_VALUES.get(track, track),
         "config": canonical_config(case),
         "plate": context.fingerprint,
         "layout": context.layout,
@@ -197,7 +198,7 @@ def store_metrics(
 
 
 #: Tracks whose cases are also measured on the local plate beside a plate in a store.
-LOCAL_REFERENCE_TRACKS = ("1", "remote")
+LOCAL_REFERENCE_TRACKS = (DATASET_TRACK, "remote")
 
 
 def local_rates(track: Track[S], case: Any, repeat: int, context: S) -> dict[str, float]:

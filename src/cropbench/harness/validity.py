@@ -8,7 +8,8 @@ track gives the flag a meaning of its own). A flagged row checks the wiring; it 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from cropbench.config import CropConfig
 from cropbench.formats import PlateReader
 from cropbench.measure.protocol import TAIL_OBSERVATIONS, min_samples_for
 from cropbench.measure.store_emulation import SERVER_BOUND_FLAG
+from cropbench.records import LOADER_TRACK, TRAINING_TRACK
 
 #: samples/s (tight loop) and 1 / mean latency (timed loop) read the same items; beyond this
 #: relative gap the two loops did not see the same conditions (cache state, collections, preemption).
@@ -77,31 +79,6 @@ VALIDITY_FLAGS: dict[str, str] = {
     "(local_cache_bytes): later epochs read them from local disk, not the store, so the rates over the store "
     "are not those of reading the store each epoch",
 }
-#: Track → flag → what the flag means on that track's rows, where the track gives it a meaning of its own.
-TRACK_FLAGS: dict[str, dict[str, str]] = {
-    "2": {
-        "few-samples": f"the rate rests on fewer than {MIN_RATE_TIMINGS} timed batches: run more samples per epoch",
-    },
-    "3": {
-        "few-samples": f"the rate rests on fewer than {MIN_RATE_TIMINGS} timed steps: run more steps",
-        IMPOSSIBLE: f"the compute-only baseline, measured apart, took over {IMPOSSIBLE_TOLERANCE:.0%} longer than "
-        f"the whole loaded step, the step p50 fell over {STEP_BELOW_COMPUTE_TOLERANCE:.1%} below the compute-only "
-        f"p50, or the data wait and its cross-check differ by over {WAIT_AGREEMENT_TOLERANCE:.0%} of the step: the "
-        "machine's speed changed between the measurements (the row's impossible_reasons say which)",
-    },
-    "store-layouts": {
-        IMPOSSIBLE: "a read path over the loopback store delivered crops faster than the same layout on local "
-        "disk through the same chunk cache: the store adds round trips to the same reads, so the rates rest on "
-        "too few crops or the machine's speed changed between them (the row's impossible_reasons say which path)",
-        CACHE_HOLDS_PLATE_FLAG: "the chunk cache the store's reader held (reading ahead grows it to hold the "
-        "batches it fetches early; the local reads are given the same) holds the whole decoded plate: after the "
-        "first reads both rates measure cache hits; use a larger plate or a layout with smaller chunks",
-    },
-    "targets": {
-        IMPOSSIBLE: "the reader's median per-block ratio to the copy ceiling at its own thread count is above 1: "
-        "the reader beat a ceiling no reader of the same crops can pass, so the ceiling or the timing is wrong",
-    },
-}
 
 
 def _number(value: Any) -> float | None:
@@ -147,10 +124,9 @@ def contradictions(track: str, metrics: Mapping[str, Any]) -> list[str]:
         overhead = _number(value) if key.endswith(m.HARNESS_OVERHEAD) else None
         if overhead is not None and overhead < -HARNESS_OVERHEAD_TOLERANCE:
             reasons.append(f"{key} is {overhead:+.2f}: the timed loop ran faster than the loop without clocks")
-    if track == "3":
-        reasons += _track3_contradictions(metrics)
-    if track == "store-layouts":
-        reasons += _store_over_local(metrics)
+    rules = TRACK_VALIDITY.get(track)
+    if rules is not None and rules.contradictions is not None:
+        reasons += rules.contradictions(metrics)
     return reasons
 
 
@@ -173,8 +149,9 @@ def with_contradictions(track: str, metrics: dict[str, Any]) -> dict[str, Any]:
     return with_impossible(metrics, contradictions(track, metrics))
 
 
-def _store_over_local(metrics: Mapping[str, Any]) -> list[str]:
-    """A layout read over the store faster than on local disk (beyond :data:`CEILING_TOLERANCE`)."""
+def store_over_local(metrics: Mapping[str, Any]) -> list[str]:
+    """Track store-layouts: a layout read over the store faster than on local disk, beyond
+    :data:`CEILING_TOLERANCE`."""
     reasons = []
     pairs = ((m.SAMPLES_PER_S, m.LOCAL_SAMPLES_PER_S), (m.RUN_SAMPLES_PER_S, m.LOCAL_RUN_SAMPLES_PER_S))
     for prefix in (m.DIRECT_, m.ZARR_):
@@ -189,7 +166,9 @@ def _store_over_local(metrics: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
-def _track3_contradictions(metrics: Mapping[str, Any]) -> list[str]:
+def training_contradictions(metrics: Mapping[str, Any]) -> list[str]:
+    """Track training: a step faster than its compute alone, images/s over the compute-only rate, or a data
+    wait its cross-check does not confirm (:data:`STEP_BELOW_COMPUTE_TOLERANCE`, :data:`WAIT_AGREEMENT_TOLERANCE`)."""
     reasons = []
     step, compute = _number(metrics.get(m.STEP_P50_MS)), _number(metrics.get(m.COMPUTE_ONLY_STEP_P50_MS))
     if step is not None and compute is not None and step < compute * (1.0 - STEP_BELOW_COMPUTE_TOLERANCE):
@@ -207,9 +186,59 @@ def _track3_contradictions(metrics: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
+@dataclass(frozen=True)
+class TrackValidity:
+    """What validity means on one track's rows beyond the rules every row follows: the flags the track
+    gives a meaning of its own (flag → meaning) and the checks that find a row of it impossible
+    (``contradictions``: the row's numbers → why they cannot all be true)."""
+
+    flags: Mapping[str, str] = field(default_factory=dict)
+    contradictions: Callable[[Mapping[str, Any]], list[str]] | None = None
+
+
+#: Each track's own validity rules, by its name: the one place a track registers them. The harness reads
+#: it as rows are written, so it lies here, below the tracks. (Track loader's rule against other rows of
+#: the run, its in-memory ceiling, is :func:`cropbench.harness.flags.ceiling_reasons`.)
+TRACK_VALIDITY: dict[str, TrackValidity] = {
+    LOADER_TRACK: TrackValidity(
+        {"few-samples": f"the rate rests on fewer than {MIN_RATE_TIMINGS} timed batches: run more samples per epoch"}
+    ),
+    TRAINING_TRACK: TrackValidity(
+        {
+            "few-samples": f"the rate rests on fewer than {MIN_RATE_TIMINGS} timed steps: run more steps",
+            IMPOSSIBLE: f"the compute-only baseline, measured apart, took over {IMPOSSIBLE_TOLERANCE:.0%} longer "
+            f"than the whole loaded step, the step p50 fell over {STEP_BELOW_COMPUTE_TOLERANCE:.1%} below the "
+            f"compute-only p50, or the data wait and its cross-check differ by over {WAIT_AGREEMENT_TOLERANCE:.0%} "
+            "of the step: the machine's speed changed between the measurements (the row's impossible_reasons say "
+            "which)",
+        },
+        training_contradictions,
+    ),
+    "store-layouts": TrackValidity(
+        {
+            IMPOSSIBLE: "a read path over the loopback store delivered crops faster than the same layout on local "
+            "disk through the same chunk cache: the store adds round trips to the same reads, so the rates rest on "
+            "too few crops or the machine's speed changed between them (the row's impossible_reasons say which "
+            "path)",
+            CACHE_HOLDS_PLATE_FLAG: "the chunk cache the store's reader held (reading ahead grows it to hold the "
+            "batches it fetches early; the local reads are given the same) holds the whole decoded plate: after the "
+            "first reads both rates measure cache hits; use a larger plate or a layout with smaller chunks",
+        },
+        store_over_local,
+    ),
+    "targets": TrackValidity(
+        {
+            IMPOSSIBLE: "the reader's median per-block ratio to the copy ceiling at its own thread count is above "
+            "1: the reader beat a ceiling no reader of the same crops can pass, so the ceiling or the timing is wrong",
+        }
+    ),
+}
+
+
 def flag_meaning(flag: str, track: str | None = None) -> str:
     """What ``flag`` means on a row of ``track``: the track's own meaning where it has one, else the general one."""
-    return TRACK_FLAGS.get(track or "", {}).get(flag) or VALIDITY_FLAGS.get(flag, flag)
+    rules = TRACK_VALIDITY.get(track or "")
+    return (rules.flags.get(flag) if rules is not None else None) or VALIDITY_FLAGS.get(flag, flag)
 
 
 def decoded_plate_bytes(reader: PlateReader) -> int:
@@ -260,7 +289,7 @@ def validity(
     ``items_drawn`` counts every item the case reads (cold, warm-up and steady), ``objects`` those
     the plate holds; ``enough_timings`` says whether the row's headline rests on enough timings (Track 1
     and the peers: their p95; Tracks 2 and 3, whose headline is a rate: :func:`enough_rate_timings`);
-    ``impossible`` says that two of the row's numbers contradict each other (see :data:`TRACK_FLAGS`).
+    ``impossible`` says that two of the row's numbers contradict each other (see :data:`TRACK_VALIDITY`).
     """
     fraction = cache_fraction_of_plate(crop, reader)
     flags = {

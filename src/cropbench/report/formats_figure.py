@@ -169,7 +169,7 @@ def _panel(axis: plt.Axes, panel: Panel, rows: Sequence[Record], repeats: bool) 
 
 def formats_figure(records: Sequence[Record], path: Path) -> Path | None:
     """The comparison's figure at ``path``; None when ``records`` hold no ``formats`` row."""
-    rows = [r for r in records if r.track == TRACKS["formats"].record]
+    rows = [r for r in records if r.track == TRACKS["formats"].name]
     if not rows:
         return None
     repeats = len({r.repeat for r in rows}) > 1

@@ -20,7 +20,8 @@ from cropbench.errors import OutputError
 from cropbench.harness.flags import row_flags
 from cropbench.harness.validity import flag_meaning
 from cropbench.records import Record
-from cropbench.report.summary import SUMMARY_COLUMNS, cell_value, format_cell, impossible_rows
+from cropbench.report.summary import cell_value, format_cell, impossible_rows
+from cropbench.report.tracks import report_of
 from cropbench.report.verdict import HEADING, Verdict, track_lines, verdict
 
 #: The report's file name, beside results.jsonl.
@@ -146,7 +147,7 @@ def _rows_section(records: Sequence[Record]) -> str:
     for record in records:
         by_track.setdefault(record.track, []).append(record)
     for track, rows in by_track.items():
-        columns = SUMMARY_COLUMNS.get(track, ())
+        columns = report_of(track).columns
         header = "".join(f"<th>{_text(title)}</th>" for title, _, _ in columns)
         parts.append(f'<h3>track {_text(track)}</h3><div class="wide"><table>')
         parts.append(f'<tr><th class="case">case</th><th>run</th>{header}</tr>')

@@ -13,96 +13,14 @@ from cropbench import metrics as m
 from cropbench.harness.flags import impossible_reasons, row_flags
 from cropbench.harness.validity import flag_meaning
 from cropbench.records import Record
+from cropbench.report.tracks import report_of
+from cropbench.tracks import TRACKS
 
-#: Columns shown per track: (header, metric key, format).
-SUMMARY_COLUMNS: dict[str, Sequence[tuple[str, str, str]]] = {
-    "1": (
-        ("samples/s", m.SAMPLES_PER_S, "{:,.0f}"),
-        ("p50 ms", m.P50_MS, "{:.3f}"),
-        ("p95 ms", m.P95_MS, "{:.3f}"),
-        ("p99 ms", m.P99_MS, "{:.3f}"),
-        ("cold p50 ms", m.COLD_P50_MS, "{:.3f}"),
-        ("n", m.COUNT, "{}"),
-        ("objects", m.OBJECTS, "{:,}"),
-        ("flags", m.VALIDITY_FLAGS, "{}"),
-    ),
-    "2": (
-        ("samples/s", m.SAMPLES_PER_S, "{:,.0f}"),
-        ("run/s", m.RUN_SAMPLES_PER_S, "{:,.0f}"),
-        ("first ms", m.FIRST_BATCH_MS, "{:.1f}"),
-        ("batch p50 ms", m.BATCH_P50_MS, "{:.2f}"),
-        ("batch p95 ms", m.BATCH_P95_MS, "{:.2f}"),
-        ("epoch2 first ms", m.EPOCH2_FIRST_BATCH_MS, "{:.1f}"),
-        ("persist gain", m.PERSISTENT_EPOCH2_GAIN, "{:+.0%}"),
-        ("collate ms", m.COLLATE_MS_MEAN, "{:.2f}"),
-        ("worker USS MiB", m.WORKER_USS_MIB_MAX, "{:.0f}"),
-        ("xcheck", m.CROSSCHECK_RATIO, "{:.3f}"),
-        ("flags", m.VALIDITY_FLAGS, "{}"),
-    ),
-    "3": (
-        ("images/s", m.IMAGES_PER_S, "{:,.0f}"),
-        ("step p50 ms", m.STEP_P50_MS, "{:.1f}"),
-        ("step p95 ms", m.STEP_P95_MS, "{:.1f}"),
-        ("compute-only p50", m.COMPUTE_ONLY_STEP_P50_MS, "{:.1f}"),
-        ("data wait", m.DATA_WAIT_FRACTION, "{:.1%}"),
-        ("stall xcheck", m.STALL_CROSSCHECK, "{:.1%}"),
-        ("loss", m.LOSS_LAST, "{:.3f}"),
-        ("min workers", m.MIN_WORKERS_ANSWER, "{}"),
-        ("flags", m.VALIDITY_FLAGS, "{}"),
-    ),
-    "layouts": (
-        ("random/s", m.access_crops_per_s_key("random"), "{:,.0f}"),
-        ("× memmap", m.ratio_to_memmap("random"), "{:.2f}"),
-        ("grouped/s", m.access_crops_per_s_key("grouped"), "{:,.0f}"),
-        ("× memmap", m.ratio_to_memmap("grouped"), "{:.2f}"),
-        ("MiB", m.STORED_MIB, "{:,.1f}"),
-        ("ratio", m.COMPRESSION_RATIO, "{:.2f}"),
-        ("write s", m.WRITE_SECONDS, "{:.2f}"),
-        ("decode amp", m.per_crop("random", m.DECODE_AMPLIFICATION), "{:.1f}"),
-        ("chunks/crop", m.per_crop("random", m.CHUNKS_TOUCHED_PER_CROP), "{:.1f}"),
-    ),
-    "peers": (
-        ("samples/s", m.SAMPLES_PER_S, "{:,.1f}"),
-        ("× direct", m.RATIO_TO_DIRECT, "{:.4f}"),
-        ("direct ÷", m.DIRECT_SPEEDUP, "{:,.1f}"),
-        ("p50 ms", m.P50_MS, "{:.3f}"),
-        ("p95 ms", m.P95_MS, "{:.3f}"),
-        ("n", m.COUNT, "{}"),
-        ("flags", m.VALIDITY_FLAGS, "{}"),
-        ("skipped", m.SKIPPED, "{}"),
-    ),
-    "targets": (
-        ("crops/s", m.CROPS_PER_S, "{:,.0f}"),
-        ("ratio", m.RATIO_MEDIAN, "{:.3f}"),
-        ("q1", m.RATIO_Q1, "{:.3f}"),
-        ("q3", m.RATIO_Q3, "{:.3f}"),
-        ("blocks", m.PAIRED_BLOCKS, "{}"),
-        ("ceiling threads", m.CEILING_THREADS, "{}"),
-        ("same bytes", m.IDENTICAL_TO_DIRECT, "{}"),
-        ("flags", m.VALIDITY_FLAGS, "{}"),
-    ),
-    "remote": (
-        ("samples/s", m.SAMPLES_PER_S, "{:,.1f}"),
-        ("× local", m.RATIO_TO_LOCAL, "{:.3f}"),
-        ("req/crop", m.REQUESTS_PER_CROP, "{:.2f}"),
-        ("bytes/crop", m.BYTES_TRANSFERRED_PER_CROP, "{:,.0f}"),
-        ("latency ms", m.INJECTED_LATENCY_MS, "{:g}"),
-        ("in flight", m.IN_FLIGHT, "{}"),
-    ),
-    "store-layouts": (
-        ("MiB", m.STORED_MIB, "{:,.1f}"),
-        *(
-            column
-            for path, prefix in (("direct", m.DIRECT_), ("zarr", m.ZARR_))
-            for column in (
-                (f"{path} req/crop", m.prefixed(prefix, m.REQUESTS_PER_CROP), "{:.2f}"),
-                (f"{path}/s", m.prefixed(prefix, m.SAMPLES_PER_S), "{:,.1f}"),
-                (f"{path} local/s", m.prefixed(prefix, m.LOCAL_SAMPLES_PER_S), "{:,.1f}"),
-            )
-        ),
-        ("latency ms", m.INJECTED_LATENCY_MS, "{:g}"),
-    ),
-}
+
+def track_order(track: str) -> tuple[int, str]:
+    """Where ``track``'s block goes: the order of :data:`~cropbench.tracks.TRACKS`, then other values by name."""
+    order = list(TRACKS)
+    return (order.index(track) if track in TRACKS else len(order), track)
 
 
 def summary_table(records: Iterable[Record]) -> str:
@@ -111,8 +29,8 @@ def summary_table(records: Iterable[Record]) -> str:
     for record in records:
         by_track.setdefault(record.track, []).append(record)
     blocks = []
-    for track, rows in sorted(by_track.items()):
-        columns = SUMMARY_COLUMNS.get(track, ())
+    for track, rows in sorted(by_track.items(), key=lambda item: track_order(item[0])):
+        columns = report_of(track).columns
         header = [f"track {track} case", "run", *(title for title, _, _ in columns)]
         body = [
             [

@@ -37,7 +37,8 @@ from cropbench.harness.flags import (
     source,
 )
 from cropbench.harness.validity import LIBRARY_CACHE_FLAG, flag_meaning
-from cropbench.records import Record
+from cropbench.records import DATASET_TRACK, LOADER_TRACK, TRAINING_TRACK, Record
+from cropbench.report.tracks import report_of
 from cropbench.tracks import TITLES
 
 #: Heading of the verdict block (the HTML report uses it too).
@@ -62,20 +63,6 @@ PLAIN_REASONS: dict[str, str] = {
     IMPOSSIBLE: "its numbers contradict each other: run again on an idle machine",
     LIBRARY_CACHE_FLAG: "the library's own local cache served the epochs after the first over the store, so its "
     "rates over the store are not the store's: run one epoch (--epochs 1) for those",
-}
-#: Track → flag → the plain reason where a track gives the flag a meaning of its own.
-TRACK_REASONS: dict[str, dict[str, str]] = {
-    "2": {"few-samples": "its rate rests on too few timed batches: run more samples per epoch (--samples)"},
-    "3": {
-        "few-samples": "its rate rests on too few timed steps: run more steps (--samples)",
-        IMPOSSIBLE: "its numbers contradict each other (a step faster than its compute alone, a data wait "
-        "its cross-check does not confirm, or images/s above the compute-only rate): the machine's speed changed "
-        "during the run; run again on an idle machine",
-    },
-    "targets": {
-        IMPOSSIBLE: "the reader beat the copy ceiling, which no reader of the same crops can pass: the ceiling "
-        "or the timing is wrong; run again on an idle machine",
-    },
 }
 
 
@@ -213,7 +200,7 @@ def track_lines(verdict: TrackVerdict) -> list[str]:
 
 def plain_reason(flag: str, track: str | None = None) -> str:
     """Why a row of ``track`` carrying ``flag`` must not be quoted, in plain words."""
-    return TRACK_REASONS.get(track or "", {}).get(flag) or PLAIN_REASONS.get(flag) or flag_meaning(flag, track)
+    return report_of(track or "").reasons.get(flag) or PLAIN_REASONS.get(flag) or flag_meaning(flag, track)
 
 
 #: What a track's best configuration is measured against, and the ratio; a string says why there is none.
@@ -611,9 +598,11 @@ def _median_of(configurations: Sequence[Configuration], metric: str) -> float | 
 
 
 RULES: dict[str, _Rule] = {
-    "1": _Rule("samples/s", lambda c: True, lambda c: c.median(m.SAMPLES_PER_S), _no_ceiling),
-    "2": _Rule("samples/s", lambda c: _source(c) != "memory", lambda c: c.median(m.SAMPLES_PER_S), _track2_ceiling),
-    "3": _Rule(
+    DATASET_TRACK: _Rule("samples/s", lambda c: True, lambda c: c.median(m.SAMPLES_PER_S), _no_ceiling),
+    LOADER_TRACK: _Rule(
+        "samples/s", lambda c: _source(c) != "memory", lambda c: c.median(m.SAMPLES_PER_S), _track2_ceiling
+    ),
+    TRAINING_TRACK: _Rule(
         "images/s",
         lambda c: not _searches(c) and _track3_fed(c) is not None,
         lambda c: c.median(m.IMAGES_PER_S),
@@ -658,7 +647,7 @@ RULES: dict[str, _Rule] = {
     ),
 }
 #: Tracks without a rule of their own are ranked on samples/s without a ceiling.
-DEFAULT_RULE = RULES["1"]
+DEFAULT_RULE = RULES[DATASET_TRACK]
 
 
 def configurations(records: Iterable[Record]) -> list[Configuration]:

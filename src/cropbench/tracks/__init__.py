@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cropbench.errors import ConfigError
+from cropbench.records import DATASET_TRACK, FORMER_VALUES, LOADER_TRACK, TRAINING_TRACK
 
 if TYPE_CHECKING:
     from cropbench.harness.runner import Track
@@ -20,16 +21,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TrackInfo:
-    """One track: its name, the value its records carry in ``Record.track``, what it measures, and how it
-    is started.
+    """One track: its name, what it measures, and how it is started.
 
-    ``runner_class`` names the class in the track's module that ``cropbench run --track NAME`` builds
-    with no arguments; a track without one takes a comparison of its own and is started by ``command``.
-    ``aliases`` are other names ``--track`` accepts (Tracks 1-3 by number).
+    The name is the track's one word: its module (hyphens as underscores), the value its records carry
+    in ``Record.track`` and what ``cropbench run --track`` takes. ``runner_class`` names the class in the
+    track's module that ``cropbench run --track NAME`` builds with no arguments; a track without one takes
+    a comparison of its own and is started by ``command``. ``aliases`` are other names ``--track`` accepts
+    (Tracks 1-3 by their former numbers, which rows written before the names still carry; reading a row
+    gives it the name, :func:`cropbench.records.track_name`).
     """
 
     name: str
-    record: str
     title: str
     aliases: tuple[str, ...] = ()
     runner_class: str | None = None
@@ -41,7 +43,7 @@ class TrackInfo:
         return f"{__name__}.{self.name.replace('-', '_')}"
 
     def build(self) -> Track:
-        """A fresh track for the runner (tracks keep per-run state, such as Track 3's shared baselines)."""
+        """A fresh track for the runner (tracks keep per-run state, such as the training track's shared baselines)."""
         if self.runner_class is None:
             raise ConfigError(f"track {self.name!r} is run by `cropbench {self.command}`, not `cropbench run --track`")
         track: Track = getattr(importlib.import_module(self.module), self.runner_class)()
@@ -52,27 +54,23 @@ class TrackInfo:
 TRACKS: dict[str, TrackInfo] = {
     info.name: info
     for info in (
-        TrackInfo("dataset", "1", "Dataset __getitem__", ("1",), runner_class="Track1"),
-        TrackInfo("loader", "2", "DataLoader", ("2",), runner_class="Track2"),
-        TrackInfo("training", "3", "training loop", ("3",), runner_class="Track3"),
-        TrackInfo("peers", "peers", "peer loaders", runner_class="Peers"),
-        TrackInfo("remote", "remote", "a plate in an object store", runner_class="Remote"),
-        TrackInfo("targets", "targets", "direct reader against the copy ceiling and peers", runner_class="Targets"),
-        TrackInfo("layouts", "layouts", "storage layouts", command="compare-layouts"),
-        TrackInfo(
-            "store-layouts", "store-layouts", "layouts in an object store", command="compare-layouts --plate URL"
-        ),
-        TrackInfo("formats", "formats", "crops converted to training formats", command="compare-formats"),
-        TrackInfo("prefetch", "prefetch", "read-ahead over the emulated object store", command="prefetch-bench"),
-        TrackInfo("scale", "scale", "costs against the object count", command="scale sweep"),
-        TrackInfo(
-            "out-of-memory", "out-of-memory", "layouts on plates larger than memory", command="scale out-of-memory"
-        ),
+        TrackInfo(DATASET_TRACK, "Dataset __getitem__", (FORMER_VALUES[DATASET_TRACK],), runner_class="Dataset"),
+        TrackInfo(LOADER_TRACK, "DataLoader", (FORMER_VALUES[LOADER_TRACK],), runner_class="Loader"),
+        TrackInfo(TRAINING_TRACK, "training loop", (FORMER_VALUES[TRAINING_TRACK],), runner_class="Training"),
+        TrackInfo("peers", "peer loaders", runner_class="Peers"),
+        TrackInfo("remote", "a plate in an object store", runner_class="Remote"),
+        TrackInfo("targets", "direct reader against the copy ceiling and peers", runner_class="Targets"),
+        TrackInfo("layouts", "storage layouts", command="compare-layouts"),
+        TrackInfo("store-layouts", "layouts in an object store", command="compare-layouts --plate URL"),
+        TrackInfo("formats", "crops converted to training formats", command="compare-formats"),
+        TrackInfo("prefetch", "read-ahead over the emulated object store", command="prefetch-bench"),
+        TrackInfo("scale", "costs against the object count", command="scale sweep"),
+        TrackInfo("out-of-memory", "layouts on plates larger than memory", command="scale out-of-memory"),
     )
 }
 
-#: What each track measures, by the value its records carry in ``Record.track``.
-TITLES: dict[str, str] = {info.record: info.title for info in TRACKS.values()}
+#: What each track measures, by its name (the value its records carry in ``Record.track``).
+TITLES: dict[str, str] = {info.name: info.title for info in TRACKS.values()}
 
 
 def runnable() -> list[str]:

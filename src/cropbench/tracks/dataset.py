@@ -13,6 +13,7 @@ from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.dataset_case import Track1Case, run_case
 from cropbench.harness.runner import Row, seeded
+from cropbench.records import DATASET_TRACK
 
 SMOKE_CHUNK_CACHE_BYTES = 2 * 2**20
 #: Indices per call of the batch access mode's cases in the presets.
@@ -109,8 +110,8 @@ def _grid_cases(base: Track1Case) -> list[Track1Case]:
     return cases
 
 
-class Track1:
-    """Track 1 for the runner: the preset's grid (or ``cases``), each case measured by :func:`run_case`.
+class Dataset:
+    """Track ``dataset`` for the runner: the preset's grid (or ``cases``), each case measured by :func:`run_case`.
 
     Fixed ``cases`` let a script measure one configuration through the runner and the Record
     rather than time a loop of its own.
@@ -123,11 +124,11 @@ class Track1:
         import cropbench
         from cropbench.tracks import track_named
 
-        records = cropbench.run("plate.zarr", [track_named("1").build()], preset="smoke")
+        records = cropbench.run("plate.zarr", [track_named("dataset").build()], preset="smoke")
         ```
     """
 
-    name = "1"
+    name = DATASET_TRACK
 
     def __init__(self, cases: Sequence[Track1Case] | None = None) -> None:
         self._cases = None if cases is None else list(cases)

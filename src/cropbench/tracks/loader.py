@@ -30,6 +30,7 @@ from cropbench.harness.ranks import RankShare
 from cropbench.harness.ratios import paired_ratios
 from cropbench.harness.runner import Row, seeded
 from cropbench.measure.protocol import Stopwatch, samples_per_s
+from cropbench.records import LOADER_TRACK
 
 FULL_SAMPLES_PER_EPOCH = 4096
 
@@ -295,10 +296,10 @@ def persistent_gain(metrics: dict[str, Any], twin: dict[str, Any]) -> dict[str, 
     }
 
 
-class Track2:
-    """Track 2 for the runner; a persistent case's row also gets the gain over its measured twin."""
+class Loader:
+    """Track ``loader`` for the runner; a persistent case's row also gets the gain over its measured twin."""
 
-    name = "2"
+    name = LOADER_TRACK
 
     def __init__(self) -> None:
         self.measured: dict[tuple[str, int], dict[str, Any]] = {}

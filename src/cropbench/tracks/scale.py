@@ -231,7 +231,7 @@ class ScaleCase:
         return f"{self.objects} objects"
 
 
-class ScaleTrack:
+class Scale:
     """Track ``scale`` for the runner: one case per object count of ``sweep``, smallest first, each on
     its own scale plate under the site's work folder (:func:`measure_count`).
 
@@ -269,6 +269,6 @@ __all__ = [
     "measure_point",
     "measure_point_in_child",
     "ScaleCase",
-    "ScaleTrack",
+    "Scale",
     "measure_count",
 ]

@@ -16,7 +16,7 @@ matplotlib.use("Agg")  # before a figure module imports pyplot: figures are writ
 
 from cropbench.errors import OutputError  # noqa: E402
 from cropbench.harness.flags import flagged  # noqa: E402
-from cropbench.records import Record  # noqa: E402
+from cropbench.records import DATASET_TRACK, LOADER_TRACK, TRAINING_TRACK, Record  # noqa: E402
 from cropbench.report.plots.comparisons import layouts_comparison, peers_comparison  # noqa: E402
 from cropbench.report.plots.drawing import (  # noqa: E402
     FLAGGED_COLOR,
@@ -32,8 +32,6 @@ from cropbench.report.plots.drawing import (  # noqa: E402
     save_figure,
 )
 from cropbench.report.plots.rows import (  # noqa: E402
-    DRAWABLE,
-    FIGURE_METRICS,
     describe_loading,
     drawable,
     label_runs,
@@ -46,18 +44,16 @@ from cropbench.report.plots.track1 import rolling_median, steady_from, track1_ba
 from cropbench.report.plots.track2 import sweep_key, track2_first_batch, track2_scaling  # noqa: E402
 from cropbench.report.plots.track3 import flagged_workers, track3_bars, track3_workers  # noqa: E402
 
-#: Every figure maker, in the order their files are drawn.
-FIGURES: list[FigureMaker] = [
-    track1_bars,
-    track1_cdf,
-    track1_warmup,
-    layouts_comparison,
-    peers_comparison,
-    track2_scaling,
-    track2_first_batch,
-    track3_bars,
-    track3_workers,
-]
+#: Each track's figure makers, by its name (:data:`cropbench.tracks.TRACKS`), in the order their files are
+#: drawn. What else a track shows in a report is in :data:`cropbench.report.tracks.REPORTS`; this table is
+#: apart because the figure modules read that one.
+FIGURES: dict[str, tuple[FigureMaker, ...]] = {
+    DATASET_TRACK: (track1_bars, track1_cdf, track1_warmup),
+    "layouts": (layouts_comparison,),
+    "peers": (peers_comparison,),
+    LOADER_TRACK: (track2_scaling, track2_first_batch),
+    TRAINING_TRACK: (track3_bars, track3_workers),
+}
 
 
 def plot_results(records: Sequence[Record], out_dir: str | Path, all_runs: bool = False) -> list[Path]:
@@ -76,13 +72,12 @@ def plot_results(records: Sequence[Record], out_dir: str | Path, all_runs: bool 
     chosen = drawable(label_runs(records) if all_runs else latest_runs(records))
     if not chosen:
         raise OutputError(f"none of the {len(records)} records holds the metrics a figure draws")
-    return [path for maker in FIGURES if (path := maker(chosen, destination)) is not None]
+    makers = [maker for track_makers in FIGURES.values() for maker in track_makers]
+    return [path for maker in makers if (path := maker(chosen, destination)) is not None]
 
 
 __all__ = [
-    "DRAWABLE",
     "FIGURES",
-    "FIGURE_METRICS",
     "FLAGGED_COLOR",
     "FLAGGED_EDGE",
     "FLAGGED_HATCH",

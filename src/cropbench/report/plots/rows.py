@@ -3,55 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from cropbench import metrics as m
 from cropbench.records import Record
 from cropbench.report.text import FIGURE_LABEL_CHARS, figure_label
-
-#: Metrics each track's figures read (the smoke test checks the rows hold them).
-FIGURE_METRICS: dict[str, tuple[str, ...]] = {
-    "1": (
-        m.P95_MS,
-        m.SAMPLES_PER_S,
-        m.VALIDITY_FLAGS,
-        m.QUANTILES_MS,
-        m.WARMUP_MS,
-        m.P50_MS,
-        m.FIRST_PASS_CURVE_MS,
-        m.EVICTION_VERIFIED,
-    ),
-    "2": (m.CACHE_FRACTION_OF_PLATE, m.SAMPLES_PER_S, m.RUN_SAMPLES_PER_S, m.FIRST_BATCH_MS, m.EPOCH2_FIRST_BATCH_MS),
-    "3": (
-        m.STEP_P50_MS,
-        m.COMPUTE_ONLY_STEP_P50_MS,
-        m.DATA_WAIT_FRACTION,
-        m.STALL_CROSSCHECK,
-        m.TRIED_WORKERS,
-        m.MIN_WORKERS,
-        m.DATA_WAIT_FRACTION_BY_WORKERS,
-        m.IMAGES_PER_S_BY_WORKERS,
-        m.COMPUTE_ONLY_IMAGES_PER_S,
-    ),
-    "layouts": (*(m.access_crops_per_s_key(access) for access in m.ACCESS_PATTERNS), m.STORED_BYTES, m.RAW_BYTES),
-    "peers": (m.SAMPLES_PER_S, m.SKIP_REASON, m.COUNT, m.DIRECT_SPEEDUP),
-}
-
-
-def _numbers(metrics: dict[str, Any], *names: str) -> bool:
-    """Whether every named metric is a finite number (not missing, None, NaN, text or a bool)."""
-    return all(_finite(metrics.get(name)) for name in names)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
+from cropbench.report.tracks import finite, report_of
 
 #: Metrics the figures read as a list of finite numbers, as a flag, as text; every other metric they
-#: read (:data:`FIGURE_METRICS`) is a finite number. Missing or None is always allowed.
+#: read (a track's ``figure_metrics``, :mod:`cropbench.report.tracks`) is a finite number. Missing or
+#: None is always allowed.
 FIGURE_LISTS = frozenset(
     {
         m.QUANTILES_MS,
@@ -64,40 +27,24 @@ FIGURE_LISTS = frozenset(
 )
 FIGURE_FLAGS = frozenset({m.EVICTION_VERIFIED})
 FIGURE_TEXTS = frozenset({m.SKIP_REASON, m.VALIDITY_FLAGS})
-#: Read by the figures beside :data:`FIGURE_METRICS` (the CDF's calls per item, the first-batch bars...).
+#: Read by the figures beside each track's ``figure_metrics`` (the CDF's calls per item, the first-batch bars...).
 FIGURE_EXTRAS = (m.ITEMS_PER_CALL, m.COUNT, m.P95_MS, m.P50_MS, m.STEP_P50_MS, m.IMAGES_PER_S, m.MIN_WORKERS)
-
-
-#: What a row must hold for its track's figures to draw it at all. A row without it (a failed or
-#: interrupted case, a row written by another tool) is left out with a warning, never a traceback.
-DRAWABLE: dict[str, Callable[[dict[str, Any]], bool]] = {
-    "1": lambda metrics: _numbers(metrics, m.P95_MS, m.SAMPLES_PER_S),
-    "2": lambda metrics: _numbers(metrics, m.SAMPLES_PER_S) or _numbers(metrics, m.FIRST_BATCH_MS),
-    "3": lambda metrics: (
-        _numbers(metrics, m.STEP_P50_MS)
-        or all(
-            metrics.get(name) for name in (m.TRIED_WORKERS, m.DATA_WAIT_FRACTION_BY_WORKERS, m.IMAGES_PER_S_BY_WORKERS)
-        )
-    ),
-    "layouts": lambda metrics: any(_numbers(metrics, m.access_crops_per_s_key(access)) for access in m.ACCESS_PATTERNS),
-    "peers": lambda metrics: _numbers(metrics, m.SAMPLES_PER_S) or bool(metrics.get(m.SKIP_REASON)),
-}
 
 
 def wrongly_typed(record: Record) -> str | None:
     """The first metric the row's figures read that holds the wrong kind of value (None when all fit):
     a row from elsewhere may hold text, NaN or a list where a figure needs a number."""
     metrics = record.metrics
-    for name in (*FIGURE_METRICS.get(record.track, ()), *FIGURE_EXTRAS):
+    for name in (*report_of(record.track).figure_metrics, *FIGURE_EXTRAS):
         value = metrics.get(name)
         if value is None or name in FIGURE_TEXTS:
             continue
         if name in FIGURE_LISTS:
-            fits = isinstance(value, list) and all(_finite(item) for item in value)
+            fits = isinstance(value, list) and all(finite(item) for item in value)
         elif name in FIGURE_FLAGS:
             fits = isinstance(value, bool)
         else:
-            fits = _finite(value)
+            fits = finite(value)
         if not fits:
             return name
     lists = [
@@ -121,7 +68,8 @@ def drawable(records: Sequence[Record]) -> list[Record]:
         if wrong is not None:
             mistyped.append((record, wrong))
             continue
-        (kept if DRAWABLE.get(record.track, lambda _: True)(record.metrics) else left_out).append(record)
+        test = report_of(record.track).drawable
+        (kept if test is None or test(record.metrics) else left_out).append(record)
     if mistyped:
         record, name = mistyped[0]
         warnings.warn(

@@ -12,7 +12,7 @@ import numpy as np
 
 from cropbench import metrics as m
 from cropbench.harness.flags import flagged, row_flags
-from cropbench.records import Record
+from cropbench.records import DATASET_TRACK, Record
 from cropbench.report.plots.drawing import (
     FLAGGED_EDGE,
     TAB10,
@@ -33,7 +33,7 @@ def _per_call(record: Record) -> str:
 
 def track1_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     """p95 latency (lower is better) and samples/s (higher is better) per configuration."""
-    rows = rows_of(records, "1")
+    rows = rows_of(records, DATASET_TRACK)
     if not rows:
         return None
     labels = [row_label(r) + _per_call(r) for r in rows]
@@ -73,7 +73,7 @@ def track1_cdf(records: Sequence[Record], out_dir: Path) -> Path | None:
     A batch-mode row's latencies are per call of several items, not per item: its curve is dashed
     and its label says so, rather than being drawn as if it were one crop's latency.
     """
-    rows = [r for r in rows_of(records, "1") if r.metrics.get(m.QUANTILES_MS)]
+    rows = [r for r in rows_of(records, DATASET_TRACK) if r.metrics.get(m.QUANTILES_MS)]
     if not rows:
         return None
     figure, axis = plt.subplots(figsize=(10, 6))
@@ -127,7 +127,7 @@ def track1_warmup(records: Sequence[Record], out_dir: Path) -> Path | None:
     Thin: each item's latency (first pass, then warm-up); thick: the rolling median; dotted: the
     steady-state p50; shaded: the first (cold) pass; dashed line: where steady state starts.
     """
-    rows = [r for r in rows_of(records, "1") if r.metrics.get(m.WARMUP_MS) and r.metrics.get(m.P50_MS)]
+    rows = [r for r in rows_of(records, DATASET_TRACK) if r.metrics.get(m.WARMUP_MS) and r.metrics.get(m.P50_MS)]
     if not rows:
         return None
     columns = min(2, len(rows))

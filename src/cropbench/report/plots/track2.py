@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 from cropbench import metrics as m
 from cropbench.harness.flags import flagged, row_flags
 from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG
-from cropbench.records import Record
+from cropbench.records import LOADER_TRACK, Record
 from cropbench.report.plots.drawing import (
     FLAGGED_COLOR,
     FLAGGED_HATCH,
@@ -59,7 +59,7 @@ def _mark_flagged(axis: plt.Axes, workers: Sequence[int], points: dict[int, list
 def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
     """Samples/s against num_workers, one line per batch size, one panel per swept configuration."""
     sweeps: dict[str, dict[int, dict[int, list[Record]]]] = {}
-    for record in rows_of(records, "2"):
+    for record in rows_of(records, LOADER_TRACK):
         loader = record.config.get("loader", {})
         if "num_workers" not in loader or m.SAMPLES_PER_S not in record.metrics:
             continue
@@ -124,7 +124,7 @@ def track2_scaling(records: Sequence[Record], out_dir: Path) -> Path | None:
 
 def track2_first_batch(records: Sequence[Record], out_dir: Path) -> Path | None:
     """First-batch latency per case: epoch 1 (workers start) and epoch 2 (persistent workers reuse)."""
-    rows = [r for r in rows_of(records, "2") if m.FIRST_BATCH_MS in r.metrics]
+    rows = [r for r in rows_of(records, LOADER_TRACK) if m.FIRST_BATCH_MS in r.metrics]
     if not rows:
         return None
     positions = np.arange(len(rows))

@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 
 from cropbench import metrics as m
 from cropbench.harness.flags import flagged
-from cropbench.records import Record
+from cropbench.records import TRAINING_TRACK, Record
 from cropbench.report.plots.drawing import (
     FLAGGED_COLOR,
     FLAGGED_EDGE,
@@ -30,7 +30,7 @@ from cropbench.report.plots.rows import describe_loading, row_label, rows_of
 
 def track3_bars(records: Sequence[Record], out_dir: Path) -> Path | None:
     """Step-time p50 against the compute-only baseline, and the data-wait fraction, per case."""
-    rows = [r for r in rows_of(records, "3") if m.STEP_P50_MS in r.metrics]
+    rows = [r for r in rows_of(records, TRAINING_TRACK) if m.STEP_P50_MS in r.metrics]
     if not rows:
         return None
     positions = np.arange(len(rows))
@@ -117,7 +117,7 @@ def flagged_workers(search: Record, records: Sequence[Record]) -> set[int]:
     return {
         int(r.config["loader"]["num_workers"])
         for r in records
-        if r.track == "3"
+        if r.track == TRAINING_TRACK
         and r is not search
         and r.run_id == search.run_id
         and "num_workers" in r.config.get("loader", {})
@@ -128,7 +128,7 @@ def flagged_workers(search: Record, records: Sequence[Record]) -> set[int]:
 
 def track3_workers(records: Sequence[Record], out_dir: Path) -> Path | None:
     """Worker searches: data-wait fraction and images/s against num_workers, one line per search."""
-    searches = [r for r in rows_of(records, "3") if r.metrics.get(m.TRIED_WORKERS)]
+    searches = [r for r in rows_of(records, TRAINING_TRACK) if r.metrics.get(m.TRIED_WORKERS)]
     if not searches:
         return None
     figure, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5))

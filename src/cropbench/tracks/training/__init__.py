@@ -20,13 +20,13 @@ from __future__ import annotations
 from cropbench.tracks.training.cases import AU_THRESHOLD, ThreadSplit, Track3Case, WorkerSearch
 from cropbench.tracks.training.loop import compute_key, run_case, stall_crosscheck
 from cropbench.tracks.training.search import run_search, split_summary
-from cropbench.tracks.training.track import Track3, preset_items
+from cropbench.tracks.training.track import Training, preset_items
 
 __all__ = [
     "AU_THRESHOLD",
     "ThreadSplit",
-    "Track3",
     "Track3Case",
+    "Training",
     "WorkerSearch",
     "compute_key",
     "preset_items",

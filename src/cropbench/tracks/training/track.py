@@ -1,4 +1,4 @@
-"""Track 3 for the runner: the presets' plans, and the rows each case, search or split yields."""
+"""Track ``training`` for the runner: the presets' plans, and the rows each case, search or split yields."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from cropbench.harness.context import RunContext, worker_counts
 from cropbench.harness.ranks import RankShare
 from cropbench.harness.runner import Row, seeded
 from cropbench.harness.validity import with_contradictions
+from cropbench.records import TRAINING_TRACK
 from cropbench.tracks.training.cases import (
     WORKLOADS,
     Item,
@@ -143,14 +144,14 @@ def preset_items(preset: str, samples: int | None = None) -> list[Item]:
     ]
 
 
-class Track3:
-    """Track 3 for the runner: single cases and worker searches (a row per step measured, then the answer).
+class Training:
+    """Track ``training`` for the runner: single cases and worker searches (a row per step measured, then the answer).
 
     Compute-only baselines are measured once per compute configuration and shared by the rows
     that differ only in their loader (a worker sweep, say).
     """
 
-    name = "3"
+    name = TRAINING_TRACK
 
     def __init__(self) -> None:
         self.baselines: dict[str, dict[str, Any]] = {}
