@@ -1,17 +1,12 @@
-"""Fixtures of the asv suites: the plates they read, written once by ``setup_cache``, and their base class.
+"""Fixtures of the asv suites: the plates ``setup_cache`` writes once, and the ``Benchmark`` base.
 
-**Older commits.** asv imports the suites under every commit it measures. A suite module imports
-what it calls from cropbench at its top, inside ``try``; where the measured commit lacks a module or
-name, :func:`older_commit` says which, and every ``setup`` of that module skips with the reason
-(:func:`skip`, asv's ``NotImplementedError``). Nothing maps names to commits: on the current checkout
-every benchmark must run (tests/test_benchmarks.py runs each once), which is what catches a rename.
-So nothing a class statement needs (``params``, ``unit``) comes from cropbench.
-
-The default grid reads the smoke plate in the default layout (:func:`make_plates`). The full grid is
-its own classes (``FullFetch``, ``Latency``, ...), with fixed parameters: they skip unless
-``CROPBENCH_ASV_FULL=1`` is set when they run (:func:`full_grid_off`), so benchmark names and
-parameters never depend on the environment asv was started in; their plates are the full plate in
-every layout (:func:`make_full_plates`).
+asv imports the suites under every commit it measures, so a suite module imports what it calls from
+cropbench at its top inside ``try``: where the measured commit lacks it, :func:`older_commit` says
+what, and each ``setup`` of the module skips with that reason (:func:`skip`). On the current checkout
+every benchmark must run (tests/test_benchmarks.py), which is what catches a rename. Nothing a class
+statement needs (``params``, ``unit``) comes from cropbench. The full grid's classes (``FullFetch``,
+``Latency``, ...) have fixed parameters and skip unless ``CROPBENCH_ASV_FULL=1`` is set when they run
+(:func:`full_grid_off`), so names and parameters never depend on the environment asv started in.
 """
 
 from __future__ import annotations
@@ -158,14 +153,10 @@ def plate_for(plates: dict[str, str], layout: str) -> str:
 
 
 class Benchmark:
-    """asv attributes every suite shares (it has no benchmarks itself).
-
-    Wall clock (workers and I/O are involved), one call per sample (each call reads a block), up to
-    20 samples in ~2 s per round, two rounds that ``asv continuous`` interleaves across the two
-    commits. asv 0.6 keeps only the last round's value of a ``track_*`` benchmark, so a gated
-    ``track_*`` value is a statistic over many blocks inside one call (a relative cost) or a count.
-    ``version`` is bumped by a suite when what it measures is redefined.
-    """
+    """asv attributes every suite shares: wall clock, one call per sample, up to 20 samples in ~2 s per
+    round, two rounds that ``asv continuous`` interleaves across the two commits. asv keeps only the last
+    round of a ``track_*`` benchmark, so a gated value is a statistic over many blocks in one call or a
+    count. A suite bumps ``version`` when what it measures is redefined."""
 
     timer = staticmethod(time.perf_counter)
     number = 1

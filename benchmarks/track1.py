@@ -133,27 +133,8 @@ class ArrowFetch(Benchmark):
         return self.path.relative_cost()
 
 
-class FullFetch(Benchmark):
-    """``Fetch.track_relative_cost`` over the full grid."""
-
-    unit = "x in-memory copy"
-    params, param_names = FULL_GRID, FULL_NAMES
-    setup_cache = staticmethod(make_full_plates)
-
-    def setup(
-        self, plates: dict[str, str], access: str, decode: str, crop_size: int, channels: str, tier: str, layout: str
-    ) -> None:
-        skip(full_grid_off(type(self).__name__) or OLDER_COMMIT)
-        configure_threads(1)
-        crop = CropConfig(crop_size=crop_size, channels=channel_names(channels), decode=decode, tier=tier)
-        self.path = CropPath(plate_for(plates, layout), crop, access)
-
-    def track_relative_cost(self, *params: Any) -> float:
-        return self.path.relative_cost()
-
-
-class Latency(Benchmark):
-    """Raw wall-clock time of a block of crops, p95 latency and throughput (full grid only)."""
+class _FullGrid(Benchmark):
+    """The full grid's cases: every layout of the full plate (``CROPBENCH_ASV_FULL=1``); no benchmarks."""
 
     params, param_names = FULL_GRID, FULL_NAMES
     setup_cache = staticmethod(make_full_plates)
@@ -166,6 +147,19 @@ class Latency(Benchmark):
         crop = CropConfig(crop_size=crop_size, channels=channel_names(channels), decode=decode, tier=tier)
         self.path = CropPath(plate_for(plates, layout), crop, access)
         self.case = Track1Case(crop=crop, access=access, samples=RUN_CASE_SAMPLES, warmup=30, cold_samples=0)
+
+
+class FullFetch(_FullGrid):
+    """``Fetch.track_relative_cost`` over the full grid."""
+
+    unit = "x in-memory copy"
+
+    def track_relative_cost(self, *params: Any) -> float:
+        return self.path.relative_cost()
+
+
+class Latency(_FullGrid):
+    """Raw wall-clock time of a block of crops, p95 latency and throughput (full grid only)."""
 
     def time_fetch(self, *params: Any) -> None:
         self.path.read_block()

@@ -42,10 +42,8 @@ class Loader(Benchmark):
     def setup(self, plates: dict[str, str], num_workers: int, batch_size: int, decode: str, tier: str) -> None:
         skip(OLDER_COMMIT)
         configure_threads(1)
-        crop, loader = (
-            CropConfig(crop_size=96, decode=decode, tier=tier),
-            LoaderSpec(num_workers=num_workers, batch_size=batch_size),
-        )
+        crop = CropConfig(crop_size=96, decode=decode, tier=tier)
+        loader = LoaderSpec(num_workers=num_workers, batch_size=batch_size)
         self.epochs = LoaderEpochs(plate_for(plates, "default"), crop, loader, EPOCH_SAMPLES)
 
     def track_relative_epoch(self, *params: Any) -> float:
@@ -55,10 +53,9 @@ class Loader(Benchmark):
         self.epochs.epoch()
 
 
-class FullLoader(Benchmark):
-    """``Loader.track_relative_epoch`` over the full grid."""
+class _FullGrid(Benchmark):
+    """The full grid's cases: every layout of the full plate (``CROPBENCH_ASV_FULL=1``); no benchmarks."""
 
-    unit = "x in-memory epoch"
     params, param_names = FULL_GRID, FULL_NAMES
     repeat = (5, 10, 4.0)
     setup_cache = staticmethod(make_full_plates)
@@ -68,34 +65,23 @@ class FullLoader(Benchmark):
     ) -> None:
         skip(full_grid_off(type(self).__name__) or OLDER_COMMIT)
         configure_threads(1)
-        crop, loader = (
-            CropConfig(crop_size=96, decode=decode, tier=tier),
-            LoaderSpec(num_workers=num_workers, batch_size=batch_size),
-        )
+        crop = CropConfig(crop_size=96, decode=decode, tier=tier)
+        loader = LoaderSpec(num_workers=num_workers, batch_size=batch_size)
         self.epochs = LoaderEpochs(plate_for(plates, layout), crop, loader, EPOCH_SAMPLES)
+        self.case = Track2Case(crop=crop, loader=loader, samples=EPOCH_SAMPLES, epochs=2)
+
+
+class FullLoader(_FullGrid):
+    """``Loader.track_relative_epoch`` over the full grid."""
+
+    unit = "x in-memory epoch"
 
     def track_relative_epoch(self, *params: Any) -> float:
         return self.epochs.relative_epoch()
 
 
-class LoaderLatency(Benchmark):
+class LoaderLatency(_FullGrid):
     """Raw milliseconds from ``run_case`` (full grid only)."""
-
-    params, param_names = FULL_GRID, FULL_NAMES
-    repeat = (5, 10, 4.0)
-    setup_cache = staticmethod(make_full_plates)
-
-    def setup(
-        self, plates: dict[str, str], num_workers: int, batch_size: int, decode: str, tier: str, layout: str
-    ) -> None:
-        skip(full_grid_off(type(self).__name__) or OLDER_COMMIT)
-        configure_threads(1)
-        crop, loader = (
-            CropConfig(crop_size=96, decode=decode, tier=tier),
-            LoaderSpec(num_workers=num_workers, batch_size=batch_size),
-        )
-        self.epochs = LoaderEpochs(plate_for(plates, layout), crop, loader, EPOCH_SAMPLES)
-        self.case = Track2Case(crop=crop, loader=loader, samples=EPOCH_SAMPLES, epochs=2)
 
     def time_epoch(self, *params: Any) -> None:
         self.epochs.epoch()

@@ -26,9 +26,6 @@ except ImportError as error:
 
 #: Timed steps (after warm-up) per run: short on CPU, long enough for a fraction to mean something.
 STEPS = 12
-#: The full grid: more models and workers, ``cuda``, every layout of the full plate.
-FULL_GRID = (["smallcnn", "resnet18", "emulated"], [0, 1, 2], ["cpu", "cuda"], full_layouts())
-FULL_NAMES = ("model", "num_workers", "device", "layout")
 
 
 def no_cuda(device: str) -> str | None:
@@ -53,32 +50,30 @@ class Loop(Benchmark):
         return step_over_compute(run_case(RunContext(self.plate), self.case))
 
 
-class FullLoop(Benchmark):
-    """``Loop.track_step_over_compute`` over the full grid."""
+class _FullGrid(Benchmark):
+    """The full grid's cases: more models and workers, ``cuda``, every layout of the full plate; no benchmarks."""
 
-    unit = "x compute-only step"
-    params, param_names = FULL_GRID, FULL_NAMES
+    params = (["smallcnn", "resnet18", "emulated"], [0, 1, 2], ["cpu", "cuda"], full_layouts())
+    param_names = ("model", "num_workers", "device", "layout")
     setup_cache = staticmethod(make_full_plates)
 
     def setup(self, plates: dict[str, str], model: str, num_workers: int, device: str, layout: str) -> None:
         skip(full_grid_off(type(self).__name__) or OLDER_COMMIT or no_cuda(device))
         configure_threads(1)
         self.plate, self.case = plate_for(plates, layout), short_loop_case(model, num_workers, device, STEPS)
+
+
+class FullLoop(_FullGrid):
+    """``Loop.track_step_over_compute`` over the full grid."""
+
+    unit = "x compute-only step"
 
     def track_step_over_compute(self, *params: Any) -> float:
         return step_over_compute(run_case(RunContext(self.plate), self.case))
 
 
-class LoopLatency(Benchmark):
+class LoopLatency(_FullGrid):
     """Data-wait fraction and raw milliseconds from ``run_case`` (full grid only)."""
-
-    params, param_names = FULL_GRID, FULL_NAMES
-    setup_cache = staticmethod(make_full_plates)
-
-    def setup(self, plates: dict[str, str], model: str, num_workers: int, device: str, layout: str) -> None:
-        skip(full_grid_off(type(self).__name__) or OLDER_COMMIT or no_cuda(device))
-        configure_threads(1)
-        self.plate, self.case = plate_for(plates, layout), short_loop_case(model, num_workers, device, STEPS)
 
     def track_data_wait_fraction(self, *params: Any) -> float:
         return float(run_case(RunContext(self.plate), self.case)[m.DATA_WAIT_FRACTION])

@@ -25,10 +25,9 @@ except ImportError as error:
 COUNTED_CROPS = 256
 
 
-class ZarrStages(Benchmark):
-    """``Fetch.track_relative_cost`` of the ``zarr`` path split into zarr's stages, in the same units."""
+class _ZarrCrops(Benchmark):
+    """The zarr path's crops of the default grid (``Fetch``'s ``zarr`` case); no benchmarks."""
 
-    unit = "x in-memory copy"
     params = (["random", "grouped-field"],)
     param_names = ("access",)
 
@@ -37,6 +36,12 @@ class ZarrStages(Benchmark):
         configure_threads(1)
         crop = CropConfig(decode="zarr", **cache_knobs("bounded"))
         self.path = CropPath(plate_for(plates, "default"), crop, access, blocks=RELATIVE_BLOCKS)
+
+
+class ZarrStages(_ZarrCrops):
+    """``Fetch.track_relative_cost`` of the ``zarr`` path split into zarr's stages, in the same units."""
+
+    unit = "x in-memory copy"
 
     def track_store(self, *params: Any) -> float:
         return self.path.zarr_stage_cost(stages.STORE)
@@ -48,17 +53,8 @@ class ZarrStages(Benchmark):
         return self.path.zarr_stage_cost(stages.INDEX_ASSEMBLE)
 
 
-class ZarrCounts(Benchmark):
+class ZarrCounts(_ZarrCrops):
     """zarr-python's work per crop: store reads, bytes from the store, chunks through the codec pipeline."""
-
-    params = (["random", "grouped-field"],)
-    param_names = ("access",)
-
-    def setup(self, plates: dict[str, str], access: str) -> None:
-        skip(OLDER_COMMIT)
-        configure_threads(1)
-        crop = CropConfig(decode="zarr", **cache_knobs("bounded"))
-        self.path = CropPath(plate_for(plates, "default"), crop, access, blocks=RELATIVE_BLOCKS)
 
     def track_store_reads_per_crop(self, *params: Any) -> float:
         return self.path.zarr_count(stages.STORE_READS_PER_CROP, COUNTED_CROPS)
