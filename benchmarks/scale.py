@@ -1,59 +1,37 @@
 """A plate larger than memory in asv: random crops read inside a memory limit a quarter of the plate.
 
-The reading process runs in a temporary cgroup whose limit counts its page cache too, so at most
-a quarter of the plate can stay cached and random crops are read from the block device
-(:func:`cropbench.measure.memory_limit.run_limited`, the plate's files evicted first).
-
-- ``OutOfMemory.track_device_bytes_per_crop``: bytes the kernel read from the block device per
-  random 96 px crop of the default layout, over a fixed sequence of crops: a count of work, so it
-  moves when the layout or the reader's reads change (and with the machine's read-ahead): gated.
-- ``OutOfMemory.track_crops_per_s``: random crops per second inside the limit: the disk's speed
-  more than the code's, tracked and not gated.
-
-The case skips (``NotImplementedError`` in ``setup``) where no memory cgroup can be written (not
-root, no memory controller) or ``/proc/self/io`` counts no reads, naming the reason.
+The reader runs in a temporary cgroup whose limit counts its page cache too
+(:func:`cropbench.measure.memory_limit.run_limited`), so crops come from the block device:
+``track_device_bytes_per_crop`` is a count of work (gated), ``track_crops_per_s`` the disk's speed more
+than the code's (not gated). Skipped where no memory cgroup can be written or no reads are counted.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from .common import PLATE_DIR, UNAVAILABLE, import_track_piece, one_thread, skips_older_commits
+from .common import LIMIT_BYTES, UNAVAILABLE, make_out_of_memory_plate, older_commit, skip
 
-#: The memory limit of the reading process (page cache included) and the plate's size over it. The
-#: child is forked from asv's benchmark process (torch imported), whose pages it copies as it writes
-#: them: 96 MiB ran out of memory there, 160 MiB did not (the same pass in a plain process fits 96).
-LIMIT_BYTES = 160 * 2**20
-PLATE_MULTIPLE = 4.0
+OLDER_COMMIT: str | None = None
+try:
+    from cropbench import metrics as m
+    from cropbench.config import CropConfig
+    from cropbench.measure.memory_limit import cgroup_parent, process_read_bytes, run_limited
+    from cropbench.measure.protocol import configure_threads
+    from cropbench.tracks.out_of_memory import random_pass
+except ImportError as error:
+    OLDER_COMMIT = older_commit(error)
+
 #: Crops timed and counted per value, after a warm-up that opens the shards and fills the chunk cache.
 CROPS, WARMUP = 400, 40
-#: Fields of 540 px and 5 channels (2.9 MB decoded each), four of them rendered and written in turn.
-FIELD_SIZE, CHANNELS, DISTINCT_FIELDS = 540, 5, 4
 
 
-def make_out_of_memory_plate() -> dict[str, Any]:
-    """``setup_cache``: a scale plate in the default layout, ``PLATE_MULTIPLE`` × ``LIMIT_BYTES`` on disk,
-    or why it could not be written (a setup_cache may not skip: asv fails it; ``setup`` skips)."""
-    try:
-        with skips_older_commits():
-            from cropbench.config import layout_by_name
-            from cropbench.plates.scale import ScaleSpec, generate_scale_plate
-
-            out_of_memory, work_folder = import_track_piece("out of memory"), import_track_piece("work folder")
-    except NotImplementedError as missing:
-        return {"plate": UNAVAILABLE + str(missing)}
-    comparison = out_of_memory.OutOfMemory(
-        layouts=("default",),
-        limit_bytes=LIMIT_BYTES,
-        plate_multiple=PLATE_MULTIPLE,
-        plate=ScaleSpec(field_size=FIELD_SIZE, channels=CHANNELS, distinct_fields=DISTINCT_FIELDS),
-    )
-    root = Path(PLATE_DIR, "scale").absolute()
-    spec = out_of_memory.plate_spec_for(comparison, "default", work_folder.WorkFolder(root, keep=True))
-    path = root / "out-of-memory-default.zarr"
-    written = generate_scale_plate(path, spec, layout_by_name("default"), overwrite=True, progress=False)
-    return {"plate": str(path), "stored_bytes": written.stored_bytes}
+def no_limit() -> str | None:
+    """Why this machine cannot read inside a memory limit (no memory cgroup, no read counts), or None."""
+    parent = cgroup_parent()
+    if isinstance(parent, str):
+        return f"no memory cgroup to read inside: {parent}"
+    return "/proc/self/io counts no reads here: no device bytes to report" if process_read_bytes() is None else None
 
 
 class OutOfMemory:
@@ -63,35 +41,19 @@ class OutOfMemory:
     timeout = 600
     version = "1"
 
-    @skips_older_commits()
     def setup(self, cached: dict[str, Any]) -> None:
-        from cropbench.config import CropConfig
-        from cropbench.measure.memory_limit import cgroup_parent, process_read_bytes, run_limited
-
-        if cached["plate"].startswith(UNAVAILABLE):
-            raise NotImplementedError(cached["plate"])
-        parent = cgroup_parent()
-        if isinstance(parent, str):
-            raise NotImplementedError(f"no memory cgroup to read inside: {parent}")
-        if process_read_bytes() is None:
-            raise NotImplementedError("/proc/self/io counts no reads here: no device bytes to report")
-        one_thread()
-        from cropbench import metrics
-
-        self.out_of_memory, self.run_limited, self.metrics = import_track_piece("out of memory"), run_limited, metrics
-        crop = CropConfig(crop_size=96, dtype="uint16")
-        self.arguments = (cached["plate"], crop, CROPS, WARMUP, 0, True)
-
-    def _limited_pass(self) -> dict[str, Any]:
-        run = self.run_limited(self.out_of_memory.random_pass, self.arguments, LIMIT_BYTES, require_cgroup=True)
-        return dict(run.value)
+        skip(OLDER_COMMIT or (cached["plate"] if cached["plate"].startswith(UNAVAILABLE) else None) or no_limit())
+        configure_threads(1)
+        self.pass_arguments = (cached["plate"], CropConfig(crop_size=96, dtype="uint16"), CROPS, WARMUP, 0, True)
 
     def track_device_bytes_per_crop(self, cached: dict[str, Any]) -> float:
-        return float(self._limited_pass()[self.metrics.DEVICE_BYTES_PER_CROP])
+        limited = run_limited(random_pass, self.pass_arguments, LIMIT_BYTES, require_cgroup=True)
+        return float(limited.value[m.DEVICE_BYTES_PER_CROP])
 
     track_device_bytes_per_crop.unit = "bytes/crop"  # type: ignore[attr-defined]
 
     def track_crops_per_s(self, cached: dict[str, Any]) -> float:
-        return float(self._limited_pass()[self.metrics.CROPS_PER_S])
+        limited = run_limited(random_pass, self.pass_arguments, LIMIT_BYTES, require_cgroup=True)
+        return float(limited.value[m.CROPS_PER_S])
 
     track_crops_per_s.unit = "crops/s"  # type: ignore[attr-defined]

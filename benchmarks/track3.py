@@ -1,118 +1,92 @@
-"""Track 3 in asv: an end-to-end loop — does the loader keep the model fed?
+"""Track 3 in asv: an end-to-end training loop — does the loader keep the model fed?
 
-``Loop`` wraps :func:`cropbench.tracks.training.run_case`: a fixed number of training steps, each
-split into data wait and compute, and a compute-only baseline on batches already in place.
-``track_step_over_compute`` is mean step time over compute-only step time, from one call; the
-two are not interleaved block by block, so it is not part of the recommended gate (see README).
-``FullLoop`` and ``LoopLatency`` are the full grid (``CROPBENCH_ASV_FULL=1``): more models and
-workers, ``cuda`` (skipped where there is no GPU), every layout, and the data-wait fraction,
-images/s and first-batch latency.
+``Loop`` runs :func:`cropbench.tracks.training.run_case` (a fixed number of steps and a compute-only
+baseline) and reports mean step over compute-only step, from one call, not interleaved: not in the
+recommended gate. ``FullLoop`` and ``LoopLatency`` are the full grid (``CROPBENCH_ASV_FULL=1``): more
+models and workers, ``cuda`` (skipped without a GPU), every layout, data wait, images/s, first batch.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .common import (
-    FullSuite,
-    Suite,
-    crop_config,
-    full_layouts,
-    import_track_piece,
-    one_thread,
-    plate_for,
-    require_full_grid,
-    skips_older_commits,
-)
+import torch
+
+from .common import Benchmark, full_grid_off, full_layouts, make_full_plates, older_commit, plate_for, skip
+
+OLDER_COMMIT: str | None = None
+try:
+    from cropbench import metrics as m
+    from cropbench.harness.context import RunContext
+    from cropbench.measure.protocol import configure_threads
+    from cropbench.tracks.training.cases import short_loop_case
+    from cropbench.tracks.training.loop import run_case, step_over_compute
+except ImportError as error:
+    OLDER_COMMIT = older_commit(error)
 
 #: Timed steps (after warm-up) per run: short on CPU, long enough for a fraction to mean something.
 STEPS = 12
 
 
-class _Training:
-    """One model and workload fed by one DataLoader configuration for ``STEPS`` steps (no benchmarks)."""
-
-    def prepare(self, plate: str, model: str, num_workers: int, device: str) -> None:
-        import torch
-
-        from cropbench.data.loader import LoaderSpec
-
-        if device == "cuda" and not torch.cuda.is_available():
-            raise NotImplementedError("no CUDA device on this machine")
-        one_thread()
-        self.plate = plate
-        self.training_case, self.run_context = import_track_piece("training case"), import_track_piece("run context")
-        self.case = self.training_case.Track3Case(
-            crop=crop_config(crop_size=96, tier="light"),
-            loader=LoaderSpec(num_workers=num_workers, batch_size=64, pin_memory=device == "cuda"),
-            model=model,
-            device=device,
-            steps=STEPS,
-            warmup_steps=2,
-            emulated_step_ms=40.0 if model == "emulated" else 0.0,
-        )
-
-    def run_case(self) -> dict[str, Any]:
-        return self.training_case.run_case(self.run_context.RunContext(plate=self.plate), self.case)
-
-    def step_over_compute(self) -> float:
-        metrics = self.run_case()
-        return float(metrics["step_mean_ms"] / metrics["compute_only_step_mean_ms"])
+def no_cuda(device: str) -> str | None:
+    """Why a ``cuda`` case skips on this machine, or None."""
+    return "no CUDA device on this machine" if device == "cuda" and not torch.cuda.is_available() else None
 
 
-class Loop(_Training, Suite):
+class Loop(Benchmark):
     """How much the loader stretches each step beyond its compute (a small CNN on CPU, the smoke plate)."""
 
+    unit = "x compute-only step"
     params = (["smallcnn"], [0, 2], ["cpu"])
     param_names = ("model", "num_workers", "device")
     version = "2"
 
-    @skips_older_commits()
     def setup(self, plates: dict[str, str], model: str, num_workers: int, device: str) -> None:
-        self.prepare(plate_for(plates, "default"), model, num_workers, device)
+        skip(OLDER_COMMIT)
+        configure_threads(1)
+        self.plate, self.case = plate_for(plates, "default"), short_loop_case(model, num_workers, device, STEPS)
 
     def track_step_over_compute(self, *params: Any) -> float:
-        return self.step_over_compute()
-
-    track_step_over_compute.unit = "x compute-only step"  # type: ignore[attr-defined]
+        return step_over_compute(run_case(RunContext(self.plate), self.case))
 
 
-class _FullTraining(_Training, FullSuite):
-    """The full grid: more models and workers, ``cuda``, every layout of the full plate."""
+class _FullGrid(Benchmark):
+    """The full grid's cases: more models and workers, ``cuda``, every layout of the full plate; no benchmarks."""
 
     params = (["smallcnn", "resnet18", "emulated"], [0, 1, 2], ["cpu", "cuda"], full_layouts())
     param_names = ("model", "num_workers", "device", "layout")
+    setup_cache = staticmethod(make_full_plates)
 
-    @skips_older_commits()
     def setup(self, plates: dict[str, str], model: str, num_workers: int, device: str, layout: str) -> None:
-        require_full_grid(type(self).__name__)
-        self.prepare(plate_for(plates, layout), model, num_workers, device)
+        skip(full_grid_off(type(self).__name__) or OLDER_COMMIT or no_cuda(device))
+        configure_threads(1)
+        self.plate, self.case = plate_for(plates, layout), short_loop_case(model, num_workers, device, STEPS)
 
 
-class FullLoop(_FullTraining):
+class FullLoop(_FullGrid):
     """``Loop.track_step_over_compute`` over the full grid."""
 
+    unit = "x compute-only step"
+
     def track_step_over_compute(self, *params: Any) -> float:
-        return self.step_over_compute()
-
-    track_step_over_compute.unit = "x compute-only step"  # type: ignore[attr-defined]
+        return step_over_compute(run_case(RunContext(self.plate), self.case))
 
 
-class LoopLatency(_FullTraining):
+class LoopLatency(_FullGrid):
     """Data-wait fraction and raw milliseconds from ``run_case`` (full grid only)."""
 
     def track_data_wait_fraction(self, *params: Any) -> float:
-        return float(self.run_case()["data_wait_fraction"])
+        return float(run_case(RunContext(self.plate), self.case)[m.DATA_WAIT_FRACTION])
 
     track_data_wait_fraction.unit = "fraction of step time"  # type: ignore[attr-defined]
 
     def track_ms_per_image(self, *params: Any) -> float:
         """Images per second, inverted: asv reads every value as lower-is-better."""
-        return 1000.0 / float(self.run_case()["images_per_s"])
+        return 1000.0 / float(run_case(RunContext(self.plate), self.case)[m.IMAGES_PER_S])
 
     track_ms_per_image.unit = "ms/image"  # type: ignore[attr-defined]
 
     def track_first_batch_ms(self, *params: Any) -> float:
-        return float(self.run_case()["first_batch_ms"])
+        return float(run_case(RunContext(self.plate), self.case)[m.FIRST_BATCH_MS])
 
     track_first_batch_ms.unit = "ms"  # type: ignore[attr-defined]

@@ -7,8 +7,8 @@ What the GPU demands (Track 3 compute-only rows), what the loader supplies per r
 how supply scales from 0 workers, worker start-up at the most workers, supply over demand (Track 3:
 the loader alone after each loop, over the compute-only rate of the same model and batch), Track 3's
 end-to-end loops with the fewest workers that keep the GPU >= 90% busy, the threads-vs-workers split
-and the loader overhead. Plain json and the standard library only, so it runs wherever the rows are,
-whatever the package looks like.
+and the loader overhead. json, the standard library and the metric names (:mod:`cropbench.metrics`,
+constants only), so it runs wherever cropbench's src/ is on the path.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from cropbench import metrics as m
 
 #: Worker scaling that counts as paying off: 2 workers at least this many times 0 workers.
 TWO_WORKER_TARGET = 1.6
@@ -60,14 +62,14 @@ def machine(rows: list[dict[str, Any]]) -> list[str]:
 
 def demand(rows: list[dict[str, Any]]) -> tuple[list[str], dict[tuple[str, str], float]]:
     found = [r for r in rows if r["track"] == TRAINING and r["case"].endswith("/compute-only")]
-    rates = {(r["config"]["workload"], r["config"]["amp"]): r["metrics"]["compute_only_images_per_s"] for r in found}
+    rates = {(r["config"]["workload"], r["config"]["amp"]): r["metrics"][m.COMPUTE_ONLY_IMAGES_PER_S] for r in found}
     body = [
         [
             r["config"]["workload"],
             "fp32" if r["config"]["amp"] == "off" else r["config"]["amp"],
-            _number(r["metrics"]["compute_only_images_per_s"]),
-            _number(r["metrics"]["compute_only_step_p50_ms"], "{:.2f}"),
-            _number(r["metrics"]["compute_only_step_p95_ms"], "{:.2f}"),
+            _number(r["metrics"][m.COMPUTE_ONLY_IMAGES_PER_S]),
+            _number(r["metrics"][m.COMPUTE_ONLY_STEP_P50_MS], "{:.2f}"),
+            _number(r["metrics"][m.prefixed(m.COMPUTE_ONLY, m.STEP_P95_MS)], "{:.2f}"),
         ]
         for r in found
     ]
@@ -107,22 +109,22 @@ def supply(rows: list[dict[str, Any]], rates: dict[tuple[str, str], float]) -> l
     body = []
     for (layout, decode, tier, pipeline), sweep in sweeps.items():
         base, two, most = sweep.get(0, {}), sweep.get(2, {}), sweep.get(max(sweep), {})
-        ratio = two["samples_per_s"] / base["samples_per_s"] if base.get("samples_per_s") and two else None
-        top = most.get("samples_per_s", 0) / base["samples_per_s"] if base.get("samples_per_s") else None
-        checks = all(m.get("crosscheck_ok") for m in sweep.values())
+        ratio = two[m.SAMPLES_PER_S] / base[m.SAMPLES_PER_S] if base.get(m.SAMPLES_PER_S) and two else None
+        top = most.get(m.SAMPLES_PER_S, 0) / base[m.SAMPLES_PER_S] if base.get(m.SAMPLES_PER_S) else None
+        checks = all(row.get(m.CROSSCHECK_OK) for row in sweep.values())
         body.append(
             [
                 layout,
                 decode,
                 tier,
                 pipeline,
-                str(most.get("transform_device", "–")),
-                _bytes(most, "bytes_worker_to_main_per_sample"),
-                *(_number(sweep.get(w, {}).get("samples_per_s")) for w in workers),
+                str(most.get(m.TRANSFORM_DEVICE, "–")),
+                _bytes(most, m.BYTES_WORKER_TO_MAIN_PER_SAMPLE),
+                *(_number(sweep.get(w, {}).get(m.SAMPLES_PER_S)) for w in workers),
                 _number(top, "{:.1f}×"),
                 "–" if ratio is None else f"{ratio:.2f}× ({'yes' if ratio >= TWO_WORKER_TARGET else 'no'})",
-                _number(most.get("samples_per_s", 0) / train if train else None, "{:.2f}"),
-                _number(most.get("samples_per_s", 0) / embed if embed else None, "{:.2f}"),
+                _number(most.get(m.SAMPLES_PER_S, 0) / train if train else None, "{:.2f}"),
+                _number(most.get(m.SAMPLES_PER_S, 0) / embed if embed else None, "{:.2f}"),
                 "yes" if checks else "NO",
             ]
         )
@@ -151,7 +153,7 @@ def supply_over_demand(rows: list[dict[str, Any]]) -> list[str]:
     rate of the same model and batch, beside the loop's own data wait."""
     best: dict[tuple[str, str, str, str, str, str], dict[str, Any]] = {}
     for r in rows:
-        if r["track"] != TRAINING or "supply_over_demand" not in r["metrics"]:
+        if r["track"] != TRAINING or m.SUPPLY_OVER_DEMAND not in r["metrics"]:
             continue
         config = r["config"]
         key = (_layout(r), config["model"], config["workload"], config["amp"], _pipeline(r), config["crop"]["tier"])
@@ -171,12 +173,12 @@ def supply_over_demand(rows: list[dict[str, Any]]) -> list[str]:
             pipeline,
             tier,
             str(r["config"]["loader"]["num_workers"]),
-            _bytes(r["metrics"], "bytes_host_to_device_per_sample"),
-            _number(r["metrics"].get("supply_samples_per_s")),
-            _number(r["metrics"].get("compute_only_images_per_s")),
-            _number(r["metrics"]["supply_over_demand"], "{:.2f}"),
-            _number(100 * r["metrics"]["data_wait_fraction"], "{:.1f}%"),
-            _number(r["metrics"].get("images_per_s")),
+            _bytes(r["metrics"], m.BYTES_HOST_TO_DEVICE_PER_SAMPLE),
+            _number(r["metrics"].get(m.SUPPLY_SAMPLES_PER_S)),
+            _number(r["metrics"].get(m.COMPUTE_ONLY_IMAGES_PER_S)),
+            _number(r["metrics"][m.SUPPLY_OVER_DEMAND], "{:.2f}"),
+            _number(100 * r["metrics"][m.DATA_WAIT_FRACTION], "{:.1f}%"),
+            _number(r["metrics"].get(m.IMAGES_PER_S)),
         ]
         for (layout, model, workload, amp, pipeline, tier), r in best.items()
     ]
@@ -205,7 +207,7 @@ def thread_splits(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["## Threads against workers at a fixed core count (Track 3, workers x decode threads)", ""]
     for r in splits:
         metrics = r["metrics"]
-        best = metrics.get("best_split")
+        best = metrics.get(m.BEST_SPLIT)
         fastest = f"fastest {best}" if best else "no split to name: every split's row carries a flag"
         lines += [f"{_layout(r)}: {r['case']} — {fastest}", ""]
         body = [
@@ -216,10 +218,10 @@ def thread_splits(rows: list[dict[str, Any]]) -> list[str]:
                 _number(ratio, "{:.2f}"),
             ]
             for name, rate, wait, ratio in zip(
-                metrics["splits"],
-                metrics["images_per_s_by_split"],
-                metrics["data_wait_fraction_by_split"],
-                metrics["supply_over_demand_by_split"],
+                metrics[m.SPLITS],
+                metrics[m.IMAGES_PER_S_BY_SPLIT],
+                metrics[m.DATA_WAIT_FRACTION_BY_SPLIT],
+                metrics[m.SUPPLY_OVER_DEMAND_BY_SPLIT],
                 strict=True,
             )
         ]
@@ -228,7 +230,7 @@ def thread_splits(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def overhead(rows: list[dict[str, Any]]) -> list[str]:
-    found = [r for r in rows if r["track"] == LOADER and "loader_over_batched" in r["metrics"]]
+    found = [r for r in rows if r["track"] == LOADER and m.LOADER_OVER_BATCHED in r["metrics"]]
     if not found:
         return []
     body = [
@@ -236,11 +238,11 @@ def overhead(rows: list[dict[str, Any]]) -> list[str]:
             _layout(r),
             str(r["config"]["loader"]["num_workers"]),
             str(r["config"]["crop"]["decode_threads"]),
-            str(r["metrics"]["reader_threads"]),
-            _number(r["metrics"]["loader_batches_per_s"], "{:,.1f}"),
-            _number(r["metrics"]["batched_batches_per_s"], "{:,.1f}"),
-            _number(r["metrics"]["loader_over_batched"], "{:.2f}"),
-            f"{r['metrics']['ratio_q1']:.2f}-{r['metrics']['ratio_q3']:.2f}",
+            str(r["metrics"][m.READER_THREADS]),
+            _number(r["metrics"][m.LOADER_BATCHES_PER_S], "{:,.1f}"),
+            _number(r["metrics"][m.BATCHED_BATCHES_PER_S], "{:,.1f}"),
+            _number(r["metrics"][m.LOADER_OVER_BATCHED], "{:.2f}"),
+            f"{r['metrics'][m.RATIO_Q1]:.2f}-{r['metrics'][m.RATIO_Q3]:.2f}",
         ]
         for r in found
     ]
@@ -250,7 +252,7 @@ def overhead(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def startup(rows: list[dict[str, Any]]) -> list[str]:
-    t2 = [r for r in rows if r["track"] == LOADER and "first_batch_ms" in r["metrics"]]
+    t2 = [r for r in rows if r["track"] == LOADER and m.FIRST_BATCH_MS in r["metrics"]]
     if not t2:
         return []
     most = max(r["config"]["loader"]["num_workers"] for r in t2)
@@ -261,10 +263,10 @@ def startup(rows: list[dict[str, Any]]) -> list[str]:
             r["config"]["crop"]["tier"],
             _pipeline(r),
             "yes" if r["config"]["loader"].get("persistent_workers") else "no",
-            _number(r["metrics"].get("iter_create_ms"), "{:.0f}"),
-            _number(r["metrics"]["first_batch_ms"], "{:.0f}"),
-            _number(r["metrics"].get("epoch2_first_batch_ms"), "{:.0f}"),
-            _number(r["metrics"].get("worker_uss_mib_max"), "{:.0f}"),
+            _number(r["metrics"].get(m.ITER_CREATE_MS), "{:.0f}"),
+            _number(r["metrics"][m.FIRST_BATCH_MS], "{:.0f}"),
+            _number(r["metrics"].get(m.EPOCH2_FIRST_BATCH_MS), "{:.0f}"),
+            _number(r["metrics"].get(m.WORKER_USS_MIB_MAX), "{:.0f}"),
         ]
         for r in t2
         if r["config"]["loader"]["num_workers"] == most
@@ -289,20 +291,20 @@ def startup(rows: list[dict[str, Any]]) -> list[str]:
 def end_to_end(rows: list[dict[str, Any]]) -> list[str]:
     t3 = [r for r in rows if r["track"] == TRAINING and not r["case"].endswith("/compute-only")]
     searches = [r for r in t3 if r["case"].endswith("/min-workers")]
-    loops = [r for r in t3 if "data_wait_fraction" in r["metrics"]]
+    loops = [r for r in t3 if m.DATA_WAIT_FRACTION in r["metrics"]]
     lines = ["## Track 3 end to end: fewest workers for >= 90% busy (data wait < 10%)", ""]
     body = [
         [
             _layout(s),
             s["case"].removesuffix("/min-workers"),
-            str(s["metrics"]["min_workers_answer"]),
+            str(s["metrics"][m.MIN_WORKERS_ANSWER]),
             ", ".join(
                 f"w{w}: {100 * d:.0f}%"
                 for w, d in zip(
-                    s["metrics"]["tried_workers"], s["metrics"]["data_wait_fraction_by_workers"], strict=True
+                    s["metrics"][m.TRIED_WORKERS], s["metrics"][m.DATA_WAIT_FRACTION_BY_WORKERS], strict=True
                 )
             ),
-            _number(s["metrics"].get("compute_only_images_per_s")),
+            _number(s["metrics"].get(m.COMPUTE_ONLY_IMAGES_PER_S)),
         ]
         for s in searches
     ]
@@ -316,13 +318,13 @@ def end_to_end(rows: list[dict[str, Any]]) -> list[str]:
         [
             _layout(r),
             re.sub(r"/b256/pin", "", r["case"]),
-            _number(r["metrics"]["images_per_s"]),
-            _number(r["metrics"]["step_p50_ms"], "{:.1f}"),
-            _number(r["metrics"]["step_p95_ms"], "{:.1f}"),
-            _number(100 * r["metrics"]["data_wait_fraction"], "{:.1f}%"),
-            _number(r["metrics"].get("gpu_util_mean"), "{:.0f}%"),
-            _number(r["metrics"].get("first_batch_ms"), "{:.0f}"),
-            _number(r["metrics"].get("crosscheck_gap"), "{:+.2f}"),
+            _number(r["metrics"][m.IMAGES_PER_S]),
+            _number(r["metrics"][m.STEP_P50_MS], "{:.1f}"),
+            _number(r["metrics"][m.STEP_P95_MS], "{:.1f}"),
+            _number(100 * r["metrics"][m.DATA_WAIT_FRACTION], "{:.1f}%"),
+            _number(r["metrics"].get(m.GPU_UTIL_MEAN), "{:.0f}%"),
+            _number(r["metrics"].get(m.FIRST_BATCH_MS), "{:.0f}"),
+            _number(r["metrics"].get(m.CROSSCHECK_GAP), "{:+.2f}"),
         ]
         for r in loops
     ]

@@ -1,4 +1,5 @@
-"""No metric name is spelled as a string outside the metrics modules: every other module uses the constant.
+"""No metric name is spelled as a string outside the metrics modules: every other module uses the constant,
+in the package and in the asv suites and scripts beside it (:data:`FOLDERS`).
 
 The metric names are the upper-case string constants of every ``metrics.py`` under ``src/cropbench``
 (``cropbench.metrics`` today). A name that is also an ordinary word (``objects``, ``decode``,
@@ -18,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "cropbench"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "src" / "cropbench"
+#: The folders beside the package whose Python reads or writes metrics: the asv suites and the scripts.
+FOLDERS = ("benchmarks", "scripts")
 METRICS_MODULES = sorted(PACKAGE.rglob("metrics.py"))
 #: Metric names that also name something other than a metric key, each with what: checked like words.
 OTHER_NAMESPACES = {
@@ -161,6 +165,19 @@ def test_no_module_spells_a_metric_name_outside_the_metrics_modules() -> None:
         f"{path.relative_to(PACKAGE.parent)}:{line}: {name!r} (use {names[name]})"
         for path in sorted(PACKAGE.rglob("*.py"))
         if _module_name(path) not in METRICS_MODULE_NAMES
+        for line, name in spelled_metric_names(path.read_text(encoding="utf-8"), names)
+    ]
+    assert not found, "metric names spelled as strings:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_no_suite_or_script_spells_a_metric_name(folder: str) -> None:
+    names = metric_names()
+    paths = sorted((REPO / folder).rglob("*.py"))
+    assert paths, f"no Python files under {folder}/"
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {name!r} (use {names[name]})"
+        for path in paths
         for line, name in spelled_metric_names(path.read_text(encoding="utf-8"), names)
     ]
     assert not found, "metric names spelled as strings:\n" + "\n".join(found)

@@ -108,16 +108,18 @@ def test_the_size_probe_leaves_nothing_behind(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_asv_case_runs_once_on_a_small_plate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    from benchmarks import common
     from benchmarks import scale as suite
 
     if isinstance(ml.cgroup_parent(), str):
         pytest.skip(f"no writable memory cgroup: {ml.cgroup_parent()}")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(suite, "LIMIT_BYTES", 64 * MIB)
-    monkeypatch.setattr(suite, "PLATE_MULTIPLE", 2.0)
+    for module in (common, suite):
+        monkeypatch.setattr(module, "LIMIT_BYTES", 64 * MIB)
+    monkeypatch.setattr(common, "PLATE_MULTIPLE", 2.0)
+    monkeypatch.setattr(common, "CHANNELS", 2)
     monkeypatch.setattr(suite, "CROPS", 100)
-    monkeypatch.setattr(suite, "CHANNELS", 2)
-    cached = suite.make_out_of_memory_plate()
+    cached = common.make_out_of_memory_plate()
     assert cached["stored_bytes"] >= 2 * 64 * MIB
     case = suite.OutOfMemory()
     case.setup(cached)

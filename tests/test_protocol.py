@@ -199,3 +199,8 @@ def test_paired_blocks_are_even_in_number_and_near_equal_in_size() -> None:
     assert [len(block) for block in paired_blocks(list(range(101)), 50)] == [26, 25, 25, 25]
     assert paired_blocks([7], 50) == [[7]] and paired_blocks([], 50) == []
     assert sum(paired_blocks(list(range(233)), 50), []) == list(range(233))
+
+
+def test_trimmed_mean_drops_the_extremes() -> None:
+    assert protocol.trimmed_mean([1.0] * 8 + [100.0, -100.0], 0.1) == 1.0
+    assert protocol.trimmed_mean([1.0, 2.0, 3.0], 0.0) == 2.0

@@ -372,7 +372,7 @@ def test_the_asv_store_suite_counts_the_same_requests_each_call_and_stops_its_se
 
 def test_the_asv_store_suite_skips_naming_what_is_missing(tiny_plate: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     suite = _store_suite()
-    monkeypatch.setattr(endpoints, "nginx_binary", lambda: None)
+    monkeypatch.setattr(sys.modules["benchmarks.remote"], "nginx_binary", lambda: None)
     with pytest.raises(NotImplementedError, match="nginx is not installed"):
         suite().setup({"default": str(tiny_plate)}, "direct")
     monkeypatch.setitem(sys.modules["benchmarks.remote"].CLIENT_PACKAGES, "direct", ("no_such_http_client",))

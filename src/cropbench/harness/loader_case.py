@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ from cropbench.harness.context import RunContext
 from cropbench.harness.memory_reference import MemoryReference
 from cropbench.harness.validity import cache_holds_plate, enough_rate_timings, reader_cache_bytes, validity
 from cropbench.measure.accelerator import DEVICES, resolve_device, synchroniser
-from cropbench.measure.protocol import Stopwatch, crosscheck_clock_ns, samples_per_s, summarise_ms
+from cropbench.measure.protocol import Stopwatch, crosscheck_clock_ns, relative_cost, samples_per_s, summarise_ms
 from cropbench.measure.remote import crop_config
 
 SOURCES = ("plate", "memory")
@@ -377,3 +378,43 @@ def loader_rates(
         metrics[m.READER_CACHE_BYTES],
         metrics.get(m.CACHE_FRACTION_OF_PLATE),
     )
+
+
+#: Plate/memory epoch pairs behind one :meth:`LoaderEpochs.relative_epoch`.
+EPOCH_PAIRS = 5
+#: Pairs dropped at each end (by ratio) before averaging: 1 of 5.
+EPOCH_TRIM = 0.2
+
+
+def drain(loader: Any) -> None:
+    """One epoch, worker start-up and shutdown included."""
+    for _ in loader:
+        pass
+
+
+class LoaderEpochs:
+    """Epochs of ``samples`` random crops of ``plate`` through one DataLoader configuration (``loader``),
+    and the same loader serving the dataset's crops from memory (:class:`MemoryCrops`)."""
+
+    def __init__(self, plate: str | Path, crop: CropConfig, loader: LoaderSpec, samples: int) -> None:
+        self.plate, self.spec = str(plate), loader
+        self.dataset = CropDataset(plate, crop)
+        self.orders = schedule(sampler_for(self.dataset, "random", 0), samples, 1)
+        self.loader = self.build(self.dataset)
+
+    def build(self, dataset: Dataset[Any]) -> Any:
+        """A loader of ``dataset`` in the plate loader's order."""
+        return build_loader(dataset, self.spec, ScheduledSampler(self.orders), 0)
+
+    def epoch(self) -> None:
+        """One epoch from the plate."""
+        drain(self.loader)
+
+    def relative_epoch(self) -> float:
+        """Plate epochs over memory epochs, taking turns pair by pair; trimmed mean of the pairs' ratios."""
+        memory_loader = self.build(MemoryCrops(self.dataset))
+        return float(
+            relative_cost(
+                lambda _: drain(self.loader), lambda _: drain(memory_loader), range(EPOCH_PAIRS), 1, EPOCH_TRIM
+            )
+        )

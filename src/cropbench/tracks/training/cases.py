@@ -109,6 +109,21 @@ class Track3Case:
         return "/".join(parts)
 
 
+def short_loop_case(model: str, num_workers: int, device: str, steps: int) -> Track3Case:
+    """A short loop of ``model`` on ``device`` (the asv suites' Track 3 case): 96 px crops at tier ``light``,
+    batches of 64 from ``num_workers`` workers (pinned on CUDA), ``steps`` timed steps after two warm-up
+    steps; ``emulated`` computes 40 ms a step."""
+    return Track3Case(
+        crop=CropConfig(crop_size=96, tier="light"),
+        loader=LoaderSpec(num_workers=num_workers, batch_size=64, pin_memory=device == "cuda"),
+        model=model,
+        device=device,
+        steps=steps,
+        warmup_steps=2,
+        emulated_step_ms=40.0 if model == "emulated" else 0.0,
+    )
+
+
 def with_num_workers(case: Track3Case, workers: int) -> Track3Case:
     """The case with its loader's ``num_workers`` set to ``workers``."""
     return dataclasses.replace(case, loader=dataclasses.replace(case.loader, num_workers=workers))

@@ -225,6 +225,12 @@ def compute_key(case: Track3Case) -> str:
     return f"{neutral.label}/steps{case.steps}+{case.warmup_steps}/seed{case.seed}"
 
 
+def step_over_compute(metrics: dict[str, Any]) -> float:
+    """Mean step time over the compute-only mean step time, from one :func:`run_case` answer: how far
+    the loader stretches each step beyond its compute."""
+    return float(metrics[m.STEP_MEAN_MS] / metrics[m.COMPUTE_ONLY_STEP_MEAN_MS])
+
+
 def run_case(
     context: RunContext,
     case: Track3Case,
