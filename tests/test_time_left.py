@@ -58,5 +58,20 @@ def test_a_tracks_own_scale_wins_once_it_has_enough_behind_it() -> None:
         left.finish(left.planned[left.finished][1])  # the dataset track as its priors say
     for _ in range(500):
         left.finish(3 * left.planned[left.finished][1])  # the loader track three times slower
-    assert left.scale("loader") == pytest.approx(3.0, rel=0.15)
-    assert left.scale("dataset") < 1.5, "a track measured at its priors stays near them"
+    assert left.scale("loader/direct") == pytest.approx(3.0, rel=0.15)
+    assert left.scale("dataset/direct") < 1.5, "a track measured at its priors stays near them"
+
+
+def test_the_bar_counts_a_case_down_and_takes_one_past_its_estimate_as_halfway(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cropbench.cli import progress
+
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    bar = progress.ProgressBar(False, "cases")
+    bar.left = (100.0, 10.0, now[0])  # 100 s left, 10 s of them the case now running
+    now[0] += 4.0
+    assert bar._postfix() == "about 01:36 left"  # 90 s after it, 6 s of it
+    now[0] += 36.0
+    assert bar._postfix() == "about 01:50 left", "40 s into a 10 s case: 20 s more taken to remain"

@@ -55,7 +55,7 @@ def test_runner_emits_one_complete_record_per_case_and_resume_skips(tiny_plate: 
     estimates: list[float | None] = []
 
     class Counter:
-        def cases(self, done: int, total: int, left_s: float | None = None) -> None:
+        def cases(self, done: int, total: int, left_s: float | None = None, case_s: float | None = None) -> None:
             counted.append((done, total))
             estimates.append(left_s)
 

@@ -39,7 +39,7 @@ class ProgressBar:
         self.bar: tqdm | None = None
         self.counting_cases = False
         self.message = ""
-        self.left: tuple[float, float] | None = None  # (seconds left, when estimated)
+        self.left: tuple[float, float, float] | None = None  # (seconds left, of which this case's, when)
         self.closed = threading.Event()
         self.ticker: threading.Thread | None = None
 
@@ -51,7 +51,10 @@ class ProgressBar:
     def _postfix(self) -> str:
         parts = []
         if self.left is not None:
-            seconds = max(self.left[0] - (time.monotonic() - self.left[1]), 0.0)
+            left, case, since = self.left
+            running = time.monotonic() - since
+            # A case past its estimate is taken to be halfway: it has as long again to go as half its time.
+            seconds = left - case + max(case - running, running / 2)
             parts.append(f"about {tqdm.format_interval(seconds)} left")
         if self.message:
             parts.append(self.message[:60])
@@ -63,8 +66,9 @@ class ProgressBar:
             if bar is not None:
                 bar.set_postfix_str(self._postfix())
 
-    def cases(self, done: int, total: int, left_s: float | None = None) -> None:
-        """``done`` of ``total`` planned cases are measured; ``left_s``: the seconds the rest should take."""
+    def cases(self, done: int, total: int, left_s: float | None = None, case_s: float | None = None) -> None:
+        """``done`` of ``total`` planned cases are measured; ``left_s``: the seconds the rest should take,
+        ``case_s`` of them the case starting now's."""
         if INTERRUPTED.is_set():
             raise KeyboardInterrupt
         self.counting_cases = True
@@ -75,7 +79,7 @@ class ProgressBar:
         if bar.total != total:
             bar.total = total
         bar.n = done
-        self.left = None if left_s is None else (left_s, time.monotonic())
+        self.left = None if left_s is None else (left_s, case_s or 0.0, time.monotonic())
         bar.set_postfix_str(self._postfix())
         if self.ticker is None:
             self.ticker = threading.Thread(target=self._tick, name="progress-ticker", daemon=True)

@@ -229,7 +229,10 @@ class CaseCounter(Protocol):
     """A progress display that also shows how many of the planned cases are done and the time left
     (:class:`~cropbench.harness.time_left.TimeLeft`'s estimate; None before a case has finished)."""
 
-    def cases(self, done: int, total: int, left_s: float | None = None) -> None: ...
+    def cases(self, done: int, total: int, left_s: float | None = None, case_s: float | None = None) -> None:
+        """``done`` of ``total`` cases measured; ``left_s`` the seconds the unfinished ones should take,
+        ``case_s`` those of the one starting now (None: nothing measured yet to say)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -309,7 +312,7 @@ def run_tracks(
     for finished, item in enumerate(cases):
         track, case, repeat = item.track, item.case, item.repeat
         if counter is not None:
-            counter.cases(finished, len(cases), left.seconds())
+            counter.cases(finished, len(cases), left.seconds(), left.current())
         started = time.monotonic()
         local = local_rates(track, case, repeat, context)
         context.progress(f"track {track.name} {case.label} (repeat {repeat})")

@@ -3,8 +3,9 @@
 Cases differ a hundredfold (a Track 1 case on the direct path takes a second, a ResNet-18 loop half a
 minute), so counting cases says little. Each planned case gets a prior cost, in seconds of a 2-core
 machine, from what it reads and computes (:func:`prior_seconds`); as cases finish, the priors are scaled
-by what the finished ones actually took, per track, shrunk towards the whole run's scale while a track
-has few finished cases. A busy or fast machine, or a slow layout, moves the scale, not the plan.
+by what the finished ones actually took, per track and read path (a training loop on the zarr path costs
+what its reads cost, not what the track's ResNet loops did), shrunk towards the whole run's scale while
+a group has few finished cases. A busy or fast machine, or a slow layout, moves the scale, not the plan.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ GROUPED = ("grouped-field", "chunk-aware", "paired-grouped")
 #: Milliseconds of model compute per image on 2 CPU cores, per (model, workload); other models: DEFAULT_MODEL_MS.
 MODEL_MS = {
     ("resnet18", "train"): 20.0,
-    ("resnet18", "embed"): 15.0,
+    ("resnet18", "embed"): 7.0,
     ("smallcnn", "train"): 4.0,
     ("smallcnn", "embed"): 1.5,
 }
 DEFAULT_MODEL_MS = 10.0
+#: What mixed precision multiplies a model's compute by (bfloat16 on a CPU with AVX-512 halves ResNet-18's).
+AMP_FACTOR = {"off": 1.0}
+AMP_DEFAULT_FACTOR = 0.6
 #: What a DataLoader case's reads cost against the same reads one at a time: the direct path's batches
 #: overlap in workers; the slower paths are bound by the cores either way.
 LOADER_FACTOR = {"direct": 0.5}
@@ -38,7 +42,7 @@ WORKER_START_S = 0.3
 FORKSERVER_START_S = 12.0
 #: A case the table knows nothing about (another track's): its prior, before the track's own scale.
 UNKNOWN_CASE_S = 5.0
-#: Seconds of prior a track's own scale must gather before it outweighs the run's (a track's first cases
+#: Seconds of prior a group's own scale must gather before it outweighs the run's (a track's first cases
 #: carry its one-off costs: a model's baseline, a plate's first open).
 SHRINK_S = 120.0
 #: Seconds of prior the run's scale must gather before it outweighs the priors themselves.
@@ -83,7 +87,8 @@ def _images_and_model_ms(fields: dict[str, Any]) -> tuple[int, float]:
     model = str(fields["model"])
     if model == "emulated":
         return images, float(fields.get("emulated_step_ms") or 0.0) / batch
-    return images, MODEL_MS.get((model, str(fields.get("workload", "train"))), DEFAULT_MODEL_MS)
+    amp = AMP_FACTOR.get(str(fields.get("amp", "off")), AMP_DEFAULT_FACTOR)
+    return images, amp * MODEL_MS.get((model, str(fields.get("workload", "train"))), DEFAULT_MODEL_MS)
 
 
 def prior_seconds(case: Any) -> float:
@@ -127,30 +132,40 @@ class TimeLeft:
         self.planned: list[tuple[str, float]] = []
         shared: set[tuple[Any, ...]] = set()
         for track, case in planned:
+            decode = (_fields(_inner(case)[0]).get("crop") or {}).get("decode")
+            group = f"{track}/{decode}" if decode else track
             prior, first = prior_seconds(case), baseline(case)
             if first is not None and first[0] not in shared:
                 shared.add(first[0])
                 prior += first[1]
-            self.planned.append((track, prior))
+            self.planned.append((group, prior))
         self.prior_done: dict[str, float] = defaultdict(float)
         self.actual_done: dict[str, float] = defaultdict(float)
         self.finished = 0
 
     def finish(self, seconds: float) -> None:
         """The next planned case took ``seconds``."""
-        track, prior = self.planned[self.finished]
-        self.prior_done[track] += prior
-        self.actual_done[track] += seconds
+        group, prior = self.planned[self.finished]
+        self.prior_done[group] += prior
+        self.actual_done[group] += seconds
         self.finished += 1
 
-    def scale(self, track: str) -> float:
-        """Actual over prior seconds: the track's own, shrunk towards the run's while it has little."""
+    def scale(self, group: str) -> float:
+        """Actual over prior seconds: the group's own (``TRACK/DECODE``), shrunk towards the run's while it
+        has little."""
         prior, actual = sum(self.prior_done.values()), sum(self.actual_done.values())
         run = (actual + RUN_SHRINK_S) / (prior + RUN_SHRINK_S)
-        return (self.actual_done[track] + run * SHRINK_S) / (self.prior_done[track] + SHRINK_S)
+        return (self.actual_done[group] + run * SHRINK_S) / (self.prior_done[group] + SHRINK_S)
+
+    def current(self) -> float | None:
+        """Seconds the next unfinished case should take; None before any case finished or after the last."""
+        if not self.finished or self.finished >= len(self.planned):
+            return None
+        group, prior = self.planned[self.finished]
+        return prior * self.scale(group)
 
     def seconds(self) -> float | None:
         """Seconds the unfinished cases should take; None before any case finished (nothing measured)."""
         if not self.finished:
             return None
-        return sum(prior * self.scale(track) for track, prior in self.planned[self.finished :])
+        return sum(prior * self.scale(group) for group, prior in self.planned[self.finished :])
