@@ -289,3 +289,29 @@ def test_a_format_comparison_is_cut_to_the_budget_epochs_first_then_formats() ->
     assert comparison.within(smallest.estimated_seconds(1.0) - 1e-9, 1.0) is None
     with pytest.raises(ConfigError, match="in_place"):
         FormatComparison(in_place=("ome-zarr/zarr",))
+
+
+def test_epochs_are_cut_to_what_the_budget_lets_every_round_read() -> None:
+    assert measuring.fitted_crops(5000, 0.001, 4, math.inf, 64) == 5000, "no budget: whole epochs"
+    assert measuring.fitted_crops(5000, 0.001, 4, 100.0, 64) == 5000, "4 x 5000 x 1 ms fits 100 s"
+    assert measuring.fitted_crops(5000, 0.01, 4, 100.0, 64) == 2500
+    assert measuring.fitted_crops(5000, 1.0, 4, 100.0, 64) == measuring.MIN_EPOCH_BATCHES * 64
+    assert measuring.fitted_crops(100, 1.0, 4, 0.0, 64) == 100, "never more than asked"
+
+
+def test_an_epoch_cut_to_the_budget_says_so_in_its_evidence() -> None:
+    row = Record(
+        track="advise",
+        case="read-path/zarr",
+        case_id="x",
+        config={},
+        metrics={
+            m.WHOLE_EPOCH_SAMPLES_PER_S: 100.0,
+            m.CORES_BUSY: 1.0,
+            m.EPOCH_CROPS: 256,
+            m.OBJECTS: 5384,
+            m.EPOCH_CROPS_FITTED: True,
+        },
+        environment={},
+    )
+    assert "epochs of 256 of the 5384 crops, cut to fit the budget" in advice.describe_option(row)

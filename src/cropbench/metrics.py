@@ -466,6 +466,9 @@ QUESTION = "question"
 OPTION = "option"
 #: Crops per whole epoch (each read once in it), and how many rounds (one epoch per option each) ran.
 EPOCH_CROPS = "epoch_crops"
+#: Whether the budget cut the epochs below what was asked (``epoch_crops`` then says how many a probe of a
+#: few batches showed the question's share of the budget could read in its rounds).
+EPOCH_CROPS_FITTED = "epoch_crops_fitted_to_budget"
 ROUNDS = "rounds"
 #: Wall seconds of each whole epoch, one per round: ``iter()``, every batch (the first included) and the
 #: workers' start-up and shut-down; crops per epoch over the median of them.

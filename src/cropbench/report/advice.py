@@ -103,10 +103,16 @@ def describe_ratio(ratio: Record) -> str:
 
 
 def describe_option(option: Record) -> str:
-    """``case: 1,234 crops/s over whole epochs, 1.6 cores busy``."""
+    """``case: 1,234 crops/s over whole epochs, 1.6 cores busy`` (and how far the budget cut the epochs)."""
+    cut = ""
+    if option.metrics.get(m.EPOCH_CROPS_FITTED):
+        cut = (
+            f"; epochs of {option.metrics.get(m.EPOCH_CROPS)} of the {option.metrics.get(m.OBJECTS)} crops, "
+            "cut to fit the budget"
+        )
     return (
         f"{option.case}: {_number(option, m.WHOLE_EPOCH_SAMPLES_PER_S):,.0f} crops/s over whole epochs "
-        f"(first batch and worker start-up included), {_number(option, m.CORES_BUSY):.1f} cores busy"
+        f"(first batch and worker start-up included), {_number(option, m.CORES_BUSY):.1f} cores busy{cut}"
     )
 
 

@@ -282,28 +282,62 @@ def _settled(ratios: Sequence[tuple[RatioRow, dict[str, Any]]]) -> bool:
     return all(ratio_settled(r[m.RATIO_MEDIAN], r[m.RATIO_Q1], r[m.RATIO_Q3]) for _, r in ratios)
 
 
+#: Batches of each option read first, to tell whether whole epochs fit the question's time.
+PROBE_BATCHES = 4
+#: The fewest batches an epoch cut to the budget keeps.
+MIN_EPOCH_BATCHES = 4
+
+
+def fitted_crops(crops: int, seconds_per_crop: float, epochs: int, seconds_left: float, batch: int) -> int:
+    """Crops per epoch such that ``epochs`` epochs of every option (``seconds_per_crop`` over all of them)
+    end within ``seconds_left``: ``crops`` where they do, else fewer, but at least
+    :data:`MIN_EPOCH_BATCHES` batches (and never more than ``crops``)."""
+    if seconds_per_crop <= 0 or not math.isfinite(seconds_left) or epochs * crops * seconds_per_crop <= seconds_left:
+        return crops
+    fit = int(max(seconds_left, 0.0) / (epochs * seconds_per_crop))
+    return min(crops, max(fit, MIN_EPOCH_BATCHES * batch))
+
+
 def read_in_turns(question: Question, context: RunContext, stop_at: float) -> Iterator[Row]:
-    """Measure ``question``: an untimed epoch per option, then rounds of one whole epoch per option in
-    turns (a whole rotation of the turn order at a time) until its ratios settle, ``stop_at``
-    (``time.monotonic()``) passes once ``question.rounds`` ran, or ``question.max_rounds`` ran; then a
-    row per option and per ratio."""
+    """Measure ``question``: a probe of a few batches per option, an untimed epoch per option, then rounds
+    of one whole epoch per option in turns (a whole rotation of the turn order at a time) until its ratios
+    settle, ``stop_at`` (``time.monotonic()``) passes once ``question.rounds`` ran, or
+    ``question.max_rounds`` ran; then a row per option and per ratio.
+
+    Where the probe shows that ``question.rounds`` epochs and the warm-up would not end by ``stop_at``
+    (a slow read path over a store), the epochs are cut to the crops that would, at least
+    :data:`MIN_EPOCH_BATCHES` batches, and the rows say so (``epoch_crops_fitted_to_budget``)."""
     device = resolve_device("auto")
     datasets = [context.dataset(option.crop) for option in question.options]
     objects = len(datasets[0])
     crops = min(question.epoch_crops or objects, objects)
-    orders = schedule(sampler_for(datasets[0], "random", question.seed), crops, question.max_rounds + 1)
+    warm, probe_index = question.max_rounds, question.max_rounds + 1
+    orders = schedule(sampler_for(datasets[0], "random", question.seed), crops, question.max_rounds + 2)
+    batch = max(option.loader.batch_size for option in question.options)
+    probe = min(crops, PROBE_BATCHES * batch)
+    orders[probe_index] = orders[probe_index][:probe]
     epochs = _Epochs()
     calls: dict[str, Callable[[int], None]] = {}
+    samplers: list[ScheduledSampler] = []
     pinned: dict[str, bool] = {}
     for option, dataset in zip(question.options, datasets, strict=True):
         sampler = ScheduledSampler(orders)
+        samplers.append(sampler)
         pin = pin_in_effect(option.loader.pin_memory, device)
         loader = build_loader(dataset, option.loader, sampler, question.seed, pin_memory=pin)
         epochs.cpu[option.name], epochs.seconds[option.name] = [], []
         calls[option.name] = _epoch_call(loader, sampler, device, pin, epochs.cpu[option.name])
         pinned[option.name] = pin
     loadavg_start = os.getloadavg()[0]
-    interleaved_blocks(calls, [question.max_rounds])  # untimed: imports, page cache and workers warmed alike
+    probed = interleaved_blocks(calls, [probe_index])  # untimed: imports and workers' start-up alike
+    per_crop = sum(float(seconds[0, 0]) for seconds in probed.values()) / probe
+    fitted = fitted_crops(crops, per_crop, question.rounds + 1, stop_at - time.monotonic(), batch)
+    cut = fitted < crops
+    if cut:
+        crops = fitted
+        for sampler in samplers:
+            sampler.orders[: warm + 1] = [order[:crops] for order in sampler.orders[: warm + 1]]
+    interleaved_blocks(calls, [warm])  # untimed: page cache and the readers' caches warmed alike
     for name in calls:
         epochs.cpu[name].clear()
     turn = len(calls)
@@ -325,7 +359,7 @@ def read_in_turns(question: Question, context: RunContext, stop_at: float) -> It
     loadavg_end = os.getloadavg()[0]
     flags: dict[str, list[str]] = {}
     for index, (option, dataset) in enumerate(zip(question.options, datasets, strict=True)):
-        metrics = _option_metrics(question, index, epochs, crops, objects, dataset, pinned[option.name])
+        metrics = _option_metrics(question, index, epochs, crops, objects, dataset, pinned[option.name], cut)
         flags[option.name] = list(metrics[m.VALIDITY_FLAGS])
         dataset.reader.close()
         config = {
@@ -359,7 +393,7 @@ def read_in_turns(question: Question, context: RunContext, stop_at: float) -> It
 
 
 def _option_metrics(
-    question: Question, index: int, epochs: _Epochs, crops: int, objects: int, dataset: Any, pinned: bool
+    question: Question, index: int, epochs: _Epochs, crops: int, objects: int, dataset: Any, pinned: bool, cut: bool
 ) -> dict[str, Any]:
     option = question.options[index]
     seconds, cpu = epochs.seconds[option.name], epochs.cpu[option.name]
@@ -369,6 +403,7 @@ def _option_metrics(
         m.QUESTION: question.name,
         m.OPTION: option.name,
         m.EPOCH_CROPS: crops,
+        m.EPOCH_CROPS_FITTED: cut,
         m.OBJECTS: objects,
         m.ROUNDS: len(seconds),
         m.WHOLE_EPOCH_SECONDS: seconds,
