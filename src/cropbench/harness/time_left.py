@@ -14,8 +14,11 @@ import dataclasses
 from collections import defaultdict
 from typing import Any
 
-#: Milliseconds to read and cut one crop, per decode path, on one core (the field path's random reads
-#: decode a whole field per crop; grouped and chunk-aware reads share it, as the direct path's cost).
+from cropbench.config import DEFAULT_CROP_SIZE
+
+#: Milliseconds to read and cut one crop of the default size, per decode path, on one core (the field
+#: path's random reads decode a whole field per crop; grouped and chunk-aware reads share it, as the
+#: direct path's cost).
 READ_MS = {"direct": 0.7, "zarr": 3.0, "field": 7.0, "as-py": 3.0}
 #: What a crop's transform tier multiplies the read by.
 TIER_FACTOR = {"none": 1.0, "light": 1.2, "typical": 2.0}
@@ -55,8 +58,8 @@ def _read_ms(fields: dict[str, Any]) -> float:
     ms = READ_MS.get(decode, READ_MS["zarr"])
     if decode == "field" and fields.get("access") in GROUPED:
         ms = READ_MS["direct"]
-    size = float(crop.get("crop_size") or 96)
-    return ms * TIER_FACTOR.get(str(crop.get("tier", "none")), 1.0) * max(1.0, (size / 96.0) ** 2)
+    size = float(crop.get("crop_size") or DEFAULT_CROP_SIZE)
+    return ms * TIER_FACTOR.get(str(crop.get("tier", "none")), 1.0) * max(1.0, (size / DEFAULT_CROP_SIZE) ** 2)
 
 
 def _worker_start_s(loader: dict[str, Any]) -> float:

@@ -114,7 +114,7 @@ def short_loop_case(model: str, num_workers: int, device: str, steps: int) -> Tr
     batches of 64 from ``num_workers`` workers (pinned on CUDA), ``steps`` timed steps after two warm-up
     steps; ``emulated`` computes 40 ms a step."""
     return Track3Case(
-        crop=CropConfig(crop_size=96, tier="light"),
+        crop=CropConfig(crop_size=DEFAULT_CROP_SIZE, tier="light"),
         loader=LoaderSpec(num_workers=num_workers, batch_size=64, pin_memory=device == "cuda"),
         model=model,
         device=device,
