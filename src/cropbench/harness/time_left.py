@@ -39,7 +39,7 @@ AMP_DEFAULT_FACTOR = 0.6
 #: overlap in workers; the slower paths are bound by the cores either way.
 LOADER_FACTOR = {"direct": 0.5}
 #: What a training loop's reads cost against Track 1's: the model competes with the workers for the cores.
-TRAINING_READ_FACTOR = 1.5
+TRAINING_READ_FACTOR = 1.85
 #: DataLoader workers' start: per worker, and a forkserver's start-up on top.
 WORKER_START_S = 0.3
 FORKSERVER_START_S = 12.0
