@@ -19,7 +19,8 @@ import re
 import shutil
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from cropbench.history import REPO
+
 VENDOR = REPO / "vendor" / "asv-www"
 #: Last path component of each CDN URL asv 0.6 uses -> the vendored copy (relative to html/).
 LOCAL_COPIES = {

@@ -45,7 +45,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-REPO = Path(__file__).resolve().parents[1]
+from cropbench.history import REPO
+
 #: Where built histories and downloaded sdists go (git-ignored, beside asv's environments).
 HISTORY_DIR = REPO / ".asv" / "history"
 #: The registry's JSON page of a project: release files with their upload times.
@@ -59,7 +60,7 @@ _AUTHOR = ("release history", "release-history@localhost")
 #: The releases the committed results were measured on: per library, version -> upload time and the
 #: commit this script builds for it (results name commits by hash). Their dates come from here, not
 #: the registry, and a build whose commit differs is an error: asv publish would not draw those results.
-RECORDED = Path(__file__).resolve().with_name("release_histories.json")
+RECORDED = REPO / "scripts" / "release_histories.json"
 #: Git as every history is built, whoever builds it: no system or user configuration (line-ending
 #: conversion, signing, hooks, templates, attributes, another hash function) and no inherited
 #: repository, index or identity, so the same sdists and dates give the same commits on any machine.

@@ -67,7 +67,8 @@ from asv.machine import Machine, MachineCollection
 from asv.results import iter_results
 from asv.util import UserError, load_json
 
-REPO = Path(__file__).resolve().parents[1]
+from cropbench.history import REPO
+
 #: The factor of the instruction counts (benchmarks/instructions.py): four runs of each case agreed
 #: within 0.21 % on a busy 2-core machine (docs/results/gate.md, "Instruction counts"), so 1.03
 #: leaves a margin of more than ten times that and flags a 3 % change of the CPU work in the read path.

@@ -26,7 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from cropbench.history import REPO
+
 #: Series whose typical values differ by this factor or more are opened on a log axis.
 LOG_SCALE_SPREAD = 10.0
 #: The front-page link of each benchmark in asv 0.6's summarygrid.js, and the same link that opens

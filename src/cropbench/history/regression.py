@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from cropbench.history import REPO
 from cropbench.metrics import SAMPLES_PER_S
 from cropbench.records import Record
 
-REPO = Path(__file__).resolve().parents[1]
 #: The repository's own asv environments (asv.conf.json "env_dir"): reused, not rebuilt.
 DEFAULT_ENV_DIR = Path(os.environ.get("CROPBENCH_ASV_ENV_DIR", REPO / ".asv" / "env"))
 MACHINE = "cropbench-regression"

@@ -36,19 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cropbench.history import REPO, library_gate, regression
 
-import asv_regression  # noqa: E402
-import library_gate  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
 HISTORY = REPO / ".asv" / "history" / "zarr"
 PATCHES = REPO / "scripts" / "library_gate_patches"
 #: The file of zarr-python's source the identical-code branch adds a comment to.
 IDENTICAL_FILE = "src/zarr/__init__.py"
 
 
-class Injection(asv_regression.Injection):
+class Injection(regression.Injection):
     """A regression of zarr-python as a patch of its source: ``PATCHES / f"{kind}.patch"`` (``src/zarr/...``)."""
 
     @property
@@ -205,7 +201,7 @@ def zarr_crops_at(source: Path, plate: Path) -> float:
 
     A measurement of the wrong zarr is a CampaignError, so the campaign ends in its one-line message."""
     try:
-        return asv_regression.track1_random_rate(source, plate, SPEED_KNOBS, SPEED_CROPS, "zarr")
+        return regression.track1_random_rate(source, plate, SPEED_KNOBS, SPEED_CROPS, "zarr")
     except RuntimeError as error:
         raise CampaignError(str(error)) from error
 
@@ -286,7 +282,7 @@ def campaign(
     """Run the gate over ``order``; write every comparison, the summary and the table to ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     kinds = tuple(dict.fromkeys(kind for kind in order if kind != "identical"))
-    tallies = {kind: asv_regression.Tally() for kind in ("identical", *kinds)}
+    tallies = {kind: regression.Tally() for kind in ("identical", *kinds)}
     loads: list[float] = []
     started = time.time()
     with (out / "comparisons.jsonl").open("w") as log:
