@@ -345,7 +345,7 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cropbench library-campaign", description=__doc__.split("\n\n")[0])
     parser.add_argument("--history", type=Path, default=HISTORY, help="the zarr release history (default: %(default)s)")
     parser.add_argument("--release", help="the release the branches start from (default: the newest)")
     parser.add_argument(

@@ -681,7 +681,7 @@ def _factor(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="cropbench library-gate", description=__doc__.split("\n\n")[0])
     parser.add_argument("library", choices=sorted(LIBRARY_GATES))
     parser.add_argument("base", help="the commit, tag or branch to compare against (e.g. v3.1.5, main)")
     parser.add_argument("head", help="the commit, tag or branch under test")

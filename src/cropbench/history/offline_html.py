@@ -97,7 +97,7 @@ def make_offline(html_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cropbench asv-offline-html", description=__doc__.split("\n\n")[0])
     parser.add_argument("html_dir", type=Path, nargs="?", default=REPO / "html")
     args = parser.parse_args(argv)
     changed = make_offline(args.html_dir)

@@ -487,7 +487,7 @@ def table(summary: dict[str, Any], kinds: tuple[str, ...]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cropbench asv-regression", description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=("continuous", "same"), default="continuous")
     parser.add_argument("--pairs", type=int, default=1, help="comparisons of each kind (default: %(default)s)")
     parser.add_argument("--slowdown", type=float, default=1.5)

@@ -488,7 +488,7 @@ def collect_releases(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cropbench release-history", description=__doc__.split("\n\n")[0])
     parser.add_argument("name", help=f"project name on the package index (presets: {', '.join(LIBRARIES)})")
     parser.add_argument("--first", help="oldest release to include (default: the preset's)")
     parser.add_argument("--last", help="newest release to include, or 'latest' (default: the preset's)")

@@ -208,7 +208,7 @@ def left_out_page(project: str, left_out: dict[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cropbench asv-site-tidy", description=__doc__.split("\n\n")[0])
     parser.add_argument("html_dir", type=Path, nargs="?", default=REPO / "html")
     args = parser.parse_args(argv)
     try:

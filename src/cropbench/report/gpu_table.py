@@ -350,10 +350,15 @@ def end_to_end(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(__doc__, file=sys.stderr)
+    """Print the tables of the one results.jsonl named in ``argv`` (the arguments, no program name)."""
+    usage = f"usage: cropbench gpu-table RESULTS_JSONL\n\n{__doc__}"
+    if argv in (["-h"], ["--help"]):
+        print(usage)
+        return 0
+    if len(argv) != 1:
+        print(usage, file=sys.stderr)
         return 2
-    rows = [json.loads(line) for line in Path(argv[1]).read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in Path(argv[0]).read_text().splitlines() if line.strip()]
     for row in rows:
         row["track"] = FORMER_TRACK_VALUES.get(row["track"], row["track"])
     demand_lines, rates = demand(rows)
@@ -369,7 +374,3 @@ def main(argv: list[str]) -> int:
     ]
     print("\n\n".join("\n".join(part) for part in parts if part))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -1,0 +1,8 @@
+"""``cropbench asv-site-tidy``, under the name this script had before it became a command."""
+
+import sys
+
+from cropbench.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["asv-site-tidy", *sys.argv[1:]]))

@@ -1,0 +1,8 @@
+"""``cropbench library-gate``, under the name this script had before it became a command."""
+
+import sys
+
+from cropbench.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["library-gate", *sys.argv[1:]]))
