@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,8 +52,6 @@ def cmd_tool(args: argparse.Namespace) -> int:
 
 def cmd_headline(args: argparse.Namespace) -> int:
     """Write (or check, or print) the headline table of track ``targets`` in the docs."""
-    import os
-
     from cropbench.history import REPO
     from cropbench.report.headline import PAGE, ROWS_FOLDER, block, current_block, read_rows, regenerate
 
