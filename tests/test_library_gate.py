@@ -744,7 +744,7 @@ def test_an_instruction_calibration_is_the_lower_ratio_of_the_two_accesses(monke
     summary = {"release": "v3.1.6", "slowdown_outside_asv": {"extra-copy": measured}}
     summary |= {
         "slowdown_measured_by": "instructions",
-        "tallies": {"identical": vars(campaign_module.asv_regression.Tally())},
+        "tallies": {"identical": vars(campaign_module.regression.Tally())},
     }
     summary["tallies"]["extra-copy"] = {"runs": 1, "flagged": 1, "worse": {}}
     assert "instructions per crop" in campaign_module.table(summary) and "| x1.050 | 1/1 |" in campaign_module.table(
@@ -856,6 +856,6 @@ def test_a_speed_measurement_of_the_wrong_zarr_ends_the_campaign_in_its_one_line
     def wrong_tree(*args: object) -> float:
         raise RuntimeError("the speed measurement imported zarr from /elsewhere, not from the worktree")
 
-    monkeypatch.setattr(campaign_module.asv_regression, "track1_random_rate", wrong_tree)
+    monkeypatch.setattr(campaign_module.regression, "track1_random_rate", wrong_tree)
     with pytest.raises(campaign_module.CampaignError, match="imported zarr from /elsewhere"):
         campaign_module.zarr_crops_at(tmp_path / "src", tmp_path / "plate.zarr")
