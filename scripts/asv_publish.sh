@@ -6,7 +6,7 @@
 #   bash scripts/asv_publish.sh --config asv.zarr.conf.json    # html-zarr/ (zarr-python's releases)
 #   bash scripts/asv_publish.sh --html-dir /tmp/site           # anywhere else
 # asv publish empties the site folder first: an existing folder is replaced only when this script
-# published it (its marker, scripts/asv_offline_html.py's SITE_MARKER); any other folder that holds
+# published it (its marker, cropbench.history.offline_html's SITE_MARKER); any other folder that holds
 # something is refused in one line. A format library's history needs its release-history repository
 # (scripts/release_history.py); without it this says in one line how to build it.
 set -euo pipefail
@@ -33,10 +33,10 @@ site=$(.venv/bin/python - "$config" "$html_override" <<'EOF'
 import sys
 from pathlib import Path
 
-sys.path.insert(0, "scripts")
 from asv import util
 from asv.config import Config
-from asv_offline_html import refusal
+
+from cropbench.history.offline_html import refusal
 
 config, override = Path(sys.argv[1]), sys.argv[2]
 try:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The pull-request gate (docs/how-to/gate-a-change.md, "The gate"): `asv continuous` of a base commit against the
-# commit under test, twice: the direct reader's instructions per crop (factor 1.03, scripts/library_gate.py
+# commit under test, twice: the direct reader's instructions per crop (factor 1.03, cropbench.history.library_gate
 # INSTRUCTIONS_FACTOR), then Track 1's decode path on the direct reader, factor 1.2, one round (the
-# settings scripts/asv_regression.py measures, GATE_*). Exit code: 1 when a gated benchmark got worse
+# settings cropbench.history.regression measures, GATE_*). Exit code: 1 when a gated benchmark got worse
 # by more than its factor (asv's table above ends in "PERFORMANCE DECREASED"), asv's own when it
 # failed otherwise, 0 when neither call flagged anything; 2 for bad arguments, before anything runs.
 #   bash scripts/gate.sh                   # origin/main against HEAD (HEAD~1 where origin/main is HEAD or absent)
@@ -55,15 +55,14 @@ run_dir=.asv/gate/$(date -u +%Y%m%dT%H%M%SZ)-${base_commit:0:10}-${head_commit:0
 mkdir -p "$run_dir"
 # The machine entry (asked for interactively by asv otherwise), the private configurations and the
 # asv commands (one per step, written to <step>.args, one argument a line; the step names printed),
-# from the gate's settings in scripts/asv_regression.py and scripts/library_gate.py.
+# from the gate's settings in cropbench.history.regression and cropbench.history.library_gate.
 steps=$(.venv/bin/python - "$run_dir" "$base_commit" "$head_commit" <<'EOF'
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, "scripts")
-import library_gate
-from asv_regression import GATE_ATTRIBUTES, GATE_BENCH, GATE_FACTOR, GATE_INSTRUCTIONS_BENCH
+from cropbench.history import library_gate
+from cropbench.history.regression import GATE_ATTRIBUTES, GATE_BENCH, GATE_FACTOR, GATE_INSTRUCTIONS_BENCH
 
 run_dir, base, head = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3]
 try:

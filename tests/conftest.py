@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import subprocess
@@ -10,7 +9,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
@@ -21,18 +19,8 @@ from cropbench.plates.generate import generate_plate
 
 #: The slow tier's fuzz seed where neither CROPBENCH_FUZZ_SEED nor a developer's run picks one (CI).
 CI_FUZZ_SEED = 20261202
-#: The repository's root (its scripts/ are not a package: tests load them with :func:`script_module`).
+#: The repository's root.
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def script_module(name: str) -> ModuleType:
-    """``scripts/NAME.py`` loaded as a module named ``NAME`` (registered, so its dataclasses find it)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def slow_fuzz_seed() -> int:

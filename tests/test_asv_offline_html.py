@@ -1,19 +1,17 @@
-"""scripts/asv_offline_html.py: asv's published page loads nothing from the network."""
+"""``cropbench asv-offline-html``: asv's published page loads nothing from the network."""
 
 from __future__ import annotations
 
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import asv
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from cropbench.history import offline_html as offline
 
-import asv_offline_html as offline  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 ASV_WWW = Path(asv.__file__).parent / "www"
 

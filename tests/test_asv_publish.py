@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cropbench.history import offline_html as offline
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "asv_publish.sh"
-sys.path.insert(0, str(REPO / "scripts"))
-
-import asv_offline_html as offline  # noqa: E402
 
 
 def _publish(*arguments: str) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""scripts/asv_regression.py: asv flags a deliberate crop-path slowdown and leaves identical code alone.
+"""``cropbench asv-regression``: asv flags a deliberate crop-path slowdown and leaves identical code alone.
 
 Fast tier: the injections, the clone's commits, the gate's selection, the size of the injected
 slowdown (a fake clock) and the whole ``--python=same`` comparison (checkout, each commit's src,
@@ -15,17 +15,15 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from cropbench.history import regression
 
-import asv_regression as regression  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 #: One parameter combination of the gating benchmark keeps each asv run to seconds.
 BENCH = r"track1\.Fetch\.track_relative_cost\('random', 'direct'"

@@ -1,20 +1,18 @@
-"""scripts/asv_site_tidy.py: every benchmark on the published site draws a line (the others are listed with the
+"""``cropbench asv-site-tidy``: every benchmark on the published site draws a line (the others are listed with the
 reason), summary.json holds measured rows only, wide series open on a log axis."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import asv
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from cropbench.history import site_tidy as tidy
 
-import asv_site_tidy as tidy  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 ASV_WWW = Path(asv.__file__).parent / "www"
 GRAPHS = Path("graphs") / "arch-x86_64" / "branch-main" / "machine-m"

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from cropbench.history import library_gate
+from cropbench.history import regression as asv_regression
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
 
-import asv_regression  # noqa: E402
-import library_gate  # noqa: E402
-
-#: What the gate needs from the working tree (it may differ from what is committed).
-GATE_FILES = ("scripts/gate.sh", "scripts/library_gate.py", "scripts/asv_regression.py", "asv.conf.json")
+#: What the gate needs from the working tree (it may differ from what is committed), beside the package
+#: (its settings are cropbench.history.regression's and cropbench.history.library_gate's).
+GATE_FILES = ("scripts/gate.sh", "asv.conf.json")
 #: asv continuous's table of a gated benchmark that got 1.5x worse, and its exit code 1.
 WORSE_TABLE = """\
 | Change | Before [abc] | After [def] | Ratio | Benchmark (Parameter)                                           |
@@ -42,16 +42,22 @@ def _git(path: Path, *args: str) -> str:
 
 @pytest.fixture()
 def clone(tmp_path: Path) -> Path:
-    """A fresh shallow clone with the working tree's gate, this venv's python, and a stand-in asv."""
+    """A fresh shallow clone with the working tree's gate and package, this venv's python, and a stand-in asv."""
     destination = tmp_path / "clone"
     subprocess.run(
         ["git", "clone", "-q", "--depth", "3", "--branch", "main", f"file://{REPO}", str(destination)], check=True
     )
     for name in GATE_FILES:
         shutil.copyfile(REPO / name, destination / name)
+    package = destination / "src" / "cropbench"
+    shutil.copytree(
+        REPO / "src" / "cropbench", package, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
+    )
     bin_dir = destination / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
-    (bin_dir / "python").write_text(f'#!/usr/bin/env bash\nPYTHONPATH={REPO / "src"} exec {sys.executable} "$@"\n')
+    (bin_dir / "python").write_text(
+        f'#!/usr/bin/env bash\nPYTHONPATH={destination / "src"} exec {sys.executable} "$@"\n'
+    )
     (bin_dir / "asv").write_text(
         "#!/usr/bin/env bash\n"
         'printf "%s\\n" "$@" > "$(dirname "$0")/asv-arguments"\n'

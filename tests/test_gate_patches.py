@@ -1,6 +1,6 @@
 """The gate's injected regressions (scripts/gate_patches/*.patch) still apply to the tree.
 
-scripts/asv_regression.py applies each patch with ``git apply`` to a clone of HEAD; a refactor of
+cropbench.history.regression applies each patch with ``git apply`` to a clone of HEAD; a refactor of
 the lines a patch edits would make that fail in the gate's own check, so it fails here first.
 """
 
@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from cropbench.history import regression
 
-import asv_regression as regression  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _apply(patch: Path, where: Path, *options: str) -> subprocess.CompletedProcess[str]:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import script_module
 
 import cropbench
 from cropbench import metrics as m
+from cropbench.cli import main
 from cropbench.errors import OutputError
 from cropbench.records import Record, RecordWriter
 from cropbench.report.headline import (
@@ -229,23 +228,18 @@ def test_rows_are_read_from_every_jsonl_under_the_folder_keeping_track_targets(t
     assert read_rows(tmp_path / "missing") == []
 
 
-def _script() -> ModuleType:
-    return script_module("headline")
-
-
-def test_the_script_rewrites_the_block_in_place_and_checks_it(
+def test_the_command_rewrites_the_block_in_place_and_checks_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = _script()
     rows, page = tmp_path / "rows", tmp_path / "page.md"
     write_rows(rows / "run-1" / "results.jsonl", [ratio_row("a", "random", 1, "ceiling-1t", 0.2)])
     page.write_text(f"text\n{START}\n| typed | 0.50 |\n{END}\n", encoding="utf-8")
     arguments = ["--rows", str(rows), "--page", str(page)]
-    assert script.main([*arguments, "--check"]) == 1
-    assert script.main(arguments) == 0 and "0.20 (0.20–0.20)" in page.read_text(encoding="utf-8")
-    assert script.main([*arguments, "--check"]) == 0
+    assert main(["headline", *arguments, "--check"]) == 1
+    assert main(["headline", *arguments]) == 0 and "0.20 (0.20–0.20)" in page.read_text(encoding="utf-8")
+    assert main(["headline", *arguments, "--check"]) == 0
     assert not regenerate(rows, page, str(rows)), "a current page is left as it is"
-    assert script.main(["--rows", str(tmp_path / "nothing"), "--page", str(page)]) == 2
+    assert main(["headline", "--rows", str(tmp_path / "nothing"), "--page", str(page)]) == 2
     assert capsys.readouterr().err.strip() == f"cropbench: error: --rows {tmp_path / 'nothing'} does not exist"
 
 

@@ -1,7 +1,8 @@
 """The package imports downward only: no module imports a higher layer, and there are no cycles.
 
 Layers, lowest first: core (errors, config, records) → objects → formats (pure I/O) → plates → data →
-measure → harness → tracks → report → the command line, the API and the package's lazy public names.
+measure → harness → tracks → report and history (asv and the gates, over the checkout) → the command line,
+the API and the package's lazy public names.
 
 Within ``tracks/`` each track is one module or package named by its track, listed in the one table
 (:data:`cropbench.tracks.TRACKS`), and no track imports another.
@@ -30,6 +31,7 @@ LAYERS: dict[str, int] = {
     "cropbench.harness": 6,
     "cropbench.tracks": 7,
     "cropbench.report": 8,
+    "cropbench.history": 8,
     "cropbench.cli": 9,
     "cropbench.__main__": 9,
     "cropbench": 9,

@@ -1,4 +1,4 @@
-"""scripts/library_gate.py and library_campaign.py: the format libraries' gates and the zarr gate's campaign.
+"""``cropbench library-gate`` and ``library-campaign``: the format libraries' gates and the zarr gate's campaign.
 
 Nothing here runs asv: the command and the private configuration are checked as data, and the run
 goes through a fake runner that looks at what asv would find on disk. The campaign's injected
@@ -24,12 +24,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-sys.path.insert(0, str(REPO))
+from cropbench.history import campaign as campaign_module
+from cropbench.history import library_gate as gate_module
 
-import library_campaign as campaign_module  # noqa: E402
-import library_gate as gate_module  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the benchmarks package, which asv imports from the checkout
 
 GATES = gate_module.LIBRARY_GATES
 
@@ -618,7 +617,7 @@ def test_factor_must_be_a_ratio_above_one() -> None:
         gate_module.LibraryGate("zarr", "asv.zarr.conf.json", "x", instructions_bench="y", instructions_factor=1.0)
 
 
-# --- the detection campaign (scripts/library_campaign.py) ---
+# --- the detection campaign (cropbench.history.campaign) ---
 
 ZARR_SOURCE = Path(importlib.import_module("zarr").__file__).parent
 INJECTIONS = campaign_module.INJECTIONS
@@ -745,7 +744,7 @@ def test_an_instruction_calibration_is_the_lower_ratio_of_the_two_accesses(monke
     summary = {"release": "v3.1.6", "slowdown_outside_asv": {"extra-copy": measured}}
     summary |= {
         "slowdown_measured_by": "instructions",
-        "tallies": {"identical": vars(campaign_module.asv_regression.Tally())},
+        "tallies": {"identical": vars(campaign_module.regression.Tally())},
     }
     summary["tallies"]["extra-copy"] = {"runs": 1, "flagged": 1, "worse": {}}
     assert "instructions per crop" in campaign_module.table(summary) and "| x1.050 | 1/1 |" in campaign_module.table(
@@ -857,6 +856,6 @@ def test_a_speed_measurement_of_the_wrong_zarr_ends_the_campaign_in_its_one_line
     def wrong_tree(*args: object) -> float:
         raise RuntimeError("the speed measurement imported zarr from /elsewhere, not from the worktree")
 
-    monkeypatch.setattr(campaign_module.asv_regression, "track1_random_rate", wrong_tree)
+    monkeypatch.setattr(campaign_module.regression, "track1_random_rate", wrong_tree)
     with pytest.raises(campaign_module.CampaignError, match="imported zarr from /elsewhere"):
         campaign_module.zarr_crops_at(tmp_path / "src", tmp_path / "plate.zarr")

@@ -1,4 +1,4 @@
-"""scripts/release_history.py: a git history of releases from sdists, built here from fake sdists (no network)."""
+"""``cropbench release-history``: a git history of releases from sdists, built here from fake sdists (no network)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,15 @@ import io
 import json
 import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from cropbench.history import releases as history
 
-import release_history as history  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 UTC = dt.UTC
 #: Three releases of a made-up library: a file changes, one is removed, one is added, one is git-ignored.

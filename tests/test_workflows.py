@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +43,8 @@ def test_actionlint_finds_nothing_in_the_workflows() -> None:
 
 
 def test_the_pull_request_gate_is_the_one_readme_recommends() -> None:
-    sys.path.insert(0, str(REPO / "scripts"))
-    import asv_regression
+    from cropbench.history import library_gate
+    from cropbench.history import regression as asv_regression
 
     assert "bash scripts/gate.sh" in (REPO / "README.md").read_text(), "README no longer gives the gate's command"
     asv_page = (REPO / "docs" / "how-to" / "gate-a-change.md").read_text()
@@ -60,7 +58,6 @@ def test_the_pull_request_gate_is_the_one_readme_recommends() -> None:
     gate = " ".join(step.get("run", "") for step in workflow["jobs"]["gate"]["steps"])
     assert "asv continuous" in gate and '--factor "$ASV_FACTOR"' in gate
     assert '-b "$ASV_BENCH"' in gate and '-a "$ASV_ATTRIBUTES"' in gate
-    library_gate = importlib.import_module("library_gate")
     assert workflow["env"]["ASV_INSTRUCTIONS_FACTOR"] == str(library_gate.INSTRUCTIONS_FACTOR)
     assert workflow["env"]["ASV_INSTRUCTIONS_BENCH"] == asv_regression.GATE_INSTRUCTIONS_BENCH
     assert '--factor "$ASV_INSTRUCTIONS_FACTOR"' in gate and '-b "$ASV_INSTRUCTIONS_BENCH"' in gate

@@ -3,9 +3,10 @@
 One module per command group, each registering its commands and their handlers: plates
 (``generate``, ``import``, ``upload``, ``realism``), runs (``run``, ``smoke``, ``env``), comparisons
 (``compare-layouts``, ``compare-formats``), ``advise``, results (``plot``, ``report``, ``export``,
-``summary``), scale, and stores (``store-calibration``, ``prefetch-bench``, ``replay-validation``,
-``remote-bench``); ``parser`` assembles them, ``options`` holds the options several share, ``progress``
-the bars and Ctrl-C.
+``summary``), scale, stores (``store-calibration``, ``prefetch-bench``, ``replay-validation``,
+``remote-bench``), and tools that work on the repository checkout (``release-history``, ``library-gate``,
+``asv-regression``, ``headline``, ...: they keep their own exit codes); ``parser`` assembles them,
+``options`` holds the options several share, ``progress`` the bars and Ctrl-C.
 
 Ctrl-C and SIGTERM end every command the same way: as a KeyboardInterrupt, so each ``finally`` runs
 (scratch plates and folders are removed, finished rows stay) and one line is printed.
@@ -50,6 +51,8 @@ def _format_warning(message: Warning | str, category: type[Warning], *_: object,
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "own_exit_codes", False):  # a repository tool (cli/tools.py): its messages, signals, codes
+        return int(args.handler(args))
     sweep_stale_scratch()  # what a run killed with SIGKILL left in the temporary directory
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what --ranks hands on to each rank
     warnings.formatwarning = _format_warning

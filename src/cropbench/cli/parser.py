@@ -12,6 +12,7 @@ from cropbench.cli.results import add_result_commands
 from cropbench.cli.runs import add_run_commands
 from cropbench.cli.scale import add_scale_commands
 from cropbench.cli.stores import add_store_commands
+from cropbench.cli.tools import add_tool_commands
 
 EXIT_USER_ERROR = 2
 
@@ -43,4 +44,5 @@ def build_parser() -> argparse.ArgumentParser:
     add_result_commands(commands)
     add_scale_commands(commands)
     add_store_commands(commands)
+    add_tool_commands(commands)
     return parser
