@@ -714,7 +714,7 @@ def advise(
                 "budget_min": budget_min,
                 "minutes_used": (time.monotonic() - started) / 60.0,
                 "recommendation": dataclasses.asdict(recommendation),
-                "results": results.path.name,  # beside advice.json; a machine's own paths are not recorded
+                "results": results.path.name if results.path else None,  # beside advice.json, not a machine path
             },
         )
         path_written = advice.write_advice(document, out_dir)
