@@ -39,6 +39,16 @@ NO_READ = {
     "export": "writes rows already measured",
     "summary": "prints rows already measured",
     "scale generate": "writes a plate",
+    "headline": "renders rows already measured into a page",
+    "gpu-table": "renders rows already measured",
+    "asv-offline-html": "rewrites a published asv site",
+    "asv-site-tidy": "rewrites a published asv site",
+    "release-history": "rebuilds a library's release history (git)",
+    # asv's own runs, whose benchmarks read with the suites' fixed settings (arguments pass through to
+    # the tool, which checks them):
+    "asv-regression": "runs asv benchmarks at their own settings",
+    "library-gate": "runs asv benchmarks at their own settings",
+    "library-campaign": "runs asv benchmarks at their own settings",
 }
 #: Options of measuring commands that are not read settings: where rows go and how progress shows;
 #: what is measured (tracks, presets, layouts, formats, readers, models, servers) rather than how it
