@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,10 +74,19 @@ def staged(path: Path, overwrite: bool, origin: Origin | None = None, refuse: Re
     check_replaceable(path, overwrite, origin, refuse)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     except OSError as error:
         raise OutputError(f"cannot write beside {path}: {error.strerror or error}") from error
+    # The scratch folder's name is known before it exists and made inside the ``try``, so a stop signal
+    # landing just after it is made (where ``tempfile.mkdtemp`` would not yet have returned it) still
+    # finds the ``finally`` that removes it. A name already taken is someone else's: never removed.
+    scratch = path.parent / f".{path.name}.{secrets.token_hex(6)}.partial"
+    ours = True
     try:
+        try:
+            os.mkdir(scratch, 0o700)
+        except FileExistsError:
+            ours = False
+            raise
         yield scratch / path.name
         check_replaceable(path, overwrite, origin, refuse)
         if os.path.lexists(path):
@@ -87,7 +96,8 @@ def staged(path: Path, overwrite: bool, origin: Origin | None = None, refuse: Re
         where = f" ({error.filename})" if error.filename else ""
         raise OutputError(f"cannot write {path}: {error.strerror or error}{where}") from error
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if ours:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 __all__ = ["Origin", "Refusal", "check_replaceable", "staged"]
