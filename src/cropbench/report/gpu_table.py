@@ -7,8 +7,8 @@ What the GPU demands (Track 3 compute-only rows), what the loader supplies per r
 how supply scales from 0 workers, worker start-up at the most workers, supply over demand (Track 3:
 the loader alone after each loop, over the compute-only rate of the same model and batch), Track 3's
 end-to-end loops with the fewest workers that keep the GPU >= 90% busy, the threads-vs-workers split
-and the loader overhead. json, the standard library and the metric names (:mod:`cropbench.metrics`,
-constants only), so it runs wherever cropbench's src/ is on the path.
+and the loader overhead. The standard library, the metric names and the track names (:mod:`cropbench.metrics`,
+:mod:`cropbench.records`), so it runs wherever cropbench's src/ is on the path.
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from cropbench import metrics as m
+from cropbench.records import LOADER_TRACK as LOADER
+from cropbench.records import TRAINING_TRACK as TRAINING
+from cropbench.records import track_name
 
 #: Worker scaling that counts as paying off: 2 workers at least this many times 0 workers.
 TWO_WORKER_TARGET = 1.6
-
-#: The tracks the tables read, as rows carry them (cropbench.records' names, spelled here: standard library only).
-LOADER = "loader"
-TRAINING = "training"
-#: What rows written before the tracks were named carry in ``track``, by the name it now is.
-FORMER_TRACK_VALUES = {"1": "dataset", "2": LOADER, "3": TRAINING}
 
 
 def _number(value: Any, fmt: str = "{:,.0f}") -> str:
@@ -360,7 +357,7 @@ def main(argv: list[str]) -> int:
         return 2
     rows = [json.loads(line) for line in Path(argv[0]).read_text().splitlines() if line.strip()]
     for row in rows:
-        row["track"] = FORMER_TRACK_VALUES.get(row["track"], row["track"])
+        row["track"] = track_name(row["track"])  # rows written before the tracks were named read as named
     demand_lines, rates = demand(rows)
     parts = [
         machine(rows),
