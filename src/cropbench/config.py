@@ -41,6 +41,8 @@ DEFAULT_CHUNK_CACHE_BYTES = 32 * 2**20
 MAX_COALESCE_GAP_BYTES = 1 << 30
 #: The largest field edge in pixels (a 16k × 16k field of 8 channels is 4 GiB; cameras give 1-5k).
 MAX_FIELD_SIZE = 16384
+#: A crop's edge in pixels when nothing else is said: a cell with its neighbourhood at 20x.
+DEFAULT_CROP_SIZE = 96
 #: The largest seed: numpy's generators take no negative seed, its legacy global RNG none of 2**32 or more.
 MAX_SEED = 2**32 - 1
 
@@ -135,6 +137,11 @@ class LayoutSpec:
     ``chunk_order`` (:data:`CHUNK_ORDERS`) is the order of a shard's chunks on disk. A layout may name
     the ``coalesce_gap_bytes`` that suits it over an object store: the plate records it, and the direct
     reader reads no wider a gap on it than that (see :class:`StoreConfig`); None: the store's gap.
+
+    ``crop_atlas`` > 0 also writes, beside the fields, every object's crop of that size (all channels,
+    zero outside the field) as one chunk of an OME-Zarr image inside the plate
+    (:mod:`cropbench.plates.atlas`): a crop the direct reader finds there costs one chunk, one range
+    request over an object store, instead of the field chunks it overlaps. The fields stay as they are.
     """
 
     chunk_yx: int = 256
@@ -146,9 +153,18 @@ class LayoutSpec:
     colocate_objects: bool = False
     chunk_order: str = "zarr"
     coalesce_gap_bytes: int | None = None
+    crop_atlas: int = 0
 
     def __post_init__(self) -> None:
         _choice("format", self.format, FORMATS)
+        _require(
+            isinstance(self.crop_atlas, int) and 0 <= self.crop_atlas <= MAX_FIELD_SIZE,
+            f"crop_atlas must be a crop size from 0 (none) to {MAX_FIELD_SIZE}, got {self.crop_atlas!r}",
+        )
+        _require(
+            not self.crop_atlas or self.format == "ome-zarr",
+            f"crop_atlas needs format 'ome-zarr' (an image inside the plate), got {self.format!r}",
+        )
         _require(
             not self.colocate_objects or self.format == "ome-arrow",
             f"colocate_objects needs format 'ome-arrow' (the object table beside the images), got {self.format!r}",
@@ -203,7 +219,8 @@ class LayoutSpec:
         shard = {0: "", -1: "-shard-field"}.get(self.shard_yx, f"-shard{self.shard_yx}")
         order = "" if self.chunk_order == "zarr" else f"-{self.chunk_order}"
         gap = "" if self.coalesce_gap_bytes is None else f"-gap{self.coalesce_gap_bytes}"
-        return f"c{channels}-yx{chunk}-{self.codec}{shard}{order}{gap}"
+        atlas = f"-atlas{self.crop_atlas}" if self.crop_atlas else ""
+        return f"c{channels}-yx{chunk}-{self.codec}{shard}{order}{gap}{atlas}"
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -230,6 +247,9 @@ LAYOUTS: dict[str, LayoutSpec] = {
         coalesce_gap_bytes=24576,
     ),
 }
+# For shuffled training epochs read in place: the ``hilbert`` fields, and every object's crop of the
+# default size once more as one chunk each, so such a crop is one read of its own bytes.
+LAYOUTS["atlas"] = dataclasses.replace(LAYOUTS["hilbert"], crop_atlas=DEFAULT_CROP_SIZE)
 #: The OME-Zarr structures compared side by side; each gets one named layout per codec.
 _ZARR_STRUCTURES = ("planes", "tiles", "channel-tiles", "sharded")
 LAYOUTS.update(
@@ -330,8 +350,6 @@ class ReaderOptions:
         _require(isinstance(self.prefetch, PrefetchConfig), f"prefetch must be a PrefetchConfig, got {self.prefetch!r}")
 
 
-#: A crop's edge in pixels when nothing else is said: a cell with its neighbourhood at 20x.
-DEFAULT_CROP_SIZE = 96
 #: The largest crop edge: a crop is cut from one field (MAX_FIELD_SIZE).
 MAX_CROP_SIZE = 16384
 

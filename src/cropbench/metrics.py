@@ -59,6 +59,8 @@ BYTES_FETCHED_PER_CROP = "bytes_fetched_per_crop"
 BYTES_DECODED_PER_CROP = "bytes_decoded_per_crop"
 FETCH_AMPLIFICATION = "fetch_amplification"
 DECODE_AMPLIFICATION = "decode_amplification"
+#: The share of crops read from the plate's crop atlas (one stored chunk each) rather than cut from its fields.
+CROPS_FROM_ATLAS = "crops_from_atlas"
 # Process memory (``data.loader.memory_of``).
 MAIN_RSS_MIB = "main_rss_mib"
 WORKER_RSS_MIB = "worker_rss_mib"

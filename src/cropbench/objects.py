@@ -131,6 +131,17 @@ class ObjectTable:
         )
 
 
+def crop_origins(centroid_y: np.ndarray, centroid_x: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top-left corner (y0, x0) of each ``size``-pixel crop window centred on a centroid:
+    ``floor(c - (size - 1) / 2 + 1 / 2)`` on each axis, within half a pixel of the centroid (pixel
+    centres at integer coordinates, as CellProfiler measures them). The one formula of every reader
+    and writer of crops, so a crop stored once and a crop cut again cover the same pixels."""
+    return (
+        np.floor(np.asarray(centroid_y) - (size - 1) / 2 + 0.5).astype(np.int64),
+        np.floor(np.asarray(centroid_x) - (size - 1) / 2 + 0.5).astype(np.int64),
+    )
+
+
 def read_object_table(path: str | Path, location: tuple[str, int] | None = None) -> ObjectTable:
     """Read a table (Parquet or CSV); a plate directory means its bundled cropbench table.
 

@@ -20,7 +20,7 @@ from cropbench.config import CropConfig
 from cropbench.data.transforms import TORCH_DTYPES, TransformPlan
 from cropbench.errors import ConfigError, ObjectTableError
 from cropbench.formats import DirectChunkReader, PlateReader, Regions, open_plate, plate_objects
-from cropbench.objects import ObjectTable, label_columns, read_label_classes
+from cropbench.objects import ObjectTable, crop_origins, label_columns, read_label_classes
 
 GROUPINGS = ("field", "well", "chunk")
 
@@ -153,8 +153,7 @@ class CropDataset(Dataset[dict[str, Any]]):
                 f"{int(outside.sum())} centroids lie outside the {height}x{width} field, first object_id="
                 f"{int(table.object_id[first])} at (y={table.centroid_y[first]}, x={table.centroid_x[first]})"
             )
-        y0 = np.floor(table.centroid_y - (size - 1) / 2 + 0.5).astype(np.int64)
-        x0 = np.floor(table.centroid_x - (size - 1) / 2 + 0.5).astype(np.int64)
+        y0, x0 = crop_origins(table.centroid_y, table.centroid_x, size)
         keep = np.ones(len(table), dtype=bool)
         if self.config.border == "shift":
             y0, x0 = np.clip(y0, 0, height - size), np.clip(x0, 0, width - size)
@@ -186,18 +185,9 @@ class CropDataset(Dataset[dict[str, Any]]):
         _, height, width = self.reader.metadata.field_shape
         if y0 >= 0 and x0 >= 0 and y0 + size <= height and x0 + size <= width:
             return self.reader.read_region(field, y0, y0 + size, x0, x0 + size, self._channels_arg)
-        out = np.zeros((len(self.channel_indices), size, size), dtype=self.reader.metadata.dtype)
-        cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
-        self.reader.read_region(
-            field,
-            cy0,
-            cy1,
-            cx0,
-            cx1,
-            self._channels_arg,
-            out=out[:, cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0],
-        )
-        return out
+        # A crop that leaves the field is read as a batch of one: its window (not only the part inside the
+        # field) reaches the reader, which may hold the whole crop (a crop atlas).
+        return self.read_raw_batch(np.array([index], dtype=np.int64))[0]
 
     def metadata_of(self, index: int) -> dict[str, Any]:
         """Everything sample ``index`` carries besides its image (its plate, well, field, object id...)."""
@@ -303,13 +293,12 @@ class CropDataset(Dataset[dict[str, Any]]):
     def regions_of(self, indices: np.ndarray) -> Regions:
         """The windows of objects ``indices`` clipped to their fields, each landing where its crop
         starts inside the field (the rest of the crop is padding)."""
-        size = self.config.crop_size
-        _, height, width = self.reader.metadata.field_shape
-        y0, x0 = self.window_y0[indices], self.window_x0[indices]
-        clipped_y0, clipped_x0 = np.maximum(y0, 0), np.maximum(x0, 0)
-        clipped_y1, clipped_x1 = np.minimum(y0 + size, height), np.minimum(x0 + size, width)
-        return Regions(
-            self.field_index[indices], clipped_y0, clipped_y1, clipped_x0, clipped_x1, clipped_y0 - y0, clipped_x0 - x0
+        return Regions.of_windows(
+            self.field_index[indices],
+            self.window_y0[indices],
+            self.window_x0[indices],
+            self.config.crop_size,
+            self.reader.metadata.field_shape,
         )
 
     def read_ahead_batches(self, batch_size: int) -> int:

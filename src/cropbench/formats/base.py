@@ -108,6 +108,8 @@ class ReadStats:
     #: Chunks touched that are not in the store (no chunk file, an empty shard-index entry): they
     #: read as the fill value, as zarr does, so a deleted chunk shows up here and nowhere else.
     missing_chunks: int = 0
+    #: Regions read from a crop atlas (each one stored chunk) instead of the fields.
+    atlas_regions: int = 0
 
     def reset(self) -> None:
         for name in self.__dataclass_fields__:
@@ -124,6 +126,7 @@ class ReadStats:
             m.BYTES_DECODED_PER_CROP: self.bytes_decoded / regions,
             m.FETCH_AMPLIFICATION: self.bytes_fetched / delivered,
             m.DECODE_AMPLIFICATION: self.bytes_decoded / delivered,
+            m.CROPS_FROM_ATLAS: self.atlas_regions / regions,
         }
 
 
@@ -145,6 +148,17 @@ class Regions:
 
     def __len__(self) -> int:
         return len(self.field)
+
+    @classmethod
+    def of_windows(
+        cls, field: np.ndarray, y0: np.ndarray, x0: np.ndarray, size: int, field_shape: tuple[int, int, int]
+    ) -> Regions:
+        """The ``size``-pixel windows at (``y0``, ``x0``) of their fields, clipped to the field: each
+        lands where its crop starts inside the field, the rest of the crop being padding."""
+        _, height, width = field_shape
+        clipped_y0, clipped_x0 = np.maximum(y0, 0), np.maximum(x0, 0)
+        clipped_y1, clipped_x1 = np.minimum(y0 + size, height), np.minimum(x0 + size, width)
+        return cls(field, clipped_y0, clipped_y1, clipped_x0, clipped_x1, clipped_y0 - y0, clipped_x0 - x0)
 
     def columns(self) -> tuple[np.ndarray, ...]:
         """(field, y0, y1, x0, x1, out_y0, out_x0)."""

@@ -36,6 +36,49 @@ def row_name(row: int) -> str:
     return chr(ord("A") + row)
 
 
+def image_attributes(
+    name: str,
+    channel_names: tuple[str, ...],
+    display_ranges: tuple[tuple[float, float], ...],
+    pixel_size: tuple[float, float] | None,
+) -> dict[str, Any]:
+    """NGFF 0.5 ``ome`` attributes of one (c, y, x) image with its array at ``0``: axes, scale and the
+    channels' names and display windows. ``pixel_size`` (y, x) in µm; None: unknown (unit-less scale)."""
+    unit = {"unit": "micrometer"} if pixel_size else {}
+    return {
+        "version": NGFF_VERSION,
+        "multiscales": [
+            {
+                "name": name,
+                "axes": [
+                    {"name": "c", "type": "channel"},
+                    {"name": "y", "type": "space", **unit},
+                    {"name": "x", "type": "space", **unit},
+                ],
+                "datasets": [
+                    {
+                        "path": "0",
+                        "coordinateTransformations": [
+                            {"type": "scale", "scale": [1.0, *(float(s) for s in pixel_size or (1.0, 1.0))]},
+                        ],
+                    }
+                ],
+            }
+        ],
+        "omero": {
+            "channels": [
+                {
+                    "label": label,
+                    "active": True,
+                    "color": "FFFFFF",
+                    "window": {"start": lo, "end": hi, "min": 0, "max": 65535},
+                }
+                for label, (lo, hi) in zip(channel_names, display_ranges, strict=True)
+            ],
+        },
+    }
+
+
 class OmeZarrPlateWriter(PlateWriter):
     """Writes an NGFF 0.5 HCS plate (plate → row/column wells → fields) field by field."""
 
@@ -75,41 +118,12 @@ class OmeZarrPlateWriter(PlateWriter):
     def write_field(self, row: str, column: str, site: int, pixels: np.ndarray) -> None:
         self._check_pixels(row, column, site, pixels)
         image = self.root.require_group(f"{row}/{column}/{site}")
-        # The cropbench block's pixel_size_um: (y, x) µm; None means unknown (unit-less pixel scale).
-        pixel_size = self.attributes.get("pixel_size_um", DEFAULT_PIXEL_SIZE_UM)
-        unit = {"unit": "micrometer"} if pixel_size else {}
-        image.attrs["ome"] = {
-            "version": NGFF_VERSION,
-            "multiscales": [
-                {
-                    "name": f"{row}{column}/{site}",
-                    "axes": [
-                        {"name": "c", "type": "channel"},
-                        {"name": "y", "type": "space", **unit},
-                        {"name": "x", "type": "space", **unit},
-                    ],
-                    "datasets": [
-                        {
-                            "path": "0",
-                            "coordinateTransformations": [
-                                {"type": "scale", "scale": [1.0, *(float(s) for s in pixel_size or (1.0, 1.0))]},
-                            ],
-                        }
-                    ],
-                }
-            ],
-            "omero": {
-                "channels": [
-                    {
-                        "label": label,
-                        "active": True,
-                        "color": "FFFFFF",
-                        "window": {"start": lo, "end": hi, "min": 0, "max": 65535},
-                    }
-                    for label, (lo, hi) in zip(self.geometry.channel_names, self.geometry.display_ranges, strict=True)
-                ],
-            },
-        }
+        image.attrs["ome"] = image_attributes(
+            f"{row}{column}/{site}",
+            self.geometry.channel_names,
+            self.geometry.display_ranges,
+            self.attributes.get("pixel_size_um", DEFAULT_PIXEL_SIZE_UM),
+        )
         channels, height, width = self.geometry.field_shape
         array = image.create_array(
             "0",

@@ -28,6 +28,7 @@ from cropbench.formats import (
 from cropbench.formats.marker import LAYOUT_MARKER
 from cropbench.formats.omearrow import require_ome_arrow
 from cropbench.objects import LABEL_CLASSES_NAME, OBJECT_TABLE_NAME, ObjectTable, read_object_table
+from cropbench.plates.atlas import write_crop_atlas
 from cropbench.plates.destination import Origin, staged
 from cropbench.plates.generate import GeneratedPlate
 
@@ -116,6 +117,9 @@ def _write_copy(
         shutil.copyfile(table, destination_path / OBJECT_TABLE_NAME)
     if (source_path / LABEL_CLASSES_NAME).is_file():  # label class ids stay those of the source
         shutil.copyfile(source_path / LABEL_CLASSES_NAME, destination_path / LABEL_CLASSES_NAME)
+    started = time.perf_counter()
+    write_crop_atlas(destination_path, layout)
+    writing += time.perf_counter() - started
     return writing, objects
 
 

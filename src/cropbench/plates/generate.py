@@ -16,6 +16,7 @@ from cropbench.errors import ConfigError
 from cropbench.formats import PlateGeometry, create_plate_writer
 from cropbench.formats.omezarr import row_name
 from cropbench.objects import OBJECT_TABLE_NAME, ObjectTable
+from cropbench.plates.atlas import write_crop_atlas
 from cropbench.plates.destination import staged
 from cropbench.plates.synthetic import render_field
 
@@ -121,4 +122,5 @@ def _write_plate(
         bbox=np.concatenate(columns["boxes"]),
     )
     table.write(destination / OBJECT_TABLE_NAME)
+    write_crop_atlas(destination, layout)
     return table, started

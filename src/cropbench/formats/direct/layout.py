@@ -185,9 +185,13 @@ class FieldLayouts:
     """Each field's :class:`ChunkLayout`, read once and checked; where its chunks live under the plate,
     the codec the native loads call it (None on a plate in an object store, or a codec they lack)."""
 
-    def __init__(self, metadata: PlateMetadata, local: bool) -> None:
+    def __init__(
+        self, metadata: PlateMetadata, local: bool, extra: dict[int, tuple[str, ArrayMetadata]] | None = None
+    ) -> None:
         self.metadata = metadata
         self.local = local
+        #: Arrays read as fields past the plate's own (its crop atlases): index -> (path under the plate, metadata).
+        self.extra = extra or {}
         self.layouts: dict[int, ChunkLayout] = {}
         self.bases: dict[int, str] = {}
         self.native_codecs: dict[int, int | None] = {}
@@ -198,10 +202,17 @@ class FieldLayouts:
         """The layout of one field, read (and checked) on first use."""
         layout = self.layouts.get(field_index)
         if layout is None:
-            array_dir = self.metadata.path / self.metadata.fields[field_index].path
+            path = self.field_path(field_index)
+            array_dir = self.metadata.path / path
             arrays = self.metadata.arrays
-            layout = chunk_layout(arrays[field_index] if arrays else read_array_metadata(array_dir))
-            channel_axis = len(layout.shape) - 3 if self.metadata.channel_axis is None else self.metadata.channel_axis
+            if field_index in self.extra:
+                array = self.extra[field_index][1]
+            else:
+                array = arrays[field_index] if arrays else read_array_metadata(array_dir)
+            layout = chunk_layout(array)
+            # A crop atlas is cropbench's own (c, y, x) image, whatever axes the plate's fields have.
+            given = None if field_index in self.extra else self.metadata.channel_axis
+            channel_axis = len(layout.shape) - 3 if given is None else given
             spare = [c for i, c in enumerate(layout.chunk[:-2]) if i != channel_axis]
             if any(c != 1 for c in spare):
                 raise StoreError(f"{array_dir}: chunks {layout.chunk} span more than one t/z plane")
@@ -213,7 +224,7 @@ class FieldLayouts:
                     f"{array_dir}: a chunk grid of {grid} is beyond the direct decode path "
                     f"(at most {MAX_C_CHUNKS} channel and {MAX_YX_CHUNKS} y/x chunks); use decode='zarr'"
                 )
-            self.bases[field_index] = f"{self.metadata.fields[field_index].path}/"
+            self.bases[field_index] = f"{path}/"
             self.native_codecs[field_index] = native_codec(layout) if self.local else None
             self.geometries.add(layout.geometry)
             # Last: a thread that finds the layout (a read, or the prefetch) finds the rest with it.
@@ -226,5 +237,6 @@ class FieldLayouts:
         return self.bases[field_index] + layout.key(layout.coords(c_index, y_index, x_index))
 
     def field_path(self, field_index: int) -> str:
-        """The field's array under the plate, for messages."""
-        return self.metadata.fields[field_index].path
+        """The field's array under the plate."""
+        extra = self.extra.get(field_index)
+        return extra[0] if extra else self.metadata.fields[field_index].path

@@ -20,6 +20,7 @@ import numpy as np
 
 from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, PrefetchConfig, ReaderOptions, coalesce_gap
 from cropbench.errors import ConfigError, StoreError
+from cropbench.formats.atlas import find_atlases
 from cropbench.formats.base import PlateMetadata, PlateReader, Regions
 from cropbench.formats.direct.cache import ChunkCache
 from cropbench.formats.direct.keys import FIELD_SHIFT, MAX_FIELDS
@@ -89,7 +90,9 @@ class DirectChunkReader(PlateReader):
         super().__init__(metadata)
         if not isinstance(decode_threads, int) or decode_threads < 1:
             raise ConfigError(f"decode_threads must be an integer >= 1, got {decode_threads!r}")
-        if len(metadata.fields) > MAX_FIELDS:
+        #: The plate's crop atlases, read as the fields after its own (:mod:`cropbench.formats.atlas`).
+        self.atlases = find_atlases(metadata)
+        if len(metadata.fields) + len(self.atlases) > MAX_FIELDS:
             raise StoreError(
                 f"the direct decode path reads at most {MAX_FIELDS} fields, the plate has "
                 f"{len(metadata.fields)}; use decode='zarr'"
@@ -100,7 +103,12 @@ class DirectChunkReader(PlateReader):
         remote = metadata.remote
         #: Batches read ahead of the one asked for, once told which come next (0: none).
         self.prefetch_batches = self.prefetch_config.batches_for(remote is not None)
-        self.layouts = FieldLayouts(metadata, local=remote is None)
+        first_atlas = len(metadata.fields)
+        self.layouts = FieldLayouts(
+            metadata,
+            local=remote is None,
+            extra={first_atlas + k: (atlas.array_path, atlas.array) for k, atlas in enumerate(self.atlases)},
+        )
         self.cache = ChunkCache(chunk_cache_bytes, self.stats)
         self.shards = ShardIndex(self.layouts, self.cache.count_fetched)
         self._source = ProcessSource(metadata, self.shards.forget)
@@ -160,9 +168,22 @@ class DirectChunkReader(PlateReader):
         """Where the bytes come from, opened once per process (a forked worker opens its own)."""
         return self._source()
 
+    def routed(self, regions: Regions, count: bool = False) -> Regions:
+        """``regions`` with those a crop atlas holds whole read from there (the same pixels, fewer
+        bytes); counted in ``stats.atlas_regions`` when ``count``."""
+        for k, atlas in enumerate(self.atlases):
+            regions, moved = atlas.route(regions, len(self.metadata.fields) + k)
+            if count:
+                self.stats.atlas_regions += moved
+        return regions
+
     def _fill(
         self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
     ) -> None:
+        if self.atlases:
+            one = Regions(*(np.array([value], dtype=np.int64) for value in (field_index, y0, y1, x0, x1, 0, 0)))
+            region = self.routed(one, count=True)
+            field_index, y0, y1, x0, x1 = (int(column[0]) for column in region.columns()[:5])
         self.scheduler.execute(self.pieces.plan_region(field_index, y0, y1, x0, x1, channels), out[None])
 
     def read_regions(
@@ -178,7 +199,7 @@ class DirectChunkReader(PlateReader):
         the regions (a crop's padding): with decode threads it runs on the calling thread while the
         threads decode, with one thread after the reads."""
         self._check_regions(regions, out)
-        plan = self.pieces.plan_regions(regions, channels)
+        plan = self.pieces.plan_regions(self.routed(regions, count=True), channels)
         if self.prefetcher is None:
             self.scheduler.execute(plan, out, meanwhile)
         else:
@@ -197,12 +218,12 @@ class DirectChunkReader(PlateReader):
         into the cache in the background (a hint: a no-op when prefetch is off, and the reads give the
         same bytes whatever was prefetched)."""
         if self.prefetcher is not None and upcoming:
-            self.prefetcher.hint(upcoming, channels)
+            self.prefetcher.hint([self.routed(regions) for regions in upcoming], channels)
 
     def region_chunks(self, regions: Regions) -> list[np.ndarray]:
         """The keys of the chunks each region needs (every channel), as the reader plans them: what
         decoding the region costs, whatever the cache holds."""
-        pieces = self.pieces.plan_regions(regions, None).pieces
+        pieces = self.pieces.plan_regions(self.routed(regions), None).pieces
         by_slot = np.argsort(pieces["slot"], kind="stable")
         slots, keys = pieces["slot"][by_slot], pieces["key"][by_slot]
         bounds = np.searchsorted(slots, np.arange(len(regions) + 1))

@@ -1,0 +1,163 @@
+"""Crop atlases: every object's crop stored once more, as one chunk, inside an OME-Zarr plate.
+
+A shuffled epoch reads each crop once, from anywhere in the plate. Cut from the fields, a 96 px crop
+overlaps several field chunks (bytes it does not need, and ranges that do not join over an object
+store); stored as a chunk of its own it is one read of about its own compressed bytes. The atlas is
+an OME-Zarr image beside the plate's wells (``crop_atlas/s<size>/``: axes c, y, x, one ``size`` x
+``size`` chunk per crop, the cells in rows of ``columns``, inside shards), which any NGFF or zarr
+reader opens, and ``windows.json`` beside its array says which field window each cell holds.
+
+A reader routes a region to the atlas only where a cell holds it whole (:meth:`CropAtlas.route`): the
+same pixels as the field, so what is read never depends on whether the atlas was used. Crops of other
+sizes or windows, and everything else, read the fields.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cropbench.errors import StoreError
+from cropbench.formats.base import PlateMetadata, Regions
+from cropbench.formats.metadata import ArrayMetadata
+from cropbench.formats.ngff import read_array_metadata
+
+#: The group under the plate that holds its atlases, one image per crop size.
+ATLAS_GROUP = "crop_atlas"
+#: The document beside an atlas's array naming the window each cell holds.
+WINDOWS_NAME = "windows.json"
+#: Bits of a window key per coordinate: origins from -size to MAX_FIELD_SIZE fit after shifting by size.
+_COORD_BITS = 20
+
+
+def atlas_folder(crop_size: int) -> str:
+    """The atlas image of ``crop_size``-pixel crops, relative to the plate."""
+    return f"{ATLAS_GROUP}/s{crop_size}"
+
+
+def window_keys(field: np.ndarray, y0: np.ndarray, x0: np.ndarray, crop_size: int) -> np.ndarray:
+    """One int per window (field, origin), so a batch's windows are looked up with array arithmetic."""
+    return (
+        np.asarray(field, dtype=np.int64) << 2 * _COORD_BITS
+        | (np.asarray(y0, dtype=np.int64) + crop_size) << _COORD_BITS
+        | (np.asarray(x0, dtype=np.int64) + crop_size)
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class CropAtlas:
+    """One atlas of a plate: where its array lies, its cells' windows, and the lookup from a window to
+    its cell."""
+
+    #: The atlas's zarr array, relative to the plate.
+    array_path: str
+    array: ArrayMetadata
+    crop_size: int
+    #: Cells per row of the atlas image.
+    columns: int
+    #: The window key of each cell (:func:`window_keys`), sorted, and the cell each belongs to.
+    keys: np.ndarray
+    cells: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.keys)
+
+    def route(self, regions: Regions, atlas_field: int) -> tuple[Regions, int]:
+        """``regions`` with each one that a cell holds whole moved onto the atlas (field ``atlas_field``,
+        the cell's pixels), landing where it did; and how many moved.
+
+        A region's window is where its crop starts: the region's origin less where it lands in the
+        crop (a crop clipped at the field's edge lands inside its slot)."""
+        size = self.crop_size
+        if not len(self.keys):
+            return regions, 0
+        wy, wx = regions.y0 - regions.out_y0, regions.x0 - regions.out_x0
+        wanted = window_keys(regions.field, wy, wx, size)
+        found = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
+        hit = (self.keys[found] == wanted) & (regions.y1 - wy <= size) & (regions.x1 - wx <= size)
+        moved = int(hit.sum())
+        if not moved:
+            return regions, 0
+        row, column = np.divmod(self.cells[found], self.columns)
+        top, left = row * size - wy, column * size - wx
+        return (
+            Regions(
+                np.where(hit, atlas_field, regions.field),
+                np.where(hit, regions.y0 + top, regions.y0),
+                np.where(hit, regions.y1 + top, regions.y1),
+                np.where(hit, regions.x0 + left, regions.x0),
+                np.where(hit, regions.x1 + left, regions.x1),
+                regions.out_y0,
+                regions.out_x0,
+            ),
+            moved,
+        )
+
+
+def find_atlases(metadata: PlateMetadata) -> list[CropAtlas]:
+    """The atlases of a plate (none for any plate without a ``crop_atlas`` group), each checked
+    against the plate: its windows inside fields the plate has, its array the plate's channels."""
+    group = metadata.path / ATLAS_GROUP
+    if metadata.format != "ome-zarr" or not group.is_dir():
+        return []
+    return [read_atlas(metadata, folder) for folder in sorted(group.iterdir()) if (folder / WINDOWS_NAME).is_file()]
+
+
+def read_atlas(metadata: PlateMetadata, folder: Path) -> CropAtlas:
+    """One atlas, or a :class:`StoreError` naming the file and what is wrong with it."""
+    where = folder / WINDOWS_NAME
+    try:
+        document = json.loads(where.read_text(encoding="utf-8"))
+        crop_size, columns = _positive(document, "crop_size"), _positive(document, "columns")
+        fields = document["fields"]
+        windows = np.asarray(document["windows"], dtype=np.int64).reshape(-1, 3)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise StoreError(f"crop atlas {where} is unreadable: {str(error)[:200]}") from error
+    by_path = {info.path: info.index for info in metadata.fields}
+    unknown = [path for path in fields if path not in by_path]
+    if unknown:
+        raise StoreError(f"crop atlas {where} names field {unknown[0]!r}, which plate {metadata.path} lacks")
+    if len(windows) and not (windows[:, 0].min() >= 0 and windows[:, 0].max() < len(fields)):
+        raise StoreError(f"crop atlas {where}: a window names a field outside its 'fields' list")
+    _, height, width = metadata.field_shape
+    inside = (windows[:, 1:] > -crop_size).all() and (windows[:, 1] < height).all() and (windows[:, 2] < width).all()
+    if not inside:
+        raise StoreError(f"crop atlas {where}: a window of {crop_size} px does not touch its field")
+    array_path = f"{folder.relative_to(metadata.path).as_posix()}/0"
+    array = read_array_metadata(metadata.path / array_path)
+    channels, rows = metadata.field_shape[0], -(-len(windows) // columns)
+    expected = (channels, crop_size, crop_size)
+    chunk = array.sharding.chunk if array.sharding else array.chunk
+    if (
+        len(array.shape) != 3
+        or array.shape[0] != channels
+        or array.shape[1] < rows * crop_size
+        or array.shape[2] < columns * crop_size
+        or tuple(chunk) != expected
+        or array.dtype != np.dtype(metadata.dtype)
+    ):
+        raise StoreError(
+            f"crop atlas {folder}: array {tuple(array.shape)} with chunks {tuple(chunk)} ({array.dtype}) cannot hold "
+            f"{len(windows)} crops of {expected} ({metadata.dtype}) in rows of {columns}"
+        )
+    field_index = np.asarray([by_path[path] for path in fields], dtype=np.int64)
+    keys = window_keys(field_index[windows[:, 0]], windows[:, 1], windows[:, 2], crop_size)
+    order = np.argsort(keys, kind="stable")
+    return CropAtlas(array_path, array, crop_size, columns, keys[order], order.astype(np.int64))
+
+
+def atlas_document(crop_size: int, columns: int, fields: list[str], windows: np.ndarray) -> dict[str, Any]:
+    """What :data:`WINDOWS_NAME` holds: ``windows`` rows of (position in ``fields``, y0, x0), one per cell."""
+    return {"crop_size": crop_size, "columns": columns, "fields": fields, "windows": windows.tolist()}
+
+
+def _positive(document: dict[str, Any], name: str) -> int:
+    value = document[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    return value

@@ -1,0 +1,141 @@
+"""The crop atlas: every object's crop once more as one chunk inside the OME-Zarr plate, read in its
+place only where it holds the very pixels the fields give."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zarr
+
+from cropbench import CropConfig, CropDataset
+from cropbench import metrics as m
+from cropbench.config import LAYOUTS, StoreConfig
+from cropbench.errors import ConfigError, StoreError
+from cropbench.formats import open_plate
+from cropbench.formats.atlas import WINDOWS_NAME, atlas_folder
+from cropbench.formats.sources import mirror_metadata
+from cropbench.measure import endpoints
+from cropbench.measure.remote import requests_per_crop
+from cropbench.plates.convert import convert_plate
+
+CROP_SIZE = LAYOUTS["atlas"].crop_atlas
+#: Bytes of one crop of every channel of the tiny plate, uint16.
+CROP_BYTES = 5 * CROP_SIZE * CROP_SIZE * 2
+
+
+@pytest.fixture(scope="module")
+def atlas_plate(tiny_plate: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("atlas") / "atlas.zarr"
+    convert_plate(tiny_plate, path, LAYOUTS["atlas"])
+    return path
+
+
+def _images(dataset: CropDataset, indices: list[int]) -> torch.Tensor:
+    return dataset.__getitems__(indices).collated()["image"]
+
+
+@pytest.mark.parametrize("border", ["pad", "shift"])
+@pytest.mark.parametrize("crop_size", [CROP_SIZE, 64])
+def test_every_crop_reads_the_same_pixels_as_the_default_layout(
+    tiny_plate: Path, atlas_plate: Path, crop_size: int, border: str
+) -> None:
+    config = CropConfig(crop_size=crop_size, border=border)
+    atlas, default = CropDataset(atlas_plate, config), CropDataset(tiny_plate, config)
+    everything = list(np.random.default_rng(0).permutation(len(default)))
+    assert torch.equal(_images(atlas, everything), _images(default, everything))
+    for index in everything[:40]:
+        assert torch.equal(atlas[int(index)]["image"], default[int(index)]["image"]), index
+    share = atlas.reader.stats.per_region()[m.CROPS_FROM_ATLAS]
+    if crop_size == CROP_SIZE and border == "pad":
+        assert share == 1.0, "every crop of the atlas's size and windows is read from the atlas"
+    elif crop_size != CROP_SIZE:
+        assert share == 0.0, "a crop of another size is cut from the fields"
+
+
+def test_a_channel_subset_comes_from_the_atlas_too(tiny_plate: Path, atlas_plate: Path) -> None:
+    config = CropConfig(crop_size=CROP_SIZE, channels=("RNA", "DNA"))
+    atlas, default = CropDataset(atlas_plate, config), CropDataset(tiny_plate, config)
+    indices = list(range(len(default)))
+    assert torch.equal(_images(atlas, indices), _images(default, indices))
+    assert atlas.reader.stats.per_region()[m.CROPS_FROM_ATLAS] == 1.0
+
+
+def test_the_atlas_is_an_ome_zarr_image_that_zarr_python_and_ome_zarr_py_read(
+    tiny_plate: Path, atlas_plate: Path
+) -> None:
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    folder = atlas_plate / atlas_folder(CROP_SIZE)
+    document = json.loads((folder / WINDOWS_NAME).read_text())
+    array = zarr.open_array(str(folder / "0"), mode="r")
+    assert array.chunks == (5, CROP_SIZE, CROP_SIZE) and array.shards is not None
+    default = CropDataset(tiny_plate, CropConfig(crop_size=CROP_SIZE))
+    columns = document["columns"]
+    for cell in (0, 1, len(document["windows"]) - 1):
+        row, column = divmod(cell, columns)
+        top, left = row * CROP_SIZE, column * CROP_SIZE
+        stored = np.asarray(array[:, top : top + CROP_SIZE, left : left + CROP_SIZE])
+        assert np.array_equal(stored, default[cell]["image"].numpy()), f"cell {cell} holds object {cell}'s crop"
+    nodes = list(Reader(parse_url(str(folder)))())
+    assert np.array_equal(np.asarray(nodes[0].data[0]), np.asarray(array[...]))
+    plate_nodes = list(Reader(parse_url(str(atlas_plate)))())
+    assert plate_nodes, "ome-zarr-py still reads the plate"
+    assert zarr.open_group(str(atlas_plate), mode="r").attrs["ome"]["plate"]["wells"]
+
+
+def test_the_layout_is_named_checked_and_labelled() -> None:
+    assert LAYOUTS["atlas"].label.endswith(f"-atlas{CROP_SIZE}")
+    with pytest.raises(ConfigError, match="crop_atlas needs format 'ome-zarr'"):
+        LAYOUTS["memmap"].__class__(format="memmap", codec="none", crop_atlas=96)
+    with pytest.raises(ConfigError, match="crop_atlas must be"):
+        LAYOUTS["default"].__class__(crop_atlas=-1)
+
+
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (lambda text: text[: len(text) // 2], "is unreadable"),
+        (lambda text: text.replace('"A/1/0/0"', '"Z/9/0/0"', 1), "which plate"),
+        (lambda text: json.dumps({**json.loads(text), "crop_size": 0}), "is unreadable"),
+        (lambda text: json.dumps({**json.loads(text), "columns": 10**6}), "cannot hold"),
+    ],
+    ids=["truncated", "unknown-field", "no-size", "too-many-columns"],
+)
+def test_a_damaged_windows_document_is_refused_naming_it(atlas_plate: Path, tmp_path: Path, damage, message) -> None:
+    import shutil
+
+    copy = tmp_path / "plate.zarr"
+    shutil.copytree(atlas_plate, copy)
+    windows = copy / atlas_folder(CROP_SIZE) / WINDOWS_NAME
+    windows.write_text(damage(windows.read_text()))
+    with pytest.raises(StoreError, match=message) as raised:
+        open_plate(copy, "direct")
+    assert WINDOWS_NAME in str(raised.value) or atlas_folder(CROP_SIZE) in str(raised.value)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_plate: Path, atlas_plate: Path) -> Iterator[dict[str, str]]:
+    if endpoints.nginx_binary() is None:
+        pytest.skip("nginx is not installed: apt-get install -y nginx")
+    with endpoints.http_plate(tiny_plate) as default, endpoints.http_plate(atlas_plate) as atlas:
+        yield {"default": default, "atlas": atlas}
+
+
+def test_over_a_store_a_crop_is_one_request_of_about_its_compressed_bytes(
+    served: dict[str, str], tmp_path: Path
+) -> None:
+    counts = {
+        name: requests_per_crop(
+            mirror_metadata(url, StoreConfig(), cache_dir=tmp_path / name), "direct", crops=64, cache_bytes=0
+        )
+        for name, url in served.items()
+    }
+    moved = {name: count[m.BYTES_TRANSFERRED_PER_CROP] / CROP_BYTES for name, count in counts.items()}
+    assert moved["atlas"] <= 1.0 < moved["default"], moved
+    assert counts["atlas"][m.REQUESTS_PER_CROP] == 1.0, counts["atlas"]
