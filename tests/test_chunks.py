@@ -635,3 +635,28 @@ def test_without_numcodecs_c_blosc_blosc_chunks_take_the_python_path(
     assert reader.stats.chunks_decoded > 0
     message = str(warned[0].message)
     assert "\n" not in message and message.startswith("cropbench: numcodecs ")
+
+
+def test_a_batch_asks_for_the_indexes_of_every_shard_it_touches_first_at_once(
+    tiny_plate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cropbench.formats.sources import FileSource
+
+    asked: list[list[str]] = []
+    own = FileSource.get_suffixes
+
+    def recorded(self: FileSource, requests: list[tuple[str, int]]) -> list[bytes | None]:
+        asked.append([key for key, _ in requests])
+        return own(self, requests)
+
+    monkeypatch.setattr(FileSource, "get_suffixes", recorded)
+    reader = open_plate(tiny_plate, "direct")
+    fields = len(reader.metadata.fields)
+    zero = np.zeros(fields, dtype=np.int64)
+    regions = Regions(np.arange(fields, dtype=np.int64), zero, zero + 8, zero, zero + 8, zero, zero)
+    out = np.zeros((fields, 5, 8, 8), dtype=np.uint16)
+    reader.read_regions(regions, out)
+    assert len(asked) == 1 and len(set(asked[0])) == fields, asked
+    for field in range(fields):
+        assert np.array_equal(out[field], reader.read_region(field, 0, 8, 0, 8))
+    assert len(asked) == 1, "indexes already read are not asked for again"

@@ -103,8 +103,7 @@ class ReadPlanner:
         shards = in_order[first_of_shard]
         which = np.empty(len(keys), dtype=np.int64)
         which[by_shard] = np.cumsum(first_of_shard) - 1
-        lookup = self.shards.lookup
-        found = [lookup(shard_id, source) for shard_id in shards.tolist()]
+        found = self.shards.lookup_many(shards.tolist(), source)
         shard_keys = [None if entry is None else entry.key for entry in found]
         rows = np.array([-1 if entry is None else entry.row for entry in found], dtype=np.int64)[which]
         offsets, sizes = self.shards.table()
@@ -158,8 +157,8 @@ class ReadPlanner:
             shard_id |= y_index // per_y << X_BITS | x_index // per_x
             inner = c_index % per_c * stride_c + y_index % per_y * stride_y + x_index % per_x * stride_x
             by_shard.setdefault(shard_id, []).append((key, inner))
-        lookup = self.shards.lookup
-        found = {shard_id: lookup(shard_id, source) for shard_id in sorted(by_shard)}
+        shard_ids = sorted(by_shard)
+        found = dict(zip(shard_ids, self.shards.lookup_many(shard_ids, source), strict=True))
         offsets, sizes = self.shards.table()
         shard_keys = {shard_id: entry.key for shard_id, entry in found.items() if entry is not None}
         present: list[tuple[int, int, int, int]] = []  # (shard, start, size, key)

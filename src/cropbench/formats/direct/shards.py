@@ -13,7 +13,7 @@ import numpy as np
 from cropbench.errors import StoreError
 from cropbench.formats.direct.codecs.crc32c import crc32c
 from cropbench.formats.direct.keys import chunk_name, field_of
-from cropbench.formats.direct.layout import FieldLayouts
+from cropbench.formats.direct.layout import ChunkLayout, FieldLayouts
 from cropbench.formats.sources import ByteSource, FileSource
 
 
@@ -71,7 +71,7 @@ class ShardIndex:
 
     def table(self) -> tuple[np.ndarray, np.ndarray]:
         """Every shard index read so far, end to end: (offset, size) of each inner chunk as int64, a
-        shard's entries from the row :meth:`lookup` gave it; -1 marks an empty entry."""
+        shard's entries from the row :meth:`lookup_many` gave it; -1 marks an empty entry."""
         if self._pending:
             with self._lock:
                 if self._pending:
@@ -79,32 +79,55 @@ class ShardIndex:
         table = self._table
         return table[:, 0], table[:, 1]
 
-    def lookup(self, shard_id: int, source: ByteSource) -> ShardEntry | None:
-        """The entry of one shard (``shard_id`` packs its field and grid coordinates as a chunk key
-        does), its index fetched once per process; None when the shard does not exist."""
-        if shard_id in self._shards:
-            return self._shards[shard_id]
+    def lookup_many(self, shard_ids: list[int], source: ByteSource) -> list[ShardEntry | None]:
+        """The entry of each shard (``shard_id`` packs its field and grid coordinates as a chunk key
+        does), None where the shard does not exist; each index is fetched once per process, those not
+        read yet all at once: a batch that first touches twenty shards waits one round trip, not twenty."""
+        if all(shard_id in self._shards for shard_id in shard_ids):
+            return [self._shards[shard_id] for shard_id in shard_ids]
         with self._lock:
-            if shard_id in self._shards:  # fetched by another thread while this one waited
-                return self._shards[shard_id]
-            return self._fetch(shard_id, source)
+            missing = list(dict.fromkeys(shard_id for shard_id in shard_ids if shard_id not in self._shards))
+            wanted = [self._index_request(shard_id, source) for shard_id in missing]
+            suffixes = [(key, size) for key, size, _, layout in wanted if layout.index_at_end]
+            try:
+                raws = source.get_suffixes(suffixes) if len(suffixes) > 1 else None
+            except StoreError:
+                raws = None  # read them one by one, so the message names the shard
+            fetched = iter(raws or ())
+            for shard_id, (key, size, path, layout) in zip(missing, wanted, strict=True):
+                at_end = layout.index_at_end
+                raw = (
+                    next(fetched) if raws is not None and at_end else self._read_index(source, key, size, path, at_end)
+                )
+                self._store(shard_id, raw, key, size, path, source)
+        return [self._shards[shard_id] for shard_id in shard_ids]
 
-    def _fetch(self, shard_id: int, source: ByteSource) -> ShardEntry | None:
-        """:meth:`lookup` of a shard not read yet (under the lock)."""
+    def _index_request(self, shard_id: int, source: ByteSource) -> tuple[str, int, str, ChunkLayout]:
+        """(key, bytes of its index, path for messages, layout) of a shard."""
         field_index = field_of(shard_id)
         layout = self.layouts.layouts[field_index]
         shard_key = self.layouts.object_key(field_index, *chunk_name(shard_id))
-        path = f"{source.location.rstrip('/')}/{shard_key}"
         size = layout.shard_entries * 16 + (4 if layout.index_decoders_checksum else 0)
+        return shard_key, size, f"{source.location.rstrip('/')}/{shard_key}", layout
+
+    @staticmethod
+    def _read_index(source: ByteSource, key: str, size: int, path: str, at_end: bool) -> bytes | None:
+        """One shard's index, at its end or its start; a short shard named as truncated."""
         try:
-            raw = source.get_suffix(shard_key, size) if layout.index_at_end else source.get_range(shard_key, 0, size)
+            return source.get_suffix(key, size) if at_end else source.get_range(key, 0, size)
         except StoreError as error:
             if "truncated" not in str(error):
                 raise
             raise StoreError(f"shard {path} is truncated: its index needs {size} bytes") from error
+
+    def _store(
+        self, shard_id: int, raw: bytes | None, shard_key: str, size: int, path: str, source: ByteSource
+    ) -> None:
+        """Check one fetched index and keep it (under the lock); a shard that does not exist is None."""
         if raw is None:
             self._shards[shard_id] = None
-            return None
+            return
+        layout = self.layouts.layouts[field_of(shard_id)]
         if layout.index_decoders_checksum:
             if crc32c(raw[:-4]) != int.from_bytes(raw[-4:], "little"):
                 raise StoreError(f"shard {path} has a corrupt index (crc32c mismatch)")
@@ -117,6 +140,4 @@ class ShardIndex:
         index = entries.astype(np.int64)  # the empty marker becomes -1
         row = len(self._table) + sum(len(pending) for pending in self._pending)
         self._pending.append(index)
-        entry = ShardEntry(shard_key, row)
-        self._shards[shard_id] = entry
-        return entry
+        self._shards[shard_id] = ShardEntry(shard_key, row)

@@ -41,6 +41,10 @@ class ByteSource(ABC):
         """Every request, in order; a remote source keeps several in flight."""
         return [self.get(key) if length < 0 else self.get_range(key, start, length) for key, start, length in requests]
 
+    def get_suffixes(self, requests: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        """:meth:`get_suffix` of each (key, length), in order; a remote source keeps several in flight."""
+        return [self.get_suffix(key, length) for key, length in requests]
+
     def close(self) -> None:  # noqa: B027 - a source with nothing open has nothing to release
         """Release handles and connections."""
 

@@ -194,11 +194,20 @@ class RemoteSource(ByteSource):
     def get_many(self, requests: Sequence[Request]) -> list[bytes | None]:
         if len(requests) <= 1 or self.config.in_flight <= 1:
             return super().get_many(requests)
+        one = ByteSource.get_many.__get__(self)
+        return [data for part in self._requests_pool().map(lambda request: one([request]), requests) for data in part]
+
+    def get_suffixes(self, requests: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        if len(requests) <= 1 or self.config.in_flight <= 1:
+            return super().get_suffixes(requests)
+        return list(self._requests_pool().map(lambda request: self.get_suffix(*request), requests))
+
+    def _requests_pool(self) -> ThreadPoolExecutor:
+        """The threads that keep ``in_flight`` requests open, started once per process."""
         self._client()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.config.in_flight, thread_name_prefix="cropbench-fetch")
-        one = ByteSource.get_many.__get__(self)
-        return [data for part in self._pool.map(lambda request: one([request]), requests) for data in part]
+        return self._pool
 
     def close(self) -> None:
         if self._pool is not None and self._pid == os.getpid():
