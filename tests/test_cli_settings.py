@@ -44,6 +44,7 @@ NO_READ = {
     "asv-offline-html": "rewrites a published asv site",
     "asv-site-tidy": "rewrites a published asv site",
     "release-history": "rebuilds a library's release history (git)",
+    "history-spread": "compares asv results already measured",
     # asv's own runs, whose benchmarks read with the suites' fixed settings (arguments pass through to
     # the tool, which checks them):
     "asv-regression": "runs asv benchmarks at their own settings",

@@ -1,11 +1,11 @@
 """Commands that work on the repository checkout rather than on a plate: the asv release histories, the
 gates and their campaigns, the published asv site, the GPU check's tables and the docs' headline table.
 
-``release-history``, ``asv-regression``, ``library-gate``, ``library-campaign``, ``asv-offline-html``,
-``asv-site-tidy`` and ``gpu-table`` hand every argument to their module's own ``main``, which keeps its
-parser, exit codes (``library-gate``: 1 regressed, 3 not measured), signal handling and one-line messages;
-``scripts/<name>.py`` runs the same command under the name it had before it became one. The modules are
-imported when their command runs, so this parser imports neither asv nor torch.
+``release-history``, ``asv-regression``, ``library-gate``, ``library-campaign``, ``history-spread``,
+``asv-offline-html``, ``asv-site-tidy`` and ``gpu-table`` hand every argument to their module's own ``main``,
+which keeps its parser, exit codes (``library-gate``: 1 regressed, 3 not measured), signal handling and
+one-line messages; ``scripts/<name>.py`` runs the same command under the name it had before it became one.
+The modules are imported when their command runs, so this parser imports neither asv nor torch.
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ TOOLS = (
     Tool("asv-regression", "cropbench.history.regression", "does asv flag an injected crop-path regression?"),
     Tool("library-gate", "cropbench.history.library_gate", "gate a format library's change on its read path"),
     Tool("library-campaign", "cropbench.history.campaign", "does the zarr gate catch a zarr-python regression?"),
+    Tool(
+        "history-spread",
+        "cropbench.history.spread",
+        "two runs of a release history side by side: how far each release's value repeats",
+    ),
     Tool("asv-offline-html", "cropbench.history.offline_html", "make asv's published site load nothing online"),
     Tool("asv-site-tidy", "cropbench.history.site_tidy", "make every benchmark on asv's published site draw"),
     Tool("gpu-table", "cropbench.report.gpu_table", "the GPU check's results.jsonl as Markdown tables"),

@@ -7,6 +7,8 @@
 - :mod:`~cropbench.history.library_gate` gates a format library's change on its own read path
   (``cropbench library-gate``), and :mod:`~cropbench.history.campaign` measures that gate's detection
   (``cropbench library-campaign``);
+- :mod:`~cropbench.history.spread` sets two runs of a release history side by side, per release
+  (``cropbench history-spread``);
 - :mod:`~cropbench.history.offline_html` and :mod:`~cropbench.history.site_tidy` make asv's published
   site work offline and draw every benchmark (``cropbench asv-offline-html``, ``cropbench asv-site-tidy``).
 
