@@ -11,6 +11,8 @@ Within ``tracks/`` each track is one module or package named by its track, liste
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,18 +178,28 @@ def test_the_report_reads_the_track_table_not_track_internals(module: str) -> No
 
 
 def test_every_table_of_what_a_track_means_is_keyed_by_a_track_of_the_table() -> None:
-    """A track's validity rules, report, verdict rule and figures are each registered under its name in
-    :data:`cropbench.tracks.TRACKS`, so renaming a track that a table still spells the old way fails here."""
+    """A track's validity rules and its report (columns, verdict rule, figures) are each registered under its
+    name in :data:`cropbench.tracks.TRACKS`, so renaming a track that a table still spells the old way fails here."""
     from cropbench.harness.validity import TRACK_VALIDITY
-    from cropbench.report.plots import FIGURES
     from cropbench.report.tracks import REPORTS
-    from cropbench.report.verdict import RULES
     from cropbench.tracks import TRACKS
 
-    for name, table in (
-        ("TRACK_VALIDITY", TRACK_VALIDITY),
-        ("REPORTS", REPORTS),
-        ("RULES", RULES),
-        ("FIGURES", FIGURES),
-    ):
+    for name, table in (("TRACK_VALIDITY", TRACK_VALIDITY), ("REPORTS", REPORTS)):
         assert set(table) <= set(TRACKS), f"{name} holds {sorted(set(table) - set(TRACKS))}, which no track is named"
+
+
+def test_every_figure_a_track_names_is_a_figure_maker_and_every_maker_is_named_once() -> None:
+    """The figures of :data:`cropbench.report.tracks.REPORTS` are names, so that reading the table loads no
+    plotting library: each must be a maker of :mod:`cropbench.report.plots`, and no maker goes undrawn."""
+    from cropbench.report.plots import FIGURE_MAKERS
+    from cropbench.report.tracks import REPORTS
+
+    named = [figure for report in REPORTS.values() for figure in report.figures]
+    assert sorted(named) == sorted(FIGURE_MAKERS)
+
+
+def test_reading_the_table_of_reports_loads_no_plotting_library() -> None:
+    """The verdict and the summary read the table on every run; only drawing figures loads matplotlib."""
+    code = "import sys, cropbench.report.verdict; print('matplotlib' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
