@@ -158,6 +158,25 @@ def test_a_track_is_one_word_its_module_class_command_and_record_value() -> None
         assert info.runner_class.lower() == info.name.replace("-", ""), "the runner class is the name as a noun"
 
 
+def test_a_track_started_by_its_own_command_names_its_runner_class_as_the_noun_too() -> None:
+    """``layouts``'s runner class is ``Layouts``, ``out-of-memory``'s ``OutOfMemory``: its settings take
+    another name (``LayoutComparison``, ``OutOfMemoryComparison``)."""
+    import importlib
+
+    from cropbench.tracks import TRACKS
+
+    for info in TRACKS.values():
+        module = importlib.import_module(info.module)
+        runners = [
+            value.__name__
+            for value in vars(module).values()
+            if isinstance(value, type)
+            and value.__module__ == module.__name__
+            and getattr(value, "name", None) == info.name
+        ]
+        assert all(runner.lower() == info.name.replace("-", "") for runner in runners), (info.name, runners)
+
+
 def test_a_module_belongs_to_the_track_it_lies_under() -> None:
     """Modules inside a track package belong to that track; the harness and the table belong to none."""
     assert _track_of("cropbench.tracks.loader") == "cropbench.tracks.loader"

@@ -33,7 +33,7 @@ from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import DirectChunkReader, open_plate, read_plate_metadata
 from cropbench.formats.sources import mirror_metadata, object_store, upload_plate, write_index
 from cropbench.harness.context import RunContext
-from cropbench.harness.dataset_case import Track1Case
+from cropbench.harness.dataset_case import DatasetCase
 from cropbench.measure import endpoints
 from cropbench.objects import ObjectTable, read_object_table
 from cropbench.plates.generate import generate_plate
@@ -134,10 +134,10 @@ def test_a_mirror_holds_metadata_only_and_points_at_its_url(
 class _TwoCases(Dataset):
     """Track 1 with one small random case per read path, so a run over the store takes seconds."""
 
-    def cases(self, preset: str, context: RunContext) -> list[Track1Case]:
+    def cases(self, preset: str, context: RunContext) -> list[DatasetCase]:
         crop = CropConfig(chunk_cache_bytes=0)
         return [
-            Track1Case(crop=crop.replace(decode=decode), samples=12, warmup=2, cold_samples=2)
+            DatasetCase(crop=crop.replace(decode=decode), samples=12, warmup=2, cold_samples=2)
             for decode in ("direct", "zarr")
         ]
 
@@ -544,10 +544,10 @@ def test_compare_layouts_over_a_store_reads_with_the_store_settings_given(
 ) -> None:
     """--timeout, --retries, --zarr-client and --anonymous reach the measured reads, not a fresh default."""
     import cropbench.formats.sources as sources
-    from cropbench.tracks.store_layouts import StoreLayouts, layout_over_store
+    from cropbench.tracks.store_layouts import StoreLayoutComparison, layout_over_store
 
     given = StoreConfig(timeout_s=7.5, retries=5, zarr_client="obstore", anonymous=True, in_flight=3)
-    settings = StoreLayouts(latency_ms=4, in_flight=9, store=given)
+    settings = StoreLayoutComparison(latency_ms=4, in_flight=9, store=given)
     used: list[StoreConfig] = []
 
     class Seen(Exception):
@@ -590,7 +590,7 @@ def test_the_remote_tracks_reads_use_the_runs_object_table(
         counted.append(len(dataset))
         return count(dataset, *args, **kwargs)
 
-    def loading(context: RunContext, case: loader_case.Track2Case, **kwargs: Any) -> dict[str, Any]:
+    def loading(context: RunContext, case: loader_case.LoaderCase, **kwargs: Any) -> dict[str, Any]:
         loaded.append(len(context.dataset(case.crop)))
         return run_case(context, case, **kwargs)
 
