@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 from cropbench import api
 from cropbench import metrics as m
 from cropbench.cli import main
-from cropbench.config import LAYOUTS, CropConfig, StoreConfig
+from cropbench.config import LAYOUTS, CropConfig, CropOverrides, StoreConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import batch_collate
 from cropbench.errors import ConfigError, StoreError
@@ -34,6 +34,7 @@ from cropbench.formats import DirectChunkReader, open_plate, read_plate_metadata
 from cropbench.formats.sources import mirror_metadata, object_store, upload_plate, write_index
 from cropbench.harness.context import RunContext
 from cropbench.harness.dataset_case import DatasetCase
+from cropbench.harness.runner import plan
 from cropbench.measure import endpoints
 from cropbench.objects import ObjectTable, read_object_table
 from cropbench.plates.generate import generate_plate
@@ -537,6 +538,25 @@ def test_the_remote_track_over_a_local_plate_writes_no_request_counts(tiny_plate
     for record in records:
         assert m.REQUESTS_PER_CROP not in record.metrics and m.BYTES_TRANSFERRED_PER_CROP not in record.metrics
         assert record.metrics[m.SAMPLES_PER_S] > 0
+
+
+def test_the_remote_tracks_chunk_cache_is_sized_for_the_crop_size_the_run_reads(
+    tiny_plate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--crop-size reaches the cache the store's reader is given, not only the crops: the cache is sized
+    for the crops read ahead, so one sized for the built-in crop would hold too little or too much."""
+    import cropbench.tracks.remote as remote_track
+
+    def sized(context: RunContext, decode: str, batch_size: int, crop_size: int) -> int:
+        return batch_size * crop_size
+
+    monkeypatch.setattr(remote_track, "read_ahead_cache_bytes", sized)
+    track = remote_track.Remote(workers=(0,), batch_size=4)
+    context = RunContext(tiny_plate, overrides=CropOverrides(crop_size=48))
+    planned = plan([track], "smoke", context)
+    assert planned and all(p.case.crop_size == 48 and p.case.cache_bytes == 4 * 48 for p in planned)
+    built_in = plan([track], "smoke", RunContext(tiny_plate))
+    assert all(p.case.cache_bytes == 4 * track.crop_size for p in built_in)
 
 
 def test_compare_layouts_over_a_store_reads_with_the_store_settings_given(
