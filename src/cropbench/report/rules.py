@@ -142,6 +142,7 @@ def _track2_ceiling(
 
 
 def searches(configuration: Configuration) -> bool:
+    """Whether the rows are a worker search's summary (Track 3's fewest workers), not a measurement."""
     return bool(configuration.rows[0].metrics.get(m.TRIED_WORKERS))
 
 
