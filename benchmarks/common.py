@@ -122,16 +122,16 @@ def make_full_plates() -> dict[str, str]:
 
 
 def make_out_of_memory_plate() -> dict[str, Any]:
-    """``setup_cache`` of ``scale.OutOfMemory``: a scale plate in the default layout, ``PLATE_MULTIPLE`` ×
+    """``setup_cache`` of ``scale.OutOfMemoryComparison``: a scale plate in the default layout, ``PLATE_MULTIPLE`` ×
     ``LIMIT_BYTES`` on disk, or why it could not be written (a setup_cache may not skip: asv fails it)."""
     try:
         from cropbench.config import layout_by_name
         from cropbench.harness.work import WorkFolder
         from cropbench.plates.scale import ScaleSpec, generate_scale_plate
-        from cropbench.tracks.out_of_memory import OutOfMemory, plate_spec_for
+        from cropbench.tracks.out_of_memory import OutOfMemoryComparison, plate_spec_for
     except ImportError as error:
         return {"plate": UNAVAILABLE + older_commit(error)}
-    comparison = OutOfMemory(
+    comparison = OutOfMemoryComparison(
         layouts=("default",),
         limit_bytes=LIMIT_BYTES,
         plate_multiple=PLATE_MULTIPLE,

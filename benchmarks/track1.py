@@ -28,7 +28,7 @@ try:
     from cropbench.config import CropConfig
     from cropbench.harness.context import RunContext
     from cropbench.harness.crop_path import CropPath, cache_knobs, channel_names, unmeasured
-    from cropbench.harness.dataset_case import Track1Case, run_case
+    from cropbench.harness.dataset_case import DatasetCase, run_case
     from cropbench.measure.protocol import configure_threads
 except ImportError as error:
     OLDER_COMMIT = older_commit(error)
@@ -146,7 +146,7 @@ class _FullGrid(Benchmark):
         configure_threads(1)
         crop = CropConfig(crop_size=crop_size, channels=channel_names(channels), decode=decode, tier=tier)
         self.path = CropPath(plate_for(plates, layout), crop, access)
-        self.case = Track1Case(crop=crop, access=access, samples=RUN_CASE_SAMPLES, warmup=30, cold_samples=0)
+        self.case = DatasetCase(crop=crop, access=access, samples=RUN_CASE_SAMPLES, warmup=30, cold_samples=0)
 
 
 class FullFetch(_FullGrid):

@@ -18,7 +18,7 @@ try:
     from cropbench.config import CropConfig
     from cropbench.data.loader import LoaderSpec
     from cropbench.harness.context import RunContext
-    from cropbench.harness.loader_case import LoaderEpochs, Track2Case, run_case
+    from cropbench.harness.loader_case import LoaderCase, LoaderEpochs, run_case
     from cropbench.measure.protocol import configure_threads
 except ImportError as error:
     OLDER_COMMIT = older_commit(error)
@@ -68,7 +68,7 @@ class _FullGrid(Benchmark):
         crop = CropConfig(crop_size=96, decode=decode, tier=tier)
         loader = LoaderSpec(num_workers=num_workers, batch_size=batch_size)
         self.epochs = LoaderEpochs(plate_for(plates, layout), crop, loader, EPOCH_SAMPLES)
-        self.case = Track2Case(crop=crop, loader=loader, samples=EPOCH_SAMPLES, epochs=2)
+        self.case = LoaderCase(crop=crop, loader=loader, samples=EPOCH_SAMPLES, epochs=2)
 
 
 class FullLoader(_FullGrid):

@@ -329,7 +329,7 @@ def test_run_refuses_a_missing_path_before_importing_torch(arguments: list[str],
 
 @pytest.mark.parametrize("option", ["--seed", "--plate-multiple", "--limit-mib"])
 def test_an_option_given_a_bare_double_dash_is_a_usage_error(option: str, capsys: pytest.CaptureFixture[str]) -> None:
-    # argparse hands "--" on as an empty list, unconverted: OutOfMemory then compared a list with 2.
+    # argparse hands "--" on as an empty list, unconverted: OutOfMemoryComparison then compared a list with 2.
     with pytest.raises(SystemExit) as stop:
         main(["scale", "out-of-memory", "--out", "o", "--work", "w", f"{option}=--"])
     assert stop.value.code == 2

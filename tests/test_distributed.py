@@ -21,13 +21,13 @@ from cropbench.data.distributed import ChunkLocalSampler, TorchDistributedSample
 from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
-from cropbench.harness.loader_case import Track2Case
+from cropbench.harness.loader_case import LoaderCase
 from cropbench.harness.ranks import Cluster, DistributedCase, DistributedTrack, RankReport, aggregate, distributed_cases
 from cropbench.harness.runner import plan
 from cropbench.records import read_records
 from cropbench.tracks.dataset import Dataset
 from cropbench.tracks.loader import Loader
-from cropbench.tracks.training import Track3Case, Training
+from cropbench.tracks.training import Training, TrainingCase
 
 #: Seconds the fault tests give a rank before the others give up on it.
 RANK_TIMEOUT_S = 5
@@ -120,14 +120,14 @@ def test_aggregate_row() -> None:
 
 
 def test_cases_plan_one_rank_then_all_for_the_speed_up() -> None:
-    loading = Track2Case(crop=CropConfig(crop_size=32), loader=LoaderSpec(batch_size=16), samples=1000)
+    loading = LoaderCase(crop=CropConfig(crop_size=32), loader=LoaderSpec(batch_size=16), samples=1000)
     cases = distributed_cases(loading, world=4)
     assert [(c.sampler, c.ranks) for c in cases] == [("distributed", 1), ("distributed", 4)] + [
         ("chunk-local", 1),
         ("chunk-local", 4),
     ]
     assert all(c.case == loading for c in cases)
-    training = Track3Case(crop=CropConfig(crop_size=32, tier="light"), loader=LoaderSpec(batch_size=16))
+    training = TrainingCase(crop=CropConfig(crop_size=32, tier="light"), loader=LoaderSpec(batch_size=16))
     assert {c.ranks for c in distributed_cases(training, world=2)} == {2}
 
 
@@ -163,7 +163,7 @@ def test_ranks_run_the_presets_cases_with_the_runs_overrides(tiny_plate: Path, t
 def test_ranks_leave_out_what_does_not_split_and_refuse_tracks_that_cannot(tiny_plate: Path) -> None:
     said: list[str] = []
     context = RunContext(tiny_plate, samples=128, report=said.append)
-    assert all(isinstance(c, Track3Case) for c in _planned_inner(Training(), context))
+    assert all(isinstance(c, TrainingCase) for c in _planned_inner(Training(), context))
     assert any("does not run across ranks" in line for line in said), "the worker search is left out, said so"
     with pytest.raises(ConfigError, match="does not run across ranks"):
         DistributedTrack(Dataset(), cast(Cluster, _Job()))

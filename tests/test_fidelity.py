@@ -14,7 +14,7 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import RandomObjectSampler
 from cropbench.formats import open_plate
 from cropbench.harness.context import RunContext
-from cropbench.harness.dataset_case import Track1Case, case_fidelity_hash
+from cropbench.harness.dataset_case import DatasetCase, case_fidelity_hash
 from cropbench.measure.fidelity import fidelity_hash
 
 
@@ -23,7 +23,7 @@ def test_every_decode_path_has_the_same_fidelity_hash(layout_plate: Path, access
     crop = CropConfig(crop_size=32, tier="typical", seed=5)
     hashes = {
         decode: case_fidelity_hash(
-            RunContext(plate=layout_plate), Track1Case(crop=crop.replace(decode=decode), access=access)
+            RunContext(plate=layout_plate), DatasetCase(crop=crop.replace(decode=decode), access=access)
         )
         for decode in ("zarr", "direct", "field")
     }
@@ -31,7 +31,7 @@ def test_every_decode_path_has_the_same_fidelity_hash(layout_plate: Path, access
 
 
 def test_layouts_share_the_hash_of_the_same_plate(layout_plate: Path, tiny_plate: Path) -> None:
-    case = Track1Case(crop=CropConfig(crop_size=32, dtype="uint16"))
+    case = DatasetCase(crop=CropConfig(crop_size=32, dtype="uint16"))
     assert case_fidelity_hash(RunContext(plate=layout_plate), case) == case_fidelity_hash(
         RunContext(plate=tiny_plate), case
     )

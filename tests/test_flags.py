@@ -18,7 +18,7 @@ from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
 from cropbench.harness import loader_case
 from cropbench.harness.flags import IMPOSSIBLE, decide, decide_run, impossible_reasons, row_flags
-from cropbench.harness.loader_case import Track2Case
+from cropbench.harness.loader_case import LoaderCase
 from cropbench.records import Record, RecordWriter, read_records
 from cropbench.report.html import REPORT_NAME
 from cropbench.report.verdict import plain_reason
@@ -80,21 +80,21 @@ def test_outputs_read_the_stored_flags_and_old_rows_load_as_written(tmp_path: Pa
 SLOWER = 1000.0
 
 
-def _small_plan(preset: str, samples: int | None = None, objects: int | None = None) -> list[Track2Case]:
+def _small_plan(preset: str, samples: int | None = None, objects: int | None = None) -> list[LoaderCase]:
     """Four Track 2 cases: a plate row measured before its ceiling, the ceiling, a row measured after it,
     and one loaded in the main process (no hand-over, so no ceiling)."""
     crop = CropConfig(crop_size=32)
     one = LoaderSpec(num_workers=1, batch_size=16)
     persistent = LoaderSpec(num_workers=1, batch_size=16, persistent_workers=True)
     return [
-        Track2Case(crop=crop, loader=one, samples=64),
-        Track2Case(crop=crop, loader=one, samples=64, source="memory"),
-        Track2Case(crop=crop, loader=persistent, samples=64),
-        Track2Case(crop=crop, loader=LoaderSpec(batch_size=16), samples=64),
+        LoaderCase(crop=crop, loader=one, samples=64),
+        LoaderCase(crop=crop, loader=one, samples=64, source="memory"),
+        LoaderCase(crop=crop, loader=persistent, samples=64),
+        LoaderCase(crop=crop, loader=LoaderSpec(batch_size=16), samples=64),
     ]
 
 
-def _slow_ceiling(context: Any, case: Track2Case) -> dict[str, Any]:
+def _slow_ceiling(context: Any, case: LoaderCase) -> dict[str, Any]:
     metrics = measure(context, case)
     if case.source == "memory":
         metrics[m.SAMPLES_PER_S] /= SLOWER

@@ -59,19 +59,19 @@ def test_the_table_shows_both_pipelines_and_supply_over_demand(tiny_plate: Path,
     from cropbench.config import CropConfig
     from cropbench.data.loader import LoaderSpec
     from cropbench.harness.context import RunContext
-    from cropbench.harness.loader_case import Track2Case
+    from cropbench.harness.loader_case import LoaderCase
     from cropbench.harness.runner import run_tracks
     from cropbench.records import RecordWriter
     from cropbench.tracks.loader import Loader, OverheadCase
-    from cropbench.tracks.training import ThreadSplit, Track3Case, Training
+    from cropbench.tracks.training import ThreadSplit, Training, TrainingCase
 
     crop = CropConfig(crop_size=32, tier="typical")
     supply = [
-        Track2Case(crop=crop, loader=LoaderSpec(batch_size=256, collate=collate), samples=512, pipeline=pipeline)
+        LoaderCase(crop=crop, loader=LoaderSpec(batch_size=256, collate=collate), samples=512, pipeline=pipeline)
         for pipeline, collate in (("dataset", "default"), ("device", "stack"))
     ]
     overhead = OverheadCase(crop=CropConfig(crop_size=32, dtype="uint16"), loader=LoaderSpec(batch_size=8), batches=2)
-    loop = Track3Case(crop=crop, loader=LoaderSpec(batch_size=8), model="smallcnn", steps=2, warmup_steps=1)
+    loop = TrainingCase(crop=crop, loader=LoaderSpec(batch_size=8), model="smallcnn", steps=2, warmup_steps=1)
     device = dataclasses.replace(loop, pipeline="device")
     plans = {
         "2": [*supply, overhead],

@@ -267,8 +267,8 @@ def test_the_docs_headline_is_the_rendering_of_the_committed_rows() -> None:
     rows = read_rows(ROOT / ROWS_FOLDER)
     page = (ROOT / PAGE).read_text(encoding="utf-8")
     if not rows:
-        assert current_block(page, PAGE) == block([]), f"{PAGE} quotes figures without rows: run scripts/headline.py"
+        assert current_block(page, PAGE) == block([]), f"{PAGE} quotes figures without rows: run cropbench headline"
         pytest.skip(f"no committed rows in {ROWS_FOLDER}/ yet: the page's block says so until they are measured")
     assert current_block(page, PAGE) == block(rows), (
-        f"{PAGE}'s headline table is not the rendering of {ROWS_FOLDER}/: run python scripts/headline.py"
+        f"{PAGE}'s headline table is not the rendering of {ROWS_FOLDER}/: run cropbench headline"
     )

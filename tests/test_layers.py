@@ -11,6 +11,8 @@ Within ``tracks/`` each track is one module or package named by its track, liste
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,6 +158,25 @@ def test_a_track_is_one_word_its_module_class_command_and_record_value() -> None
         assert info.runner_class.lower() == info.name.replace("-", ""), "the runner class is the name as a noun"
 
 
+def test_a_track_started_by_its_own_command_names_its_runner_class_as_the_noun_too() -> None:
+    """``layouts``'s runner class is ``Layouts``, ``out-of-memory``'s ``OutOfMemory``: its settings take
+    another name (``LayoutComparison``, ``OutOfMemoryComparison``)."""
+    import importlib
+
+    from cropbench.tracks import TRACKS
+
+    for info in TRACKS.values():
+        module = importlib.import_module(info.module)
+        runners = [
+            value.__name__
+            for value in vars(module).values()
+            if isinstance(value, type)
+            and value.__module__ == module.__name__
+            and getattr(value, "name", None) == info.name
+        ]
+        assert all(runner.lower() == info.name.replace("-", "") for runner in runners), (info.name, runners)
+
+
 def test_a_module_belongs_to_the_track_it_lies_under() -> None:
     """Modules inside a track package belong to that track; the harness and the table belong to none."""
     assert _track_of("cropbench.tracks.loader") == "cropbench.tracks.loader"
@@ -176,18 +197,28 @@ def test_the_report_reads_the_track_table_not_track_internals(module: str) -> No
 
 
 def test_every_table_of_what_a_track_means_is_keyed_by_a_track_of_the_table() -> None:
-    """A track's validity rules, report, verdict rule and figures are each registered under its name in
-    :data:`cropbench.tracks.TRACKS`, so renaming a track that a table still spells the old way fails here."""
+    """A track's validity rules and its report (columns, verdict rule, figures) are each registered under its
+    name in :data:`cropbench.tracks.TRACKS`, so renaming a track that a table still spells the old way fails here."""
     from cropbench.harness.validity import TRACK_VALIDITY
-    from cropbench.report.plots import FIGURES
     from cropbench.report.tracks import REPORTS
-    from cropbench.report.verdict import RULES
     from cropbench.tracks import TRACKS
 
-    for name, table in (
-        ("TRACK_VALIDITY", TRACK_VALIDITY),
-        ("REPORTS", REPORTS),
-        ("RULES", RULES),
-        ("FIGURES", FIGURES),
-    ):
+    for name, table in (("TRACK_VALIDITY", TRACK_VALIDITY), ("REPORTS", REPORTS)):
         assert set(table) <= set(TRACKS), f"{name} holds {sorted(set(table) - set(TRACKS))}, which no track is named"
+
+
+def test_every_figure_a_track_names_is_a_figure_maker_and_every_maker_is_named_once() -> None:
+    """The figures of :data:`cropbench.report.tracks.REPORTS` are names, so that reading the table loads no
+    plotting library: each must be a maker of :mod:`cropbench.report.plots`, and no maker goes undrawn."""
+    from cropbench.report.plots import FIGURE_MAKERS
+    from cropbench.report.tracks import REPORTS
+
+    named = [figure for report in REPORTS.values() for figure in report.figures]
+    assert sorted(named) == sorted(FIGURE_MAKERS)
+
+
+def test_reading_the_table_of_reports_loads_no_plotting_library() -> None:
+    """The verdict and the summary read the table on every run; only drawing figures loads matplotlib."""
+    code = "import sys, cropbench.report.verdict; print('matplotlib' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

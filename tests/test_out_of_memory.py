@@ -31,7 +31,7 @@ MIB = 2**20
 )
 def test_bad_knobs_are_refused_by_name(knob: str, value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        oom.OutOfMemory(**{knob: value})  # type: ignore[arg-type]
+        oom.OutOfMemoryComparison(**{knob: value})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("cold", [True, False])
@@ -65,7 +65,7 @@ def test_the_table_puts_the_layouts_side_by_side() -> None:
 
 @pytest.mark.slow
 def test_a_plate_twice_the_limit_is_read_from_the_device_inside_it(tmp_path: Path) -> None:
-    comparison = oom.OutOfMemory(
+    comparison = oom.OutOfMemoryComparison(
         layouts=("default",),
         limit_bytes=64 * MIB,
         plate_multiple=2,
@@ -95,7 +95,9 @@ def test_a_plate_twice_the_limit_is_read_from_the_device_inside_it(tmp_path: Pat
 
 
 def test_the_size_probe_leaves_nothing_behind(tmp_path: Path) -> None:
-    comparison = oom.OutOfMemory(limit_bytes=64 * MIB, plate=ScaleSpec(field_size=128, channels=2, distinct_fields=2))
+    comparison = oom.OutOfMemoryComparison(
+        limit_bytes=64 * MIB, plate=ScaleSpec(field_size=128, channels=2, distinct_fields=2)
+    )
     kept = WorkFolder(tmp_path / "kept", keep=True)
     spec = oom.plate_spec_for(comparison, "tiles", kept)
     assert list((tmp_path / "kept").iterdir()) == []

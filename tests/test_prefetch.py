@@ -389,7 +389,7 @@ def test_a_loader_case_forks_the_direct_paths_workers_and_not_the_zarr_paths(
 
     started: list[str] = []
 
-    def measured(context: object, case: loader_case.Track2Case) -> dict[str, object]:
+    def measured(context: object, case: loader_case.LoaderCase) -> dict[str, object]:
         started.append(case.loader.start_method)
         return {m.SAMPLES_PER_S: 1.0, m.RUN_SAMPLES_PER_S: 1.0, m.READER_CACHE_BYTES: None}
 

@@ -26,14 +26,15 @@ from torch.utils.data import DataLoader
 from cropbench import api
 from cropbench import metrics as m
 from cropbench.cli import main
-from cropbench.config import LAYOUTS, CropConfig, StoreConfig
+from cropbench.config import LAYOUTS, CropConfig, CropOverrides, StoreConfig
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import batch_collate
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import DirectChunkReader, open_plate, read_plate_metadata
 from cropbench.formats.sources import mirror_metadata, object_store, upload_plate, write_index
 from cropbench.harness.context import RunContext
-from cropbench.harness.dataset_case import Track1Case
+from cropbench.harness.dataset_case import DatasetCase
+from cropbench.harness.runner import plan
 from cropbench.measure import endpoints
 from cropbench.objects import ObjectTable, read_object_table
 from cropbench.plates.generate import generate_plate
@@ -134,10 +135,10 @@ def test_a_mirror_holds_metadata_only_and_points_at_its_url(
 class _TwoCases(Dataset):
     """Track 1 with one small random case per read path, so a run over the store takes seconds."""
 
-    def cases(self, preset: str, context: RunContext) -> list[Track1Case]:
+    def cases(self, preset: str, context: RunContext) -> list[DatasetCase]:
         crop = CropConfig(chunk_cache_bytes=0)
         return [
-            Track1Case(crop=crop.replace(decode=decode), samples=12, warmup=2, cold_samples=2)
+            DatasetCase(crop=crop.replace(decode=decode), samples=12, warmup=2, cold_samples=2)
             for decode in ("direct", "zarr")
         ]
 
@@ -539,15 +540,34 @@ def test_the_remote_track_over_a_local_plate_writes_no_request_counts(tiny_plate
         assert record.metrics[m.SAMPLES_PER_S] > 0
 
 
+def test_the_remote_tracks_chunk_cache_is_sized_for_the_crop_size_the_run_reads(
+    tiny_plate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--crop-size reaches the cache the store's reader is given, not only the crops: the cache is sized
+    for the crops read ahead, so one sized for the built-in crop would hold too little or too much."""
+    import cropbench.tracks.remote as remote_track
+
+    def sized(context: RunContext, decode: str, batch_size: int, crop_size: int) -> int:
+        return batch_size * crop_size
+
+    monkeypatch.setattr(remote_track, "read_ahead_cache_bytes", sized)
+    track = remote_track.Remote(workers=(0,), batch_size=4)
+    context = RunContext(tiny_plate, overrides=CropOverrides(crop_size=48))
+    planned = plan([track], "smoke", context)
+    assert planned and all(p.case.crop_size == 48 and p.case.cache_bytes == 4 * 48 for p in planned)
+    built_in = plan([track], "smoke", RunContext(tiny_plate))
+    assert all(p.case.cache_bytes == 4 * track.crop_size for p in built_in)
+
+
 def test_compare_layouts_over_a_store_reads_with_the_store_settings_given(
     tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--timeout, --retries, --zarr-client and --anonymous reach the measured reads, not a fresh default."""
     import cropbench.formats.sources as sources
-    from cropbench.tracks.store_layouts import StoreLayouts, layout_over_store
+    from cropbench.tracks.store_layouts import StoreLayoutComparison, layout_over_store
 
     given = StoreConfig(timeout_s=7.5, retries=5, zarr_client="obstore", anonymous=True, in_flight=3)
-    settings = StoreLayouts(latency_ms=4, in_flight=9, store=given)
+    settings = StoreLayoutComparison(latency_ms=4, in_flight=9, store=given)
     used: list[StoreConfig] = []
 
     class Seen(Exception):
@@ -590,7 +610,7 @@ def test_the_remote_tracks_reads_use_the_runs_object_table(
         counted.append(len(dataset))
         return count(dataset, *args, **kwargs)
 
-    def loading(context: RunContext, case: loader_case.Track2Case, **kwargs: Any) -> dict[str, Any]:
+    def loading(context: RunContext, case: loader_case.LoaderCase, **kwargs: Any) -> dict[str, Any]:
         loaded.append(len(context.dataset(case.crop)))
         return run_case(context, case, **kwargs)
 

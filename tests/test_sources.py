@@ -31,7 +31,7 @@ from cropbench.formats.sources import (
     split_url,
     write_index,
 )
-from cropbench.harness.dataset_case import Track1Case
+from cropbench.harness.dataset_case import DatasetCase
 from cropbench.tracks.dataset import Dataset
 
 #: Seconds a hostile-server case may take at most (its deadline is well under this).
@@ -456,8 +456,8 @@ def test_credentials_in_a_plate_url_reach_no_row_and_no_cache_file(
     hostile: tuple[Hostile, str], tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class OneCase(Dataset):
-        def cases(self, preset: str, context: object) -> list[Track1Case]:
-            return [Track1Case(crop=CropConfig(), samples=4, warmup=1, cold_samples=1)]
+        def cases(self, preset: str, context: object) -> list[DatasetCase]:
+            return [DatasetCase(crop=CropConfig(), samples=4, warmup=1, cold_samples=1)]
 
     state, endpoint = hostile
     shutil.copytree(tiny_plate, tmp_path / "www" / "tiny.zarr")

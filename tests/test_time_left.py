@@ -6,39 +6,39 @@ import pytest
 
 from cropbench.config import CropConfig
 from cropbench.data.loader import LoaderSpec
-from cropbench.harness.dataset_case import Track1Case
-from cropbench.harness.loader_case import Track2Case
+from cropbench.harness.dataset_case import DatasetCase
+from cropbench.harness.loader_case import LoaderCase
 from cropbench.harness.time_left import TimeLeft, baseline, prior_seconds
-from cropbench.tracks.training.cases import Track3Case
+from cropbench.tracks.training.cases import TrainingCase
 from cropbench.tracks.training.search import WorkerSearch
 
 
 def test_priors_follow_what_a_case_reads_and_computes() -> None:
-    direct, zarr = Track1Case(crop=CropConfig(decode="direct")), Track1Case(crop=CropConfig(decode="zarr"))
+    direct, zarr = DatasetCase(crop=CropConfig(decode="direct")), DatasetCase(crop=CropConfig(decode="zarr"))
     assert prior_seconds(zarr) > 2 * prior_seconds(direct)
-    assert prior_seconds(Track1Case(samples=2000)) > prior_seconds(Track1Case(samples=1000))
-    loader = Track2Case(epochs=2)
-    assert prior_seconds(Track2Case(epochs=4)) > prior_seconds(loader)
-    forkserver = Track2Case(loader=LoaderSpec(num_workers=2, start_method="forkserver"))
-    assert prior_seconds(forkserver) > prior_seconds(Track2Case(loader=LoaderSpec(num_workers=2)))
-    resnet, small = Track3Case(model="resnet18"), Track3Case(model="smallcnn")
+    assert prior_seconds(DatasetCase(samples=2000)) > prior_seconds(DatasetCase(samples=1000))
+    loader = LoaderCase(epochs=2)
+    assert prior_seconds(LoaderCase(epochs=4)) > prior_seconds(loader)
+    forkserver = LoaderCase(loader=LoaderSpec(num_workers=2, start_method="forkserver"))
+    assert prior_seconds(forkserver) > prior_seconds(LoaderCase(loader=LoaderSpec(num_workers=2)))
+    resnet, small = TrainingCase(model="resnet18"), TrainingCase(model="smallcnn")
     assert prior_seconds(resnet) > prior_seconds(small)
     assert prior_seconds(WorkerSearch(small, (0, 1, 2))) == pytest.approx(3 * prior_seconds(small))
     assert prior_seconds(object()) > 0
 
 
 def test_a_shared_baseline_is_counted_once() -> None:
-    first = baseline(Track3Case(model="resnet18", loader=LoaderSpec(num_workers=0)))
-    again = baseline(Track3Case(model="resnet18", loader=LoaderSpec(num_workers=2)))
+    first = baseline(TrainingCase(model="resnet18", loader=LoaderSpec(num_workers=0)))
+    again = baseline(TrainingCase(model="resnet18", loader=LoaderSpec(num_workers=2)))
     assert first is not None and again is not None and first[0] == again[0] and first[1] > 0
-    assert baseline(Track1Case()) is None
-    cases = [("training", Track3Case(loader=LoaderSpec(num_workers=w))) for w in (0, 2)]
+    assert baseline(DatasetCase()) is None
+    cases = [("training", TrainingCase(loader=LoaderSpec(num_workers=w))) for w in (0, 2)]
     planned = TimeLeft(cases).planned
     assert planned[0][1] == pytest.approx(planned[1][1] + first[1], rel=0.2)
 
 
 def test_the_estimate_scales_the_priors_by_what_finished_cases_took() -> None:
-    cases = [("dataset", Track1Case(seed=i)) for i in range(40)]
+    cases = [("dataset", DatasetCase(seed=i)) for i in range(40)]
     left = TimeLeft(cases)
     assert left.seconds() is None, "nothing measured yet, nothing to say"
     prior = left.planned[0][1]
@@ -52,7 +52,9 @@ def test_the_estimate_scales_the_priors_by_what_finished_cases_took() -> None:
 
 
 def test_a_tracks_own_scale_wins_once_it_has_enough_behind_it() -> None:
-    cases = [("dataset", Track1Case(seed=i)) for i in range(200)] + [("loader", Track2Case(seed=i)) for i in range(600)]
+    cases = [("dataset", DatasetCase(seed=i)) for i in range(200)] + [
+        ("loader", LoaderCase(seed=i)) for i in range(600)
+    ]
     left = TimeLeft(cases)
     for _ in range(200):
         left.finish(left.planned[left.finished][1])  # the dataset track as its priors say

@@ -12,7 +12,7 @@ from cropbench.config import CropConfig, plate_preset
 from cropbench.errors import ConfigError
 from cropbench.formats import read_plate_metadata
 from cropbench.harness.context import RunContext
-from cropbench.harness.dataset_case import STAGE_SUM_TOLERANCE, Track1Case, run_case
+from cropbench.harness.dataset_case import STAGE_SUM_TOLERANCE, DatasetCase, run_case
 from cropbench.harness.runner import case_identity, run_tracks
 from cropbench.harness.validity import VALIDITY_FLAGS
 from cropbench.metrics import MISSING_CHUNKS
@@ -21,7 +21,7 @@ from cropbench.tracks.dataset import Dataset, preset_cases
 
 
 def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> None:
-    case = Track1Case(crop=CropConfig(crop_size=32), samples=120, warmup=10, cold_samples=20)
+    case = DatasetCase(crop=CropConfig(crop_size=32), samples=120, warmup=10, cold_samples=20)
     metrics = run_case(RunContext(plate=tiny_plate), case)
     assert metrics[m.COUNT] == 120
     assert metrics[m.SAMPLES_PER_S] == pytest.approx(120 / metrics[m.LOOP_SECONDS])
@@ -33,7 +33,7 @@ def test_samples_per_second_agrees_with_count_over_elapsed(tiny_plate: Path) -> 
 
 
 def test_transform_tiers_record_the_io_split(tiny_plate: Path) -> None:
-    case = Track1Case(
+    case = DatasetCase(
         crop=CropConfig(crop_size=32, tier="typical"), access="paired", samples=60, warmup=5, cold_samples=0
     )
     metrics = run_case(RunContext(plate=tiny_plate), case)
@@ -76,7 +76,7 @@ def test_a_case_keeps_the_identity_its_rows_had_under_the_former_track_value(tin
 
 def test_fixed_cases_run_instead_of_the_preset_and_the_record_carries_the_rate(tiny_plate: Path) -> None:
     context = RunContext(tiny_plate, environment={"python": "x"}, thread_settings={"torch_threads": 1})
-    case = Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=40, warmup=4, cold_samples=0)
+    case = DatasetCase(crop=CropConfig(crop_size=32, decode="zarr"), samples=40, warmup=4, cold_samples=0)
     emitted: list[Record] = []
     (record,) = run_tracks([Dataset([case])], "smoke", context, emitted.append)
     assert record.case == case.label and record.config["crop"]["decode"] == "zarr"
@@ -103,7 +103,7 @@ def test_full_preset_sweeps_one_knob_at_a_time_and_grid_keeps_the_product() -> N
 
 
 def test_cold_cache_state_evicts_before_every_steady_block(tiny_plate: Path) -> None:
-    case = Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=5, cold_samples=0, cache="cold")
+    case = DatasetCase(crop=CropConfig(crop_size=32), samples=100, warmup=5, cold_samples=0, cache="cold")
     metrics = run_case(RunContext(plate=tiny_plate), case)
     assert metrics[m.CACHE] == "cold" and case.label.endswith("/cold")
     assert metrics[m.STEADY_EVICTIONS] == 4, "200 steady indices: four blocks of 50, each read by one loop"
@@ -113,7 +113,8 @@ def test_cold_cache_state_evicts_before_every_steady_block(tiny_plate: Path) -> 
 def test_rows_carry_validity_flags(tiny_plate: Path) -> None:
     # The tiny plate: ~100 objects, 4 fields; a 32 MiB cache holds all of it, 260 items re-read crops.
     flagged = run_case(
-        RunContext(plate=tiny_plate), Track1Case(crop=CropConfig(crop_size=32), samples=100, warmup=10, cold_samples=50)
+        RunContext(plate=tiny_plate),
+        DatasetCase(crop=CropConfig(crop_size=32), samples=100, warmup=10, cold_samples=50),
     )
     assert {"cache>=plate", "re-reads"} <= set(flagged[m.VALIDITY_FLAGS])
     assert set(flagged[m.VALIDITY_FLAGS]) <= set(VALIDITY_FLAGS)
@@ -121,7 +122,7 @@ def test_rows_carry_validity_flags(tiny_plate: Path) -> None:
     assert (m.COLD_P50_MS in flagged) == flagged[m.EVICTION_VERIFIED] != (m.prefixed(m.FIRST_PASS, m.P50_MS) in flagged)
     honest = run_case(
         RunContext(plate=tiny_plate),
-        Track1Case(crop=CropConfig(crop_size=32, chunk_cache_bytes=2**16), samples=40, warmup=5, cold_samples=0),
+        DatasetCase(crop=CropConfig(crop_size=32, chunk_cache_bytes=2**16), samples=40, warmup=5, cold_samples=0),
     )
     assert not {"cache>=plate", "re-reads", "not-evicted"} & set(honest[m.VALIDITY_FLAGS])
     assert honest[m.RATE_OVER_INVERSE_MEAN] > 0
@@ -130,7 +131,7 @@ def test_rows_carry_validity_flags(tiny_plate: Path) -> None:
 def test_uninstrumented_read_counters_are_absent_not_zero(tiny_plate: Path) -> None:
     zarr = run_case(
         RunContext(plate=tiny_plate),
-        Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=50, warmup=5, cold_samples=0),
+        DatasetCase(crop=CropConfig(crop_size=32, decode="zarr"), samples=50, warmup=5, cold_samples=0),
     )
     assert m.DECODE_AMPLIFICATION not in zarr and m.CHUNKS_TOUCHED_PER_CROP not in zarr
     assert zarr[m.CACHE_FRACTION_OF_PLATE] is None and "cache>=plate" not in zarr[m.VALIDITY_FLAGS]
@@ -148,7 +149,7 @@ def test_smoke_cases_fit_the_smoke_plate() -> None:
 
 
 def test_direct_rows_carry_a_stage_split_that_adds_up(tiny_plate: Path) -> None:
-    case = Track1Case(crop=CropConfig(crop_size=32, tier="light"), samples=100, warmup=5, cold_samples=0)
+    case = DatasetCase(crop=CropConfig(crop_size=32, tier="light"), samples=100, warmup=5, cold_samples=0)
     metrics = run_case(RunContext(plate=tiny_plate), case)
     stages = [metrics[m.stage_ms(name)] for name in ("index", "fetch", "decode", "assemble", "transform")]
     assert all(value >= 0 for value in stages)
@@ -161,8 +162,8 @@ def test_direct_rows_carry_a_stage_split_that_adds_up(tiny_plate: Path) -> None:
 
 def test_batch_access_mode_counts_items_and_hashes_the_same_items(tiny_plate: Path) -> None:
     crop = CropConfig(crop_size=32, tier="typical", decode_threads=2)
-    single = Track1Case(crop=crop, samples=96, warmup=16, cold_samples=16)
-    batched = Track1Case(crop=crop, samples=96, warmup=16, cold_samples=16, batch_size=16)
+    single = DatasetCase(crop=crop, samples=96, warmup=16, cold_samples=16)
+    batched = DatasetCase(crop=crop, samples=96, warmup=16, cold_samples=16, batch_size=16)
     assert batched.label == single.label.replace("/threads2", "/batch16/threads2")
     metrics = run_case(RunContext(plate=tiny_plate), batched)
     assert metrics[m.ITEMS_PER_CALL] == 16 and metrics[m.COUNT] == 96 // 16, "latencies are per call"
@@ -170,7 +171,7 @@ def test_batch_access_mode_counts_items_and_hashes_the_same_items(tiny_plate: Pa
     assert metrics[m.prefixed(m.IO, m.SAMPLES_PER_S)] > 0 and metrics[m.CHUNKS_TOUCHED_PER_CROP] >= 1
     assert metrics[m.FIDELITY_SHA256] == run_case(RunContext(plate=tiny_plate), single)[m.FIDELITY_SHA256]
     with pytest.raises(ConfigError, match="batch_size"):
-        Track1Case(access="paired", batch_size=4)
+        DatasetCase(access="paired", batch_size=4)
 
 
 def test_deleted_chunks_are_counted_in_the_row_with_one_warning(tiny_plate: Path, tmp_path: Path) -> None:
@@ -179,12 +180,12 @@ def test_deleted_chunks_are_counted_in_the_row_with_one_warning(tiny_plate: Path
     for chunk in (plate / read_plate_metadata(plate).fields[0].path / "c").rglob("*"):
         if chunk.is_file():
             chunk.unlink()
-    case = Track1Case(crop=CropConfig(crop_size=32), samples=60, warmup=5, cold_samples=0)
+    case = DatasetCase(crop=CropConfig(crop_size=32), samples=60, warmup=5, cold_samples=0)
     with pytest.warns(RuntimeWarning, match=f"chunk reads of {plate} found no chunk") as caught:
         damaged = run_case(RunContext(plate=plate), case)
     assert damaged[MISSING_CHUNKS] > 0 and len(caught) == 1
     assert run_case(RunContext(plate=tiny_plate), case)[MISSING_CHUNKS] == 0
-    zarr_case = Track1Case(crop=CropConfig(crop_size=32, decode="zarr"), samples=30, warmup=5, cold_samples=0)
+    zarr_case = DatasetCase(crop=CropConfig(crop_size=32, decode="zarr"), samples=30, warmup=5, cold_samples=0)
     assert run_case(RunContext(plate=plate), zarr_case)[MISSING_CHUNKS] is None, (
         "zarr-python fills missing chunks uncounted"
     )

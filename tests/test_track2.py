@@ -13,7 +13,7 @@ from cropbench.data.loader import LoaderSpec
 from cropbench.errors import ConfigError
 from cropbench.harness import context
 from cropbench.harness.context import RunContext
-from cropbench.harness.loader_case import Track2Case, crosscheck, run_case
+from cropbench.harness.loader_case import LoaderCase, crosscheck, run_case
 from cropbench.harness.runner import run_tracks
 from cropbench.records import Record, parse_record
 from cropbench.report.plots import plot_results
@@ -41,7 +41,7 @@ def _crosscheck_holds(metrics: dict[str, object]) -> bool:
     return metrics[m.DELIVERED_SAMPLES] == metrics[m.EXPECTED_SAMPLES] and 0.5 <= ratio <= 2.0
 
 
-def _assert_consistent(metrics: dict[str, object], case: Track2Case) -> None:
+def _assert_consistent(metrics: dict[str, object], case: LoaderCase) -> None:
     assert _crosscheck_holds(metrics), metrics[m.CROSSCHECK_RATIO]
     assert metrics[m.DELIVERED_SAMPLES] == metrics[m.EXPECTED_SAMPLES] == case.samples * case.epochs
     assert metrics[m.FIRST_BATCH_MS] >= metrics[m.ITER_CREATE_MS] > 0
@@ -51,7 +51,7 @@ def _assert_consistent(metrics: dict[str, object], case: Track2Case) -> None:
 
 
 def test_main_process_case_is_consistent(tiny_plate: Path) -> None:
-    case = Track2Case(crop=CROP, loader=LoaderSpec(batch_size=8), samples=48)
+    case = LoaderCase(crop=CROP, loader=LoaderSpec(batch_size=8), samples=48)
     metrics = run_case(RunContext(plate=tiny_plate), case)
     _assert_consistent(metrics, case)
     assert metrics[m.WARMUP_BATCHES] == 1 and metrics[m.BATCHES_PER_EPOCH] == 6
@@ -68,7 +68,7 @@ def test_main_process_case_is_consistent(tiny_plate: Path) -> None:
     ],
 )
 def test_worker_cases_are_consistent_and_record_worker_memory(tiny_plate: Path, loader: LoaderSpec) -> None:
-    case = Track2Case(crop=CROP, loader=loader, samples=64)
+    case = LoaderCase(crop=CROP, loader=loader, samples=64)
     metrics = run_case(RunContext(plate=tiny_plate), case)
     _assert_consistent(metrics, case)
     assert len(metrics[m.WORKER_RSS_MIB]) == loader.num_workers
@@ -79,11 +79,11 @@ def test_worker_cases_are_consistent_and_record_worker_memory(tiny_plate: Path, 
 def test_memory_source_isolates_the_transfer_and_counts_bytes(tiny_plate: Path) -> None:
     narrow = run_case(
         RunContext(plate=tiny_plate),
-        Track2Case(crop=CROP.replace(dtype="uint16"), source="memory", samples=32, loader=LoaderSpec(batch_size=16)),
+        LoaderCase(crop=CROP.replace(dtype="uint16"), source="memory", samples=32, loader=LoaderSpec(batch_size=16)),
     )
     wide = run_case(
         RunContext(plate=tiny_plate),
-        Track2Case(crop=CROP, source="memory", samples=32, loader=LoaderSpec(batch_size=16)),
+        LoaderCase(crop=CROP, source="memory", samples=32, loader=LoaderSpec(batch_size=16)),
     )
     assert _crosscheck_holds(narrow) and _crosscheck_holds(wide)
     assert wide[m.BATCH_MIB] == pytest.approx(2 * narrow[m.BATCH_MIB])
@@ -110,13 +110,13 @@ def test_persistent_gain_compares_epoch_two_with_the_twin() -> None:
 
 def test_case_validation() -> None:
     with pytest.raises(ConfigError):
-        Track2Case(loader=LoaderSpec(batch_size=64), samples=10)
+        LoaderCase(loader=LoaderSpec(batch_size=64), samples=10)
     with pytest.raises(ConfigError):
-        Track2Case(source="cloud")
+        LoaderCase(source="cloud")
     with pytest.raises(ConfigError):
-        Track2Case(access="paired")
-    assert Track2Case(loader=LoaderSpec(num_workers=3)).warmup == 3
-    assert Track2Case(warmup_batches=0).warmup == 0
+        LoaderCase(access="paired")
+    assert LoaderCase(loader=LoaderSpec(num_workers=3)).warmup == 3
+    assert LoaderCase(warmup_batches=0).warmup == 0
 
 
 def test_presets_cover_the_required_grid() -> None:
@@ -185,7 +185,7 @@ def test_runner_every_row_passes_the_crosscheck_and_plots(tiny_plate: Path, tmp_
     assert len(run_tracks([Loader()], "smoke", context, again.append, done=done)) == 1
 
 
-def _record(metrics: dict[str, object], case: Track2Case | OverheadCase) -> Record:
+def _record(metrics: dict[str, object], case: LoaderCase | OverheadCase) -> Record:
     """The row as the runner writes it, read back through the results file's own validation."""
     record = Record(track="loader", case=case.label, config=dataclasses.asdict(case), metrics=metrics, environment={})
     return parse_record(record.to_json())
@@ -194,8 +194,8 @@ def _record(metrics: dict[str, object], case: Track2Case | OverheadCase) -> Reco
 @pytest.mark.parametrize("tier", ["none", "light", "typical"])
 def test_the_device_pipeline_hands_over_raw_crops_and_says_where_the_tier_ran(tiny_plate: Path, tier: str) -> None:
     crop = CROP.replace(tier=tier)
-    device = Track2Case(crop=crop, loader=LoaderSpec(batch_size=8, collate="stack"), samples=32, pipeline="device")
-    dataset = Track2Case(crop=crop, loader=LoaderSpec(batch_size=8), samples=32)
+    device = LoaderCase(crop=crop, loader=LoaderSpec(batch_size=8, collate="stack"), samples=32, pipeline="device")
+    dataset = LoaderCase(crop=crop, loader=LoaderSpec(batch_size=8), samples=32)
     assert device.label == dataset.label + "/stack-collate/device-tier"
     moved, made = run_case(RunContext(plate=tiny_plate), device), run_case(RunContext(plate=tiny_plate), dataset)
     _assert_consistent(moved, device)
@@ -211,18 +211,18 @@ def test_workers_of_the_device_pipeline_hand_over_half_the_bytes(tiny_plate: Pat
     crop = CROP.replace(tier="typical")
     loader = LoaderSpec(num_workers=2, batch_size=8, collate="stack")
     moved = run_case(
-        RunContext(plate=tiny_plate), Track2Case(crop=crop, loader=loader, samples=32, pipeline="device", device="cpu")
+        RunContext(plate=tiny_plate), LoaderCase(crop=crop, loader=loader, samples=32, pipeline="device", device="cpu")
     )
-    made = run_case(RunContext(plate=tiny_plate), Track2Case(crop=crop, loader=loader, samples=32))
+    made = run_case(RunContext(plate=tiny_plate), LoaderCase(crop=crop, loader=loader, samples=32))
     assert made[m.TRANSFORM_DEVICE] == "worker" and moved[m.TRANSFORM_DEVICE] == "cpu"
     assert made[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 2 * moved[m.BYTES_WORKER_TO_MAIN_PER_SAMPLE] == 5 * 32 * 32 * 4
 
 
 def test_track2_case_refuses_an_unknown_pipeline_or_device() -> None:
     with pytest.raises(ConfigError, match="pipeline='gpu'"):
-        Track2Case(pipeline="gpu")
+        LoaderCase(pipeline="gpu")
     with pytest.raises(ConfigError, match="device='tpu'"):
-        Track2Case(pipeline="device", device="tpu")
+        LoaderCase(pipeline="device", device="tpu")
 
 
 def test_the_loader_overhead_row_carries_both_rates_and_their_ratio(tiny_plate: Path) -> None:

@@ -22,8 +22,8 @@ from cropbench.report.plots import plot_results
 from cropbench.tracks.training import (
     AU_THRESHOLD,
     ThreadSplit,
-    Track3Case,
     Training,
+    TrainingCase,
     WorkerSearch,
     compute_key,
     preset_items,
@@ -35,13 +35,13 @@ from cropbench.tracks.training import (
 from cropbench.tracks.training.search import split_name
 
 CROP = CropConfig(crop_size=32, tier="light")
-SMALL = Track3Case(
+SMALL = TrainingCase(
     crop=CROP, loader=LoaderSpec(batch_size=8, pin_memory=True), model="smallcnn", steps=4, warmup_steps=1
 )
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def _assert_loop_adds_up(metrics: dict[str, Any], case: Track3Case) -> None:
+def _assert_loop_adds_up(metrics: dict[str, Any], case: TrainingCase) -> None:
     assert metrics[m.STEP_COUNT] == case.steps
     assert 0 <= metrics[m.DATA_WAIT_FRACTION] <= 1
     assert metrics[m.DATA_WAIT_FRACTION] + metrics[m.ACCELERATOR_BUSY_FRACTION] == pytest.approx(1.0, abs=1e-6)
@@ -164,7 +164,7 @@ def test_search_stops_at_the_first_fed_worker_count() -> None:
     waits = {0: 0.5, 1: 0.2, 2: 0.05, 4: 0.01}
     measured: list[int] = []
 
-    def fake(case: Track3Case) -> dict[str, Any]:
+    def fake(case: TrainingCase) -> dict[str, Any]:
         measured.append(case.loader.num_workers)
         return {
             m.DATA_WAIT_FRACTION: waits[case.loader.num_workers],
@@ -186,7 +186,7 @@ def test_search_stops_at_the_first_fed_worker_count() -> None:
 
 
 def _fake_waits(waits: dict[int, float], measured: list[int]) -> Any:
-    def fake(case: Track3Case) -> dict[str, Any]:
+    def fake(case: TrainingCase) -> dict[str, Any]:
         measured.append(case.loader.num_workers)
         return {
             m.DATA_WAIT_FRACTION: waits[case.loader.num_workers],
@@ -249,9 +249,9 @@ def test_presets_answer_the_benchmark_questions() -> None:
     smoke = preset_items("smoke")
     models = {(i.case if isinstance(i, WorkerSearch) else i).model for i in smoke}
     assert models == {"resnet18", "smallcnn", "emulated"}
-    assert any(isinstance(i, Track3Case) and i.pipeline == "device" for i in smoke)
+    assert any(isinstance(i, TrainingCase) and i.pipeline == "device" for i in smoke)
     gpu = preset_items("gpu")
-    cases = [i if isinstance(i, Track3Case) else i.case for i in gpu]
+    cases = [i if isinstance(i, TrainingCase) else i.case for i in gpu]
     assert all(c.device == "cuda" and c.loader.batch_size == 256 and c.crop.crop_size == 96 for c in cases)
     assert all(c.model == "resnet18" and not c.compute_only for c in cases)
     searches = [i for i in gpu if isinstance(i, WorkerSearch)]
@@ -272,7 +272,7 @@ def test_presets_answer_the_benchmark_questions() -> None:
     assert all(
         c.steps == 2
         for c in preset_items("full", samples=256)
-        if isinstance(c, Track3Case) and c.loader.batch_size == 128
+        if isinstance(c, TrainingCase) and c.loader.batch_size == 128
     )
     with pytest.raises(ConfigError):
         preset_items("huge")
@@ -359,7 +359,7 @@ def test_training_on_a_real_label_of_the_object_table(tiny_plate: Path) -> None:
         dataclasses.replace(case, workload="embed")
 
 
-def _record(metrics: dict[str, Any], case: Track3Case | ThreadSplit) -> Record:
+def _record(metrics: dict[str, Any], case: TrainingCase | ThreadSplit) -> Record:
     """The row as the runner writes it, read back through the results file's own validation."""
     record = Record(track="training", case=case.label, config=dataclasses.asdict(case), metrics=metrics, environment={})
     return parse_record(record.to_json())
@@ -443,7 +443,7 @@ def test_the_runner_writes_a_row_per_split_and_the_answer(tiny_plate: Path) -> N
 def test_the_fewest_workers_are_never_answered_from_a_flagged_row() -> None:
     waits = {0: 0.5, 1: 0.01, 2: 0.05, 4: 0.01}
 
-    def fake(case: Track3Case) -> dict[str, Any]:
+    def fake(case: TrainingCase) -> dict[str, Any]:
         workers = case.loader.num_workers
         return {
             m.DATA_WAIT_FRACTION: waits[workers],
@@ -501,7 +501,7 @@ def test_a_search_step_whose_step_is_faster_than_its_compute_alone_is_not_the_an
 
     baseline = {m.COMPUTE_ONLY_STEP_P50_MS: 20.0, m.COMPUTE_ONLY_IMAGES_PER_S: 400.0}
 
-    def loop(context: Any, case: Track3Case, given: dict[str, Any]) -> dict[str, Any]:
+    def loop(context: Any, case: TrainingCase, given: dict[str, Any]) -> dict[str, Any]:
         workers = case.loader.num_workers
         step = {0: 40.0, 1: 15.0, 2: 20.5}[workers]  # w1's step is faster than its compute alone
         wait = {0: 0.5, 1: 0.02, 2: 0.03}[workers]

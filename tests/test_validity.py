@@ -25,23 +25,23 @@ BIG_CACHE = CropConfig(crop_size=32)
 
 def test_track2_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
     flagged = track2.run_case(
-        RunContext(plate=tiny_plate), track2.Track2Case(crop=BIG_CACHE, loader=LoaderSpec(batch_size=16), samples=96)
+        RunContext(plate=tiny_plate), track2.LoaderCase(crop=BIG_CACHE, loader=LoaderSpec(batch_size=16), samples=96)
     )
     assert {"cache>=plate", "re-reads", "few-samples"} <= set(flagged[m.VALIDITY_FLAGS]) <= set(VALIDITY_FLAGS)
     assert flagged[m.CACHE_FRACTION_OF_PLATE] > 1
     honest = track2.run_case(
-        RunContext(plate=tiny_plate), track2.Track2Case(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=8), samples=48)
+        RunContext(plate=tiny_plate), track2.LoaderCase(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=8), samples=48)
     )
     assert not {"cache>=plate", "re-reads"} & set(honest[m.VALIDITY_FLAGS])
     memory = track2.run_case(
         RunContext(plate=tiny_plate),
-        track2.Track2Case(crop=BIG_CACHE, source="memory", loader=LoaderSpec(batch_size=8), samples=48),
+        track2.LoaderCase(crop=BIG_CACHE, source="memory", loader=LoaderSpec(batch_size=8), samples=48),
     )
     assert memory[m.CACHE_FRACTION_OF_PLATE] is None, "crops held in memory: no reader cache to flag"
 
 
 def test_track3_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
-    case = track3.Track3Case(
+    case = track3.TrainingCase(
         crop=CropConfig(crop_size=32, tier="light"),
         loader=LoaderSpec(batch_size=32),
         model="smallcnn",
@@ -53,7 +53,7 @@ def test_track3_rows_carry_the_track1_flags(tiny_plate: Path) -> None:
 
 
 def test_a_batched_track1_case_with_few_calls_is_flagged_as_too_few_samples(tiny_plate: Path) -> None:
-    case = track1.Track1Case(crop=SMALL_CACHE, samples=64, warmup=8, cold_samples=0, batch_size=8)
+    case = track1.DatasetCase(crop=SMALL_CACHE, samples=64, warmup=8, cold_samples=0, batch_size=8)
     metrics = track1.run_case(RunContext(plate=tiny_plate), case)
     assert metrics[m.COUNT] == 8 and "few-samples" in metrics[m.VALIDITY_FLAGS]
 
@@ -69,7 +69,7 @@ def test_the_summary_prints_track2_and_track3_flags_and_explains_them() -> None:
 
 
 def test_a_track2_rate_on_enough_batches_is_quoted_and_its_short_tail_is_not_shown(tiny_plate: Path) -> None:
-    case = track2.Track2Case(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=4), samples=72, epochs=1)
+    case = track2.LoaderCase(crop=SMALL_CACHE, loader=LoaderSpec(batch_size=4), samples=72, epochs=1)
     metrics = track2.run_case(RunContext(plate=tiny_plate), case)
     assert MIN_RATE_TIMINGS <= metrics[m.prefixed(m.BATCH, m.COUNT)] < 200
     assert metrics[m.prefixed(m.BATCH, m.P95_RELIABLE)] is False

@@ -10,11 +10,11 @@ import pytest
 from cropbench import metrics as m
 from cropbench.harness.flags import decide_run
 from cropbench.records import Record
+from cropbench.report.rules import paired_ratios
 from cropbench.report.verdict import (
     HEADING,
     SMOKE_NOTE,
     configurations,
-    paired_ratios,
     plain_reason,
     track_lines,
     verdict,

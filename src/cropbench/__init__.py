@@ -30,7 +30,7 @@ _PUBLIC: dict[str, str] = {
     "CropConfig": "cropbench.config",
     "LayoutSpec": "cropbench.config",
     "PlateSpec": "cropbench.config",
-    "Track1Case": "cropbench.harness.dataset_case",
+    "DatasetCase": "cropbench.harness.dataset_case",
     "ObjectTable": "cropbench.objects",
     "read_object_table": "cropbench.objects",
     "Record": "cropbench.records",

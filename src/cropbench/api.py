@@ -46,9 +46,9 @@ from cropbench.records import (
 from cropbench.report import advice
 from cropbench.tracks import track_named
 from cropbench.tracks.layouts import LayoutComparison, Layouts
-from cropbench.tracks.out_of_memory import OutOfMemory, OutOfMemoryTrack
+from cropbench.tracks.out_of_memory import OutOfMemory, OutOfMemoryComparison
 from cropbench.tracks.scale import Scale, ScaleSweep
-from cropbench.tracks.store_layouts import StoreLayouts, StoreLayoutsTrack
+from cropbench.tracks.store_layouts import StoreLayoutComparison, StoreLayouts
 from cropbench.tracks.training.advise import (
     MAX_ROUNDS,
     Advise,
@@ -62,7 +62,7 @@ from cropbench.tracks.training.advise import (
     check_model,
     model_case,
 )
-from cropbench.tracks.training.cases import Track3Case
+from cropbench.tracks.training.cases import TrainingCase
 
 if TYPE_CHECKING:
     from cropbench.tracks.formats import FormatComparison
@@ -293,7 +293,7 @@ def compare_layouts(
 def compare_layouts_in_store(
     url: str,
     layouts: Sequence[str],
-    settings: StoreLayouts,
+    settings: StoreLayoutComparison,
     out_dir: str | Path,
     *,
     work_dir: str | Path | None = None,
@@ -326,7 +326,7 @@ def compare_layouts_in_store(
         OutputError: A rewritten plate cannot be written under ``work_dir``.
     """
     work = WorkFolder(Path(work_dir) if work_dir else Path(out_dir) / "plates", keep)
-    track = StoreLayoutsTrack(layouts, settings, work)
+    track = StoreLayouts(layouts, settings, work)
     source = dataclasses.replace(store or StoreConfig(), latency_ms=0.0)
     return run(url, [track], out_dir=out_dir, store=source, progress=progress)
 
@@ -366,7 +366,7 @@ def sweep_scale(
 
 
 def compare_out_of_memory(
-    comparison: OutOfMemory,
+    comparison: OutOfMemoryComparison,
     out_dir: str | Path,
     work_dir: str | Path,
     *,
@@ -400,7 +400,7 @@ def compare_out_of_memory(
             or the limited process died.
         OutputError: ``work_dir`` cannot be written, or lacks the space for a plate.
     """
-    track = OutOfMemoryTrack(comparison, bars, require_cgroup)
+    track = OutOfMemory(comparison, bars, require_cgroup)
     return _run_in_work_folder(track, "", out_dir, work_dir, keep, resume, progress)
 
 
@@ -724,8 +724,8 @@ def advise(
 
 
 def verification_case(
-    template: Track3Case, crop: CropConfig, loader: LoaderSpec, epoch_crops: int, objects: int
-) -> Track3Case:
+    template: TrainingCase, crop: CropConfig, loader: LoaderSpec, epoch_crops: int, objects: int
+) -> TrainingCase:
     """The recommendation as a Track 3 loop of one whole epoch, as the decisions read it: no warm-up step
     (the first batch and the workers' start-up count), every crop read once."""
     steps = max(1, min(epoch_crops, objects) // loader.batch_size)

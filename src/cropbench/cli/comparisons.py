@@ -69,7 +69,7 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.report.tables import layouts_table
     from cropbench.report.verdict import verdict
-    from cropbench.tracks.store_layouts import STORE_LAYOUTS, StoreLayouts
+    from cropbench.tracks.store_layouts import STORE_LAYOUTS, StoreLayoutComparison
 
     ignored = [f"--{name}" for name, default in COMPARE_LOCAL_DEFAULTS.items() if getattr(args, name) != default]
     if ignored:
@@ -78,7 +78,7 @@ def _compare_layouts_in_store(args: argparse.Namespace) -> int:
             "over a store every layout is measured with direct and zarr (--samples, --crop-size, --layout, "
             "--latency-ms, --in-flight set the run)"
         )
-    settings = StoreLayouts(
+    settings = StoreLayoutComparison(
         latency_ms=args.latency_ms,
         in_flight=args.in_flight,
         count_crops=args.samples,

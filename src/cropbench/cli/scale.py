@@ -201,9 +201,9 @@ def _check_machine_holds(limit_bytes: int, plate_bytes: int, work: Path) -> None
 def cmd_scale_out_of_memory(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.report.tables import out_of_memory_table
-    from cropbench.tracks.out_of_memory import TRACK, OutOfMemory
+    from cropbench.tracks.out_of_memory import TRACK, OutOfMemoryComparison
 
-    comparison = OutOfMemory(
+    comparison = OutOfMemoryComparison(
         layouts=tuple(args.layouts),
         limit_bytes=args.limit_mib * 2**20,
         plate_multiple=args.plate_multiple,

@@ -241,13 +241,13 @@ def cmd_remote_bench(args: argparse.Namespace) -> int:
     from cropbench import api
     from cropbench.report.tables import layouts_table, remote_table
     from cropbench.tracks.remote import Remote
-    from cropbench.tracks.store_layouts import StoreLayouts
+    from cropbench.tracks.store_layouts import StoreLayoutComparison
 
     plate, out = Path(args.plate), Path(args.out)
     _check_plate(plate)
     # the emulated store injects the latency itself; the others get it from the delay proxy
     settings = (
-        StoreLayouts(
+        StoreLayoutComparison(
             latency_ms=args.latency_ms,
             in_flight=max(args.in_flight),
             crops=args.crops,

@@ -72,7 +72,7 @@ def cmd_headline(args: argparse.Namespace) -> int:
         return 0
     if args.check:
         if current_block(page.read_text(encoding="utf-8"), str(page)) != block(read_rows(rows), source):
-            print(f"{shown}: the headline table is not the rendering of {source}: run scripts/headline.py")
+            print(f"{shown}: the headline table is not the rendering of {source}: run cropbench headline")
             return 1
         print(f"{shown}: the headline table is current")
         return 0

@@ -61,7 +61,7 @@ SMOKE_BATCH, FULL_BATCH = 32, 64
 
 
 @dataclass(frozen=True)
-class Track1Case:
+class DatasetCase:
     """One Track 1 measurement: a crop configuration read through one access pattern."""
 
     crop: CropConfig = field(default_factory=CropConfig)
@@ -101,7 +101,7 @@ class Track1Case:
         return f"{access}/{c.decode}/{c.tier}/{c.crop_size}px/{channels}/{c.dtype}{cache}{batch}{threads}"
 
 
-def _indices(dataset: CropDataset, case: Track1Case, needed: int) -> list[int]:
+def _indices(dataset: CropDataset, case: DatasetCase, needed: int) -> list[int]:
     """Enough indices in the access pattern's order, continuing into further epochs if needed."""
     return access_order(dataset, case.access, needed, case.seed, case.granularity)
 
@@ -127,7 +127,7 @@ def _count_items(metrics: dict[str, Any], prefix: str, batch_size: int) -> dict[
 
 def run_case(
     context: RunContext,
-    case: Track1Case,
+    case: DatasetCase,
     evict_first: bool = True,
 ) -> dict[str, Any]:
     """Measure one case on the run's plate and return its metrics (the caller wraps them in a record)."""
@@ -210,7 +210,7 @@ def _instrumented(stats: ReadStats) -> bool:
     return stats.regions == 0 or bool(stats.chunks_touched or stats.bytes_fetched or stats.bytes_decoded)
 
 
-def row_validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader) -> dict[str, Any]:
+def row_validity(case: DatasetCase, metrics: dict[str, Any], reader: PlateReader) -> dict[str, Any]:
     """The row's validity flags (:mod:`cropbench.harness.validity`), with the rate agreement they check.
 
     A plate in an object store has no page cache to evict, so its first pass is not flagged.
@@ -233,7 +233,7 @@ def row_validity(case: Track1Case, metrics: dict[str, Any], reader: PlateReader)
     }
 
 
-def case_fidelity_hash(context: RunContext, case: Track1Case) -> str:
+def case_fidelity_hash(context: RunContext, case: DatasetCase) -> str:
     """Hash of the first ``FIDELITY_ITEMS`` items of the case's seeded order, from a fresh dataset
     (read as the case reads them: batched items hash as the same items read one by one)."""
     dataset = context.dataset(case.crop)
@@ -253,7 +253,7 @@ class _TimedPlan:
 
 def _stage_split(
     context: RunContext,
-    case: Track1Case,
+    case: DatasetCase,
     indices: list[int],
 ) -> dict[str, Any]:
     """Per-item time in each stage of the fast path: index, fetch, decode, assemble, transform, collate.
@@ -298,7 +298,7 @@ def _stage_split(
 
 def _io_and_transform_split(
     context: RunContext,
-    case: Track1Case,
+    case: DatasetCase,
     steady: list[Any],
     metrics: dict[str, Any],
 ) -> dict[str, Any]:

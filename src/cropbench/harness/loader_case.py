@@ -64,7 +64,7 @@ MEMORY_CROPS = 512
 
 
 @dataclass(frozen=True)
-class Track2Case:
+class LoaderCase:
     """One Track 2 measurement: a crop configuration served by one DataLoader configuration.
 
     ``samples`` is per epoch; ``warmup_batches=None`` skips one batch per worker (at least one)
@@ -215,7 +215,7 @@ def crosscheck(
     }
 
 
-def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> dict[str, Any]:
+def _metrics(case: LoaderCase, epochs: list[EpochTiming], batch_bytes: int) -> dict[str, Any]:
     warmup = case.warmup
     steady_waits = [w for e in epochs for w in (e.waits_ns[warmup:] or e.waits_ns[-1:])]
     steady_samples = sum(n for e in epochs for n in (e.delivered[warmup:] or e.delivered[-1:]))
@@ -262,7 +262,7 @@ def _metrics(case: Track2Case, epochs: list[EpochTiming], batch_bytes: int) -> d
 
 def run_case(
     context: RunContext,
-    case: Track2Case,
+    case: LoaderCase,
     *,
     shard: SamplerFactory | None = None,
 ) -> dict[str, Any]:
@@ -370,7 +370,7 @@ def loader_rates(
     start = "forkserver" if workers and decode == "zarr" else "fork"
     loader = LoaderSpec(num_workers=workers, batch_size=batch_size, start_method=start)
     crop = crop_config(decode, crop_size, cache_bytes)
-    case = Track2Case(crop=crop, loader=loader, samples=max(crops, 2 * batch_size), epochs=1)
+    case = LoaderCase(crop=crop, loader=loader, samples=max(crops, 2 * batch_size), epochs=1)
     metrics = run_case(context, case)
     return LoaderRates(
         float(metrics[m.SAMPLES_PER_S]),

@@ -43,7 +43,7 @@ from cropbench.data.distributed import BALANCES, RANK_SAMPLERS, SamplerFactory, 
 from cropbench.data.sampling import EpochSampler, continued_order
 from cropbench.errors import ConfigError, DistributedError
 from cropbench.harness.context import RunContext
-from cropbench.harness.loader_case import Track2Case
+from cropbench.harness.loader_case import LoaderCase
 from cropbench.harness.runner import Row, Track, seeded
 
 #: Environment a launcher sets for every rank (torchrun sets all of them).
@@ -220,7 +220,7 @@ class DistributedCase:
     @property
     def label(self) -> str:
         inner = self.case.label
-        if isinstance(self.case, Track2Case):  # the sampler replaces the access pattern
+        if isinstance(self.case, LoaderCase):  # the sampler replaces the access pattern
             inner = inner.replace(f"/{self.case.access}/", "/", 1)
         return f"{inner}/{self.sampler}/{self.balance}/ranks{self.ranks}"
 
@@ -390,7 +390,7 @@ def aggregate(reports: Sequence[RankReport], objects: int, balance: str) -> dict
 
 
 def _rate_key(case: DistributedCase) -> str:
-    return m.SAMPLES_PER_S if isinstance(case.case, Track2Case) else m.IMAGES_PER_S
+    return m.SAMPLES_PER_S if isinstance(case.case, LoaderCase) else m.IMAGES_PER_S
 
 
 class DistributedTrack:
@@ -462,7 +462,7 @@ def distributed_cases(case: Any, world: int) -> list[DistributedCase]:
     A Track 2 case runs on one rank first, then on all, for the speed-up in the same job; a case that
     trains a model (Track 3, under DDP) runs on all ranks.
     """
-    counts = ([1, world] if world > 1 else [1]) if isinstance(case, Track2Case) else [world]
+    counts = ([1, world] if world > 1 else [1]) if isinstance(case, LoaderCase) else [world]
     return [DistributedCase(case, sampler, "pad", ranks) for sampler in RANK_SAMPLERS for ranks in counts]
 
 

@@ -321,9 +321,9 @@ TRACK1_SCRIPT = """
 import importlib, json, sys
 import cropbench
 from cropbench.config import CropConfig
-from cropbench.tracks.dataset import Dataset, Track1Case
+from cropbench.tracks.dataset import Dataset, DatasetCase
 plate, knobs, samples, module = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-case = Track1Case(crop=CropConfig(**knobs), access="random", samples=samples, warmup=64, cold_samples=0)
+case = DatasetCase(crop=CropConfig(**knobs), access="random", samples=samples, warmup=64, cold_samples=0)
 (record,) = cropbench.run(plate, tracks=[Dataset([case])], torch_threads=1)
 print(json.dumps({"record": json.loads(record.to_json()), "module": importlib.import_module(module).__file__}))
 """

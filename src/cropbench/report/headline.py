@@ -38,7 +38,7 @@ CEILING_PREFIX = "ceiling-"
 #: Access patterns in the order the table shows them (others follow in the order found).
 ACCESS_ORDER = ("random", "grouped")
 #: The command that regenerates the table, as the page tells its reader.
-REGENERATE = "python scripts/headline.py"
+REGENERATE = "cropbench headline"
 
 
 def read_rows(source: str | Path) -> list[Record]:

@@ -1,13 +1,13 @@
-"""What each track shows in a report, in one place: the columns of its summary table, the metrics its
-figures read and when a row of it can be drawn, and the plain reasons its flags give in the verdict.
+"""What each track shows in a report, in one place: the columns of its summary table, its figures, the
+metrics they read and when a row of it can be drawn, how the verdict judges it and the plain reasons its
+flags give there.
 
 One :class:`TrackReport` per track, by its name in :data:`cropbench.tracks.TRACKS` (the model is
 zarr-python's one place where codecs are registered). The summary table, the HTML page, the figures and
-the verdict read it; nothing else keys a report on a track. Two parts of a track's report are not here,
-because the modules that hold them also read this table: its verdict rule
-(:data:`cropbench.report.verdict.RULES`) and its figures (:data:`cropbench.report.plots.FIGURES`), each
-keyed by the same names. Its validity rules lie in the harness, which writes the flags as rows are
-measured (:data:`cropbench.harness.validity.TRACK_VALIDITY`).
+the verdict read it; nothing else keys a report on a track. The rules themselves are in
+:mod:`cropbench.report.rules`, the figure makers in :mod:`cropbench.report.plots`. A track's validity
+rules lie in the harness, which writes the flags as rows are measured
+(:data:`cropbench.harness.validity.TRACK_VALIDITY`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from typing import Any
 from cropbench import metrics as m
 from cropbench.harness.validity import IMPOSSIBLE
 from cropbench.records import DATASET_TRACK, LOADER_TRACK, TRAINING_TRACK
+from cropbench.report import rules
+from cropbench.report.rules import Rule
 
 #: A summary column: (header, metric key, format).
 Column = tuple[str, str, str]
@@ -43,13 +45,18 @@ class TrackReport:
     figures read (the smoke test checks its rows hold them). ``drawable``: what a row must hold for its
     figures to draw it at all (None: every row; a row without it, a failed or interrupted case or a row
     written by another tool, is left out with a warning, never a traceback). ``reasons``: flag → the plain
-    reason the verdict gives, where the track gives the flag a meaning of its own.
+    reason the verdict gives, where the track gives the flag a meaning of its own. ``rule``: how the
+    verdict judges it (by default: best on samples/s, no ceiling). ``figures``: the names of its figure
+    makers in :mod:`cropbench.report.plots`, in the order their files are drawn (names, not the makers,
+    so that reading this table loads no plotting library and the figure modules may read it).
     """
 
     columns: tuple[Column, ...] = ()
     figure_metrics: tuple[str, ...] = ()
     drawable: Callable[[dict[str, Any]], bool] | None = None
     reasons: Mapping[str, str] = field(default_factory=dict)
+    rule: Rule = rules.SAMPLES_RULE
+    figures: tuple[str, ...] = ()
 
 
 #: Every track's report, by its name (a track without an entry shows its case, run and nothing more).
@@ -76,6 +83,7 @@ REPORTS: dict[str, TrackReport] = {
             m.EVICTION_VERIFIED,
         ),
         drawable=lambda metrics: finite_numbers(metrics, m.P95_MS, m.SAMPLES_PER_S),
+        figures=("track1_bars", "track1_cdf", "track1_warmup"),
     ),
     LOADER_TRACK: TrackReport(
         columns=(
@@ -100,6 +108,8 @@ REPORTS: dict[str, TrackReport] = {
         ),
         drawable=lambda metrics: finite_numbers(metrics, m.SAMPLES_PER_S) or finite_numbers(metrics, m.FIRST_BATCH_MS),
         reasons={"few-samples": "its rate rests on too few timed batches: run more samples per epoch (--samples)"},
+        rule=rules.LOADER_RULE,
+        figures=("track2_scaling", "track2_first_batch"),
     ),
     TRAINING_TRACK: TrackReport(
         columns=(
@@ -137,6 +147,8 @@ REPORTS: dict[str, TrackReport] = {
             "its cross-check does not confirm, or images/s above the compute-only rate): the machine's speed changed "
             "during the run; run again on an idle machine",
         },
+        rule=rules.TRAINING_RULE,
+        figures=("track3_bars", "track3_workers"),
     ),
     "peers": TrackReport(
         columns=(
@@ -151,6 +163,8 @@ REPORTS: dict[str, TrackReport] = {
         ),
         figure_metrics=(m.SAMPLES_PER_S, m.SKIP_REASON, m.COUNT, m.DIRECT_SPEEDUP),
         drawable=lambda metrics: finite_numbers(metrics, m.SAMPLES_PER_S) or bool(metrics.get(m.SKIP_REASON)),
+        rule=rules.PEERS_RULE,
+        figures=("peers_comparison",),
     ),
     "remote": TrackReport(
         columns=(
@@ -161,6 +175,7 @@ REPORTS: dict[str, TrackReport] = {
             ("latency ms", m.INJECTED_LATENCY_MS, "{:g}"),
             ("in flight", m.IN_FLIGHT, "{}"),
         ),
+        rule=rules.REMOTE_RULE,
     ),
     "targets": TrackReport(
         columns=(
@@ -177,6 +192,7 @@ REPORTS: dict[str, TrackReport] = {
             IMPOSSIBLE: "the reader beat the copy ceiling, which no reader of the same crops can pass: the ceiling "
             "or the timing is wrong; run again on an idle machine",
         },
+        rule=rules.TARGETS_RULE,
     ),
     "layouts": TrackReport(
         columns=(
@@ -198,6 +214,8 @@ REPORTS: dict[str, TrackReport] = {
         drawable=lambda metrics: any(
             finite_numbers(metrics, m.access_crops_per_s_key(access)) for access in m.ACCESS_PATTERNS
         ),
+        rule=rules.LAYOUTS_RULE,
+        figures=("layouts_comparison",),
     ),
     "store-layouts": TrackReport(
         columns=(
@@ -213,7 +231,9 @@ REPORTS: dict[str, TrackReport] = {
             ),
             ("latency ms", m.INJECTED_LATENCY_MS, "{:g}"),
         ),
+        rule=rules.STORE_LAYOUTS_RULE,
     ),
+    "formats": TrackReport(rule=rules.FORMATS_RULE),
 }
 #: The report of a track without an entry (or a row of a track this cropbench does not know).
 NO_REPORT = TrackReport()

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from cropbench.config import DEFAULT_CROP_SIZE, CropConfig
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
-from cropbench.harness.dataset_case import Track1Case, run_case
+from cropbench.harness.dataset_case import DatasetCase, run_case
 from cropbench.harness.runner import Row, seeded
 from cropbench.records import DATASET_TRACK
 
@@ -20,12 +20,12 @@ SMOKE_CHUNK_CACHE_BYTES = 2 * 2**20
 SMOKE_BATCH, FULL_BATCH = 32, 64
 
 
-def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
+def preset_cases(preset: str, samples: int | None = None) -> list[DatasetCase]:
     """The Track 1 grid of a preset; ``samples`` overrides the steady-state sample count."""
     if preset == "smoke":
         # Sized to the smoke plate (4 fields of 5 x 540 x 540, 11 MiB decoded, ~320 objects): 260
         # items drawn, so no crop is read twice, and a 2 MiB chunk cache, so steady state reads chunks.
-        base = Track1Case(samples=200 if samples is None else samples, warmup=20, cold_samples=40)
+        base = DatasetCase(samples=200 if samples is None else samples, warmup=20, cold_samples=40)
         crop = CropConfig(crop_size=DEFAULT_CROP_SIZE, chunk_cache_bytes=SMOKE_CHUNK_CACHE_BYTES)
         grid = [
             ("random", crop),
@@ -48,12 +48,12 @@ def preset_cases(preset: str, samples: int | None = None) -> list[Track1Case]:
     raise ConfigError(f"preset={preset!r} is not one of smoke, full, grid")
 
 
-def _steady_base(samples: int | None) -> Track1Case:
+def _steady_base(samples: int | None) -> DatasetCase:
     """The full presets' case: 1,000 steady samples (a p99 with ten points beyond it), 200 cold."""
-    return Track1Case(samples=1000 if samples is None else samples, warmup=50, cold_samples=200)
+    return DatasetCase(samples=1000 if samples is None else samples, warmup=50, cold_samples=200)
 
 
-def _full_cases(base: Track1Case) -> list[Track1Case]:
+def _full_cases(base: DatasetCase) -> list[DatasetCase]:
     """Every access pattern through every decode path at the base crop (96 px, all channels, no
     transforms, float32), then one knob at a time around random access on ``direct``: crop size,
     channels, transform tier, dtype, a cold cache in steady state, and batched reads at 1 and 2 decode
@@ -84,7 +84,7 @@ def _full_cases(base: Track1Case) -> list[Track1Case]:
     return cases
 
 
-def _grid_cases(base: Track1Case) -> list[Track1Case]:
+def _grid_cases(base: DatasetCase) -> list[DatasetCase]:
     """The product of the knobs (access × crop size × channels × tier × dtype × decode path, 216 cases)
     and batched reads per decode path and thread count: hours on 2 cores."""
     cases = []
@@ -130,10 +130,10 @@ class Dataset:
 
     name = DATASET_TRACK
 
-    def __init__(self, cases: Sequence[Track1Case] | None = None) -> None:
+    def __init__(self, cases: Sequence[DatasetCase] | None = None) -> None:
         self._cases = None if cases is None else list(cases)
 
-    def cases(self, preset: str, context: RunContext) -> list[Track1Case]:
+    def cases(self, preset: str, context: RunContext) -> list[DatasetCase]:
         """The preset's grid of ``Dataset.__getitem__`` cases (or the fixed ``cases``).
 
         Args:
@@ -150,11 +150,11 @@ class Dataset:
             return list(self._cases)
         return preset_cases(preset, context.samples)
 
-    def decode(self, case: Track1Case) -> str:
+    def decode(self, case: DatasetCase) -> str:
         """The read path ``case`` needs; the runner skips a case whose path the plate's layout lacks."""
         return case.crop.decode
 
-    def measure(self, case: Track1Case, repeat: int, context: RunContext) -> Iterator[Row]:
+    def measure(self, case: DatasetCase, repeat: int, context: RunContext) -> Iterator[Row]:
         """Measure one case: a cold pass, a warm-up, then the steady state.
 
         Args:

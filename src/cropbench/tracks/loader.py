@@ -25,7 +25,7 @@ from cropbench.data.loader import (
 from cropbench.data.sampling import continued_order, sampler_for
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext, worker_counts
-from cropbench.harness.loader_case import Track2Case, run_case
+from cropbench.harness.loader_case import LoaderCase, run_case
 from cropbench.harness.ranks import RankShare
 from cropbench.harness.ratios import paired_ratios
 from cropbench.harness.runner import Row, seeded
@@ -35,7 +35,7 @@ from cropbench.records import LOADER_TRACK
 FULL_SAMPLES_PER_EPOCH = 4096
 
 
-def preset_cases(preset: str, samples: int | None = None, objects: int | None = None) -> list[Track2Case]:
+def preset_cases(preset: str, samples: int | None = None, objects: int | None = None) -> list[LoaderCase]:
     """The Track 2 grid: crops already in memory (the ceilings), then the workers × batch-size sweep,
     then one knob at a time around a base.
 
@@ -60,9 +60,9 @@ def preset_cases(preset: str, samples: int | None = None, objects: int | None = 
         raise ConfigError(f"preset={preset!r} is not one of smoke, full, gpu, overhead (Track 2 only)")
     crop = CropConfig(crop_size=DEFAULT_CROP_SIZE)
 
-    def case(loader: LoaderSpec, crop: CropConfig = crop, **changes: Any) -> Track2Case:
+    def case(loader: LoaderSpec, crop: CropConfig = crop, **changes: Any) -> LoaderCase:
         # At least two batches per epoch, so a steady window exists whatever ``samples`` says.
-        return Track2Case(crop=crop, loader=loader, samples=max(per_epoch, 2 * loader.batch_size), **changes)
+        return LoaderCase(crop=crop, loader=loader, samples=max(per_epoch, 2 * loader.batch_size), **changes)
 
     cases = [
         case(LoaderSpec(num_workers=w, batch_size=b), crop.replace(tier=tier))
@@ -105,7 +105,7 @@ GPU_STEADY_BATCHES = 8
 GPU_BATCH = 256
 
 
-def gpu_cases(samples: int | None = None) -> list[Track2Case]:
+def gpu_cases(samples: int | None = None) -> list[LoaderCase]:
     """What a GPU host's loader supplies at the GPU's batch of 256 on the ``direct`` path, per pipeline,
     tier and worker count: the dataset pipeline (float32 tensors made in the workers, pinned by the
     DataLoader) beside the device pipeline (raw uint16 from the workers, the tier on the GPU).
@@ -121,11 +121,11 @@ def gpu_cases(samples: int | None = None) -> list[Track2Case]:
     counts = worker_counts()
     crop = CropConfig(crop_size=DEFAULT_CROP_SIZE)
 
-    def sized(crop: CropConfig, workers: int, pipeline: str = "dataset", **knobs: Any) -> Track2Case:
+    def sized(crop: CropConfig, workers: int, pipeline: str = "dataset", **knobs: Any) -> LoaderCase:
         collate = "stack" if pipeline == "device" else "default"
         loader = LoaderSpec(num_workers=workers, batch_size=GPU_BATCH, pin_memory=True, collate=collate, **knobs)
         steady = max(2, -(-least // workers)) * workers if workers else least
-        return Track2Case(
+        return LoaderCase(
             crop=crop,
             loader=loader,
             samples=(max(workers, 1) + steady) * GPU_BATCH,
@@ -133,7 +133,7 @@ def gpu_cases(samples: int | None = None) -> list[Track2Case]:
             pipeline=pipeline,
         )
 
-    def sweep(tier: str) -> list[Track2Case]:
+    def sweep(tier: str) -> list[LoaderCase]:
         return [sized(crop.replace(tier=tier), w, pipeline) for pipeline in PIPELINES for w in counts]
 
     return [*sweep("none"), sized(crop, counts[-1], persistent_workers=True), *sweep("typical")]
@@ -280,7 +280,7 @@ def overhead_cases(samples: int | None = None) -> list[OverheadCase]:
     ]
 
 
-def _persistent_twin(case: Track2Case) -> str | None:
+def _persistent_twin(case: LoaderCase) -> str | None:
     if not case.loader.persistent_workers:
         return None
     return dataclasses.replace(case, loader=dataclasses.replace(case.loader, persistent_workers=False)).label
@@ -304,7 +304,7 @@ class Loader:
     def __init__(self) -> None:
         self.measured: dict[tuple[str, int], dict[str, Any]] = {}
 
-    def cases(self, preset: str, context: RunContext) -> list[Track2Case] | list[OverheadCase]:
+    def cases(self, preset: str, context: RunContext) -> list[LoaderCase] | list[OverheadCase]:
         """The preset's DataLoader cases: workers, batch size, pinning, persistence and prefetch.
 
         Args:
@@ -323,18 +323,18 @@ class Loader:
             return overhead_cases(context.samples)
         return preset_cases(preset, context.samples, context.object_count if preset == "full" else None)
 
-    def decode(self, case: Track2Case | OverheadCase) -> str:
+    def decode(self, case: LoaderCase | OverheadCase) -> str:
         """The read path ``case`` needs; the runner skips a case whose path the plate's layout lacks."""
         return case.crop.decode
 
-    def on_ranks(self, case: Track2Case | OverheadCase) -> Track2Case | None:
+    def on_ranks(self, case: LoaderCase | OverheadCase) -> LoaderCase | None:
         """A loader case as it runs across ranks: the ranks' sampler replaces its access pattern; an
         overhead case, which times the main process's reads beside the loader's, does not split."""
-        return dataclasses.replace(case, access="random") if isinstance(case, Track2Case) else None
+        return dataclasses.replace(case, access="random") if isinstance(case, LoaderCase) else None
 
     def measure_share(
         self,
-        case: Track2Case,
+        case: LoaderCase,
         ranks: int,
         balance: str,
         context: RunContext,
@@ -349,7 +349,7 @@ class Loader:
         samples = share * ran.epochs
         return RankShare(ran, metrics, samples, seconds, seconds, samples, ran.loader.num_workers)
 
-    def measure(self, case: Track2Case | OverheadCase, repeat: int, context: RunContext) -> Iterator[Row]:
+    def measure(self, case: LoaderCase | OverheadCase, repeat: int, context: RunContext) -> Iterator[Row]:
         """Measure one case: whole epochs through a DataLoader, first batch and steady rate apart.
 
         Args:

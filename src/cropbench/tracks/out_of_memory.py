@@ -54,7 +54,7 @@ CACHED_FRACTION_OF_AVAILABLE = 0.7
 
 
 @dataclass(frozen=True)
-class OutOfMemory:
+class OutOfMemoryComparison:
     """What ``cropbench scale out-of-memory`` measures; part of every record it writes."""
 
     layouts: tuple[str, ...] = DEFAULT_LAYOUTS
@@ -102,7 +102,7 @@ def random_pass(plate: str, crop: CropConfig, samples: int, warmup: int, seed: i
     bytes and reader counters of the timed pass only (the warm-up opens files and fills the chunk cache).
 
     ``plate`` is a scale plate this track wrote, with the object table written beside its pixels, and
-    ``crop`` is the comparison's own (:meth:`OutOfMemory.crop`): no run's context applies (an
+    ``crop`` is the comparison's own (:meth:`OutOfMemoryComparison.crop`): no run's context applies (an
     ``--objects`` table or crop overrides name another plate), so the plate gets a context of its own."""
     dataset = RunContext(plate=Path(plate)).dataset(crop)
     files = dataset.reader.files()
@@ -132,7 +132,7 @@ def random_pass(plate: str, crop: CropConfig, samples: int, warmup: int, seed: i
     return metrics
 
 
-def plate_spec_for(comparison: OutOfMemory, layout_name: str, work: WorkFolder) -> ScaleSpec:
+def plate_spec_for(comparison: OutOfMemoryComparison, layout_name: str, work: WorkFolder) -> ScaleSpec:
     """The scale plate whose stored bytes in ``layout_name`` reach the comparison's target: a probe of
     the rendered fields gives the stored bytes per field (compression differs per layout). The probe
     is written in a temporary folder under the work folder and always removed."""
@@ -162,7 +162,7 @@ def plate_spec_for(comparison: OutOfMemory, layout_name: str, work: WorkFolder) 
 
 
 def measure_layout(
-    comparison: OutOfMemory,
+    comparison: OutOfMemoryComparison,
     name: str,
     work: WorkFolder,
     progress: bool = True,
@@ -210,7 +210,7 @@ def measure_layout(
 class OutOfMemoryCase:
     """One layout of a comparison out of memory."""
 
-    comparison: OutOfMemory
+    comparison: OutOfMemoryComparison
     layout_name: str
 
     @property
@@ -218,7 +218,7 @@ class OutOfMemoryCase:
         return self.layout_name
 
 
-class OutOfMemoryTrack:
+class OutOfMemory:
     """Track ``out-of-memory`` for the runner: one case per layout of ``comparison``, each on its own
     plate under the site's work folder (:func:`measure_layout`).
 
@@ -230,7 +230,7 @@ class OutOfMemoryTrack:
 
     name = TRACK
 
-    def __init__(self, comparison: OutOfMemory, progress: bool = True, require_cgroup: bool = False) -> None:
+    def __init__(self, comparison: OutOfMemoryComparison, progress: bool = True, require_cgroup: bool = False) -> None:
         self.comparison, self.progress, self.require_cgroup = comparison, progress, require_cgroup
 
     def cases(self, preset: str, context: WorkSite) -> list[OutOfMemoryCase]:
@@ -255,7 +255,7 @@ class OutOfMemoryTrack:
 
 
 def _cached(
-    comparison: OutOfMemory, plate: Path, args: tuple[Any, ...], stored: int, say: Callable[[str], None]
+    comparison: OutOfMemoryComparison, plate: Path, args: tuple[Any, ...], stored: int, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """The same random pass with the plate in the page cache, or why it was not run."""
     if not comparison.cached:
@@ -270,9 +270,9 @@ def _cached(
 
 __all__ = [
     "DEFAULT_LAYOUTS",
-    "OutOfMemory",
+    "OutOfMemoryComparison",
     "OutOfMemoryCase",
-    "OutOfMemoryTrack",
+    "OutOfMemory",
     "measure_layout",
     "plate_spec_for",
     "random_pass",

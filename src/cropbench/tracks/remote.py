@@ -89,13 +89,13 @@ class Remote:
         if preset not in ("smoke", "full"):
             raise ConfigError(f"preset={preset!r} is not one of smoke, full")
         crops = context.samples or (128 if preset == "smoke" else 512)
-        held = {
-            decode: read_ahead_cache_bytes(context, decode, self.batch_size, self.crop_size) for decode in READ_PATHS
-        }
+        # The cache is sized for the crops that will be read: the run's --crop-size, which the runner sets
+        # on each case after this, where it is given.
+        overrides = context.overrides
+        crop_size = overrides.crop_size if overrides is not None and overrides.crop_size is not None else self.crop_size
+        held = {decode: read_ahead_cache_bytes(context, decode, self.batch_size, crop_size) for decode in READ_PATHS}
         return [
-            RemoteCase(
-                decode, workers, min(crops, 200), crops, self.batch_size, self.crop_size, cache_bytes=held[decode]
-            )
+            RemoteCase(decode, workers, min(crops, 200), crops, self.batch_size, crop_size, cache_bytes=held[decode])
             for decode in READ_PATHS
             for workers in self.workers
         ]

@@ -134,7 +134,7 @@ def measure_point(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
     }
     dataset.reader.close()
     for access, name in (("random", m.TRACK1_RANDOM_SAMPLES_PER_S), ("grouped-field", m.TRACK1_GROUPED_SAMPLES_PER_S)):
-        case = dataset_case.Track1Case(
+        case = dataset_case.DatasetCase(
             crop=crop, access=access, samples=sweep.samples, warmup=sweep.warmup, cold_samples=0, seed=sweep.seed
         )
         metrics[name] = dataset_case.run_case(context, case)[m.SAMPLES_PER_S]
@@ -142,7 +142,7 @@ def measure_point(plate: Path, sweep: ScaleSweep) -> dict[str, Any]:
     batches = max(2 * max(sweep.workers, 1), 2)
     first = loader_case.run_case(
         context,
-        loader_case.Track2Case(crop=crop, loader=loader, samples=batches * sweep.batch_size, epochs=1, seed=sweep.seed),
+        loader_case.LoaderCase(crop=crop, loader=loader, samples=batches * sweep.batch_size, epochs=1, seed=sweep.seed),
     )
     metrics[m.TRACK2_FIRST_BATCH_MS] = first[m.FIRST_BATCH_MS]
     metrics[m.TRACK2_PICKLE_BYTES] = first.get(m.DATASET_PICKLE_BYTES)

@@ -39,7 +39,7 @@ Serve = Callable[[Path], AbstractContextManager[str]]
 
 
 @dataclass(frozen=True)
-class StoreLayouts:
+class StoreLayoutComparison:
     """How each layout is measured over a store: counts without injected latency (they do not depend
     on it), then random crops/s with no workers at ``latency_ms``, the direct path with ``in_flight``
     requests open, beside the same layout on local disk. ``store`` is how every read reaches the store
@@ -77,7 +77,7 @@ class StoreLayoutCase:
     """One layout of a comparison over a store."""
 
     layout_name: str
-    settings: StoreLayouts
+    settings: StoreLayoutComparison
     seed: int = 0
 
     @property
@@ -86,7 +86,7 @@ class StoreLayoutCase:
 
 
 def layout_over_store(
-    context: RunContext, plate: Path, serve: Serve | None, settings: StoreLayouts, cache: Path | None
+    context: RunContext, plate: Path, serve: Serve | None, settings: StoreLayoutComparison, cache: Path | None
 ) -> dict[str, Any]:
     """Metrics of one layout: ``plate`` (the run's plate written in it) put in a store and read over it with
     the run's settings (``context``: its object table, ``--objects``, included): requests and bytes
@@ -148,7 +148,7 @@ def layout_over_store(
     return {**metrics, m.INJECTED_LATENCY_MS: settings.latency_ms, m.IN_FLIGHT: settings.in_flight}
 
 
-class StoreLayoutsTrack:
+class StoreLayouts:
     """Track ``store-layouts``: the run's plate (in a store) rewritten into each layout and measured over
     a loopback store (``serve`` None: the emulated store where it runs, see :func:`layout_over_store`).
 
@@ -167,7 +167,7 @@ class StoreLayoutsTrack:
     def __init__(
         self,
         layouts: Sequence[str],
-        settings: StoreLayouts,
+        settings: StoreLayoutComparison,
         work: WorkFolder,
         serve: Serve | None = None,
     ) -> None:

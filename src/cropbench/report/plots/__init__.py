@@ -2,7 +2,8 @@
 
 One module per job: what every figure draws the same way (``drawing``: flagged rows, bars on axes
 from zero, log axes, saving), which rows are drawn and how they are named (``rows``), and the figures
-of Track 1, Track 2, Track 3 and the comparisons (layouts, peers).
+of Track 1, Track 2, Track 3 and the comparisons (layouts, peers). Which track draws which figures is
+said in the table of tracks' reports (:data:`cropbench.report.tracks.REPORTS`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ matplotlib.use("Agg")  # before a figure module imports pyplot: figures are writ
 
 from cropbench.errors import OutputError  # noqa: E402
 from cropbench.harness.flags import flagged  # noqa: E402
-from cropbench.records import DATASET_TRACK, LOADER_TRACK, TRAINING_TRACK, Record  # noqa: E402
+from cropbench.records import Record  # noqa: E402
 from cropbench.report.plots.comparisons import layouts_comparison, peers_comparison  # noqa: E402
 from cropbench.report.plots.drawing import (  # noqa: E402
     FLAGGED_COLOR,
@@ -43,16 +44,23 @@ from cropbench.report.plots.rows import (  # noqa: E402
 from cropbench.report.plots.track1 import rolling_median, steady_from, track1_bars, track1_cdf, track1_warmup  # noqa: E402
 from cropbench.report.plots.track2 import sweep_key, track2_first_batch, track2_scaling  # noqa: E402
 from cropbench.report.plots.track3 import flagged_workers, track3_bars, track3_workers  # noqa: E402
+from cropbench.report.tracks import REPORTS  # noqa: E402
 
-#: Each track's figure makers, by its name (:data:`cropbench.tracks.TRACKS`), in the order their files are
-#: drawn. What else a track shows in a report is in :data:`cropbench.report.tracks.REPORTS`; this table is
-#: apart because the figure modules read that one.
-FIGURES: dict[str, tuple[FigureMaker, ...]] = {
-    DATASET_TRACK: (track1_bars, track1_cdf, track1_warmup),
-    "layouts": (layouts_comparison,),
-    "peers": (peers_comparison,),
-    LOADER_TRACK: (track2_scaling, track2_first_batch),
-    TRAINING_TRACK: (track3_bars, track3_workers),
+#: Every figure maker, by its name: what a track's ``figures`` in :data:`cropbench.report.tracks.REPORTS`
+#: name, in the order that table gives.
+FIGURE_MAKERS: dict[str, FigureMaker] = {
+    maker.__name__: maker
+    for maker in (
+        track1_bars,
+        track1_cdf,
+        track1_warmup,
+        track2_scaling,
+        track2_first_batch,
+        track3_bars,
+        track3_workers,
+        layouts_comparison,
+        peers_comparison,
+    )
 }
 
 
@@ -72,12 +80,12 @@ def plot_results(records: Sequence[Record], out_dir: str | Path, all_runs: bool 
     chosen = drawable(label_runs(records) if all_runs else latest_runs(records))
     if not chosen:
         raise OutputError(f"none of the {len(records)} records holds the metrics a figure draws")
-    makers = [maker for track_makers in FIGURES.values() for maker in track_makers]
+    makers = [FIGURE_MAKERS[name] for report in REPORTS.values() for name in report.figures]
     return [path for maker in makers if (path := maker(chosen, destination)) is not None]
 
 
 __all__ = [
-    "FIGURES",
+    "FIGURE_MAKERS",
     "FLAGGED_COLOR",
     "FLAGGED_EDGE",
     "FLAGGED_HATCH",

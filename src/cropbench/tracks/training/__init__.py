@@ -17,7 +17,7 @@ answers (``search``), the presets and the runner's track (``track``), and the mo
 
 from __future__ import annotations
 
-from cropbench.tracks.training.cases import AU_THRESHOLD, ThreadSplit, Track3Case, WorkerSearch
+from cropbench.tracks.training.cases import AU_THRESHOLD, ThreadSplit, TrainingCase, WorkerSearch
 from cropbench.tracks.training.loop import compute_key, run_case, stall_crosscheck
 from cropbench.tracks.training.search import run_search, split_summary
 from cropbench.tracks.training.track import Training, preset_items
@@ -25,7 +25,7 @@ from cropbench.tracks.training.track import Training, preset_items
 __all__ = [
     "AU_THRESHOLD",
     "ThreadSplit",
-    "Track3Case",
+    "TrainingCase",
     "Training",
     "WorkerSearch",
     "compute_key",

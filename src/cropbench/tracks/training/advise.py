@@ -50,7 +50,7 @@ from cropbench.harness.validity import (
 )
 from cropbench.measure.accelerator import pin_in_effect, resolve_device, synchroniser, to_device
 from cropbench.measure.protocol import cpu_seconds, interleaved_blocks
-from cropbench.tracks.training.cases import AU_THRESHOLD, Track3Case
+from cropbench.tracks.training.cases import AU_THRESHOLD, TrainingCase
 from cropbench.tracks.training.loop import compute_only, run_case
 from cropbench.tracks.training.models import MODELS, check_input, is_user_model
 
@@ -66,7 +66,7 @@ COMPARISONS = ("pairwise", "need", "predicted")
 EMULATED_PREFIX = "emulated:"
 
 
-def model_case(model: str, crop: CropConfig, batch_size: int, steps: int, seed: int = 0) -> Track3Case:
+def model_case(model: str, crop: CropConfig, batch_size: int, steps: int, seed: int = 0) -> TrainingCase:
     """The Track 3 case of ``model`` as ``advise --model`` names it: ``resnet18``, ``smallcnn``,
     ``emulated:MS`` (an accelerator whose step takes MS milliseconds at ``batch_size``) or
     ``path/to/file.py:factory`` (the user's own, called as ``factory(channels, classes)``)."""
@@ -80,13 +80,13 @@ def model_case(model: str, crop: CropConfig, batch_size: int, steps: int, seed: 
             step_ms = math.nan
         if not (math.isfinite(step_ms) and 0 < step_ms <= 60_000):
             raise ConfigError(f"--model {model}: the step time must be a number of milliseconds from 0 to 60000")
-        return Track3Case(model="emulated", emulated_step_ms=step_ms, **common)
+        return TrainingCase(model="emulated", emulated_step_ms=step_ms, **common)
     if model in MODELS or is_user_model(model):
-        return Track3Case(model=model, **common)
+        return TrainingCase(model=model, **common)
     raise ConfigError(f"--model {model!r} is not one of {', '.join(MODELS)}, emulated:MS or path/to/file.py:factory")
 
 
-def at_batch(case: Track3Case, batch_size: int) -> Track3Case:
+def at_batch(case: TrainingCase, batch_size: int) -> TrainingCase:
     """``case`` at another batch; an emulated accelerator's step time scales with the batch, so its images/s
     stay what the user measured on the device."""
     loader = dataclasses.replace(case.loader, batch_size=batch_size)
@@ -94,7 +94,7 @@ def at_batch(case: Track3Case, batch_size: int) -> Track3Case:
     return dataclasses.replace(case, loader=loader, emulated_step_ms=step_ms)
 
 
-def check_model(case: Track3Case, context: RunContext) -> None:
+def check_model(case: TrainingCase, context: RunContext) -> None:
     """A model of the user's own must take the run's crops: one line before anything is measured."""
     if is_user_model(case.model):
         channels = len(case.crop.channels or context.metadata.channel_names)
@@ -197,7 +197,7 @@ NEED = "need"
 class Demand:
     """The model's compute-only images/s (batches already on the device) at the case's batch."""
 
-    case: Track3Case
+    case: TrainingCase
 
     @property
     def label(self) -> str:
@@ -208,7 +208,7 @@ class Demand:
 class Verification:
     """The recommendation run once more as a Track 3 loop: the model fed by the recommended loader."""
 
-    case: Track3Case
+    case: TrainingCase
 
     @property
     def label(self) -> str:

@@ -33,7 +33,7 @@ def _default_loader() -> LoaderSpec:
 
 
 @dataclass(frozen=True)
-class Track3Case:
+class TrainingCase:
     """One Track 3 measurement: a model and workload fed by one loader for a fixed number of steps.
 
     ``loader.pin_memory`` is a request: it is in effect only on CUDA, where copies are then
@@ -109,11 +109,11 @@ class Track3Case:
         return "/".join(parts)
 
 
-def short_loop_case(model: str, num_workers: int, device: str, steps: int) -> Track3Case:
+def short_loop_case(model: str, num_workers: int, device: str, steps: int) -> TrainingCase:
     """A short loop of ``model`` on ``device`` (the asv suites' Track 3 case): 96 px crops at tier ``light``,
     batches of 64 from ``num_workers`` workers (pinned on CUDA), ``steps`` timed steps after two warm-up
     steps; ``emulated`` computes 40 ms a step."""
-    return Track3Case(
+    return TrainingCase(
         crop=CropConfig(crop_size=DEFAULT_CROP_SIZE, tier="light"),
         loader=LoaderSpec(num_workers=num_workers, batch_size=64, pin_memory=device == "cuda"),
         model=model,
@@ -124,7 +124,7 @@ def short_loop_case(model: str, num_workers: int, device: str, steps: int) -> Tr
     )
 
 
-def with_num_workers(case: Track3Case, workers: int) -> Track3Case:
+def with_num_workers(case: TrainingCase, workers: int) -> TrainingCase:
     """The case with its loader's ``num_workers`` set to ``workers``."""
     return dataclasses.replace(case, loader=dataclasses.replace(case.loader, num_workers=workers))
 
@@ -140,7 +140,7 @@ class WorkerSearch:
     workers that start together deliver in lockstep, so a window of part of a round miscounts them.
     """
 
-    case: Track3Case
+    case: TrainingCase
     candidates: tuple[int, ...]
     threshold: float = AU_THRESHOLD
     stop_early: bool = True
@@ -155,7 +155,7 @@ class WorkerSearch:
         if self.bisect and not self.stop_early:
             raise ConfigError("bisect=True measures only some candidates; it cannot be combined with stop_early=False")
 
-    def with_workers(self, workers: int) -> Track3Case:
+    def with_workers(self, workers: int) -> TrainingCase:
         case = with_num_workers(self.case, workers)
         return _in_whole_rounds(case) if self.whole_rounds else case
 
@@ -165,7 +165,7 @@ class WorkerSearch:
         return "/".join("w*" if part == "w0" else part for part in base) + "/min-workers"
 
 
-def _in_whole_rounds(case: Track3Case) -> Track3Case:
+def _in_whole_rounds(case: TrainingCase) -> TrainingCase:
     """One warm-up step per worker (at least the case's) and steps in whole rounds of one batch per worker."""
     workers = case.loader.num_workers
     if workers == 0:
@@ -183,7 +183,7 @@ class ThreadSplit:
     ``cores``). ``whole_rounds`` as in :class:`WorkerSearch`.
     """
 
-    case: Track3Case
+    case: TrainingCase
     cores: int
     whole_rounds: bool = False
 
@@ -197,7 +197,7 @@ class ThreadSplit:
         per_worker = ((w, self.cores // w) for w in range(1, self.cores + 1) if self.cores % w == 0)
         return ((0, self.cores), *per_worker)
 
-    def with_split(self, workers: int, threads: int) -> Track3Case:
+    def with_split(self, workers: int, threads: int) -> TrainingCase:
         case = dataclasses.replace(
             with_num_workers(self.case, workers), crop=self.case.crop.replace(decode_threads=threads)
         )
@@ -209,4 +209,4 @@ class ThreadSplit:
         return "/".join("w*" if part == "w0" else part for part in base) + f"/split{self.cores}-cores"
 
 
-Item = Track3Case | WorkerSearch | ThreadSplit
+Item = TrainingCase | WorkerSearch | ThreadSplit

@@ -10,7 +10,7 @@ from torch.nn import functional
 
 from cropbench.measure.accelerator import autocast, check_amp, grad_scaler
 from cropbench.objects import MISSING_CLASS
-from cropbench.tracks.training.cases import Track3Case
+from cropbench.tracks.training.cases import TrainingCase
 from cropbench.tracks.training.models import build_model, embedding_model
 
 #: Wraps the model before the loop (``DistributedDataParallel`` under a distributed run).
@@ -23,7 +23,7 @@ class StepCompute:
     ``wrap`` wraps a training model once it is on the device (gradients then synchronise across ranks).
     """
 
-    def __init__(self, case: Track3Case, device: torch.device, channels: int, wrap: ModelWrap | None = None) -> None:
+    def __init__(self, case: TrainingCase, device: torch.device, channels: int, wrap: ModelWrap | None = None) -> None:
         check_amp(case.amp, device)
         self.case = case
         self.device = device

@@ -49,7 +49,7 @@ from cropbench.measure.accelerator import (
 )
 from cropbench.measure.protocol import samples_per_s, summarise_ms
 from cropbench.metrics import prefixed
-from cropbench.tracks.training.cases import AU_THRESHOLD, Track3Case
+from cropbench.tracks.training.cases import AU_THRESHOLD, TrainingCase
 from cropbench.tracks.training.compute import ModelWrap, StepCompute
 
 #: Distinct batches the compute-only baseline cycles through.
@@ -104,7 +104,7 @@ def timed_loop(
 
 
 def _preparer(
-    case: Track3Case, device: torch.device, non_blocking: bool, tier: DeviceTier | None = None
+    case: TrainingCase, device: torch.device, non_blocking: bool, tier: DeviceTier | None = None
 ) -> Callable[[Any], Batch]:
     """Batch → (images, labels) on the device: the batch copied as it is (and made float there), or
     through the device ``tier``."""
@@ -125,7 +125,7 @@ def _preparer(
 
 def _loader(
     context: RunContext,
-    case: Track3Case,
+    case: TrainingCase,
     spec: LoaderSpec,
     samples: int,
     pin: bool,
@@ -165,7 +165,7 @@ def _loop_metrics(timing: LoopTiming, batch_size: int, prefix: str = "") -> dict
 
 def compute_only(
     context: RunContext,
-    case: Track3Case,
+    case: TrainingCase,
     *,
     shard: SamplerFactory | None = None,
     wrap: ModelWrap | None = None,
@@ -212,7 +212,7 @@ def stall_crosscheck(step_mean_ms: float, compute_only_mean_ms: float, busy_frac
     return max(stall, 0.0), compute_only_mean_ms > (1.0 + IMPOSSIBLE_TOLERANCE) * step_mean_ms
 
 
-def compute_key(case: Track3Case) -> str:
+def compute_key(case: TrainingCase) -> str:
     """Cases sharing this key share a compute-only baseline (only the loader side differs)."""
     neutral = dataclasses.replace(
         case,
@@ -233,7 +233,7 @@ def step_over_compute(metrics: dict[str, Any]) -> float:
 
 def run_case(
     context: RunContext,
-    case: Track3Case,
+    case: TrainingCase,
     baseline: dict[str, Any] | None = None,
     *,
     shard: SamplerFactory | None = None,
@@ -308,7 +308,7 @@ def run_case(
     return metrics
 
 
-def supply_rate(loader: Any, prepare: Callable[[Any], Batch], case: Track3Case, sync: Callable[[], None]) -> float:
+def supply_rate(loader: Any, prepare: Callable[[Any], Batch], case: TrainingCase, sync: Callable[[], None]) -> float:
     """Samples/s of the loader alone, as the loop would take them (``next()`` and the preparation on the
     device, synchronised), over the second scheduled epoch: fresh crops, workers started afresh."""
     loader.batch_sampler.sampler.set_epoch(1)

@@ -7,7 +7,7 @@ from typing import Any
 
 from cropbench import metrics as m
 from cropbench.harness.context import RunContext
-from cropbench.tracks.training.cases import ThreadSplit, Track3Case, WorkerSearch
+from cropbench.tracks.training.cases import ThreadSplit, TrainingCase, WorkerSearch
 from cropbench.tracks.training.loop import run_case
 
 
@@ -50,7 +50,7 @@ def _fed(search: WorkerSearch, metrics: dict[str, Any]) -> bool:
 
 def iter_search(
     search: WorkerSearch,
-    measure: Callable[[Track3Case], dict[str, Any]],
+    measure: Callable[[TrainingCase], dict[str, Any]],
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(workers, metrics) of each candidate as it is measured: ascending (stopping at the first fed
     one if ``stop_early``), or bisecting. A flagged candidate counts as not fed."""
@@ -84,7 +84,7 @@ def iter_search(
 def run_search(
     context: RunContext,
     search: WorkerSearch,
-    measure: Callable[[Track3Case], dict[str, Any]] | None = None,
+    measure: Callable[[TrainingCase], dict[str, Any]] | None = None,
 ) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any]]:
     """Every candidate :func:`iter_search` measures, in ascending worker order, and the search's answer."""
     results = sorted(iter_search(search, measure or (lambda case: run_case(context, case))), key=lambda r: r[0])

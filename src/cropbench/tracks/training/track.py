@@ -22,7 +22,7 @@ from cropbench.tracks.training.cases import (
     WORKLOADS,
     Item,
     ThreadSplit,
-    Track3Case,
+    TrainingCase,
     WorkerSearch,
     default_crop,
     with_num_workers,
@@ -32,8 +32,8 @@ from cropbench.tracks.training.search import iter_search, search_summary, split_
 
 
 def _smoke_items(crop: CropConfig) -> list[Item]:
-    resnet = Track3Case(crop=crop, loader=LoaderSpec(batch_size=16, pin_memory=True), steps=3, warmup_steps=1)
-    small = Track3Case(
+    resnet = TrainingCase(crop=crop, loader=LoaderSpec(batch_size=16, pin_memory=True), steps=3, warmup_steps=1)
+    small = TrainingCase(
         crop=crop, loader=LoaderSpec(batch_size=64, pin_memory=True), model="smallcnn", steps=10, warmup_steps=2
     )
     emulated = dataclasses.replace(small, model="emulated", emulated_step_ms=40.0)
@@ -49,8 +49,8 @@ def _smoke_items(crop: CropConfig) -> list[Item]:
 
 def _full_items(crop: CropConfig) -> list[Item]:
     # 16 timed steps: the fewest a quoted rate rests on (validity.MIN_RATE_TIMINGS).
-    resnet = Track3Case(crop=crop, loader=LoaderSpec(batch_size=32, pin_memory=True), steps=16, warmup_steps=2)
-    small = Track3Case(
+    resnet = TrainingCase(crop=crop, loader=LoaderSpec(batch_size=32, pin_memory=True), steps=16, warmup_steps=2)
+    small = TrainingCase(
         crop=crop, loader=LoaderSpec(batch_size=128, pin_memory=True), model="smallcnn", steps=20, warmup_steps=3
     )
     candidates = tuple(worker_counts())
@@ -70,9 +70,9 @@ def _full_items(crop: CropConfig) -> list[Item]:
     return items
 
 
-def _gpu_base(crop: CropConfig) -> Track3Case:
+def _gpu_base(crop: CropConfig) -> TrainingCase:
     """The GPU check's model: ResNet-18, batch 256 of 96 × 96 × 5 crops, bf16, CUDA."""
-    return Track3Case(
+    return TrainingCase(
         crop=crop,
         loader=LoaderSpec(batch_size=256, pin_memory=True),
         amp="bf16",
@@ -99,7 +99,7 @@ def _gpu_items(crop: CropConfig) -> list[Item]:
     gpu = _gpu_base(crop)
     candidates = tuple(worker_counts())
 
-    def search(case: Track3Case) -> WorkerSearch:
+    def search(case: TrainingCase) -> WorkerSearch:
         return WorkerSearch(case, candidates, bisect=True, whole_rounds=True)
 
     device = dataclasses.replace(gpu, pipeline="device", loader=dataclasses.replace(gpu.loader, collate="stack"))
@@ -135,7 +135,7 @@ def preset_items(preset: str, samples: int | None = None) -> list[Item]:
     if samples is None:
         return items
 
-    def with_steps(case: Track3Case) -> Track3Case:
+    def with_steps(case: TrainingCase) -> TrainingCase:
         return dataclasses.replace(case, steps=max(1, samples // case.loader.batch_size))
 
     return [
@@ -175,14 +175,14 @@ class Training:
         """The read path ``item`` needs; the runner skips an item whose path the plate's layout lacks."""
         return (item.case if isinstance(item, (WorkerSearch, ThreadSplit)) else item).crop.decode
 
-    def on_ranks(self, item: Item) -> Track3Case | None:
+    def on_ranks(self, item: Item) -> TrainingCase | None:
         """A single case trains across ranks under DDP; a worker search or thread split, which picks
         among loops by their rates, does not split."""
-        return item if isinstance(item, Track3Case) else None
+        return item if isinstance(item, TrainingCase) else None
 
     def measure_share(
         self,
-        case: Track3Case,
+        case: TrainingCase,
         ranks: int,
         balance: str,
         context: RunContext,
@@ -204,7 +204,7 @@ class Training:
             workers=case.loader.num_workers,
         )
 
-    def _run(self, case: Track3Case, context: RunContext) -> dict[str, Any]:
+    def _run(self, case: TrainingCase, context: RunContext) -> dict[str, Any]:
         """One loop's row, ``impossible`` among its flags where its numbers contradict each other (as the
         runner writes it), so a search or split never answers from such a row."""
         key = compute_key(case)
@@ -223,7 +223,7 @@ class Training:
         Yields:
             A case's row; for a search or split, a row per loop measured, then the row of its answer.
         """
-        if isinstance(item, Track3Case):
+        if isinstance(item, TrainingCase):
             case = seeded(item, repeat)
             yield Row(item, dataclasses.asdict(case), self._run(case, context), case.seed)
             return
@@ -232,7 +232,7 @@ class Training:
             return
         search = dataclasses.replace(item, case=seeded(item.case, repeat))
 
-        def measure_one(case: Track3Case) -> dict[str, Any]:
+        def measure_one(case: TrainingCase) -> dict[str, Any]:
             context.progress(f"track 3 {case.label} (repeat {repeat})")
             return self._run(case, context)
 
