@@ -153,9 +153,18 @@ def rows(tiny_plate: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Any
 
 
 def test_every_reader_gets_one_row_in_place_first(rows: list[Any]) -> None:
-    assert [r.case for r in rows] == ["ome-zarr/direct", "ome-zarr/zarr", *TRAINING_FORMATS]
+    assert [r.case for r in rows] == ["ome-zarr/direct", "ome-zarr/zarr", "ome-zarr/atlas", *TRAINING_FORMATS]
     assert {r.track for r in rows} == {"formats"}
-    assert [r.config["format"] for r in rows] == ["ome-zarr", "ome-zarr", *TRAINING_FORMATS]
+    assert [r.config["format"] for r in rows] == ["ome-zarr"] * 3 + list(TRAINING_FORMATS)
+
+
+def test_the_plate_rechunked_into_the_atlas_layout_is_read_in_place_from_its_atlas(rows: list[Any]) -> None:
+    row = next(r for r in rows if r.case == "ome-zarr/atlas")
+    assert row.config["decode"] == "direct" and row.config["layout"]["crop_atlas"] == TINY.crop_size
+    assert row.config["layout_label"].endswith(f"-atlas{TINY.crop_size}")
+    assert row.metrics[m.CROPS_FROM_ATLAS] == 1.0, "every crop of the comparison's size comes from the atlas"
+    assert row.metrics[CONVERSION_SECONDS] > 0 and row.metrics[m.STORED_BYTES] > 0
+    assert RANDOM_RATIO_TO_IN_PLACE in row.metrics and CONVERTING_PAYS_OFF in row.metrics
 
 
 def test_every_reader_delivers_the_plates_crops(rows: list[Any]) -> None:
@@ -172,7 +181,7 @@ def test_every_reader_delivers_the_plates_crops(rows: list[Any]) -> None:
 def test_converted_rows_carry_cost_size_and_break_even(rows: list[Any]) -> None:
     for row in rows:
         metrics = row.metrics
-        if row.case.startswith("ome-zarr") or metrics.get(m.SKIPPED):
+        if row.case in m.IN_PLACE or metrics.get(m.SKIPPED):
             assert CONVERSION_SECONDS not in metrics
             continue
         assert metrics[CONVERSION_SECONDS] > 0 and metrics[SIZE_RATIO_TO_PLATE] > 0
@@ -187,7 +196,7 @@ def test_converted_rows_carry_cost_size_and_break_even(rows: list[Any]) -> None:
         ratio = metrics[INTERLEAVED_IN_PLACE_EPOCH_SECONDS] / metrics[INTERLEAVED_EPOCH_SECONDS]
         assert metrics[EPOCH_RATIO_TO_IN_PLACE] == pytest.approx(ratio)
         assert (metrics[EPOCH_RATIO_TO_IN_PLACE] > 1) == metrics[m.prefixed(INTERLEAVED, CONVERTING_PAYS_OFF)]
-        random_access = TRAINING_FORMATS[row.case].random_access
+        random_access = row.case not in TRAINING_FORMATS or TRAINING_FORMATS[row.case].random_access
         assert (m.prefixed(RANDOM, m.SAMPLES_PER_S) in metrics) == random_access
         assert (RANDOM_RATIO_TO_IN_PLACE in metrics) == random_access
 
