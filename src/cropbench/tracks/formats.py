@@ -532,9 +532,9 @@ class Formats:
             metrics.update(self._in_place(case.reader, comparison, context, order, objects))
         elif case.reader in comparison.rechunked():
             if context.remote is not None:
-                reason = "re-chunking rewrites a local plate; this one is read from an object store"
-                context.progress(f"{case.reader}: skipped ({reason})")
-                yield Row(case, self._config(case, comparison), {**metrics, m.SKIPPED: True, m.SKIP_REASON: reason}, 0)
+                remote = "re-chunking rewrites a local plate; this one is read from an object store"
+                context.progress(f"{case.reader}: skipped ({remote})")
+                yield Row(case, self._config(case, comparison), {**metrics, m.SKIPPED: True, m.SKIP_REASON: remote}, 0)
                 return
             layout = comparison.rechunked()[case.reader]
             metrics.update(self._rechunked(case.reader, layout, comparison, context, plate_dataset, order, objects))
