@@ -15,6 +15,7 @@ import zarr
 from cropbench import CropConfig, CropDataset
 from cropbench import metrics as m
 from cropbench.config import LAYOUTS, StoreConfig
+from cropbench.data.sampling import ShuffledRuns
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import open_plate
 from cropbench.formats.atlas import WINDOWS_NAME, atlas_folder
@@ -139,3 +140,26 @@ def test_over_a_store_a_crop_is_one_request_of_about_its_compressed_bytes(
     moved = {name: count[m.BYTES_TRANSFERRED_PER_CROP] / CROP_BYTES for name, count in counts.items()}
     assert moved["atlas"] <= 1.0 < moved["default"], moved
     assert counts["atlas"][m.REQUESTS_PER_CROP] == 1.0, counts["atlas"]
+
+
+def test_over_a_store_a_run_of_objects_is_one_request(served: dict[str, str], tmp_path: Path) -> None:
+    mirror = mirror_metadata(served["atlas"], StoreConfig(), cache_dir=tmp_path / "mirror")
+    dataset = CropDataset(mirror, CropConfig(crop_size=CROP_SIZE, chunk_cache_bytes=0))
+    dataset.__getitems__(list(range(len(dataset))))  # every shard index read once
+    reads = {}
+    for run in (1, 8):
+        dataset.reader.stats.reset()
+        dataset.__getitems__(list(ShuffledRuns(len(dataset), run, seed=3))[:64])
+        reads[run] = dataset.reader.stats.reads
+    assert reads[8] <= 64 // 8 + 1, "a run of cells is one byte range (a run may span two shards)"
+    assert reads[8] < reads[1], reads
+
+
+def test_the_runs_shuffle_reads_every_object_once_an_epoch_in_runs() -> None:
+    sampler = ShuffledRuns(48, 8, seed=1)
+    first, second = list(sampler), list(sampler)
+    assert sorted(first) == sorted(second) == list(range(48)) and first != second, "each epoch a new order"
+    for order in (first, second):
+        runs = [sorted(order[start : start + 8]) for start in range(0, 48, 8)]
+        assert all(run == list(range(run[0], run[0] + 8)) and run[0] % 8 == 0 for run in runs), runs
+    assert [first[start] // 8 for start in range(0, 48, 8)] != list(range(6)), "the runs come in a random order"

@@ -59,6 +59,7 @@ NOT_READ_SETTINGS = frozenset(
         *("--help", "--out", "--work", "--keep", "--no-progress", "--plot", "--resume"),
         *("--plate", "--local-plate", "--layout-dir", "--traces"),
         *("--track", "--peers", "--preset", "--layout", "--layouts", "--format", "--readers", "--model", "--server"),
+        "--rechunk",
         *("--repeats", "--rounds", "--max-rounds", "--budget-min", "--seconds", "--batches", "--steps"),
         *("--ranks", "--rank-timeout", "--torch-threads", "--require-cgroup", "--no-cached"),
         *("--field-size", "--distinct-fields", "--channels", "--limit-mib", "--plate-multiple", "--shard-mib"),
@@ -103,6 +104,7 @@ PROBES: dict[str, Probe] = {
     "--samples": Probe("77", ("samples",), 77),
     "--crops": Probe("77", ("crops", "samples"), 77),
     "--seed": Probe("5", ("seed",), 5),
+    "--in-place-run": Probe("8", ("in_place_run",), 8),
 }
 #: Where a command's option means something else than its namesake elsewhere.
 COMMAND_PROBES: dict[tuple[str, str], Probe] = {

@@ -153,9 +153,18 @@ def rows(tiny_plate: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Any
 
 
 def test_every_reader_gets_one_row_in_place_first(rows: list[Any]) -> None:
-    assert [r.case for r in rows] == ["ome-zarr/direct", "ome-zarr/zarr", *TRAINING_FORMATS]
+    assert [r.case for r in rows] == ["ome-zarr/direct", "ome-zarr/zarr", "ome-zarr/atlas", *TRAINING_FORMATS]
     assert {r.track for r in rows} == {"formats"}
-    assert [r.config["format"] for r in rows] == ["ome-zarr", "ome-zarr", *TRAINING_FORMATS]
+    assert [r.config["format"] for r in rows] == ["ome-zarr"] * 3 + list(TRAINING_FORMATS)
+
+
+def test_the_plate_rechunked_into_the_atlas_layout_is_read_in_place_from_its_atlas(rows: list[Any]) -> None:
+    row = next(r for r in rows if r.case == "ome-zarr/atlas")
+    assert row.config["decode"] == "direct" and row.config["layout"]["crop_atlas"] == TINY.crop_size
+    assert row.config["layout_label"].endswith(f"-atlas{TINY.crop_size}")
+    assert row.metrics[m.CROPS_FROM_ATLAS] == 1.0, "every crop of the comparison's size comes from the atlas"
+    assert row.metrics[CONVERSION_SECONDS] > 0 and row.metrics[m.STORED_BYTES] > 0
+    assert RANDOM_RATIO_TO_IN_PLACE in row.metrics and CONVERTING_PAYS_OFF in row.metrics
 
 
 def test_every_reader_delivers_the_plates_crops(rows: list[Any]) -> None:
@@ -172,7 +181,7 @@ def test_every_reader_delivers_the_plates_crops(rows: list[Any]) -> None:
 def test_converted_rows_carry_cost_size_and_break_even(rows: list[Any]) -> None:
     for row in rows:
         metrics = row.metrics
-        if row.case.startswith("ome-zarr") or metrics.get(m.SKIPPED):
+        if row.case in m.IN_PLACE or metrics.get(m.SKIPPED):
             assert CONVERSION_SECONDS not in metrics
             continue
         assert metrics[CONVERSION_SECONDS] > 0 and metrics[SIZE_RATIO_TO_PLATE] > 0
@@ -187,7 +196,7 @@ def test_converted_rows_carry_cost_size_and_break_even(rows: list[Any]) -> None:
         ratio = metrics[INTERLEAVED_IN_PLACE_EPOCH_SECONDS] / metrics[INTERLEAVED_EPOCH_SECONDS]
         assert metrics[EPOCH_RATIO_TO_IN_PLACE] == pytest.approx(ratio)
         assert (metrics[EPOCH_RATIO_TO_IN_PLACE] > 1) == metrics[m.prefixed(INTERLEAVED, CONVERTING_PAYS_OFF)]
-        random_access = TRAINING_FORMATS[row.case].random_access
+        random_access = row.case not in TRAINING_FORMATS or TRAINING_FORMATS[row.case].random_access
         assert (m.prefixed(RANDOM, m.SAMPLES_PER_S) in metrics) == random_access
         assert (RANDOM_RATIO_TO_IN_PLACE in metrics) == random_access
 
@@ -215,7 +224,9 @@ def test_a_format_whose_library_is_missing_is_a_skipped_row(
 def test_keep_leaves_the_stores_and_never_replaces_a_users_folder(tiny_plate: Path, tmp_path: Path) -> None:
     if "hdf5" not in AVAILABLE:
         pytest.skip(TRAINING_FORMATS["hdf5"].available() or "")
-    comparison = FormatComparison(formats=("hdf5",), crop_size=32, samples=10, warmup=0, repeats=1, workers=0)
+    comparison = FormatComparison(
+        formats=("hdf5",), crop_size=32, samples=10, warmup=0, repeats=1, workers=0, rechunk=()
+    )
     work = tmp_path / "work"
     api.run(tiny_plate, [Formats(comparison, work, keep=True)])
     assert CropStoreInfo.read(work / "hdf5").format == "hdf5"
@@ -251,7 +262,7 @@ def test_compare_formats_prints_the_table_and_writes_the_rows(
 
     args = ["--plate", str(tiny_plate), "--out", str(tmp_path / "out"), "--crop-size", "32", "--samples", "10"]
     args += ["--workers", "0", "--epochs", "1", "--shard-mib", "0.2", "--format", "webdataset", "--no-progress"]
-    assert main(["compare-formats", *args]) == 0
+    assert main(["compare-formats", *args, "--rechunk", "none"]) == 0
     printed = capsys.readouterr().out
     assert "convert or read in place" in printed and "webdataset" in printed
     verdict = printed[printed.index("\nVerdict") :]  # the same verdict block as run
@@ -430,9 +441,11 @@ def test_a_remote_failure_is_one_line_and_litdatas_plain_http_refusal_says_what_
 
 
 def compare_formats(plate: Path, tmp_path: Path, *extra: str) -> list[str]:
-    """compare-formats' arguments for a fast run of HDF5 on ``plate``, writing under ``tmp_path``."""
+    """compare-formats' arguments for a fast run of HDF5 (no re-chunked plate) on ``plate``, writing under
+    ``tmp_path``."""
     args = ["compare-formats", "--plate", str(plate), "--out", str(tmp_path / "out"), "--crop-size", "32"]
-    return [*args, "--samples", "10", "--workers", "0", "--epochs", "1", "--format", "hdf5", "--no-progress", *extra]
+    args += ["--samples", "10", "--workers", "0", "--epochs", "1", "--format", "hdf5", "--no-progress"]
+    return [*args, *(extra if "--rechunk" in extra else (*extra, "--rechunk", "none"))]
 
 
 def test_compare_formats_never_replaces_a_users_folder_with_a_hand_made_manifest(
@@ -447,10 +460,11 @@ def test_compare_formats_never_replaces_a_users_folder_with_a_hand_made_manifest
     mine.mkdir(parents=True)
     (mine / "mine.txt").write_text("keep me")
     (mine / MANIFEST_NAME).write_text("{}")
-    assert main(compare_formats(tiny_plate, tmp_path, "--work", str(tmp_path / "work"), "--keep")) == 2
+    work = ("--work", str(tmp_path / "work"))
+    assert main(compare_formats(tiny_plate, tmp_path, *work, "--keep")) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith(f"cropbench: error: refusing to replace {mine}") and "\n" not in error
-    assert main(compare_formats(tiny_plate, tmp_path, "--work", str(tmp_path / "work"))) == 0
+    assert main(compare_formats(tiny_plate, tmp_path, *work)) == 0
     assert sorted(p.name for p in mine.iterdir()) == [MANIFEST_NAME, "mine.txt"]
     assert (mine / "mine.txt").read_text() == "keep me" and (mine / MANIFEST_NAME).read_text() == "{}"
     assert [p.name for p in (tmp_path / "work").iterdir()] == ["hdf5"]
@@ -593,3 +607,23 @@ def test_compare_formats_onto_a_disk_too_small_is_one_line_before_anything_runs(
     error = capsys.readouterr().err.strip()
     assert error.startswith("cropbench: error: cannot write crop stores under") and "[Errno 28]" in error
     assert "\n" not in error and not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_ctrl_c_while_rechunking_is_one_line_and_leaves_no_scratch(
+    keep: bool, tiny_plate: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cropbench.cli import main
+    from cropbench.plates import convert
+
+    def interrupted(plate: Path, layout: Any) -> int:
+        assert ".partial" in str(plate) and plate.is_dir(), f"the plate is being written, not {plate}"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(convert, "write_crop_atlas", interrupted)
+    work = tmp_path / "work"
+    work.mkdir()
+    args = compare_formats(tiny_plate, tmp_path, "--work", str(work), "--rechunk", "atlas", "--format", "hdf5")
+    assert main([*args, *(["--keep"] if keep else [])]) == 130
+    assert capsys.readouterr().err.strip() == "cropbench: interrupted; every finished row is kept"
+    assert list(work.iterdir()) == []

@@ -379,6 +379,8 @@ DECODED_OVER_ONE_RANK = "decoded_over_one_rank"
 #: Readers of the plate in place, by decode path; the first is every converted row's reference.
 IN_PLACE = {"ome-zarr/direct": "direct", "ome-zarr/zarr": "zarr"}
 REFERENCE = "ome-zarr/direct"
+#: The reader name of the plate re-chunked into a layout and read in place by the direct path.
+RECHUNKED_PREFIX = "ome-zarr/"
 RANDOM = "random_"
 SHUFFLED = "shuffled_"
 READER = "reader"

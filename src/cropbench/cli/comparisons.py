@@ -24,6 +24,9 @@ from cropbench.config import LAYOUTS, MAX_WORKERS
 from cropbench.errors import ConfigError
 from cropbench.records import RESULTS_NAME
 
+#: The layouts a plate can be re-chunked into and still be read in place as OME-Zarr.
+OME_ZARR_LAYOUTS = tuple(name for name, layout in LAYOUTS.items() if layout.format == "ome-zarr")
+
 
 def cmd_compare_layouts(args: argparse.Namespace) -> int:
     from cropbench import api
@@ -126,6 +129,8 @@ def cmd_compare_formats(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         shard_bytes=_shard_bytes(args.shard_mib),
         remote_latency_ms=args.latency_ms,
+        in_place_run=args.in_place_run,
+        rechunk=tuple(name for name in (args.rechunk or FormatComparison().rechunk) if name != "none"),
     )
     if args.latency_ms is not None:
         from cropbench.measure.store_emulation import unavailable
@@ -263,6 +268,21 @@ def add_comparison_commands(commands: Commands) -> None:
     )
     formats.add_argument("--batch-size", type=int, default=64, help="batch size of the epochs (default: %(default)s)")
     formats.add_argument("--epochs", type=int, default=2, help="shuffled epochs per reader (default: %(default)s)")
+    formats.add_argument(
+        "--rechunk",
+        action="append",
+        metavar="LAYOUT",
+        choices=[*OME_ZARR_LAYOUTS, "none"],
+        help="also re-chunk the plate into this OME-Zarr layout (timed as a conversion) and read it in place; "
+        "repeatable (default: atlas; none: no re-chunking)",
+    )
+    formats.add_argument(
+        "--in-place-run",
+        type=whole_number(1, 2**20),
+        default=1,
+        help="the in-place epochs shuffle runs of this many consecutive objects (one request each on a plate "
+        "with a crop atlas); 1: every object on its own (default: %(default)s)",
+    )
     formats.add_argument(
         "--shard-mib",
         type=float,

@@ -186,6 +186,7 @@ def cmd_replay_validation(args: argparse.Namespace) -> int:
             shard_mib=args.shard_mib,
             seed=args.seed,
             coalesce_gap_kib=args.coalesce_gap_kib,
+            in_place_run=args.in_place_run,
         )
     if out is not None:
         if out.suffix == ".txt":
@@ -417,6 +418,13 @@ def add_store_commands(commands: Commands) -> None:
         default=defaults.coalesce_gap_bytes // 1024,
         help="the direct path's coalescing gap, read exactly whatever the plate's layout names (bytes moved against "
         "requests made)",
+    )
+    replay.add_argument(
+        "--in-place-run",
+        type=whole_number(1),
+        default=1,
+        help="the direct path's epochs shuffle runs of this many consecutive objects (one request each on a plate "
+        "with a crop atlas); 1: every object on its own (default: %(default)s)",
     )
     replay.set_defaults(handler=cmd_replay_validation)
 

@@ -5,6 +5,8 @@
   inside each group, as a per-site inference pass reads them.
 - chunk-aware: groups are decode units (chunks); their order is shuffled and so are the objects
   inside each, so decoded chunks are reused while the epoch stays shuffled at chunk grain.
+- shuffled runs (:class:`ShuffledRuns`): runs of consecutive objects, shuffled as groups, for a
+  layout that stores consecutive objects together.
 
 :class:`ReadAheadBatches` cuts any of them into batches that say which batches each DataLoader worker
 reads next, so a reader that reads ahead knows the order.
@@ -70,6 +72,26 @@ class GroupedSampler(EpochSampler):
         group_rank = rng.permutation(len(groups))[inverse]
         within = rng.random(self.count) if self.shuffle_within else np.arange(self.count)
         return np.lexsort((within, group_rank))
+
+
+class ShuffledRuns(Sampler[int]):
+    """Every object once per epoch, in runs of ``run`` consecutive objects: the runs in a seeded random
+    order, the objects of each run shuffled; each iteration is the next epoch, as torch's
+    ``RandomSampler`` draws a new order each time. Where consecutive objects lie together on disk (a
+    crop atlas, cell ``i`` the crop of object ``i``), a run is one read; a batch mixes ``batch / run``
+    places of the plate, as a converted format's shuffle buffer mixes what its shards hold."""
+
+    def __init__(self, count: int, run: int, seed: int = 0) -> None:
+        self.runs = GroupedSampler(contiguous_ranges(count, run), seed, shuffle_within=True)
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return self.runs.count
+
+    def __iter__(self) -> Iterator[int]:
+        self.runs.set_epoch(self.epoch)
+        self.epoch += 1
+        return iter(self.runs.order().tolist())
 
 
 def with_upcoming(batches: Sequence[Sequence[int]], workers: int, ahead: int) -> list[UpcomingBatch]:

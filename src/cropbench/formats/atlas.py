@@ -4,8 +4,13 @@ A shuffled epoch reads each crop once, from anywhere in the plate. Cut from the 
 overlaps several field chunks (bytes it does not need, and ranges that do not join over an object
 store); stored as a chunk of its own it is one read of about its own compressed bytes. The atlas is
 an OME-Zarr image beside the plate's wells (``crop_atlas/s<size>/``: axes c, y, x, one ``size`` x
-``size`` chunk per crop, the cells in rows of ``columns``, inside shards), which any NGFF or zarr
+``size`` chunk per crop, in shards of ``shard_cells`` x ``shard_cells`` cells), which any NGFF or zarr
 reader opens, and ``windows.json`` beside its array says which field window each cell holds.
+
+Cells are numbered so that neighbours in number are neighbours on disk (:class:`AtlasGrid`): shard
+after shard, and inside a shard row by row, in the order its chunks are stored. Crop ``i`` of the
+plate's object table is cell ``i``, so a run of objects in table order is one byte range of one shard,
+which the direct reader fetches as one request.
 
 A reader routes a region to the atlas only where a cell holds it whole (:meth:`CropAtlas.route`): the
 same pixels as the field, so what is read never depends on whether the atlas was used. Crops of other
@@ -48,6 +53,37 @@ def window_keys(field: np.ndarray, y0: np.ndarray, x0: np.ndarray, crop_size: in
     )
 
 
+@dataclass(frozen=True)
+class AtlasGrid:
+    """Where each cell lies: ``columns`` cells per row of the image, in shards of ``shard_cells`` x
+    ``shard_cells`` cells, filled shard by shard (shards row by row) and row by row inside a shard."""
+
+    columns: int
+    shard_cells: int
+
+    def __post_init__(self) -> None:
+        if self.shard_cells < 1 or self.columns < 1 or self.columns % self.shard_cells:
+            raise ValueError(
+                f"columns ({self.columns}) must be a positive multiple of shard_cells ({self.shard_cells})"
+            )
+
+    @property
+    def per_shard(self) -> int:
+        return self.shard_cells * self.shard_cells
+
+    def rows(self, count: int) -> int:
+        """Cell rows of an image that holds ``count`` cells: whole shards."""
+        shards = -(-count // self.per_shard)
+        return -(-shards // (self.columns // self.shard_cells)) * self.shard_cells
+
+    def position(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, column) of each cell."""
+        shard, inside = np.divmod(np.asarray(cells, dtype=np.int64), self.per_shard)
+        shard_row, shard_column = np.divmod(shard, self.columns // self.shard_cells)
+        row, column = np.divmod(inside, self.shard_cells)
+        return shard_row * self.shard_cells + row, shard_column * self.shard_cells + column
+
+
 @dataclass(frozen=True, eq=False)
 class CropAtlas:
     """One atlas of a plate: where its array lies, its cells' windows, and the lookup from a window to
@@ -57,8 +93,7 @@ class CropAtlas:
     array_path: str
     array: ArrayMetadata
     crop_size: int
-    #: Cells per row of the atlas image.
-    columns: int
+    grid: AtlasGrid
     #: The window key of each cell (:func:`window_keys`), sorted, and the cell each belongs to.
     keys: np.ndarray
     cells: np.ndarray
@@ -83,7 +118,7 @@ class CropAtlas:
         moved = int(hit.sum())
         if not moved:
             return regions, 0
-        row, column = np.divmod(self.cells[found], self.columns)
+        row, column = self.grid.position(self.cells[found])
         top, left = row * size - wy, column * size - wx
         return (
             Regions(
@@ -113,7 +148,8 @@ def read_atlas(metadata: PlateMetadata, folder: Path) -> CropAtlas:
     where = folder / WINDOWS_NAME
     try:
         document = json.loads(where.read_text(encoding="utf-8"))
-        crop_size, columns = _positive(document, "crop_size"), _positive(document, "columns")
+        crop_size = _positive(document, "crop_size")
+        grid = AtlasGrid(_positive(document, "columns"), _positive(document, "shard_cells"))
         fields = document["fields"]
         windows = np.asarray(document["windows"], dtype=np.int64).reshape(-1, 3)
     except (OSError, ValueError, KeyError, TypeError) as error:
@@ -130,30 +166,39 @@ def read_atlas(metadata: PlateMetadata, folder: Path) -> CropAtlas:
         raise StoreError(f"crop atlas {where}: a window of {crop_size} px does not touch its field")
     array_path = f"{folder.relative_to(metadata.path).as_posix()}/0"
     array = read_array_metadata(metadata.path / array_path)
-    channels, rows = metadata.field_shape[0], -(-len(windows) // columns)
+    channels, rows = metadata.field_shape[0], grid.rows(len(windows))
     expected = (channels, crop_size, crop_size)
     chunk = array.sharding.chunk if array.sharding else array.chunk
+    shard = array.chunk if array.sharding else None
     if (
         len(array.shape) != 3
         or array.shape[0] != channels
         or array.shape[1] < rows * crop_size
-        or array.shape[2] < columns * crop_size
+        or array.shape[2] < grid.columns * crop_size
         or tuple(chunk) != expected
+        or shard != (channels, grid.shard_cells * crop_size, grid.shard_cells * crop_size)
         or array.dtype != np.dtype(metadata.dtype)
     ):
         raise StoreError(
-            f"crop atlas {folder}: array {tuple(array.shape)} with chunks {tuple(chunk)} ({array.dtype}) cannot hold "
-            f"{len(windows)} crops of {expected} ({metadata.dtype}) in rows of {columns}"
+            f"crop atlas {folder}: array {tuple(array.shape)} with chunks {tuple(chunk)} in shards {shard} "
+            f"({array.dtype}) cannot hold {len(windows)} crops of {expected} ({metadata.dtype}) in rows of "
+            f"{grid.columns}, {grid.shard_cells} x {grid.shard_cells} a shard"
         )
     field_index = np.asarray([by_path[path] for path in fields], dtype=np.int64)
     keys = window_keys(field_index[windows[:, 0]], windows[:, 1], windows[:, 2], crop_size)
     order = np.argsort(keys, kind="stable")
-    return CropAtlas(array_path, array, crop_size, columns, keys[order], order.astype(np.int64))
+    return CropAtlas(array_path, array, crop_size, grid, keys[order], order.astype(np.int64))
 
 
-def atlas_document(crop_size: int, columns: int, fields: list[str], windows: np.ndarray) -> dict[str, Any]:
+def atlas_document(crop_size: int, grid: AtlasGrid, fields: list[str], windows: np.ndarray) -> dict[str, Any]:
     """What :data:`WINDOWS_NAME` holds: ``windows`` rows of (position in ``fields``, y0, x0), one per cell."""
-    return {"crop_size": crop_size, "columns": columns, "fields": fields, "windows": windows.tolist()}
+    return {
+        "crop_size": crop_size,
+        "columns": grid.columns,
+        "shard_cells": grid.shard_cells,
+        "fields": fields,
+        "windows": windows.tolist(),
+    }
 
 
 def _positive(document: dict[str, Any], name: str) -> int:

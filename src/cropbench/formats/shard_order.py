@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -129,17 +130,19 @@ def reorder_shard(path: Path, order: np.ndarray, index_at_end: bool, checksum: b
     os.replace(scratch, path)
 
 
-def reorder_shards(array_dir: Path) -> int:
-    """Put the inner chunks of every shard of the zarr v3 array at ``array_dir`` in Hilbert order
-    (:func:`storage_order`); returns the shards rewritten. An array without shards is left as it is."""
+def reorder_shards(array_dir: Path, order: Callable[[tuple[int, ...]], np.ndarray] = storage_order) -> int:
+    """Put the inner chunks of every shard of the zarr v3 array at ``array_dir`` in ``order`` (of the
+    chunks per shard along each axis: the C-order indices in the order they are to lie; by default
+    Hilbert order, :func:`storage_order`); returns the shards rewritten. An array without shards is
+    left as it is."""
     metadata = read_array_metadata(array_dir)
     sharding = metadata.sharding
     if sharding is None:
         return 0
     per_shard = tuple(shard // inner for shard, inner in zip(metadata.chunk, sharding.chunk, strict=True))
-    order = storage_order(per_shard)
+    chunk_order = order(per_shard)
     root = array_dir / "c" if metadata.v3_prefix else array_dir
     shards = [path for path in sorted(root.rglob("*")) if path.is_file() and path.name not in ("zarr.json", ".zattrs")]
     for path in shards:
-        reorder_shard(path, order, sharding.index_at_end, sharding.index_checksum)
+        reorder_shard(path, chunk_order, sharding.index_at_end, sharding.index_checksum)
     return len(shards)

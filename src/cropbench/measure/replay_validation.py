@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import RandomSampler
+from torch.utils.data import RandomSampler, Sampler
 
 from cropbench import metrics as m
 from cropbench.config import (
@@ -51,6 +51,7 @@ from cropbench.config import (
 )
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec, build_loader
+from cropbench.data.sampling import ShuffledRuns
 from cropbench.data.training import EpochSpec, S3Access, training_format
 from cropbench.errors import ConfigError, StoreError
 from cropbench.measure.endpoints import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, environment_variables, remote_plate
@@ -113,6 +114,9 @@ class ReplaySettings:
     shard_mib: int = 64
     seed: int = 0
     coalesce_gap_kib: int = StoreConfig().coalesce_gap_bytes // 1024
+    #: The direct path's epochs shuffled in runs of this many consecutive objects (one request a run on a
+    #: plate with a crop atlas: :class:`~cropbench.data.sampling.ShuffledRuns`); 1: each object on its own.
+    in_place_run: int = 1
 
     def __post_init__(self) -> None:
         if not self.in_flight or not self.links_gbit:
@@ -129,6 +133,7 @@ class ReplaySettings:
         _whole("shard_mib", self.shard_mib, 1, MAX_SHARD_MIB)
         _whole("seed", self.seed, 0, MAX_SEED)
         _whole("coalesce_gap_kib", self.coalesce_gap_kib, 0)
+        _whole("in_place_run", self.in_place_run, 1)
 
     @classmethod
     def saved(cls, settings: Any) -> ReplaySettings:
@@ -276,7 +281,11 @@ def _store(settings: ReplaySettings, in_flight: int) -> StoreConfig:
 
 def _loader(dataset: CropDataset, settings: ReplaySettings) -> Any:
     spec = LoaderSpec(num_workers=settings.workers, batch_size=settings.batch_size, start_method="forkserver")
-    order = RandomSampler(dataset, generator=torch.Generator().manual_seed(settings.seed))
+    order: Sampler[int] = (
+        RandomSampler(dataset, generator=torch.Generator().manual_seed(settings.seed))
+        if settings.in_place_run == 1
+        else ShuffledRuns(len(dataset), settings.in_place_run, settings.seed)
+    )
     return build_loader(dataset, spec, order, settings.seed)
 
 

@@ -379,7 +379,12 @@ def decide_convert(records: Iterable[Record], not_compared: str | None = None) -
     name = str(best.metrics.get(m.READER, best.case))
     spread = f"from {_epochs_text(low)} to {_epochs_text(high)} epochs over the fastest and slowest epochs of each side"
     if math.isfinite(epochs):
-        answer = f"convert to {name} if training runs more than {epochs:.1f} epochs (break-even, conversion included)"
+        action = (
+            f"re-chunk the plate into layout {name.removeprefix(m.RECHUNKED_PREFIX)} (still OME-Zarr, read in place)"
+            if name.startswith(m.RECHUNKED_PREFIX)
+            else f"convert to {name}"
+        )
+        answer = f"{action} if training runs more than {epochs:.1f} epochs (break-even, conversion included)"
         is_open = not math.isfinite(high)
         hint = "more epochs per reader (a longer --budget-min) or an idle machine" if is_open else ""
         return Decision(

@@ -27,6 +27,13 @@ def formats_table(records: Sequence[Record]) -> str:
         "whole epochs, first batch included, what break-even reads; x: against ome-zarr/direct, read in turns)",
         header,
     ]
+    runs = {record.config.get("comparison", {}).get("in_place_run", 1) for record in records}
+    if runs != {1}:
+        lines.insert(
+            1,
+            f"in place: epochs shuffled in runs of {'/'.join(map(str, sorted(runs)))} consecutive objects (one "
+            "request a run on a plate with a crop atlas); the converted formats shuffle as their libraries do",
+        )
 
     def cell(value: Any, width: int, spec: str) -> str:
         return f"{value:{width}{spec}}" if isinstance(value, (int, float)) and value is not None else f"{'-':>{width}}"

@@ -5,6 +5,8 @@ same objects, windows, channels, uint16; :func:`cropbench.data.training.crop_dat
 
 - ``ome-zarr/direct`` and ``ome-zarr/zarr``: cropbench's ``CropDataset`` reading the plate in place
   (``direct`` first: the in-place reference of every later row);
+- ``ome-zarr/NAME`` for each layout of ``rechunk`` (by default ``atlas``): the plate rewritten in that
+  layout, an OME-Zarr plate still (the rewrite timed as a conversion), read in place by the direct path;
 - each training format (HDF5, WebDataset, litdata, MosaicML MDS): the crops cut once by cropbench's
   reader and written by the library (:func:`convert_crops`: wall seconds, peak resident memory, bytes
   on disk, size against the plate), then read back through the library's own Dataset and loader.
@@ -56,13 +58,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader, RandomSampler, Sampler
 
 from cropbench import metrics as m
-from cropbench.config import DEFAULT_CROP_SIZE, CropConfig, StoreConfig, check_workers
+from cropbench.config import DEFAULT_CROP_SIZE, CropConfig, LayoutSpec, StoreConfig, check_workers, layout_by_name
 from cropbench.data.dataset import CropDataset
 from cropbench.data.loader import LoaderSpec, build_loader
-from cropbench.data.sampling import access_order
+from cropbench.data.sampling import ShuffledRuns, access_order
 from cropbench.data.training import (
     TRAINING_FORMATS,
     CropStoreInfo,
@@ -102,7 +104,7 @@ from cropbench.measure.store_emulation import (
     unavailable,
 )
 from cropbench.objects import ObjectTable
-from cropbench.plates.convert import pixel_bytes
+from cropbench.plates.convert import convert_plate, pixel_bytes
 from cropbench.scratch import scratch_folder
 
 TRACK = "formats"
@@ -145,12 +147,21 @@ class FormatComparison:
     #: The in-place read paths measured beside the formats; the reference (the direct path) always, since
     #: every break-even is against it.
     in_place: tuple[str, ...] = tuple(m.IN_PLACE)
+    #: The in-place epochs' shuffle: runs of this many consecutive objects (table order) in random order,
+    #: shuffled inside (:class:`~cropbench.data.sampling.ShuffledRuns`); 1: each object on its own. On a
+    #: plate with a crop atlas a run is one request, as a converted format's shard is one stream; the
+    #: converted formats keep their own shuffles.
+    in_place_run: int = 1
+    #: Layouts the plate is re-chunked into (:func:`~cropbench.plates.convert.convert_plate`, timed as a
+    #: conversion) and read in place by the direct path, each beside the formats: ``ome-zarr/NAME`` rows.
+    #: A layout with a crop atlas gets one of the comparison's crop size.
+    rechunk: tuple[str, ...] = ("atlas",)
 
     def __post_init__(self) -> None:
         for name in self.formats:
             training_format(name)
         check_shard_bytes(self.shard_bytes)
-        for knob in ("crop_size", "samples", "repeats", "batch_size", "epochs"):
+        for knob in ("crop_size", "samples", "repeats", "batch_size", "epochs", "in_place_run"):
             value = getattr(self, knob)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{knob} must be a whole number >= 1, got {value!r}")
@@ -163,6 +174,9 @@ class FormatComparison:
             raise ConfigError(f"remote_latency_ms must be from 0 to 60000 (or None), got {self.remote_latency_ms!r}")
         if self.channels is not None and not self.channels:
             raise ConfigError("channels must name at least one channel (or be None for all)")
+        for name in self.rechunk:
+            if layout_by_name(name).format != "ome-zarr":
+                raise ConfigError(f"rechunk layout {name!r} is not an OME-Zarr layout (the plate is read in place)")
         if m.REFERENCE not in self.in_place or not set(self.in_place) <= set(m.IN_PLACE):
             raise ConfigError(
                 f"in_place must hold {m.REFERENCE} and only in-place readers ({', '.join(m.IN_PLACE)}), "
@@ -175,7 +189,7 @@ class FormatComparison:
         read in turns with the plate's, at most :data:`SLOWER_THAN_IN_PLACE` times slower than in place.
         Random access is left out: ``samples`` crops are a fraction of an epoch."""
         in_place = len(self.in_place) * self.epochs
-        converted = len(self.formats) * (1 + 3 * self.epochs) * SLOWER_THAN_IN_PLACE
+        converted = (len(self.formats) + len(self.rechunk)) * (1 + 3 * self.epochs) * SLOWER_THAN_IN_PLACE
         return epoch_seconds * (in_place + converted)
 
     def within(self, seconds: float, epoch_seconds: float) -> FormatComparison | None:
@@ -190,9 +204,19 @@ class FormatComparison:
         return None
 
     def readers(self) -> list[str]:
-        """In-place readers first (the reference first of all), then each format once."""
+        """In-place readers first (the reference first of all), then the re-chunked plates, then each
+        format once."""
         in_place = [reader for reader in m.IN_PLACE if reader in self.in_place]
-        return [*in_place, *dict.fromkeys(self.formats)]
+        return [*in_place, *self.rechunked(), *dict.fromkeys(self.formats)]
+
+    def rechunked(self) -> dict[str, LayoutSpec]:
+        """The re-chunked plates' readers (``ome-zarr/NAME``) and the layout each is written in: a crop
+        atlas at the comparison's crop size."""
+        layouts = {f"{m.RECHUNKED_PREFIX}{name}": layout_by_name(name) for name in dict.fromkeys(self.rechunk)}
+        return {
+            reader: dataclasses.replace(layout, crop_atlas=self.crop_size) if layout.crop_atlas else layout
+            for reader, layout in layouts.items()
+        }
 
     def epoch_spec(self) -> EpochSpec:
         """Shuffled epochs with the comparison's batch size, workers and seed."""
@@ -485,8 +509,8 @@ class Formats:
         return [FormatCase(reader, self.comparison) for reader in self.comparison.readers()]
 
     def decode(self, case: FormatCase) -> str | None:
-        """The read path of an in-place reader; None for a converted format."""
-        return m.IN_PLACE.get(case.reader)
+        """The read path of an in-place reader (a re-chunked plate's: ``direct``); None for a converted format."""
+        return "direct" if case.reader in case.comparison.rechunked() else m.IN_PLACE.get(case.reader)
 
     def measure(self, case: FormatCase, repeat: int, context: RunContext) -> Iterator[Row]:
         """Convert (for a format), then read whole epochs: one row with its rates and, against the
@@ -506,6 +530,14 @@ class Formats:
         )
         if case.reader in m.IN_PLACE:
             metrics.update(self._in_place(case.reader, comparison, context, order, objects))
+        elif case.reader in comparison.rechunked():
+            if context.remote is not None:
+                remote = "re-chunking rewrites a local plate; this one is read from an object store"
+                context.progress(f"{case.reader}: skipped ({remote})")
+                yield Row(case, self._config(case, comparison), {**metrics, m.SKIPPED: True, m.SKIP_REASON: remote}, 0)
+                return
+            layout = comparison.rechunked()[case.reader]
+            metrics.update(self._rechunked(case.reader, layout, comparison, context, plate_dataset, order, objects))
         else:
             fmt = training_format(case.reader)
             reason = fmt.available()
@@ -526,10 +558,12 @@ class Formats:
         yield Row(case, self._config(case, comparison), metrics, comparison.seed)
 
     def _config(self, case: FormatCase, comparison: FormatComparison) -> dict[str, Any]:
+        rechunked = comparison.rechunked().get(case.reader)
         return {
             "reader": case.reader,
-            "format": "ome-zarr" if case.reader in m.IN_PLACE else case.reader,
-            "decode": m.IN_PLACE.get(case.reader),
+            "format": "ome-zarr" if case.reader in m.IN_PLACE or rechunked else case.reader,
+            "decode": self.decode(case),
+            **({"layout": dataclasses.asdict(rechunked), "layout_label": rechunked.label} if rechunked else {}),
             "comparison": dataclasses.asdict(comparison),
         }
 
@@ -539,18 +573,25 @@ class Formats:
         """Shuffled epochs through the one loader builder (seeded workers, the watchdog)."""
         start = start_method if comparison.workers else "fork"
         spec = LoaderSpec(num_workers=comparison.workers, batch_size=comparison.batch_size, start_method=start)
-        order = RandomSampler(dataset, generator=torch.Generator().manual_seed(comparison.seed))
+        order: Sampler[int] = (
+            RandomSampler(dataset, generator=torch.Generator().manual_seed(comparison.seed))
+            if comparison.in_place_run == 1
+            else ShuffledRuns(len(dataset), comparison.in_place_run, comparison.seed)
+        )
         return build_loader(dataset, spec, order, comparison.seed)
 
-    def _in_place_over_store(self, comparison: FormatComparison, context: RunContext, objects: int) -> dict[str, Any]:
-        """The plate served by the emulated object store and read in place by the direct path (its default
-        store settings), for the same shuffled epochs as the converted stores; requests counted alike."""
+    def _in_place_over_store(
+        self, comparison: FormatComparison, context: RunContext, objects: int, plate: Path | None = None
+    ) -> dict[str, Any]:
+        """The plate (or ``plate``, a rewrite of it) served by the emulated object store and read in place
+        by the direct path (its default store settings), for the same shuffled epochs as the converted
+        stores; requests counted alike."""
         reason = unavailable()
         if reason is not None:
             return {m.REMOTE_SKIP_REASON: reason}
         with contextlib.ExitStack() as stack:
             scratch = stack.enter_context(scratch_folder("in-place"))
-            server, url = stack.enter_context(emulated_plate(context.plate, comparison.store_model()))
+            server, url = stack.enter_context(emulated_plate(plate or context.plate, comparison.store_model()))
             mirror = stack.enter_context(remote_plate(url, StoreConfig(), scratch / "mirror"))
             dataset = context.dataset(comparison.crop("direct"), mirror)
             # Forked workers, as on local disk: the direct path's own HTTP client starts afresh in each
@@ -582,6 +623,66 @@ class Formats:
                 metrics[m.REMOTE_SKIP_REASON] = (
                     f"{reader} is not read over the store here (compare-layouts --plate URL measures it)"
                 )
+        return metrics
+
+    def _rechunked(
+        self,
+        reader: str,
+        layout: LayoutSpec,
+        comparison: FormatComparison,
+        context: RunContext,
+        plate_dataset: CropDataset,
+        order: list[int],
+        objects: int,
+    ) -> dict[str, Any]:
+        """The plate re-chunked into ``layout`` (the whole rewrite timed as a conversion: reading the
+        plate, writing the fields and any crop atlas) and read in place by the direct path as the plate
+        is, its random crops in turns with the plate's, its epochs beside the plate's in turns and, with
+        a latency, over the store."""
+        destination = self.work.destination(reader.removeprefix(m.RECHUNKED_PREFIX))
+        try:
+            context.progress(f"{reader}: re-chunking the plate")
+            with PeakMemory() as memory, Stopwatch() as clock:
+                convert_plate(context.plate, destination, layout, overwrite=True)
+            stored = pixel_bytes(destination)
+            metrics: dict[str, Any] = {
+                m.CONVERSION_SECONDS: clock.seconds,
+                m.CONVERSION_CROPS_PER_S: samples_per_s(objects, clock.seconds),
+                m.CONVERSION_PEAK_RSS_BYTES: memory.peak_bytes,
+                m.CONVERSION_START_RSS_BYTES: memory.start_bytes,
+                m.CONVERSION_PEAK_RSS_GROWTH_BYTES: (
+                    None if memory.peak_bytes is None else max(memory.peak_bytes - memory.start_bytes, 0)
+                ),
+                m.CONVERSION_PEAK_RSS_RESET: memory.reset,
+                m.STORED_BYTES: stored,
+                m.STORED_MIB: stored / 2**20,
+            }
+            context.progress(f"{reader}: reading")
+            dataset = context.dataset(comparison.crop(), plate=destination)
+            metrics.update(_prefixed(m.RANDOM, random_access(dataset.__getitem__, order, comparison.warmup)))
+            timed = order[comparison.warmup :]
+            blocks = [timed[start : start + 50] for start in range(0, len(timed), 50)]
+            rates = interleaved_rates(
+                {"converted": per_item(dataset.__getitem__), "in_place": per_item(plate_dataset.__getitem__)},
+                blocks,
+                comparison.repeats,
+            )
+            metrics[m.RANDOM_RATIO_TO_IN_PLACE] = rates["converted"].median / rates["in_place"].median
+            metrics[m.FIDELITY_SHA256] = fidelity_hash(
+                (dataset[i] for i in range(min(FIDELITY_ITEMS, objects))), dataset.channel_names
+            )
+            loader = self._loader(dataset, comparison)
+            metrics.update(
+                _prefixed(m.SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
+            )
+            metrics[m.CROPS_FROM_ATLAS] = dataset.reader.stats.per_region()[m.CROPS_FROM_ATLAS]
+            metrics.update(self._epochs_beside_in_place(loader, clock.seconds, comparison, context))
+            dataset.reader.close()
+            if comparison.remote_latency_ms is not None:
+                context.progress(f"{reader}: reading over the loopback store")
+                metrics.update(self._in_place_over_store(comparison, context, objects, destination))
+        finally:
+            self.work.done(destination)
         return metrics
 
     def _converted(
