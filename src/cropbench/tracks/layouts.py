@@ -171,7 +171,7 @@ class Layouts:
             "layout_name": name,
             "layout": dataclasses.asdict(layout),
             "layout_label": layout.label,
-            "source_plate": str(context.plate.resolve()),
+            "source_plate": context.plate.name,  # by name: rows never hold the machine's paths
             "comparison": dataclasses.asdict(comparison),
         }
         yield Row(case, config, metrics, comparison.seed)
