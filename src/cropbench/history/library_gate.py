@@ -304,7 +304,7 @@ def gate_commands(gate: LibraryGate, base: str = "BASE", head: str = "HEAD", onl
 
 def maintainer_command(gate: LibraryGate) -> str:
     """The gate as the one line docs/how-to/format-library.md quotes."""
-    return f"python scripts/library_gate.py {gate.library} BASE HEAD"
+    return f"cropbench library-gate {gate.library} BASE HEAD"
 
 
 #: asv's marks in a continuous table, as the ratio table names them.
