@@ -450,6 +450,20 @@ def random_access(get: Any, indices: list[int], warmup: int) -> dict[str, Any]:
     return steady_state(get, indices[warmup:])
 
 
+def random_beside_in_place(
+    get: Callable[[int], Any], plate_get: Callable[[int], Any], order: list[int], comparison: FormatComparison
+) -> dict[str, Any]:
+    """Track 1's random protocol on a store read by index, then its crops/s block by block in turns with
+    the plate read in place on the same indices (``random_ratio_to_in_place``: a ratio that survives a
+    busy machine)."""
+    metrics = _prefixed(m.RANDOM, random_access(get, order, comparison.warmup))
+    timed = order[comparison.warmup :]
+    blocks = [timed[start : start + 50] for start in range(0, len(timed), 50)]
+    rates = interleaved_rates({"converted": per_item(get), "in_place": per_item(plate_get)}, blocks, comparison.repeats)
+    metrics[m.RANDOM_RATIO_TO_IN_PLACE] = rates["converted"].median / rates["in_place"].median
+    return metrics
+
+
 def break_even(conversion_seconds: float, in_place_epoch_s: float, converted_epoch_s: float) -> dict[str, Any]:
     """Epochs after which converting pays for itself against reading in place, from the seconds of whole
     epochs (first batch included); none when the converted store's epoch is not the shorter."""
@@ -659,15 +673,7 @@ class Formats:
             }
             context.progress(f"{reader}: reading")
             dataset = context.dataset(comparison.crop(), plate=destination)
-            metrics.update(_prefixed(m.RANDOM, random_access(dataset.__getitem__, order, comparison.warmup)))
-            timed = order[comparison.warmup :]
-            blocks = [timed[start : start + 50] for start in range(0, len(timed), 50)]
-            rates = interleaved_rates(
-                {"converted": per_item(dataset.__getitem__), "in_place": per_item(plate_dataset.__getitem__)},
-                blocks,
-                comparison.repeats,
-            )
-            metrics[m.RANDOM_RATIO_TO_IN_PLACE] = rates["converted"].median / rates["in_place"].median
+            metrics.update(random_beside_in_place(dataset.__getitem__, plate_dataset.__getitem__, order, comparison))
             metrics[m.FIDELITY_SHA256] = fidelity_hash(
                 (dataset[i] for i in range(min(FIDELITY_ITEMS, objects))), dataset.channel_names
             )
@@ -711,15 +717,9 @@ class Formats:
             count = min(FIDELITY_ITEMS, objects)
             if fmt.random_access:
                 dataset = fmt.map_dataset(destination)
-                metrics.update(_prefixed(m.RANDOM, random_access(dataset.__getitem__, order, comparison.warmup)))
-                timed = order[comparison.warmup :]
-                blocks = [timed[start : start + 50] for start in range(0, len(timed), 50)]
-                rates = interleaved_rates(
-                    {"converted": per_item(dataset.__getitem__), "in_place": per_item(plate_dataset.__getitem__)},
-                    blocks,
-                    comparison.repeats,
+                metrics.update(
+                    random_beside_in_place(dataset.__getitem__, plate_dataset.__getitem__, order, comparison)
                 )
-                metrics[m.RANDOM_RATIO_TO_IN_PLACE] = rates["converted"].median / rates["in_place"].median
                 first = [dataset[i] for i in range(count)]
             else:
                 unshuffled = fmt.epoch_loader(destination, EpochSpec(batch_size=count, shuffle=False))
