@@ -270,17 +270,32 @@ class Conversion:
     def metrics(self) -> dict[str, Any]:
         return {
             m.FORMAT_LIBRARY_VERSION: self.info.library_version,
-            m.CONVERSION_SECONDS: self.seconds,
-            m.CONVERSION_CROPS_PER_S: samples_per_s(self.info.count, self.seconds),
-            m.CONVERSION_PEAK_RSS_BYTES: self.peak_rss_bytes,
-            m.CONVERSION_START_RSS_BYTES: self.start_rss_bytes,
-            m.CONVERSION_PEAK_RSS_GROWTH_BYTES: (
-                None if self.peak_rss_bytes is None else max(self.peak_rss_bytes - self.start_rss_bytes, 0)
+            **conversion_cost(
+                self.seconds, self.info.count, self.peak_rss_bytes, self.start_rss_bytes, self.peak_reset
             ),
-            m.CONVERSION_PEAK_RSS_RESET: self.peak_reset,
-            m.STORED_BYTES: self.info.stored_bytes,
-            m.STORED_MIB: self.info.stored_bytes / 2**20,
+            **stored(self.info.stored_bytes),
         }
+
+
+def conversion_cost(
+    seconds: float, crops: int, peak_rss_bytes: int | None, start_rss_bytes: int, peak_reset: bool
+) -> dict[str, Any]:
+    """What writing a store cost: wall seconds, crops/s, and the resident-memory peak and its growth."""
+    return {
+        m.CONVERSION_SECONDS: seconds,
+        m.CONVERSION_CROPS_PER_S: samples_per_s(crops, seconds),
+        m.CONVERSION_PEAK_RSS_BYTES: peak_rss_bytes,
+        m.CONVERSION_START_RSS_BYTES: start_rss_bytes,
+        m.CONVERSION_PEAK_RSS_GROWTH_BYTES: None
+        if peak_rss_bytes is None
+        else max(peak_rss_bytes - start_rss_bytes, 0),
+        m.CONVERSION_PEAK_RSS_RESET: peak_reset,
+    }
+
+
+def stored(nbytes: int) -> dict[str, Any]:
+    """A store's bytes on disk, and in MiB."""
+    return {m.STORED_BYTES: nbytes, m.STORED_MIB: nbytes / 2**20}
 
 
 def convert_crops(
@@ -658,18 +673,9 @@ class Formats:
             context.progress(f"{reader}: re-chunking the plate")
             with PeakMemory() as memory, Stopwatch() as clock:
                 convert_plate(context.plate, destination, layout, overwrite=True)
-            stored = pixel_bytes(destination)
-            metrics: dict[str, Any] = {
-                m.CONVERSION_SECONDS: clock.seconds,
-                m.CONVERSION_CROPS_PER_S: samples_per_s(objects, clock.seconds),
-                m.CONVERSION_PEAK_RSS_BYTES: memory.peak_bytes,
-                m.CONVERSION_START_RSS_BYTES: memory.start_bytes,
-                m.CONVERSION_PEAK_RSS_GROWTH_BYTES: (
-                    None if memory.peak_bytes is None else max(memory.peak_bytes - memory.start_bytes, 0)
-                ),
-                m.CONVERSION_PEAK_RSS_RESET: memory.reset,
-                m.STORED_BYTES: stored,
-                m.STORED_MIB: stored / 2**20,
+            metrics = {
+                **conversion_cost(clock.seconds, objects, memory.peak_bytes, memory.start_bytes, memory.reset),
+                **stored(pixel_bytes(destination)),
             }
             context.progress(f"{reader}: reading")
             dataset = context.dataset(comparison.crop(), plate=destination)
