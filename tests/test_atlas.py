@@ -19,6 +19,7 @@ from cropbench.data.sampling import ShuffledRuns
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import open_plate
 from cropbench.formats.atlas import WINDOWS_NAME, atlas_folder
+from cropbench.formats.base import Regions
 from cropbench.formats.sources import mirror_metadata
 from cropbench.measure import endpoints
 from cropbench.measure.remote import requests_per_crop
@@ -56,6 +57,30 @@ def test_every_crop_reads_the_same_pixels_as_the_default_layout(
         assert share == 1.0, "every crop of the atlas's size and windows is read from the atlas"
     elif crop_size != CROP_SIZE:
         assert share == 0.0, "a crop of another size is cut from the fields"
+
+
+def test_one_region_is_routed_as_a_batch_of_regions_routes_it(atlas_plate: Path) -> None:
+    """The single-crop path (plain ints) and the batch path (arrays) move the same regions to the same
+    atlas pixels, and leave the same ones on the fields."""
+    reader = open_plate(atlas_plate, "direct")
+    (atlas,) = reader.atlases
+    dataset = CropDataset(atlas_plate, CropConfig(crop_size=CROP_SIZE, border="pad"))
+    exact = dataset.regions_of(np.arange(len(dataset)))
+    nudged = Regions(exact.field, exact.y0 + 1, exact.y1 + 1, exact.x0, exact.x1, exact.out_y0, exact.out_x0)
+    grown = Regions(exact.field, exact.y0, exact.y1 + 1, exact.x0, exact.x1, exact.out_y0, exact.out_x0)
+    for regions in (exact, nudged, grown):
+        atlas_field = len(reader.metadata.fields)
+        routed, _ = atlas.route(regions, atlas_field)
+        for i in range(len(regions)):
+            if regions.out_y0[i] or regions.out_x0[i]:
+                continue  # a crop clipped at the edge is read in a batch, never one at a time
+            one = atlas.route_one(*(int(column[i]) for column in regions.columns()[:5]))
+            batch = tuple(int(column[i]) for column in routed.columns()[:5])
+            if one is None:
+                assert batch[0] != atlas_field
+            else:
+                assert batch == (atlas_field, *one)
+    assert sum(atlas.route_one(*(int(c[i]) for c in exact.columns()[:5])) is not None for i in range(len(exact))) > 0
 
 
 def test_a_channel_subset_comes_from_the_atlas_too(tiny_plate: Path, atlas_plate: Path) -> None:

@@ -76,11 +76,11 @@ class AtlasGrid:
         shards = -(-count // self.per_shard)
         return -(-shards // (self.columns // self.shard_cells)) * self.shard_cells
 
-    def position(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(row, column) of each cell."""
-        shard, inside = np.divmod(np.asarray(cells, dtype=np.int64), self.per_shard)
-        shard_row, shard_column = np.divmod(shard, self.columns // self.shard_cells)
-        row, column = np.divmod(inside, self.shard_cells)
+    def position(self, cells: Any) -> tuple[Any, Any]:
+        """(row, column) of each cell: arrays for an array of cells, ints for one cell (an int)."""
+        shard, inside = divmod(cells, self.per_shard)
+        shard_row, shard_column = divmod(shard, self.columns // self.shard_cells)
+        row, column = divmod(inside, self.shard_cells)
         return shard_row * self.shard_cells + row, shard_column * self.shard_cells + column
 
 
@@ -118,7 +118,7 @@ class CropAtlas:
         moved = int(hit.sum())
         if not moved:
             return regions, 0
-        row, column = self.grid.position(self.cells[found])
+        row, column = self.grid.position(self.cells[found].astype(np.int64))
         top, left = row * size - wy, column * size - wx
         return (
             Regions(
@@ -132,6 +132,21 @@ class CropAtlas:
             ),
             moved,
         )
+
+
+    def route_one(self, field: int, y0: int, y1: int, x0: int, x1: int) -> tuple[int, int, int, int] | None:
+        """:meth:`route` for one region landing at the crop's origin, in plain ints (a crop read one at a
+        time pays no array overhead): the region in the atlas's pixels, or None where no cell holds it."""
+        size = self.crop_size
+        if y1 - y0 > size or x1 - x0 > size or not len(self.keys):
+            return None
+        wanted = field << 2 * _COORD_BITS | (y0 + size) << _COORD_BITS | (x0 + size)
+        found = int(self.keys.searchsorted(wanted))
+        if found == len(self.keys) or int(self.keys[found]) != wanted:
+            return None
+        row, column = self.grid.position(int(self.cells[found]))
+        top, left = row * size - y0, column * size - x0
+        return y0 + top, y1 + top, x0 + left, x1 + left
 
 
 def find_atlases(metadata: PlateMetadata) -> list[CropAtlas]:

@@ -180,10 +180,12 @@ class DirectChunkReader(PlateReader):
     def _fill(
         self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
     ) -> None:
-        if self.atlases:
-            one = Regions(*(np.array([value], dtype=np.int64) for value in (field_index, y0, y1, x0, x1, 0, 0)))
-            region = self.routed(one, count=True)
-            field_index, y0, y1, x0, x1 = (int(column[0]) for column in region.columns()[:5])
+        for k, atlas in enumerate(self.atlases):
+            moved = atlas.route_one(field_index, y0, y1, x0, x1)
+            if moved is not None:
+                self.stats.atlas_regions += 1
+                field_index, (y0, y1, x0, x1) = len(self.metadata.fields) + k, moved
+                break
         self.scheduler.execute(self.pieces.plan_region(field_index, y0, y1, x0, x1, channels), out[None])
 
     def read_regions(
