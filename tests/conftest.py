@@ -15,6 +15,7 @@ import torch
 
 from cropbench.cli import main
 from cropbench.config import LAYOUTS, LayoutSpec, PlateSpec
+from cropbench.plates.convert import convert_plate
 from cropbench.plates.generate import generate_plate
 
 #: The slow tier's fuzz seed where neither CROPBENCH_FUZZ_SEED nor a developer's run picks one (CI).
@@ -141,6 +142,14 @@ def tiny_plate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny plate in the default layout."""
     path = tmp_path_factory.mktemp("plates") / "tiny.zarr"
     generate_plate(path, TINY_SPEC, LAYOUTS["default"], progress=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def atlas_plate(tiny_plate: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny plate converted to the ``atlas`` layout (its fields and a crop atlas)."""
+    path = tmp_path_factory.mktemp("atlas") / "atlas.zarr"
+    convert_plate(tiny_plate, path, LAYOUTS["atlas"])
     return path
 
 

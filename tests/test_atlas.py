@@ -15,26 +15,18 @@ import zarr
 from cropbench import CropConfig, CropDataset
 from cropbench import metrics as m
 from cropbench.config import LAYOUTS, StoreConfig
-from cropbench.data.sampling import ShuffledRuns
+from cropbench.data.sampling import ShuffledRuns, access_order
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import open_plate
-from cropbench.formats.atlas import WINDOWS_NAME, atlas_folder
+from cropbench.formats.atlas import GROUPED_RUN, WINDOWS_NAME, FieldRun, atlas_folder
 from cropbench.formats.base import Regions
 from cropbench.formats.sources import mirror_metadata
 from cropbench.measure import endpoints
 from cropbench.measure.remote import requests_per_crop
-from cropbench.plates.convert import convert_plate
 
 CROP_SIZE = LAYOUTS["atlas"].crop_atlas
 #: Bytes of one crop of every channel of the tiny plate, uint16.
 CROP_BYTES = 5 * CROP_SIZE * CROP_SIZE * 2
-
-
-@pytest.fixture(scope="module")
-def atlas_plate(tiny_plate: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("atlas") / "atlas.zarr"
-    convert_plate(tiny_plate, path, LAYOUTS["atlas"])
-    return path
 
 
 def _images(dataset: CropDataset, indices: list[int]) -> torch.Tensor:
@@ -72,21 +64,54 @@ def test_one_region_is_routed_as_a_batch_of_regions_routes_it(atlas_plate: Path)
         atlas_field = len(reader.metadata.fields)
         routed, _ = atlas.route(regions, atlas_field)
         for i in range(len(regions)):
-            if regions.out_y0[i] or regions.out_x0[i]:
-                continue  # a crop clipped at the edge is read in a batch, never one at a time
-            one = atlas.route_one(*(int(column[i]) for column in regions.columns()[:5]))
+            field, y0, y1, x0, x1, out_y0, out_x0 = (int(column[i]) for column in regions.columns())
+            one = atlas.route_one(field, y0, y1, x0, x1, (y0 - out_y0, x0 - out_x0))
             batch = tuple(int(column[i]) for column in routed.columns()[:5])
             if one is None:
                 assert batch[0] != atlas_field
             else:
                 assert batch == (atlas_field, *one)
-    assert sum(atlas.route_one(*(int(c[i]) for c in exact.columns()[:5])) is not None for i in range(len(exact))) > 0
+    assert atlas.route(exact, len(reader.metadata.fields))[1] > 0, "the atlas holds crops of its windows"
+
+
+def test_a_run_counts_the_regions_of_one_field_read_just_before_each_one() -> None:
+    fields = np.array([3, 3, 3, 5, 5, 3, 3])
+    before, after = FieldRun().extend(fields)
+    assert before.tolist() == [0, 1, 2, 0, 1, 0, 1] and after == FieldRun(3, 2)
+    before, after = FieldRun(3, 10).extend(fields)  # the run carries over from the read before
+    assert before.tolist() == [10, 11, 12, 0, 1, 0, 1] and after == FieldRun(3, 2)
+    one = FieldRun(3, 10)
+    for field in fields.tolist():
+        one = one.extend_one(field)
+    assert one == after, "one region at a time keeps the same run"
+    assert FieldRun(3, GROUPED_RUN).grouped is False and FieldRun(3, GROUPED_RUN + 1).grouped is True
+
+
+@pytest.mark.parametrize("one_at_a_time", [True, False])
+def test_a_grouped_pattern_reads_a_fields_chunks_past_its_first_crops(
+    tiny_plate: Path, atlas_plate: Path, one_at_a_time: bool
+) -> None:
+    """Crops of one field read one after another share the field's decoded chunks: past the first
+    ``GROUPED_RUN`` they come from the fields, with the same pixels; a shuffle reads them all from the atlas."""
+    config = CropConfig(crop_size=CROP_SIZE, border="pad")
+    atlas, default = CropDataset(atlas_plate, config), CropDataset(tiny_plate, config)
+    grouped = access_order(atlas, "grouped-field", len(atlas), seed=0)
+    if one_at_a_time:
+        for index in grouped:
+            assert torch.equal(atlas[index]["image"], default[index]["image"]), index
+    else:
+        assert torch.equal(_images(atlas, grouped), _images(default, grouped))
+    fields = atlas.regions_of(np.asarray(grouped)).field
+    runs = np.diff(np.flatnonzero(np.diff(np.concatenate([[-1], fields, [-1]]))))
+    assert runs.max() > GROUPED_RUN, "the tiny plate has a field of more crops than a grouped run"
+    expected = sum(min(int(run), GROUPED_RUN) for run in runs) / len(grouped)
+    assert atlas.reader.stats.per_region()[m.CROPS_FROM_ATLAS] == pytest.approx(expected)
 
 
 def test_a_channel_subset_comes_from_the_atlas_too(tiny_plate: Path, atlas_plate: Path) -> None:
     config = CropConfig(crop_size=CROP_SIZE, channels=("RNA", "DNA"))
     atlas, default = CropDataset(atlas_plate, config), CropDataset(tiny_plate, config)
-    indices = list(range(len(default)))
+    indices = np.random.default_rng(0).permutation(len(default)).tolist()  # shuffled: no grouped run
     assert torch.equal(_images(atlas, indices), _images(default, indices))
     assert atlas.reader.stats.per_region()[m.CROPS_FROM_ATLAS] == 1.0
 

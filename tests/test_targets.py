@@ -11,9 +11,11 @@ import pytest
 
 import cropbench
 from cropbench import metrics as m
-from cropbench.config import CropConfig
+from cropbench.config import LAYOUTS, CropConfig
 from cropbench.data.dataset import CropDataset
+from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError
+from cropbench.formats.atlas import FieldRun
 from cropbench.formats.direct.keys import FIELD_SHIFT, chunk_name
 from cropbench.harness.memory_reference import MemoryReference
 from cropbench.harness.ratios import paired_ratios
@@ -81,14 +83,33 @@ def test_the_codec_ceiling_decodes_each_chunk_a_batch_touches_once_as_the_reader
         assert ceiling.chunks_decoded == uncached.reader.stats.chunks_decoded > 0
         assert ceiling.bytes_decoded == uncached.reader.stats.bytes_decoded
         assert ceiling.per_crop(48)[m.CHUNKS_DECODED_PER_CROP] == ceiling.chunks_decoded / 48
-        key = int(stored.keys[0])
+        key = int(stored.alone[1][0])
         ceiling([0])
         encoded, layout = stored.chunks[key]
         c, y, x = (index * size for index, size in zip(chunk_name(key), layout.chunk_cyx, strict=True))
         (_, cy, cx) = layout.chunk_cyx
         expected = uncached.reader.read_region(key >> FIELD_SHIFT, y, y + cy, x, x + cx)
-        decoded = ceiling.buffers[stored.of([0]).index((encoded, layout)), : layout.chunk_bytes]
+        decoded = ceiling.buffers[stored.of([0], FieldRun())[0].index((encoded, layout)), : layout.chunk_bytes]
         assert c == 0 and np.array_equal(decoded.view(layout.dtype).reshape(layout.chunk_cyx), expected)
+    finally:
+        ceiling.close()
+
+
+@pytest.mark.parametrize("access", ["random", "grouped-field"])
+def test_over_a_crop_atlas_the_codec_ceiling_decodes_what_the_reader_decodes(atlas_plate: Path, access: str) -> None:
+    """Read one by one, or in a grouped run of a field (the field's chunks past the first crops)."""
+    crop = CROP.replace(crop_size=LAYOUTS["atlas"].crop_atlas, chunk_cache_bytes=0)
+    uncached = CropDataset(atlas_plate, crop)
+    ceiling = CodecCeiling(StoredChunks(uncached), threads=1, batch=24)
+    order = access_order(uncached, access, 72, seed=0)
+    try:
+        for start in range(0, 72, 24):
+            uncached.__getitems__(order[start : start + 24])
+            ceiling(order[start : start + 24])
+        assert ceiling.chunks_decoded == uncached.reader.stats.chunks_decoded > 0
+        assert ceiling.bytes_decoded == uncached.reader.stats.bytes_decoded
+        from_atlas = uncached.reader.stats.atlas_regions / 72
+        assert (from_atlas == 1.0) if access == "random" else (0 < from_atlas < 1)
     finally:
         ceiling.close()
 

@@ -247,9 +247,11 @@ LAYOUTS: dict[str, LayoutSpec] = {
         coalesce_gap_bytes=24576,
     ),
 }
-# For shuffled training epochs read in place: the ``hilbert`` fields, and every object's crop of the
-# default size once more as one chunk each, so such a crop is one read of its own bytes.
-LAYOUTS["atlas"] = dataclasses.replace(LAYOUTS["hilbert"], crop_atlas=DEFAULT_CROP_SIZE)
+# For shuffled training epochs read in place: the ``default`` fields (what a grouped pass and other crop
+# sizes read), and every object's crop of the default size once more as one chunk each, so such a crop is
+# one read of its own bytes; no coalescing gap, so the cells of a batch's crops are read alone and a run of
+# consecutive cells, which touch, as one.
+LAYOUTS["atlas"] = dataclasses.replace(LAYOUTS["default"], crop_atlas=DEFAULT_CROP_SIZE, coalesce_gap_bytes=0)
 #: The OME-Zarr structures compared side by side; each gets one named layout per codec.
 _ZARR_STRUCTURES = ("planes", "tiles", "channel-tiles", "sharded")
 LAYOUTS.update(

@@ -185,21 +185,14 @@ class CropDataset(Dataset[dict[str, Any]]):
         _, height, width = self.reader.metadata.field_shape
         if y0 >= 0 and x0 >= 0 and y0 + size <= height and x0 + size <= width:
             return self.reader.read_region(field, y0, y0 + size, x0, x0 + size, self._channels_arg)
-        if isinstance(self.reader, DirectChunkReader) and self.reader.atlases:
-            # As a batch of one: the crop's window, not only its part inside the field, reaches the reader,
-            # whose crop atlas may hold the whole crop.
-            return self.read_raw_batch(np.array([index], dtype=np.int64))[0]
         out = np.zeros((len(self.channel_indices), size, size), dtype=self.reader.metadata.dtype)
         cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
-        self.reader.read_region(
-            field,
-            cy0,
-            cy1,
-            cx0,
-            cx1,
-            self._channels_arg,
-            out=out[:, cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0],
-        )
+        inside = out[:, cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0]
+        if isinstance(self.reader, DirectChunkReader) and self.reader.atlases:
+            # the crop's window reaches the reader too: its crop atlas may hold the whole crop
+            self.reader.read_region(field, cy0, cy1, cx0, cx1, self._channels_arg, out=inside, window=(y0, x0))
+        else:
+            self.reader.read_region(field, cy0, cy1, cx0, cx1, self._channels_arg, out=inside)
         return out
 
     def metadata_of(self, index: int) -> dict[str, Any]:

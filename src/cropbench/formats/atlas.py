@@ -14,13 +14,15 @@ which the direct reader fetches as one request.
 
 A reader routes a region to the atlas only where a cell holds it whole (:meth:`CropAtlas.route`): the
 same pixels as the field, so what is read never depends on whether the atlas was used. Crops of other
-sizes or windows, and everything else, read the fields.
+sizes or windows, and everything else, read the fields. So do the crops of a long run of one field
+(:class:`FieldRun`): a grouped pattern reads a field's crops one after another, and they share the
+field's decoded chunks, which a cache then serves for less than decoding each crop's cell.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,44 @@ ATLAS_GROUP = "crop_atlas"
 WINDOWS_NAME = "windows.json"
 #: Bits of a window key per coordinate: origins from -size to MAX_FIELD_SIZE fit after shifting by size.
 _COORD_BITS = 20
+
+
+#: Regions of one field read one after another before the rest of the run reads the field's own chunks.
+#: Longer than a shuffle's runs of consecutive objects (8 by default, :class:`~cropbench.data.sampling.ShuffledRuns`),
+#: which the atlas serves in one byte range; far shorter than a field's few hundred crops.
+GROUPED_RUN = 16
+
+
+@dataclass(frozen=True)
+class FieldRun:
+    """The run of regions of one field that a reader has just read: ``length`` of field ``field``."""
+
+    field: int = -1
+    length: int = 0
+
+    def extend(self, fields: np.ndarray) -> tuple[np.ndarray, FieldRun]:
+        """For each of ``fields`` (regions read in this order after this run), how many regions of its
+        field came just before it; and the run after them all."""
+        fields = np.asarray(fields, dtype=np.int64)
+        if not len(fields):
+            return np.empty(0, dtype=np.int64), self
+        at = np.arange(len(fields))
+        change = np.empty(len(fields), dtype=bool)
+        change[0] = fields[0] != self.field
+        change[1:] = fields[1:] != fields[:-1]
+        before = at - np.maximum.accumulate(np.where(change, at, 0))
+        if not change[0]:
+            before[: int(np.argmax(change)) if change.any() else len(fields)] += self.length
+        return before, FieldRun(int(fields[-1]), int(before[-1]) + 1)
+
+    def extend_one(self, field: int) -> FieldRun:
+        """The run after one more region, of ``field``."""
+        return replace(self, length=self.length + 1) if field == self.field else FieldRun(field, 1)
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the region that made this run is past :data:`GROUPED_RUN` regions of its field."""
+        return self.length > GROUPED_RUN
 
 
 def atlas_folder(crop_size: int) -> str:
@@ -102,9 +142,9 @@ class CropAtlas:
     def count(self) -> int:
         return len(self.keys)
 
-    def route(self, regions: Regions, atlas_field: int) -> tuple[Regions, int]:
+    def route(self, regions: Regions, atlas_field: int, stay: np.ndarray | None = None) -> tuple[Regions, int]:
         """``regions`` with each one that a cell holds whole moved onto the atlas (field ``atlas_field``,
-        the cell's pixels), landing where it did; and how many moved.
+        the cell's pixels), landing where it did, except those ``stay`` marks; and how many moved.
 
         A region's window is where its crop starts: the region's origin less where it lands in the
         crop (a crop clipped at the field's edge lands inside its slot)."""
@@ -115,6 +155,8 @@ class CropAtlas:
         wanted = window_keys(regions.field, wy, wx, size)
         found = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
         hit = (self.keys[found] == wanted) & (regions.y1 - wy <= size) & (regions.x1 - wx <= size)
+        if stay is not None:
+            hit &= ~stay
         moved = int(hit.sum())
         if not moved:
             return regions, 0
@@ -133,19 +175,21 @@ class CropAtlas:
             moved,
         )
 
-
-    def route_one(self, field: int, y0: int, y1: int, x0: int, x1: int) -> tuple[int, int, int, int] | None:
-        """:meth:`route` for one region landing at the crop's origin, in plain ints (a crop read one at a
-        time pays no array overhead): the region in the atlas's pixels, or None where no cell holds it."""
-        size = self.crop_size
-        if y1 - y0 > size or x1 - x0 > size or not len(self.keys):
+    def route_one(
+        self, field: int, y0: int, y1: int, x0: int, x1: int, window: tuple[int, int]
+    ) -> tuple[int, int, int, int] | None:
+        """:meth:`route` for one region of the crop whose window starts at ``window`` (y, x), in plain
+        ints (a crop read one at a time pays no array overhead): the region in the atlas's pixels, or
+        None where no cell holds it."""
+        size, (wy, wx) = self.crop_size, window
+        if y1 - wy > size or x1 - wx > size or not len(self.keys):
             return None
-        wanted = field << 2 * _COORD_BITS | (y0 + size) << _COORD_BITS | (x0 + size)
+        wanted = field << 2 * _COORD_BITS | (wy + size) << _COORD_BITS | (wx + size)
         found = int(self.keys.searchsorted(wanted))
         if found == len(self.keys) or int(self.keys[found]) != wanted:
             return None
         row, column = self.grid.position(int(self.cells[found]))
-        top, left = row * size - y0, column * size - x0
+        top, left = row * size - wy, column * size - wx
         return y0 + top, y1 + top, x0 + left, x1 + left
 
 

@@ -680,6 +680,8 @@ class Formats:
             context.progress(f"{reader}: reading")
             dataset = context.dataset(comparison.crop(), plate=destination)
             metrics.update(random_beside_in_place(dataset.__getitem__, plate_dataset.__getitem__, order, comparison))
+            # of the random reads alone (the loader's workers count their own; the fidelity check reads in table order)
+            metrics[m.CROPS_FROM_ATLAS] = dataset.reader.stats.per_region()[m.CROPS_FROM_ATLAS]
             metrics[m.FIDELITY_SHA256] = fidelity_hash(
                 (dataset[i] for i in range(min(FIDELITY_ITEMS, objects))), dataset.channel_names
             )
@@ -687,7 +689,6 @@ class Formats:
             metrics.update(
                 _prefixed(m.SHUFFLED, timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects))
             )
-            metrics[m.CROPS_FROM_ATLAS] = dataset.reader.stats.per_region()[m.CROPS_FROM_ATLAS]
             metrics.update(self._epochs_beside_in_place(loader, clock.seconds, comparison, context))
             dataset.reader.close()
             if comparison.remote_latency_ms is not None:

@@ -48,6 +48,7 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, PeerUnavailableError
 from cropbench.formats import DirectChunkReader, MemmapReader, open_plate
+from cropbench.formats.atlas import GROUPED_RUN, FieldRun
 from cropbench.formats.direct import ChunkLayout
 from cropbench.formats.direct.codecs import BLOSC
 from cropbench.harness.context import RunContext, usable_cores
@@ -191,27 +192,42 @@ def decode_into(encoded: bytes, layout: ChunkLayout, out: np.ndarray) -> None:
 
 class StoredChunks:
     """The stored bytes of every chunk the crops of a dataset touch, read into memory once through its
-    direct reader, and which chunks each crop touches: what :class:`CodecCeiling` decodes."""
+    direct reader, and which chunks each crop touches, read alone and in a grouped run of its field
+    (a plate with a crop atlas reads a crop from its cell or from the field's chunks,
+    :class:`~cropbench.formats.atlas.FieldRun`): what :class:`CodecCeiling` decodes."""
 
     def __init__(self, dataset: CropDataset) -> None:
         reader = dataset.reader
         if not isinstance(reader, DirectChunkReader):
             raise ConfigError(f"the codec ceiling decodes OME-Zarr chunks; the plate is {reader.metadata.format}")
-        touched = reader.region_chunks(dataset.regions_of(np.arange(len(dataset))))
-        #: Crop ``i`` touches chunks ``keys[starts[i]:starts[i + 1]]``.
-        self.starts = np.concatenate([[0], np.cumsum([len(keys) for keys in touched])]).astype(np.int64)
-        self.keys = np.concatenate(touched) if touched else np.empty(0, dtype=np.int64)
+        regions = dataset.regions_of(np.arange(len(dataset)))
+        self.fields = regions.field
+        #: Crop ``i`` touches chunks ``keys[starts[i]:starts[i + 1]]`` of (starts, keys), read alone.
+        self.alone = _flattened(reader.region_chunks(regions))
+        #: The same, in a grouped run of its field (the same as alone on a plate without an atlas).
+        self.in_run = _flattened(reader.region_chunks(regions, grouped=True)) if reader.atlases else self.alone
+        keys = np.union1d(self.alone[1], self.in_run[1])
         #: Chunk key -> (its stored bytes, its array's layout); chunks the store lacks decode to nothing.
-        self.chunks = reader.stored_chunks(self.keys.tolist())
-        self.most_per_crop = int(np.diff(self.starts).max(initial=0))
+        self.chunks = reader.stored_chunks(keys.tolist())
+        self.most_per_crop = int(max(np.diff(self.alone[0]).max(initial=0), np.diff(self.in_run[0]).max(initial=0)))
         self.chunk_bytes = max((layout.chunk_bytes for _, layout in self.chunks.values()), default=0)
 
-    def of(self, indices: Sequence[int]) -> list[tuple[bytes, ChunkLayout]]:
-        """The stored chunks the crops ``indices`` touch, each once, in key order."""
-        starts = self.starts
-        keys = np.unique(np.concatenate([self.keys[starts[i] : starts[i + 1]] for i in indices]))
+    def of(self, indices: Sequence[int], run: FieldRun) -> tuple[list[tuple[bytes, ChunkLayout]], FieldRun]:
+        """The stored chunks the crops ``indices`` touch read in this order after ``run``, each once, in
+        key order; and the run after them."""
+        before, after = run.extend(self.fields[np.asarray(indices, dtype=np.int64)])
+        touched = []
+        for index, grouped in zip(indices, (before >= GROUPED_RUN).tolist(), strict=True):
+            starts, keys = self.in_run if grouped else self.alone
+            touched.append(keys[starts[index] : starts[index + 1]])
         chunks = self.chunks
-        return [chunks[key] for key in keys.tolist() if key in chunks]
+        return [chunks[key] for key in np.unique(np.concatenate(touched)).tolist() if key in chunks], after
+
+
+def _flattened(touched: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, keys): the chunk keys of every crop in one array, crop ``i``'s from ``starts[i]``."""
+    starts = np.concatenate([[0], np.cumsum([len(keys) for keys in touched])]).astype(np.int64)
+    return starts, np.concatenate(touched) if touched else np.empty(0, dtype=np.int64)
 
 
 class CodecCeiling:
@@ -227,9 +243,11 @@ class CodecCeiling:
         numcodecs.blosc.use_threads = False  # one thread per call, as the reader decodes: the threads are ``threads``
         self.buffers = np.empty((batch * stored.most_per_crop, stored.chunk_bytes), dtype=np.uint8)
         self.chunks_decoded = self.bytes_decoded = 0
+        #: The run of one field just decoded, as the reader keeps its own.
+        self.run = FieldRun()
 
     def __call__(self, indices: Sequence[int]) -> None:
-        chunks = self.stored.of(indices)
+        chunks, self.run = self.stored.of(indices, self.run)
         if len(chunks) > len(self.buffers):  # a batch larger than the one it was built for
             self.buffers = np.empty((len(chunks), self.buffers.shape[1]), dtype=np.uint8)
         buffers = self.buffers

@@ -20,7 +20,7 @@ import numpy as np
 
 from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, PrefetchConfig, ReaderOptions, coalesce_gap
 from cropbench.errors import ConfigError, StoreError
-from cropbench.formats.atlas import find_atlases
+from cropbench.formats.atlas import GROUPED_RUN, FieldRun, find_atlases
 from cropbench.formats.base import PlateMetadata, PlateReader, Regions
 from cropbench.formats.direct.cache import ChunkCache
 from cropbench.formats.direct.keys import FIELD_SHIFT, MAX_FIELDS
@@ -92,6 +92,8 @@ class DirectChunkReader(PlateReader):
             raise ConfigError(f"decode_threads must be an integer >= 1, got {decode_threads!r}")
         #: The plate's crop atlases, read as the fields after its own (:mod:`cropbench.formats.atlas`).
         self.atlases = find_atlases(metadata)
+        #: The run of one field this reader has just read: a long one reads the fields, not the atlases.
+        self.field_run = FieldRun()
         if len(metadata.fields) + len(self.atlases) > MAX_FIELDS:
             raise StoreError(
                 f"the direct decode path reads at most {MAX_FIELDS} fields, the plate has "
@@ -168,20 +170,71 @@ class DirectChunkReader(PlateReader):
         """Where the bytes come from, opened once per process (a forked worker opens its own)."""
         return self._source()
 
-    def routed(self, regions: Regions, count: bool = False) -> Regions:
-        """``regions`` with those a crop atlas holds whole read from there (the same pixels, fewer
-        bytes); counted in ``stats.atlas_regions`` when ``count``."""
+    def routed(self, regions: Regions, count: bool = False, run: FieldRun | None = None) -> tuple[Regions, FieldRun]:
+        """``regions``, read after ``run`` (the reader's own by default), with those a crop atlas holds
+        whole read from there (the same pixels, fewer bytes) unless they continue a grouped run of
+        their field (:class:`~cropbench.formats.atlas.FieldRun`); and the run after them. A read
+        (``count``) counts them in ``stats.atlas_regions`` and keeps the run."""
+        if not self.atlases:
+            return regions, FieldRun()
+        before, after = (run or self.field_run).extend(regions.field)
+        regions, moved = self._to_atlases(regions, before >= GROUPED_RUN)
+        if count:
+            self.stats.atlas_regions += moved
+            self.field_run = after
+        return regions, after
+
+    def _to_atlases(self, regions: Regions, stay: np.ndarray | None) -> tuple[Regions, int]:
+        """``regions`` with those an atlas holds whole moved there, but the ``stay`` ones; how many moved."""
+        moved = 0
         for k, atlas in enumerate(self.atlases):
-            regions, moved = atlas.route(regions, len(self.metadata.fields) + k)
-            if count:
-                self.stats.atlas_regions += moved
-        return regions
+            regions, into = atlas.route(regions, len(self.metadata.fields) + k, stay)
+            moved += into
+        return regions, moved
+
+    def read_region(
+        self,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None = None,
+        out: np.ndarray | None = None,
+        window: tuple[int, int] | None = None,
+    ) -> np.ndarray:
+        """:meth:`PlateReader.read_region`, where ``window`` says where the crop this region is part of
+        starts when the field's edge clips it (a crop atlas's cell holds a crop by its window)."""
+        if window is None:
+            return super().read_region(field_index, y0, y1, x0, x1, channels, out)
+        self._check_window(field_index, y0, y1, x0, x1)
+        result = self._output(self.metadata.field_shape[0] if channels is None else len(channels), y0, y1, x0, x1, out)
+        self._read(result, field_index, y0, y1, x0, x1, channels, window)
+        self.stats.regions += 1
+        self.stats.bytes_delivered += result.nbytes
+        return result
 
     def _fill(
         self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
     ) -> None:
-        for k, atlas in enumerate(self.atlases):
-            moved = atlas.route_one(field_index, y0, y1, x0, x1)
+        self._read(out, field_index, y0, y1, x0, x1, channels, (y0, x0))
+
+    def _read(
+        self,
+        out: np.ndarray,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None,
+        window: tuple[int, int],
+    ) -> None:
+        """One region, from a crop atlas where a cell holds it whole and no grouped run reads its field."""
+        if self.atlases:
+            self.field_run = self.field_run.extend_one(field_index)
+        for k, atlas in enumerate([] if self.field_run.grouped else self.atlases):
+            moved = atlas.route_one(field_index, y0, y1, x0, x1, window)
             if moved is not None:
                 self.stats.atlas_regions += 1
                 field_index, (y0, y1, x0, x1) = len(self.metadata.fields) + k, moved
@@ -201,7 +254,7 @@ class DirectChunkReader(PlateReader):
         the regions (a crop's padding): with decode threads it runs on the calling thread while the
         threads decode, with one thread after the reads."""
         self._check_regions(regions, out)
-        plan = self.pieces.plan_regions(self.routed(regions, count=True), channels)
+        plan = self.pieces.plan_regions(self.routed(regions, count=True)[0], channels)
         if self.prefetcher is None:
             self.scheduler.execute(plan, out, meanwhile)
         else:
@@ -220,12 +273,18 @@ class DirectChunkReader(PlateReader):
         into the cache in the background (a hint: a no-op when prefetch is off, and the reads give the
         same bytes whatever was prefetched)."""
         if self.prefetcher is not None and upcoming:
-            self.prefetcher.hint([self.routed(regions) for regions in upcoming], channels)
+            run, hinted = self.field_run, []
+            for regions in upcoming:  # each batch after the ones before it
+                routed, run = self.routed(regions, run=run)
+                hinted.append(routed)
+            self.prefetcher.hint(hinted, channels)
 
-    def region_chunks(self, regions: Regions) -> list[np.ndarray]:
-        """The keys of the chunks each region needs (every channel), as the reader plans them: what
+    def region_chunks(self, regions: Regions, grouped: bool = False) -> list[np.ndarray]:
+        """The keys of the chunks each region needs (every channel), as the reader plans it read alone,
+        or in a grouped run of its field (``grouped``: the field's chunks, never an atlas's): what
         decoding the region costs, whatever the cache holds."""
-        pieces = self.pieces.plan_regions(self.routed(regions), None).pieces
+        routed = regions if grouped else self._to_atlases(regions, None)[0]
+        pieces = self.pieces.plan_regions(routed, None).pieces
         by_slot = np.argsort(pieces["slot"], kind="stable")
         slots, keys = pieces["slot"][by_slot], pieces["key"][by_slot]
         bounds = np.searchsorted(slots, np.arange(len(regions) + 1))

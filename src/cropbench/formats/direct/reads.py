@@ -62,6 +62,17 @@ class ReadPlanner:
                 array = np.array(keys, dtype=np.int64)
                 self.shard_reads(array, array >> FIELD_SHIFT, geometry, source, dealt)
             return dealt
+        if len(keys) < FEW_KEYS:  # a single crop's, where fields differ in chunking (a crop atlas's cells)
+            layouts = self.layouts.layouts
+            by_geometry: dict[Any, list[int]] = {}
+            for key in keys:
+                by_geometry.setdefault(layouts[key >> FIELD_SHIFT].geometry, []).append(key)
+            for geometry, members in by_geometry.items():
+                if geometry is None:
+                    self.file_reads(members, dealt)
+                else:
+                    self.shard_reads_few(members, geometry, source, dealt)
+            return dealt
         array = np.array(keys, dtype=np.int64)
         fields = array >> FIELD_SHIFT
         groups: dict[Any, list[int]] = {}

@@ -91,9 +91,10 @@ class StageTimedChunkReader(DirectChunkReader):
         x1: int,
         channels: np.ndarray | None = None,
         out: np.ndarray | None = None,
+        window: tuple[int, int] | None = None,
     ) -> np.ndarray:
         start = time.perf_counter_ns()
-        result = super().read_region(field_index, y0, y1, x0, x1, channels, out)
+        result = super().read_region(field_index, y0, y1, x0, x1, channels, out, window)
         self.stage_ns["region"] += time.perf_counter_ns() - start
         return result
 
