@@ -22,7 +22,7 @@ field's decoded chunks, which a cache then serves for less than decoding each cr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ class FieldRun:
 
     def extend_one(self, field: int) -> FieldRun:
         """The run after one more region, of ``field``."""
-        return replace(self, length=self.length + 1) if field == self.field else FieldRun(field, 1)
+        return FieldRun(field, self.length + 1 if field == self.field else 1)
 
     @property
     def grouped(self) -> bool:
