@@ -291,3 +291,19 @@ def test_every_read_setting_reaches_the_measured_read_or_is_refused_naming_it(
             continue
         found = [value for name, value in _fields([seen.handed, seen.cases]) if name in probe.names]
         assert any(_holds(value, probe.expected) for value in found), f"{' '.join(argv)}: {option} did not arrive"
+
+
+def test_every_track_is_written_by_a_command_that_declares_it_and_no_command_names_another() -> None:
+    """The table of tracks and the commands agree both ways: a track's rows come from ``run --track`` or
+    from the command its entry names, which declares it; no command declares a track the table lacks."""
+    declared = {command: sub.get_default("tracks") or () for command, sub in COMMANDS.items()}
+    assert set().union(*declared.values()) == set(TRACKS), "a track no command writes, or one the table lacks"
+    for info in TRACKS.values():
+        if info.runner_class is not None:
+            assert info.name in declared["run"], f"run --track {info.name} builds it, but run does not declare it"
+        else:
+            assert info.command is not None, f"track {info.name} has neither a runner nor a command"
+            words = info.command.split(" --")[0]  # "compare-layouts --plate URL": the command is its words
+            assert words in COMMANDS, f"track {info.name} names command {info.command!r}, which is not one"
+            assert info.name in declared[words], f"`cropbench {words}` does not declare track {info.name}"
+    assert declared["remote-bench"] == ("remote", "store-layouts"), "one command, two tracks"

@@ -17,6 +17,7 @@ from cropbench.cli.options import (
     seed,
     store_config,
     whole_number,
+    writes_tracks,
 )
 from cropbench.cli.progress import ProgressBar
 from cropbench.cli.results import draw_figures
@@ -241,6 +242,7 @@ def add_comparison_commands(commands: Commands) -> None:
     compare.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_store_knobs(compare)
     compare.set_defaults(handler=cmd_compare_layouts)
+    writes_tracks(compare, "layouts", "store-layouts")
 
     formats = commands.add_parser(
         "compare-formats",
@@ -297,3 +299,4 @@ def add_comparison_commands(commands: Commands) -> None:
     )
     formats.add_argument("--no-progress", action="store_true", help="no progress bar")
     formats.set_defaults(handler=cmd_compare_formats)
+    writes_tracks(formats, "formats")

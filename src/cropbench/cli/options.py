@@ -33,6 +33,18 @@ from cropbench.records import iter_records
 Commands: TypeAlias = "argparse._SubParsersAction[Any]"
 
 
+def writes_tracks(parser: argparse.ArgumentParser, *names: str) -> None:
+    """Declare the tracks whose rows ``parser``'s command writes (its ``tracks`` default), each a name in
+    :data:`cropbench.tracks.TRACKS`: so the commands and the table of tracks are checked against each
+    other (every track started by some command, every command's tracks in the table)."""
+    from cropbench.tracks import TRACKS
+
+    unknown = [name for name in names if name not in TRACKS]
+    if unknown or not names:
+        raise ConfigError(f"command {parser.prog!r} declares tracks {list(names)}, not names in TRACKS")
+    parser.set_defaults(tracks=names)
+
+
 def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: a whole number from ``low`` to ``high`` (written 1000, 1_000 or 1e3), else a usage
     error naming the option and the range, before anything runs."""

@@ -17,6 +17,7 @@ from cropbench.cli.options import (
     left_behind,
     store_config,
     whole_number,
+    writes_tracks,
 )
 from cropbench.cli.progress import ProgressBar
 from cropbench.cli.results import draw_figures, echo, write_report_page
@@ -261,6 +262,7 @@ def add_run_commands(commands: Commands) -> None:
         "the store's rows carry ratio_to_local",
     )
     run.set_defaults(handler=cmd_run)
+    writes_tracks(run, *(info.name for info in TRACKS.values() if info.runner_class is not None))
 
     smoke = commands.add_parser(
         "smoke",

@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from cropbench.cli.options import add_crop_size, seed, whole_number
+from cropbench.cli.options import add_crop_size, seed, whole_number, writes_tracks
 from cropbench.config import CELL_PAINTING_CHANNELS, LAYOUTS, MAX_FIELD_SIZE, MAX_WORKERS, layout_by_name
 from cropbench.errors import ConfigError
 from cropbench.plates.scale import MAX_OBJECTS, ScaleSpec, check_fits_in_memory
@@ -69,6 +69,7 @@ def add_scale_commands(commands: Any) -> None:
     sweep.add_argument("--resume", action="store_true", help="skip the counts OUT/results.jsonl already holds")
     _add_field_knobs(sweep)
     sweep.set_defaults(handler=cmd_scale_sweep)
+    writes_tracks(sweep, "scale")
 
     limited = actions.add_parser("out-of-memory", help="layouts side by side on plates larger than a memory limit")
     limited.add_argument("--out", required=True, help="results directory (OUT/results.jsonl, OUT/out_of_memory.md)")
@@ -90,6 +91,7 @@ def add_scale_commands(commands: Any) -> None:
     limited.add_argument("--resume", action="store_true", help="skip the layouts OUT/results.jsonl already holds")
     _add_field_knobs(limited)
     limited.set_defaults(handler=cmd_scale_out_of_memory)
+    writes_tracks(limited, "out-of-memory")
 
 
 def _add_field_knobs(parser: argparse.ArgumentParser) -> None:

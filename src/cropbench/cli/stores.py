@@ -30,6 +30,7 @@ from cropbench.cli.options import (
     latency_ms,
     seed,
     whole_number,
+    writes_tracks,
 )
 from cropbench.config import (
     LAYOUTS,
@@ -377,6 +378,7 @@ def add_store_commands(commands: Commands) -> None:
         help="every reader's chunk cache in MiB, holding the batches it reads ahead and one more (default: 128)",
     )
     prefetch.set_defaults(handler=cmd_prefetch_bench)
+    writes_tracks(prefetch, "prefetch")
 
     replay = commands.add_parser(
         "replay-validation",
@@ -462,3 +464,4 @@ def add_store_commands(commands: Commands) -> None:
         help="instead: each named OME-Zarr layout in the store next to on disk",
     )
     remote.set_defaults(handler=cmd_remote_bench)
+    writes_tracks(remote, "remote", "store-layouts")
