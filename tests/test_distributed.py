@@ -117,6 +117,15 @@ def test_aggregate_row() -> None:
     assert row["exactly_once"] is False
     without_counters = aggregate([*reports[:2], _report(2, 10, 1.0, 1.5, None, [6, 7])], 8, "pad")
     assert without_counters["read_amplification"] is None and without_counters["exactly_once"] is True
+    assert row["validity_flags"] == []
+
+
+def test_the_job_row_carries_every_flag_of_its_ranks_rows() -> None:
+    """A rank's rate that rests on too few batches makes the job's rate rest on them too."""
+    reports = [_report(rank, 10, 1.0, 1.0, 100, [rank]) for rank in range(3)]
+    reports[1].metrics["validity_flags"] = ["few-samples"]
+    reports[2].metrics["validity_flags"] = ["re-reads", "few-samples"]
+    assert aggregate(reports, objects=3, balance="pad")["validity_flags"] == ["few-samples", "re-reads"]
 
 
 def test_cases_plan_one_rank_then_all_for_the_speed_up() -> None:

@@ -356,7 +356,8 @@ def aggregate(reports: Sequence[RankReport], objects: int, balance: str) -> dict
     the straggler ratio is the slowest rank's data wait over the median rank's; read amplification
     is the bytes all ranks decoded over the bytes they delivered (None when workers decoded).
     Coverage counts the objects of the first epoch across ranks: exactly once means every object
-    came and none twice (None when the loops did not consume a whole epoch).
+    came and none twice (None when the loops did not consume a whole epoch). The row carries every
+    flag of its ranks' rows: a job's rate is no better founded than its ranks'.
     """
     rates = [r.samples / r.seconds for r in reports]
     waits = [r.data_wait_seconds for r in reports]
@@ -386,7 +387,13 @@ def aggregate(reports: Sequence[RankReport], objects: int, balance: str) -> dict
         m.DUPLICATE_SAMPLES: int(indices.size) - covered,
         m.EXACTLY_ONCE: (covered == objects and indices.size == objects) if whole else None,
         **(balance_extra(objects, len(reports), balance) if whole else {}),
+        m.VALIDITY_FLAGS: _flags_of([r.metrics for r in reports]),
     }
+
+
+def _flags_of(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Every validity flag of ``rows``, each once, in the order they first appear."""
+    return list(dict.fromkeys(flag for row in rows for flag in row.get(m.VALIDITY_FLAGS) or []))
 
 
 def _rate_key(case: DistributedCase) -> str:
@@ -443,6 +450,7 @@ class DistributedTrack:
         self.aggregates[(case.label, repeat)] = metrics
         one = self.aggregates.get((dataclasses.replace(case, ranks=1).label, repeat))
         if case.ranks > 1 and one is not None:
+            metrics[m.VALIDITY_FLAGS] = _flags_of([metrics, one])  # the speed-up rests on the one-rank row too
             metrics[m.SPEEDUP_OVER_ONE_RANK] = metrics[m.TOTAL_SAMPLES_PER_S] / one[m.TOTAL_SAMPLES_PER_S]
             if metrics[m.BYTES_DECODED] is not None and one[m.BYTES_DECODED]:
                 metrics[m.DECODED_OVER_ONE_RANK] = metrics[m.BYTES_DECODED] / one[m.BYTES_DECODED]
