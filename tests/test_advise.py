@@ -151,12 +151,13 @@ def test_converting_that_never_pays_says_never() -> None:
     decision = advice.decide_convert(formats_rows(10.0, False, [1.0, 1.1], [1.5, 1.6]))
     assert decision.value == "never" and not decision.open
     assert "never pays off" in decision.answer
+    assert any(line.endswith("break-even never") for line in decision.evidence), decision.evidence
 
 
 def test_converting_that_pays_gives_its_break_even_in_epochs() -> None:
     decision = advice.decide_convert(formats_rows(10.0, True, [3.0, 3.2], [1.0, 1.1]))
     assert decision.value == {"format": "hdf5", m.BREAK_EVEN_EPOCHS: pytest.approx(5.0)}
-    assert not decision.open and "from 4.5 to 5.3 epochs" in decision.uncertainty
+    assert not decision.open and "from 4.5 epochs to 5.3 epochs" in decision.uncertainty
 
 
 def test_no_format_compared_is_open_and_names_the_setup() -> None:

@@ -308,7 +308,7 @@ def _epoch_range(conversion: float, in_place: Sequence[float], converted: Sequen
 
 
 def _epochs_text(epochs: float) -> str:
-    return "never" if not math.isfinite(epochs) else f"{epochs:.1f}"
+    return "never" if not math.isfinite(epochs) else f"{epochs:.1f} epochs"
 
 
 def decide_convert(records: Iterable[Record], not_compared: str | None = None) -> Decision:
@@ -368,7 +368,7 @@ def decide_convert(records: Iterable[Record], not_compared: str | None = None) -
             f"{row.case}: conversion {_number(row, m.CONVERSION_SECONDS):.1f} s, whole epoch "
             f"{_number(row, m.INTERLEAVED_EPOCH_SECONDS):.2f} s against "
             f"{_number(row, m.INTERLEAVED_IN_PLACE_EPOCH_SECONDS):.2f} s in place (read in turns): "
-            f"break-even {_epochs_text(epochs)} epochs"
+            f"break-even {_epochs_text(epochs)}"
         )
     if not found:
         return Decision(
@@ -377,7 +377,7 @@ def decide_convert(records: Iterable[Record], not_compared: str | None = None) -
         )  # fmt: skip
     epochs, low, high, best = min(found, key=lambda entry: (entry[0], entry[1]))
     name = str(best.metrics.get(m.READER, best.case))
-    spread = f"from {_epochs_text(low)} to {_epochs_text(high)} epochs over the fastest and slowest epochs of each side"
+    spread = f"from {_epochs_text(low)} to {_epochs_text(high)} over the fastest and slowest epochs of each side"
     if math.isfinite(epochs):
         action = (
             f"re-chunk the plate into layout {name.removeprefix(m.RECHUNKED_PREFIX)} (still OME-Zarr, read in place)"
