@@ -53,8 +53,9 @@ class OffByOneReader:
         x1: int,
         channels: np.ndarray | None = None,
         out: np.ndarray | None = None,
+        window: tuple[int, int] | None = None,
     ) -> np.ndarray:
-        result = self.inner.read_region(field_index, y0, y1, x0, x1, channels, out)
+        result = self.inner.read_region(field_index, y0, y1, x0, x1, channels, out, window)
         result[0, 0, 0] += 1
         return result
 

@@ -188,11 +188,8 @@ class CropDataset(Dataset[dict[str, Any]]):
         out = np.zeros((len(self.channel_indices), size, size), dtype=self.reader.metadata.dtype)
         cy0, cx0, cy1, cx1 = max(y0, 0), max(x0, 0), min(y0 + size, height), min(x0 + size, width)
         inside = out[:, cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0]
-        if isinstance(self.reader, DirectChunkReader) and self.reader.atlases:
-            # the crop's window reaches the reader too: its crop atlas may hold the whole crop
-            self.reader.read_region(field, cy0, cy1, cx0, cx1, self._channels_arg, out=inside, window=(y0, x0))
-        else:
-            self.reader.read_region(field, cy0, cy1, cx0, cx1, self._channels_arg, out=inside)
+        # the crop's window reaches the reader too: a crop atlas may hold the whole crop
+        self.reader.read_region(field, cy0, cy1, cx0, cx1, self._channels_arg, out=inside, window=(y0, x0))
         return out
 
     def metadata_of(self, index: int) -> dict[str, Any]:

@@ -198,12 +198,15 @@ class PlateReader(ABC):
         x1: int,
         channels: np.ndarray | None = None,
         out: np.ndarray | None = None,
+        window: tuple[int, int] | None = None,
     ) -> np.ndarray:
-        """Return pixels (channels, y1-y0, x1-x0); the window must lie inside the field."""
+        """Return pixels (channels, y1-y0, x1-x0); the window must lie inside the field. ``window`` says
+        where the crop this region is part of starts, when the field's edge clips the crop (a reader
+        that keeps whole crops, by their windows, reads it from there; others ignore it)."""
         self._check_window(field_index, y0, y1, x0, x1)
         channel_count = self.metadata.field_shape[0] if channels is None else len(channels)
         result = self._output(channel_count, y0, y1, x0, x1, out)
-        self._fill(result, field_index, y0, y1, x0, x1, channels)
+        self._fill_crop(result, field_index, y0, y1, x0, x1, channels, window or (y0, x0))
         self.stats.regions += 1
         self.stats.bytes_delivered += result.nbytes
         return result
@@ -213,6 +216,20 @@ class PlateReader(ABC):
         self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
     ) -> None:
         """Write the window's pixels into ``out`` (channels, y1-y0, x1-x0), already checked and shaped."""
+
+    def _fill_crop(
+        self,
+        out: np.ndarray,
+        field_index: int,
+        y0: int,
+        y1: int,
+        x0: int,
+        x1: int,
+        channels: np.ndarray | None,
+        window: tuple[int, int],
+    ) -> None:
+        """:meth:`_fill` for the part of a crop starting at ``window``; most readers need only the region."""
+        self._fill(out, field_index, y0, y1, x0, x1, channels)
 
     def read_regions(self, regions: Regions, out: np.ndarray, channels: np.ndarray | None = None) -> np.ndarray:
         """Fill ``out`` (B, channels, H, W) with the regions of a batch; pixels outside them are left as they are.

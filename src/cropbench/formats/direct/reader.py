@@ -192,34 +192,12 @@ class DirectChunkReader(PlateReader):
             moved += into
         return regions, moved
 
-    def read_region(
-        self,
-        field_index: int,
-        y0: int,
-        y1: int,
-        x0: int,
-        x1: int,
-        channels: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-        window: tuple[int, int] | None = None,
-    ) -> np.ndarray:
-        """:meth:`PlateReader.read_region`, where ``window`` says where the crop this region is part of
-        starts when the field's edge clips it (a crop atlas's cell holds a crop by its window)."""
-        if window is None:
-            return super().read_region(field_index, y0, y1, x0, x1, channels, out)
-        self._check_window(field_index, y0, y1, x0, x1)
-        result = self._output(self.metadata.field_shape[0] if channels is None else len(channels), y0, y1, x0, x1, out)
-        self._read(result, field_index, y0, y1, x0, x1, channels, window)
-        self.stats.regions += 1
-        self.stats.bytes_delivered += result.nbytes
-        return result
-
     def _fill(
         self, out: np.ndarray, field_index: int, y0: int, y1: int, x0: int, x1: int, channels: np.ndarray | None
     ) -> None:
-        self._read(out, field_index, y0, y1, x0, x1, channels, (y0, x0))
+        self._fill_crop(out, field_index, y0, y1, x0, x1, channels, (y0, x0))
 
-    def _read(
+    def _fill_crop(
         self,
         out: np.ndarray,
         field_index: int,
