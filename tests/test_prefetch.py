@@ -19,12 +19,13 @@ from conftest import TINY_SPEC
 from torch.utils.data import BatchSampler, DataLoader
 
 from cropbench import metrics as m
-from cropbench.config import LAYOUTS, CropConfig, PrefetchConfig, StoreConfig
+from cropbench.config import DEFAULT_REMOTE_PREFETCH_BATCHES, LAYOUTS, CropConfig, PrefetchConfig, StoreConfig
 from cropbench.data.dataset import CropBatch, CropDataset
 from cropbench.data.loader import LoaderSpec, ScheduledSampler, batch_collate, build_loader, schedule
 from cropbench.data.sampling import RandomObjectSampler, ReadAheadBatches, with_upcoming
 from cropbench.errors import ConfigError
 from cropbench.formats import DirectChunkReader, Regions, open_plate
+from cropbench.formats.direct.keys import FIELD_SHIFT
 from cropbench.formats.sources import mirror_metadata, write_index
 from cropbench.harness.context import RunContext
 from cropbench.harness.loader_case import loader_rates, read_ahead_cache_bytes
@@ -158,6 +159,7 @@ def test_cancel_leaves_no_thread_and_a_consistent_cache(served_plate: Path, plat
     assert isinstance(local, DirectChunkReader)
     keys = list(reader.cache.lru._items)
     for key, chunk in reader.cache.get_many(keys).items():
+        local.layouts.get(key >> FIELD_SHIFT)  # the field's layout, read before its chunks are planned
         fresh = local.loader.load(local.reads.plan([key], local.source)[0]).chunks
         assert [k for k, _, _ in fresh] == [key]
         assert np.array_equal(fresh[0][1], chunk)
@@ -181,7 +183,7 @@ def test_a_dataloader_worker_prefetches_its_own_batches(served_plate: Path) -> N
 def test_prefetch_is_off_on_a_local_plate_unless_asked(plate: Path, served_plate: Path) -> None:
     assert open_plate(plate, "direct").prefetch_batches == 0  # type: ignore[attr-defined]
     assert open_plate(plate, "direct", prefetch=PrefetchConfig(batches=2)).prefetch_batches == 2  # type: ignore[attr-defined]
-    assert open_plate(served_plate, "direct").prefetch_batches == 2  # type: ignore[attr-defined]
+    assert open_plate(served_plate, "direct").prefetch_batches == DEFAULT_REMOTE_PREFETCH_BATCHES  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -320,8 +322,9 @@ def test_read_ahead_the_cache_cannot_hold_is_refused_or_the_cache_grows(served_p
     reader = default.reader
     assert isinstance(reader, DirectChunkReader)
     per_batch = BATCH * reader.region_chunk_bytes(96, 96)
-    assert default.read_ahead_batches(BATCH) == 2
-    assert reader.chunk_cache_bytes == reader.cache.lru.budget == 3 * per_batch > small
+    assert default.read_ahead_batches(BATCH) == DEFAULT_REMOTE_PREFETCH_BATCHES
+    held = (DEFAULT_REMOTE_PREFETCH_BATCHES + 1) * per_batch
+    assert reader.chunk_cache_bytes == reader.cache.lru.budget == held > small
     asked.reader.close()
     reader.close()
 

@@ -8,6 +8,9 @@ import contextlib
 import json
 import os
 import shutil
+import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -62,8 +65,9 @@ def send(status: int, body: bytes, content_type: str = "application/octet-stream
 
 
 @contextlib.contextmanager
-def serve(state: Hostile) -> Iterator[str]:
-    """A loopback HTTP server answering as ``state.respond`` says; its URL. Stopped (any drip ended) on exit."""
+def serve(state: Hostile, tls: ssl.SSLContext | None = None) -> Iterator[str]:
+    """A loopback HTTP server answering as ``state.respond`` says (over TLS with ``tls``); its URL.
+    Stopped (any drip ended) on exit."""
 
     class Handler(BaseHTTPRequestHandler):
         def setup(self) -> None:
@@ -80,6 +84,8 @@ def serve(state: Hostile) -> Iterator[str]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
@@ -168,6 +174,20 @@ def listing(keys: list[str], token: str = "") -> bytes:
     return f'<?xml version="1.0"?><ListBucketResult>{entries}{more}</ListBucketResult>'.encode()
 
 
+def fetch(source: RemoteSource, how: str) -> bytes | None:
+    """The plate's ``zarr.json`` read alone (``one``: a blocking request) or beside a second read of it
+    (``many``: both in flight together on non-blocking sockets); the two reads must agree."""
+    if how == "one":
+        return source.get("zarr.json")
+    first, second = source.get_many([("zarr.json", 0, -1), ("zarr.json", 0, -1)])
+    assert first == second
+    return first
+
+
+#: A request alone, or several in flight together (each path of the client).
+HOW = pytest.mark.parametrize("how", ["one", "many"])
+
+
 # --- URLs ---------------------------------------------------------------------------------------
 
 
@@ -188,15 +208,16 @@ def test_the_cli_refuses_a_malformed_url_in_one_line(tmp_path: Path, capsys: pyt
 # --- deadlines ----------------------------------------------------------------------------------
 
 
+@HOW
 @pytest.mark.parametrize("headers_too", [False, True], ids=["body", "headers"])
 @pytest.mark.parametrize("retries", [0, 1])
 def test_a_server_sending_a_byte_a_second_ends_within_the_deadline(
-    hostile: tuple[Hostile, str], headers_too: bool, retries: int
+    hostile: tuple[Hostile, str], headers_too: bool, retries: int, how: str
 ) -> None:
     state, endpoint = hostile
     state.respond = drip(state, headers_too, interval_s=0.5)
     source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=1.0, retries=retries))
-    error, elapsed = bounded(lambda: source.get("zarr.json"))
+    error, elapsed = bounded(lambda: fetch(source, how))
     source.close()
     assert isinstance(error, StoreError) and "timed out" in str(error), error
     assert "\n" not in str(error) and "/p.zarr/zarr.json" in str(error)
@@ -205,7 +226,8 @@ def test_a_server_sending_a_byte_a_second_ends_within_the_deadline(
     assert elapsed < (retries + 1) * 1.0 + 10, f"took {elapsed:.1f} s with timeout_s=1 and {retries} retries"
 
 
-def test_a_slow_but_whole_answer_within_the_deadline_is_read(hostile: tuple[Hostile, str]) -> None:
+@HOW
+def test_a_slow_but_whole_answer_within_the_deadline_is_read(hostile: tuple[Hostile, str], how: str) -> None:
     state, endpoint = hostile
 
     def respond(handler: BaseHTTPRequestHandler) -> None:
@@ -217,8 +239,8 @@ def test_a_slow_but_whole_answer_within_the_deadline_is_read(hostile: tuple[Host
     state.respond = respond
     state.keep_alive = True  # so the connection is really reused, whenever the server's thread runs
     source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=3.0, retries=0))
-    assert source.get("zarr.json") == b"abcd"
-    assert [source.get("zarr.json") for _ in range(3)] == [b"abcd"] * 3, "the connection is reused safely"
+    assert fetch(source, how) == b"abcd"
+    assert [fetch(source, how) for _ in range(3)] == [b"abcd"] * 3, "the connection is reused safely"
     source.close()
 
 
@@ -248,11 +270,12 @@ def raw(answer: bytes) -> Callable[[Any], None]:
     ],
     ids=["chunked", "until-close", "100-continue", "empty"],
 )
-def test_each_way_of_ending_a_body_is_read(hostile: tuple[Hostile, str], answer: bytes, body: bytes) -> None:
+@HOW
+def test_each_way_of_ending_a_body_is_read(hostile: tuple[Hostile, str], answer: bytes, body: bytes, how: str) -> None:
     state, endpoint = hostile
     state.respond = raw(answer)
     source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=3.0, retries=0))
-    assert source.get("zarr.json") == body
+    assert fetch(source, how) == body
     source.close()
 
 
@@ -283,27 +306,135 @@ def test_each_way_of_ending_a_body_is_read(hostile: tuple[Hostile, str], answer:
         "cut-head",
     ],
 )
+@HOW
 def test_a_malformed_or_cut_answer_is_one_line_naming_the_object(
-    hostile: tuple[Hostile, str], answer: bytes, why: str
+    hostile: tuple[Hostile, str], answer: bytes, why: str, how: str
 ) -> None:
     state, endpoint = hostile
     state.respond = raw(answer)
     source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=3.0, retries=0))
-    error, _ = bounded(lambda: source.get("zarr.json"))
+    error, _ = bounded(lambda: fetch(source, how))
     source.close()
     assert isinstance(error, StoreError) and why in str(error), error
     assert "\n" not in str(error) and "/p.zarr/zarr.json" in str(error)
 
 
-def test_a_kept_connection_the_server_closed_while_idle_is_replaced_once(hostile: tuple[Hostile, str]) -> None:
+@HOW
+def test_a_kept_connection_the_server_closed_while_idle_is_replaced_once(
+    hostile: tuple[Hostile, str], how: str
+) -> None:
     """The server says HTTP/1.1 (the client keeps the connection) and then closes it: the next request,
     sent on it, finds it closed before any answer and goes once more on a fresh connection."""
     state, endpoint = hostile
     state.respond = raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # HTTP/1.0 server: closes after
     source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=3.0, retries=0))
-    assert [source.get("zarr.json") for _ in range(4)] == [b"ok"] * 4
-    assert len(state.requests) == 4, "the sends on closed connections reached no server"
+    assert [fetch(source, how) for _ in range(4)] == [b"ok"] * 4
+    assert len(state.requests) == (4 if how == "one" else 8), "the sends on closed connections reached no server"
     source.close()
+
+
+def ranges(state: Hostile, data: bytes, ports: set[int]) -> Callable[[Any], None]:
+    """Answer each range GET with its bytes of ``data`` (206), noting the client's port."""
+
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        ports.add(handler.client_address[1])
+        first, _, last = handler.headers["Range"].removeprefix("bytes=").partition("-")
+        body = data[int(first) : int(last) + 1]
+        handler.send_response(206)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return respond
+
+
+def test_many_ranges_in_flight_come_back_in_order_on_at_most_in_flight_connections(
+    hostile: tuple[Hostile, str],
+) -> None:
+    state, endpoint = hostile
+    data, ports = bytes(range(256)) * 64, set[int]()
+    state.respond, state.keep_alive = ranges(state, data, ports), True
+    source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=5.0, retries=0, in_flight=3))
+    wanted = [("c/0", start, length) for start, length in [(0, 1), (5, 300), (16000, 384), (7, 9)] * 5]
+    got = source.get_many(wanted)
+    assert got == [data[start : start + length] for _, start, length in wanted]
+    assert source.requests == len(wanted) and source.bytes_transferred == sum(length for *_, length in wanted)
+    assert 1 <= len(ports) <= 3, f"{len(ports)} connections for in_flight=3"
+    source.close()
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_server_in_trouble_is_asked_again_among_many(hostile: tuple[Hostile, str], retries: int) -> None:
+    """The first two answers are 503 (the server's trouble): with a retry both requests are asked
+    again and read; without, the answer is a one-line error naming the object and the status."""
+    state, endpoint = hostile
+    answered = []
+
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        answered.append(handler.path)
+        send(503 if len(answered) <= 2 else 200, b"busy" if len(answered) <= 2 else b"ok")(handler)
+
+    state.respond = respond
+    source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=3.0, retries=retries))
+    error, _ = bounded(lambda: fetch(source, "many"))
+    if retries:
+        assert error is None and len(answered) == 4
+    else:
+        assert isinstance(error, StoreError) and "503" in str(error) and "/p.zarr/zarr.json" in str(error), error
+        assert "\n" not in str(error)
+    source.close()
+
+
+def test_many_requests_to_nothing_listening_end_in_one_line() -> None:
+    with contextlib.closing(socket.socket()) as probe:  # a port bound and closed: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    source = RemoteSource(f"http://127.0.0.1:{port}/p.zarr", StoreConfig(timeout_s=2.0, retries=1))
+    error, _ = bounded(lambda: fetch(source, "many"))
+    assert isinstance(error, StoreError) and "/p.zarr/zarr.json" in str(error) and "\n" not in str(error), error
+    source.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test's certificate")
+@HOW
+def test_an_https_plate_is_read_over_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """TLS on the blocking path and on the non-blocking one (handshake, records holding more than a
+    read): a certificate this test makes and trusts for 127.0.0.1."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    state = Hostile()
+    body = bytes(range(256)) * 1024  # over one TLS record (16 KiB)
+    state.respond, state.keep_alive = send(200, body), True
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    with serve(state, context) as endpoint:
+        source = RemoteSource(
+            f"{endpoint.replace('http://', 'https://')}/p.zarr", StoreConfig(timeout_s=5.0, retries=0)
+        )
+        assert [fetch(source, how) for _ in range(2)] == [body] * 2
+        source.close()
 
 
 # --- S3 listings --------------------------------------------------------------------------------

@@ -114,6 +114,7 @@ class Prefetcher:
     def __init__(
         self,
         config: PrefetchConfig,
+        batches: int,
         layouts: FieldLayouts,
         pieces: PiecePlanner,
         cache: ChunkCache,
@@ -122,6 +123,7 @@ class Prefetcher:
         source: Callable[[], ByteSource],
     ) -> None:
         self.config = config
+        self.threads = config.threads_for(batches)
         self.layouts = layouts
         self.pieces = pieces
         self.cache = cache
@@ -162,12 +164,12 @@ class Prefetcher:
             self._started &= {hint[0] for hint in hints}
             fresh = [hint for hint in hints if hint[0] not in self._started]
             self._queue = deque(fresh)
-            if fresh and len(self._threads) < self.config.threads:
+            if fresh and len(self._threads) < self.threads:
                 self._start_threads()
             self._wakeup.notify_all()
 
     def _start_threads(self) -> None:
-        while len(self._threads) < self.config.threads:
+        while len(self._threads) < self.threads:
             thread = threading.Thread(target=self._run, name=f"cropbench-prefetch-{len(self._threads)}", daemon=True)
             thread.start()
             self._threads.append(thread)

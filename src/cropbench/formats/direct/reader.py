@@ -123,7 +123,14 @@ class DirectChunkReader(PlateReader):
         self.scheduler = BatchScheduler(self.cache, self.reads, self.loader, self.threads, self._source)
         self.prefetcher = (
             Prefetcher(
-                self.prefetch_config, self.layouts, self.pieces, self.cache, self.reads, self.loader, self._source
+                self.prefetch_config,
+                self.prefetch_batches,
+                self.layouts,
+                self.pieces,
+                self.cache,
+                self.reads,
+                self.loader,
+                self._source,
             )
             if self.prefetch_batches
             else None

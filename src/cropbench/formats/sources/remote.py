@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 from xml.etree import ElementTree
 
@@ -15,7 +15,7 @@ from cropbench.config import StoreConfig
 from cropbench.errors import StoreError
 from cropbench.formats.sources.base import ByteSource, Request
 from cropbench.formats.sources.failures import status_error, store_error
-from cropbench.formats.sources.http11 import Client
+from cropbench.formats.sources.http11 import Client, Outcome
 from cropbench.formats.sources.urls import http_url, redact, s3_endpoint, split_url, without_credentials
 
 #: Pages of an S3 listing read at most (1,000 keys a page): a server that never stops listing is an error.
@@ -77,29 +77,65 @@ class RemoteSource(ByteSource):
     ) -> tuple[int, bytes]:
         """(status, body) of one request; connection failures and timeouts are one-line StoreErrors."""
         http = self._client()
+        url, headers = self._prepared(method, key, headers, body, query)
+        return self._retried(http, method, key, url, headers, body, self._attempt(http, method, url, headers, body))
+
+    def _prepared(
+        self, method: str, key: str, headers: dict[str, str] | None, body: bytes, query: str = ""
+    ) -> tuple[str, dict[str, str]]:
+        """The URL and headers (signed where there are credentials) of one request."""
         url = self.object_url(key, query)
         headers = dict(headers or {})
         if self._credentials is not None:
             headers = _signed(method, url, headers, body, self._credentials)
+        return url, headers
+
+    def _retried(
+        self, http: Client, method: str, key: str, url: str, headers: dict[str, str], body: bytes, outcome: Outcome
+    ) -> tuple[int, bytes]:
+        """The answer to a request whose first attempt came to ``outcome``: that one, or the retries'
+        (after a failure or a status of the server's trouble), up to ``retries`` more."""
         attempts = self.config.retries + 1
-        for attempt in range(attempts):
-            try:
-                status, data = self._attempt(http, method, url, headers, body)
-            except Exception as error:  # timeouts, refused connections, protocol errors
-                if attempt + 1 == attempts:
-                    raise store_error(self._url, key, error) from None
-            else:
-                if status not in _RETRIED_STATUSES or attempt + 1 == attempts:
-                    return status, data
-            time.sleep(min(RETRY_BACKOFF_S * 2**attempt, 2.0))
+        for attempt in range(1, attempts + 1):
+            if isinstance(outcome, BaseException):  # timeouts, refused connections, protocol errors
+                if attempt == attempts:
+                    raise store_error(self._url, key, outcome) from None
+            elif outcome[0] not in _RETRIED_STATUSES or attempt == attempts:
+                return outcome
+            time.sleep(min(RETRY_BACKOFF_S * 2 ** (attempt - 1), 2.0))
+            outcome = self._attempt(http, method, url, headers, body)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _attempt(self, http: Client, method: str, url: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
-        """One attempt, ended at ``timeout_s`` wherever it waits."""
+    def _attempt(self, http: Client, method: str, url: str, headers: dict[str, str], body: bytes) -> Outcome:
+        """One attempt, ended at ``timeout_s`` wherever it waits: (status, body) or what ended it."""
         try:
             return http.request(method, url, headers, body, time.monotonic() + self.config.timeout_s)
-        except TimeoutError:
-            raise TimeoutError(f"timed out: no whole response within timeout_s={self.config.timeout_s:g}") from None
+        except Exception as error:
+            return _said(error, self.config.timeout_s)
+
+    def _requested_many(self, specs: Sequence[tuple[str, dict[str, str]]]) -> list[tuple[int, bytes]]:
+        """(status, body) of each GET (key, headers), in order: first attempts in flight together on
+        this thread (:meth:`Client.request_many`, ``in_flight`` at once), then the retries of those that
+        failed on the request threads."""
+        http = self._client()
+        prepared = [self._prepared("GET", key, headers, b"") for key, headers in specs]
+        timeout_s = self.config.timeout_s
+        outcomes = [
+            _said(outcome, timeout_s) if isinstance(outcome, BaseException) else outcome
+            for outcome in http.request_many([("GET", url, headers, b"") for url, headers in prepared], timeout_s)
+        ]
+        failed = [
+            index
+            for index, outcome in enumerate(outcomes)
+            if isinstance(outcome, BaseException) or outcome[0] in _RETRIED_STATUSES
+        ]
+
+        def retried(index: int) -> tuple[int, bytes]:
+            url, headers = prepared[index]
+            return self._retried(http, "GET", specs[index][0], url, headers, b"", outcomes[index])
+
+        settled = dict(zip(failed, self._requests_pool().map(retried, failed), strict=True)) if failed else {}
+        return [cast(tuple[int, bytes], settled.get(index, outcome)) for index, outcome in enumerate(outcomes)]
 
     def _checked(self, key: str, status: int, data: bytes) -> bytes | None:
         if status in (200, 206):
@@ -109,13 +145,20 @@ class RemoteSource(ByteSource):
         raise status_error(self.location, key, status, data)
 
     def get(self, key: str) -> bytes | None:
-        status, data = self.request("GET", key)
+        return self._whole(key, *self.request("GET", key))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        return self._range(key, start, length, *self.request("GET", key, _range_header(start, length)))
+
+    def get_suffix(self, key: str, length: int) -> bytes | None:
+        return self._suffix(key, length, *self.request("GET", key, {"Range": f"bytes=-{length}"}))
+
+    def _whole(self, key: str, status: int, data: bytes) -> bytes | None:
         result = self._checked(key, status, data)
         self._count(result)
         return result
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        status, data = self.request("GET", key, {"Range": f"bytes={start}-{start + length - 1}"})
+    def _range(self, key: str, start: int, length: int, status: int, data: bytes) -> bytes:
         if status == 416:
             data = b""
         else:
@@ -128,8 +171,7 @@ class RemoteSource(ByteSource):
             raise self._short(key, data, start, length)
         return data
 
-    def get_suffix(self, key: str, length: int) -> bytes | None:
-        status, data = self.request("GET", key, {"Range": f"bytes=-{length}"})
+    def _suffix(self, key: str, length: int, status: int, data: bytes) -> bytes | None:
         result = b"" if status == 416 else self._checked(key, status, data)
         if result is not None and status == 200:
             result = result[-length:]
@@ -194,13 +236,20 @@ class RemoteSource(ByteSource):
     def get_many(self, requests: Sequence[Request]) -> list[bytes | None]:
         if len(requests) <= 1 or self.config.in_flight <= 1:
             return super().get_many(requests)
-        one = ByteSource.get_many.__get__(self)
-        return [data for part in self._requests_pool().map(lambda request: one([request]), requests) for data in part]
+        specs = [(key, {} if length < 0 else _range_header(start, length)) for key, start, length in requests]
+        return [
+            self._whole(key, *answer) if length < 0 else self._range(key, start, length, *answer)
+            for (key, start, length), answer in zip(requests, self._requested_many(specs), strict=True)
+        ]
 
     def get_suffixes(self, requests: Sequence[tuple[str, int]]) -> list[bytes | None]:
         if len(requests) <= 1 or self.config.in_flight <= 1:
             return super().get_suffixes(requests)
-        return list(self._requests_pool().map(lambda request: self.get_suffix(*request), requests))
+        specs = [(key, {"Range": f"bytes=-{length}"}) for key, length in requests]
+        return [
+            self._suffix(key, length, *answer)
+            for (key, length), answer in zip(requests, self._requested_many(specs), strict=True)
+        ]
 
     def _requests_pool(self) -> ThreadPoolExecutor:
         """The threads that keep ``in_flight`` requests open, started once per process."""
@@ -216,6 +265,17 @@ class RemoteSource(ByteSource):
             self._http.close()
         self._pool = None
         self._http = None
+
+
+def _range_header(start: int, length: int) -> dict[str, str]:
+    return {"Range": f"bytes={start}-{start + length - 1}"}
+
+
+def _said(error: BaseException, timeout_s: float) -> BaseException:
+    """A request's failure as its row will say it: a timeout names the setting that bounded it."""
+    if isinstance(error, TimeoutError):
+        return TimeoutError(f"timed out: no whole response within timeout_s={timeout_s:g}")
+    return error
 
 
 def _aws_host(bucket: str) -> str:
