@@ -16,7 +16,7 @@ from cropbench import metrics as m
 from cropbench.data.training import TRAINING_FORMATS, CropStoreInfo
 from cropbench.errors import ConfigError, OutputError
 from cropbench.harness.context import RunContext
-from cropbench.harness.validity import LIBRARY_CACHE_FLAG, flag_meaning
+from cropbench.harness.validity import CACHE_HOLDS_PLATE_FLAG, LIBRARY_CACHE_FLAG, flag_meaning
 from cropbench.metrics import (
     BREAK_EVEN_EPOCHS,
     CONVERSION_PEAK_RSS_GROWTH_BYTES,
@@ -394,6 +394,10 @@ def test_the_plate_in_place_over_the_store_reads_with_forked_workers_like_on_dis
     row = Formats(comparison, tmp_path / "work")._in_place_over_store(comparison, context, context.object_count)
     assert row[m.prefixed(REMOTE, m.EXACTLY_ONCE)] is True
     assert row[m.prefixed(REMOTE, m.REQUESTS_PER_CROP)] > 0
+    # the chunk cache the read-ahead grew, of the decoded fields; one that holds them all flags the row
+    fraction = row[m.prefixed(REMOTE, m.CACHE_FRACTION_OF_PLATE)]
+    assert fraction > 0
+    assert (CACHE_HOLDS_PLATE_FLAG in row.get(m.VALIDITY_FLAGS, [])) == (fraction >= 1)
 
 
 @pytest.mark.slow

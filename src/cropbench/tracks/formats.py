@@ -80,7 +80,12 @@ from cropbench.data.training import (
 from cropbench.errors import ConfigError
 from cropbench.harness.context import RunContext
 from cropbench.harness.runner import Row
-from cropbench.harness.validity import LIBRARY_CACHE_FLAG
+from cropbench.harness.validity import (
+    CACHE_HOLDS_PLATE_FLAG,
+    LIBRARY_CACHE_FLAG,
+    cache_fraction_of_plate,
+    cache_holds_plate,
+)
 from cropbench.harness.work import WorkFolder
 from cropbench.measure.endpoints import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, environment_variables, remote_plate
 from cropbench.measure.fidelity import fidelity_hash
@@ -625,11 +630,18 @@ class Formats:
             dataset = context.dataset(comparison.crop("direct"), mirror)
             # Forked workers, as on local disk: the direct path's own HTTP client starts afresh in each
             # (a forkserver's start-up, seconds, would count in its first batch and not the plate's).
-            loader = self._loader(dataset, comparison)
+            loader = self._loader(dataset, comparison)  # grows the reader's chunk cache to hold its read-ahead
+            fraction = cache_fraction_of_plate(dataset.config, dataset.reader)
             with server.window() as window:
                 epochs = timed_epochs(loader, comparison.epochs, max(1, comparison.workers), objects)
             dataset.reader.close()
-            return over_store(_prefixed(m.REMOTE, epochs), window, scratch / "mirror")
+            row = over_store(_prefixed(m.REMOTE, epochs), window, scratch / "mirror")
+            # What each process's chunk cache held, of the decoded fields: a cache that holds them all
+            # measured hits, and the row says so.
+            row[m.prefixed(m.REMOTE, m.CACHE_FRACTION_OF_PLATE)] = fraction
+            if cache_holds_plate(fraction):
+                row[m.VALIDITY_FLAGS] = [*row.get(m.VALIDITY_FLAGS, []), CACHE_HOLDS_PLATE_FLAG]
+            return row
 
     def _in_place(
         self, reader: str, comparison: FormatComparison, context: RunContext, order: list[int], objects: int
