@@ -18,7 +18,7 @@ from cropbench.config import LAYOUTS, StoreConfig
 from cropbench.data.sampling import ShuffledRuns, access_order
 from cropbench.errors import ConfigError, StoreError
 from cropbench.formats import open_plate
-from cropbench.formats.atlas import GROUPED_RUN, WINDOWS_NAME, FieldRun, atlas_folder
+from cropbench.formats.atlas import BATCH_GROUPED_RUN, GROUPED_RUN, WINDOWS_NAME, FieldRun, atlas_folder
 from cropbench.formats.base import Regions
 from cropbench.formats.sources import mirror_metadata
 from cropbench.measure import endpoints
@@ -87,12 +87,35 @@ def test_a_run_counts_the_regions_of_one_field_read_just_before_each_one() -> No
     assert FieldRun(3, GROUPED_RUN).grouped is False and FieldRun(3, GROUPED_RUN + 1).grouped is True
 
 
+@pytest.mark.parametrize("carried", [0, 5, GROUPED_RUN + 2])
+def test_a_batch_reads_a_fields_long_stretch_from_the_field_whole(carried: int) -> None:
+    """In one batch a stretch of one field's regions that reaches ``BATCH_GROUPED_RUN`` (with the run
+    carried over from the batch before) reads the field for all of its regions; a shorter one only past
+    ``GROUPED_RUN`` regions in a row."""
+    rng = np.random.default_rng(carried)
+    fields = np.repeat(rng.permutation(6), rng.integers(1, 2 * BATCH_GROUPED_RUN, size=6))
+    run = FieldRun(int(fields[0]), carried)
+    in_fields, after = run.in_fields(fields)
+    expected, position = [], 0
+    while position < len(fields):  # stretch by stretch, counted here one region at a time
+        end = position
+        while end < len(fields) and fields[end] == fields[position]:
+            end += 1
+        history = carried if position == 0 else 0
+        whole = history + end - position >= BATCH_GROUPED_RUN
+        expected += [whole or history + k >= GROUPED_RUN for k in range(end - position)]
+        position = end
+    assert in_fields.tolist() == expected
+    assert after == run.extend(fields)[1]
+
+
 @pytest.mark.parametrize("one_at_a_time", [True, False])
 def test_a_grouped_pattern_reads_a_fields_chunks_past_its_first_crops(
     tiny_plate: Path, atlas_plate: Path, one_at_a_time: bool
 ) -> None:
     """Crops of one field read one after another share the field's decoded chunks: past the first
-    ``GROUPED_RUN`` they come from the fields, with the same pixels; a shuffle reads them all from the atlas."""
+    ``GROUPED_RUN`` they come from the fields, with the same pixels, and in one batch (known whole) a
+    field's ``BATCH_GROUPED_RUN`` or more crops all do; a shuffle reads them all from the atlas."""
     config = CropConfig(crop_size=CROP_SIZE, border="pad")
     atlas, default = CropDataset(atlas_plate, config), CropDataset(tiny_plate, config)
     grouped = access_order(atlas, "grouped-field", len(atlas), seed=0)
@@ -103,8 +126,9 @@ def test_a_grouped_pattern_reads_a_fields_chunks_past_its_first_crops(
         assert torch.equal(_images(atlas, grouped), _images(default, grouped))
     fields = atlas.regions_of(np.asarray(grouped)).field
     runs = np.diff(np.flatnonzero(np.diff(np.concatenate([[-1], fields, [-1]]))))
-    assert runs.max() > GROUPED_RUN, "the tiny plate has a field of more crops than a grouped run"
-    expected = sum(min(int(run), GROUPED_RUN) for run in runs) / len(grouped)
+    assert runs.max() >= BATCH_GROUPED_RUN, "the tiny plate has a field of more crops than a grouped run"
+    from_atlas = [0 if not one_at_a_time and run >= BATCH_GROUPED_RUN else min(int(run), GROUPED_RUN) for run in runs]
+    expected = sum(from_atlas) / len(grouped)
     assert atlas.reader.stats.per_region()[m.CROPS_FROM_ATLAS] == pytest.approx(expected)
 
 

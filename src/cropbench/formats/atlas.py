@@ -45,6 +45,11 @@ _COORD_BITS = 20
 #: Longer than a shuffle's runs of consecutive objects (8 by default, :class:`~cropbench.data.sampling.ShuffledRuns`),
 #: which the atlas serves in one byte range; far shorter than a field's few hundred crops.
 GROUPED_RUN = 16
+#: Regions of one field in a row inside one batch (those read before it included) that the batch reads
+#: from the field's own chunks, all of them: a grouped batch's first regions too. Three of a shuffle's
+#: runs of 8 fall together from one field in about 1 % of its batches of 64; a grouped pass's batch is
+#: one or two fields.
+BATCH_GROUPED_RUN = 24
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,17 @@ class FieldRun:
         if not change[0]:
             before[: int(np.argmax(change)) if change.any() else len(fields)] += self.length
         return before, FieldRun(int(fields[-1]), int(before[-1]) + 1)
+
+    def in_fields(self, fields: np.ndarray) -> tuple[np.ndarray, FieldRun]:
+        """Which of ``fields`` (regions read in this order after this run, one batch) read their field's
+        own chunks rather than an atlas: past :data:`GROUPED_RUN` regions of their field, or in a stretch
+        of the batch of :data:`BATCH_GROUPED_RUN` or more (this run included); and the run after them."""
+        before, after = self.extend(fields)
+        if not len(before):
+            return np.empty(0, dtype=bool), after
+        ends = np.flatnonzero(np.append(before[1:] == 0, True))  # each stretch's last region
+        stretch = np.repeat(before[ends] + 1, np.diff(np.append(-1, ends)))
+        return (before >= GROUPED_RUN) | (stretch >= BATCH_GROUPED_RUN), after
 
     def extend_one(self, field: int) -> FieldRun:
         """The run after one more region, of ``field``."""

@@ -48,7 +48,7 @@ from cropbench.data.dataset import CropDataset
 from cropbench.data.sampling import access_order
 from cropbench.errors import ConfigError, PeerUnavailableError
 from cropbench.formats import DirectChunkReader, MemmapReader, open_plate
-from cropbench.formats.atlas import GROUPED_RUN, FieldRun
+from cropbench.formats.atlas import FieldRun
 from cropbench.formats.direct import ChunkLayout
 from cropbench.formats.direct.codecs import BLOSC
 from cropbench.harness.context import RunContext, usable_cores
@@ -215,9 +215,9 @@ class StoredChunks:
     def of(self, indices: Sequence[int], run: FieldRun) -> tuple[list[tuple[bytes, ChunkLayout]], FieldRun]:
         """The stored chunks the crops ``indices`` touch read in this order after ``run``, each once, in
         key order; and the run after them."""
-        before, after = run.extend(self.fields[np.asarray(indices, dtype=np.int64)])
+        in_fields, after = run.in_fields(self.fields[np.asarray(indices, dtype=np.int64)])
         touched = []
-        for index, grouped in zip(indices, (before >= GROUPED_RUN).tolist(), strict=True):
+        for index, grouped in zip(indices, in_fields.tolist(), strict=True):
             starts, keys = self.in_run if grouped else self.alone
             touched.append(keys[starts[index] : starts[index + 1]])
         chunks = self.chunks

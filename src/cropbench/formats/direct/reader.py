@@ -20,7 +20,7 @@ import numpy as np
 
 from cropbench.config import DEFAULT_CHUNK_CACHE_BYTES, PrefetchConfig, ReaderOptions, coalesce_gap
 from cropbench.errors import ConfigError, StoreError
-from cropbench.formats.atlas import GROUPED_RUN, FieldRun, find_atlases
+from cropbench.formats.atlas import FieldRun, find_atlases
 from cropbench.formats.base import PlateMetadata, PlateReader, Regions
 from cropbench.formats.direct.cache import ChunkCache
 from cropbench.formats.direct.keys import FIELD_SHIFT, MAX_FIELDS
@@ -179,13 +179,13 @@ class DirectChunkReader(PlateReader):
 
     def routed(self, regions: Regions, count: bool = False, run: FieldRun | None = None) -> tuple[Regions, FieldRun]:
         """``regions``, read after ``run`` (the reader's own by default), with those a crop atlas holds
-        whole read from there (the same pixels, fewer bytes) unless they continue a grouped run of
-        their field (:class:`~cropbench.formats.atlas.FieldRun`); and the run after them. A read
+        whole read from there (the same pixels, fewer bytes) unless they are read in a grouped run of
+        their field (:meth:`~cropbench.formats.atlas.FieldRun.in_fields`); and the run after them. A read
         (``count``) counts them in ``stats.atlas_regions`` and keeps the run."""
         if not self.atlases:
             return regions, FieldRun()
-        before, after = (run or self.field_run).extend(regions.field)
-        regions, moved = self._to_atlases(regions, before >= GROUPED_RUN)
+        stay, after = (run or self.field_run).in_fields(regions.field)
+        regions, moved = self._to_atlases(regions, stay)
         if count:
             self.stats.atlas_regions += moved
             self.field_run = after
