@@ -429,7 +429,8 @@ class EmulatedStore:
     def _settled_log(self) -> None:
         """Wait until the request log stops growing (at most :data:`LOG_SETTLE_LIMIT_S`): nginx writes a
         request's line after its last byte is sent, so a client can see the answer before the line is
-        there, and on a busy machine the server may not run again for a while."""
+        there, and on a busy machine the server may not run again for a while. A window waits so when it
+        opens and when it closes."""
         deadline = time.monotonic() + LOG_SETTLE_LIMIT_S
         size = self.log.stat().st_size if self.log.exists() else 0
         while time.monotonic() < deadline:
@@ -443,6 +444,8 @@ class EmulatedStore:
     def window(self) -> Iterator[ServerWindow]:
         """Measure a stretch: on exit the window holds its wall and server CPU seconds and its requests."""
         window = ServerWindow(self)
+        # The lines of requests answered before the stretch land first, or one written late would count in it.
+        self._settled_log()
         offset = self.log.stat().st_size if self.log.exists() else 0
         (cpu, waited), started = self.server_seconds(), time.perf_counter()
         busy, total = _machine_ticks()
