@@ -244,6 +244,7 @@ class Tensors(Dataset):
     def __len__(self):
         return 4096
     def __getitem__(self, index):
+        time.sleep(float(sys.argv[2]))
         return {"image": torch.full((3, 32, 32), float(index))}
 
 loader = build_loader(Tensors(), LoaderSpec(num_workers=2, batch_size=8, timeout_s=float(sys.argv[1])),
@@ -252,7 +253,7 @@ iterator = iter(loader)
 next(iterator)
 pids = worker_pids(iterator)
 print(*pids, flush=True)
-time.sleep(1.0)  # both workers fill their queues: batches wait in the pipe, their descriptors in the workers
+time.sleep(float(sys.argv[3]))
 os.kill(pids[0], signal.SIGSTOP)
 stopped = time.monotonic()
 try:
@@ -264,13 +265,23 @@ except Exception as error:
 
 
 @pytest.mark.slow
-def test_a_worker_stopped_mid_epoch_surfaces_as_one_error_within_the_deadline() -> None:
-    """SIGSTOP one worker after the queues are full: the main process would block fetching a batch's
-    shared-memory descriptor from it, past torch's timeout; the watchdog ends that wait."""
+@pytest.mark.parametrize(
+    ("item_s", "stop_after_s"),
+    [(0.0, 1.0), (0.05, 0.0)],
+    ids=["queues-full", "batch-under-way"],
+)
+def test_a_worker_stopped_mid_epoch_surfaces_as_one_error_within_the_deadline(
+    item_s: float, stop_after_s: float
+) -> None:
+    """SIGSTOP one worker. With the queues full, the main process would block fetching a batch's
+    shared-memory descriptor from it, past torch's timeout: the watchdog ends that wait. With the
+    worker's batch still under way, torch's own timeout ends the wait first: the stopped worker is
+    killed all the same (left alive, it would hang the process's exit, which joins it)."""
     from cropbench.data.loader import WATCHDOG_MARGIN_S
 
     timeout_s = 2.0
-    process = subprocess.Popen([sys.executable, "-c", FROZEN_WORKER, str(timeout_s)], stdout=subprocess.PIPE, text=True)
+    command = [sys.executable, "-c", FROZEN_WORKER, str(timeout_s), str(item_s), str(stop_after_s)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     workers = [psutil.Process(int(pid)) for pid in process.stdout.readline().split()]
     assert all(worker.ppid() == process.pid for worker in workers), "the pids printed are the subprocess's workers"

@@ -415,6 +415,10 @@ class _WatchedIterator(_IteratorWrapper):
             self._done.set()
             raise
         except Exception as error:
+            if not self._stuck and self._stopped_workers():
+                # torch's own timeout can end the wait first; a stopped worker left alive would then
+                # hang the process's exit, which joins it.
+                self._terminate()
             if not self._stuck:
                 raise
             self._done.set()
@@ -425,6 +429,16 @@ class _WatchedIterator(_IteratorWrapper):
             ) from error
         finally:
             self._deadline = math.inf
+
+    def _stopped_workers(self) -> bool:
+        """Whether any worker is stopped (SIGSTOP, a debugger)."""
+        for worker in getattr(self._iterator, "_workers", []):
+            if worker.pid is None:
+                continue
+            with contextlib.suppress(psutil.Error, OSError):
+                if psutil.Process(worker.pid).status() == psutil.STATUS_STOPPED:
+                    return True
+        return False
 
     def _terminate(self) -> None:
         """Record which workers look stuck, then kill every worker so the blocked fetch fails."""
