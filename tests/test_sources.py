@@ -333,7 +333,7 @@ def test_a_kept_connection_the_server_closed_while_idle_is_replaced_once(
     source.close()
 
 
-def ranges(state: Hostile, data: bytes, ports: set[int]) -> Callable[[Any], None]:
+def ranges(data: bytes, ports: set[int]) -> Callable[[Any], None]:
     """Answer each range GET with its bytes of ``data`` (206), noting the client's port."""
 
     def respond(handler: BaseHTTPRequestHandler) -> None:
@@ -353,7 +353,7 @@ def test_many_ranges_in_flight_come_back_in_order_on_at_most_in_flight_connectio
 ) -> None:
     state, endpoint = hostile
     data, ports = bytes(range(256)) * 64, set[int]()
-    state.respond, state.keep_alive = ranges(state, data, ports), True
+    state.respond, state.keep_alive = ranges(data, ports), True
     source = RemoteSource(f"{endpoint}/p.zarr", StoreConfig(timeout_s=5.0, retries=0, in_flight=3))
     wanted = [("c/0", start, length) for start, length in [(0, 1), (5, 300), (16000, 384), (7, 9)] * 5]
     got = source.get_many(wanted)

@@ -430,25 +430,25 @@ class _WatchedIterator(_IteratorWrapper):
         finally:
             self._deadline = math.inf
 
-    def _stopped_workers(self) -> bool:
-        """Whether any worker is stopped (SIGSTOP, a debugger)."""
+    def _statuses(self) -> list[tuple[int, str]]:
+        """(pid, status) of each worker psutil can still see."""
+        statuses = []
         for worker in getattr(self._iterator, "_workers", []):
             if worker.pid is None:
                 continue
             with contextlib.suppress(psutil.Error, OSError):
-                if psutil.Process(worker.pid).status() == psutil.STATUS_STOPPED:
-                    return True
-        return False
+                statuses.append((worker.pid, psutil.Process(worker.pid).status()))
+        return statuses
+
+    def _stopped_workers(self) -> bool:
+        """Whether any worker is stopped (SIGSTOP, a debugger)."""
+        return any(status == psutil.STATUS_STOPPED for _, status in self._statuses())
 
     def _terminate(self) -> None:
         """Record which workers look stuck, then kill every worker so the blocked fetch fails."""
-        for worker in getattr(self._iterator, "_workers", []):
-            if worker.pid is None:
-                continue
-            with contextlib.suppress(psutil.Error, OSError):
-                status = psutil.Process(worker.pid).status()
-                if status == psutil.STATUS_STOPPED or not self._stuck:
-                    self._stuck.append(f"pid {worker.pid} ({status})")
+        for pid, status in self._statuses():
+            if status == psutil.STATUS_STOPPED or not self._stuck:
+                self._stuck.append(f"pid {pid} ({status})")
         self._stuck = self._stuck or ["(unknown)"]
         for worker in getattr(self._iterator, "_workers", []):
             if worker.pid is not None:

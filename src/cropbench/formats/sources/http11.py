@@ -337,15 +337,8 @@ class Client:
             if not 100 <= status < 200:
                 break
         exchange.status = status
-        close = "close" in fields.get("connection", "").lower() or version == "HTTP/1.0"
-        length = _content_length(fields)
-        if (
-            exchange.target.method == "HEAD"
-            or status in (204, 304)
-            or (length is not None and "chunked" not in fields.get("transfer-encoding", "").lower())
-        ):
-            size = 0 if exchange.target.method == "HEAD" or status in (204, 304) else length
-            assert size is not None
+        size, chunked, close = _framing(exchange.target.method, status, version, fields)
+        if size is not None:
             pending = connection.pending
             exchange.close = close
             if len(pending) >= size:  # the whole body came with the head: one copy
@@ -362,7 +355,7 @@ class Client:
             return None
         # Chunked, or up to the close: read on, blocking, as request() does.
         connection.sock.setblocking(True)
-        if "chunked" in fields.get("transfer-encoding", "").lower():
+        if chunked:
             data, delimited = self._chunked(connection, exchange.deadline), True
         else:
             data, delimited = self._until_close(connection, exchange.deadline), False
@@ -443,16 +436,13 @@ class Client:
             status, version, fields = self._head(connection, deadline)
             if not 100 <= status < 200:
                 break
-        length = _content_length(fields)
-        if method == "HEAD" or status in (204, 304):
-            data, delimited = b"", True
-        elif "chunked" in fields.get("transfer-encoding", "").lower():
+        size, chunked, close = _framing(method, status, version, fields)
+        if size is not None:
+            data, delimited = self._exactly(connection, size, deadline), True
+        elif chunked:
             data, delimited = self._chunked(connection, deadline), True
-        elif length is not None:
-            data, delimited = self._exactly(connection, length, deadline), True
         else:
             data, delimited = self._until_close(connection, deadline), False
-        close = "close" in fields.get("connection", "").lower() or version == "HTTP/1.0"
         return status, data, delimited and not close and not connection.pending
 
     def _fill(self, connection: _Connection, deadline: float, what: str, before_response: bool = False) -> None:
@@ -563,6 +553,18 @@ def _parse_head(connection: _Connection) -> tuple[int, str, dict[str, str]] | No
         key = name.strip().lower()
         fields[key] = f"{fields[key]}, {value.strip()}" if key in fields else value.strip()
     return int(code), version, fields
+
+
+def _framing(method: str, status: int, version: str, fields: dict[str, str]) -> tuple[int | None, bool, bool]:
+    """How the body after a final head ends: (its length where the head gives it, 0 where there is no
+    body; None where it is chunked or runs to the connection's close), whether it is chunked, and
+    whether the connection closes after it."""
+    length = _content_length(fields)
+    chunked = "chunked" in fields.get("transfer-encoding", "").lower()
+    close = "close" in fields.get("connection", "").lower() or version == "HTTP/1.0"
+    if method == "HEAD" or status in (204, 304):
+        return 0, False, close
+    return (None if chunked else length), chunked, close
 
 
 def _content_length(fields: dict[str, str]) -> int | None:
